@@ -1,0 +1,90 @@
+//! Error types.
+
+use std::fmt;
+use std::time::Duration;
+
+/// Why a [`HashedWheelTimer`](crate::HashedWheelTimer) could not be built.
+///
+/// Every variant is permanent: the same arguments always fail the same way.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum BuildError {
+    /// The tick duration was zero.
+    ZeroTickDuration,
+    /// `ticks_per_wheel` was zero.
+    ZeroTicksPerWheel,
+    /// `ticks_per_wheel` was above [`MAX_TICKS_PER_WHEEL`](crate::MAX_TICKS_PER_WHEEL) (2^30).
+    TooManyTicksPerWheel {
+        /// The value asked for.
+        requested: usize,
+    },
+    /// `tick_duration * wheel length` does not fit in 64-bit nanoseconds (about 584 years).
+    TickOverflow {
+        /// The tick duration asked for (after the 1 ms clamp).
+        tick_duration: Duration,
+        /// The wheel length, after rounding up to a power of two.
+        wheel_len: usize,
+    },
+}
+
+impl fmt::Display for BuildError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            BuildError::ZeroTickDuration => f.write_str("tick duration must be greater than zero"),
+            BuildError::ZeroTicksPerWheel => {
+                f.write_str("ticks per wheel must be greater than zero")
+            }
+            BuildError::TooManyTicksPerWheel { requested } => write!(
+                f,
+                "ticks per wheel may not be greater than 2^30: {requested}"
+            ),
+            BuildError::TickOverflow {
+                tick_duration,
+                wheel_len,
+            } => write!(
+                f,
+                "tick duration {tick_duration:?} times wheel length {wheel_len} overflows 64-bit nanoseconds"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for BuildError {}
+
+/// Why a timer operation was refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum TimerError {
+    /// The timer has been stopped (or its owner dropped). Permanent: a stopped timer never
+    /// accepts work again.
+    Stopped,
+    /// The pending limit is reached. Transient: the call succeeds again once a pending timeout
+    /// expires or its cancellation has been processed (within about one tick).
+    TooManyPending {
+        /// Timeouts pending when the call was refused.
+        pending: usize,
+        /// The configured limit.
+        max: usize,
+    },
+    /// [`stop`](crate::HashedWheelTimer::stop) was called from the timer's own worker thread,
+    /// which would wait for itself. Permanent for that call site: stop the timer from another
+    /// thread, or drop it.
+    StopFromWorker,
+}
+
+impl fmt::Display for TimerError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TimerError::Stopped => f.write_str("timer has been stopped"),
+            TimerError::TooManyPending { pending, max } => write!(
+                f,
+                "number of pending timeouts ({pending}) is greater than or equal to maximum allowed pending timeouts ({max})"
+            ),
+            TimerError::StopFromWorker => {
+                f.write_str("stop() cannot be called from the timer's worker thread")
+            }
+        }
+    }
+}
+
+impl std::error::Error for TimerError {}

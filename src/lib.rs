@@ -1,0 +1,90 @@
+//! A Rust port of Netty's `HashedWheelTimer`: the same contract and the same timing, for Java
+//! services moving to Rust, with Netty's known defects fixed.
+//!
+//! ```
+//! use hashed_timer_wheel::{HashedWheelTimer, Timeout};
+//! use std::time::Duration;
+//!
+//! let timer = HashedWheelTimer::new(Duration::from_millis(10), 512);
+//! let t = timer.new_timeout(|_: &Timeout| println!("timed out"), Duration::from_millis(50))?;
+//! t.cancel(); // the response came back in time
+//! # Ok::<(), hashed_timer_wheel::TimerError>(())
+//! ```
+//!
+//! # Design
+//! Time is cut into *ticks* of `tick_duration`. The *wheel* is a ring of `ticks_per_wheel`
+//! *buckets* (rounded up to a power of two, so the bucket of tick `t` is `t & mask`). A timeout
+//! due at `deadline` (nanoseconds since the timer's origin) belongs to tick
+//! `calculated = deadline / tick_duration` and waits in bucket `calculated & mask`; if that is
+//! more than one turn of the wheel away it has `remaining_rounds > 0` and survives the bucket's
+//! visits until its round comes. A deadline already in the past goes into the current bucket.
+//!
+//! One worker thread runs the ticks. At the end of each tick it, in this order (Netty's):
+//! 1. processes the cancellation queue (unlinks cancelled timeouts, frees them);
+//! 2. moves up to 100 000 new timeouts from the `timeouts` queue into their buckets;
+//! 3. expires the current bucket: every timeout whose round has come and whose deadline has
+//!    passed runs its task;
+//! 4. moves to the next tick.
+//!
+//! A timeout therefore never fires before its deadline, and at most about one tick after it.
+//!
+//! # Threading model
+//! - `new_timeout` and `cancel` may be called from any thread. They never touch the wheel: they
+//!   push onto lock-free MPSC queues (crossbeam's `SegQueue`) and flip one atomic state per
+//!   timeout. Only the worker touches buckets.
+//! - A timeout moves `pending -> cancelled` or `pending -> expired` by compare-and-swap; exactly
+//!   one of `cancel()`, the worker's expiry and `stop()` wins.
+//! - Tasks run on the worker thread, one after another (or on the executor you configure), so a
+//!   slow task delays the ones after it; hand heavy work to another thread.
+//! - The worker starts lazily on the first `new_timeout` (or `start`), exactly once. It sleeps
+//!   until the next tick that has work and parks when nothing is pending; a producer whose
+//!   timeout is due sooner wakes it.
+//! - The concurrent protocols (`new_timeout`, `cancel`, tick, `stop`, lazy start, the pending
+//!   limit, sleeping and waking) are model-checked with loom (`loom-tests/`).
+//!
+//! # Differences from Netty
+//! - **Never wakes for nothing.** Netty's worker wakes every tick even when idle (1 000
+//!   wake-ups a second at a 1 ms tick). This one sleeps until the next tick with work; firing
+//!   ticks are the same.
+//! - **`new_timeout` racing `stop()` is never lost**: the timeout is either refused with
+//!   [`TimerError::Stopped`] or returned by `stop()`. Netty can drop it.
+//! - **`pending_timeouts()` is exact**: a refused call does not count (Netty counts +1 on a
+//!   stopped timer), a timeout cancelled during its due tick is not counted twice (Netty #14959),
+//!   and it is 0 after `stop()`.
+//! - **`Duration::MAX` never fires** (Netty #7760 fired `Long.MAX_VALUE` delays at once):
+//!   deadlines saturate.
+//! - **More than 100 000 timeouts in one tick all fire**, the rest on the following ticks.
+//! - **`ticks_per_wheel` above 2^30 is an error** (Netty 4.1.107+ throws
+//!   `NegativeArraySizeException`).
+//! - `stop()` from the worker thread is an error value, not an exception; dropping the last
+//!   owner inside a task does not deadlock.
+//! - `stop()` returns the cancelled timeouts, but their tasks are dropped (a task is owned by the
+//!   timer, not shared with the handle).
+//! - The tick grid starts when the timer is built, not when its thread starts; this changes no
+//!   guarantee (never early, at most about a tick late).
+//! - `remaining_rounds` is not decremented in place: each entry keeps its deadline, and the
+//!   worker compares `calculated <= tick` when the bucket comes round, which is Netty's
+//!   `remaining_rounds == 0` (see [`HashedWheelTimer`]'s design notes in the source, `wheel.rs`).
+//!
+//! # Testing code that uses a timer
+//! [`Builder::build_manual`] gives a timer with no thread and a [`ManualDriver`] that moves its
+//! clock: tests run due tasks deterministically, with no sleeps.
+#![warn(missing_docs)]
+#![deny(clippy::disallowed_types)]
+
+mod clock;
+mod error;
+mod sync;
+mod task;
+mod timeout;
+mod timer;
+mod wheel;
+mod worker;
+
+pub use error::{BuildError, TimerError};
+pub use task::TimerTask;
+pub use timeout::Timeout;
+pub use timer::{
+    Builder, HashedWheelTimer, ManualDriver, Timer, TimerHandle, TimerStats, INSTANCE_COUNT_LIMIT,
+    MAX_TICKS_PER_WHEEL,
+};

@@ -1,0 +1,96 @@
+//! The one module that names the concurrency primitives.
+//!
+//! Normal builds get `std` atomics and threads and crossbeam's lock-free `SegQueue`. Under
+//! `--cfg loom` every type here comes from loom, and the MPSC queues become a loom
+//! `Mutex<VecDeque<T>>` with the same methods: loom cannot see inside crossbeam-queue and reports
+//! false causality errors through it. No other module names these types (clippy's
+//! `disallowed-types`, configured in `clippy.toml`, enforces it).
+#![allow(clippy::disallowed_types)]
+
+#[cfg(not(loom))]
+pub(crate) use std::sync::atomic::{
+    fence, AtomicBool, AtomicU32, AtomicU64, AtomicU8, AtomicUsize,
+};
+#[cfg(not(loom))]
+pub(crate) use std::sync::{Arc, Mutex, MutexGuard};
+#[cfg(not(loom))]
+pub(crate) use std::thread;
+
+#[cfg(loom)]
+pub(crate) use loom::sync::atomic::{
+    fence, AtomicBool, AtomicU32, AtomicU64, AtomicU8, AtomicUsize,
+};
+#[cfg(loom)]
+pub(crate) use loom::sync::{Arc, Mutex, MutexGuard};
+#[cfg(loom)]
+pub(crate) use loom::thread;
+
+pub(crate) use std::sync::atomic::Ordering;
+
+/// Process-wide counters (the live-timer count): plain std atomics even under loom, because
+/// they are statics outside every modelled protocol.
+pub(crate) mod process {
+    pub(crate) use std::sync::atomic::{AtomicBool, AtomicUsize};
+}
+
+/// Locks a mutex, ignoring poisoning: every critical section in this crate leaves its data
+/// consistent before it can panic (no user code runs under these locks).
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    #[cfg(not(loom))]
+    {
+        m.lock().unwrap_or_else(|e| e.into_inner())
+    }
+    #[cfg(loom)]
+    {
+        m.lock().unwrap()
+    }
+}
+
+/// An unbounded multi-producer queue; the worker is its only consumer.
+#[cfg(not(loom))]
+pub(crate) struct Queue<T>(crossbeam_queue::SegQueue<T>);
+
+#[cfg(not(loom))]
+impl<T> Queue<T> {
+    pub(crate) fn new() -> Self {
+        Queue(crossbeam_queue::SegQueue::new())
+    }
+    #[inline]
+    pub(crate) fn push(&self, value: T) {
+        self.0.push(value)
+    }
+    #[inline]
+    pub(crate) fn pop(&self) -> Option<T> {
+        self.0.pop()
+    }
+    #[inline]
+    pub(crate) fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+/// Under loom: the same queue as a mutex-guarded `VecDeque`, which loom can model.
+#[cfg(loom)]
+pub(crate) struct Queue<T>(loom::sync::Mutex<std::collections::VecDeque<T>>);
+
+#[cfg(loom)]
+impl<T> Queue<T> {
+    pub(crate) fn new() -> Self {
+        Queue(loom::sync::Mutex::new(std::collections::VecDeque::new()))
+    }
+    pub(crate) fn push(&self, value: T) {
+        self.0.lock().unwrap().push_back(value)
+    }
+    pub(crate) fn pop(&self) -> Option<T> {
+        self.0.lock().unwrap().pop_front()
+    }
+    pub(crate) fn is_empty(&self) -> bool {
+        self.0.lock().unwrap().is_empty()
+    }
+}
+
+impl<T> std::fmt::Debug for Queue<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Queue").finish_non_exhaustive()
+    }
+}

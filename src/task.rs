@@ -1,0 +1,47 @@
+//! The work a timeout runs.
+
+use crate::Timeout;
+
+/// A task run once when its [`Timeout`] expires (Netty's `TimerTask`).
+///
+/// Every `FnOnce(&Timeout) + Send + 'static` closure is a `TimerTask`, so most code never names
+/// this trait. Implement it by hand for a named type, or when the task is a struct you want to
+/// inspect in tests.
+///
+/// The task receives its own timeout, from which it can reach the timer
+/// ([`Timeout::timer`]) and schedule again.
+///
+/// ```
+/// use hashed_timer_wheel::{HashedWheelTimer, Timeout, TimerTask};
+/// use std::time::Duration;
+///
+/// struct Retry { attempt: u32 }
+///
+/// impl TimerTask for Retry {
+///     fn run(self: Box<Self>, timeout: &Timeout) {
+///         if self.attempt < 3 {
+///             let next = Retry { attempt: self.attempt + 1 };
+///             let _ = timeout.timer().new_timeout(next, Duration::from_millis(10));
+///         }
+///     }
+/// }
+///
+/// let timer = HashedWheelTimer::new(Duration::from_millis(10), 64);
+/// timer.new_timeout(Retry { attempt: 0 }, Duration::from_millis(10)).unwrap();
+/// ```
+pub trait TimerTask: Send + 'static {
+    /// Runs the task. Called at most once, on the worker thread (or on the configured executor).
+    ///
+    /// A panic is caught and logged at warn level; the worker goes on with the next task.
+    fn run(self: Box<Self>, timeout: &Timeout);
+}
+
+impl<F> TimerTask for F
+where
+    F: FnOnce(&Timeout) + Send + 'static,
+{
+    #[inline]
+    fn run(self: Box<Self>, timeout: &Timeout) {
+        (*self)(timeout)
+    }
+}

@@ -1,0 +1,225 @@
+//! The `Timeout` handle and its state machine.
+//!
+//! # State table (`TimeoutState::state`)
+//!
+//! | from   | to        | who                          | what the winner owns                          |
+//! |--------|-----------|------------------------------|-----------------------------------------------|
+//! | `INIT` | `CANCELLED` | `cancel()` (any thread)    | pushing the state on the cancellation queue   |
+//! | `INIT` | `CANCELLED` | `stop()` (the stopping thread) | returning the timeout in `stop()`'s list  |
+//! | `INIT` | `CANCELLED` | `new_timeout` that saw a racing `stop()` | refusing with `Stopped`         |
+//! | `INIT` | `EXPIRED` | the worker, when the bucket comes round | decrementing pending, running the task |
+//!
+//! `CANCELLED` and `EXPIRED` are terminal. Every move is a compare-and-swap out of `INIT`, so
+//! exactly one of the parties above wins.
+//!
+//! `slot` is the entry's key in the wheel's slab (`NO_SLOT` while the entry is in the
+//! `timeouts` queue or gone). Only the worker reads or writes it; it is an atomic only because
+//! the state is shared with the handles.
+
+use crate::sync::{Arc, AtomicU32, AtomicU8, Ordering};
+use crate::timer::TimerHandle;
+use std::fmt;
+
+const INIT: u8 = 0;
+const CANCELLED: u8 = 1;
+const EXPIRED: u8 = 2;
+
+pub(crate) const NO_SLOT: u32 = u32::MAX;
+
+/// What a `Timeout` handle shares with the worker: no task, no deadline, just the state.
+pub(crate) struct TimeoutState {
+    state: AtomicU8,
+    slot: AtomicU32,
+}
+
+impl TimeoutState {
+    pub(crate) fn new() -> Self {
+        TimeoutState {
+            state: AtomicU8::new(INIT),
+            slot: AtomicU32::new(NO_SLOT),
+        }
+    }
+
+    #[inline]
+    fn transition(&self, to: u8) -> bool {
+        // AcqRel: the winner's later work (the task run, the push on the cancellation queue)
+        // is ordered after the win; the loser's Acquire sees the winner's move.
+        self.state
+            .compare_exchange(INIT, to, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+    }
+
+    /// INIT -> CANCELLED; true for the one caller that wins.
+    #[inline]
+    pub(crate) fn try_cancel(&self) -> bool {
+        self.transition(CANCELLED)
+    }
+
+    /// INIT -> EXPIRED; the worker only.
+    #[inline]
+    pub(crate) fn try_expire(&self) -> bool {
+        self.transition(EXPIRED)
+    }
+
+    #[inline]
+    pub(crate) fn is_cancelled(&self) -> bool {
+        self.state.load(Ordering::Acquire) == CANCELLED
+    }
+
+    #[inline]
+    pub(crate) fn is_expired(&self) -> bool {
+        self.state.load(Ordering::Acquire) == EXPIRED
+    }
+
+    /// Worker only: the entry's wheel key.
+    #[inline]
+    pub(crate) fn slot(&self) -> u32 {
+        // Relaxed: only the worker touches `slot`.
+        self.slot.load(Ordering::Relaxed)
+    }
+
+    /// Worker only.
+    #[inline]
+    pub(crate) fn set_slot(&self, slot: u32) {
+        // Relaxed: only the worker touches `slot`.
+        self.slot.store(slot, Ordering::Relaxed)
+    }
+
+    fn state_name(&self) -> &'static str {
+        match self.state.load(Ordering::Relaxed) {
+            INIT => "pending",
+            CANCELLED => "cancelled",
+            _ => "expired",
+        }
+    }
+}
+
+/// A handle on a scheduled task (Netty's `Timeout`).
+///
+/// Returned by [`new_timeout`](crate::HashedWheelTimer::new_timeout) and passed to the task when
+/// it runs. Cloning is cheap; all clones refer to the same timeout. Two handles compare equal
+/// when they refer to the same timeout.
+///
+/// **Dropping a `Timeout` does not cancel it**: the task still runs when it is due. Keep the
+/// handle if you may want to [`cancel`](Timeout::cancel).
+///
+/// A handle does not keep the timer's worker thread alive: when the timer's owner is dropped the
+/// worker stops, and [`timer()`](Timeout::timer) then refuses new work with
+/// [`TimerError::Stopped`](crate::TimerError::Stopped).
+///
+/// ```
+/// use hashed_timer_wheel::HashedWheelTimer;
+/// use std::time::Duration;
+///
+/// let timer = HashedWheelTimer::new(Duration::from_millis(10), 64);
+/// let timeout = timer.new_timeout(|_: &_| println!("too late"), Duration::from_secs(30)).unwrap();
+/// assert!(timeout.cancel());
+/// assert!(timeout.is_cancelled());
+/// assert!(!timeout.cancel(), "only the first cancel wins");
+/// ```
+#[derive(Clone)]
+pub struct Timeout {
+    pub(crate) state: Arc<TimeoutState>,
+    pub(crate) timer: TimerHandle,
+}
+
+impl Timeout {
+    /// Cancels the timeout so that its task never runs.
+    ///
+    /// Returns `true` for the one call that cancelled it; `false` if it had already been
+    /// cancelled, has expired (the task ran or is running), or was returned by `stop()`.
+    /// The timer frees the timeout and drops its task within about one tick.
+    ///
+    /// ```
+    /// # use hashed_timer_wheel::HashedWheelTimer;
+    /// # use std::time::Duration;
+    /// let timer = HashedWheelTimer::default();
+    /// let t = timer.new_timeout(|_: &_| {}, Duration::from_secs(5)).unwrap();
+    /// assert!(t.cancel());
+    /// ```
+    #[inline]
+    pub fn cancel(&self) -> bool {
+        if !self.state.try_cancel() {
+            return false;
+        }
+        self.timer.shared.cancelled(Arc::clone(&self.state));
+        true
+    }
+
+    /// Whether the timeout was cancelled (by [`cancel`](Timeout::cancel) or by `stop()`).
+    ///
+    /// ```
+    /// # use hashed_timer_wheel::HashedWheelTimer;
+    /// # use std::time::Duration;
+    /// let timer = HashedWheelTimer::default();
+    /// let t = timer.new_timeout(|_: &_| {}, Duration::from_secs(5)).unwrap();
+    /// assert!(!t.is_cancelled());
+    /// t.cancel();
+    /// assert!(t.is_cancelled());
+    /// ```
+    #[inline]
+    pub fn is_cancelled(&self) -> bool {
+        self.state.is_cancelled()
+    }
+
+    /// Whether the timeout has expired: its task has been started (or handed to the executor).
+    ///
+    /// ```
+    /// # use hashed_timer_wheel::HashedWheelTimer;
+    /// # use std::time::Duration;
+    /// let timer = HashedWheelTimer::new(Duration::from_millis(1), 8);
+    /// let (tx, rx) = std::sync::mpsc::channel();
+    /// let t = timer
+    ///     .new_timeout(move |t: &hashed_timer_wheel::Timeout| tx.send(t.is_expired()).unwrap(), Duration::ZERO)
+    ///     .unwrap();
+    /// assert!(rx.recv().unwrap(), "a running task sees its timeout expired");
+    /// assert!(t.is_expired());
+    /// ```
+    #[inline]
+    pub fn is_expired(&self) -> bool {
+        self.state.is_expired()
+    }
+
+    /// The timer this timeout belongs to: schedule follow-up work through it.
+    ///
+    /// ```
+    /// # use hashed_timer_wheel::{HashedWheelTimer, Timeout};
+    /// # use std::time::Duration;
+    /// let timer = HashedWheelTimer::new(Duration::from_millis(10), 64);
+    /// timer
+    ///     .new_timeout(
+    ///         |t: &Timeout| {
+    ///             // Runs on the worker thread; schedule the next round from here.
+    ///             let _ = t.timer().new_timeout(|_: &Timeout| {}, Duration::from_millis(10));
+    ///         },
+    ///         Duration::from_millis(10),
+    ///     )
+    ///     .unwrap();
+    /// ```
+    #[inline]
+    pub fn timer(&self) -> &TimerHandle {
+        &self.timer
+    }
+}
+
+impl PartialEq for Timeout {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.state, &other.state)
+    }
+}
+
+impl Eq for Timeout {}
+
+impl std::hash::Hash for Timeout {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        (Arc::as_ptr(&self.state) as usize).hash(state)
+    }
+}
+
+impl fmt::Debug for Timeout {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Timeout")
+            .field("state", &self.state.state_name())
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,437 @@
+//! The pure wheel: buckets, mask indexing, rounds, expiry. No threads, no clock, no atomics.
+//!
+//! # Ground rules
+//! Only the worker owns a `Wheel`; producers never touch it (they talk to the worker through the
+//! queues in `Shared`). Everything here is single-threaded and deterministic, so it is tested
+//! exhaustively with plain unit tests and a model-based test against a sorted list.
+//!
+//! # Layout
+//! Entries live in one slab (`Vec<Node<T>>`) and are linked into their bucket by `u32` indices:
+//! no allocation per entry beyond the slab's amortised growth, O(1) unlink on cancel, and a
+//! free list that reuses slots. Each bucket is a doubly linked list kept in insertion order
+//! (Netty's bucket order = transfer order).
+//!
+//! # Rounds without decrementing
+//! Netty stores `remaining_rounds = (calculated - tick) / wheel_len` and decrements it each time
+//! the bucket comes round, expiring the entry when it is 0. An entry placed at tick `T` with
+//! `calculated = deadline / tick_nanos` therefore expires on tick `max(calculated, T)`: its
+//! *fire tick*. We keep the deadline only and compare `calculated <= tick` when the bucket comes
+//! round, which is `remaining_rounds == 0` without the per-round write, and stays exact when the
+//! worker sleeps through ticks that have no work (a decrement per visit would need every skipped
+//! visit replayed). [`Wheel::remaining_rounds`] gives Netty's figure for any tick.
+//! The `deadline <= now` guard is kept as well, as in Netty.
+//!
+//! # Occupancy
+//! A bitmap of non-empty buckets and, per bucket, a lower bound of its entries' fire ticks let
+//! the worker find the next tick with work ([`Wheel::next_fire_tick`]) without visiting empty
+//! buckets or buckets whose entries are rounds away.
+
+const NIL: u32 = u32::MAX;
+
+#[derive(Debug)]
+struct Node<T> {
+    /// `None` while the slot is on the free list.
+    item: Option<T>,
+    deadline: u64,
+    prev: u32,
+    /// Next in the bucket, or next free slot while vacant.
+    next: u32,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Bucket {
+    head: u32,
+    tail: u32,
+    /// No entry in the bucket fires before this tick (may be stale-low after a removal).
+    min_fire: u64,
+}
+
+const EMPTY_BUCKET: Bucket = Bucket {
+    head: NIL,
+    tail: NIL,
+    min_fire: u64::MAX,
+};
+
+/// A hashed timing wheel of `T`s. See the module docs.
+#[derive(Debug)]
+pub(crate) struct Wheel<T> {
+    nodes: Vec<Node<T>>,
+    free: u32,
+    buckets: Box<[Bucket]>,
+    occupied: Box<[u64]>,
+    mask: u64,
+    tick_nanos: u64,
+    len: usize,
+}
+
+/// Rounds a requested wheel size up to the next power of two (Netty's `normalizeTicksPerWheel`).
+/// The caller has checked `1 <= ticks <= 2^30`.
+pub(crate) fn normalize_ticks_per_wheel(ticks: usize) -> usize {
+    ticks.next_power_of_two()
+}
+
+impl<T> Wheel<T> {
+    /// `wheel_len` must be a power of two, `tick_nanos` non-zero.
+    pub(crate) fn new(tick_nanos: u64, wheel_len: usize) -> Self {
+        assert!(wheel_len.is_power_of_two() && tick_nanos > 0);
+        Wheel {
+            nodes: Vec::new(),
+            free: NIL,
+            buckets: vec![EMPTY_BUCKET; wheel_len].into_boxed_slice(),
+            occupied: vec![0; wheel_len.div_ceil(64)].into_boxed_slice(),
+            mask: wheel_len as u64 - 1,
+            tick_nanos,
+            len: 0,
+        }
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    pub(crate) fn wheel_len(&self) -> u64 {
+        self.mask + 1
+    }
+
+    /// Netty's `calculated`: the tick whose end the deadline falls before.
+    #[inline]
+    fn calculated(&self, deadline: u64) -> u64 {
+        deadline / self.tick_nanos
+    }
+
+    /// Netty's `remaining_rounds` for an entry with this deadline when its bucket is visited on
+    /// `tick`.
+    #[cfg(test)]
+    pub(crate) fn remaining_rounds(&self, deadline: u64, tick: u64) -> u64 {
+        self.calculated(deadline).saturating_sub(tick) / self.wheel_len()
+    }
+
+    /// Puts an entry in the bucket of tick `max(deadline / tick_nanos, tick)` (a deadline in the
+    /// past goes into the current bucket) and returns its key.
+    ///
+    /// # Panics
+    /// When more than `u32::MAX - 1` entries are live at once.
+    #[inline]
+    pub(crate) fn insert(&mut self, item: T, deadline: u64, tick: u64) -> u32 {
+        let fire = self.calculated(deadline).max(tick);
+        let b = (fire & self.mask) as usize;
+        let key = self.alloc(item, deadline);
+        let bucket = &mut self.buckets[b];
+        let tail = bucket.tail;
+        bucket.tail = key;
+        if tail == NIL {
+            bucket.head = key;
+            self.occupied[b / 64] |= 1 << (b % 64);
+        } else {
+            self.nodes[tail as usize].next = key;
+        }
+        bucket.min_fire = bucket.min_fire.min(fire);
+        self.nodes[key as usize].prev = tail;
+        self.len += 1;
+        key
+    }
+
+    fn alloc(&mut self, item: T, deadline: u64) -> u32 {
+        let node = Node {
+            item: Some(item),
+            deadline,
+            prev: NIL,
+            next: NIL,
+        };
+        if self.free != NIL {
+            let key = self.free;
+            let slot = &mut self.nodes[key as usize];
+            self.free = slot.next;
+            *slot = node;
+            key
+        } else {
+            let key = u32::try_from(self.nodes.len())
+                .ok()
+                .filter(|&k| k != NIL)
+                .expect("more than u32::MAX - 1 timeouts in one wheel");
+            self.nodes.push(node);
+            key
+        }
+    }
+
+    /// Unlinks and returns the entry under `key`.
+    ///
+    /// # Panics
+    /// If `key` is not live (a worker bug).
+    #[inline]
+    pub(crate) fn remove(&mut self, key: u32) -> T {
+        self.unlink(key, None)
+    }
+
+    /// Unlinks `key`; `bucket` is its bucket when the caller knows it.
+    #[inline]
+    fn unlink(&mut self, key: u32, bucket: Option<usize>) -> T {
+        let (prev, next) = {
+            let n = &self.nodes[key as usize];
+            (n.prev, n.next)
+        };
+        if prev != NIL {
+            self.nodes[prev as usize].next = next;
+        }
+        if next != NIL {
+            self.nodes[next as usize].prev = prev;
+        }
+        if prev == NIL || next == NIL {
+            // A head or a tail: the bucket's ends change.
+            let b = bucket.unwrap_or_else(|| self.bucket_of_end(key));
+            let bucket = &mut self.buckets[b];
+            if prev == NIL {
+                bucket.head = next;
+            }
+            if next == NIL {
+                bucket.tail = prev;
+            }
+            if bucket.head == NIL {
+                *bucket = EMPTY_BUCKET;
+                self.occupied[b / 64] &= !(1 << (b % 64));
+            }
+        }
+        self.release(key)
+    }
+
+    /// The bucket of which `key` is the head or the tail.
+    fn bucket_of_end(&self, key: u32) -> usize {
+        let natural = (self.calculated(self.nodes[key as usize].deadline) & self.mask) as usize;
+        let b = &self.buckets[natural];
+        if b.head == key || b.tail == key {
+            return natural;
+        }
+        // An entry whose deadline had already passed when it was inserted sits in the bucket of
+        // its insertion tick instead, and expires on that very tick; only a removal between its
+        // insertion and that expiry (which the worker never does) would reach this scan.
+        self.buckets
+            .iter()
+            .position(|b| b.head == key || b.tail == key)
+            .expect("wheel: live key in no bucket")
+    }
+
+    fn release(&mut self, key: u32) -> T {
+        let slot = &mut self.nodes[key as usize];
+        let item = slot.item.take().expect("wheel: key is not live");
+        slot.next = self.free;
+        slot.prev = NIL;
+        self.free = key;
+        self.len -= 1;
+        if self.len == 0 {
+            // Nothing live: give the slab back rather than keep a burst's worth of slots.
+            self.nodes = Vec::new();
+            self.free = NIL;
+        }
+        item
+    }
+
+    /// The earliest tick `>= from` on which some entry may fire, if any. The worker has already
+    /// processed every tick before `from`.
+    pub(crate) fn next_fire_tick(&self, from: u64) -> Option<u64> {
+        if self.len == 0 {
+            return None;
+        }
+        let len = self.wheel_len();
+        let start = from & self.mask;
+        let mut best = u64::MAX;
+        // Visit occupied buckets in tick order from `from`: bucket at offset k is next visited on
+        // tick from + k, and no entry in it fires earlier, so once from + k >= best we are done.
+        let mut offset = 0u64;
+        while offset < len {
+            let b = (start + offset) & self.mask;
+            let word = self.occupied[(b / 64) as usize] >> (b % 64);
+            if word == 0 {
+                // Jump to the next word (or wrap to bucket 0).
+                let to_next_word = 64 - (b % 64);
+                let to_end = len - b;
+                offset += to_next_word.min(to_end);
+                continue;
+            }
+            let skip = u64::from(word.trailing_zeros());
+            offset += skip;
+            if offset >= len || from.saturating_add(offset) >= best {
+                break;
+            }
+            let bucket = &self.buckets[((start + offset) & self.mask) as usize];
+            best = best.min(bucket.min_fire.max(from + offset));
+            offset += 1;
+        }
+        (best != u64::MAX).then_some(best)
+    }
+
+    /// Visits the bucket of `tick`: every entry whose fire tick has come (`remaining_rounds == 0`)
+    /// and whose deadline is `<= now` is unlinked and handed to `f`, in bucket order. The others
+    /// stay.
+    pub(crate) fn expire(&mut self, tick: u64, now: u64, mut f: impl FnMut(T, u64)) {
+        let b = (tick & self.mask) as usize;
+        let mut cursor = self.buckets[b].head;
+        let mut min_fire = u64::MAX;
+        while cursor != NIL {
+            let node = &self.nodes[cursor as usize];
+            let next = node.next;
+            let deadline = node.deadline;
+            let calculated = self.calculated(deadline);
+            if calculated <= tick && deadline <= now {
+                let item = self.unlink(cursor, Some(b));
+                f(item, deadline);
+            } else {
+                // Survivors are rounds away (or, with a clock that lags the tick, not yet due).
+                let fire = if calculated <= tick { tick } else { calculated };
+                min_fire = min_fire.min(fire);
+            }
+            cursor = next;
+        }
+        if self.buckets[b].head != NIL {
+            self.buckets[b].min_fire = min_fire;
+        }
+    }
+
+    /// Removes every entry, in bucket order starting from the bucket of `tick`.
+    pub(crate) fn drain(&mut self, tick: u64) -> Vec<T> {
+        let mut out = Vec::with_capacity(self.len);
+        let len = self.wheel_len();
+        for offset in 0..len {
+            let b = ((tick + offset) & self.mask) as usize;
+            while self.buckets[b].head != NIL {
+                let key = self.buckets[b].head;
+                out.push(self.unlink(key, Some(b)));
+            }
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: u64 = 1_000_000;
+
+    #[test]
+    fn rounds_up_to_power_of_two() {
+        assert_eq!(normalize_ticks_per_wheel(1), 1);
+        assert_eq!(normalize_ticks_per_wheel(3), 4);
+        assert_eq!(normalize_ticks_per_wheel(512), 512);
+        assert_eq!(normalize_ticks_per_wheel(513), 1024);
+        assert_eq!(normalize_ticks_per_wheel(1 << 30), 1 << 30);
+    }
+
+    #[test]
+    fn slot_is_fire_tick_masked_and_rounds_follow() {
+        let w: Wheel<()> = Wheel::new(10 * MS, 8);
+        // 55 ms -> calculated 5, 0 rounds at tick 0; 135 ms -> calculated 13 -> bucket 5, 1 round.
+        assert_eq!(w.remaining_rounds(55 * MS, 0), 0);
+        assert_eq!(w.remaining_rounds(135 * MS, 0), 1);
+        assert_eq!(w.remaining_rounds(135 * MS, 5), 1);
+        assert_eq!(w.remaining_rounds(135 * MS, 13), 0);
+        assert_eq!(
+            w.remaining_rounds(5 * MS, 9),
+            0,
+            "past deadlines have 0 rounds"
+        );
+    }
+
+    /// Regression (the `wheeltimer` crate): an entry one round away in the same bucket must
+    /// survive the expiry of its neighbour.
+    #[test]
+    fn same_bucket_one_round_apart_both_fire() {
+        let mut w = Wheel::new(10 * MS, 8);
+        w.insert("a", 55 * MS, 0);
+        w.insert("b", 135 * MS, 0);
+        let mut fired = vec![];
+        for tick in 0..20u64 {
+            w.expire(tick, (tick + 1) * 10 * MS, |item, _| {
+                fired.push((item, tick))
+            });
+        }
+        assert_eq!(fired, vec![("a", 5), ("b", 13)]);
+        assert_eq!(w.len(), 0);
+    }
+
+    #[test]
+    fn past_deadline_goes_into_current_bucket() {
+        let mut w = Wheel::new(10 * MS, 8);
+        w.insert(1, 3 * MS, 6);
+        assert_eq!(w.next_fire_tick(6), Some(6));
+        let mut fired = vec![];
+        w.expire(6, 70 * MS, |i, _| fired.push(i));
+        assert_eq!(fired, vec![1]);
+    }
+
+    #[test]
+    fn remove_from_middle_head_and_tail_keeps_order() {
+        let mut w = Wheel::new(MS, 4);
+        let keys: Vec<u32> = (0..5).map(|i| w.insert(i, 2 * MS, 0)).collect();
+        assert_eq!(w.remove(keys[2]), 2);
+        assert_eq!(w.remove(keys[0]), 0);
+        assert_eq!(w.remove(keys[4]), 4);
+        let mut fired = vec![];
+        w.expire(2, 3 * MS, |i, _| fired.push(i));
+        assert_eq!(fired, vec![1, 3]);
+        assert_eq!(w.next_fire_tick(3), None);
+    }
+
+    #[test]
+    fn removing_clamped_entry_finds_its_bucket() {
+        let mut w = Wheel::new(MS, 8);
+        let a = w.insert('a', 0, 5); // clamped into bucket 5
+        let b = w.insert('b', 0, 5);
+        assert_eq!(w.remove(b), 'b');
+        assert_eq!(w.remove(a), 'a');
+        assert_eq!(w.len(), 0);
+        assert_eq!(w.next_fire_tick(5), None);
+    }
+
+    #[test]
+    fn free_slots_are_reused() {
+        let mut w = Wheel::new(MS, 4);
+        let _keep = w.insert(0, 100 * MS, 0);
+        let a = w.insert(1, 100 * MS, 0);
+        w.remove(a);
+        let b = w.insert(2, 100 * MS, 0);
+        assert_eq!(a, b);
+    }
+
+    #[test]
+    fn next_fire_tick_skips_rounds_and_wraps() {
+        let mut w = Wheel::new(MS, 512);
+        w.insert((), 3_600_000 * MS, 0); // one hour: thousands of rounds away
+        assert_eq!(w.next_fire_tick(0), Some(3_600_000));
+        w.insert((), 700 * MS, 0); // bucket 188, one round
+        assert_eq!(w.next_fire_tick(0), Some(700));
+        w.insert((), 600 * MS, 400); // bucket 88, behind the start: wraps
+        assert_eq!(w.next_fire_tick(400), Some(600));
+        assert_eq!(w.next_fire_tick(601), Some(700));
+    }
+
+    #[test]
+    fn next_fire_tick_on_a_wheel_smaller_than_a_bitmap_word() {
+        let mut w = Wheel::new(MS, 4);
+        w.insert((), 9 * MS, 2);
+        assert_eq!(w.next_fire_tick(2), Some(9));
+        assert_eq!(w.next_fire_tick(6), Some(9));
+    }
+
+    #[test]
+    fn deadline_guard_holds_when_now_lags() {
+        let mut w = Wheel::new(10 * MS, 8);
+        w.insert((), 55 * MS, 0);
+        let mut n = 0;
+        w.expire(5, 54 * MS, |_, _| n += 1);
+        assert_eq!(n, 0, "not before the deadline");
+        w.expire(5, 55 * MS, |_, _| n += 1);
+        assert_eq!(n, 1);
+    }
+
+    #[test]
+    fn drain_returns_everything() {
+        let mut w = Wheel::new(MS, 8);
+        for i in 0..20u64 {
+            w.insert(i, i * 3 * MS, 0);
+        }
+        let mut all = w.drain(0);
+        all.sort();
+        assert_eq!(all, (0..20).collect::<Vec<_>>());
+        assert_eq!(w.len(), 0);
+    }
+}

@@ -1,0 +1,258 @@
+//! The worker: one Netty tick as a pure step (`Worker::advance(now)`), and the thread loop that
+//! sleeps between the ticks that have work.
+//!
+//! # Ground rules
+//! The `Worker` (and its wheel) is owned by exactly one thread at a time: the worker thread, or
+//! a `ManualDriver`'s caller under the `idle_worker` lock, or `stop()` after the join. It reads
+//! the queues and `Shared`'s atomics; it never blocks on a producer.
+//!
+//! # Sleeping (never wake for nothing)
+//! Netty wakes on every tick. This worker computes the next tick that has work (the earliest
+//! fire tick in the wheel, or the current tick if a queue is non-empty), publishes it in
+//! `Shared::planned`, and sleeps until that tick's end, or parks with no timeout when nothing is
+//! pending. Producers make up for what the worker cannot see:
+//!
+//! ```text
+//! worker                                   producer (new_timeout / cancel)
+//! planned.store(plan)        (SeqCst)      queue.push(x)
+//! fence(SeqCst)                            fence(SeqCst)
+//! if queues non-empty: plan = now-ish      p = planned.load()  (SeqCst)
+//! park until plan                          if p > my tick: CAS p -> my tick, unpark
+//! ```
+//!
+//! The fences make it impossible for both sides to miss each other: either the worker sees the
+//! push and does not sleep past the current tick, or the producer sees the plan and unparks the
+//! worker (an unpark before the park is remembered by the thread's park token). Only the
+//! producer whose compare-and-swap lowers the plan unparks, so a burst costs one wake-up.
+//!
+//! Observably this is the same as ticking every tick: the ticks skipped have empty buckets and
+//! empty queues, and rounds are kept as absolute fire ticks (see `wheel`), so nothing about
+//! them needs replaying.
+
+use crate::sync::{fence, Arc, Ordering};
+use crate::timeout::{TimeoutState, NO_SLOT};
+use crate::timer::{Shared, TimerHandle, TRANSFER_CAP};
+use crate::wheel::Wheel;
+use crate::{Timeout, TimerTask};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+/// `Shared::planned` while the worker is awake: producers never unpark it then. (`u64::MAX`
+/// means parked with no deadline; real ticks stay far below both.)
+pub(crate) const AWAKE: u64 = u64::MAX - 1;
+
+/// What the wheel holds per timeout.
+pub(crate) struct Entry {
+    task: Box<dyn TimerTask>,
+    state: Arc<TimeoutState>,
+}
+
+/// The worker's state: the wheel and the next tick to process.
+pub(crate) struct Worker {
+    wheel: Wheel<Entry>,
+    tick: u64,
+}
+
+impl std::fmt::Debug for Worker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Worker")
+            .field("tick", &self.tick)
+            .field("entries", &self.wheel.len())
+            .finish()
+    }
+}
+
+impl Worker {
+    pub(crate) fn new(tick_nanos: u64, wheel_len: usize) -> Worker {
+        Worker {
+            wheel: Wheel::new(tick_nanos, wheel_len),
+            tick: 0,
+        }
+    }
+
+    pub(crate) fn set_tick(&mut self, tick: u64) {
+        self.tick = tick;
+    }
+
+    /// Runs every tick whose end (`(tick + 1) * tick_nanos`) is at or before `now`, in Netty's
+    /// order for each: process cancellations, transfer queued timeouts into buckets (at most
+    /// 100 000 per tick), expire the tick's bucket. Ticks with nothing to do are skipped in O(1)
+    /// each (via the wheel's occupancy bitmap). Returns whether any tick was due.
+    pub(crate) fn advance(&mut self, shared: &Arc<Shared>, now: u64) -> bool {
+        let due = now / shared.tick_nanos; // ticks before `due` have ended
+        if due <= self.tick {
+            return false;
+        }
+        let last = due - 1;
+        // The first tick stands for every tick covered: Netty, catching up, would have
+        // transferred up to the cap on each of them.
+        let mut cap = TRANSFER_CAP.saturating_mul(due - self.tick);
+        let mut tick = self.tick;
+        loop {
+            // Relaxed: diagnostics and a hint for `cancel`'s wake-up check (a stale value only
+            // makes it wake the worker more eagerly).
+            shared.tick.store(tick, Ordering::Relaxed);
+            self.process_cancelled(shared);
+            self.transfer(shared, tick, cap);
+            cap = TRANSFER_CAP;
+            self.expire(shared, tick, now);
+            match self.wheel.next_fire_tick(tick + 1) {
+                Some(next) if next <= last => tick = next,
+                _ => break,
+            }
+        }
+        self.tick = due;
+        shared.tick.store(due, Ordering::Relaxed);
+        true
+    }
+
+    /// The next tick with work: the current one if a queue holds something, else the wheel's
+    /// earliest fire tick; `None` when nothing is pending.
+    pub(crate) fn next_work_tick(&self, shared: &Shared) -> Option<u64> {
+        if !shared.timeouts.is_empty() || !shared.cancelled.is_empty() {
+            return Some(self.tick);
+        }
+        self.wheel.next_fire_tick(self.tick)
+    }
+
+    fn process_cancelled(&mut self, shared: &Shared) {
+        while let Some(state) = shared.cancelled.pop() {
+            let slot = state.slot();
+            if slot != NO_SLOT {
+                state.set_slot(NO_SLOT);
+                drop(self.wheel.remove(slot));
+            }
+            // Relaxed: see `Shared::reserve`.
+            shared.pending.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+
+    fn transfer(&mut self, shared: &Shared, tick: u64, cap: u64) {
+        for _ in 0..cap {
+            let Some(p) = shared.timeouts.pop() else {
+                return;
+            };
+            if p.state.is_cancelled() {
+                // Its cancellation (queued or processed) accounts for it; drop the task now.
+                continue;
+            }
+            let state = Arc::clone(&p.state);
+            let key = self.wheel.insert(
+                Entry {
+                    task: p.task,
+                    state: p.state,
+                },
+                p.deadline,
+                tick,
+            );
+            state.set_slot(key);
+        }
+    }
+
+    fn expire(&mut self, shared: &Arc<Shared>, tick: u64, now: u64) {
+        self.wheel.expire(tick, now, |entry, _deadline| {
+            entry.state.set_slot(NO_SLOT);
+            if entry.state.try_expire() {
+                // Relaxed: see `Shared::reserve`. Decremented before the task runs, so that a
+                // task can schedule again even at the pending limit.
+                shared.pending.fetch_sub(1, Ordering::Relaxed);
+                run_task(shared, entry);
+            }
+            // Else cancelled after this tick's cancellations were processed: its queued
+            // cancellation decrements pending; the task is dropped here.
+        });
+    }
+
+    /// Empties the wheel (for `stop`): the states of everything still in it.
+    pub(crate) fn drain(&mut self) -> Vec<Arc<TimeoutState>> {
+        self.wheel
+            .drain(self.tick)
+            .into_iter()
+            .map(|e| {
+                e.state.set_slot(NO_SLOT);
+                e.state
+            })
+            .collect()
+    }
+}
+
+fn run_task(shared: &Arc<Shared>, entry: Entry) {
+    let timeout = Timeout {
+        state: entry.state,
+        timer: TimerHandle {
+            shared: Arc::clone(shared),
+        },
+    };
+    let task = entry.task;
+    match &shared.executor {
+        None => {
+            if catch_unwind(AssertUnwindSafe(|| task.run(&timeout))).is_err() {
+                log::warn!("a TimerTask panicked; the timer goes on");
+            }
+        }
+        Some(executor) => {
+            let job: Box<dyn FnOnce() + Send> = Box::new(move || task.run(&timeout));
+            if catch_unwind(AssertUnwindSafe(|| executor(job))).is_err() {
+                log::warn!(
+                    "the executor panicked (refused a TimerTask); the timeout stays expired"
+                );
+            }
+        }
+    }
+}
+
+/// The worker thread's loop. Returns the worker (with whatever it still holds) at shutdown.
+pub(crate) fn run(mut worker: Worker, shared: Arc<Shared>) -> Worker {
+    loop {
+        let now = shared.clock.now();
+        worker.advance(&shared, now);
+
+        // Publish the plan, then look at the queues again (see the module docs).
+        let mut plan = worker.next_work_tick(&shared).unwrap_or(u64::MAX);
+        shared.planned.store(plan, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
+        if plan > worker.tick && (!shared.timeouts.is_empty() || !shared.cancelled.is_empty()) {
+            plan = worker.tick;
+            shared.planned.store(plan, Ordering::SeqCst);
+        }
+        // A producer may have lowered the plan since: honour the lower of the two.
+        plan = plan.min(shared.planned.load(Ordering::SeqCst));
+        if shared.is_shutdown() {
+            break;
+        }
+        sleep_until_end_of(&shared, plan);
+        shared.planned.store(AWAKE, Ordering::SeqCst);
+        // Relaxed: a statistic.
+        shared.wakeups.fetch_add(1, Ordering::Relaxed);
+        if shared.is_shutdown() {
+            break;
+        }
+    }
+    worker
+}
+
+/// Sleeps until the end of `tick` (`u64::MAX`: until unparked). May return early (unpark,
+/// spurious wake-up); the loop re-plans.
+#[cfg(not(loom))]
+fn sleep_until_end_of(shared: &Shared, tick: u64) {
+    if tick == u64::MAX {
+        std::thread::park();
+        return;
+    }
+    let wake_at = tick.saturating_add(1).saturating_mul(shared.tick_nanos);
+    let now = shared.clock.now();
+    if wake_at > now {
+        std::thread::park_timeout(std::time::Duration::from_nanos(wake_at - now));
+    }
+}
+
+/// Under loom time is a manual clock: a bounded sleep jumps the clock to its end; an unbounded
+/// one is a real (loom) park, so a lost wake-up shows up as a deadlock.
+#[cfg(loom)]
+fn sleep_until_end_of(shared: &Shared, tick: u64) {
+    if tick == u64::MAX {
+        loom::thread::park();
+        return;
+    }
+    let wake_at = tick.saturating_add(1).saturating_mul(shared.tick_nanos);
+    shared.clock.advance_to(wake_at);
+}
