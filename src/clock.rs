@@ -9,12 +9,15 @@ use std::time::Instant;
 #[derive(Clone, Debug)]
 pub(crate) enum Clock {
     /// `Instant`-based; the origin is fixed when the timer is built.
+    // Under loom every timer runs on a manual clock.
+    #[cfg_attr(loom, allow(dead_code))]
     System { origin: Instant },
     /// Starts at 0 and moves only when told to.
     Manual(Arc<AtomicU64>),
 }
 
 impl Clock {
+    #[cfg_attr(loom, allow(dead_code))]
     pub(crate) fn system() -> Clock {
         Clock::System {
             origin: Instant::now(),
