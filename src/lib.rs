@@ -70,7 +70,6 @@
 //! [`Builder::build_manual`] gives a timer with no thread and a [`ManualDriver`] that moves its
 //! clock: tests run due tasks deterministically, with no sleeps.
 #![warn(missing_docs)]
-#![deny(clippy::disallowed_types)]
 
 mod clock;
 mod error;

@@ -3,9 +3,8 @@
 //! Normal builds get `std` atomics and threads and crossbeam's lock-free `SegQueue`. Under
 //! `--cfg loom` every type here comes from loom, and the MPSC queues become a loom
 //! `Mutex<VecDeque<T>>` with the same methods: loom cannot see inside crossbeam-queue and reports
-//! false causality errors through it. No other module names these types (clippy's
-//! `disallowed-types`, configured in `clippy.toml`, enforces it).
-#![allow(clippy::disallowed_types)]
+//! false causality errors through it. No other module names these types: the test at the end of
+//! this file fails if one does.
 
 #[cfg(not(loom))]
 pub(crate) use std::sync::atomic::{
@@ -27,9 +26,9 @@ pub(crate) use loom::sync::{Mutex, MutexGuard};
 // on a reference count: every hand-over goes through a loom atomic, mutex or queue, which loom
 // does see. (What is lost is loom's leak check on `Arc`s.)
 #[cfg(loom)]
-pub(crate) use std::sync::Arc;
-#[cfg(loom)]
 pub(crate) use loom::thread;
+#[cfg(loom)]
+pub(crate) use std::sync::Arc;
 
 pub(crate) use std::sync::atomic::Ordering;
 
@@ -98,5 +97,47 @@ impl<T> Queue<T> {
 impl<T> std::fmt::Debug for Queue<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Queue").finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// Every module but this one must take its concurrency primitives from here, or `--cfg loom`
+    /// would miss them.
+    #[test]
+    fn only_the_shim_names_concurrency_primitives() {
+        let modules = [
+            ("clock.rs", include_str!("clock.rs")),
+            ("error.rs", include_str!("error.rs")),
+            ("lib.rs", include_str!("lib.rs")),
+            ("task.rs", include_str!("task.rs")),
+            ("timeout.rs", include_str!("timeout.rs")),
+            ("timer.rs", include_str!("timer.rs")),
+            ("wheel.rs", include_str!("wheel.rs")),
+            ("worker.rs", include_str!("worker.rs")),
+        ];
+        let forbidden = [
+            "std::sync::atomic::Atomic",
+            "std::sync::Mutex",
+            "std::sync::Arc",
+            "std::sync::{",
+            "std::thread::spawn",
+            "std::thread::Builder",
+            "crossbeam_queue",
+            "crossbeam_utils",
+            "loom::",
+        ];
+        for (name, text) in modules {
+            let code = text.split("#[cfg(test)]").next().unwrap_or(text);
+            // Doc examples may use std freely: they are user code.
+            for line in code.lines().filter(|l| !l.trim_start().starts_with("//")) {
+                for f in forbidden {
+                    assert!(
+                        !line.contains(f),
+                        "{name} names `{f}`: use crate::sync instead"
+                    );
+                }
+            }
+        }
     }
 }

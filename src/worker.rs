@@ -29,7 +29,7 @@
 //! empty queues, and rounds are kept as absolute fire ticks (see `wheel`), so nothing about
 //! them needs replaying.
 
-use crate::sync::{fence, Arc, Ordering};
+use crate::sync::{fence, thread, Arc, Ordering};
 use crate::timeout::{TimeoutState, NO_SLOT};
 use crate::timer::{Shared, TimerHandle, TRANSFER_CAP};
 use crate::wheel::Wheel;
@@ -235,13 +235,13 @@ pub(crate) fn run(mut worker: Worker, shared: Arc<Shared>) -> Worker {
 #[cfg(not(loom))]
 fn sleep_until_end_of(shared: &Shared, tick: u64) {
     if tick == u64::MAX {
-        std::thread::park();
+        thread::park();
         return;
     }
     let wake_at = tick.saturating_add(1).saturating_mul(shared.tick_nanos);
     let now = shared.clock.now();
     if wake_at > now {
-        std::thread::park_timeout(std::time::Duration::from_nanos(wake_at - now));
+        thread::park_timeout(std::time::Duration::from_nanos(wake_at - now));
     }
 }
 
@@ -250,7 +250,7 @@ fn sleep_until_end_of(shared: &Shared, tick: u64) {
 #[cfg(loom)]
 fn sleep_until_end_of(shared: &Shared, tick: u64) {
     if tick == u64::MAX {
-        loom::thread::park();
+        thread::park();
         return;
     }
     let wake_at = tick.saturating_add(1).saturating_mul(shared.tick_nanos);
