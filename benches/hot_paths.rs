@@ -1,0 +1,3 @@
+//! Work in progress; see benches/README.md.
+
+fn main() {}
