@@ -80,6 +80,10 @@ mod timer;
 mod wheel;
 mod worker;
 
+#[cfg(loom)]
+#[doc(hidden)]
+pub use sync::loom_hooks;
+
 pub use error::{BuildError, TimerError};
 pub use task::TimerTask;
 pub use timeout::Timeout;
@@ -87,3 +91,23 @@ pub use timer::{
     Builder, HashedWheelTimer, ManualDriver, Timer, TimerHandle, TimerStats, INSTANCE_COUNT_LIMIT,
     MAX_TICKS_PER_WHEEL,
 };
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn assert_send_sync<T: Send + Sync>() {}
+    fn assert_clone<T: Clone>() {}
+
+    #[test]
+    fn public_types_are_thread_safe() {
+        assert_send_sync::<HashedWheelTimer>();
+        assert_send_sync::<TimerHandle>();
+        assert_send_sync::<Timeout>();
+        assert_send_sync::<ManualDriver>();
+        assert_send_sync::<TimerError>();
+        assert_send_sync::<BuildError>();
+        assert_clone::<Timeout>();
+        assert_clone::<TimerHandle>();
+    }
+}

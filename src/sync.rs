@@ -26,9 +26,51 @@ pub(crate) use loom::sync::{Mutex, MutexGuard};
 // on a reference count: every hand-over goes through a loom atomic, mutex or queue, which loom
 // does see. (What is lost is loom's leak check on `Arc`s.)
 #[cfg(loom)]
-pub(crate) use loom::thread;
-#[cfg(loom)]
 pub(crate) use std::sync::Arc;
+
+/// Under loom: loom's threads, with spawns counted for the lazy-start model
+/// (`loom_hooks::threads_spawned`).
+#[cfg(loom)]
+pub(crate) mod thread {
+    pub(crate) use loom::thread::*;
+
+    pub(crate) struct Builder(loom::thread::Builder);
+
+    impl Builder {
+        pub(crate) fn new() -> Builder {
+            Builder(loom::thread::Builder::new())
+        }
+
+        pub(crate) fn name(self, name: String) -> Builder {
+            Builder(self.0.name(name))
+        }
+
+        pub(crate) fn spawn<F, T>(self, f: F) -> std::io::Result<JoinHandle<T>>
+        where
+            F: FnOnce() -> T + Send + 'static,
+            T: Send + 'static,
+        {
+            super::loom_hooks::SPAWNED.fetch_add(1, super::Ordering::Relaxed);
+            self.0.spawn(f)
+        }
+    }
+}
+
+/// What the loom models observe beyond the public API. Compiled only under `--cfg loom`.
+#[cfg(loom)]
+#[doc(hidden)]
+pub mod loom_hooks {
+    loom::lazy_static! {
+        // A loom lazy static lives for one execution, so the count restarts with each.
+        pub(super) static ref SPAWNED: std::sync::atomic::AtomicUsize =
+            std::sync::atomic::AtomicUsize::new(0);
+    }
+
+    /// Threads the library has spawned (worker threads) in the current loom execution.
+    pub fn threads_spawned() -> usize {
+        SPAWNED.load(super::Ordering::Relaxed)
+    }
+}
 
 pub(crate) use std::sync::atomic::Ordering;
 

@@ -264,6 +264,11 @@ impl<T> Wheel<T> {
     /// stay.
     pub(crate) fn expire(&mut self, tick: u64, now: u64, mut f: impl FnMut(T, u64)) {
         let b = (tick & self.mask) as usize;
+        if self.buckets[b].min_fire > tick {
+            // Every entry is rounds away: Netty would walk the bucket to decrement
+            // `remaining_rounds`; with absolute fire ticks there is nothing to do.
+            return;
+        }
         let mut cursor = self.buckets[b].head;
         let mut min_fire = u64::MAX;
         while cursor != NIL {

@@ -115,7 +115,12 @@ impl Worker {
     }
 
     fn process_cancelled(&mut self, shared: &Shared) {
-        while let Some(state) = shared.cancelled.pop() {
+        // Bounded like the transfer, so that a flood of cancellations cannot hold the tick:
+        // leftovers are processed on the next tick (the worker plans to wake for them).
+        for _ in 0..TRANSFER_CAP {
+            let Some(state) = shared.cancelled.pop() else {
+                return;
+            };
             let slot = state.slot();
             if slot != NO_SLOT {
                 state.set_slot(NO_SLOT);
