@@ -9,8 +9,6 @@
 //! Netty's own bounds.
 //!
 //! [`Builder::build_manual`]: hashed_timer_wheel::Builder::build_manual
-// The `disallowed-types` list in clippy.toml keeps the library on its loom shim; tests use std.
-#![allow(clippy::disallowed_types)]
 // `Timeout` hashes by identity (the shared state's address), never by its mutable state.
 #![allow(clippy::mutable_key_type)]
 

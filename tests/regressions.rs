@@ -1,0 +1,315 @@
+//! One test per bug found in Netty or in the existing Rust ports, named after the bug. Each is
+//! driven by the manual clock where the bug is about logical time, so it fails every time the
+//! bug is present, never by luck.
+#![allow(clippy::mutable_key_type)] // `Timeout` hashes by identity, not by its mutable state
+
+use hashed_timer_wheel::{HashedWheelTimer, ManualDriver, Timeout, TimerError};
+use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::Duration;
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+const NANO: Duration = Duration::from_nanos(1);
+
+/// Netty's per-tick transfer cap.
+const TRANSFER_CAP: usize = 100_000;
+
+fn counting(counter: &Arc<AtomicUsize>) -> impl FnOnce(&Timeout) + Send + 'static {
+    let counter = Arc::clone(counter);
+    move |_: &Timeout| {
+        counter.fetch_add(1, SeqCst);
+    }
+}
+
+fn noop(_: &Timeout) {}
+
+/// The raw pending counter, as the timer's `Debug` shows it. `pending_timeouts()` reports 0 on
+/// a stopped timer whatever the counter says, so only this can show a leak after `stop()`.
+fn raw_pending(timer: &HashedWheelTimer) -> usize {
+    let debug = format!("{timer:?}");
+    let rest = debug
+        .split("pending: ")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no pending field in {debug}"));
+    let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+    digits.parse().unwrap()
+}
+
+/// The `hashed_wheel_timer` crate computes the leftovers of the 100 000-per-tick transfer with
+/// an underflowing subtraction and loses them. 300 000 zero-delay timeouts submitted within
+/// one tick must all fire: 100 000 on each of three consecutive ticks (one tick per advance:
+/// the first tick of an advance stands for every tick it covers and may transfer more).
+#[test]
+fn transfer_cap_leftovers_are_not_lost_hashed_wheel_timer_crate() {
+    let (timer, driver) = HashedWheelTimer::builder()
+        .tick_duration(ms(10))
+        .build_manual()
+        .unwrap();
+    let fired = Arc::new(AtomicUsize::new(0));
+    for _ in 0..3 * TRANSFER_CAP {
+        timer.new_timeout(counting(&fired), Duration::ZERO).unwrap();
+    }
+    assert_eq!(timer.pending_timeouts(), 3 * TRANSFER_CAP);
+
+    for tick in 1..=3 {
+        driver.advance(ms(10));
+        assert_eq!(
+            fired.load(SeqCst),
+            tick * TRANSFER_CAP,
+            "{TRANSFER_CAP} more on tick {}",
+            tick - 1
+        );
+        assert_eq!(timer.pending_timeouts(), (3 - tick) * TRANSFER_CAP);
+    }
+    driver.advance(ms(100));
+    assert_eq!(fired.load(SeqCst), 3 * TRANSFER_CAP, "none fired twice");
+}
+
+/// The same, with one advance covering several ticks (Netty, catching up, runs the missed ticks
+/// back to back and transfers up to the cap on each), and on the real worker thread.
+#[test]
+fn transfer_cap_leftovers_are_not_lost_when_catching_up_or_in_real_time() {
+    let (timer, driver) = HashedWheelTimer::builder()
+        .tick_duration(ms(10))
+        .build_manual()
+        .unwrap();
+    let fired = Arc::new(AtomicUsize::new(0));
+    for _ in 0..3 * TRANSFER_CAP {
+        timer.new_timeout(counting(&fired), Duration::ZERO).unwrap();
+    }
+    driver.advance(ms(30));
+    assert_eq!(fired.load(SeqCst), 3 * TRANSFER_CAP);
+    assert_eq!(timer.pending_timeouts(), 0);
+
+    let timer = HashedWheelTimer::new(ms(1), 512);
+    let (tx, rx) = mpsc::channel();
+    let fired = Arc::new(AtomicUsize::new(0));
+    for _ in 0..3 * TRANSFER_CAP {
+        let fired = Arc::clone(&fired);
+        let tx = tx.clone();
+        timer
+            .new_timeout(
+                move |_: &Timeout| {
+                    if fired.fetch_add(1, SeqCst) + 1 == 3 * TRANSFER_CAP {
+                        tx.send(()).unwrap();
+                    }
+                },
+                Duration::ZERO,
+            )
+            .unwrap();
+    }
+    rx.recv_timeout(Duration::from_secs(60))
+        .unwrap_or_else(|_| panic!("only {} of 300 000 fired", fired.load(SeqCst)));
+    assert!(timer.stop().unwrap().is_empty());
+    assert_eq!(fired.load(SeqCst), 3 * TRANSFER_CAP);
+}
+
+/// Records the tick each task ran on.
+fn record_tick(
+    log: &Arc<Mutex<Vec<(&'static str, u64)>>>,
+    driver: &ManualDriver,
+    name: &'static str,
+) -> impl FnOnce(&Timeout) + Send + 'static {
+    let log = Arc::clone(log);
+    let driver = driver.clone();
+    move |_: &Timeout| log.lock().unwrap().push((name, driver.current_tick()))
+}
+
+/// The `wheeltimer` crate loses an entry one round away when it removes its expired neighbour
+/// from the same bucket. On an 8-bucket, 10 ms wheel, 55 ms and 135 ms share bucket 5, one
+/// round apart: both fire, on ticks 5 and 13, whichever was inserted first.
+#[test]
+fn same_bucket_one_round_apart_both_fire_wheeltimer_crate() {
+    for order in [[55, 135], [135, 55]] {
+        let (timer, driver) = HashedWheelTimer::builder()
+            .tick_duration(ms(10))
+            .ticks_per_wheel(8)
+            .build_manual()
+            .unwrap();
+        let log = Arc::new(Mutex::new(Vec::new()));
+        for delay in order {
+            let name = if delay == 55 { "55 ms" } else { "135 ms" };
+            timer
+                .new_timeout(record_tick(&log, &driver, name), ms(delay))
+                .unwrap();
+        }
+        for _ in 0..20 {
+            driver.advance(ms(10));
+        }
+        assert_eq!(
+            *log.lock().unwrap(),
+            vec![("55 ms", 5), ("135 ms", 13)],
+            "inserted in the order {order:?}"
+        );
+        assert_eq!(timer.pending_timeouts(), 0);
+    }
+}
+
+/// Netty #14959: a timeout cancelled while its bucket is being expired was unlinked (counted
+/// down) by the expiry and counted down again when its queued cancellation was processed.
+/// Here the first task of the due tick cancels its ten neighbours; each must be counted down
+/// exactly once, which the pending limit makes visible: afterwards exactly the configured
+/// number of timeouts is accepted again, no more.
+#[test]
+fn pending_not_double_decremented_when_cancelled_in_due_tick_netty_14959() {
+    const MAX: usize = 12;
+    let (timer, driver) = HashedWheelTimer::builder()
+        .tick_duration(ms(100))
+        .max_pending_timeouts(MAX)
+        .build_manual()
+        .unwrap();
+    let long = timer.new_timeout(noop, Duration::from_secs(3600)).unwrap();
+    let victims: Arc<Mutex<Vec<Timeout>>> = Arc::default();
+    let v = Arc::clone(&victims);
+    timer
+        .new_timeout(
+            move |_: &Timeout| {
+                for t in v.lock().unwrap().iter() {
+                    assert!(
+                        t.cancel(),
+                        "not yet expired: this tick's bucket is mid-expiry"
+                    );
+                }
+            },
+            ms(200),
+        )
+        .unwrap();
+    let ran = Arc::new(AtomicUsize::new(0));
+    for _ in 0..10 {
+        let t = timer.new_timeout(counting(&ran), ms(200)).unwrap();
+        victims.lock().unwrap().push(t);
+    }
+    assert_eq!(timer.pending_timeouts(), MAX);
+
+    driver.advance(ms(300)); // ticks 0..=2: all eleven are due on tick 2
+    assert_eq!(ran.load(SeqCst), 0);
+    assert_eq!(
+        timer.pending_timeouts(),
+        11,
+        "the long one and ten queued cancellations"
+    );
+    driver.advance(ms(100));
+    assert_eq!(timer.pending_timeouts(), 1, "only the long one");
+    driver.advance(ms(1_000));
+    assert_eq!(timer.pending_timeouts(), 1);
+
+    for i in 1..MAX {
+        timer
+            .new_timeout(noop, Duration::from_secs(3600))
+            .unwrap_or_else(|e| panic!("refused with {i} pending: {e}"));
+    }
+    assert_eq!(
+        timer.new_timeout(noop, ms(1)).unwrap_err(),
+        TimerError::TooManyPending {
+            pending: MAX,
+            max: MAX
+        }
+    );
+    assert!(long.cancel());
+}
+
+/// Netty counts a refused `newTimeout` on a stopped timer as pending (+1 per call, never given
+/// back). Refused calls, for being stopped or for the pending limit, must change nothing.
+#[test]
+fn refused_new_timeout_leaves_pending_unchanged_netty_stopped_leak() {
+    let (timer, driver) = HashedWheelTimer::builder()
+        .max_pending_timeouts(2)
+        .build_manual()
+        .unwrap();
+    let a = timer.new_timeout(noop, ms(1_000)).unwrap();
+    timer.new_timeout(noop, ms(1_000)).unwrap();
+    for _ in 0..1_000 {
+        assert!(matches!(
+            timer.new_timeout(noop, ms(1)),
+            Err(TimerError::TooManyPending { pending: 2, max: 2 })
+        ));
+    }
+    assert_eq!(timer.pending_timeouts(), 2);
+    assert!(a.cancel());
+    driver.advance(ms(100));
+    assert_eq!(timer.pending_timeouts(), 1);
+    timer.new_timeout(noop, ms(1_000)).unwrap();
+    assert!(
+        timer.new_timeout(noop, ms(1_000)).is_err(),
+        "exactly one slot was free"
+    );
+
+    // On a stopped timer `pending_timeouts()` is 0 by definition, so look at the counter itself.
+    let timer = HashedWheelTimer::new(ms(10), 64);
+    timer.new_timeout(noop, Duration::from_secs(60)).unwrap();
+    assert_eq!(raw_pending(&timer), 1);
+    let stopped = timer.stop().unwrap();
+    assert_eq!(stopped.len(), 1);
+    let before = raw_pending(&timer);
+    for _ in 0..1_000 {
+        assert_eq!(
+            timer.new_timeout(noop, ms(1)).unwrap_err(),
+            TimerError::Stopped
+        );
+        assert_eq!(
+            timer.handle().new_timeout(noop, ms(1)).unwrap_err(),
+            TimerError::Stopped
+        );
+    }
+    assert_eq!(raw_pending(&timer), before, "refused calls were counted");
+    assert_eq!(timer.pending_timeouts(), 0);
+
+    // And before the first start: stop, then refuse.
+    let timer = HashedWheelTimer::new(ms(10), 64);
+    assert!(timer.stop().unwrap().is_empty());
+    for _ in 0..1_000 {
+        assert_eq!(
+            timer.new_timeout(noop, ms(1)).unwrap_err(),
+            TimerError::Stopped
+        );
+    }
+    assert_eq!(raw_pending(&timer), 0);
+}
+
+/// Netty #7760: a delay of `Long.MAX_VALUE` overflowed the deadline, which became negative and
+/// fired at once. `Duration::MAX` (and anything past the clock's range) must saturate and never
+/// fire: not on the first ticks, not after centuries of manual time, not on the real worker.
+#[test]
+fn duration_max_never_fires_netty_7760() {
+    let (timer, driver) = HashedWheelTimer::builder()
+        .tick_duration(ms(1))
+        .ticks_per_wheel(8)
+        .build_manual()
+        .unwrap();
+    let fired = Arc::new(AtomicUsize::new(0));
+    let huge = [
+        Duration::MAX,
+        Duration::from_secs(u64::MAX),
+        Duration::from_nanos(u64::MAX),
+        Duration::from_millis(i64::MAX as u64), // Netty's Long.MAX_VALUE ms
+    ];
+    let timeouts: Vec<Timeout> = huge
+        .iter()
+        .map(|&d| timer.new_timeout(counting(&fired), d).unwrap())
+        .collect();
+    for _ in 0..20 {
+        driver.advance(ms(1));
+    }
+    driver.advance(Duration::from_secs(500 * 365 * 24 * 3600));
+    driver.advance_to(Duration::from_nanos(u64::MAX) - NANO);
+    assert_eq!(fired.load(SeqCst), 0);
+    assert_eq!(timer.pending_timeouts(), huge.len());
+    assert!(timeouts.iter().all(|t| !t.is_expired()));
+
+    let timer = HashedWheelTimer::new(ms(1), 8);
+    let (tx, rx) = mpsc::channel();
+    let tx2 = tx.clone();
+    let never = timer
+        .new_timeout(move |_: &Timeout| tx.send("MAX").unwrap(), Duration::MAX)
+        .unwrap();
+    // A neighbour proves the worker runs meanwhile.
+    timer
+        .new_timeout(move |_: &Timeout| tx2.send("5 ms").unwrap(), ms(5))
+        .unwrap();
+    assert_eq!(rx.recv_timeout(Duration::from_secs(10)), Ok("5 ms"));
+    assert!(rx.recv_timeout(ms(200)).is_err(), "Duration::MAX fired");
+    assert_eq!(timer.stop().unwrap(), vec![never]);
+}
