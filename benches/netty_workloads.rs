@@ -1,3 +1,251 @@
-//! Work in progress; see benches/README.md.
+//! The six workloads of `../shared/bench/README.md`, run on this crate with the parameters and
+//! output lines of `NettyBench.java`, so that one run of both gives ratios.
+//!
+//! ```text
+//! cargo bench --bench netty_workloads                 # all six
+//! cargo bench --bench netty_workloads -- expire       # one
+//! N=100000 REPS=3 cargo bench --bench netty_workloads # a quick run
+//! ```
+//!
+//! Environment overrides (Netty's system properties): `N` (1 000 000), `REPS` (5), `THREADS`
+//! (2, for `multi_producer`), `IDLE_S` (5). See `benches/README.md`.
 
-fn main() {}
+mod common;
+
+use common::{
+    far_delay, late_percentiles, median, millis, nanos_per, process_cpu_time, result,
+    selected_workload, Counting, CountingAlloc,
+};
+use hashed_timer_wheel::{HashedWheelTimer, Timeout};
+use std::hint::black_box;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+#[global_allocator]
+static ALLOC: CountingAlloc = CountingAlloc;
+
+const IMPL: &str = "hashed-timer-wheel";
+const WORKLOADS: &[&str] = &[
+    "schedule",
+    "schedule_cancel",
+    "multi_producer",
+    "expire",
+    "memory",
+    "idle",
+];
+
+/// The no-op task: a closure capturing nothing, so boxing it allocates nothing.
+fn noop(_: &Timeout) {}
+
+struct Params {
+    n: usize,
+    reps: usize,
+}
+
+/// 1 ms tick, 512 slots (Netty's bench configuration), started outside the timed loop by a
+/// timeout one hour away.
+fn timer() -> HashedWheelTimer {
+    let timer = HashedWheelTimer::builder()
+        .tick_duration(Duration::from_millis(1))
+        .ticks_per_wheel(512)
+        .thread_name("wheel")
+        .build()
+        .expect("valid configuration");
+    timer
+        .new_timeout(noop, Duration::from_secs(3600))
+        .expect("a fresh timer accepts work");
+    timer
+}
+
+/// `new_timeout` on one thread, 30 s+ delays so none fires. ns per call.
+fn schedule(p: &Params) -> f64 {
+    let timer = timer();
+    let t0 = Instant::now();
+    for i in 0..p.n {
+        black_box(timer.new_timeout(noop, far_delay(i)).expect("accepted"));
+    }
+    let elapsed = t0.elapsed();
+    drop(timer.stop());
+    nanos_per(elapsed, p.n)
+}
+
+/// `new_timeout` then `cancel`. (ns per pair, ms until pending is back to 1).
+fn schedule_cancel(p: &Params) -> (f64, f64) {
+    let timer = timer();
+    let t0 = Instant::now();
+    for i in 0..p.n {
+        let t = timer.new_timeout(noop, far_delay(i)).expect("accepted");
+        black_box(t.cancel());
+    }
+    let t1 = Instant::now();
+    while timer.pending_timeouts() > 1 {
+        std::hint::spin_loop();
+    }
+    let t2 = Instant::now();
+    drop(timer.stop());
+    (nanos_per(t1 - t0, p.n), millis(t2 - t1))
+}
+
+/// `threads` producers doing `new_timeout` + `cancel` at once. ns per pair, all threads
+/// together (wall time / pairs).
+fn multi_producer(p: &Params, threads: usize) -> f64 {
+    let timer = timer();
+    let per = p.n / threads;
+    let ready = AtomicUsize::new(0);
+    let go = AtomicBool::new(false);
+    let elapsed = thread::scope(|s| {
+        for _ in 0..threads {
+            s.spawn(|| {
+                ready.fetch_add(1, Ordering::SeqCst);
+                while !go.load(Ordering::Acquire) {
+                    thread::yield_now();
+                }
+                for i in 0..per {
+                    let t = timer.new_timeout(noop, far_delay(i)).expect("accepted");
+                    black_box(t.cancel());
+                }
+            });
+        }
+        while ready.load(Ordering::SeqCst) < threads {
+            thread::yield_now();
+        }
+        let t0 = Instant::now();
+        go.store(true, Ordering::Release);
+        // The scope joins the producers before returning.
+        t0
+    })
+    .elapsed();
+    drop(timer.stop());
+    nanos_per(elapsed, per * threads)
+}
+
+struct ExpireRun {
+    base: Instant,
+    late_ns: Vec<AtomicU64>,
+    done: AtomicUsize,
+    n: usize,
+    main: thread::Thread,
+}
+
+/// N timeouts due evenly over [100, 200) ms; every task records how late it ran.
+/// [lag ms (last deadline to last run), p50, p99, max lateness ms].
+fn expire(p: &Params) -> [f64; 4] {
+    let n = p.n;
+    let timer = timer();
+    let run = Arc::new(ExpireRun {
+        base: Instant::now(),
+        late_ns: (0..n).map(|_| AtomicU64::new(0)).collect(),
+        done: AtomicUsize::new(0),
+        n,
+        main: thread::current(),
+    });
+    let base = run.base;
+    for i in 0..n {
+        let due_ns = 100_000_000 + (i as u64) * 100_000_000 / n as u64;
+        let now_ns = base.elapsed().as_nanos() as u64;
+        let run = Arc::clone(&run);
+        timer
+            .new_timeout(
+                move |_: &Timeout| {
+                    let late = (run.base.elapsed().as_nanos() as u64).saturating_sub(due_ns);
+                    // Relaxed: read after `done` reaches n (AcqRel there).
+                    run.late_ns[i].store(late, Ordering::Relaxed);
+                    if run.done.fetch_add(1, Ordering::AcqRel) + 1 == run.n {
+                        run.main.unpark();
+                    }
+                },
+                Duration::from_nanos(due_ns.saturating_sub(now_ns)),
+            )
+            .expect("accepted");
+    }
+    while run.done.load(Ordering::Acquire) < n {
+        thread::park();
+    }
+    let end = Instant::now();
+    drop(timer.stop());
+    let last_due = base + Duration::from_millis(200);
+    let lag = end.saturating_duration_since(last_due);
+    let mut late: Vec<u64> = run
+        .late_ns
+        .iter()
+        .map(|l| l.load(Ordering::Relaxed))
+        .collect();
+    let [p50, p99, max] = late_percentiles(&mut late);
+    [millis(lag), p50, p99, max]
+}
+
+/// Bytes held per pending timeout (zero-sized task, handle dropped, after the worker has moved
+/// them into buckets), and allocation calls per timeout.
+fn memory(p: &Params) -> (f64, f64) {
+    let timer = timer();
+    thread::sleep(Duration::from_millis(200));
+    let counting = Counting::start();
+    for i in 0..p.n {
+        drop(timer.new_timeout(noop, far_delay(i)).expect("accepted"));
+    }
+    // Let the worker move them into buckets (at most 100 000 per 1 ms tick).
+    thread::sleep(Duration::from_millis(200));
+    let bytes = counting.live_bytes() as f64 / p.n as f64;
+    let calls = counting.calls() as f64 / p.n as f64;
+    drop(counting);
+    drop(timer.stop());
+    (bytes, calls)
+}
+
+/// Process CPU ms per second while the timer holds one timeout an hour away.
+fn idle(seconds: u64) -> f64 {
+    let timer = timer();
+    thread::sleep(Duration::from_millis(200));
+    let c0 = process_cpu_time();
+    thread::sleep(Duration::from_secs(seconds));
+    let c1 = process_cpu_time();
+    drop(timer.stop());
+    millis(c1 - c0) / seconds as f64
+}
+
+fn main() {
+    let only = selected_workload(WORKLOADS);
+    let p = Params {
+        n: common::env_usize("N", 1_000_000),
+        reps: common::env_usize("REPS", 5),
+    };
+    let runs = |w: &str| only == "all" || only == w;
+
+    if runs("schedule") {
+        schedule(&p); // warm-up
+        let r: Vec<f64> = (0..p.reps).map(|_| schedule(&p)).collect();
+        result(IMPL, "schedule", "ns_per_op", median(&r));
+    }
+    if runs("schedule_cancel") {
+        schedule_cancel(&p);
+        let (ns, drain): (Vec<f64>, Vec<f64>) = (0..p.reps).map(|_| schedule_cancel(&p)).unzip();
+        result(IMPL, "schedule_cancel", "ns_per_op", median(&ns));
+        result(IMPL, "schedule_cancel", "drain_ms", median(&drain));
+    }
+    if runs("multi_producer") {
+        let threads = common::env_usize("THREADS", 2);
+        multi_producer(&p, threads);
+        let r: Vec<f64> = (0..p.reps).map(|_| multi_producer(&p, threads)).collect();
+        result(IMPL, "multi_producer", "ns_per_op", median(&r));
+    }
+    if runs("expire") {
+        expire(&p);
+        let xs: Vec<[f64; 4]> = (0..3).map(|_| expire(&p)).collect();
+        let col = |k: usize| median(&xs.iter().map(|x| x[k]).collect::<Vec<_>>());
+        result(IMPL, "expire", "lag_ms", col(0));
+        result(IMPL, "expire", "late_p50_ms", col(1));
+        result(IMPL, "expire", "late_p99_ms", col(2));
+        result(IMPL, "expire", "late_max_ms", col(3));
+    }
+    if runs("memory") {
+        let (bytes, calls) = memory(&p);
+        result(IMPL, "memory", "bytes_per_timeout", bytes);
+        result(IMPL, "memory", "allocs_per_timeout", calls);
+    }
+    if runs("idle") {
+        let seconds = common::env_usize("IDLE_S", 5) as u64;
+        result(IMPL, "idle", "cpu_ms_per_s", idle(seconds));
+    }
+}

@@ -1,0 +1,174 @@
+//! What `netty_workloads` and `peers` share: the counting allocator, the RESULT line, medians,
+//! the command line and the environment overrides.
+
+// Each bench crate uses its own subset.
+#![allow(dead_code)]
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicBool, AtomicIsize, AtomicUsize, Ordering};
+use std::time::Duration;
+
+/// `System`, counting live bytes and allocation calls while [`Counting::start`] is on.
+///
+/// Counting is off by default so that the timed workloads pay one relaxed load per allocation,
+/// not a contended `fetch_add` (which would distort `multi_producer`). Bytes are counted as
+/// requested (`Layout::size`), not as the allocator rounds them up; Netty's figure is the JVM
+/// heap's, which includes object headers and padding.
+pub(crate) struct CountingAlloc;
+
+static COUNTING: AtomicBool = AtomicBool::new(false);
+static LIVE: AtomicIsize = AtomicIsize::new(0);
+static CALLS: AtomicUsize = AtomicUsize::new(0);
+
+// SAFETY: every method forwards to `System` with the caller's arguments unchanged; the counters
+// never affect what is returned.
+unsafe impl GlobalAlloc for CountingAlloc {
+    #[inline]
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        // Relaxed: statistics read after the workload has been joined or given time to settle.
+        if COUNTING.load(Ordering::Relaxed) {
+            LIVE.fetch_add(layout.size() as isize, Ordering::Relaxed);
+            CALLS.fetch_add(1, Ordering::Relaxed);
+        }
+        // SAFETY: the caller's contract for `GlobalAlloc::alloc`, passed on.
+        unsafe { System.alloc(layout) }
+    }
+
+    #[inline]
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        if COUNTING.load(Ordering::Relaxed) {
+            LIVE.fetch_sub(layout.size() as isize, Ordering::Relaxed);
+        }
+        // SAFETY: the caller's contract for `GlobalAlloc::dealloc`, passed on.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+
+    #[inline]
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        if COUNTING.load(Ordering::Relaxed) {
+            LIVE.fetch_add(layout.size() as isize, Ordering::Relaxed);
+            CALLS.fetch_add(1, Ordering::Relaxed);
+        }
+        // SAFETY: the caller's contract for `GlobalAlloc::alloc_zeroed`, passed on.
+        unsafe { System.alloc_zeroed(layout) }
+    }
+
+    #[inline]
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        if COUNTING.load(Ordering::Relaxed) {
+            LIVE.fetch_add(
+                new_size as isize - layout.size() as isize,
+                Ordering::Relaxed,
+            );
+            CALLS.fetch_add(1, Ordering::Relaxed);
+        }
+        // SAFETY: the caller's contract for `GlobalAlloc::realloc`, passed on.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+/// A window in which allocations are counted. Bytes freed in the window that were allocated
+/// before it count negative, which is what a "live bytes after minus before" figure wants.
+pub(crate) struct Counting;
+
+impl Counting {
+    pub(crate) fn start() -> Counting {
+        LIVE.store(0, Ordering::SeqCst);
+        CALLS.store(0, Ordering::SeqCst);
+        COUNTING.store(true, Ordering::SeqCst);
+        Counting
+    }
+
+    /// Net bytes allocated since `start`.
+    pub(crate) fn live_bytes(&self) -> isize {
+        LIVE.load(Ordering::SeqCst)
+    }
+
+    /// Allocation calls (alloc, alloc_zeroed, realloc) since `start`.
+    pub(crate) fn calls(&self) -> usize {
+        CALLS.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for Counting {
+    fn drop(&mut self) {
+        COUNTING.store(false, Ordering::SeqCst);
+    }
+}
+
+/// Prints one figure in the shape `NettyBench.java` prints.
+pub(crate) fn result(imp: &str, workload: &str, metric: &str, value: f64) {
+    println!("RESULT impl={imp} workload={workload} metric={metric} value={value:.3}");
+}
+
+/// The upper median, as `NettyBench.median` (`c[c.length / 2]` of the sorted copy).
+pub(crate) fn median(xs: &[f64]) -> f64 {
+    let mut c = xs.to_vec();
+    c.sort_by(f64::total_cmp);
+    c[c.len() / 2]
+}
+
+/// `name` from the environment, parsed, or `default` (Netty's `Integer.getInteger`).
+pub(crate) fn env_usize(name: &str, default: usize) -> usize {
+    match std::env::var(name) {
+        Ok(v) => v
+            .trim()
+            .replace('_', "")
+            .parse()
+            .unwrap_or_else(|_| panic!("{name}={v:?} is not a number")),
+        Err(_) => default,
+    }
+}
+
+/// The workload named on the command line, or `"all"`. Flags (`--bench`, which cargo passes to
+/// every `harness = false` target) are ignored.
+pub(crate) fn selected_workload(known: &[&str]) -> String {
+    let only = std::env::args()
+        .skip(1)
+        .find(|a| !a.starts_with('-'))
+        .unwrap_or_else(|| "all".to_owned());
+    if only != "all" && !known.contains(&only.as_str()) {
+        eprintln!("unknown workload {only:?}; expected all or one of {known:?}");
+        std::process::exit(2);
+    }
+    only
+}
+
+pub(crate) fn nanos_per(d: Duration, n: usize) -> f64 {
+    d.as_nanos() as f64 / n as f64
+}
+
+pub(crate) fn millis(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+/// The delay of the `i`th timeout in the schedule workloads: 30 s + (i & 1023) ms, none fires.
+#[inline]
+pub(crate) fn far_delay(i: usize) -> Duration {
+    Duration::from_millis(30_000 + (i & 1023) as u64)
+}
+
+/// Lateness percentiles in the shape of `NettyBench.expire`: p50, p99, max, in ms.
+pub(crate) fn late_percentiles(late_ns: &mut [u64]) -> [f64; 3] {
+    late_ns.sort_unstable();
+    let n = late_ns.len();
+    let ms = |ns: u64| ns as f64 / 1e6;
+    [
+        ms(late_ns[n / 2]),
+        ms(late_ns[(n as f64 * 0.99) as usize]),
+        ms(late_ns[n - 1]),
+    ]
+}
+
+/// Process CPU time (user + system, all threads), from `getrusage(RUSAGE_SELF)`.
+pub(crate) fn process_cpu_time() -> Duration {
+    // SAFETY: `rusage` is plain old data, for which all-zero is a valid value.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `ru` is a valid, writable `rusage`; RUSAGE_SELF is a valid `who`.
+    let rc = unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
+    assert_eq!(rc, 0, "getrusage failed");
+    let tv = |t: libc::timeval| {
+        Duration::from_secs(t.tv_sec as u64) + Duration::from_micros(t.tv_usec as u64)
+    };
+    tv(ru.ru_utime) + tv(ru.ru_stime)
+}
