@@ -1,3 +1,186 @@
-//! Work in progress; see benches/README.md.
+//! Criterion benches of the hot paths: `new_timeout`, `new_timeout` + `cancel`, the worker's
+//! tick expiring timeouts (manual clock), and two producer threads. See `benches/README.md`.
+//!
+//! ```text
+//! cargo bench --bench hot_paths
+//! cargo bench --bench hot_paths -- expire     # a filter, as usual with criterion
+//! ```
 
-fn main() {}
+use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
+use hashed_timer_wheel::{HashedWheelTimer, ManualDriver, Timeout};
+use std::hint::black_box;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::thread;
+use std::time::{Duration, Instant};
+
+fn noop(_: &Timeout) {}
+
+/// The `netty_workloads` configuration: 1 ms tick, 512 slots, started by a timeout an hour away.
+fn started_timer() -> HashedWheelTimer {
+    let timer = HashedWheelTimer::builder()
+        .tick_duration(Duration::from_millis(1))
+        .ticks_per_wheel(512)
+        .build()
+        .expect("valid configuration");
+    timer
+        .new_timeout(noop, Duration::from_secs(3600))
+        .expect("accepted");
+    timer
+}
+
+/// 30 s + (i & 1023) ms: never fires during a bench.
+#[inline]
+fn far_delay(i: u64) -> Duration {
+    Duration::from_millis(30_000 + (i & 1023))
+}
+
+/// `new_timeout` alone. Timeouts pile up (nothing fires), so each sample gets a fresh timer,
+/// stopped outside the measurement: memory stays bounded by one sample's count.
+fn new_timeout(c: &mut Criterion) {
+    let mut g = c.benchmark_group("new_timeout");
+    g.throughput(Throughput::Elements(1));
+    g.bench_function("1_thread", |b| {
+        b.iter_custom(|iters| {
+            let timer = started_timer();
+            let t0 = Instant::now();
+            for i in 0..iters {
+                black_box(timer.new_timeout(noop, far_delay(i)).expect("accepted"));
+            }
+            let elapsed = t0.elapsed();
+            drop(timer.stop());
+            elapsed
+        })
+    });
+    g.finish();
+}
+
+/// `new_timeout` then `cancel`: the request-timeout pattern. Cancelled timeouts are freed by the
+/// worker within a tick, so one long-lived timer serves every sample.
+fn new_timeout_cancel(c: &mut Criterion) {
+    let mut g = c.benchmark_group("new_timeout_cancel");
+    g.throughput(Throughput::Elements(1));
+    let timer = started_timer();
+    let mut i = 0u64;
+    g.bench_function("1_thread", |b| {
+        b.iter(|| {
+            i = i.wrapping_add(1);
+            let t = timer.new_timeout(noop, far_delay(i)).expect("accepted");
+            black_box(t.cancel())
+        })
+    });
+    g.finish();
+    drop(timer.stop());
+}
+
+/// A manual timer holding `k` timeouts, already moved into their buckets, all due by `span`.
+fn loaded_manual_timer(k: u64, span_ticks: u64) -> (HashedWheelTimer, ManualDriver) {
+    let (timer, driver) = HashedWheelTimer::builder()
+        .tick_duration(Duration::from_millis(1))
+        .ticks_per_wheel(512)
+        .build_manual()
+        .expect("valid configuration");
+    for i in 0..k {
+        // Deadlines from 1 ms on, spread evenly over `span_ticks` ticks.
+        let at = Duration::from_millis(1) + Duration::from_millis(1) * (i * span_ticks / k) as u32;
+        timer.new_timeout(noop, at).expect("accepted");
+    }
+    // End of tick 0: transfers everything into buckets (the cap is 100 000 per tick, more for
+    // the ticks covered), expires nothing.
+    driver.advance(Duration::from_millis(1));
+    debug_assert_eq!(timer.pending_timeouts() as u64, k);
+    (timer, driver)
+}
+
+/// The worker's tick on a manual clock: timeouts expired per second. Setup (scheduling, the
+/// transfer into buckets) is outside the measurement; the measured `advance` runs the ticks
+/// that expire every timeout and their (no-op) tasks.
+fn expire(c: &mut Criterion) {
+    let mut g = c.benchmark_group("expire");
+    g.sample_size(20);
+    // (timeouts, ticks they are spread over): one bucket; one wheel turn; four turns (so
+    // three quarters of the visits find entries rounds away).
+    for (k, span) in [(10_000u64, 1u64), (100_000, 512), (100_000, 2048)] {
+        g.throughput(Throughput::Elements(k));
+        g.bench_function(format!("{k}_over_{span}_ticks"), |b| {
+            b.iter_batched(
+                || loaded_manual_timer(k, span),
+                |(timer, driver)| {
+                    driver.advance(Duration::from_millis(span + 1));
+                    debug_assert_eq!(timer.pending_timeouts(), 0);
+                    (timer, driver) // dropped outside the measurement
+                },
+                BatchSize::PerIteration,
+            )
+        });
+    }
+    g.finish();
+}
+
+/// Runs `per_thread` operations on each of `threads` threads, all released at once; returns the
+/// wall time from release to the last one finishing.
+fn on_threads(threads: usize, per_thread: u64, op: impl Fn(u64) + Sync) -> Duration {
+    let ready = AtomicUsize::new(0);
+    let go = AtomicBool::new(false);
+    thread::scope(|s| {
+        for _ in 0..threads {
+            s.spawn(|| {
+                ready.fetch_add(1, Ordering::SeqCst);
+                while !go.load(Ordering::Acquire) {
+                    thread::yield_now();
+                }
+                for i in 0..per_thread {
+                    op(i);
+                }
+            });
+        }
+        while ready.load(Ordering::SeqCst) < threads {
+            thread::yield_now();
+        }
+        let t0 = Instant::now();
+        go.store(true, Ordering::Release);
+        t0 // the scope joins the threads before returning
+    })
+    .elapsed()
+}
+
+/// Two producer threads at once; time per operation, all threads together (as Netty's
+/// `multi_producer`): wall time / operations.
+fn multi_producer(c: &mut Criterion) {
+    const THREADS: usize = 2;
+    let mut g = c.benchmark_group("multi_producer");
+    g.throughput(Throughput::Elements(1));
+    let timer = started_timer();
+    g.bench_function("2_threads_new_timeout_cancel", |b| {
+        b.iter_custom(|iters| {
+            let per = iters.div_ceil(THREADS as u64);
+            let elapsed = on_threads(THREADS, per, |i| {
+                let t = timer.new_timeout(noop, far_delay(i)).expect("accepted");
+                black_box(t.cancel());
+            });
+            // Scale to `iters` operations (rounding up may have run a few more).
+            elapsed.mul_f64(iters as f64 / (per * THREADS as u64) as f64)
+        })
+    });
+    drop(timer.stop());
+    g.bench_function("2_threads_new_timeout", |b| {
+        b.iter_custom(|iters| {
+            let timer = started_timer();
+            let per = iters.div_ceil(THREADS as u64);
+            let elapsed = on_threads(THREADS, per, |i| {
+                black_box(timer.new_timeout(noop, far_delay(i)).expect("accepted"));
+            });
+            drop(timer.stop());
+            elapsed.mul_f64(iters as f64 / (per * THREADS as u64) as f64)
+        })
+    });
+    g.finish();
+}
+
+criterion_group!(
+    benches,
+    new_timeout,
+    new_timeout_cancel,
+    expire,
+    multi_producer
+);
+criterion_main!(benches);
