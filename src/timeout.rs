@@ -2,15 +2,19 @@
 //!
 //! # State table (`TimeoutState::state`)
 //!
-//! | from   | to        | who                          | what the winner owns                          |
-//! |--------|-----------|------------------------------|-----------------------------------------------|
-//! | `INIT` | `CANCELLED` | `cancel()` (any thread)    | pushing the state on the cancellation queue   |
-//! | `INIT` | `CANCELLED` | `stop()` (the stopping thread) | returning the timeout in `stop()`'s list  |
-//! | `INIT` | `CANCELLED` | `new_timeout` that saw a racing `stop()` | refusing with `Stopped`         |
-//! | `INIT` | `EXPIRED` | the worker, when the bucket comes round | decrementing pending, running the task |
+//! | from       | to          | who                                  | what the winner owns                    |
+//! |------------|-------------|--------------------------------------|-----------------------------------------|
+//! | `QUEUED`   | `IN_WHEEL`  | the worker, when it transfers it     | the entry's place in the wheel          |
+//! | `QUEUED`   | `CANCELLED` | `cancel()` (any thread)              | nothing more: the transfer will see it, drop the task and decrement pending |
+//! | `IN_WHEEL` | `CANCELLED` | `cancel()` (any thread)              | pushing the state on the cancellation queue (the worker then unlinks it and decrements pending) |
+//! | `QUEUED` or `IN_WHEEL` | `CANCELLED` | `stop()` (the stopping thread) | returning the timeout in `stop()`'s list |
+//! | `QUEUED`   | `CANCELLED` | a `new_timeout` that saw a racing `stop()` | refusing with `Stopped`           |
+//! | `IN_WHEEL` | `EXPIRED`   | the worker, when the bucket comes round | decrementing pending, running the task |
 //!
-//! `CANCELLED` and `EXPIRED` are terminal. Every move is a compare-and-swap out of `INIT`, so
-//! exactly one of the parties above wins.
+//! `CANCELLED` and `EXPIRED` are terminal. Every move is a compare-and-swap, so exactly one party
+//! decides each timeout's fate, and exactly one decrements `pending`. A cancel of a timeout still
+//! in the `timeouts` queue (the request-timeout pattern: schedule, then cancel on the response)
+//! costs that one compare-and-swap and nothing else.
 //!
 //! `slot` is the entry's key in the wheel's slab (`NO_SLOT` while the entry is in the
 //! `timeouts` queue or gone). Only the worker reads or writes it; it is an atomic only because
@@ -20,9 +24,10 @@ use crate::sync::{Arc, AtomicU32, AtomicU8, Ordering};
 use crate::timer::TimerHandle;
 use std::fmt;
 
-const INIT: u8 = 0;
-const CANCELLED: u8 = 1;
-const EXPIRED: u8 = 2;
+const QUEUED: u8 = 0;
+const IN_WHEEL: u8 = 1;
+const CANCELLED: u8 = 2;
+const EXPIRED: u8 = 3;
 
 pub(crate) const NO_SLOT: u32 = u32::MAX;
 
@@ -35,30 +40,56 @@ pub(crate) struct TimeoutState {
 impl TimeoutState {
     pub(crate) fn new() -> Self {
         TimeoutState {
-            state: AtomicU8::new(INIT),
+            state: AtomicU8::new(QUEUED),
             slot: AtomicU32::new(NO_SLOT),
         }
     }
 
     #[inline]
-    fn transition(&self, to: u8) -> bool {
+    fn transition(&self, from: u8, to: u8) -> bool {
         // AcqRel: the winner's later work (the task run, the push on the cancellation queue)
         // is ordered after the win; the loser's Acquire sees the winner's move.
         self.state
-            .compare_exchange(INIT, to, Ordering::AcqRel, Ordering::Acquire)
+            .compare_exchange(from, to, Ordering::AcqRel, Ordering::Acquire)
             .is_ok()
     }
 
-    /// INIT -> CANCELLED; true for the one caller that wins.
+    /// QUEUED or IN_WHEEL -> CANCELLED, for `cancel()`. `None` if the timeout had already
+    /// ended; else whether it was in the wheel (and so needs the worker to unlink it).
     #[inline]
-    pub(crate) fn try_cancel(&self) -> bool {
-        self.transition(CANCELLED)
+    pub(crate) fn cancel(&self) -> Option<bool> {
+        // Acquire: see `transition`.
+        let mut cur = self.state.load(Ordering::Acquire);
+        loop {
+            if cur != QUEUED && cur != IN_WHEEL {
+                return None;
+            }
+            match self
+                .state
+                .compare_exchange(cur, CANCELLED, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => return Some(cur == IN_WHEEL),
+                Err(actual) => cur = actual,
+            }
+        }
     }
 
-    /// INIT -> EXPIRED; the worker only.
+    /// `cancel()` without the report: true for the one caller that wins.
+    #[inline]
+    pub(crate) fn try_cancel(&self) -> bool {
+        self.cancel().is_some()
+    }
+
+    /// QUEUED -> IN_WHEEL; the worker only. False if it was cancelled while queued.
+    #[inline]
+    pub(crate) fn try_enter_wheel(&self) -> bool {
+        self.transition(QUEUED, IN_WHEEL)
+    }
+
+    /// IN_WHEEL -> EXPIRED; the worker only.
     #[inline]
     pub(crate) fn try_expire(&self) -> bool {
-        self.transition(EXPIRED)
+        self.transition(IN_WHEEL, EXPIRED)
     }
 
     #[inline]
@@ -87,7 +118,7 @@ impl TimeoutState {
 
     fn state_name(&self) -> &'static str {
         match self.state.load(Ordering::Relaxed) {
-            INIT => "pending",
+            QUEUED | IN_WHEEL => "pending",
             CANCELLED => "cancelled",
             _ => "expired",
         }
@@ -139,11 +170,15 @@ impl Timeout {
     /// ```
     #[inline]
     pub fn cancel(&self) -> bool {
-        if !self.state.try_cancel() {
-            return false;
+        match self.state.cancel() {
+            None => false,
+            // Still queued: the worker's transfer will drop it.
+            Some(false) => true,
+            Some(true) => {
+                self.timer.shared.cancelled(Arc::clone(&self.state));
+                true
+            }
         }
-        self.timer.shared.cancelled(Arc::clone(&self.state));
-        true
     }
 
     /// Whether the timeout was cancelled (by [`cancel`](Timeout::cancel) or by `stop()`).

@@ -114,6 +114,8 @@ impl Worker {
         self.wheel.next_fire_tick(self.tick)
     }
 
+    /// Unlinks the timeouts cancelled while in the wheel (a cancel of a queued timeout never
+    /// comes here: the transfer accounts for it).
     fn process_cancelled(&mut self, shared: &Shared) {
         // Bounded like the transfer, so that a flood of cancellations cannot hold the tick:
         // leftovers are processed on the next tick (the worker plans to wake for them).
@@ -136,8 +138,10 @@ impl Worker {
             let Some(p) = shared.timeouts.pop() else {
                 return;
             };
-            if p.state.is_cancelled() {
-                // Its cancellation (queued or processed) accounts for it; drop the task now.
+            if !p.state.try_enter_wheel() {
+                // Cancelled while queued: account for it here, and drop the task now.
+                // Relaxed: see `Shared::reserve`.
+                shared.pending.fetch_sub(1, Ordering::Relaxed);
                 continue;
             }
             let state = Arc::clone(&p.state);
@@ -162,8 +166,8 @@ impl Worker {
                 shared.pending.fetch_sub(1, Ordering::Relaxed);
                 run_task(shared, entry);
             }
-            // Else cancelled after this tick's cancellations were processed: its queued
-            // cancellation decrements pending; the task is dropped here.
+            // Else cancelled after this tick's cancellations were processed: its entry on the
+            // cancellation queue decrements pending (finding NO_SLOT); the task is dropped here.
         });
     }
 
