@@ -331,6 +331,12 @@ impl Shared {
         self.uncount();
         // Detach: the thread's result (its wheel) is dropped when it finishes.
         drop(join);
+        // Nobody will drain the queues: do it now, so that queued tasks holding a handle on
+        // this timer do not keep it alive in a cycle.
+        while let Some(p) = self.timeouts.pop() {
+            p.state.try_cancel();
+        }
+        while self.cancelled.pop().is_some() {}
     }
 
     fn uncount(&self) {
