@@ -1,0 +1,977 @@
+//! Edge cases of the contract (`netty-semantics.md`): invalid arguments, extreme delays,
+//! cancel and stop in every awkward place, panicking tasks, dropping the owner at odd moments,
+//! identity of `Timeout`s, and the `Timer` trait. Logical-time behaviour runs on the manual
+//! driver; what is about the real worker thread (its name, its exit, stop from inside it) runs in
+//! real time with generous timeouts.
+#![allow(clippy::mutable_key_type)] // `Timeout` hashes by identity, not by its mutable state
+
+use hashed_timer_wheel::{
+    BuildError, HashedWheelTimer, ManualDriver, Timeout, Timer, TimerError, TimerHandle, TimerTask,
+    MAX_TICKS_PER_WHEEL,
+};
+use std::cell::RefCell;
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+use std::sync::{mpsc, Arc, Barrier, Mutex, Once};
+use std::thread;
+use std::time::{Duration, Instant};
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+const NANO: Duration = Duration::from_nanos(1);
+const PATIENCE: Duration = Duration::from_secs(10);
+
+// ---------------------------------------------------------------------------------------------
+// Harness: a logger that keeps what the timer logs, and a panic hook that keeps the deliberate
+// panics of these tests out of the output. Every test calls `init()` first, so the logger is in
+// place before any timer of this binary exists (the "too many instances" error is logged once
+// per process).
+
+static RECORDS: Mutex<Vec<(log::Level, String)>> = Mutex::new(Vec::new());
+
+struct Capture;
+
+impl log::Log for Capture {
+    fn enabled(&self, _: &log::Metadata<'_>) -> bool {
+        true
+    }
+    fn log(&self, record: &log::Record<'_>) {
+        RECORDS
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((record.level(), record.args().to_string()));
+    }
+    fn flush(&self) {}
+}
+
+static CAPTURE: Capture = Capture;
+const DELIBERATE: &str = "deliberate panic in a timer task";
+
+fn init() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        log::set_logger(&CAPTURE).unwrap();
+        log::set_max_level(log::LevelFilter::Trace);
+        let default = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            if info.payload().downcast_ref::<&str>() != Some(&DELIBERATE) {
+                default(info);
+            }
+        }));
+    });
+}
+
+/// Whether a record at `level` containing `needle` has been logged (by any test of this binary).
+fn logged(level: log::Level, needle: &str) -> bool {
+    RECORDS
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter()
+        .any(|(l, m)| *l == level && m.contains(needle))
+}
+
+fn counting(counter: &Arc<AtomicUsize>) -> impl FnOnce(&Timeout) + Send + 'static {
+    let counter = Arc::clone(counter);
+    move |_: &Timeout| {
+        counter.fetch_add(1, SeqCst);
+    }
+}
+
+fn noop(_: &Timeout) {}
+
+fn manual(tick: Duration) -> (HashedWheelTimer, ManualDriver) {
+    HashedWheelTimer::builder()
+        .tick_duration(tick)
+        .build_manual()
+        .unwrap()
+}
+
+/// Sends on a channel when dropped: shows that a task (or a thread's locals) went away.
+struct OnDrop(mpsc::Sender<()>);
+
+impl Drop for OnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.send(());
+    }
+}
+
+thread_local! {
+    /// Dropped when the thread that set it exits.
+    static EXIT_GUARD: RefCell<Option<OnDrop>> = const { RefCell::new(None) };
+}
+
+/// Arranges for `tx` to receive a message when the current thread exits.
+fn notify_on_thread_exit(tx: mpsc::Sender<()>) {
+    EXIT_GUARD.with(|g| *g.borrow_mut() = Some(OnDrop(tx)));
+}
+
+/// Threads of this process with this name (Linux: `/proc/self/task/*/comm`, 15 bytes at most).
+#[cfg(target_os = "linux")]
+fn threads_named(name: &str) -> usize {
+    std::fs::read_dir("/proc/self/task")
+        .unwrap()
+        .filter_map(|e| std::fs::read_to_string(e.ok()?.path().join("comm")).ok())
+        .filter(|comm| comm.trim_end() == name)
+        .count()
+}
+
+// ---------------------------------------------------------------------------------------------
+// Invalid arguments
+
+#[test]
+#[should_panic(expected = "tick duration must be greater than zero")]
+fn new_panics_on_zero_tick() {
+    init();
+    let _ = HashedWheelTimer::new(Duration::ZERO, 512);
+}
+
+#[test]
+#[should_panic(expected = "ticks per wheel must be greater than zero")]
+fn new_panics_on_zero_ticks_per_wheel() {
+    init();
+    let _ = HashedWheelTimer::new(ms(100), 0);
+}
+
+#[test]
+#[should_panic(expected = "ticks per wheel may not be greater than 2^30")]
+fn new_panics_above_two_to_the_thirty_ticks_per_wheel() {
+    init();
+    let _ = HashedWheelTimer::new(ms(100), MAX_TICKS_PER_WHEEL + 1);
+}
+
+#[test]
+#[should_panic(expected = "overflows 64-bit nanoseconds")]
+fn new_panics_when_tick_times_wheel_overflows() {
+    init();
+    let _ = HashedWheelTimer::new(Duration::from_secs(u64::MAX / 2), 1024);
+}
+
+#[test]
+fn build_reports_every_invalid_argument_as_an_error() {
+    init();
+    let build = |tick: Duration, ticks: usize| {
+        HashedWheelTimer::builder()
+            .tick_duration(tick)
+            .ticks_per_wheel(ticks)
+            .build()
+            .map(|_| ())
+    };
+    assert_eq!(
+        build(Duration::ZERO, 512),
+        Err(BuildError::ZeroTickDuration)
+    );
+    assert_eq!(build(ms(100), 0), Err(BuildError::ZeroTicksPerWheel));
+    for requested in [MAX_TICKS_PER_WHEEL + 1, usize::MAX] {
+        assert_eq!(
+            build(ms(100), requested),
+            Err(BuildError::TooManyTicksPerWheel { requested })
+        );
+    }
+    let huge = Duration::from_secs(u64::MAX / 2);
+    assert_eq!(
+        build(huge, 1024),
+        Err(BuildError::TickOverflow {
+            tick_duration: huge,
+            wheel_len: 1024
+        })
+    );
+    // The check is on the rounded length, and exact at the boundary.
+    let widest = Duration::from_nanos(u64::MAX / 1024);
+    assert_eq!(build(widest, 1000), Ok(()));
+    assert_eq!(
+        build(widest + NANO, 1000),
+        Err(BuildError::TickOverflow {
+            tick_duration: widest + NANO,
+            wheel_len: 1024
+        })
+    );
+    // `build_manual` checks the same way.
+    let manual_err = HashedWheelTimer::builder()
+        .ticks_per_wheel(0)
+        .build_manual()
+        .unwrap_err();
+    assert_eq!(manual_err, BuildError::ZeroTicksPerWheel);
+
+    // Errors are `std::error::Error`s with lowercase messages and no full stop.
+    let errors: Vec<Box<dyn std::error::Error>> = vec![
+        Box::new(BuildError::ZeroTickDuration),
+        Box::new(BuildError::ZeroTicksPerWheel),
+        Box::new(build(ms(1), usize::MAX).unwrap_err()),
+        Box::new(build(huge, 1024).unwrap_err()),
+        Box::new(TimerError::Stopped),
+        Box::new(TimerError::TooManyPending { pending: 2, max: 2 }),
+        Box::new(TimerError::StopFromWorker),
+    ];
+    for e in errors {
+        let msg = e.to_string();
+        assert!(!msg.is_empty() && !msg.ends_with('.'), "{msg:?}");
+        assert!(!msg.starts_with(char::is_uppercase), "{msg:?}");
+    }
+}
+
+#[test]
+fn ticks_per_wheel_rounds_up_to_a_power_of_two() {
+    init();
+    for (requested, len) in [(1, 1), (2, 2), (3, 4), (5, 8), (512, 512), (513, 1024)] {
+        assert_eq!(HashedWheelTimer::new(ms(10), requested).wheel_len(), len);
+        let built = HashedWheelTimer::builder()
+            .ticks_per_wheel(requested)
+            .build()
+            .unwrap();
+        assert_eq!(built.wheel_len(), len, "builder, {requested}");
+    }
+    assert_eq!(HashedWheelTimer::default().wheel_len(), 512);
+    assert_eq!(HashedWheelTimer::default().tick_duration(), ms(100));
+}
+
+/// A tick below 1 ms becomes 1 ms, with a warning; timing then follows the 1 ms tick.
+#[test]
+fn tick_below_one_millisecond_is_clamped_with_a_warning() {
+    init();
+    assert_eq!(HashedWheelTimer::new(NANO, 8).tick_duration(), ms(1));
+    assert_eq!(
+        HashedWheelTimer::new(Duration::from_micros(999), 8).tick_duration(),
+        ms(1)
+    );
+    assert_eq!(HashedWheelTimer::new(ms(1), 8).tick_duration(), ms(1));
+    assert!(logged(log::Level::Warn, "smaller than 1 ms, using 1 ms"));
+
+    // With a 10 µs tick, a 1 ms timeout would fire at 1.01 ms; with 1 ms ticks its deadline is
+    // the end of tick 0, so it fires at the end of tick 1 (2 ms).
+    let (timer, driver) = manual(Duration::from_micros(10));
+    assert_eq!(timer.tick_duration(), ms(1));
+    let runs = Arc::new(AtomicUsize::new(0));
+    timer.new_timeout(counting(&runs), ms(1)).unwrap();
+    driver.advance_to(ms(2) - NANO);
+    assert_eq!(runs.load(SeqCst), 0);
+    driver.advance_to(ms(2));
+    assert_eq!(runs.load(SeqCst), 1);
+}
+
+/// Netty's INSTANCE_COUNT_LIMIT: more than 64 live timers log an error (once per process).
+#[test]
+fn too_many_live_timers_log_an_error() {
+    init();
+    let timers: Vec<HashedWheelTimer> =
+        (0..70).map(|_| HashedWheelTimer::new(ms(100), 1)).collect();
+    assert!(logged(log::Level::Error, "HashedWheelTimer"));
+    drop(timers);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Extreme delays
+
+/// `Duration::ZERO` fires at the end of the current tick, never in the caller's thread; one
+/// scheduled from inside a task fires on the next tick.
+#[test]
+fn zero_delay_fires_at_the_end_of_the_current_tick() {
+    init();
+    let (timer, driver) = manual(ms(10));
+    let runs = Arc::new(AtomicUsize::new(0));
+    timer.new_timeout(counting(&runs), Duration::ZERO).unwrap();
+    assert_eq!(runs.load(SeqCst), 0, "not run by new_timeout itself");
+    driver.advance_to(ms(10) - NANO);
+    assert_eq!(runs.load(SeqCst), 0);
+    driver.advance_to(ms(10));
+    assert_eq!(runs.load(SeqCst), 1);
+
+    driver.advance_to(ms(15)); // mid tick 1
+    timer.new_timeout(counting(&runs), Duration::ZERO).unwrap();
+    driver.advance_to(ms(20) - NANO);
+    assert_eq!(runs.load(SeqCst), 1);
+    driver.advance_to(ms(20));
+    assert_eq!(runs.load(SeqCst), 2);
+
+    let (tx, rx) = mpsc::channel();
+    let d = driver.clone();
+    timer
+        .new_timeout(
+            move |t: &Timeout| {
+                tx.send(("outer", d.current_tick())).unwrap();
+                let d = d.clone();
+                t.timer()
+                    .new_timeout(
+                        move |_: &Timeout| tx.send(("inner", d.current_tick())).unwrap(),
+                        Duration::ZERO,
+                    )
+                    .unwrap();
+            },
+            Duration::ZERO,
+        )
+        .unwrap();
+    driver.advance(ms(10));
+    driver.advance(ms(10));
+    assert_eq!(
+        rx.try_iter().collect::<Vec<_>>(),
+        [("outer", 2), ("inner", 3)]
+    );
+
+    // And on the real worker.
+    let timer = HashedWheelTimer::new(ms(1), 8);
+    let (tx, rx) = mpsc::channel();
+    timer
+        .new_timeout(move |_: &Timeout| tx.send(()).unwrap(), Duration::ZERO)
+        .unwrap();
+    rx.recv_timeout(PATIENCE).unwrap();
+}
+
+/// `Duration::MAX` never fires, stays pending, does not disturb its neighbours, and can be
+/// cancelled or returned by `stop()`.
+#[test]
+fn duration_max_is_pending_forever_without_blocking_others() {
+    init();
+    let (timer, driver) = manual(ms(10));
+    let fired = Arc::new(Mutex::new(Vec::new()));
+    let f = Arc::clone(&fired);
+    let forever = timer
+        .new_timeout(
+            move |_: &Timeout| f.lock().unwrap().push("MAX"),
+            Duration::MAX,
+        )
+        .unwrap();
+    let f = Arc::clone(&fired);
+    timer
+        .new_timeout(move |_: &Timeout| f.lock().unwrap().push("30 ms"), ms(30))
+        .unwrap();
+    let cancelled = timer.new_timeout(noop, Duration::MAX).unwrap();
+    assert!(cancelled.cancel());
+    driver.advance(ms(40));
+    assert_eq!(*fired.lock().unwrap(), ["30 ms"]);
+    driver.advance(Duration::from_secs(100 * 365 * 24 * 3600));
+    assert_eq!(*fired.lock().unwrap(), ["30 ms"]);
+    assert_eq!(timer.pending_timeouts(), 1);
+    assert_eq!(timer.stop().unwrap(), [forever]);
+}
+
+// ---------------------------------------------------------------------------------------------
+// cancel()
+
+#[test]
+fn cancel_twice_wins_once() {
+    init();
+    let (timer, driver) = manual(ms(10));
+    let runs = Arc::new(AtomicUsize::new(0));
+    let t = timer.new_timeout(counting(&runs), ms(20)).unwrap();
+    assert!(t.cancel());
+    assert!(!t.cancel());
+    assert!(!t.clone().cancel(), "a clone is the same timeout");
+    assert!(t.is_cancelled() && !t.is_expired());
+    driver.advance(ms(100));
+    assert_eq!(runs.load(SeqCst), 0);
+    assert_eq!(timer.pending_timeouts(), 0, "counted down once, not twice");
+    assert!(!t.cancel());
+}
+
+#[test]
+fn cancel_after_expiry_returns_false() {
+    init();
+    let (timer, driver) = manual(ms(10));
+    let runs = Arc::new(AtomicUsize::new(0));
+    let t = timer.new_timeout(counting(&runs), ms(5)).unwrap();
+    driver.advance(ms(10));
+    assert_eq!(runs.load(SeqCst), 1);
+    assert!(t.is_expired());
+    assert!(!t.cancel());
+    assert!(t.is_expired() && !t.is_cancelled(), "expiry is terminal");
+    assert_eq!(timer.pending_timeouts(), 0);
+
+    // Inside its own task, the timeout is already expired.
+    let (tx, rx) = mpsc::channel();
+    timer
+        .new_timeout(
+            move |t: &Timeout| tx.send((t.is_expired(), t.cancel())).unwrap(),
+            Duration::ZERO,
+        )
+        .unwrap();
+    driver.advance(ms(10));
+    assert_eq!(rx.try_recv(), Ok((true, false)));
+}
+
+#[test]
+fn cancel_from_other_threads() {
+    init();
+    let (timer, driver) = manual(ms(10));
+    let runs = Arc::new(AtomicUsize::new(0));
+    let t = timer.new_timeout(counting(&runs), ms(20)).unwrap();
+    let t2 = t.clone();
+    assert!(thread::spawn(move || t2.cancel()).join().unwrap());
+    assert!(t.is_cancelled());
+    driver.advance(ms(100));
+    assert_eq!(runs.load(SeqCst), 0);
+    assert_eq!(timer.pending_timeouts(), 0);
+
+    // Several threads racing to cancel the same timeout: exactly one wins, every time.
+    for _ in 0..50 {
+        let t = timer.new_timeout(counting(&runs), ms(20)).unwrap();
+        let barrier = Arc::new(Barrier::new(4));
+        let winners: usize = (0..4)
+            .map(|_| {
+                let (t, barrier) = (t.clone(), Arc::clone(&barrier));
+                thread::spawn(move || {
+                    barrier.wait();
+                    t.cancel()
+                })
+            })
+            .collect::<Vec<_>>()
+            .into_iter()
+            .map(|h| usize::from(h.join().unwrap()))
+            .sum();
+        assert_eq!(winners, 1);
+    }
+    driver.advance(ms(100));
+    assert_eq!(runs.load(SeqCst), 0);
+    assert_eq!(timer.pending_timeouts(), 0);
+}
+
+// ---------------------------------------------------------------------------------------------
+// stop() and start()
+
+#[test]
+fn stop_twice_returns_the_pending_then_nothing() {
+    init();
+    let timer = HashedWheelTimer::new(ms(10), 64);
+    let t = timer.new_timeout(noop, Duration::from_secs(60)).unwrap();
+    assert_eq!(timer.stop().unwrap(), [t.clone()]);
+    assert!(t.is_cancelled());
+    assert_eq!(timer.stop(), Ok(vec![]));
+    assert!(timer.is_stopped());
+    assert_eq!(timer.pending_timeouts(), 0);
+}
+
+#[test]
+fn stop_before_start_stops_for_good() {
+    init();
+    let timer = HashedWheelTimer::builder()
+        .thread_name("htw-never")
+        .build()
+        .unwrap();
+    assert_eq!(timer.stop(), Ok(vec![]));
+    assert!(timer.is_stopped());
+    assert_eq!(timer.start(), Err(TimerError::Stopped));
+    assert_eq!(
+        timer.new_timeout(noop, ms(1)).unwrap_err(),
+        TimerError::Stopped
+    );
+    assert_eq!(timer.stop(), Ok(vec![]));
+    assert_eq!(timer.stats().wakeups, 0);
+    #[cfg(target_os = "linux")]
+    assert_eq!(threads_named("htw-never"), 0, "no worker was ever started");
+}
+
+#[test]
+fn new_timeout_and_start_after_stop_are_refused() {
+    init();
+    let timer = HashedWheelTimer::new(ms(10), 64);
+    timer.start().unwrap();
+    timer.start().unwrap();
+    let runs = Arc::new(AtomicUsize::new(0));
+    timer.new_timeout(counting(&runs), ms(10)).unwrap();
+    let _ = timer.stop().unwrap();
+    assert_eq!(timer.start(), Err(TimerError::Stopped));
+    assert_eq!(
+        timer.new_timeout(counting(&runs), ms(1)).unwrap_err(),
+        TimerError::Stopped
+    );
+    assert_eq!(
+        timer
+            .handle()
+            .new_timeout(counting(&runs), Duration::ZERO)
+            .unwrap_err(),
+        TimerError::Stopped
+    );
+    thread::sleep(ms(50));
+    assert_eq!(runs.load(SeqCst), 0);
+}
+
+/// `stop()` from a task on the worker thread would wait for itself: it is an error, and the
+/// timer keeps running. Same on the manual driver, whose caller is the worker while it advances.
+#[test]
+fn stop_from_inside_a_task_is_an_error_and_the_timer_keeps_running() {
+    init();
+    let timer = HashedWheelTimer::new(ms(1), 64);
+    let (tx, rx) = mpsc::channel();
+    let tx2 = tx.clone();
+    timer
+        .new_timeout(
+            move |t: &Timeout| {
+                tx.send(("stop", t.timer().stop().map(|v| v.len())))
+                    .unwrap();
+                let as_trait: &dyn Timer = t.timer();
+                tx.send(("dyn stop", as_trait.stop().map(|v| v.len())))
+                    .unwrap();
+            },
+            ms(2),
+        )
+        .unwrap();
+    assert_eq!(
+        rx.recv_timeout(PATIENCE).unwrap(),
+        ("stop", Err(TimerError::StopFromWorker))
+    );
+    assert_eq!(
+        rx.recv_timeout(PATIENCE).unwrap(),
+        ("dyn stop", Err(TimerError::StopFromWorker))
+    );
+    assert!(!timer.is_stopped());
+    timer
+        .new_timeout(
+            move |_: &Timeout| tx2.send(("after", Ok(0))).unwrap(),
+            ms(2),
+        )
+        .unwrap();
+    assert_eq!(rx.recv_timeout(PATIENCE).unwrap(), ("after", Ok(0)));
+    assert!(timer.stop().unwrap().is_empty());
+
+    let (timer, driver) = manual(ms(10));
+    let (tx, rx) = mpsc::channel();
+    timer
+        .new_timeout(move |t: &Timeout| tx.send(t.timer().stop()).unwrap(), ms(5))
+        .unwrap();
+    driver.advance(ms(10));
+    assert_eq!(rx.try_recv(), Ok(Err(TimerError::StopFromWorker)));
+    assert!(!timer.is_stopped());
+    let runs = Arc::new(AtomicUsize::new(0));
+    timer.new_timeout(counting(&runs), ms(5)).unwrap();
+    driver.advance(ms(10));
+    assert_eq!(runs.load(SeqCst), 1);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Panicking tasks
+
+#[test]
+fn panicking_task_is_logged_and_later_tasks_still_run() {
+    init();
+    let timer = HashedWheelTimer::new(ms(1), 8);
+    let (tx, rx) = mpsc::channel();
+    let panicker = timer
+        .new_timeout(|_: &Timeout| std::panic::panic_any(DELIBERATE), ms(3))
+        .unwrap();
+    for (name, delay) in [("same tick", 3), ("later", 10), ("much later", 40)] {
+        let tx = tx.clone();
+        timer
+            .new_timeout(move |_: &Timeout| tx.send(name).unwrap(), ms(delay))
+            .unwrap();
+    }
+    let got: Vec<_> = (0..3).map(|_| rx.recv_timeout(PATIENCE).unwrap()).collect();
+    assert_eq!(got, ["same tick", "later", "much later"]);
+    assert!(panicker.is_expired());
+    assert!(logged(log::Level::Warn, "panicked"));
+
+    // Several panics in one tick of the manual driver: the advance goes on.
+    let (timer, driver) = manual(ms(10));
+    let runs = Arc::new(AtomicUsize::new(0));
+    for _ in 0..3 {
+        timer
+            .new_timeout(|_: &Timeout| std::panic::panic_any(DELIBERATE), ms(5))
+            .unwrap();
+        timer.new_timeout(counting(&runs), ms(5)).unwrap();
+    }
+    timer.new_timeout(counting(&runs), ms(25)).unwrap();
+    driver.advance(ms(30));
+    assert_eq!(runs.load(SeqCst), 4);
+    assert_eq!(timer.pending_timeouts(), 0);
+}
+
+/// An executor that panics (Netty: rejects) is logged; the timeout stays expired and the timer
+/// goes on handing it the next tasks.
+#[test]
+fn panicking_executor_is_logged_and_the_timer_goes_on() {
+    init();
+    let handed = Arc::new(AtomicUsize::new(0));
+    let h = Arc::clone(&handed);
+    let (timer, driver) = HashedWheelTimer::builder()
+        .tick_duration(ms(10))
+        .executor(move |job: Box<dyn FnOnce() + Send>| {
+            if h.fetch_add(1, SeqCst) == 0 {
+                std::panic::panic_any(DELIBERATE);
+            }
+            job();
+        })
+        .build_manual()
+        .unwrap();
+    let runs = Arc::new(AtomicUsize::new(0));
+    let refused = timer.new_timeout(counting(&runs), ms(5)).unwrap();
+    let accepted = timer.new_timeout(counting(&runs), ms(5)).unwrap();
+    driver.advance(ms(10));
+    assert_eq!(handed.load(SeqCst), 2);
+    assert_eq!(runs.load(SeqCst), 1);
+    assert!(refused.is_expired() && !refused.is_cancelled());
+    assert!(accepted.is_expired());
+    assert!(logged(log::Level::Warn, "executor"));
+    assert_eq!(timer.pending_timeouts(), 0);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Dropping the owner, handles, the worker thread
+
+/// The last owner dropped inside one of its own tasks, on the worker thread: no deadlock, the
+/// timer is stopped, pending tasks are dropped without running, and the worker thread exits.
+#[test]
+fn dropping_the_owner_inside_a_task_does_not_deadlock() {
+    init();
+    let owner = Arc::new(Mutex::new(Some(HashedWheelTimer::new(ms(1), 8))));
+    let handle = owner.lock().unwrap().as_ref().unwrap().handle();
+    let (never_dropped_tx, never_dropped) = mpsc::channel();
+    let guard = OnDrop(never_dropped_tx);
+    let never_ran = Arc::new(AtomicUsize::new(0));
+    let n = Arc::clone(&never_ran);
+    handle
+        .new_timeout(
+            move |_: &Timeout| {
+                let _guard = guard;
+                n.fetch_add(1, SeqCst);
+            },
+            Duration::from_secs(3600),
+        )
+        .unwrap();
+
+    let (tx, rx) = mpsc::channel();
+    let (exit_tx, worker_exited) = mpsc::channel();
+    let o = Arc::clone(&owner);
+    handle
+        .new_timeout(
+            move |t: &Timeout| {
+                notify_on_thread_exit(exit_tx);
+                let timer = o.lock().unwrap().take().expect("the owner");
+                drop(timer);
+                tx.send(t.timer().is_stopped()).unwrap();
+            },
+            ms(2),
+        )
+        .unwrap();
+
+    assert_eq!(
+        rx.recv_timeout(PATIENCE),
+        Ok(true),
+        "deadlock or still running"
+    );
+    worker_exited
+        .recv_timeout(PATIENCE)
+        .expect("the worker thread exits");
+    never_dropped
+        .recv_timeout(PATIENCE)
+        .expect("the pending task is dropped");
+    assert_eq!(never_ran.load(SeqCst), 0);
+    assert!(handle.is_stopped());
+    assert_eq!(
+        handle.new_timeout(noop, ms(1)).unwrap_err(),
+        TimerError::Stopped
+    );
+    assert_eq!(handle.pending_timeouts(), 0);
+}
+
+/// The same on the manual driver: the owner dropped in a task while the driver advances, one
+/// tick per advance. Nothing runs on later ticks.
+#[test]
+fn dropping_the_owner_inside_a_manual_task_does_not_deadlock() {
+    init();
+    let (timer, driver) = manual(ms(10));
+    let handle = timer.handle();
+    let owner = Arc::new(Mutex::new(Some(timer)));
+    let o = Arc::clone(&owner);
+    handle
+        .new_timeout(move |_: &Timeout| drop(o.lock().unwrap().take()), ms(5))
+        .unwrap();
+    let runs = Arc::new(AtomicUsize::new(0));
+    handle.new_timeout(counting(&runs), ms(25)).unwrap();
+    driver.advance(ms(10));
+    assert!(owner.lock().unwrap().is_none());
+    assert!(handle.is_stopped());
+    driver.advance(ms(100));
+    assert_eq!(runs.load(SeqCst), 0, "nothing runs after the owner is gone");
+    assert_eq!(
+        handle.new_timeout(noop, ms(1)).unwrap_err(),
+        TimerError::Stopped
+    );
+}
+
+/// Netty's worker checks its state after every tick, so once stopped during tick `k` it never
+/// processes tick `k + 1`. Here the owner is dropped on tick 0 of an advance covering ticks 0
+/// to 2 (as a late real worker also catches up several ticks in one go): the timeout due on
+/// tick 2 must not run.
+#[test]
+#[ignore = "BUG: Worker::advance keeps processing the later ticks of an advance after shutdown \
+            (src/worker.rs, the tick loop in `advance` never checks `shared.is_shutdown()`)"]
+fn dropping_the_owner_inside_a_task_ends_the_advance_after_that_tick() {
+    init();
+    let (timer, driver) = manual(ms(10));
+    let handle = timer.handle();
+    let owner = Arc::new(Mutex::new(Some(timer)));
+    let o = Arc::clone(&owner);
+    handle
+        .new_timeout(move |_: &Timeout| drop(o.lock().unwrap().take()), ms(5))
+        .unwrap();
+    let runs = Arc::new(AtomicUsize::new(0));
+    handle.new_timeout(counting(&runs), ms(25)).unwrap();
+    driver.advance(ms(30)); // ticks 0 to 2
+    assert!(handle.is_stopped());
+    assert_eq!(
+        runs.load(SeqCst),
+        0,
+        "tick 2 ran after the owner was dropped on tick 0"
+    );
+}
+
+/// Handles do not keep a timer alive: once the owner is dropped they are refused.
+#[test]
+fn handles_after_the_owner_is_dropped_are_stopped() {
+    init();
+    let timer = HashedWheelTimer::new(ms(10), 64);
+    let handle = timer.handle();
+    let timeout = timer.new_timeout(noop, Duration::from_secs(60)).unwrap();
+    let from_timeout = timeout.timer().clone();
+    assert!(!handle.is_stopped());
+    drop(timer);
+    for h in [&handle, &from_timeout] {
+        assert!(h.is_stopped());
+        assert_eq!(h.new_timeout(noop, ms(1)).unwrap_err(), TimerError::Stopped);
+        assert_eq!(h.pending_timeouts(), 0);
+        assert_eq!(h.stop(), Ok(vec![]));
+    }
+    assert!(timeout.is_cancelled(), "dropping the owner cancelled it");
+}
+
+/// The worker thread carries the configured name, idles without waking every tick, and is gone
+/// once the owner is dropped, even while idle. The "before" checks make the "after" ones mean
+/// something: the thread demonstrably existed and was idle when the timer was dropped.
+#[test]
+fn worker_thread_is_named_and_gone_after_drop() {
+    init();
+    const NAME: &str = "htw-idle-drop";
+    let timer = HashedWheelTimer::builder()
+        .tick_duration(ms(1))
+        .thread_name(NAME)
+        .build()
+        .unwrap();
+    let (tx, rx) = mpsc::channel();
+    let (exit_tx, exited) = mpsc::channel();
+    timer
+        .new_timeout(
+            move |_: &Timeout| {
+                notify_on_thread_exit(exit_tx);
+                tx.send(thread::current().name().map(str::to_owned))
+                    .unwrap();
+            },
+            ms(1),
+        )
+        .unwrap();
+    assert_eq!(rx.recv_timeout(PATIENCE).unwrap().as_deref(), Some(NAME));
+
+    // Idle: nothing pending. The worker is alive and (almost) never wakes: a Netty-style worker
+    // would wake about 200 times in 200 ms at a 1 ms tick.
+    assert_eq!(timer.pending_timeouts(), 0);
+    thread::sleep(ms(20));
+    let before = timer.stats().wakeups;
+    thread::sleep(ms(200));
+    let idle_wakeups = timer.stats().wakeups - before;
+    assert!(idle_wakeups <= 5, "{idle_wakeups} wake-ups while idle");
+    assert!(
+        exited.try_recv().is_err(),
+        "the worker must still exist before the drop"
+    );
+    #[cfg(target_os = "linux")]
+    assert_eq!(threads_named(NAME), 1);
+
+    drop(timer);
+    // Dropping joins the worker: its thread-locals are already destroyed.
+    assert!(exited.try_recv().is_ok(), "the worker outlived its timer");
+    #[cfg(target_os = "linux")]
+    {
+        let deadline = Instant::now() + PATIENCE;
+        while threads_named(NAME) != 0 {
+            assert!(Instant::now() < deadline, "a thread named {NAME} is left");
+            thread::sleep(ms(1));
+        }
+    }
+}
+
+/// Many threads racing to be first to `new_timeout` start exactly one worker.
+#[cfg(target_os = "linux")]
+#[test]
+fn lazy_start_races_start_one_worker() {
+    init();
+    const NAME: &str = "htw-lazy-race";
+    let timer = Arc::new(
+        HashedWheelTimer::builder()
+            .tick_duration(ms(1))
+            .thread_name(NAME)
+            .build()
+            .unwrap(),
+    );
+    assert_eq!(threads_named(NAME), 0, "construction starts no thread");
+    let barrier = Arc::new(Barrier::new(8));
+    let runs = Arc::new(AtomicUsize::new(0));
+    let handles: Vec<_> = (0..8)
+        .map(|_| {
+            let (timer, barrier, runs) = (timer.clone(), barrier.clone(), runs.clone());
+            thread::spawn(move || {
+                barrier.wait();
+                timer.new_timeout(counting(&runs), ms(1)).unwrap();
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().unwrap();
+    }
+    assert_eq!(threads_named(NAME), 1);
+    let deadline = Instant::now() + PATIENCE;
+    while runs.load(SeqCst) < 8 {
+        assert!(Instant::now() < deadline, "only {} ran", runs.load(SeqCst));
+        thread::sleep(ms(1));
+    }
+    assert_eq!(threads_named(NAME), 1);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Identity and Debug
+
+#[test]
+fn timeouts_compare_by_identity_and_debug_shows_state() {
+    init();
+    let (timer, driver) = manual(ms(10));
+    let a = timer.new_timeout(noop, ms(5)).unwrap();
+    let b = timer.new_timeout(noop, ms(5)).unwrap();
+    let c = timer.new_timeout(noop, ms(50)).unwrap();
+    assert_eq!(a, a.clone());
+    assert_ne!(a, b);
+    let set: HashSet<Timeout> = [a.clone(), a.clone(), b.clone(), c.clone()]
+        .into_iter()
+        .collect();
+    assert_eq!(set.len(), 3);
+    assert!(set.contains(&a.clone()));
+
+    // The task (a closure) is not `Debug`; the timeout is, showing its state.
+    assert!(format!("{a:?}").contains("pending"), "{a:?}");
+    assert!(c.cancel());
+    assert!(format!("{c:?}").contains("cancelled"), "{c:?}");
+
+    // Debug never blocks, even from inside a task while the driver holds the worker.
+    let (tx, rx) = mpsc::channel();
+    let (h, d) = (timer.handle(), driver.clone());
+    timer
+        .new_timeout(
+            move |t: &Timeout| tx.send(format!("{t:?} {h:?} {d:?}")).unwrap(),
+            ms(5),
+        )
+        .unwrap();
+    driver.advance(ms(10));
+    let inside = rx.try_recv().unwrap();
+    assert!(inside.contains("expired"), "{inside}");
+    assert!(format!("{a:?}").contains("expired"));
+    for debug in [
+        format!("{timer:?}"),
+        format!("{:?}", timer.handle()),
+        format!("{driver:?}"),
+        format!("{:?}", HashedWheelTimer::builder()),
+        format!("{:?}", timer.stats()),
+    ] {
+        assert!(!debug.is_empty());
+    }
+    assert!(format!("{timer:?}").contains("HashedWheelTimer"));
+}
+
+// ---------------------------------------------------------------------------------------------
+// The `Timer` trait
+
+/// Code written against Netty's `Timer` interface: arms a timeout per request, cancels it on
+/// the response.
+struct Requests<'a> {
+    timer: &'a dyn Timer,
+    timed_out: Arc<Mutex<Vec<u32>>>,
+    armed: Vec<(u32, Timeout)>,
+}
+
+impl<'a> Requests<'a> {
+    fn new(timer: &'a dyn Timer) -> Self {
+        Requests {
+            timer,
+            timed_out: Arc::default(),
+            armed: Vec::new(),
+        }
+    }
+    fn send(&mut self, id: u32, timeout: Duration) {
+        let timed_out = Arc::clone(&self.timed_out);
+        let task: Box<dyn TimerTask> =
+            Box::new(move |_: &Timeout| timed_out.lock().unwrap().push(id));
+        let t = self.timer.new_timeout(task, timeout).unwrap();
+        self.armed.push((id, t));
+    }
+    fn respond(&mut self, id: u32) -> bool {
+        let i = self.armed.iter().position(|(i, _)| *i == id).unwrap();
+        self.armed.remove(i).1.cancel()
+    }
+}
+
+#[test]
+fn timer_trait_through_dyn_timer() {
+    init();
+    let (timer, driver) = manual(ms(10));
+    let handle: TimerHandle = timer.handle();
+    let as_boxed: Box<dyn Timer> = Box::new(timer.handle());
+    for (name, t) in [
+        ("owner", &timer as &dyn Timer),
+        ("handle", &handle as &dyn Timer),
+        ("boxed", &*as_boxed),
+    ] {
+        let mut requests = Requests::new(t);
+        requests.send(1, ms(30));
+        requests.send(2, ms(30));
+        assert_eq!(t.pending_timeouts(), 2, "{name}");
+        assert!(requests.respond(2));
+        driver.advance(ms(40));
+        assert_eq!(*requests.timed_out.lock().unwrap(), [1], "{name}");
+        assert!(!requests.respond(1), "{name}: already timed out");
+        assert_eq!(t.pending_timeouts(), 0, "{name}");
+    }
+    assert_eq!((&handle as &dyn Timer).stop(), Ok(vec![]));
+    assert!(timer.is_stopped());
+}
+
+/// A fake `Timer` for tests of code that takes `&dyn Timer`: records each delay asked for and
+/// delegates to a manually driven timer.
+struct RecordingTimer {
+    inner: HashedWheelTimer,
+    delays: Mutex<Vec<Duration>>,
+}
+
+impl Timer for RecordingTimer {
+    fn new_timeout(
+        &self,
+        task: Box<dyn TimerTask>,
+        delay: Duration,
+    ) -> Result<Timeout, TimerError> {
+        self.delays.lock().unwrap().push(delay);
+        Timer::new_timeout(&self.inner, task, delay)
+    }
+    fn stop(&self) -> Result<Vec<Timeout>, TimerError> {
+        Timer::stop(&self.inner)
+    }
+    fn pending_timeouts(&self) -> usize {
+        self.inner.pending_timeouts()
+    }
+}
+
+#[test]
+fn fake_timer_implementation_delegating_to_a_manual_timer() {
+    init();
+    let (inner, driver) = manual(ms(10));
+    let fake = RecordingTimer {
+        inner,
+        delays: Mutex::new(Vec::new()),
+    };
+    let mut requests = Requests::new(&fake);
+    requests.send(7, ms(250));
+    requests.send(8, ms(100));
+    requests.send(9, ms(100));
+    assert!(requests.respond(9));
+    assert_eq!(*fake.delays.lock().unwrap(), [ms(250), ms(100), ms(100)]);
+
+    driver.advance(ms(110));
+    assert_eq!(*requests.timed_out.lock().unwrap(), [8]);
+    driver.advance(ms(150));
+    assert_eq!(*requests.timed_out.lock().unwrap(), [8, 7]);
+    assert_eq!(fake.pending_timeouts(), 0);
+    assert_eq!(Timer::stop(&fake), Ok(vec![]));
+}
