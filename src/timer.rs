@@ -77,8 +77,9 @@ pub(crate) struct Shared {
     control: Mutex<Control>,
     /// The worker while no thread runs it: before start, in manual mode, after stop.
     pub(crate) idle_worker: Mutex<Option<Worker>>,
-    /// Set once `stop()` has drained the queues; a producer that lost the race to `stop()` may
-    /// then drop what it pushed.
+    /// Set once nobody will drain any more: `stop()` has drained, or the owner was dropped on
+    /// the worker thread. A producer that lost the race to the shutdown may then drop what it
+    /// pushed, and a `ManualDriver` may drop the worker.
     drained: AtomicBool,
     counted: crate::sync::process::AtomicBool,
 }
@@ -328,6 +329,8 @@ impl Shared {
             self.state.store(SHUTDOWN, Ordering::SeqCst);
             control.join.take()
         };
+        // Release: pairs with the Acquires in `new_timeout_raced_stop` and `advance_to_nanos`.
+        self.drained.store(true, Ordering::Release);
         self.uncount();
         // Detach: the thread's result (its wheel) is dropped when it finishes.
         drop(join);
@@ -1076,8 +1079,12 @@ impl ManualDriver {
             return; // stopped
         };
         if self.shared.is_shutdown() {
-            // The owner was dropped inside a task: nobody else will drain.
-            drop(slot.take());
+            // A `stop()` under way takes the worker next and returns what its wheel holds: leave
+            // it. Only when nobody will (the owner was dropped inside a task) drop it here.
+            // Acquire: pairs with the Release in `shutdown_from_worker`.
+            if self.shared.drained.load(Ordering::Acquire) {
+                drop(slot.take());
+            }
             return;
         }
         if self.shared.state.load(Ordering::Acquire) != STARTED {

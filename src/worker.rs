@@ -95,6 +95,13 @@ impl Worker {
             self.transfer(shared, tick, cap);
             cap = TRANSFER_CAP;
             self.expire(shared, tick, now);
+            if shared.is_shutdown() {
+                // Like Netty's loop, which checks its state after every tick: a stop (or the
+                // owner dropped by a task) ends the run after the current tick.
+                self.tick = tick + 1;
+                shared.tick.store(self.tick, Ordering::Relaxed);
+                return true;
+            }
             match self.wheel.next_fire_tick(tick + 1) {
                 Some(next) if next <= last => tick = next,
                 _ => break,
