@@ -74,6 +74,9 @@ pub mod loom_hooks {
 
 pub(crate) use std::sync::atomic::Ordering;
 
+/// Keeps a hot atomic on a cache line of its own (not a primitive: the same under loom).
+pub(crate) use crossbeam_utils::CachePadded;
+
 /// Process-wide counters (the live-timer count): plain std atomics even under loom, because
 /// they are statics outside every modelled protocol.
 pub(crate) mod process {

@@ -17,7 +17,8 @@
 
 use crate::clock::{duration_to_nanos, Clock};
 use crate::sync::{
-    fence, lock, thread, Arc, AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Mutex, Ordering, Queue,
+    fence, lock, thread, Arc, AtomicBool, AtomicU64, AtomicU8, AtomicUsize, CachePadded, Mutex,
+    Ordering, Queue,
 };
 use crate::timeout::TimeoutState;
 use crate::wheel::normalize_ticks_per_wheel;
@@ -56,8 +57,10 @@ pub(crate) struct Pending {
 
 /// What the owner, the handles, the timeouts and the worker share.
 pub(crate) struct Shared {
-    /// Accepted timeouts not yet expired and whose cancellation is not processed yet.
-    pub(crate) pending: AtomicUsize,
+    /// Accepted timeouts not yet expired and whose cancellation is not processed yet. Written
+    /// by every producer and the worker: on a cache line of its own, away from the read-mostly
+    /// fields below and from the `Arc`'s reference counts.
+    pub(crate) pending: CachePadded<AtomicUsize>,
     pub(crate) timeouts: Queue<Pending>,
     pub(crate) cancelled: Queue<Arc<TimeoutState>>,
     state: AtomicU8,
@@ -995,7 +998,7 @@ impl Builder {
         }
 
         Ok(Arc::new(Shared {
-            pending: AtomicUsize::new(0),
+            pending: CachePadded::new(AtomicUsize::new(0)),
             timeouts: Queue::new(),
             cancelled: Queue::new(),
             state: AtomicU8::new(INIT),
