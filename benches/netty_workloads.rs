@@ -13,12 +13,12 @@
 mod common;
 
 use common::{
-    far_delay, late_percentiles, median, millis, nanos_per, process_cpu_time, result,
-    selected_workload, Counting, CountingAlloc,
+    expire_due_ns, far_delay, median, millis, nanos_per, process_cpu_time, report_expire, result,
+    selected_workload, Counting, CountingAlloc, Lateness,
 };
 use hashed_timer_wheel::{HashedWheelTimer, Timeout};
 use std::hint::black_box;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
@@ -121,59 +121,23 @@ fn multi_producer(p: &Params, threads: usize) -> f64 {
     nanos_per(elapsed, per * threads)
 }
 
-struct ExpireRun {
-    base: Instant,
-    late_ns: Vec<AtomicU64>,
-    done: AtomicUsize,
-    n: usize,
-    main: thread::Thread,
-}
-
 /// N timeouts due evenly over [100, 200) ms; every task records how late it ran.
 /// [lag ms (last deadline to last run), p50, p99, max lateness ms].
 fn expire(p: &Params) -> [f64; 4] {
     let n = p.n;
     let timer = timer();
-    let run = Arc::new(ExpireRun {
-        base: Instant::now(),
-        late_ns: (0..n).map(|_| AtomicU64::new(0)).collect(),
-        done: AtomicUsize::new(0),
-        n,
-        main: thread::current(),
-    });
-    let base = run.base;
+    let run = Arc::new(Lateness::new(n));
     for i in 0..n {
-        let due_ns = 100_000_000 + (i as u64) * 100_000_000 / n as u64;
-        let now_ns = base.elapsed().as_nanos() as u64;
+        let due_ns = expire_due_ns(i, n);
+        let delay = Duration::from_nanos(due_ns.saturating_sub(run.now_ns()));
         let run = Arc::clone(&run);
         timer
-            .new_timeout(
-                move |_: &Timeout| {
-                    let late = (run.base.elapsed().as_nanos() as u64).saturating_sub(due_ns);
-                    // Relaxed: read after `done` reaches n (AcqRel there).
-                    run.late_ns[i].store(late, Ordering::Relaxed);
-                    if run.done.fetch_add(1, Ordering::AcqRel) + 1 == run.n {
-                        run.main.unpark();
-                    }
-                },
-                Duration::from_nanos(due_ns.saturating_sub(now_ns)),
-            )
+            .new_timeout(move |_: &Timeout| run.record(i, due_ns), delay)
             .expect("accepted");
     }
-    while run.done.load(Ordering::Acquire) < n {
-        thread::park();
-    }
-    let end = Instant::now();
+    let end = run.wait();
     drop(timer.stop());
-    let last_due = base + Duration::from_millis(200);
-    let lag = end.saturating_duration_since(last_due);
-    let mut late: Vec<u64> = run
-        .late_ns
-        .iter()
-        .map(|l| l.load(Ordering::Relaxed))
-        .collect();
-    let [p50, p99, max] = late_percentiles(&mut late);
-    [millis(lag), p50, p99, max]
+    run.summary(end)
 }
 
 /// Bytes held per pending timeout (zero-sized task, handle dropped, after the worker has moved
@@ -232,12 +196,8 @@ fn main() {
     }
     if runs("expire") {
         expire(&p);
-        let xs: Vec<[f64; 4]> = (0..3).map(|_| expire(&p)).collect();
-        let col = |k: usize| median(&xs.iter().map(|x| x[k]).collect::<Vec<_>>());
-        result(IMPL, "expire", "lag_ms", col(0));
-        result(IMPL, "expire", "late_p50_ms", col(1));
-        result(IMPL, "expire", "late_p99_ms", col(2));
-        result(IMPL, "expire", "late_max_ms", col(3));
+        let runs: Vec<[f64; 4]> = (0..3).map(|_| expire(&p)).collect();
+        report_expire(IMPL, &runs);
     }
     if runs("memory") {
         let (bytes, calls) = memory(&p);

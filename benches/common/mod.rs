@@ -5,8 +5,11 @@
 #![allow(dead_code)]
 
 use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicBool, AtomicIsize, AtomicUsize, Ordering};
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicIsize, AtomicUsize, Ordering};
+use std::sync::Mutex;
+use std::task::{Context, Poll, Waker};
+use std::thread;
+use std::time::{Duration, Instant};
 
 /// `System`, counting live bytes and allocation calls while [`Counting::start`] is on.
 ///
@@ -148,16 +151,121 @@ pub(crate) fn far_delay(i: usize) -> Duration {
     Duration::from_millis(30_000 + (i & 1023) as u64)
 }
 
-/// Lateness percentiles in the shape of `NettyBench.expire`: p50, p99, max, in ms.
-pub(crate) fn late_percentiles(late_ns: &mut [u64]) -> [f64; 3] {
+/// Lateness percentiles in the shape of `NettyBench.expire`: p50, p99, max, in ms. Signed, as
+/// Netty's: a timer that fires early shows negative figures.
+pub(crate) fn late_percentiles(late_ns: &mut [i64]) -> [f64; 3] {
     late_ns.sort_unstable();
     let n = late_ns.len();
-    let ms = |ns: u64| ns as f64 / 1e6;
+    let ms = |ns: i64| ns as f64 / 1e6;
     [
         ms(late_ns[n / 2]),
         ms(late_ns[(n as f64 * 0.99) as usize]),
         ms(late_ns[n - 1]),
     ]
+}
+
+/// Per-timeout lateness, written by the tasks as they run, and a completion signal: the
+/// `expire` workload's bookkeeping, shared by every implementation.
+pub(crate) struct Lateness {
+    base: Instant,
+    late_ns: Vec<AtomicI64>,
+    done: AtomicUsize,
+    waiter: Mutex<Option<Waiter>>,
+}
+
+enum Waiter {
+    Thread(thread::Thread),
+    Task(Waker),
+}
+
+impl Lateness {
+    /// Bookkeeping for `n` timeouts; deadlines count from now.
+    pub(crate) fn new(n: usize) -> Lateness {
+        Lateness {
+            base: Instant::now(),
+            late_ns: (0..n).map(|_| AtomicI64::new(0)).collect(),
+            done: AtomicUsize::new(0),
+            waiter: Mutex::new(None),
+        }
+    }
+
+    pub(crate) fn base(&self) -> Instant {
+        self.base
+    }
+
+    /// Nanoseconds since `base`.
+    pub(crate) fn now_ns(&self) -> u64 {
+        self.base.elapsed().as_nanos() as u64
+    }
+
+    /// Timeout `i`, due at `due_ns` after `base`, has run now.
+    pub(crate) fn record(&self, i: usize, due_ns: u64) {
+        let late = self.now_ns() as i64 - due_ns as i64;
+        // Relaxed: read after `done` reaches n (AcqRel there).
+        self.late_ns[i].store(late, Ordering::Relaxed);
+        if self.done.fetch_add(1, Ordering::AcqRel) + 1 == self.late_ns.len() {
+            match self.waiter.lock().unwrap().take() {
+                Some(Waiter::Thread(t)) => t.unpark(),
+                Some(Waiter::Task(w)) => w.wake(),
+                None => {}
+            }
+        }
+    }
+
+    fn all_done(&self) -> bool {
+        self.done.load(Ordering::Acquire) == self.late_ns.len()
+    }
+
+    /// Blocks the calling thread until every timeout has run; returns when that was seen.
+    pub(crate) fn wait(&self) -> Instant {
+        while !self.all_done() {
+            *self.waiter.lock().unwrap() = Some(Waiter::Thread(thread::current()));
+            if self.all_done() {
+                break;
+            }
+            thread::park_timeout(Duration::from_millis(10));
+        }
+        Instant::now()
+    }
+
+    /// As [`wait`](Lateness::wait), for a task on an async runtime.
+    pub(crate) fn poll_done(&self, cx: &mut Context<'_>) -> Poll<Instant> {
+        if !self.all_done() {
+            *self.waiter.lock().unwrap() = Some(Waiter::Task(cx.waker().clone()));
+            if !self.all_done() {
+                return Poll::Pending;
+            }
+        }
+        Poll::Ready(Instant::now())
+    }
+
+    /// [lag ms (last deadline at 200 ms to `end`), p50, p99, max lateness ms].
+    pub(crate) fn summary(&self, end: Instant) -> [f64; 4] {
+        let lag = end.saturating_duration_since(self.base + Duration::from_millis(200));
+        let mut late: Vec<i64> = self
+            .late_ns
+            .iter()
+            .map(|l| l.load(Ordering::Relaxed))
+            .collect();
+        let [p50, p99, max] = late_percentiles(&mut late);
+        [millis(lag), p50, p99, max]
+    }
+}
+
+/// The deadline of timeout `i` of `n` in the `expire` workload: evenly over [100, 200) ms after
+/// the base, in nanoseconds.
+#[inline]
+pub(crate) fn expire_due_ns(i: usize, n: usize) -> u64 {
+    100_000_000 + (i as u64) * 100_000_000 / n as u64
+}
+
+/// Prints the four `expire` figures: the median of each over the runs.
+pub(crate) fn report_expire(imp: &str, runs: &[[f64; 4]]) {
+    let col = |k: usize| median(&runs.iter().map(|x| x[k]).collect::<Vec<_>>());
+    result(imp, "expire", "lag_ms", col(0));
+    result(imp, "expire", "late_p50_ms", col(1));
+    result(imp, "expire", "late_p99_ms", col(2));
+    result(imp, "expire", "late_max_ms", col(3));
 }
 
 /// Process CPU time (user + system, all threads), from `getrusage(RUSAGE_SELF)`.
@@ -171,4 +279,18 @@ pub(crate) fn process_cpu_time() -> Duration {
         Duration::from_secs(t.tv_sec as u64) + Duration::from_micros(t.tv_usec as u64)
     };
     tv(ru.ru_utime) + tv(ru.ru_stime)
+}
+
+/// Waits until the process is quiet (under 5 ms of CPU in a 50 ms window, or 10 s passed):
+/// for timers whose thread digests removals in the background, with no way to ask it whether
+/// it is done, so that one run does not spill into the next.
+pub(crate) fn settle() {
+    let t0 = Instant::now();
+    loop {
+        let c0 = process_cpu_time();
+        thread::sleep(Duration::from_millis(50));
+        if process_cpu_time() - c0 < Duration::from_millis(5) || t0.elapsed().as_secs() >= 10 {
+            return;
+        }
+    }
 }
