@@ -323,6 +323,8 @@ fn zero_delay_fires_at_the_end_of_the_current_tick() {
 fn duration_max_is_pending_forever_without_blocking_others() {
     init();
     let (timer, driver) = manual(ms(10));
+    timer.start().unwrap();
+    driver.advance(ms(15)); // a clock past 0, so that an unsaturated deadline would wrap
     let fired = Arc::new(Mutex::new(Vec::new()));
     let f = Arc::clone(&fired);
     let forever = timer
@@ -692,8 +694,6 @@ fn dropping_the_owner_inside_a_manual_task_does_not_deadlock() {
 /// to 2 (as a late real worker also catches up several ticks in one go): the timeout due on
 /// tick 2 must not run.
 #[test]
-#[ignore = "BUG: Worker::advance keeps processing the later ticks of an advance after shutdown \
-            (src/worker.rs, the tick loop in `advance` never checks `shared.is_shutdown()`)"]
 fn dropping_the_owner_inside_a_task_ends_the_advance_after_that_tick() {
     init();
     let (timer, driver) = manual(ms(10));

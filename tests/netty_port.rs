@@ -416,6 +416,9 @@ fn report_pending_timeouts() {
 #[test]
 fn overflow() {
     let (timer, driver) = manual_default();
+    timer.start().unwrap();
+    // Netty's deadline is `nanoTime() - startTime + delay`: the overflow needs a clock past 0.
+    driver.advance(ms(150));
     let runs = Arc::new(AtomicUsize::new(0));
     let timeout = timer.new_timeout(counting(&runs), Duration::MAX).unwrap();
     driver.advance(ms(1_000));

@@ -279,6 +279,8 @@ fn duration_max_never_fires_netty_7760() {
         .ticks_per_wheel(8)
         .build_manual()
         .unwrap();
+    timer.start().unwrap();
+    driver.advance(Duration::from_micros(1_500)); // past 0: an unsaturated deadline wraps
     let fired = Arc::new(AtomicUsize::new(0));
     let huge = [
         Duration::MAX,

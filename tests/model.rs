@@ -1,0 +1,177 @@
+//! Model-based test of the timer core on the manual driver: random sequences of
+//! schedule / cancel / advance, checked step by step against a plain list of
+//! `(timeout, fire tick)` that follows Netty's arithmetic.
+//!
+//! With tick length `T`, a timeout created at manual time `s` with delay `d` has deadline
+//! `s + d` (saturating) and `calculated = (s + d) / T`. The worker has processed every tick `t`
+//! with `(t + 1) * T <= s`, so the first tick it processes after the creation is `t0 = s / T`;
+//! that tick transfers the timeout, and it fires on tick `max(calculated, t0)`, during the
+//! advance that moves the clock to `(fire_tick + 1) * T` or beyond. Within a tick, timeouts fire
+//! in transfer order (creation order). A cancellation is processed at the start of the next
+//! processed tick, which is when `pending_timeouts()` drops.
+#![allow(clippy::mutable_key_type)] // `Timeout` hashes by identity, not by its mutable state
+
+use hashed_timer_wheel::{HashedWheelTimer, Timeout};
+use proptest::prelude::*;
+use proptest::test_runner::Config;
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// The tick length in nanoseconds.
+const T: u64 = 10_000_000;
+
+#[derive(Debug, Clone)]
+enum Op {
+    Schedule(Duration),
+    /// Cancels the timeout at this index (modulo the number scheduled so far).
+    Cancel(usize),
+    Advance(Duration),
+}
+
+/// A duration of about `ticks` ticks, often exactly on a tick boundary or one nanosecond off it,
+/// where off-by-one errors live.
+fn near_ticks(max_ticks: u64) -> impl Strategy<Value = Duration> {
+    (0..=max_ticks, 0..4u8, 0..T).prop_map(|(k, kind, r)| {
+        let nanos = match kind {
+            0 => k * T,
+            1 => k * T + 1,
+            2 => (k * T).saturating_sub(1),
+            _ => k * T + r,
+        };
+        Duration::from_nanos(nanos)
+    })
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        6 => near_ticks(40).prop_map(Op::Schedule),
+        1 => Just(Op::Schedule(Duration::MAX)),
+        3 => any::<usize>().prop_map(Op::Cancel),
+        5 => near_ticks(4).prop_map(Op::Advance),
+        1 => near_ticks(100).prop_map(Op::Advance),
+    ]
+}
+
+/// What the reference knows about one timeout.
+#[derive(Debug)]
+struct Expected {
+    handle: Timeout,
+    fire_tick: u64,
+    fired: bool,
+    cancelled: bool,
+    cancel_processed: bool,
+}
+
+fn pending(model: &[Expected]) -> usize {
+    model
+        .iter()
+        .filter(|e| !e.fired && !(e.cancelled && e.cancel_processed))
+        .count()
+}
+
+fn run(ticks_per_wheel: usize, ops: Vec<Op>) -> Result<(), TestCaseError> {
+    let (timer, driver) = HashedWheelTimer::builder()
+        .tick_duration(Duration::from_nanos(T))
+        .ticks_per_wheel(ticks_per_wheel)
+        .build_manual()
+        .unwrap();
+    timer.start().unwrap();
+    // (timeout index, tick it ran on), in firing order.
+    let log: Arc<Mutex<Vec<(usize, u64)>>> = Arc::default();
+    let mut model: Vec<Expected> = Vec::new();
+    let mut now: u64 = 0;
+    let mut ever_fired = HashSet::new();
+
+    for op in ops {
+        match op {
+            Op::Schedule(delay) => {
+                let id = model.len();
+                let (log, d) = (Arc::clone(&log), driver.clone());
+                let handle = timer
+                    .new_timeout(
+                        move |_: &Timeout| log.lock().unwrap().push((id, d.current_tick())),
+                        delay,
+                    )
+                    .unwrap();
+                let delay = u64::try_from(delay.as_nanos()).unwrap_or(u64::MAX);
+                let calculated = now.saturating_add(delay) / T;
+                let t0 = now / T;
+                model.push(Expected {
+                    handle,
+                    fire_tick: calculated.max(t0),
+                    fired: false,
+                    cancelled: false,
+                    cancel_processed: false,
+                });
+            }
+            Op::Cancel(i) => {
+                if model.is_empty() {
+                    continue;
+                }
+                let len = model.len();
+                let e = &mut model[i % len];
+                let wins = !e.fired && !e.cancelled;
+                prop_assert_eq!(e.handle.cancel(), wins, "cancel of {:?}", e);
+                e.cancelled |= wins;
+            }
+            Op::Advance(by) => {
+                let to = now + u64::try_from(by.as_nanos()).unwrap();
+                let (first, end) = (now / T, to / T); // ticks first..end get processed
+                let mut expected: Vec<(usize, u64)> = Vec::new();
+                if end > first {
+                    for (id, e) in model.iter_mut().enumerate() {
+                        if !e.fired && !e.cancelled && e.fire_tick < end {
+                            prop_assert!(e.fire_tick >= first, "missed: {:?}", e);
+                            e.fired = true;
+                            expected.push((id, e.fire_tick));
+                        }
+                        e.cancel_processed |= e.cancelled;
+                    }
+                }
+                expected.sort_by_key(|&(id, tick)| (tick, id));
+
+                driver.advance(by);
+                now = to;
+                prop_assert_eq!(driver.now(), Duration::from_nanos(now));
+                let fired: Vec<(usize, u64)> = std::mem::take(&mut *log.lock().unwrap());
+                for &(id, _) in &fired {
+                    prop_assert!(ever_fired.insert(id), "timeout {} fired twice", id);
+                }
+                prop_assert_eq!(fired, expected, "advance to {} ns", now);
+            }
+        }
+        prop_assert_eq!(timer.pending_timeouts(), pending(&model), "after {:?}", op);
+        for e in &model {
+            prop_assert_eq!(e.handle.is_expired(), e.fired, "{:?}", e);
+            prop_assert_eq!(e.handle.is_cancelled(), e.cancelled, "{:?}", e);
+        }
+    }
+
+    let returned: HashSet<Timeout> = timer.stop().unwrap().into_iter().collect();
+    let never_ended: HashSet<Timeout> = model
+        .iter()
+        .filter(|e| !e.fired && !e.cancelled)
+        .map(|e| e.handle.clone())
+        .collect();
+    prop_assert_eq!(returned.len(), never_ended.len());
+    prop_assert!(returned == never_ended, "stop() returned the wrong set");
+    prop_assert!(log.lock().unwrap().is_empty());
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(Config {
+        cases: 256,
+        failure_persistence: None,
+        ..Config::default()
+    })]
+
+    #[test]
+    fn fires_on_nettys_tick_never_twice_and_counts_pending(
+        ticks_per_wheel in 1usize..=16,
+        ops in proptest::collection::vec(op(), 1..80),
+    ) {
+        run(ticks_per_wheel, ops)?;
+    }
+}
