@@ -1,2 +1,279 @@
-//! Loom models of `hashed-timer-wheel`'s concurrent protocols live in `tests/`; this library is
-//! empty. Run them with `RUSTFLAGS="--cfg loom" cargo test -p loom-tests --release`.
+//! Loom models of `hashed-timer-wheel`'s concurrent protocols live in `tests/`, one file per
+//! protocol; this library is their shared harness. Everything compiles only under `--cfg loom`:
+//!
+//! ```text
+//! RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=2 cargo test -p loom-tests --release
+//! ```
+//!
+//! See `README.md` for what each model covers and how to replay a failure.
+
+#[cfg(loom)]
+pub use harness::*;
+
+#[cfg(loom)]
+mod harness {
+    use hashed_timer_wheel::{HashedWheelTimer, ManualDriver, Timeout, TimerError};
+    use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    /// Preemption bound when `LOOM_MAX_PREEMPTIONS` is not set (an unbounded search of the
+    /// models with a real worker thread does not finish in useful time).
+    pub const DEFAULT_PREEMPTIONS: usize = 2;
+
+    /// One tick of every model's timer (the smallest the timer accepts).
+    pub const TICK: Duration = Duration::from_millis(1);
+
+    /// Wheel size of every model's timer: tiny, the wheel itself is sequential code.
+    pub const WHEEL: usize = 4;
+
+    /// A timer with no worker thread: the model calls its tick through the driver.
+    pub fn manual_timer(max_pending: usize) -> (HashedWheelTimer, ManualDriver) {
+        HashedWheelTimer::builder()
+            .tick_duration(TICK)
+            .ticks_per_wheel(WHEEL)
+            .max_pending_timeouts(max_pending)
+            .build_manual()
+            .expect("valid arguments")
+    }
+
+    /// A timer with a real (loom) worker thread on a manual clock: a bounded sleep jumps the
+    /// clock to its end, an unbounded one is a loom park.
+    pub fn threaded_timer(max_pending: usize) -> HashedWheelTimer {
+        HashedWheelTimer::builder()
+            .tick_duration(TICK)
+            .ticks_per_wheel(WHEEL)
+            .max_pending_timeouts(max_pending)
+            .build()
+            .expect("valid arguments")
+    }
+
+    /// Explores every interleaving of `f` (up to the preemption bound) and prints one line:
+    /// the model's name, the iterations explored and the wall time.
+    ///
+    /// Settings come from loom's environment variables (`LOOM_MAX_PREEMPTIONS`,
+    /// `LOOM_CHECKPOINT_FILE`, `LOOM_CHECKPOINT_INTERVAL`, `LOOM_LOCATION`, `LOOM_LOG`,
+    /// `LOOM_MAX_BRANCHES`, ...), read by `loom::model::Builder::new()`.
+    pub fn check<F>(name: &str, f: F)
+    where
+        F: Fn() + Sync + Send + 'static,
+    {
+        let iterations = Arc::new(AtomicUsize::new(0));
+        let counter = Arc::clone(&iterations);
+        let body = move || {
+            counter.fetch_add(1, SeqCst);
+            f();
+        };
+        let start = Instant::now();
+        let bound;
+        if std::env::var_os("LOOM_LOG").is_some() {
+            // `loom::model` installs the `tracing` subscriber that prints the log; it takes
+            // every setting from the environment.
+            bound = std::env::var("LOOM_MAX_PREEMPTIONS").unwrap_or_else(|_| "none".into());
+            loom::model(body);
+        } else {
+            let mut builder = loom::model::Builder::new();
+            if builder.preemption_bound.is_none() {
+                builder.preemption_bound = Some(DEFAULT_PREEMPTIONS);
+            }
+            bound = format!("{}", builder.preemption_bound.unwrap_or_default());
+            builder.check(body);
+        }
+        eprintln!(
+            "loom model {name}: {} iterations in {:.2?} (preemption bound {bound})",
+            iterations.load(SeqCst),
+            start.elapsed(),
+        );
+    }
+
+    /// What happened to one timeout, as seen by the model: the invariant is that every accepted
+    /// timeout ends exactly once.
+    #[derive(Clone, Default, Debug)]
+    pub struct Probe(Arc<Counts>);
+
+    #[derive(Default, Debug)]
+    struct Counts {
+        /// Times its task ran.
+        ran: AtomicUsize,
+        /// `cancel()` calls that returned true.
+        cancel_wins: AtomicUsize,
+        /// Times `stop()` returned it.
+        returned: AtomicUsize,
+        /// Runs that happened before the earliest time the task was allowed to run.
+        early: AtomicUsize,
+    }
+
+    // Plain std atomics: loom runs a model on one OS thread, and every count is read after the
+    // threads that wrote it were joined (or signalled through a loom primitive). Loom atomics
+    // here would only add scheduling points that test nothing.
+    impl Probe {
+        /// A probe with nothing recorded.
+        pub fn new() -> Probe {
+            Probe::default()
+        }
+
+        /// A task that records its run.
+        pub fn task(&self) -> impl FnOnce(&Timeout) + Send + 'static {
+            let p = self.clone();
+            move |t: &Timeout| {
+                // A running task sees its timeout expired; checked afterwards, because a panic
+                // in a task is caught and logged by the timer.
+                if t.is_expired() {
+                    p.0.ran.fetch_add(1, SeqCst);
+                } else {
+                    p.0.ran.fetch_add(1000, SeqCst);
+                }
+            }
+        }
+
+        /// A task that records its run and whether it ran before `earliest` on `driver`'s
+        /// clock (a lower bound of its deadline, read before `new_timeout`).
+        pub fn task_not_before(
+            &self,
+            driver: &ManualDriver,
+            earliest: Duration,
+        ) -> impl FnOnce(&Timeout) + Send + 'static {
+            let driver = driver.clone();
+            let early = Arc::clone(&self.0);
+            self.task_then(move |_: &Timeout| {
+                if driver.now() < earliest {
+                    early.early.fetch_add(1, SeqCst);
+                }
+            })
+        }
+
+        /// A task that records its run, then runs `then`.
+        pub fn task_then<G>(&self, then: G) -> impl FnOnce(&Timeout) + Send + 'static
+        where
+            G: FnOnce(&Timeout) + Send + 'static,
+        {
+            let run = self.task();
+            move |t: &Timeout| {
+                run(t);
+                then(t);
+            }
+        }
+
+        /// `t.cancel()`, recording a win.
+        pub fn cancel(&self, t: &Timeout) -> bool {
+            let won = t.cancel();
+            if won {
+                self.0.cancel_wins.fetch_add(1, SeqCst);
+            }
+            won
+        }
+
+        /// Times the task ran.
+        pub fn ran(&self) -> usize {
+            self.0.ran.load(SeqCst)
+        }
+
+        /// `cancel()` calls that returned true.
+        pub fn cancel_wins(&self) -> usize {
+            self.0.cancel_wins.load(SeqCst)
+        }
+
+        /// Times `stop()` returned the timeout (booked by [`book_stopped`]).
+        pub fn returned(&self) -> usize {
+            self.0.returned.load(SeqCst)
+        }
+
+        /// The invariant for an accepted timeout: its task ran once, or one `cancel()` won, or
+        /// `stop()` returned it; exactly one of these, and its state agrees.
+        pub fn assert_ended_once(&self, t: &Timeout, what: &str) {
+            let (ran, won, returned) = (self.ran(), self.cancel_wins(), self.returned());
+            let early = self.0.early.load(SeqCst);
+            assert_eq!(early, 0, "{what}: fired before its deadline");
+            assert_eq!(
+                ran + won + returned,
+                1,
+                "{what}: ran {ran}, cancel won {won}, returned by stop {returned}; state {t:?}"
+            );
+            if ran == 1 {
+                assert!(t.is_expired() && !t.is_cancelled(), "{what}: ran but {t:?}");
+            } else {
+                assert!(
+                    t.is_cancelled() && !t.is_expired(),
+                    "{what}: cancelled but {t:?}"
+                );
+            }
+            assert!(!t.cancel(), "{what}: a cancel after the end won");
+        }
+
+        /// The invariant for a refused timeout: nothing happened to it, and it was not counted.
+        pub fn assert_never_ran(&self, what: &str) {
+            assert_eq!(
+                (self.ran(), self.cancel_wins(), self.returned()),
+                (0, 0, 0),
+                "{what}: refused, yet it ended"
+            );
+        }
+
+        /// Checks a `new_timeout` result against the invariant: accepted and ended once, or
+        /// refused with one of `allowed` and never ran.
+        pub fn assert_outcome(
+            &self,
+            result: &Result<Timeout, TimerError>,
+            allowed: &[TimerError],
+            what: &str,
+        ) {
+            match result {
+                Ok(t) => self.assert_ended_once(t, what),
+                Err(e) => {
+                    assert!(allowed.contains(e), "{what}: unexpected refusal {e:?}");
+                    self.assert_never_ran(what);
+                }
+            }
+        }
+    }
+
+    /// Books what `stop()` returned against the probes of the accepted timeouts. Everything
+    /// returned must be cancelled and belong to exactly one accepted timeout.
+    pub fn book_stopped(returned: &[Timeout], accepted: &[(Option<&Timeout>, &Probe)]) {
+        for r in returned {
+            assert!(r.is_cancelled(), "stop returned {r:?}, not cancelled");
+            let owners: Vec<_> = accepted
+                .iter()
+                .filter(|(t, _)| t.is_some_and(|t| t == r))
+                .collect();
+            assert_eq!(owners.len(), 1, "stop returned a timeout nobody accepted");
+            owners[0].1 .0.returned.fetch_add(1, SeqCst);
+        }
+    }
+
+    /// A one-shot flag a model thread can wait on without spinning: `wait` parks (a loom park)
+    /// until `set` is called, so a wake-up the timer loses shows up as a loom deadlock.
+    #[derive(Clone, Debug)]
+    pub struct Signal {
+        flag: Arc<loom::sync::atomic::AtomicBool>,
+        waiter: loom::thread::Thread,
+    }
+
+    impl Signal {
+        /// A signal that the calling thread will wait on.
+        pub fn for_current_thread() -> Signal {
+            Signal {
+                flag: Arc::new(loom::sync::atomic::AtomicBool::new(false)),
+                waiter: loom::thread::current(),
+            }
+        }
+
+        /// Sets the flag and unparks the waiter.
+        pub fn set(&self) {
+            self.flag.store(true, SeqCst);
+            self.waiter.unpark();
+        }
+
+        /// Whether `set` was called.
+        pub fn is_set(&self) -> bool {
+            self.flag.load(SeqCst)
+        }
+
+        /// Parks until `set` is called (a loom park: no spinning).
+        pub fn wait(&self) {
+            while !self.flag.load(SeqCst) {
+                loom::thread::park();
+            }
+        }
+    }
+}

@@ -1,0 +1,77 @@
+//! Model 8: the worker's sleep and wake-up, with the real thread loop (`worker::run`).
+//!
+//! With nothing pending the worker parks with no deadline (a loom park); a producer must wake
+//! it, through the store-fence-load handshake on `planned` (see `worker.rs`): either the worker
+//! sees the push before it parks, or the producer sees the plan and unparks it. The model waits
+//! for the task with a loom park of its own, so a lost wake-up is a loom deadlock. `stop()`
+//! must wake a parked worker too, or its join never returns (a deadlock again).
+//!
+//! Under loom a *bounded* sleep jumps the manual clock to the end of the planned tick, so it
+//! never blocks: `earlier_deadline_lowers_a_bounded_plan` checks that lowering a finite plan
+//! keeps every timeout's fate right, not how late the worker would wake.
+#![cfg(loom)]
+
+use loom::thread;
+use loom_tests::{book_stopped, check, threaded_timer, Probe, Signal, TICK};
+use std::time::Duration;
+
+#[test]
+fn producer_wakes_parked_worker() {
+    check("producer_wakes_parked_worker", || {
+        let timer = threaded_timer(0);
+        timer.start().unwrap(); // the worker finds nothing to do and parks
+        let fired = Signal::for_current_thread();
+        let probe = Probe::new();
+        let producer = {
+            let (h, p, fired) = (timer.handle(), probe.clone(), fired.clone());
+            thread::spawn(move || {
+                h.new_timeout(p.task_then(move |_| fired.set()), Duration::ZERO)
+                    .unwrap()
+            })
+        };
+        fired.wait(); // a lost wake-up leaves both threads parked: loom reports a deadlock
+        let t = producer.join().unwrap();
+        assert!(timer.stop().unwrap().is_empty());
+        probe.assert_ended_once(&t, "t");
+        assert_eq!(timer.pending_timeouts(), 0);
+    });
+}
+
+#[test]
+fn stop_wakes_parked_worker() {
+    check("stop_wakes_parked_worker", || {
+        let timer = threaded_timer(0);
+        let probe = Probe::new();
+        // Due at once: the worker runs it, then parks with nothing pending, racing the stop.
+        let t = timer.new_timeout(probe.task(), Duration::ZERO).unwrap();
+        let returned = timer.stop().unwrap(); // joins the worker: deadlock if it stays parked
+        book_stopped(&returned, &[(Some(&t), &probe)]);
+        probe.assert_ended_once(&t, "t");
+        assert_eq!(timer.pending_timeouts(), 0);
+    });
+}
+
+#[test]
+fn earlier_deadline_lowers_a_bounded_plan() {
+    check("earlier_deadline_lowers_a_bounded_plan", || {
+        let timer = threaded_timer(0);
+        let far_probe = Probe::new();
+        let far = timer.new_timeout(far_probe.task(), TICK * 3).unwrap();
+        let fired = Signal::for_current_thread();
+        let probe = Probe::new();
+        let producer = {
+            let (h, p, fired) = (timer.handle(), probe.clone(), fired.clone());
+            thread::spawn(move || {
+                h.new_timeout(p.task_then(move |_| fired.set()), Duration::ZERO)
+                    .unwrap()
+            })
+        };
+        fired.wait();
+        let near = producer.join().unwrap();
+        let returned = timer.stop().unwrap();
+        book_stopped(&returned, &[(Some(&far), &far_probe)]);
+        probe.assert_ended_once(&near, "near");
+        far_probe.assert_ended_once(&far, "far");
+        assert_eq!(timer.pending_timeouts(), 0);
+    });
+}
