@@ -1,0 +1,385 @@
+//! Stress tests on the real worker thread: several threads scheduling and cancelling while it
+//! runs, and `new_timeout` racing `stop()`. Each checks the invariant of `design.md`: every
+//! accepted timeout ends in exactly one of "its task ran once", "it was cancelled (`cancel()`
+//! returned true)", "it was returned by `stop()`"; and a refused one never runs.
+//!
+//! Sized to take a second or two on two busy cores; the races are repeated rather than made
+//! long.
+#![allow(clippy::mutable_key_type)] // `Timeout` hashes by identity, not by its mutable state
+
+use hashed_timer_wheel::{HashedWheelTimer, Timeout, TimerError};
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
+use std::sync::{Arc, Barrier, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+/// xorshift64*: a few random numbers per operation without a dependency.
+struct Rng(u64);
+
+impl Rng {
+    fn new(seed: u64) -> Rng {
+        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+    }
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+/// What the test knows about one attempted timeout, shared with its task.
+#[derive(Default)]
+struct Record {
+    runs: AtomicUsize,
+    /// `cancel()` returned true for it.
+    cancelled: AtomicBool,
+    /// It ran before its delay had elapsed since (just before) `new_timeout`.
+    early: AtomicBool,
+}
+
+fn task(record: &Arc<Record>, delay: Duration) -> impl FnOnce(&Timeout) + Send + 'static {
+    let record = Arc::clone(record);
+    let created = Instant::now();
+    move |_: &Timeout| {
+        if created.elapsed() < delay {
+            record.early.store(true, SeqCst);
+        }
+        record.runs.fetch_add(1, SeqCst);
+    }
+}
+
+const THREADS: u64 = 4;
+const PER_THREAD: usize = 4_000;
+const FAR: Duration = Duration::from_secs(60);
+
+/// Four threads each schedule 4 000 timeouts (0 to 20 ms, one in 20 far away) on a 1 ms,
+/// 16-bucket timer, and cancel random earlier ones (their own and a shared pool, so cancels
+/// race expiry and each other); then, after letting everything near settle or not, `stop()`.
+fn schedule_and_cancel_from_many_threads(settle_before_stop: bool) {
+    let timer = Arc::new(
+        HashedWheelTimer::builder()
+            .tick_duration(Duration::from_millis(1))
+            .ticks_per_wheel(16)
+            .build()
+            .unwrap(),
+    );
+    let shared_pool: Arc<Mutex<Vec<(Arc<Record>, Timeout)>>> = Arc::default();
+    let start = Arc::new(Barrier::new(THREADS as usize));
+    let producers: Vec<_> = (0..THREADS)
+        .map(|seed| {
+            let (timer, pool, start) = (timer.clone(), shared_pool.clone(), start.clone());
+            thread::spawn(move || {
+                let mut rng = Rng::new(seed + 1);
+                let mut mine: Vec<(Arc<Record>, Timeout, bool)> = Vec::new();
+                start.wait();
+                for _ in 0..PER_THREAD {
+                    let far = rng.below(20) == 0;
+                    let delay = if far {
+                        FAR
+                    } else {
+                        Duration::from_nanos(rng.below(20_000_001))
+                    };
+                    let record = Arc::new(Record::default());
+                    let t = timer.new_timeout(task(&record, delay), delay).unwrap();
+                    if rng.below(8) == 0 {
+                        pool.lock().unwrap().push((record.clone(), t.clone()));
+                    }
+                    mine.push((record, t, far));
+                    match rng.below(6) {
+                        0 | 1 => {
+                            let (record, t, _) = &mine[rng.below(mine.len() as u64) as usize];
+                            if t.cancel() {
+                                record.cancelled.store(true, SeqCst);
+                            }
+                        }
+                        2 => {
+                            let pool = pool.lock().unwrap();
+                            if !pool.is_empty() {
+                                let (record, t) = &pool[rng.below(pool.len() as u64) as usize];
+                                if t.cancel() {
+                                    record.cancelled.store(true, SeqCst);
+                                }
+                            }
+                        }
+                        _ => {}
+                    }
+                    if rng.below(500) == 0 {
+                        thread::sleep(Duration::from_millis(1));
+                    }
+                }
+                mine
+            })
+        })
+        .collect();
+    let all: Vec<(Arc<Record>, Timeout, bool)> = producers
+        .into_iter()
+        .flat_map(|h| h.join().unwrap())
+        .collect();
+    assert_eq!(all.len(), THREADS as usize * PER_THREAD);
+
+    if settle_before_stop {
+        // Every near timeout runs or has its cancellation processed; what stays pending is
+        // exactly the far ones nobody cancelled.
+        let far_alive = all
+            .iter()
+            .filter(|(r, _, far)| *far && !r.cancelled.load(SeqCst))
+            .count();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while timer.pending_timeouts() != far_alive {
+            assert!(
+                Instant::now() < deadline,
+                "pending {} never settled to {far_alive}",
+                timer.pending_timeouts()
+            );
+            thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    let returned: HashSet<Timeout> = timer.stop().unwrap().into_iter().collect();
+    let mut in_stop_list = 0;
+    for (record, t, far) in &all {
+        let ran = record.runs.load(SeqCst);
+        let cancelled = record.cancelled.load(SeqCst);
+        let stopped = returned.contains(t);
+        in_stop_list += usize::from(stopped);
+        assert!(ran <= 1, "a task ran {ran} times");
+        assert_eq!(
+            ran + usize::from(cancelled) + usize::from(stopped),
+            1,
+            "ran {ran}, cancelled {cancelled}, returned by stop {stopped}: {t:?}"
+        );
+        assert!(!record.early.load(SeqCst), "a task ran before its delay");
+        assert_eq!(t.is_expired(), ran == 1);
+        assert_eq!(t.is_cancelled(), cancelled || stopped);
+        if settle_before_stop {
+            assert_eq!(stopped, *far && !cancelled, "only far timeouts are left");
+        }
+    }
+    assert_eq!(in_stop_list, returned.len(), "stop() returned a stranger");
+    assert_eq!(timer.pending_timeouts(), 0);
+}
+
+#[test]
+fn schedule_and_cancel_from_many_threads_then_stop_after_settling() {
+    schedule_and_cancel_from_many_threads(true);
+}
+
+#[test]
+fn schedule_and_cancel_from_many_threads_then_stop_in_flight() {
+    schedule_and_cancel_from_many_threads(false);
+}
+
+/// Three threads keep calling `new_timeout` (0 to 2 ms, so the worker is busy expiring) while
+/// the main thread calls `stop()`. Each `Ok` timeout ran or is in `stop()`'s list, never both
+/// and never neither; each refusal is `Stopped`, is final, and its task never runs; every task
+/// is released once the timer is gone. Repeated to hit the race at different points.
+#[test]
+fn new_timeout_racing_stop_never_loses_a_timeout() {
+    const ROUNDS: u64 = 40;
+    const PRODUCERS: usize = 3;
+    for round in 0..ROUNDS {
+        let timer = Arc::new(HashedWheelTimer::new(Duration::from_millis(1), 8));
+        let dropped = Arc::new(AtomicUsize::new(0));
+        let start = Arc::new(Barrier::new(PRODUCERS + 1));
+        let producers: Vec<_> = (0..PRODUCERS)
+            .map(|p| {
+                let (timer, start, dropped) = (timer.clone(), start.clone(), dropped.clone());
+                thread::spawn(move || {
+                    struct CountDrop(Arc<AtomicUsize>);
+                    impl Drop for CountDrop {
+                        fn drop(&mut self) {
+                            self.0.fetch_add(1, SeqCst);
+                        }
+                    }
+                    let mut rng = Rng::new(round * 31 + p as u64 + 7);
+                    let mut accepted = Vec::new();
+                    let mut refused = Vec::new();
+                    start.wait();
+                    let mut refusals_in_a_row = 0;
+                    while refusals_in_a_row < 20 {
+                        let delay = Duration::from_nanos(rng.below(2_000_001));
+                        let record = Arc::new(Record::default());
+                        let run = task(&record, delay);
+                        let guard = CountDrop(dropped.clone());
+                        let result = timer.new_timeout(
+                            move |t: &Timeout| {
+                                let _guard = guard;
+                                run(t)
+                            },
+                            delay,
+                        );
+                        match result {
+                            Ok(t) => {
+                                assert_eq!(refusals_in_a_row, 0, "accepted after a refusal");
+                                accepted.push((record, t));
+                            }
+                            Err(e) => {
+                                assert_eq!(e, TimerError::Stopped);
+                                refused.push(record);
+                                refusals_in_a_row += 1;
+                            }
+                        }
+                    }
+                    (accepted, refused)
+                })
+            })
+            .collect();
+
+        start.wait();
+        let mut rng = Rng::new(round);
+        let spin = Instant::now() + Duration::from_micros(rng.below(3_000));
+        while Instant::now() < spin {
+            std::hint::spin_loop();
+        }
+        let returned: HashSet<Timeout> = timer.stop().unwrap().into_iter().collect();
+
+        let mut attempts = 0;
+        let mut accepted_total = 0;
+        for h in producers {
+            let (accepted, refused) = h.join().unwrap();
+            attempts += accepted.len() + refused.len();
+            accepted_total += accepted.len();
+            for (record, t) in &accepted {
+                let ran = record.runs.load(SeqCst);
+                let stopped = returned.contains(t);
+                assert_eq!(
+                    ran + usize::from(stopped),
+                    1,
+                    "round {round}: ran {ran}, returned by stop {stopped}: lost or doubled"
+                );
+                assert!(!record.early.load(SeqCst));
+            }
+            for record in &refused {
+                assert_eq!(
+                    record.runs.load(SeqCst),
+                    0,
+                    "round {round}: a refused task ran"
+                );
+            }
+        }
+        assert!(returned.len() <= accepted_total);
+        assert_eq!(timer.pending_timeouts(), 0);
+        drop(returned);
+        drop(timer);
+        assert_eq!(
+            dropped.load(SeqCst),
+            attempts,
+            "round {round}: tasks still held after the timer and every handle are gone"
+        );
+    }
+}
+
+/// `cancel()` racing the expiry of the same timeout, from several threads at once: exactly one
+/// party wins each timeout (one `cancel()` returns true, or the task runs), on the real worker.
+#[test]
+fn cancel_racing_expiry_has_exactly_one_winner() {
+    let timer = HashedWheelTimer::new(Duration::from_millis(1), 8);
+    let mut rng = Rng::new(99);
+    let mut batch = Vec::new();
+    for _ in 0..2_000 {
+        let delay = Duration::from_nanos(rng.below(3_000_001));
+        let record = Arc::new(Record::default());
+        let t = timer.new_timeout(task(&record, delay), delay).unwrap();
+        batch.push((record, t, Duration::from_nanos(rng.below(3_000_001))));
+    }
+    let batch = Arc::new(batch);
+    let wins: Arc<Vec<AtomicUsize>> = Arc::new((0..batch.len()).map(|_| 0.into()).collect());
+    let cancellers: Vec<_> = (0..3)
+        .map(|_| {
+            let (batch, wins) = (batch.clone(), wins.clone());
+            thread::spawn(move || {
+                let started = Instant::now();
+                let mut order: Vec<usize> = (0..batch.len()).collect();
+                order.sort_by_key(|&i| batch[i].2);
+                for i in order {
+                    let (_, t, at) = &batch[i];
+                    while started.elapsed() < *at {
+                        std::hint::spin_loop();
+                    }
+                    if t.cancel() {
+                        wins[i].fetch_add(1, SeqCst);
+                    }
+                }
+            })
+        })
+        .collect();
+    for h in cancellers {
+        h.join().unwrap();
+    }
+    // Let any expiry in progress finish: the worker has nothing left after its next tick.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while timer.pending_timeouts() != 0 {
+        assert!(Instant::now() < deadline, "pending never reached 0");
+        thread::sleep(Duration::from_millis(2));
+    }
+    assert!(timer.stop().unwrap().is_empty());
+    for (i, (record, t, _)) in batch.iter().enumerate() {
+        let runs = record.runs.load(SeqCst);
+        let won = wins[i].load(SeqCst);
+        assert_eq!(runs + won, 1, "runs {runs}, successful cancels {won}");
+        assert_eq!(t.is_expired(), runs == 1);
+        assert_eq!(t.is_cancelled(), won == 1);
+    }
+}
+
+/// The same accepted/cancelled/returned bookkeeping through cheap handles cloned into the
+/// producer threads, with the owner dropped (not stopped) at the end: nothing may run after the
+/// drop returns, and handles then refuse.
+#[test]
+fn producers_on_handles_then_owner_dropped() {
+    let timer = HashedWheelTimer::new(Duration::from_millis(1), 32);
+    let records: Arc<Mutex<HashMap<usize, Arc<Record>>>> = Arc::default();
+    let producers: Vec<_> = (0..3u64)
+        .map(|p| {
+            let (handle, records) = (timer.handle(), records.clone());
+            thread::spawn(move || {
+                let mut rng = Rng::new(1_000 + p);
+                for i in 0..2_000 {
+                    let delay = Duration::from_nanos(rng.below(5_000_001));
+                    let record = Arc::new(Record::default());
+                    let t = handle.new_timeout(task(&record, delay), delay).unwrap();
+                    if rng.below(3) == 0 && t.cancel() {
+                        record.cancelled.store(true, SeqCst);
+                    }
+                    records
+                        .lock()
+                        .unwrap()
+                        .insert(p as usize * 1_000_000 + i, record);
+                }
+                handle
+            })
+        })
+        .collect();
+    let handles: Vec<_> = producers.into_iter().map(|h| h.join().unwrap()).collect();
+    drop(timer);
+    let snapshot: Vec<usize> = records
+        .lock()
+        .unwrap()
+        .values()
+        .map(|r| r.runs.load(SeqCst))
+        .collect();
+    thread::sleep(Duration::from_millis(20));
+    let records = records.lock().unwrap();
+    for (r, before) in records.values().zip(snapshot) {
+        let runs = r.runs.load(SeqCst);
+        assert_eq!(runs, before, "a task ran after the owner was dropped");
+        assert!(runs <= 1);
+        assert!(
+            !(runs == 1 && r.cancelled.load(SeqCst)),
+            "ran and cancelled"
+        );
+        assert!(!r.early.load(SeqCst));
+    }
+    for h in &handles {
+        assert!(h.is_stopped());
+        assert_eq!(
+            h.new_timeout(|_: &Timeout| {}, Duration::ZERO).unwrap_err(),
+            TimerError::Stopped
+        );
+    }
+}
