@@ -435,7 +435,7 @@ fn stop_twice_returns_the_pending_then_nothing() {
     init();
     let timer = HashedWheelTimer::new(ms(10), 64);
     let t = timer.new_timeout(noop, Duration::from_secs(60)).unwrap();
-    assert_eq!(timer.stop().unwrap(), [t.clone()]);
+    assert_eq!(timer.stop().unwrap(), std::slice::from_ref(&t));
     assert!(t.is_cancelled());
     assert_eq!(timer.stop(), Ok(vec![]));
     assert!(timer.is_stopped());

@@ -66,7 +66,10 @@ struct Expected {
 fn pending(model: &[Expected]) -> usize {
     model
         .iter()
-        .filter(|e| !e.fired && !(e.cancelled && e.cancel_processed))
+        .filter(|e| {
+            let ended = e.fired || (e.cancelled && e.cancel_processed);
+            !ended
+        })
         .count()
 }
 

@@ -53,6 +53,9 @@ fn task(record: &Arc<Record>, delay: Duration) -> impl FnOnce(&Timeout) + Send +
     }
 }
 
+/// Timeouts a thread may cancel besides its own.
+type Pool = Arc<Mutex<Vec<(Arc<Record>, Timeout)>>>;
+
 const THREADS: u64 = 4;
 const PER_THREAD: usize = 4_000;
 const FAR: Duration = Duration::from_secs(60);
@@ -68,7 +71,7 @@ fn schedule_and_cancel_from_many_threads(settle_before_stop: bool) {
             .build()
             .unwrap(),
     );
-    let shared_pool: Arc<Mutex<Vec<(Arc<Record>, Timeout)>>> = Arc::default();
+    let shared_pool: Pool = Arc::default();
     let start = Arc::new(Barrier::new(THREADS as usize));
     let producers: Vec<_> = (0..THREADS)
         .map(|seed| {
