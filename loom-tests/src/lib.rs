@@ -64,6 +64,20 @@ mod harness {
             counter.fetch_add(1, SeqCst);
             f();
         };
+        // Reports the iteration a failing model stopped at (the panic unwinds through here).
+        struct OnFailure<'a>(&'a str, &'a AtomicUsize);
+        impl Drop for OnFailure<'_> {
+            fn drop(&mut self) {
+                if std::thread::panicking() {
+                    eprintln!(
+                        "loom model {}: FAILED in iteration {}",
+                        self.0,
+                        self.1.load(SeqCst)
+                    );
+                }
+            }
+        }
+        let _report = OnFailure(name, &iterations);
         let start = Instant::now();
         let bound;
         if std::env::var_os("LOOM_LOG").is_some() {
