@@ -256,7 +256,7 @@ fn too_many_live_timers_log_an_error() {
     init();
     let timers: Vec<HashedWheelTimer> =
         (0..70).map(|_| HashedWheelTimer::new(ms(100), 1)).collect();
-    assert!(logged(log::Level::Error, "HashedWheelTimer"));
+    assert!(logged(log::Level::Error, "shared resource"));
     drop(timers);
 }
 
@@ -559,7 +559,15 @@ fn panicking_task_is_logged_and_later_tasks_still_run() {
     let got: Vec<_> = (0..3).map(|_| rx.recv_timeout(PATIENCE).unwrap()).collect();
     assert_eq!(got, ["same tick", "later", "much later"]);
     assert!(panicker.is_expired());
-    assert!(logged(log::Level::Warn, "panicked"));
+    let task_panic_logged = RECORDS
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter()
+        .any(|(l, m)| *l == log::Level::Warn && m.contains("panicked") && !m.contains("executor"));
+    assert!(
+        task_panic_logged,
+        "a panicking task is logged at warn level"
+    );
 
     // Several panics in one tick of the manual driver: the advance goes on.
     let (timer, driver) = manual(ms(10));
@@ -815,12 +823,14 @@ fn lazy_start_races_start_one_worker() {
     for h in handles {
         h.join().unwrap();
     }
-    assert_eq!(threads_named(NAME), 1);
     let deadline = Instant::now() + PATIENCE;
     while runs.load(SeqCst) < 8 {
         assert!(Instant::now() < deadline, "only {} ran", runs.load(SeqCst));
         thread::sleep(ms(1));
     }
+    // A thread names itself when it first runs: the worker has (it ran the tasks); give a
+    // second one, if any was spawned, time to do so too.
+    thread::sleep(ms(50));
     assert_eq!(threads_named(NAME), 1);
 }
 
