@@ -427,6 +427,30 @@ fn cancel_from_other_threads() {
     assert_eq!(timer.pending_timeouts(), 0);
 }
 
+/// More than 100 000 cancellations before one tick: Netty caps only the transfer of new
+/// timeouts (100 000 per tick), not the processing of cancellations, which all happen at the
+/// start of the next tick; `pending_timeouts()` drops to 0 then, also when that tick is the
+/// first of a catch-up covering several.
+#[test]
+#[ignore = "BUG: Worker::process_cancelled (src/worker.rs) stops after 100 000 cancellations \
+            per tick, and a catch-up advance then skips the ticks in which Netty would have \
+            processed the rest; the contract (step 2 of a tick) has no cap"]
+fn a_flood_of_cancellations_is_processed_on_the_next_tick() {
+    init();
+    const N: usize = 150_000;
+    let (timer, driver) = manual(ms(10));
+    let timeouts: Vec<Timeout> = (0..N)
+        .map(|_| timer.new_timeout(noop, Duration::from_secs(3600)).unwrap())
+        .collect();
+    driver.advance(ms(20)); // two ticks: all transferred into the wheel
+    for t in &timeouts {
+        assert!(t.cancel());
+    }
+    assert_eq!(timer.pending_timeouts(), N, "not processed yet");
+    driver.advance(ms(50));
+    assert_eq!(timer.pending_timeouts(), 0);
+}
+
 // ---------------------------------------------------------------------------------------------
 // stop() and start()
 
