@@ -19,7 +19,6 @@ use common::{
 use hashed_timer_wheel::{HashedWheelTimer, Timeout};
 use std::hint::black_box;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -126,14 +125,16 @@ fn multi_producer(p: &Params, threads: usize) -> f64 {
 fn expire(p: &Params) -> [f64; 4] {
     let n = p.n;
     let timer = timer();
-    let run = Arc::new(Lateness::new(n));
+    let run = Lateness::start(n);
     for i in 0..n {
         let due_ns = expire_due_ns(i, n);
         let delay = Duration::from_nanos(due_ns.saturating_sub(run.now_ns()));
-        let run = Arc::clone(&run);
         timer
             .new_timeout(move |_: &Timeout| run.record(i, due_ns), delay)
             .expect("accepted");
+    }
+    if std::env::var_os("DEBUG_EXPIRE").is_some() {
+        eprintln!("scheduled by {} ms", run.now_ns() / 1_000_000);
     }
     let end = run.wait();
     drop(timer.stop());

@@ -116,7 +116,7 @@ mod delay_queue {
     pub(crate) fn expire(n: usize) -> [f64; 4] {
         let rt = current_thread_runtime();
         let mut q = queue(&rt, usize::MAX);
-        let run = Lateness::new(n);
+        let run = Lateness::start(n);
         let end = rt.block_on(async {
             for i in 0..n {
                 let due_ns = expire_due_ns(i, n);
@@ -210,14 +210,13 @@ mod tokio_sleep {
 
     pub(crate) fn expire(n: usize) -> [f64; 4] {
         let rt = current_thread_runtime();
-        let run = Arc::new(Lateness::new(n));
+        let run = Lateness::start(n);
         let base = tokio::time::Instant::from_std(run.base());
         let end = rt.block_on(async {
             let _hour = registered(HOUR, &mut Context::from_waker(&noop_waker()));
             for i in 0..n {
                 let due_ns = expire_due_ns(i, n);
                 let at = base + Duration::from_nanos(due_ns);
-                let run = Arc::clone(&run);
                 tokio::spawn(async move {
                     sleep_until(at).await;
                     run.record(i, due_ns);
@@ -284,12 +283,11 @@ mod futures_timer {
     pub(crate) fn expire(n: usize) -> [f64; 4] {
         let rt = current_thread_runtime();
         let _hour = Delay::new(HOUR);
-        let run = Arc::new(Lateness::new(n));
+        let run = Lateness::start(n);
         let end = rt.block_on(async {
             for i in 0..n {
                 let due_ns = expire_due_ns(i, n);
                 let delay = Delay::new(Duration::from_nanos(due_ns.saturating_sub(run.now_ns())));
-                let run = Arc::clone(&run);
                 tokio::spawn(async move {
                     delay.await;
                     run.record(i, due_ns);
@@ -374,11 +372,10 @@ mod hhwt {
 
     pub(crate) fn expire(n: usize) -> [f64; 4] {
         let (core, mut r) = timer();
-        let run = Arc::new(Lateness::new(n));
+        let run = Lateness::start(n);
         for i in 0..n {
             let due_ns = expire_due_ns(i, n);
             let delay = Duration::from_nanos(due_ns.saturating_sub(run.now_ns()));
-            let run = Arc::clone(&run);
             r.schedule_action_once(i as u64, delay, move |_| run.record(i, due_ns));
         }
         let end = run.wait();

@@ -5,8 +5,8 @@
 #![allow(dead_code)]
 
 use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicIsize, AtomicUsize, Ordering};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicIsize, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Mutex, OnceLock};
 use std::task::{Context, Poll, Waker};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -166,44 +166,73 @@ pub(crate) fn late_percentiles(late_ns: &mut [i64]) -> [f64; 3] {
 
 /// Per-timeout lateness, written by the tasks as they run, and a completion signal: the
 /// `expire` workload's bookkeeping, shared by every implementation.
+///
+/// One process-wide instance, reset for each run, so that tasks refer to it as `&'static`: an
+/// `Arc` cloned per timeout on the producer and dropped on the timer thread would bounce its
+/// reference count between the two cores, a cost Netty's lambdas do not pay.
 pub(crate) struct Lateness {
-    base: Instant,
-    late_ns: Vec<AtomicI64>,
-    done: AtomicUsize,
+    /// Nanoseconds from `EPOCH` to this run's base.
+    base_ns: AtomicU64,
+    late_ns: Box<[AtomicI64]>,
+    /// On its own cache line: written by the timer thread while the producer reads the rest.
+    done: CacheLine<AtomicUsize>,
     waiter: Mutex<Option<Waiter>>,
 }
+
+#[repr(align(128))]
+struct CacheLine<T>(T);
 
 enum Waiter {
     Thread(thread::Thread),
     Task(Waker),
 }
 
+static EPOCH: OnceLock<Instant> = OnceLock::new();
+static LATENESS: OnceLock<Lateness> = OnceLock::new();
+
+fn epoch() -> Instant {
+    *EPOCH.get_or_init(Instant::now)
+}
+
 impl Lateness {
-    /// Bookkeeping for `n` timeouts; deadlines count from now.
-    pub(crate) fn new(n: usize) -> Lateness {
-        Lateness {
-            base: Instant::now(),
+    /// The bookkeeping for a run of `n` timeouts, reset; deadlines count from now. The previous
+    /// run must have finished (every task ran). `n` must be the same for every run.
+    pub(crate) fn start(n: usize) -> &'static Lateness {
+        let run = LATENESS.get_or_init(|| Lateness {
+            base_ns: AtomicU64::new(0),
             late_ns: (0..n).map(|_| AtomicI64::new(0)).collect(),
-            done: AtomicUsize::new(0),
+            done: CacheLine(AtomicUsize::new(0)),
             waiter: Mutex::new(None),
+        });
+        assert_eq!(run.late_ns.len(), n, "one N per process");
+        for l in run.late_ns.iter() {
+            l.store(0, Ordering::Relaxed);
         }
+        run.done.0.store(0, Ordering::SeqCst);
+        *run.waiter.lock().unwrap() = None;
+        let base = epoch().elapsed().as_nanos() as u64;
+        run.base_ns.store(base, Ordering::SeqCst);
+        run
     }
 
     pub(crate) fn base(&self) -> Instant {
-        self.base
+        epoch() + Duration::from_nanos(self.base_ns.load(Ordering::Relaxed))
     }
 
     /// Nanoseconds since `base`.
+    #[inline]
     pub(crate) fn now_ns(&self) -> u64 {
-        self.base.elapsed().as_nanos() as u64
+        // Relaxed: written before the run's timeouts are scheduled, which publishes it.
+        (epoch().elapsed().as_nanos() as u64).wrapping_sub(self.base_ns.load(Ordering::Relaxed))
     }
 
     /// Timeout `i`, due at `due_ns` after `base`, has run now.
+    #[inline]
     pub(crate) fn record(&self, i: usize, due_ns: u64) {
         let late = self.now_ns() as i64 - due_ns as i64;
         // Relaxed: read after `done` reaches n (AcqRel there).
         self.late_ns[i].store(late, Ordering::Relaxed);
-        if self.done.fetch_add(1, Ordering::AcqRel) + 1 == self.late_ns.len() {
+        if self.done.0.fetch_add(1, Ordering::AcqRel) + 1 == self.late_ns.len() {
             match self.waiter.lock().unwrap().take() {
                 Some(Waiter::Thread(t)) => t.unpark(),
                 Some(Waiter::Task(w)) => w.wake(),
@@ -213,7 +242,7 @@ impl Lateness {
     }
 
     fn all_done(&self) -> bool {
-        self.done.load(Ordering::Acquire) == self.late_ns.len()
+        self.done.0.load(Ordering::Acquire) == self.late_ns.len()
     }
 
     /// Blocks the calling thread until every timeout has run; returns when that was seen.
@@ -241,7 +270,7 @@ impl Lateness {
 
     /// [lag ms (last deadline at 200 ms to `end`), p50, p99, max lateness ms].
     pub(crate) fn summary(&self, end: Instant) -> [f64; 4] {
-        let lag = end.saturating_duration_since(self.base + Duration::from_millis(200));
+        let lag = end.saturating_duration_since(self.base() + Duration::from_millis(200));
         let mut late: Vec<i64> = self
             .late_ns
             .iter()
