@@ -119,23 +119,43 @@ impl<T> Queue<T> {
     }
 }
 
-/// Under loom: the same queue as a mutex-guarded `VecDeque`, which loom can model.
+/// Under loom: the same queue as a mutex-guarded `VecDeque`, which loom can model, with a
+/// length that `is_empty` reads without taking the lock. Crossbeam's `is_empty` takes no lock
+/// and promises no ordering with other locations: answered under the mutex, it would order the
+/// store-fence-load handshakes (`worker::run` against `new_timeout` and `cancel`) by the lock
+/// alone, and loom could not tell whether their `SeqCst` fences are needed.
 #[cfg(loom)]
-pub(crate) struct Queue<T>(loom::sync::Mutex<std::collections::VecDeque<T>>);
+pub(crate) struct Queue<T> {
+    items: loom::sync::Mutex<std::collections::VecDeque<T>>,
+    len: loom::sync::atomic::AtomicUsize,
+}
 
 #[cfg(loom)]
 impl<T> Queue<T> {
     pub(crate) fn new() -> Self {
-        Queue(loom::sync::Mutex::new(std::collections::VecDeque::new()))
+        Queue {
+            items: loom::sync::Mutex::new(std::collections::VecDeque::new()),
+            len: loom::sync::atomic::AtomicUsize::new(0),
+        }
     }
     pub(crate) fn push(&self, value: T) {
-        self.0.lock().unwrap().push_back(value)
+        self.items.lock().unwrap().push_back(value);
+        // Release: pairs with the Acquire in `is_empty`, like a lock-free queue's publishing
+        // store (the push becomes visible to `is_empty` here, after the item is in place).
+        self.len.fetch_add(1, Ordering::Release);
     }
     pub(crate) fn pop(&self) -> Option<T> {
-        self.0.lock().unwrap().pop_front()
+        let mut items = self.items.lock().unwrap();
+        let value = items.pop_front();
+        if value.is_some() {
+            // Relaxed: a stale non-zero count only makes the worker look again.
+            self.len.fetch_sub(1, Ordering::Relaxed);
+        }
+        value
     }
     pub(crate) fn is_empty(&self) -> bool {
-        self.0.lock().unwrap().is_empty()
+        // Acquire: pairs with the Release in `push`.
+        self.len.load(Ordering::Acquire) == 0
     }
 }
 

@@ -8,10 +8,10 @@
 //! | `QUEUED`   | `CANCELLED` | `cancel()` (any thread)              | nothing more: the transfer will see it, drop the task and decrement pending |
 //! | `IN_WHEEL` | `CANCELLED` | `cancel()` (any thread)              | pushing the state on the cancellation queue (the worker then unlinks it and decrements pending) |
 //! | `QUEUED` or `IN_WHEEL` | `CANCELLED` | `stop()` (the stopping thread) | returning the timeout in `stop()`'s list |
-//! | `QUEUED`   | `CANCELLED` | a `new_timeout` that saw a racing `stop()` | refusing with `Stopped`           |
+//! | `QUEUED`   | `REFUSED`   | a `new_timeout` that saw a racing `stop()` | refusing with `Stopped` and decrementing pending (the handle never reaches the user) |
 //! | `IN_WHEEL` | `EXPIRED`   | the worker, when the bucket comes round | decrementing pending, running the task |
 //!
-//! `CANCELLED` and `EXPIRED` are terminal. Every move is a compare-and-swap, so exactly one party
+//! `CANCELLED`, `EXPIRED` and `REFUSED` are terminal. Every move is a compare-and-swap, so exactly one party
 //! decides each timeout's fate, and exactly one decrements `pending`. A cancel of a timeout still
 //! in the `timeouts` queue (the request-timeout pattern: schedule, then cancel on the response)
 //! costs that one compare-and-swap and nothing else.
@@ -28,6 +28,7 @@ const QUEUED: u8 = 0;
 const IN_WHEEL: u8 = 1;
 const CANCELLED: u8 = 2;
 const EXPIRED: u8 = 3;
+const REFUSED: u8 = 4;
 
 pub(crate) const NO_SLOT: u32 = u32::MAX;
 
@@ -80,10 +81,23 @@ impl TimeoutState {
         self.cancel().is_some()
     }
 
-    /// QUEUED -> IN_WHEEL; the worker only. False if it was cancelled while queued.
+    /// QUEUED -> IN_WHEEL; the worker only. `Err(true)` if it was cancelled while queued (the
+    /// worker then accounts for it), `Err(false)` if it was refused (its producer did).
     #[inline]
-    pub(crate) fn try_enter_wheel(&self) -> bool {
-        self.transition(QUEUED, IN_WHEEL)
+    pub(crate) fn try_enter_wheel(&self) -> Result<(), bool> {
+        match self
+            .state
+            .compare_exchange(QUEUED, IN_WHEEL, Ordering::AcqRel, Ordering::Acquire)
+        {
+            Ok(_) => Ok(()),
+            Err(actual) => Err(actual == CANCELLED),
+        }
+    }
+
+    /// QUEUED -> REFUSED, for a `new_timeout` that lost the race to `stop()`.
+    #[inline]
+    pub(crate) fn try_refuse(&self) -> bool {
+        self.transition(QUEUED, REFUSED)
     }
 
     /// IN_WHEEL -> EXPIRED; the worker only.
@@ -119,6 +133,7 @@ impl TimeoutState {
     fn state_name(&self) -> &'static str {
         match self.state.load(Ordering::Relaxed) {
             QUEUED | IN_WHEEL => "pending",
+            REFUSED => "refused",
             CANCELLED => "cancelled",
             _ => "expired",
         }

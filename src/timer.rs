@@ -171,15 +171,16 @@ impl Shared {
         }
     }
 
-    /// `stop()` ran between our state check and our push. Either stop's drain took our entry
-    /// (it is cancelled and in stop's list: report success, as the caller of `stop` saw it) or
-    /// we take it back and refuse.
+    /// `stop()` ran between our state check and our push. Either we take the entry back and
+    /// refuse, or someone got to it first: stop's drain (it is cancelled and in stop's list) or
+    /// the worker before it stopped (it is in the wheel, so in stop's list, or has even run).
+    /// Then report success, as everyone else saw it.
     #[cold]
     fn new_timeout_raced_stop(
         self: &Arc<Self>,
         state: Arc<TimeoutState>,
     ) -> Result<Timeout, TimerError> {
-        if state.try_cancel() {
+        if state.try_refuse() {
             self.pending.fetch_sub(1, Ordering::Relaxed);
             // Acquire: pairs with the Release in `stop` after its drain. After it, whatever is
             // still queued was pushed by producers that will refuse, like us.

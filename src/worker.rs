@@ -124,12 +124,9 @@ impl Worker {
     /// Unlinks the timeouts cancelled while in the wheel (a cancel of a queued timeout never
     /// comes here: the transfer accounts for it).
     fn process_cancelled(&mut self, shared: &Shared) {
-        // Bounded like the transfer, so that a flood of cancellations cannot hold the tick:
-        // leftovers are processed on the next tick (the worker plans to wake for them).
-        for _ in 0..TRANSFER_CAP {
-            let Some(state) = shared.cancelled.pop() else {
-                return;
-            };
+        // Unbounded, as in Netty: each is a pop and an unlink, and the queue only holds
+        // cancellations of timeouts already in the wheel.
+        while let Some(state) = shared.cancelled.pop() {
             let slot = state.slot();
             if slot != NO_SLOT {
                 state.set_slot(NO_SLOT);
@@ -145,10 +142,13 @@ impl Worker {
             let Some(p) = shared.timeouts.pop() else {
                 return;
             };
-            if !p.state.try_enter_wheel() {
-                // Cancelled while queued: account for it here, and drop the task now.
-                // Relaxed: see `Shared::reserve`.
-                shared.pending.fetch_sub(1, Ordering::Relaxed);
+            if let Err(cancelled) = p.state.try_enter_wheel() {
+                if cancelled {
+                    // Cancelled while queued: account for it here (a refused one was accounted
+                    // for by its producer), and drop the task now.
+                    // Relaxed: see `Shared::reserve`.
+                    shared.pending.fetch_sub(1, Ordering::Relaxed);
+                }
                 continue;
             }
             let state = Arc::clone(&p.state);

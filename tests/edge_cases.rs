@@ -432,9 +432,6 @@ fn cancel_from_other_threads() {
 /// start of the next tick; `pending_timeouts()` drops to 0 then, also when that tick is the
 /// first of a catch-up covering several.
 #[test]
-#[ignore = "BUG: Worker::process_cancelled (src/worker.rs) stops after 100 000 cancellations \
-            per tick, and a catch-up advance then skips the ticks in which Netty would have \
-            processed the rest; the contract (step 2 of a tick) has no cap"]
 fn a_flood_of_cancellations_is_processed_on_the_next_tick() {
     init();
     const N: usize = 150_000;

@@ -404,9 +404,6 @@ fn raw_pending(timer: &HashedWheelTimer) -> usize {
 /// the counter therefore equals the number of timeouts `stop()` returned: those that expired
 /// were counted down, a refusal counts itself down and nothing else may.
 #[test]
-#[ignore = "BUG: a new_timeout refused because it raced stop() is counted down twice: by \\
-            Shared::new_timeout_raced_stop (src/timer.rs), and again by Worker::transfer \\
-            (src/worker.rs) when the still-running worker pops the entry it cancelled"]
 fn refusal_racing_stop_is_counted_down_once() {
     for round in 0..200u64 {
         let timer = Arc::new(HashedWheelTimer::new(Duration::from_millis(1), 8));
