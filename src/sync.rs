@@ -139,9 +139,10 @@ impl<T> Queue<T> {
         }
     }
     pub(crate) fn push(&self, value: T) {
-        self.items.lock().unwrap().push_back(value);
+        let mut items = self.items.lock().unwrap();
+        items.push_back(value);
         // Release: pairs with the Acquire in `is_empty`, like a lock-free queue's publishing
-        // store (the push becomes visible to `is_empty` here, after the item is in place).
+        // store. Under the lock, so that a pop never precedes its push's count.
         self.len.fetch_add(1, Ordering::Release);
     }
     pub(crate) fn pop(&self) -> Option<T> {
