@@ -51,24 +51,62 @@ pub(crate) mod thread {
             T: Send + 'static,
         {
             super::loom_hooks::SPAWNED.fetch_add(1, super::Ordering::Relaxed);
-            self.0.spawn(f)
+            let join = self.0.spawn(f)?;
+            *super::loom_hooks::WORKER.lock().unwrap() = Some(join.thread().clone());
+            Ok(join)
         }
     }
 }
 
-/// What the loom models observe beyond the public API. Compiled only under `--cfg loom`.
+/// What the loom models observe and drive beyond the public API. Compiled only under
+/// `--cfg loom`.
 #[cfg(loom)]
 #[doc(hidden)]
 pub mod loom_hooks {
+    use super::Ordering;
+    use std::sync::atomic::{AtomicBool, AtomicUsize};
+
+    // Loom lazy statics live for one execution: each starts afresh. (Plain std types inside:
+    // loom runs an execution on one OS thread, and these are not part of any protocol.)
     loom::lazy_static! {
-        // A loom lazy static lives for one execution, so the count restarts with each.
-        pub(super) static ref SPAWNED: std::sync::atomic::AtomicUsize =
-            std::sync::atomic::AtomicUsize::new(0);
+        pub(super) static ref SPAWNED: AtomicUsize = AtomicUsize::new(0);
+        pub(super) static ref WORKER: std::sync::Mutex<Option<loom::thread::Thread>> =
+            std::sync::Mutex::new(None);
+        static ref CLOCK_HELD: AtomicBool = AtomicBool::new(false);
     }
 
     /// Threads the library has spawned (worker threads) in the current loom execution.
     pub fn threads_spawned() -> usize {
-        SPAWNED.load(super::Ordering::Relaxed)
+        SPAWNED.load(Ordering::Relaxed)
+    }
+
+    /// From now on in this execution, a timer built with `build()` keeps its clock still until
+    /// [`advance_clock`] moves it: the worker's bounded sleeps become parks that only the clock
+    /// (or a producer's wake-up) ends. Call before building the timer.
+    pub fn hold_clock() {
+        CLOCK_HELD.store(true, Ordering::Relaxed);
+    }
+
+    pub(crate) fn clock_held() -> bool {
+        CLOCK_HELD.load(Ordering::Relaxed)
+    }
+
+    /// With the clock held: moves `timer`'s clock to `to` (never back) and, as the OS timer of
+    /// a `park_timeout` would, unparks the worker if the tick it planned to sleep to has ended.
+    pub fn advance_clock(timer: &crate::HashedWheelTimer, to: std::time::Duration) {
+        let handle = timer.handle();
+        let shared = &handle.shared;
+        let now = crate::clock::duration_to_nanos(to);
+        shared.clock.advance_to(now);
+        // Pairs with the fence in the worker's `sleep_until_end_of`.
+        super::fence(Ordering::SeqCst);
+        let planned = shared.planned.load(Ordering::SeqCst);
+        let ends = planned.saturating_add(1).saturating_mul(shared.tick_nanos);
+        if planned < crate::worker::AWAKE && ends <= now {
+            if let Some(worker) = WORKER.lock().unwrap().as_ref() {
+                worker.unpark();
+            }
+        }
     }
 }
 

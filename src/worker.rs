@@ -263,6 +263,11 @@ fn sleep_until_end_of(shared: &Shared, tick: u64) {
 
 /// Under loom time is a manual clock: a bounded sleep jumps the clock to its end; an unbounded
 /// one is a real (loom) park, so a lost wake-up shows up as a deadlock.
+///
+/// A model that holds the clock (`loom_hooks::hold_clock`) moves time itself, and a bounded
+/// sleep is then a park too, ended like an OS timer would end it: by the model's clock
+/// (`loom_hooks::advance_clock`) once the planned tick is over. A wake-up the worker needed
+/// earlier and did not get is then a deadlock as well.
 #[cfg(loom)]
 fn sleep_until_end_of(shared: &Shared, tick: u64) {
     if tick == u64::MAX {
@@ -270,5 +275,15 @@ fn sleep_until_end_of(shared: &Shared, tick: u64) {
         return;
     }
     let wake_at = tick.saturating_add(1).saturating_mul(shared.tick_nanos);
+    if crate::sync::loom_hooks::clock_held() {
+        // The model's clock stands for real time, which no memory ordering hides from a sleeping
+        // thread: this fence and the one in `advance_clock` make sure that either we see the
+        // time or the clock sees our plan (and unparks us).
+        fence(Ordering::SeqCst);
+        if shared.clock.now() < wake_at {
+            thread::park();
+        }
+        return;
+    }
     shared.clock.advance_to(wake_at);
 }
