@@ -6,11 +6,16 @@
 //! for the task with a loom park of its own, so a lost wake-up is a loom deadlock. `stop()`
 //! must wake a parked worker too, or its join never returns (a deadlock again).
 //!
-//! Under loom a *bounded* sleep jumps the manual clock to the end of the planned tick, so it
-//! never blocks: `earlier_deadline_lowers_a_bounded_plan` checks that lowering a finite plan
-//! keeps every timeout's fate right, not how late the worker would wake.
+//! By default a *bounded* sleep jumps the manual clock to the end of the planned tick, so it
+//! never blocks (`earlier_deadline_lowers_a_bounded_plan` then checks only that lowering a
+//! finite plan keeps every timeout's fate right). `earlier_deadline_wakes_a_sleeping_worker`
+//! holds the clock instead (`loom_hooks::hold_clock`): time moves only when the model says, a
+//! bounded sleep is a park that the clock ends when the planned tick is over (as an OS timer
+//! would), and a producer whose deadline comes before the worker's planned wake-up must wake
+//! it, or the model deadlocks waiting for the task.
 #![cfg(loom)]
 
+use hashed_timer_wheel::loom_hooks;
 use loom::thread;
 use loom_tests::{book_stopped, check, threaded_timer, Probe, Signal, TICK};
 use std::time::Duration;
@@ -68,6 +73,40 @@ fn earlier_deadline_lowers_a_bounded_plan() {
         };
         fired.wait();
         let near = producer.join().unwrap();
+        let returned = timer.stop().unwrap();
+        book_stopped(&returned, &[(Some(&far), &far_probe)]);
+        probe.assert_ended_once(&near, "near");
+        far_probe.assert_ended_once(&far, "far");
+        assert_eq!(timer.pending_timeouts(), 0);
+    });
+}
+
+#[test]
+fn earlier_deadline_wakes_a_sleeping_worker() {
+    check("earlier_deadline_wakes_a_sleeping_worker", || {
+        loom_hooks::hold_clock();
+        let timer = threaded_timer(0);
+        let far_probe = Probe::new();
+        // Due at 3 ms: once transferred (tick 0, at 1 ms) the worker plans to sleep to 4 ms.
+        let far = timer.new_timeout(far_probe.task(), TICK * 3).unwrap();
+        loom_hooks::advance_clock(&timer, TICK);
+
+        // Racing the worker's tick 0 and its planning: due at 1 ms (tick 1, fires at 2 ms).
+        let fired = Signal::for_current_thread();
+        let probe = Probe::new();
+        let producer = {
+            let (h, p, fired) = (timer.handle(), probe.clone(), fired.clone());
+            thread::spawn(move || {
+                h.new_timeout(p.task_then(move |_| fired.set()), Duration::ZERO)
+                    .unwrap()
+            })
+        };
+        let near = producer.join().unwrap();
+        loom_hooks::advance_clock(&timer, TICK * 2);
+        // Not at 4 ms: a worker still planning for `far` would sleep on, and the model deadlock.
+        fired.wait();
+        assert_eq!(far_probe.ran(), 0, "fired 2 ticks early");
+
         let returned = timer.stop().unwrap();
         book_stopped(&returned, &[(Some(&far), &far_probe)]);
         probe.assert_ended_once(&near, "near");
