@@ -28,24 +28,48 @@ mod harness {
     pub const WHEEL: usize = 4;
 
     /// A timer with no worker thread: the model calls its tick through the driver.
-    pub fn manual_timer(max_pending: usize) -> (HashedWheelTimer, ManualDriver) {
-        HashedWheelTimer::builder()
+    pub fn manual_timer(max_pending: usize) -> (Owned<HashedWheelTimer>, ManualDriver) {
+        let (timer, driver) = HashedWheelTimer::builder()
             .tick_duration(TICK)
             .ticks_per_wheel(WHEEL)
             .max_pending_timeouts(max_pending)
             .build_manual()
-            .expect("valid arguments")
+            .expect("valid arguments");
+        (Owned(Some(timer)), driver)
     }
 
     /// A timer with a real (loom) worker thread on a manual clock: a bounded sleep jumps the
-    /// clock to its end, an unbounded one is a loom park.
-    pub fn threaded_timer(max_pending: usize) -> HashedWheelTimer {
-        HashedWheelTimer::builder()
-            .tick_duration(TICK)
-            .ticks_per_wheel(WHEEL)
-            .max_pending_timeouts(max_pending)
-            .build()
-            .expect("valid arguments")
+    /// clock to its end (unless the model holds the clock), an unbounded one is a loom park.
+    pub fn threaded_timer(max_pending: usize) -> Owned<HashedWheelTimer> {
+        Owned(Some(
+            HashedWheelTimer::builder()
+                .tick_duration(TICK)
+                .ticks_per_wheel(WHEEL)
+                .max_pending_timeouts(max_pending)
+                .build()
+                .expect("valid arguments"),
+        ))
+    }
+
+    /// A model's timer. Dropped normally when the model ends, but leaked when the model fails:
+    /// dropping a timer stops it, which calls into loom again while loom's failure unwinds,
+    /// and that double panic would abort the whole test binary instead of reporting.
+    #[derive(Debug)]
+    pub struct Owned<T>(Option<T>);
+
+    impl<T> std::ops::Deref for Owned<T> {
+        type Target = T;
+        fn deref(&self) -> &T {
+            self.0.as_ref().expect("present until dropped")
+        }
+    }
+
+    impl<T> Drop for Owned<T> {
+        fn drop(&mut self) {
+            if std::thread::panicking() {
+                std::mem::forget(self.0.take());
+            }
+        }
     }
 
     /// Explores every interleaving of `f` (up to the preemption bound) and prints one line:
