@@ -29,10 +29,84 @@ pub(crate) use loom::sync::{Mutex, MutexGuard};
 pub(crate) use std::sync::Arc;
 
 /// Under loom: loom's threads, with spawns counted for the lazy-start model
-/// (`loom_hooks::threads_spawned`).
+/// (`loom_hooks::threads_spawned`), and std's park/unpark semantics.
+///
+/// Loom's own `Thread::unpark` makes its target runnable whatever it is blocked on: a thread
+/// waiting for a mutex or in `JoinHandle::join` then resumes and trips loom's internal
+/// assertions ("expected to be able to acquire lock"; tokio-rs/loom#249). With std an unpark
+/// racing a lock or a join is harmless, and this crate does race them (`stop` unparks the
+/// worker while a producer's `wake_by` may too). So the park token here is a loom mutex and
+/// condvar, with std's semantics: an unpark before the park is remembered, and an unpark only
+/// ever ends a park. A lost wake-up is still a loom deadlock.
 #[cfg(loom)]
 pub(crate) mod thread {
-    pub(crate) use loom::thread::*;
+    use std::cell::RefCell;
+    use std::sync::Arc;
+
+    pub(crate) use loom::thread::ThreadId;
+
+    #[derive(Debug, Default)]
+    struct Token {
+        available: loom::sync::Mutex<bool>,
+        changed: loom::sync::Condvar,
+    }
+
+    loom::thread_local! {
+        static TOKEN: RefCell<Option<Arc<Token>>> = RefCell::new(None);
+    }
+
+    fn my_token() -> Arc<Token> {
+        TOKEN.with(|t| Arc::clone(t.borrow_mut().get_or_insert_with(Arc::default)))
+    }
+
+    /// A handle on a thread, as `std::thread::Thread`.
+    #[derive(Clone, Debug)]
+    pub(crate) struct Thread {
+        inner: loom::thread::Thread,
+        token: Arc<Token>,
+    }
+
+    impl Thread {
+        pub(crate) fn id(&self) -> ThreadId {
+            self.inner.id()
+        }
+
+        pub(crate) fn unpark(&self) {
+            *self.token.available.lock().unwrap() = true;
+            self.token.changed.notify_one();
+        }
+    }
+
+    pub(crate) fn current() -> Thread {
+        Thread {
+            inner: loom::thread::current(),
+            token: my_token(),
+        }
+    }
+
+    pub(crate) fn park() {
+        let token = my_token();
+        let mut available = token.available.lock().unwrap();
+        while !*available {
+            available = token.changed.wait(available).unwrap();
+        }
+        *available = false;
+    }
+
+    pub(crate) struct JoinHandle<T> {
+        inner: loom::thread::JoinHandle<T>,
+        thread: Thread,
+    }
+
+    impl<T> JoinHandle<T> {
+        pub(crate) fn thread(&self) -> &Thread {
+            &self.thread
+        }
+
+        pub(crate) fn join(self) -> std::thread::Result<T> {
+            self.inner.join()
+        }
+    }
 
     pub(crate) struct Builder(loom::thread::Builder);
 
@@ -51,9 +125,18 @@ pub(crate) mod thread {
             T: Send + 'static,
         {
             super::loom_hooks::SPAWNED.fetch_add(1, super::Ordering::Relaxed);
-            let join = self.0.spawn(f)?;
-            *super::loom_hooks::WORKER.lock().unwrap() = Some(join.thread().clone());
-            Ok(join)
+            let token = Arc::new(Token::default());
+            let theirs = Arc::clone(&token);
+            let inner = self.0.spawn(move || {
+                TOKEN.with(|t| *t.borrow_mut() = Some(theirs));
+                f()
+            })?;
+            let thread = Thread {
+                inner: inner.thread().clone(),
+                token,
+            };
+            *super::loom_hooks::WORKER.lock().unwrap() = Some(thread.clone());
+            Ok(JoinHandle { inner, thread })
         }
     }
 }
@@ -70,7 +153,7 @@ pub mod loom_hooks {
     // loom runs an execution on one OS thread, and these are not part of any protocol.)
     loom::lazy_static! {
         pub(super) static ref SPAWNED: AtomicUsize = AtomicUsize::new(0);
-        pub(super) static ref WORKER: std::sync::Mutex<Option<loom::thread::Thread>> =
+        pub(super) static ref WORKER: std::sync::Mutex<Option<super::thread::Thread>> =
             std::sync::Mutex::new(None);
         static ref CLOCK_HELD: AtomicBool = AtomicBool::new(false);
     }
