@@ -279,38 +279,35 @@ mod harness {
         }
     }
 
-    /// A one-shot flag a model thread can wait on without spinning: `wait` parks (a loom park)
-    /// until `set` is called, so a wake-up the timer loses shows up as a loom deadlock.
-    #[derive(Clone, Debug)]
-    pub struct Signal {
-        flag: Arc<loom::sync::atomic::AtomicBool>,
-        waiter: loom::thread::Thread,
-    }
+    /// A one-shot flag a model thread can wait on without spinning: `wait` blocks (on a loom
+    /// condvar) until `set` is called, so a wake-up the timer loses shows up as a loom deadlock.
+    /// (A condvar rather than loom's park/unpark: loom's unpark would also wake the waiter out
+    /// of a `join` or a lock, which loom then reports as an error, tokio-rs/loom#249.)
+    #[derive(Clone, Debug, Default)]
+    pub struct Signal(Arc<(loom::sync::Mutex<bool>, loom::sync::Condvar)>);
 
     impl Signal {
-        /// A signal that the calling thread will wait on.
-        pub fn for_current_thread() -> Signal {
-            Signal {
-                flag: Arc::new(loom::sync::atomic::AtomicBool::new(false)),
-                waiter: loom::thread::current(),
-            }
+        /// A signal not set yet.
+        pub fn new() -> Signal {
+            Signal::default()
         }
 
-        /// Sets the flag and unparks the waiter.
+        /// Sets the flag and wakes the waiter.
         pub fn set(&self) {
-            self.flag.store(true, SeqCst);
-            self.waiter.unpark();
+            *self.0 .0.lock().unwrap() = true;
+            self.0 .1.notify_all();
         }
 
         /// Whether `set` was called.
         pub fn is_set(&self) -> bool {
-            self.flag.load(SeqCst)
+            *self.0 .0.lock().unwrap()
         }
 
-        /// Parks until `set` is called (a loom park: no spinning).
+        /// Blocks until `set` is called.
         pub fn wait(&self) {
-            while !self.flag.load(SeqCst) {
-                loom::thread::park();
+            let mut set = self.0 .0.lock().unwrap();
+            while !*set {
+                set = self.0 .1.wait(set).unwrap();
             }
         }
     }

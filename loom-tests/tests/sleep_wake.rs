@@ -25,7 +25,7 @@ fn producer_wakes_parked_worker() {
     check("producer_wakes_parked_worker", || {
         let timer = threaded_timer(0);
         timer.start().unwrap(); // the worker finds nothing to do and parks
-        let fired = Signal::for_current_thread();
+        let fired = Signal::new();
         let probe = Probe::new();
         let producer = {
             let (h, p, fired) = (timer.handle(), probe.clone(), fired.clone());
@@ -62,7 +62,7 @@ fn earlier_deadline_lowers_a_bounded_plan() {
         let timer = threaded_timer(0);
         let far_probe = Probe::new();
         let far = timer.new_timeout(far_probe.task(), TICK * 3).unwrap();
-        let fired = Signal::for_current_thread();
+        let fired = Signal::new();
         let probe = Probe::new();
         let producer = {
             let (h, p, fired) = (timer.handle(), probe.clone(), fired.clone());
@@ -92,7 +92,7 @@ fn earlier_deadline_wakes_a_sleeping_worker() {
         loom_hooks::advance_clock(&timer, TICK);
 
         // Racing the worker's tick 0 and its planning: due at 1 ms (tick 1, fires at 2 ms).
-        let fired = Signal::for_current_thread();
+        let fired = Signal::new();
         let probe = Probe::new();
         let producer = {
             let (h, p, fired) = (timer.handle(), probe.clone(), fired.clone());
