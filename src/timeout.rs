@@ -32,25 +32,103 @@ const REFUSED: u8 = 4;
 
 pub(crate) const NO_SLOT: u32 = u32::MAX;
 
-/// What a `Timeout` handle shares with the worker: no task, no deadline, just the state.
-pub(crate) struct TimeoutState {
+/// One timeout's shared state: no task, no deadline.
+struct Cell {
     state: AtomicU8,
     slot: AtomicU32,
 }
 
+/// Timeouts per allocation. States are handed out in chunks so that scheduling does not call
+/// the allocator per timeout, and the worker's expiry walks states that sit side by side
+/// (a chunk holds consecutive timeouts of one producer thread). Under loom every timeout gets
+/// its own chunk: loom's atomics cannot outlive one model execution in a thread-local.
+#[cfg(not(loom))]
+const CHUNK: usize = 32;
+#[cfg(loom)]
+const CHUNK: usize = 1;
+
+struct Chunk {
+    cells: [Cell; CHUNK],
+}
+
+impl Chunk {
+    fn new() -> Arc<Chunk> {
+        Arc::new(Chunk {
+            cells: std::array::from_fn(|_| Cell {
+                state: AtomicU8::new(QUEUED),
+                slot: AtomicU32::new(NO_SLOT),
+            }),
+        })
+    }
+}
+
+#[cfg(not(loom))]
+std::thread_local! {
+    /// This thread's chunk being handed out, and the next free cell in it.
+    static CURSOR: std::cell::RefCell<(Option<Arc<Chunk>>, u8)> =
+        const { std::cell::RefCell::new((None, 0)) };
+}
+
+/// What a `Timeout` handle shares with the worker: a reference to one cell of a chunk. The
+/// chunk is freed when the last reference to any of its cells goes; cells are never reused.
+#[derive(Clone)]
+pub(crate) struct TimeoutState {
+    chunk: Arc<Chunk>,
+    idx: u8,
+}
+
 impl TimeoutState {
+    /// A fresh state (QUEUED, no slot).
+    #[inline]
     pub(crate) fn new() -> Self {
-        TimeoutState {
-            state: AtomicU8::new(QUEUED),
-            slot: AtomicU32::new(NO_SLOT),
+        #[cfg(not(loom))]
+        {
+            CURSOR.with(|cursor| {
+                let mut cursor = cursor.borrow_mut();
+                let (current, next) = &mut *cursor;
+                let chunk = current.get_or_insert_with(|| {
+                    *next = 0;
+                    Chunk::new()
+                });
+                let idx = *next;
+                *next += 1;
+                let chunk = if usize::from(*next) == CHUNK {
+                    // The last cell: hand the thread's reference over instead of cloning it.
+                    current.take().expect("just inserted")
+                } else {
+                    Arc::clone(chunk)
+                };
+                TimeoutState { chunk, idx }
+            })
         }
+        #[cfg(loom)]
+        {
+            TimeoutState {
+                chunk: Chunk::new(),
+                idx: 0,
+            }
+        }
+    }
+
+    #[inline]
+    fn cell(&self) -> &Cell {
+        &self.chunk.cells[usize::from(self.idx)]
+    }
+
+    pub(crate) fn same(&self, other: &TimeoutState) -> bool {
+        Arc::ptr_eq(&self.chunk, &other.chunk) && self.idx == other.idx
+    }
+
+    fn address(&self) -> usize {
+        self.cell() as *const Cell as usize
     }
 
     #[inline]
     fn transition(&self, from: u8, to: u8) -> bool {
         // AcqRel: the winner's later work (the task run, the push on the cancellation queue)
         // is ordered after the win; the loser's Acquire sees the winner's move.
-        self.state
+        self.cell()
+            .state
             .compare_exchange(from, to, Ordering::AcqRel, Ordering::Acquire)
             .is_ok()
     }
@@ -60,15 +138,13 @@ impl TimeoutState {
     #[inline]
     pub(crate) fn cancel(&self) -> Option<bool> {
         // Acquire: see `transition`.
-        let mut cur = self.state.load(Ordering::Acquire);
+        let state = &self.cell().state;
+        let mut cur = state.load(Ordering::Acquire);
         loop {
             if cur != QUEUED && cur != IN_WHEEL {
                 return None;
             }
-            match self
-                .state
-                .compare_exchange(cur, CANCELLED, Ordering::AcqRel, Ordering::Acquire)
-            {
+            match state.compare_exchange(cur, CANCELLED, Ordering::AcqRel, Ordering::Acquire) {
                 Ok(_) => return Some(cur == IN_WHEEL),
                 Err(actual) => cur = actual,
             }
@@ -85,10 +161,12 @@ impl TimeoutState {
     /// worker then accounts for it), `Err(false)` if it was refused (its producer did).
     #[inline]
     pub(crate) fn try_enter_wheel(&self) -> Result<(), bool> {
-        match self
-            .state
-            .compare_exchange(QUEUED, IN_WHEEL, Ordering::AcqRel, Ordering::Acquire)
-        {
+        match self.cell().state.compare_exchange(
+            QUEUED,
+            IN_WHEEL,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        ) {
             Ok(_) => Ok(()),
             Err(actual) => Err(actual == CANCELLED),
         }
@@ -108,30 +186,30 @@ impl TimeoutState {
 
     #[inline]
     pub(crate) fn is_cancelled(&self) -> bool {
-        self.state.load(Ordering::Acquire) == CANCELLED
+        self.cell().state.load(Ordering::Acquire) == CANCELLED
     }
 
     #[inline]
     pub(crate) fn is_expired(&self) -> bool {
-        self.state.load(Ordering::Acquire) == EXPIRED
+        self.cell().state.load(Ordering::Acquire) == EXPIRED
     }
 
     /// Worker only: the entry's wheel key.
     #[inline]
     pub(crate) fn slot(&self) -> u32 {
         // Relaxed: only the worker touches `slot`.
-        self.slot.load(Ordering::Relaxed)
+        self.cell().slot.load(Ordering::Relaxed)
     }
 
     /// Worker only.
     #[inline]
     pub(crate) fn set_slot(&self, slot: u32) {
         // Relaxed: only the worker touches `slot`.
-        self.slot.store(slot, Ordering::Relaxed)
+        self.cell().slot.store(slot, Ordering::Relaxed)
     }
 
     fn state_name(&self) -> &'static str {
-        match self.state.load(Ordering::Relaxed) {
+        match self.cell().state.load(Ordering::Relaxed) {
             QUEUED | IN_WHEEL => "pending",
             REFUSED => "refused",
             CANCELLED => "cancelled",
@@ -165,7 +243,7 @@ impl TimeoutState {
 /// ```
 #[derive(Clone)]
 pub struct Timeout {
-    pub(crate) state: Arc<TimeoutState>,
+    pub(crate) state: TimeoutState,
     pub(crate) timer: TimerHandle,
 }
 
@@ -190,7 +268,7 @@ impl Timeout {
             // Still queued: the worker's transfer will drop it.
             Some(false) => true,
             Some(true) => {
-                self.timer.shared.cancelled(Arc::clone(&self.state));
+                self.timer.shared.cancelled(self.state.clone());
                 true
             }
         }
@@ -254,7 +332,7 @@ impl Timeout {
 
 impl PartialEq for Timeout {
     fn eq(&self, other: &Self) -> bool {
-        Arc::ptr_eq(&self.state, &other.state)
+        self.state.same(&other.state)
     }
 }
 
@@ -262,7 +340,7 @@ impl Eq for Timeout {}
 
 impl std::hash::Hash for Timeout {
     fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
-        (Arc::as_ptr(&self.state) as usize).hash(state)
+        self.state.address().hash(state)
     }
 }
 

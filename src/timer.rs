@@ -51,7 +51,7 @@ static WARNED_TOO_MANY: crate::sync::process::AtomicBool =
 /// A timeout on its way from a producer to the worker.
 pub(crate) struct Pending {
     pub(crate) task: Box<dyn TimerTask>,
-    pub(crate) state: Arc<TimeoutState>,
+    pub(crate) state: TimeoutState,
     pub(crate) deadline: u64,
 }
 
@@ -62,7 +62,7 @@ pub(crate) struct Shared {
     /// fields below and from the `Arc`'s reference counts.
     pub(crate) pending: CachePadded<AtomicUsize>,
     pub(crate) timeouts: Queue<Pending>,
-    pub(crate) cancelled: Queue<Arc<TimeoutState>>,
+    pub(crate) cancelled: Queue<TimeoutState>,
     state: AtomicU8,
     /// The tick at whose end the worker will next wake by itself; `AWAKE` while it runs,
     /// `u64::MAX` when it parks with no deadline. See `worker::run`.
@@ -114,10 +114,10 @@ impl Shared {
         self.reserve()?;
         let now = self.clock.now();
         let deadline = now.saturating_add(duration_to_nanos(delay));
-        let state = Arc::new(TimeoutState::new());
+        let state = TimeoutState::new();
         self.timeouts.push(Pending {
             task,
-            state: Arc::clone(&state),
+            state: state.clone(),
             deadline,
         });
         // SeqCst fence: orders the push before the `state` load below, against the SeqCst swap
@@ -178,7 +178,7 @@ impl Shared {
     #[cold]
     fn new_timeout_raced_stop(
         self: &Arc<Self>,
-        state: Arc<TimeoutState>,
+        state: TimeoutState,
     ) -> Result<Timeout, TimerError> {
         if state.try_refuse() {
             self.pending.fetch_sub(1, Ordering::Relaxed);
@@ -200,7 +200,7 @@ impl Shared {
     /// A successful `cancel()`: queue the state for the worker and make sure it runs by the end
     /// of its current tick.
     #[inline]
-    pub(crate) fn cancelled(&self, state: Arc<TimeoutState>) {
+    pub(crate) fn cancelled(&self, state: TimeoutState) {
         self.cancelled.push(state);
         // SeqCst fence: as in `new_timeout`, against the worker's re-check of the queues.
         fence(Ordering::SeqCst);
@@ -301,7 +301,7 @@ impl Shared {
             None => lock(&self.idle_worker).take(),
         };
         let mut out = Vec::new();
-        let mut give_back = |state: Arc<TimeoutState>| {
+        let mut give_back = |state: TimeoutState| {
             if state.try_cancel() {
                 out.push(Timeout {
                     state,

@@ -43,7 +43,7 @@ pub(crate) const AWAKE: u64 = u64::MAX - 1;
 /// What the wheel holds per timeout.
 pub(crate) struct Entry {
     task: Box<dyn TimerTask>,
-    state: Arc<TimeoutState>,
+    state: TimeoutState,
 }
 
 /// The worker's state: the wheel and the next tick to process.
@@ -151,7 +151,7 @@ impl Worker {
                 }
                 continue;
             }
-            let state = Arc::clone(&p.state);
+            let state = p.state.clone();
             let key = self.wheel.insert(
                 Entry {
                     task: p.task,
@@ -179,7 +179,7 @@ impl Worker {
     }
 
     /// Empties the wheel (for `stop`): the states of everything still in it.
-    pub(crate) fn drain(&mut self) -> Vec<Arc<TimeoutState>> {
+    pub(crate) fn drain(&mut self) -> Vec<TimeoutState> {
         self.wheel
             .drain(self.tick)
             .into_iter()
