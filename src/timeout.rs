@@ -21,7 +21,7 @@
 //! the state is shared with the handles.
 
 use crate::sync::{Arc, AtomicU32, AtomicU8, Ordering};
-use crate::timer::TimerHandle;
+use crate::timer::{Shared, TimerHandle};
 use std::fmt;
 
 const QUEUED: u8 = 0;
@@ -48,12 +48,18 @@ const CHUNK: usize = 32;
 const CHUNK: usize = 1;
 
 struct Chunk {
+    /// The timer every cell's timeout belongs to: a `Timeout` reaches its timer through its
+    /// chunk, so handles cost one reference count between them, not one per timeout.
+    timer: TimerHandle,
     cells: [Cell; CHUNK],
 }
 
 impl Chunk {
-    fn new() -> Arc<Chunk> {
+    fn new(shared: &Arc<Shared>) -> Arc<Chunk> {
         Arc::new(Chunk {
+            timer: TimerHandle {
+                shared: Arc::clone(shared),
+            },
             cells: std::array::from_fn(|_| Cell {
                 state: AtomicU8::new(QUEUED),
                 slot: AtomicU32::new(NO_SLOT),
@@ -64,7 +70,9 @@ impl Chunk {
 
 #[cfg(not(loom))]
 std::thread_local! {
-    /// This thread's chunk being handed out, and the next free cell in it.
+    /// This thread's chunk being handed out, and the next free cell in it. It keeps its timer's
+    /// bookkeeping (not its worker, tasks or executor) allocated until this thread schedules on
+    /// another timer or exits.
     static CURSOR: std::cell::RefCell<(Option<Arc<Chunk>>, u8)> =
         const { std::cell::RefCell::new((None, 0)) };
 }
@@ -78,17 +86,23 @@ pub(crate) struct TimeoutState {
 }
 
 impl TimeoutState {
-    /// A fresh state (QUEUED, no slot).
+    /// A fresh state (QUEUED, no slot) of a timeout of `shared`'s timer.
     #[inline]
-    pub(crate) fn new() -> Self {
+    pub(crate) fn new(shared: &Arc<Shared>) -> Self {
         #[cfg(not(loom))]
         {
             CURSOR.with(|cursor| {
                 let mut cursor = cursor.borrow_mut();
                 let (current, next) = &mut *cursor;
+                if let Some(c) = current {
+                    if !Arc::ptr_eq(&c.timer.shared, shared) {
+                        // Another timer's chunk: its unused cells are freed with it.
+                        *current = None;
+                    }
+                }
                 let chunk = current.get_or_insert_with(|| {
                     *next = 0;
-                    Chunk::new()
+                    Chunk::new(shared)
                 });
                 let idx = *next;
                 *next += 1;
@@ -104,7 +118,7 @@ impl TimeoutState {
         #[cfg(loom)]
         {
             TimeoutState {
-                chunk: Chunk::new(),
+                chunk: Chunk::new(shared),
                 idx: 0,
             }
         }
@@ -244,7 +258,6 @@ impl TimeoutState {
 #[derive(Clone)]
 pub struct Timeout {
     pub(crate) state: TimeoutState,
-    pub(crate) timer: TimerHandle,
 }
 
 impl Timeout {
@@ -268,7 +281,7 @@ impl Timeout {
             // Still queued: the worker's transfer will drop it.
             Some(false) => true,
             Some(true) => {
-                self.timer.shared.cancelled(self.state.clone());
+                self.timer().shared.cancelled(self.state.clone());
                 true
             }
         }
@@ -326,7 +339,7 @@ impl Timeout {
     /// ```
     #[inline]
     pub fn timer(&self) -> &TimerHandle {
-        &self.timer
+        &self.state.chunk.timer
     }
 }
 

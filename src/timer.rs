@@ -73,7 +73,6 @@ pub(crate) struct Shared {
     pub(crate) tick_nanos: u64,
     pub(crate) wheel_len: usize,
     pub(crate) max_pending: usize,
-    pub(crate) executor: Option<Executor>,
     thread_name: String,
     pub(crate) clock: Clock,
     manual: bool,
@@ -114,7 +113,7 @@ impl Shared {
         self.reserve()?;
         let now = self.clock.now();
         let deadline = now.saturating_add(duration_to_nanos(delay));
-        let state = TimeoutState::new();
+        let state = TimeoutState::new(self);
         self.timeouts.push(Pending {
             task,
             state: state.clone(),
@@ -129,12 +128,7 @@ impl Shared {
             return self.new_timeout_raced_stop(state);
         }
         self.wake_by(now / self.tick_nanos);
-        Ok(Timeout {
-            state,
-            timer: TimerHandle {
-                shared: Arc::clone(self),
-            },
-        })
+        Ok(Timeout { state })
     }
 
     /// Counts one more pending timeout, or refuses.
@@ -189,12 +183,7 @@ impl Shared {
             }
             return Err(TimerError::Stopped);
         }
-        Ok(Timeout {
-            state,
-            timer: TimerHandle {
-                shared: Arc::clone(self),
-            },
-        })
+        Ok(Timeout { state })
     }
 
     /// A successful `cancel()`: queue the state for the worker and make sure it runs by the end
@@ -303,12 +292,7 @@ impl Shared {
         let mut out = Vec::new();
         let mut give_back = |state: TimeoutState| {
             if state.try_cancel() {
-                out.push(Timeout {
-                    state,
-                    timer: TimerHandle {
-                        shared: Arc::clone(self),
-                    },
-                });
+                out.push(Timeout { state });
             }
         };
         if let Some(mut worker) = worker {
@@ -1009,12 +993,11 @@ impl Builder {
             tick_nanos,
             wheel_len,
             max_pending: self.max_pending,
-            executor: self.executor,
             thread_name: self.thread_name,
             clock,
             manual,
             control: Mutex::new(Control::default()),
-            idle_worker: Mutex::new(Some(Worker::new(tick_nanos, wheel_len))),
+            idle_worker: Mutex::new(Some(Worker::new(tick_nanos, wheel_len, self.executor))),
             drained: AtomicBool::new(false),
             counted: crate::sync::process::AtomicBool::new(true),
         }))

@@ -31,7 +31,7 @@
 
 use crate::sync::{fence, thread, Arc, Ordering};
 use crate::timeout::{TimeoutState, NO_SLOT};
-use crate::timer::{Shared, TimerHandle, TRANSFER_CAP};
+use crate::timer::{Executor, Shared, TRANSFER_CAP};
 use crate::wheel::Wheel;
 use crate::{Timeout, TimerTask};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -50,6 +50,8 @@ pub(crate) struct Entry {
 pub(crate) struct Worker {
     wheel: Wheel<Entry>,
     tick: u64,
+    /// Owned by the worker, so that it is dropped with it when the timer stops.
+    executor: Option<Executor>,
 }
 
 impl std::fmt::Debug for Worker {
@@ -62,10 +64,11 @@ impl std::fmt::Debug for Worker {
 }
 
 impl Worker {
-    pub(crate) fn new(tick_nanos: u64, wheel_len: usize) -> Worker {
+    pub(crate) fn new(tick_nanos: u64, wheel_len: usize, executor: Option<Executor>) -> Worker {
         Worker {
             wheel: Wheel::new(tick_nanos, wheel_len),
             tick: 0,
+            executor,
         }
     }
 
@@ -164,14 +167,15 @@ impl Worker {
         }
     }
 
-    fn expire(&mut self, shared: &Arc<Shared>, tick: u64, now: u64) {
+    fn expire(&mut self, shared: &Shared, tick: u64, now: u64) {
+        let executor = self.executor.as_ref();
         self.wheel.expire(tick, now, |entry, _deadline| {
             entry.state.set_slot(NO_SLOT);
             if entry.state.try_expire() {
                 // Relaxed: see `Shared::reserve`. Decremented before the task runs, so that a
                 // task can schedule again even at the pending limit.
                 shared.pending.fetch_sub(1, Ordering::Relaxed);
-                run_task(shared, entry);
+                run_task(executor, entry);
             }
             // Else cancelled after this tick's cancellations were processed: its entry on the
             // cancellation queue decrements pending (finding NO_SLOT); the task is dropped here.
@@ -191,15 +195,10 @@ impl Worker {
     }
 }
 
-fn run_task(shared: &Arc<Shared>, entry: Entry) {
-    let timeout = Timeout {
-        state: entry.state,
-        timer: TimerHandle {
-            shared: Arc::clone(shared),
-        },
-    };
+fn run_task(executor: Option<&Executor>, entry: Entry) {
+    let timeout = Timeout { state: entry.state };
     let task = entry.task;
-    match &shared.executor {
+    match executor {
         None => {
             if catch_unwind(AssertUnwindSafe(|| task.run(&timeout))).is_err() {
                 log::warn!("a TimerTask panicked; the timer goes on");
