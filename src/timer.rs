@@ -111,7 +111,7 @@ impl Shared {
             self.start_slow()?;
         }
         self.reserve()?;
-        let now = self.clock.now();
+        let now = self.clock.now_upper();
         let deadline = now.saturating_add(duration_to_nanos(delay));
         let state = TimeoutState::new(self);
         self.timeouts.push(Pending {
