@@ -22,7 +22,12 @@ pub(crate) enum Clock {
     /// `Instant`-based; the origin is fixed when the timer is built.
     // Under loom every timer runs on a manual clock.
     #[cfg_attr(loom, allow(dead_code))]
-    System { origin: Instant },
+    System {
+        origin: Instant,
+        /// The origin in the fast clock's time base (nanoseconds since its `base`).
+        #[cfg(all(not(loom), target_os = "linux", target_arch = "x86_64"))]
+        origin_from_base: u64,
+    },
     /// Starts at 0 and moves only when told to.
     Manual(Arc<AtomicU64>),
 }
@@ -33,9 +38,12 @@ impl Clock {
         // Set the fast clock up (once per process, well under a millisecond) before the origin,
         // so that its base is never after an origin.
         #[cfg(all(not(loom), target_os = "linux", target_arch = "x86_64"))]
-        fast::get();
+        let fast = fast::get();
+        let origin = Instant::now();
         Clock::System {
-            origin: Instant::now(),
+            origin,
+            #[cfg(all(not(loom), target_os = "linux", target_arch = "x86_64"))]
+            origin_from_base: fast.map_or(0, |f| f.since_base(origin)),
         }
     }
 
@@ -48,9 +56,13 @@ impl Clock {
     #[inline]
     pub(crate) fn now_upper(&self) -> u64 {
         #[cfg(all(not(loom), target_os = "linux", target_arch = "x86_64"))]
-        if let Clock::System { origin } = self {
+        if let Clock::System {
+            origin_from_base, ..
+        } = self
+        {
             if let Some(fast) = fast::get() {
-                return fast.now_upper(*origin);
+                // The origin is never before the fast clock's base (see `Clock::system`).
+                return fast.since_base_upper().saturating_sub(*origin_from_base);
             }
         }
         self.now()
@@ -60,7 +72,7 @@ impl Clock {
     #[inline]
     pub(crate) fn now(&self) -> u64 {
         match self {
-            Clock::System { origin } => duration_to_nanos(origin.elapsed()),
+            Clock::System { origin, .. } => duration_to_nanos(origin.elapsed()),
             // Acquire: pairs with the Release in `advance_to`, so whoever reads a time also sees
             // what was done before the clock reached it.
             Clock::Manual(t) => t.load(Ordering::Acquire),
@@ -137,17 +149,13 @@ mod fast {
     }
 
     impl Fast {
-        /// An upper bound of `origin.elapsed()` in nanoseconds (see the module docs).
-        #[inline]
-        pub(super) fn now_upper(&self, origin: Instant) -> u64 {
-            let since_base = self.since_base_upper();
-            // The origin is never before `base` (see `Clock::system`).
-            let origin_from_base = duration_to_nanos(origin.saturating_duration_since(self.base));
-            since_base.saturating_sub(origin_from_base)
+        pub(super) fn since_base(&self, t: Instant) -> u64 {
+            duration_to_nanos(t.saturating_duration_since(self.base))
         }
 
+        /// An upper bound of `base.elapsed()` in nanoseconds (see the module docs).
         #[inline]
-        fn since_base_upper(&self) -> u64 {
+        pub(super) fn since_base_upper(&self) -> u64 {
             let raw = self.tsc.raw();
             ANCHOR.with(|anchor| {
                 let (ns, raw0) = anchor.get();
