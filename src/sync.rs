@@ -1,9 +1,9 @@
 //! The one module that names the concurrency primitives.
 //!
-//! Normal builds get `std` atomics and threads and crossbeam's lock-free `SegQueue`. Under
-//! `--cfg loom` every type here comes from loom, and the MPSC queues become a loom
-//! `Mutex<VecDeque<T>>` with the same methods: loom cannot see inside crossbeam-queue and reports
-//! false causality errors through it. No other module names these types: the test at the end of
+//! Normal builds get `std` atomics, threads and mutexes, and the MPSC queues are a `std`
+//! `Mutex<Vec<T>>` whose buffer the worker swaps out (see [`Queue`]). Under `--cfg loom` every
+//! type here comes from loom, and the queues become a loom `Mutex<VecDeque<T>>` with the same
+//! methods and a lock-free length. No other module names these types: the test at the end of
 //! this file fails if one does.
 
 #[cfg(not(loom))]
@@ -217,26 +217,40 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     }
 }
 
-/// An unbounded multi-producer queue; the worker is its only consumer.
+/// An unbounded multi-producer queue; the worker is its only consumer, and takes everything
+/// queued at once ([`Queue::take_into`]).
+///
+/// A `Mutex<Vec<T>>` whose buffer the worker swaps for an empty one of its own: a push is a lock,
+/// a `Vec::push` and an unlock, and in a steady state the two buffers are reused, so the queue
+/// allocates nothing per timeout. Measured against crossbeam's lock-free `SegQueue`, which
+/// allocates a 1.5 KB block every 31 pushes (the producer) and frees it after popping (the worker):
+/// those cross-thread frees made glibc consolidate its free lists on the producer's side, and
+/// `new_timeout` was slower with it in every workload (see `benches/README.md`).
 #[cfg(not(loom))]
-pub(crate) struct Queue<T>(crossbeam_queue::SegQueue<T>);
+pub(crate) struct Queue<T> {
+    items: Mutex<Vec<T>>,
+}
 
 #[cfg(not(loom))]
 impl<T> Queue<T> {
     pub(crate) fn new() -> Self {
-        Queue(crossbeam_queue::SegQueue::new())
+        Queue {
+            items: Mutex::new(Vec::new()),
+        }
     }
     #[inline]
     pub(crate) fn push(&self, value: T) {
-        self.0.push(value)
+        lock(&self.items).push(value)
     }
-    #[inline]
-    pub(crate) fn pop(&self) -> Option<T> {
-        self.0.pop()
-    }
-    #[inline]
     pub(crate) fn is_empty(&self) -> bool {
-        self.0.is_empty()
+        lock(&self.items).is_empty()
+    }
+    /// Moves every queued item, in push order, into `buf`, which must be empty; the queue keeps
+    /// `buf`'s allocation for the next pushes.
+    #[inline]
+    pub(crate) fn take_into(&self, buf: &mut Vec<T>) {
+        debug_assert!(buf.is_empty());
+        std::mem::swap(&mut *lock(&self.items), buf)
     }
 }
 
@@ -266,18 +280,16 @@ impl<T> Queue<T> {
         // store. Under the lock, so that a pop never precedes its push's count.
         self.len.fetch_add(1, Ordering::Release);
     }
-    pub(crate) fn pop(&self) -> Option<T> {
-        let mut items = self.items.lock().unwrap();
-        let value = items.pop_front();
-        if value.is_some() {
-            // Relaxed: a stale non-zero count only makes the worker look again.
-            self.len.fetch_sub(1, Ordering::Relaxed);
-        }
-        value
-    }
     pub(crate) fn is_empty(&self) -> bool {
         // Acquire: pairs with the Release in `push`.
         self.len.load(Ordering::Acquire) == 0
+    }
+    pub(crate) fn take_into(&self, buf: &mut Vec<T>) {
+        let mut items = self.items.lock().unwrap();
+        let n = items.len();
+        buf.extend(items.drain(..));
+        // Relaxed: as in `pop`.
+        self.len.fetch_sub(n, Ordering::Relaxed);
     }
 }
 

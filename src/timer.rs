@@ -179,7 +179,9 @@ impl Shared {
             // Acquire: pairs with the Release in `stop` after its drain. After it, whatever is
             // still queued was pushed by producers that will refuse, like us.
             if self.drained.load(Ordering::Acquire) {
-                while self.timeouts.pop().is_some() {}
+                let mut queued = Vec::new();
+                self.timeouts.take_into(&mut queued);
+                drop(queued);
             }
             return Err(TimerError::Stopped);
         }
@@ -300,12 +302,20 @@ impl Shared {
                 give_back(state);
             }
         }
-        while let Some(p) = self.timeouts.pop() {
-            give_back(p.state);
-        }
-        while self.cancelled.pop().is_some() {}
+        // Take the buffers themselves, so that their memory goes too.
+        let mut queued = Vec::new();
+        self.timeouts.take_into(&mut queued);
         // Release: pairs with the Acquire in `new_timeout_raced_stop`.
         self.drained.store(true, Ordering::Release);
+        // Once more, after `drained` is set: a producer that pushed after the first take either
+        // pushed before this one (taken here) or sees `drained` and empties the queue itself.
+        // Nothing stays queued, where a task holding a handle would keep the timer alive.
+        let mut late = Vec::new();
+        self.timeouts.take_into(&mut late);
+        for p in queued.into_iter().chain(late) {
+            give_back(p.state);
+        }
+        drop(self.cancelled_taken());
         Ok(out)
     }
 
@@ -324,10 +334,18 @@ impl Shared {
         drop(join);
         // Nobody will drain the queues: do it now, so that queued tasks holding a handle on
         // this timer do not keep it alive in a cycle.
-        while let Some(p) = self.timeouts.pop() {
+        let mut queued = Vec::new();
+        self.timeouts.take_into(&mut queued);
+        for p in queued {
             p.state.try_cancel();
         }
-        while self.cancelled.pop().is_some() {}
+        drop(self.cancelled_taken());
+    }
+
+    fn cancelled_taken(&self) -> Vec<TimeoutState> {
+        let mut taken = Vec::new();
+        self.cancelled.take_into(&mut taken);
+        taken
     }
 
     fn uncount(&self) {
@@ -1080,7 +1098,16 @@ impl ManualDriver {
         self.shared.set_worker_id(Some(thread::current().id()));
         let now = self.shared.clock.now();
         worker.advance(&self.shared, now);
+        if worker.next_work_tick(&self.shared) != Some(worker.tick()) {
+            worker.release_idle_buffers(&self.shared);
+        }
         self.shared.set_worker_id(None);
+        // Acquire: pairs with the Release in `shutdown_from_worker`.
+        if self.shared.is_shutdown() && self.shared.drained.load(Ordering::Acquire) {
+            // A task dropped the owner: nobody else will drop the worker, whose entries may
+            // hold handles on this timer.
+            drop(slot.take());
+        }
     }
 
     /// The manual clock's time since the timer's origin.

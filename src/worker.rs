@@ -31,7 +31,7 @@
 
 use crate::sync::{fence, thread, Arc, Ordering};
 use crate::timeout::{TimeoutState, NO_SLOT};
-use crate::timer::{Executor, Shared, TRANSFER_CAP};
+use crate::timer::{Executor, Pending, Shared, TRANSFER_CAP};
 use crate::wheel::Wheel;
 use crate::{Timeout, TimerTask};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -50,6 +50,11 @@ pub(crate) struct Entry {
 pub(crate) struct Worker {
     wheel: Wheel<Entry>,
     tick: u64,
+    /// Timeouts taken from the `timeouts` queue and not yet moved into buckets (beyond the
+    /// per-tick cap), oldest first.
+    inbox: Vec<Pending>,
+    /// Reused buffer for the cancellation queue.
+    cancelled: Vec<TimeoutState>,
     /// Owned by the worker, so that it is dropped with it when the timer stops.
     executor: Option<Executor>,
 }
@@ -68,8 +73,14 @@ impl Worker {
         Worker {
             wheel: Wheel::new(tick_nanos, wheel_len),
             tick: 0,
+            inbox: Vec::new(),
+            cancelled: Vec::new(),
             executor,
         }
+    }
+
+    pub(crate) fn tick(&self) -> u64 {
+        self.tick
     }
 
     pub(crate) fn set_tick(&mut self, tick: u64) {
@@ -118,7 +129,7 @@ impl Worker {
     /// The next tick with work: the current one if a queue holds something, else the wheel's
     /// earliest fire tick; `None` when nothing is pending.
     pub(crate) fn next_work_tick(&self, shared: &Shared) -> Option<u64> {
-        if !shared.timeouts.is_empty() || !shared.cancelled.is_empty() {
+        if !self.inbox.is_empty() || !shared.timeouts.is_empty() || !shared.cancelled.is_empty() {
             return Some(self.tick);
         }
         self.wheel.next_fire_tick(self.tick)
@@ -127,43 +138,65 @@ impl Worker {
     /// Unlinks the timeouts cancelled while in the wheel (a cancel of a queued timeout never
     /// comes here: the transfer accounts for it).
     fn process_cancelled(&mut self, shared: &Shared) {
-        // Unbounded, as in Netty: each is a pop and an unlink, and the queue only holds
-        // cancellations of timeouts already in the wheel.
-        while let Some(state) = shared.cancelled.pop() {
+        // Unbounded, as in Netty: each is an unlink, and the queue only holds cancellations of
+        // timeouts already in the wheel.
+        shared.cancelled.take_into(&mut self.cancelled);
+        let n = self.cancelled.len();
+        for state in self.cancelled.drain(..) {
             let slot = state.slot();
             if slot != NO_SLOT {
                 state.set_slot(NO_SLOT);
                 drop(self.wheel.remove(slot));
             }
-            // Relaxed: see `Shared::reserve`.
-            shared.pending.fetch_sub(1, Ordering::Relaxed);
         }
+        if n > 0 {
+            // Relaxed: see `Shared::reserve`.
+            shared.pending.fetch_sub(n, Ordering::Relaxed);
+        }
+        recycle(&mut self.cancelled);
     }
 
+    /// Moves up to `cap` queued timeouts, oldest first, into the buckets, as of `tick`.
     fn transfer(&mut self, shared: &Shared, tick: u64, cap: u64) {
-        for _ in 0..cap {
-            let Some(p) = shared.timeouts.pop() else {
-                return;
-            };
-            if let Err(cancelled) = p.state.try_enter_wheel() {
-                if cancelled {
+        let mut left = usize::try_from(cap).unwrap_or(usize::MAX);
+        let mut refused_or_cancelled = 0;
+        while left > 0 {
+            if self.inbox.is_empty() {
+                recycle(&mut self.inbox);
+                shared.timeouts.take_into(&mut self.inbox);
+                if self.inbox.is_empty() {
+                    break;
+                }
+            }
+            let n = left.min(self.inbox.len());
+            left -= n;
+            // Draining a prefix shifts what is left: only when the cap is hit.
+            for p in self.inbox.drain(..n) {
+                if let Err(cancelled) = p.state.try_enter_wheel() {
                     // Cancelled while queued: account for it here (a refused one was accounted
                     // for by its producer), and drop the task now.
-                    // Relaxed: see `Shared::reserve`.
-                    shared.pending.fetch_sub(1, Ordering::Relaxed);
+                    if cancelled {
+                        refused_or_cancelled += 1;
+                    }
+                    continue;
                 }
-                continue;
+                let state = p.state.clone();
+                let key = self.wheel.insert(
+                    Entry {
+                        task: p.task,
+                        state: p.state,
+                    },
+                    p.deadline,
+                    tick,
+                );
+                state.set_slot(key);
             }
-            let state = p.state.clone();
-            let key = self.wheel.insert(
-                Entry {
-                    task: p.task,
-                    state: p.state,
-                },
-                p.deadline,
-                tick,
-            );
-            state.set_slot(key);
+        }
+        if refused_or_cancelled > 0 {
+            // Relaxed: see `Shared::reserve`.
+            shared
+                .pending
+                .fetch_sub(refused_or_cancelled, Ordering::Relaxed);
         }
     }
 
@@ -182,16 +215,47 @@ impl Worker {
         });
     }
 
-    /// Empties the wheel (for `stop`): the states of everything still in it.
+    /// When nothing is queued, gives back the queue buffers kept for reuse, so that an idle
+    /// timer does not hold a past burst's worth of memory.
+    pub(crate) fn release_idle_buffers(&mut self, shared: &Shared) {
+        if !self.inbox.is_empty() || self.inbox.capacity() == 0 && self.cancelled.capacity() == 0 {
+            return;
+        }
+        let mut theirs = Vec::new();
+        shared.timeouts.take_into(&mut theirs);
+        if theirs.is_empty() {
+            self.inbox = Vec::new();
+        } else {
+            // Pushed since we looked: keep them (in order) for the next transfer.
+            self.inbox = theirs;
+        }
+        let mut theirs = Vec::new();
+        shared.cancelled.take_into(&mut theirs);
+        // Cancellations are unordered: any buffer will do.
+        self.cancelled = theirs;
+    }
+
+    /// Empties the wheel and the inbox (for `stop`): the states of everything still in them.
     pub(crate) fn drain(&mut self) -> Vec<TimeoutState> {
-        self.wheel
+        let mut out: Vec<TimeoutState> = self
+            .wheel
             .drain(self.tick)
             .into_iter()
             .map(|e| {
                 e.state.set_slot(NO_SLOT);
                 e.state
             })
-            .collect()
+            .collect();
+        out.extend(self.inbox.drain(..).map(|p| p.state));
+        out
+    }
+}
+
+/// Keeps a drained buffer's allocation for reuse unless a burst made it large.
+fn recycle<T>(buf: &mut Vec<T>) {
+    const KEEP: usize = 16 * 1024;
+    if buf.capacity() > KEEP {
+        *buf = Vec::new();
     }
 }
 
@@ -233,6 +297,10 @@ pub(crate) fn run(mut worker: Worker, shared: Arc<Shared>) -> Worker {
         plan = plan.min(shared.planned.load(Ordering::SeqCst));
         if shared.is_shutdown() {
             break;
+        }
+        if plan > worker.tick {
+            // Idle until a later tick: nothing is queued.
+            worker.release_idle_buffers(&shared);
         }
         sleep_until_end_of(&shared, plan);
         shared.planned.store(AWAKE, Ordering::SeqCst);
