@@ -88,21 +88,19 @@ mod harness {
             counter.fetch_add(1, SeqCst);
             f();
         };
+        let start = Instant::now();
         // Reports the iteration a failing model stopped at (the panic unwinds through here).
-        struct OnFailure<'a>(&'a str, &'a AtomicUsize);
+        struct OnFailure<'a>(&'a str, &'a AtomicUsize, Instant);
         impl Drop for OnFailure<'_> {
             fn drop(&mut self) {
                 if std::thread::panicking() {
-                    eprintln!(
-                        "loom model {}: FAILED in iteration {}",
-                        self.0,
-                        self.1.load(SeqCst)
-                    );
+                    let n = self.1.load(SeqCst);
+                    eprintln!("loom model {}: FAILED in iteration {n}", self.0);
+                    report(self.0, n, self.2.elapsed(), "-", "FAILED");
                 }
             }
         }
-        let _report = OnFailure(name, &iterations);
-        let start = Instant::now();
+        let _report = OnFailure(name, &iterations, start);
         let bound;
         if std::env::var_os("LOOM_LOG").is_some() {
             // `loom::model` installs the `tracing` subscriber that prints the log; it takes
@@ -117,11 +115,30 @@ mod harness {
             bound = format!("{}", builder.preemption_bound.unwrap_or_default());
             builder.check(body);
         }
-        eprintln!(
-            "loom model {name}: {} iterations in {:.2?} (preemption bound {bound})",
-            iterations.load(SeqCst),
-            start.elapsed(),
+        let (n, took) = (iterations.load(SeqCst), start.elapsed());
+        eprintln!("loom model {name}: {n} iterations in {took:.2?} (preemption bound {bound})");
+        report(name, n, took, &bound, "ok");
+    }
+
+    /// Appends a model's result to the file named by `LOOM_TESTS_REPORT` (`run.sh` prints them
+    /// as a table): name, iterations, seconds, preemption bound, ok or FAILED.
+    fn report(name: &str, iterations: usize, took: Duration, bound: &str, status: &str) {
+        use std::io::Write;
+        let Some(path) = std::env::var_os("LOOM_TESTS_REPORT") else {
+            return;
+        };
+        let line = format!(
+            "{name}\t{iterations}\t{:.2}\t{bound}\t{status}\n",
+            took.as_secs_f64()
         );
+        let written = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .and_then(|mut f| f.write_all(line.as_bytes()));
+        if let Err(e) = written {
+            eprintln!("cannot append to LOOM_TESTS_REPORT {path:?}: {e}");
+        }
     }
 
     /// What happened to one timeout, as seen by the model: the invariant is that every accepted
