@@ -220,37 +220,89 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// An unbounded multi-producer queue; the worker is its only consumer, and takes everything
 /// queued at once ([`Queue::take_into`]).
 ///
-/// A `Mutex<Vec<T>>` whose buffer the worker swaps for an empty one of its own: a push is a lock,
-/// a `Vec::push` and an unlock, and in a steady state the two buffers are reused, so the queue
-/// allocates nothing per timeout. Measured against crossbeam's lock-free `SegQueue`, which
+/// Mutex-guarded `Vec`s, one per shard of producer threads, whose buffers the worker swaps for
+/// empty ones of its own: a push is a lock, a `Vec::push` and an unlock, and in a steady state the
+/// buffers are reused, so the queue allocates nothing per timeout. Measured against crossbeam's lock-free `SegQueue`, which
 /// allocates a 1.5 KB block every 31 pushes (the producer) and frees it after popping (the worker):
 /// those cross-thread frees made glibc consolidate its free lists on the producer's side, and
 /// `new_timeout` was slower with it in every workload (see `benches/README.md`).
 #[cfg(not(loom))]
 pub(crate) struct Queue<T> {
-    items: Mutex<Vec<T>>,
+    /// Each producer thread pushes to one shard (so its pushes stay in order), chosen round
+    /// robin when the thread first pushes: producers on different threads rarely share a lock.
+    shards: Box<[CachePadded<Mutex<Vec<T>>>]>,
+}
+
+#[cfg(not(loom))]
+const SHARDS: usize = 8;
+
+#[cfg(not(loom))]
+#[inline]
+fn my_shard() -> usize {
+    use std::cell::Cell;
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    std::thread_local! {
+        static SHARD: Cell<usize> = const { Cell::new(usize::MAX) };
+    }
+    SHARD.with(|s| {
+        let mut i = s.get();
+        if i == usize::MAX {
+            i = NEXT.fetch_add(1, Ordering::Relaxed) % SHARDS;
+            s.set(i);
+        }
+        i
+    })
 }
 
 #[cfg(not(loom))]
 impl<T> Queue<T> {
     pub(crate) fn new() -> Self {
         Queue {
-            items: Mutex::new(Vec::new()),
+            shards: (0..SHARDS)
+                .map(|_| CachePadded::new(Mutex::new(Vec::new())))
+                .collect(),
         }
     }
     #[inline]
     pub(crate) fn push(&self, value: T) {
-        lock(&self.items).push(value)
+        lock(&self.shards[my_shard()]).push(value)
     }
     pub(crate) fn is_empty(&self) -> bool {
-        lock(&self.items).is_empty()
+        self.shards.iter().all(|s| lock(s).is_empty())
     }
-    /// Moves every queued item, in push order, into `buf`, which must be empty; the queue keeps
-    /// `buf`'s allocation for the next pushes.
+    /// Moves every queued item to the end of `buf`, each thread's pushes in push order. When
+    /// `buf` is empty the queue keeps its allocation for the next pushes.
     #[inline]
     pub(crate) fn take_into(&self, buf: &mut Vec<T>) {
-        debug_assert!(buf.is_empty());
-        std::mem::swap(&mut *lock(&self.items), buf)
+        self.take(buf, false)
+    }
+
+    /// Every queued item, each thread's pushes in order, and the queue's buffers with them: the
+    /// queue holds no memory afterwards (for `stop`, and an idle worker).
+    pub(crate) fn take_all(&self) -> Vec<T> {
+        let mut out = Vec::new();
+        self.take(&mut out, true);
+        out
+    }
+
+    fn take(&self, buf: &mut Vec<T>, free: bool) {
+        for shard in self.shards.iter() {
+            let mut items = lock(shard);
+            if items.is_empty() {
+                if free {
+                    *items = Vec::new();
+                }
+                continue;
+            }
+            if buf.is_empty() {
+                std::mem::swap(&mut *items, buf);
+            } else {
+                buf.append(&mut items);
+            }
+            if free {
+                *items = Vec::new();
+            }
+        }
     }
 }
 
@@ -283,6 +335,11 @@ impl<T> Queue<T> {
     pub(crate) fn is_empty(&self) -> bool {
         // Acquire: pairs with the Release in `push`.
         self.len.load(Ordering::Acquire) == 0
+    }
+    pub(crate) fn take_all(&self) -> Vec<T> {
+        let mut out = Vec::new();
+        self.take_into(&mut out);
+        out
     }
     pub(crate) fn take_into(&self, buf: &mut Vec<T>) {
         let mut items = self.items.lock().unwrap();

@@ -179,9 +179,7 @@ impl Shared {
             // Acquire: pairs with the Release in `stop` after its drain. After it, whatever is
             // still queued was pushed by producers that will refuse, like us.
             if self.drained.load(Ordering::Acquire) {
-                let mut queued = Vec::new();
-                self.timeouts.take_into(&mut queued);
-                drop(queued);
+                drop(self.timeouts.take_all());
             }
             return Err(TimerError::Stopped);
         }
@@ -303,15 +301,13 @@ impl Shared {
             }
         }
         // Take the buffers themselves, so that their memory goes too.
-        let mut queued = Vec::new();
-        self.timeouts.take_into(&mut queued);
+        let queued = self.timeouts.take_all();
         // Release: pairs with the Acquire in `new_timeout_raced_stop`.
         self.drained.store(true, Ordering::Release);
         // Once more, after `drained` is set: a producer that pushed after the first take either
         // pushed before this one (taken here) or sees `drained` and empties the queue itself.
         // Nothing stays queued, where a task holding a handle would keep the timer alive.
-        let mut late = Vec::new();
-        self.timeouts.take_into(&mut late);
+        let late = self.timeouts.take_all();
         for p in queued.into_iter().chain(late) {
             give_back(p.state);
         }
@@ -334,18 +330,14 @@ impl Shared {
         drop(join);
         // Nobody will drain the queues: do it now, so that queued tasks holding a handle on
         // this timer do not keep it alive in a cycle.
-        let mut queued = Vec::new();
-        self.timeouts.take_into(&mut queued);
-        for p in queued {
+        for p in self.timeouts.take_all() {
             p.state.try_cancel();
         }
         drop(self.cancelled_taken());
     }
 
     fn cancelled_taken(&self) -> Vec<TimeoutState> {
-        let mut taken = Vec::new();
-        self.cancelled.take_into(&mut taken);
-        taken
+        self.cancelled.take_all()
     }
 
     fn uncount(&self) {

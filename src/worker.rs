@@ -218,21 +218,14 @@ impl Worker {
     /// When nothing is queued, gives back the queue buffers kept for reuse, so that an idle
     /// timer does not hold a past burst's worth of memory.
     pub(crate) fn release_idle_buffers(&mut self, shared: &Shared) {
-        if !self.inbox.is_empty() || self.inbox.capacity() == 0 && self.cancelled.capacity() == 0 {
+        if !self.inbox.is_empty() {
             return;
         }
-        let mut theirs = Vec::new();
-        shared.timeouts.take_into(&mut theirs);
-        if theirs.is_empty() {
-            self.inbox = Vec::new();
-        } else {
-            // Pushed since we looked: keep them (in order) for the next transfer.
-            self.inbox = theirs;
-        }
-        let mut theirs = Vec::new();
-        shared.cancelled.take_into(&mut theirs);
-        // Cancellations are unordered: any buffer will do.
-        self.cancelled = theirs;
+        // Pushed since we looked, if anything: kept (in order) for the next transfer.
+        self.inbox = shared.timeouts.take_all();
+        let mut cancelled = shared.cancelled.take_all();
+        cancelled.append(&mut self.cancelled);
+        self.cancelled = cancelled;
     }
 
     /// Empties the wheel and the inbox (for `stop`): the states of everything still in them.
@@ -248,6 +241,17 @@ impl Worker {
             .collect();
         out.extend(self.inbox.drain(..).map(|p| p.state));
         out
+    }
+}
+
+impl Drop for Worker {
+    /// A worker dropped with timeouts still in it is a shutdown that nobody drains (the owner
+    /// was dropped inside a task, so no `stop()` returns them): they will never run, and end
+    /// cancelled, like the timeouts `stop()` returns. After a `stop()` this finds nothing.
+    fn drop(&mut self) {
+        for state in self.drain() {
+            state.try_cancel();
+        }
     }
 }
 
