@@ -30,8 +30,14 @@
 //!
 //! # Threading model
 //! - `new_timeout` and `cancel` may be called from any thread. They never touch the wheel: they
-//!   push onto lock-free MPSC queues (crossbeam's `SegQueue`) and flip one atomic state per
-//!   timeout. Only the worker touches buckets.
+//!   push onto MPSC queues (a short lock around a `Vec::push`, sharded by producer thread; the
+//!   worker swaps the buffers out once per tick) and flip one atomic state per timeout. Only the
+//!   worker touches buckets. A cancel of a timeout not yet moved into a bucket is that one
+//!   atomic flip and nothing else.
+//! - Timeout states are allocated 32 at a time per producer thread, so `new_timeout` does not
+//!   call the allocator (a capturing closure is boxed, a zero-sized one is not), and the time is
+//!   read from the TSC where the kernel trusts it (see the `clock` module), rounded up so that a
+//!   deadline is never early.
 //! - A timeout moves `pending -> cancelled` or `pending -> expired` by compare-and-swap; exactly
 //!   one of `cancel()`, the worker's expiry and `stop()` wins.
 //! - Tasks run on the worker thread, one after another (or on the executor you configure), so a
@@ -62,6 +68,10 @@
 //!   timer, not shared with the handle).
 //! - The tick grid starts when the timer is built, not when its thread starts; this changes no
 //!   guarantee (never early, at most about a tick late).
+//! - `new_timeout` reads the time from the TSC (where the kernel itself uses it), rounded up by
+//!   at most about a microsecond, where Netty calls `System.nanoTime()`: a deadline is never
+//!   earlier than Netty's, and in rare cases (a deadline within that microsecond of a tick's
+//!   end) it falls in the next tick.
 //! - `remaining_rounds` is not decremented in place: each entry keeps its deadline, and the
 //!   worker compares `calculated <= tick` when the bucket comes round, which is Netty's
 //!   `remaining_rounds == 0` (see [`HashedWheelTimer`]'s design notes in the source, `wheel.rs`).
