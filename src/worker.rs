@@ -255,17 +255,6 @@ impl Drop for Worker {
     }
 }
 
-impl Drop for Worker {
-    /// A worker dropped with timeouts still in it is a shutdown that nobody drains (the owner
-    /// was dropped inside a task, so no `stop()` returns them): they will never run, and end
-    /// cancelled, like the timeouts `stop()` returns. After a `stop()` this finds nothing.
-    fn drop(&mut self) {
-        for state in self.drain() {
-            state.try_cancel();
-        }
-    }
-}
-
 /// Keeps a drained buffer's allocation for reuse unless a burst made it large.
 fn recycle<T>(buf: &mut Vec<T>) {
     const KEEP: usize = 16 * 1024;
