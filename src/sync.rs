@@ -310,11 +310,12 @@ impl<T> Queue<T> {
     }
 }
 
-/// Under loom: the same queue as a mutex-guarded `VecDeque`, which loom can model, with a
-/// length that `is_empty` reads without taking the lock. Crossbeam's `is_empty` takes no lock
-/// and promises no ordering with other locations: answered under the mutex, it would order the
-/// store-fence-load handshakes (`worker::run` against `new_timeout` and `cancel`) by the lock
-/// alone, and loom could not tell whether their `SeqCst` fences are needed.
+/// Under loom: one mutex-guarded `VecDeque` (what the shards add is contention, not
+/// behaviour), with a length that `is_empty` reads without taking the lock. The store-fence-load
+/// handshakes (`worker::run` against `new_timeout` and `cancel`) are written not to depend on
+/// how the queue orders `is_empty`: answered under a loom mutex it would order them by the lock
+/// alone, and loom could not tell whether their `SeqCst` fences are needed (nor catch a change
+/// to a lock-free queue that broke them). Modelled weaker, loom checks they hold for any queue.
 #[cfg(loom)]
 pub(crate) struct Queue<T> {
     items: loom::sync::Mutex<std::collections::VecDeque<T>>,
@@ -349,7 +350,7 @@ impl<T> Queue<T> {
         let mut items = self.items.lock().unwrap();
         let n = items.len();
         buf.extend(items.drain(..));
-        // Relaxed: as in `pop`.
+        // Relaxed: a stale non-zero count only makes the worker look again.
         self.len.fetch_sub(n, Ordering::Relaxed);
     }
 }
