@@ -35,28 +35,37 @@ pub(crate) use std::sync::Arc;
 /// waiting for a mutex or in `JoinHandle::join` then resumes and trips loom's internal
 /// assertions ("expected to be able to acquire lock"; tokio-rs/loom#249). With std an unpark
 /// racing a lock or a join is harmless, and this crate does race them (`stop` unparks the
-/// worker while a producer's `wake_by` may too). So the park token here is a loom mutex and
-/// condvar, with std's semantics: an unpark before the park is remembered, and an unpark only
-/// ever ends a park. A lost wake-up is still a loom deadlock.
+/// worker while a producer's `wake_by` may too). So the park token here is std's futex parker
+/// on a loom atomic: an unpark before the park is remembered, and loom's unpark is called only
+/// for a thread inside `park` (parked, or about to be with nothing else in between). A lost
+/// wake-up is still a loom deadlock.
 #[cfg(loom)]
 pub(crate) mod thread {
+    use super::Ordering::SeqCst;
     use std::cell::RefCell;
     use std::sync::Arc;
 
     pub(crate) use loom::thread::ThreadId;
 
-    #[derive(Debug, Default)]
-    struct Token {
-        available: loom::sync::Mutex<bool>,
-        changed: loom::sync::Condvar,
-    }
+    const EMPTY: u8 = 0;
+    const NOTIFIED: u8 = 1;
+    const PARKED: u8 = 2;
+
+    /// `EMPTY -> PARKED` (park, no token) or `NOTIFIED -> EMPTY` (park, token consumed);
+    /// `* -> NOTIFIED` (unpark; whoever swaps `PARKED` out owes the loom unpark).
+    #[derive(Debug)]
+    struct Token(loom::sync::atomic::AtomicU8);
 
     loom::thread_local! {
         static TOKEN: RefCell<Option<Arc<Token>>> = RefCell::new(None);
     }
 
+    fn new_token() -> Arc<Token> {
+        Arc::new(Token(loom::sync::atomic::AtomicU8::new(EMPTY)))
+    }
+
     fn my_token() -> Arc<Token> {
-        TOKEN.with(|t| Arc::clone(t.borrow_mut().get_or_insert_with(Arc::default)))
+        TOKEN.with(|t| Arc::clone(t.borrow_mut().get_or_insert_with(new_token)))
     }
 
     /// A handle on a thread, as `std::thread::Thread`.
@@ -72,8 +81,9 @@ pub(crate) mod thread {
         }
 
         pub(crate) fn unpark(&self) {
-            *self.token.available.lock().unwrap() = true;
-            self.token.changed.notify_one();
+            if self.token.0.swap(NOTIFIED, SeqCst) == PARKED {
+                self.inner.unpark();
+            }
         }
     }
 
@@ -86,11 +96,27 @@ pub(crate) mod thread {
 
     pub(crate) fn park() {
         let token = my_token();
-        let mut available = token.available.lock().unwrap();
-        while !*available {
-            available = token.changed.wait(available).unwrap();
+        let state = &token.0;
+        // EMPTY -> PARKED; or a token is there (NOTIFIED, from an unpark before or just now):
+        // consume it and return. Every access to the token is a read-modify-write: loom orders
+        // plain stores only partially against them, and lets a later swap read around one.
+        if state
+            .compare_exchange(EMPTY, PARKED, SeqCst, SeqCst)
+            .is_err()
+        {
+            state.swap(EMPTY, SeqCst);
+            return;
         }
-        *available = false;
+        // Only `unpark` moves PARKED on, and it then unparks us: loom's park returns once it has.
+        loop {
+            loom::thread::park();
+            if state
+                .compare_exchange(NOTIFIED, EMPTY, SeqCst, SeqCst)
+                .is_ok()
+            {
+                return;
+            }
+        }
     }
 
     pub(crate) struct JoinHandle<T> {
@@ -125,7 +151,7 @@ pub(crate) mod thread {
             T: Send + 'static,
         {
             super::loom_hooks::SPAWNED.fetch_add(1, super::Ordering::Relaxed);
-            let token = Arc::new(Token::default());
+            let token = new_token();
             let theirs = Arc::clone(&token);
             let inner = self.0.spawn(move || {
                 TOKEN.with(|t| *t.borrow_mut() = Some(theirs));
