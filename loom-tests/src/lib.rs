@@ -296,35 +296,73 @@ mod harness {
         }
     }
 
-    /// A one-shot flag a model thread can wait on without spinning: `wait` blocks (on a loom
-    /// condvar) until `set` is called, so a wake-up the timer loses shows up as a loom deadlock.
-    /// (A condvar rather than loom's park/unpark: loom's unpark would also wake the waiter out
-    /// of a `join` or a lock, which loom then reports as an error, tokio-rs/loom#249.)
-    #[derive(Clone, Debug, Default)]
-    pub struct Signal(Arc<(loom::sync::Mutex<bool>, loom::sync::Condvar)>);
+    /// A one-shot flag the thread that made it can wait on without spinning: `wait` parks (a
+    /// loom park) until `set` is called, so a wake-up the timer loses shows up as a loom
+    /// deadlock. `set` unparks the waiter only while it is inside `wait` (std's futex parker on
+    /// a loom atomic): loom's unpark would also wake it out of a `join` or a lock, which loom
+    /// then reports as an error (tokio-rs/loom#249).
+    #[derive(Clone, Debug)]
+    pub struct Signal(Arc<SignalInner>);
+
+    #[derive(Debug)]
+    struct SignalInner {
+        set: loom::sync::atomic::AtomicBool,
+        /// EMPTY, NOTIFIED or PARKED, as in the library's loom shim.
+        park: loom::sync::atomic::AtomicU8,
+        waiter: loom::thread::Thread,
+    }
+
+    const EMPTY: u8 = 0;
+    const NOTIFIED: u8 = 1;
+    const PARKED: u8 = 2;
 
     impl Signal {
-        /// A signal not set yet.
+        /// A signal not set yet, that the calling thread will wait on.
+        #[allow(clippy::new_without_default)]
         pub fn new() -> Signal {
-            Signal::default()
+            Signal(Arc::new(SignalInner {
+                set: loom::sync::atomic::AtomicBool::new(false),
+                park: loom::sync::atomic::AtomicU8::new(EMPTY),
+                waiter: loom::thread::current(),
+            }))
         }
 
         /// Sets the flag and wakes the waiter.
         pub fn set(&self) {
-            *self.0 .0.lock().unwrap() = true;
-            self.0 .1.notify_all();
+            self.0.set.store(true, SeqCst);
+            if self.0.park.swap(NOTIFIED, SeqCst) == PARKED {
+                self.0.waiter.unpark();
+            }
         }
 
         /// Whether `set` was called.
         pub fn is_set(&self) -> bool {
-            *self.0 .0.lock().unwrap()
+            self.0.set.load(SeqCst)
         }
 
-        /// Blocks until `set` is called.
+        /// Blocks until `set` is called. Only the thread that made the signal may wait.
         pub fn wait(&self) {
-            let mut set = self.0 .0.lock().unwrap();
-            while !*set {
-                set = self.0 .1.wait(set).unwrap();
+            let park = &self.0.park;
+            while !self.0.set.load(SeqCst) {
+                if park
+                    .compare_exchange(EMPTY, PARKED, SeqCst, SeqCst)
+                    .is_err()
+                {
+                    // A token: consume it (by a read-modify-write, as every access here: loom
+                    // orders plain stores only partially against them) and look again.
+                    park.swap(EMPTY, SeqCst);
+                    continue;
+                }
+                // Only `set` moves PARKED on, and it then unparks us.
+                loop {
+                    loom::thread::park();
+                    if park
+                        .compare_exchange(NOTIFIED, EMPTY, SeqCst, SeqCst)
+                        .is_ok()
+                    {
+                        break;
+                    }
+                }
             }
         }
     }
