@@ -80,6 +80,7 @@
 //! [`Builder::build_manual`] gives a timer with no thread and a [`ManualDriver`] that moves its
 //! clock: tests run due tasks deterministically, with no sleeps.
 #![warn(missing_docs)]
+#![forbid(unsafe_code)]
 
 mod clock;
 mod error;
