@@ -261,9 +261,11 @@ impl Drop for Worker {
     }
 }
 
-/// Keeps a drained buffer's allocation for reuse unless a burst made it large.
+/// Keeps a drained buffer's allocation for reuse unless a burst made it very large. (Buffers a
+/// busy timer keeps are given back when it goes idle: `release_idle_buffers`.) Growing a buffer
+/// again every tick showed up as page faults and copies on the producers.
 fn recycle<T>(buf: &mut Vec<T>) {
-    const KEEP: usize = 16 * 1024;
+    const KEEP: usize = 128 * 1024;
     if buf.capacity() > KEEP {
         *buf = Vec::new();
     }
