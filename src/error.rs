@@ -6,6 +6,14 @@ use std::time::Duration;
 /// Why a [`HashedWheelTimer`](crate::HashedWheelTimer) could not be built.
 ///
 /// Every variant is permanent: the same arguments always fail the same way.
+///
+/// ```
+/// use hashed_timer_wheel::{BuildError, HashedWheelTimer};
+///
+/// let err = HashedWheelTimer::builder().ticks_per_wheel((1 << 30) + 1).build().unwrap_err();
+/// assert_eq!(err, BuildError::TooManyTicksPerWheel { requested: (1 << 30) + 1 });
+/// assert_eq!(err.to_string(), "ticks per wheel may not be greater than 2^30: 1073741825");
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum BuildError {
@@ -52,6 +60,24 @@ impl fmt::Display for BuildError {
 impl std::error::Error for BuildError {}
 
 /// Why a timer operation was refused.
+///
+/// ```
+/// use hashed_timer_wheel::{HashedWheelTimer, Timeout, TimerError};
+/// use std::time::Duration;
+///
+/// let timer = HashedWheelTimer::builder().max_pending_timeouts(1).build().unwrap();
+/// let first = timer.new_timeout(|_: &Timeout| {}, Duration::from_secs(60)).unwrap();
+/// match timer.new_timeout(|_: &Timeout| {}, Duration::from_secs(60)) {
+///     Err(TimerError::TooManyPending { pending, max }) => assert_eq!((pending, max), (1, 1)),
+///     other => panic!("expected a refusal, got {other:?}"),
+/// }
+/// first.cancel();
+/// let _ = timer.stop();
+/// assert_eq!(
+///     timer.new_timeout(|_: &Timeout| {}, Duration::ZERO).unwrap_err(),
+///     TimerError::Stopped,
+/// );
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum TimerError {

@@ -28,13 +28,23 @@ use std::fmt;
 use std::time::Duration;
 
 /// The largest wheel: `ticks_per_wheel` above this is an error (as in Netty before 4.1.107).
+///
+/// ```
+/// use hashed_timer_wheel::{HashedWheelTimer, MAX_TICKS_PER_WHEEL};
+///
+/// assert!(HashedWheelTimer::builder().ticks_per_wheel(MAX_TICKS_PER_WHEEL + 1).build().is_err());
+/// ```
 pub const MAX_TICKS_PER_WHEEL: usize = 1 << 30;
 
 /// Timeouts moved from the `timeouts` queue into buckets per tick, at most (Netty's cap).
 pub(crate) const TRANSFER_CAP: u64 = 100_000;
 
 /// Live timers in the process above which an error is logged once (Netty's
-/// `INSTANCE_COUNT_LIMIT`).
+/// `INSTANCE_COUNT_LIMIT`). A timer counts from construction until it is stopped or dropped.
+///
+/// ```
+/// assert_eq!(hashed_timer_wheel::INSTANCE_COUNT_LIMIT, 64);
+/// ```
 pub const INSTANCE_COUNT_LIMIT: usize = 64;
 
 const INIT: u8 = 0;
@@ -536,6 +546,18 @@ impl TimerTask for Box<dyn TimerTask> {
 }
 
 /// Counters about the worker, for monitoring and for tests that check it sleeps when idle.
+///
+/// ```
+/// use hashed_timer_wheel::{HashedWheelTimer, Timeout};
+/// use std::time::Duration;
+///
+/// let timer = HashedWheelTimer::new(Duration::from_millis(1), 512);
+/// timer.new_timeout(|_: &Timeout| {}, Duration::from_secs(3600)).unwrap();
+/// std::thread::sleep(Duration::from_millis(100));
+/// // Netty's worker would have woken about 100 times by now; this one woke to move the timeout
+/// // into its bucket, and sleeps until the hour is up.
+/// assert!(timer.stats().wakeups < 10);
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub struct TimerStats {
