@@ -16,12 +16,16 @@
 //! in the `timeouts` queue (the request-timeout pattern: schedule, then cancel on the response)
 //! costs that one compare-and-swap and nothing else.
 //!
-//! `slot` is the entry's key in the wheel's slab (`NO_SLOT` while the entry is in the
-//! `timeouts` queue or gone). Only the worker reads or writes it; it is an atomic only because
-//! the state is shared with the handles.
+//! The state shares one `u32` with the entry's *slot*, its key in the wheel's slab (`NO_SLOT`
+//! while the entry is in the `timeouts` queue or gone): the worker sets the slot in the same
+//! compare-and-swap that moves the state to `IN_WHEEL`, and clears it in the one that moves it to
+//! `EXPIRED` (or with a plain store once the state is the terminal `CANCELLED`: nobody else
+//! writes a terminal word). A `cancel()` keeps the slot, which the worker then reads to unlink
+//! the entry. Four bytes per timeout.
 
-use crate::sync::{Arc, AtomicU32, AtomicU8, Ordering};
+use crate::sync::{Arc, AtomicU32, Ordering};
 use crate::timer::{Shared, TimerHandle};
+use crate::wheel::MAX_ENTRIES;
 use std::fmt;
 
 const QUEUED: u8 = 0;
@@ -30,12 +34,25 @@ const CANCELLED: u8 = 2;
 const EXPIRED: u8 = 3;
 const REFUSED: u8 = 4;
 
-pub(crate) const NO_SLOT: u32 = u32::MAX;
+/// No wheel key (keys are below `MAX_ENTRIES`).
+pub(crate) const NO_SLOT: u32 = MAX_ENTRIES as u32;
 
-/// One timeout's shared state: no task, no deadline.
+const STATE_BITS: u32 = 3;
+const STATE_MASK: u32 = (1 << STATE_BITS) - 1;
+
+#[inline]
+const fn word(slot: u32, state: u8) -> u32 {
+    (slot << STATE_BITS) | state as u32
+}
+
+#[inline]
+const fn state_of(word: u32) -> u8 {
+    (word & STATE_MASK) as u8
+}
+
+/// One timeout's shared state: no task, no deadline. `(slot << 3) | state`.
 struct Cell {
-    state: AtomicU8,
-    slot: AtomicU32,
+    word: AtomicU32,
 }
 
 /// Timeouts per allocation. States are handed out in chunks so that scheduling does not call
@@ -46,6 +63,9 @@ struct Cell {
 const CHUNK: usize = 32;
 #[cfg(loom)]
 const CHUNK: usize = 1;
+
+// A cell's index travels in a wheel node's tag.
+const _: () = assert!(CHUNK - 1 <= crate::wheel::MAX_TAG as usize);
 
 struct Chunk {
     /// The timer every cell's timeout belongs to: a `Timeout` reaches its timer through its
@@ -61,8 +81,7 @@ impl Chunk {
                 shared: Arc::clone(shared),
             },
             cells: std::array::from_fn(|_| Cell {
-                state: AtomicU8::new(QUEUED),
-                slot: AtomicU32::new(NO_SLOT),
+                word: AtomicU32::new(word(NO_SLOT, QUEUED)),
             }),
         })
     }
@@ -76,6 +95,9 @@ std::thread_local! {
     static CURSOR: std::cell::RefCell<(Option<Arc<Chunk>>, u8)> =
         const { std::cell::RefCell::new((None, 0)) };
 }
+
+/// A chunk of timeout states, as the worker's wheel entries hold it.
+pub(crate) struct ChunkRef(Arc<Chunk>);
 
 /// What a `Timeout` handle shares with the worker: a reference to one cell of a chunk. The
 /// chunk is freed when the last reference to any of its cells goes; cells are never reused.
@@ -137,29 +159,50 @@ impl TimeoutState {
         self.cell() as *const Cell as usize
     }
 
+    /// The parts the worker keeps of a state in the wheel: the chunk, and the index of the cell
+    /// (which the wheel stores in its node's spare bits).
     #[inline]
-    fn transition(&self, from: u8, to: u8) -> bool {
+    pub(crate) fn into_parts(self) -> (ChunkRef, u8) {
+        (ChunkRef(self.chunk), self.idx)
+    }
+
+    #[inline]
+    pub(crate) fn from_parts(chunk: ChunkRef, idx: u8) -> TimeoutState {
+        TimeoutState {
+            chunk: chunk.0,
+            idx,
+        }
+    }
+
+    #[inline]
+    fn load(&self) -> u32 {
+        // Acquire: a reader that sees a move also sees what its winner did before it.
+        self.cell().word.load(Ordering::Acquire)
+    }
+
+    #[inline]
+    fn transition(&self, from: u32, to: u32) -> Result<(), u32> {
         // AcqRel: the winner's later work (the task run, the push on the cancellation queue)
         // is ordered after the win; the loser's Acquire sees the winner's move.
         self.cell()
-            .state
+            .word
             .compare_exchange(from, to, Ordering::AcqRel, Ordering::Acquire)
-            .is_ok()
+            .map(drop)
     }
 
-    /// QUEUED or IN_WHEEL -> CANCELLED, for `cancel()`. `None` if the timeout had already
-    /// ended; else whether it was in the wheel (and so needs the worker to unlink it).
+    /// QUEUED or IN_WHEEL -> CANCELLED (the slot kept), for `cancel()`. `None` if the timeout
+    /// had already ended; else whether it was in the wheel (and so needs the worker to unlink
+    /// it).
     #[inline]
     pub(crate) fn cancel(&self) -> Option<bool> {
-        // Acquire: see `transition`.
-        let state = &self.cell().state;
-        let mut cur = state.load(Ordering::Acquire);
+        let mut cur = self.load();
         loop {
-            if cur != QUEUED && cur != IN_WHEEL {
+            let state = state_of(cur);
+            if state != QUEUED && state != IN_WHEEL {
                 return None;
             }
-            match state.compare_exchange(cur, CANCELLED, Ordering::AcqRel, Ordering::Acquire) {
-                Ok(_) => return Some(cur == IN_WHEEL),
+            match self.transition(cur, (cur & !STATE_MASK) | u32::from(CANCELLED)) {
+                Ok(()) => return Some(state == IN_WHEEL),
                 Err(actual) => cur = actual,
             }
         }
@@ -171,59 +214,59 @@ impl TimeoutState {
         self.cancel().is_some()
     }
 
-    /// QUEUED -> IN_WHEEL; the worker only. `Err(true)` if it was cancelled while queued (the
-    /// worker then accounts for it), `Err(false)` if it was refused (its producer did).
+    /// QUEUED -> IN_WHEEL at wheel key `slot`; the worker only. `Err(true)` if it was cancelled
+    /// while queued (the worker then accounts for it), `Err(false)` if it was refused (its
+    /// producer did).
     #[inline]
-    pub(crate) fn try_enter_wheel(&self) -> Result<(), bool> {
-        match self.cell().state.compare_exchange(
-            QUEUED,
-            IN_WHEEL,
-            Ordering::AcqRel,
-            Ordering::Acquire,
-        ) {
-            Ok(_) => Ok(()),
-            Err(actual) => Err(actual == CANCELLED),
-        }
+    pub(crate) fn try_enter_wheel(&self, slot: u32) -> Result<(), bool> {
+        self.transition(word(NO_SLOT, QUEUED), word(slot, IN_WHEEL))
+            .map_err(|actual| state_of(actual) == CANCELLED)
     }
 
     /// QUEUED -> REFUSED, for a `new_timeout` that lost the race to `stop()`.
     #[inline]
     pub(crate) fn try_refuse(&self) -> bool {
-        self.transition(QUEUED, REFUSED)
+        self.transition(word(NO_SLOT, QUEUED), word(NO_SLOT, REFUSED))
+            .is_ok()
     }
 
-    /// IN_WHEEL -> EXPIRED; the worker only.
+    /// IN_WHEEL -> EXPIRED (the slot cleared); the worker only. False if it was cancelled.
     #[inline]
     pub(crate) fn try_expire(&self) -> bool {
-        self.transition(IN_WHEEL, EXPIRED)
+        let cur = self.load();
+        state_of(cur) == IN_WHEEL && self.transition(cur, word(NO_SLOT, EXPIRED)).is_ok()
     }
 
     #[inline]
     pub(crate) fn is_cancelled(&self) -> bool {
-        self.cell().state.load(Ordering::Acquire) == CANCELLED
+        state_of(self.load()) == CANCELLED
     }
 
     #[inline]
     pub(crate) fn is_expired(&self) -> bool {
-        self.cell().state.load(Ordering::Acquire) == EXPIRED
+        state_of(self.load()) == EXPIRED
     }
 
-    /// Worker only: the entry's wheel key.
+    /// Worker only: the entry's wheel key (`NO_SLOT` if none).
     #[inline]
     pub(crate) fn slot(&self) -> u32 {
-        // Relaxed: only the worker touches `slot`.
-        self.cell().slot.load(Ordering::Relaxed)
+        // Relaxed: the slot bits are written only by the worker (a cancel copies them).
+        self.cell().word.load(Ordering::Relaxed) >> STATE_BITS
     }
 
-    /// Worker only.
+    /// Worker only, on a CANCELLED state whose entry it has removed from the wheel.
     #[inline]
-    pub(crate) fn set_slot(&self, slot: u32) {
-        // Relaxed: only the worker touches `slot`.
-        self.cell().slot.store(slot, Ordering::Relaxed)
+    pub(crate) fn clear_slot(&self) {
+        debug_assert_eq!(state_of(self.load()), CANCELLED);
+        // Relaxed: the word is terminal, so no other thread writes it; readers only look at
+        // the state bits, which do not change.
+        self.cell()
+            .word
+            .store(word(NO_SLOT, CANCELLED), Ordering::Relaxed)
     }
 
     fn state_name(&self) -> &'static str {
-        match self.cell().state.load(Ordering::Relaxed) {
+        match state_of(self.cell().word.load(Ordering::Relaxed)) {
             QUEUED | IN_WHEEL => "pending",
             REFUSED => "refused",
             CANCELLED => "cancelled",

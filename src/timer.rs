@@ -21,7 +21,7 @@ use crate::sync::{
     Ordering, Queue,
 };
 use crate::timeout::TimeoutState;
-use crate::wheel::normalize_ticks_per_wheel;
+use crate::wheel::{normalize_ticks_per_wheel, MAX_ENTRIES};
 use crate::worker::{self, Worker, AWAKE};
 use crate::{BuildError, Timeout, TimerError, TimerTask};
 use std::fmt;
@@ -147,7 +147,12 @@ impl Shared {
         // Relaxed: a pure counter; whoever needs to see it settle synchronises through its own
         // means (a task's side effect, a join).
         if self.max_pending == 0 {
-            self.pending.fetch_add(1, Ordering::Relaxed);
+            let before = self.pending.fetch_add(1, Ordering::Relaxed);
+            if before >= MAX_ENTRIES {
+                // The wheel's key space (2^27 - 1 entries, ~6 GB of them): never reached in
+                // practice, but refused rather than overflowed.
+                return Err(self.refuse_over_key_space(before));
+            }
             return Ok(());
         }
         let mut cur = self.pending.load(Ordering::Relaxed);
@@ -172,6 +177,15 @@ impl Shared {
         TimerError::TooManyPending {
             pending,
             max: self.max_pending,
+        }
+    }
+
+    #[cold]
+    fn refuse_over_key_space(&self, pending: usize) -> TimerError {
+        self.pending.fetch_sub(1, Ordering::Relaxed);
+        TimerError::TooManyPending {
+            pending,
+            max: MAX_ENTRIES,
         }
     }
 
@@ -879,7 +893,9 @@ impl Builder {
     }
 
     /// At most this many timeouts pending at once; `new_timeout` refuses the next one with
-    /// [`TimerError::TooManyPending`]. 0 (the default) means no limit.
+    /// [`TimerError::TooManyPending`]. 0 (the default) means no limit of your own; a timer
+    /// never holds more than 134 217 727 (2^27 - 1) pending timeouts, the size of its wheel's
+    /// key space (some 6 GB of them).
     ///
     /// ```
     /// let b = hashed_timer_wheel::HashedWheelTimer::builder().max_pending_timeouts(10_000);
@@ -1024,7 +1040,8 @@ impl Builder {
             wakeups: AtomicU64::new(0),
             tick_nanos,
             wheel_len,
-            max_pending: self.max_pending,
+            // The wheel's key space bounds any limit.
+            max_pending: self.max_pending.min(MAX_ENTRIES),
             thread_name: self.thread_name,
             clock,
             manual,

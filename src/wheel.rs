@@ -28,14 +28,48 @@
 
 const NIL: u32 = u32::MAX;
 
+/// Bits of a key: keys are below `2^KEY_BITS - 1`, so that a node's `prev` link and a 5-bit tag
+/// share one `u32` (keeping a node at 40 bytes for the worker's entries).
+const KEY_BITS: u32 = 27;
+const PREV_MASK: u32 = (1 << KEY_BITS) - 1;
+
+/// Entries one wheel holds at most (134 217 727): `Shared::reserve` refuses beyond it.
+pub(crate) const MAX_ENTRIES: usize = PREV_MASK as usize;
+
+/// The largest tag a node carries (5 bits).
+pub(crate) const MAX_TAG: u8 = (1 << (32 - KEY_BITS)) - 1;
+
 #[derive(Debug)]
 struct Node<T> {
     /// `None` while the slot is on the free list.
     item: Option<T>,
     deadline: u64,
-    prev: u32,
+    /// The previous key in the bucket (low `KEY_BITS`; all ones for none) and the entry's tag
+    /// (high bits).
+    prev_tag: u32,
     /// Next in the bucket, or next free slot while vacant.
     next: u32,
+}
+
+impl<T> Node<T> {
+    #[inline]
+    fn prev(&self) -> u32 {
+        match self.prev_tag & PREV_MASK {
+            PREV_MASK => NIL,
+            p => p,
+        }
+    }
+
+    #[inline]
+    fn set_prev(&mut self, prev: u32) {
+        let p = if prev == NIL { PREV_MASK } else { prev };
+        self.prev_tag = (self.prev_tag & !PREV_MASK) | p;
+    }
+
+    #[inline]
+    fn tag(&self) -> u8 {
+        (self.prev_tag >> KEY_BITS) as u8
+    }
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -110,12 +144,13 @@ impl<T> Wheel<T> {
     /// past goes into the current bucket) and returns its key.
     ///
     /// # Panics
-    /// When more than `u32::MAX - 1` entries are live at once.
+    /// When more than [`MAX_ENTRIES`] entries are live at once.
     #[inline]
-    pub(crate) fn insert(&mut self, item: T, deadline: u64, tick: u64) -> u32 {
+    pub(crate) fn insert(&mut self, item: T, tag: u8, deadline: u64, tick: u64) -> u32 {
+        debug_assert!(tag <= MAX_TAG);
         let fire = self.calculated(deadline).max(tick);
         let b = (fire & self.mask) as usize;
-        let key = self.alloc(item, deadline);
+        let key = self.alloc(item, tag, deadline);
         let bucket = &mut self.buckets[b];
         let tail = bucket.tail;
         bucket.tail = key;
@@ -126,16 +161,26 @@ impl<T> Wheel<T> {
             self.nodes[tail as usize].next = key;
         }
         bucket.min_fire = bucket.min_fire.min(fire);
-        self.nodes[key as usize].prev = tail;
+        self.nodes[key as usize].set_prev(tail);
         self.len += 1;
         key
     }
 
-    fn alloc(&mut self, item: T, deadline: u64) -> u32 {
+    /// The key the next `insert` will return.
+    #[inline]
+    pub(crate) fn next_key(&self) -> u32 {
+        if self.free != NIL {
+            self.free
+        } else {
+            u32::try_from(self.nodes.len()).unwrap_or(NIL)
+        }
+    }
+
+    fn alloc(&mut self, item: T, tag: u8, deadline: u64) -> u32 {
         let node = Node {
             item: Some(item),
             deadline,
-            prev: NIL,
+            prev_tag: (u32::from(tag) << KEY_BITS) | PREV_MASK,
             next: NIL,
         };
         if self.free != NIL {
@@ -147,8 +192,8 @@ impl<T> Wheel<T> {
         } else {
             let key = u32::try_from(self.nodes.len())
                 .ok()
-                .filter(|&k| k != NIL)
-                .expect("more than u32::MAX - 1 timeouts in one wheel");
+                .filter(|&k| k < PREV_MASK)
+                .expect("more than 2^27 - 1 timeouts in one wheel (Shared::reserve caps pending)");
             self.nodes.push(node);
             key
         }
@@ -159,22 +204,22 @@ impl<T> Wheel<T> {
     /// # Panics
     /// If `key` is not live (a worker bug).
     #[inline]
-    pub(crate) fn remove(&mut self, key: u32) -> T {
+    pub(crate) fn remove(&mut self, key: u32) -> (T, u8) {
         self.unlink(key, None)
     }
 
     /// Unlinks `key`; `bucket` is its bucket when the caller knows it.
     #[inline]
-    fn unlink(&mut self, key: u32, bucket: Option<usize>) -> T {
+    fn unlink(&mut self, key: u32, bucket: Option<usize>) -> (T, u8) {
         let (prev, next) = {
             let n = &self.nodes[key as usize];
-            (n.prev, n.next)
+            (n.prev(), n.next)
         };
         if prev != NIL {
             self.nodes[prev as usize].next = next;
         }
         if next != NIL {
-            self.nodes[next as usize].prev = prev;
+            self.nodes[next as usize].set_prev(prev);
         }
         if prev == NIL || next == NIL {
             // A head or a tail: the bucket's ends change.
@@ -210,11 +255,12 @@ impl<T> Wheel<T> {
             .expect("wheel: live key in no bucket")
     }
 
-    fn release(&mut self, key: u32) -> T {
+    fn release(&mut self, key: u32) -> (T, u8) {
         let slot = &mut self.nodes[key as usize];
         let item = slot.item.take().expect("wheel: key is not live");
+        let tag = slot.tag();
         slot.next = self.free;
-        slot.prev = NIL;
+        slot.prev_tag = PREV_MASK;
         self.free = key;
         self.len -= 1;
         if self.len == 0 {
@@ -222,7 +268,7 @@ impl<T> Wheel<T> {
             self.nodes = Vec::new();
             self.free = NIL;
         }
-        item
+        (item, tag)
     }
 
     /// The earliest tick `>= from` on which some entry may fire, if any. The worker has already
@@ -262,7 +308,7 @@ impl<T> Wheel<T> {
     /// Visits the bucket of `tick`: every entry whose fire tick has come (`remaining_rounds == 0`)
     /// and whose deadline is `<= now` is unlinked and handed to `f`, in bucket order. The others
     /// stay.
-    pub(crate) fn expire(&mut self, tick: u64, now: u64, mut f: impl FnMut(T, u64)) {
+    pub(crate) fn expire(&mut self, tick: u64, now: u64, mut f: impl FnMut(T, u8, u64)) {
         let b = (tick & self.mask) as usize;
         if self.buckets[b].min_fire > tick {
             // Every entry is rounds away: Netty would walk the bucket to decrement
@@ -277,8 +323,8 @@ impl<T> Wheel<T> {
             let deadline = node.deadline;
             let calculated = self.calculated(deadline);
             if calculated <= tick && deadline <= now {
-                let item = self.unlink(cursor, Some(b));
-                f(item, deadline);
+                let (item, tag) = self.unlink(cursor, Some(b));
+                f(item, tag, deadline);
             } else {
                 // Survivors are rounds away (or, with a clock that lags the tick, not yet due).
                 let fire = if calculated <= tick { tick } else { calculated };
@@ -292,7 +338,7 @@ impl<T> Wheel<T> {
     }
 
     /// Removes every entry, in bucket order starting from the bucket of `tick`.
-    pub(crate) fn drain(&mut self, tick: u64) -> Vec<T> {
+    pub(crate) fn drain(&mut self, tick: u64) -> Vec<(T, u8)> {
         let mut out = Vec::with_capacity(self.len);
         let len = self.wheel_len();
         for offset in 0..len {
@@ -341,11 +387,11 @@ mod tests {
     #[test]
     fn same_bucket_one_round_apart_both_fire() {
         let mut w = Wheel::new(10 * MS, 8);
-        w.insert("a", 55 * MS, 0);
-        w.insert("b", 135 * MS, 0);
+        w.insert("a", 0, 55 * MS, 0);
+        w.insert("b", 0, 135 * MS, 0);
         let mut fired = vec![];
         for tick in 0..20u64 {
-            w.expire(tick, (tick + 1) * 10 * MS, |item, _| {
+            w.expire(tick, (tick + 1) * 10 * MS, |item, _, _| {
                 fired.push((item, tick))
             });
         }
@@ -356,22 +402,22 @@ mod tests {
     #[test]
     fn past_deadline_goes_into_current_bucket() {
         let mut w = Wheel::new(10 * MS, 8);
-        w.insert(1, 3 * MS, 6);
+        w.insert(1, 0, 3 * MS, 6);
         assert_eq!(w.next_fire_tick(6), Some(6));
         let mut fired = vec![];
-        w.expire(6, 70 * MS, |i, _| fired.push(i));
+        w.expire(6, 70 * MS, |i, _, _| fired.push(i));
         assert_eq!(fired, vec![1]);
     }
 
     #[test]
     fn remove_from_middle_head_and_tail_keeps_order() {
         let mut w = Wheel::new(MS, 4);
-        let keys: Vec<u32> = (0..5).map(|i| w.insert(i, 2 * MS, 0)).collect();
-        assert_eq!(w.remove(keys[2]), 2);
-        assert_eq!(w.remove(keys[0]), 0);
-        assert_eq!(w.remove(keys[4]), 4);
+        let keys: Vec<u32> = (0..5).map(|i| w.insert(i, 0, 2 * MS, 0)).collect();
+        assert_eq!(w.remove(keys[2]).0, 2);
+        assert_eq!(w.remove(keys[0]).0, 0);
+        assert_eq!(w.remove(keys[4]).0, 4);
         let mut fired = vec![];
-        w.expire(2, 3 * MS, |i, _| fired.push(i));
+        w.expire(2, 3 * MS, |i, _, _| fired.push(i));
         assert_eq!(fired, vec![1, 3]);
         assert_eq!(w.next_fire_tick(3), None);
     }
@@ -379,10 +425,10 @@ mod tests {
     #[test]
     fn removing_clamped_entry_finds_its_bucket() {
         let mut w = Wheel::new(MS, 8);
-        let a = w.insert('a', 0, 5); // clamped into bucket 5
-        let b = w.insert('b', 0, 5);
-        assert_eq!(w.remove(b), 'b');
-        assert_eq!(w.remove(a), 'a');
+        let a = w.insert('a', 0, 0, 5); // clamped into bucket 5
+        let b = w.insert('b', 0, 0, 5);
+        assert_eq!(w.remove(b).0, 'b');
+        assert_eq!(w.remove(a).0, 'a');
         assert_eq!(w.len(), 0);
         assert_eq!(w.next_fire_tick(5), None);
     }
@@ -390,21 +436,21 @@ mod tests {
     #[test]
     fn free_slots_are_reused() {
         let mut w = Wheel::new(MS, 4);
-        let _keep = w.insert(0, 100 * MS, 0);
-        let a = w.insert(1, 100 * MS, 0);
+        let _keep = w.insert(0, 0, 100 * MS, 0);
+        let a = w.insert(1, 0, 100 * MS, 0);
         w.remove(a);
-        let b = w.insert(2, 100 * MS, 0);
+        let b = w.insert(2, 0, 100 * MS, 0);
         assert_eq!(a, b);
     }
 
     #[test]
     fn next_fire_tick_skips_rounds_and_wraps() {
         let mut w = Wheel::new(MS, 512);
-        w.insert((), 3_600_000 * MS, 0); // one hour: thousands of rounds away
+        w.insert((), 0, 3_600_000 * MS, 0); // one hour: thousands of rounds away
         assert_eq!(w.next_fire_tick(0), Some(3_600_000));
-        w.insert((), 700 * MS, 0); // bucket 188, one round
+        w.insert((), 0, 700 * MS, 0); // bucket 188, one round
         assert_eq!(w.next_fire_tick(0), Some(700));
-        w.insert((), 600 * MS, 400); // bucket 88, behind the start: wraps
+        w.insert((), 0, 600 * MS, 400); // bucket 88, behind the start: wraps
         assert_eq!(w.next_fire_tick(400), Some(600));
         assert_eq!(w.next_fire_tick(601), Some(700));
     }
@@ -412,7 +458,7 @@ mod tests {
     #[test]
     fn next_fire_tick_on_a_wheel_smaller_than_a_bitmap_word() {
         let mut w = Wheel::new(MS, 4);
-        w.insert((), 9 * MS, 2);
+        w.insert((), 0, 9 * MS, 2);
         assert_eq!(w.next_fire_tick(2), Some(9));
         assert_eq!(w.next_fire_tick(6), Some(9));
     }
@@ -420,21 +466,48 @@ mod tests {
     #[test]
     fn deadline_guard_holds_when_now_lags() {
         let mut w = Wheel::new(10 * MS, 8);
-        w.insert((), 55 * MS, 0);
+        w.insert((), 0, 55 * MS, 0);
         let mut n = 0;
-        w.expire(5, 54 * MS, |_, _| n += 1);
+        w.expire(5, 54 * MS, |_, _, _| n += 1);
         assert_eq!(n, 0, "not before the deadline");
-        w.expire(5, 55 * MS, |_, _| n += 1);
+        w.expire(5, 55 * MS, |_, _, _| n += 1);
         assert_eq!(n, 1);
+    }
+
+    #[test]
+    fn tags_travel_with_their_entries() {
+        let mut w = Wheel::new(MS, 8);
+        let a = w.insert('a', MAX_TAG, 5 * MS, 0);
+        let b = w.insert('b', 7, 5 * MS, 0);
+        let c = w.insert('c', 0, 5 * MS, 0);
+        // Unlinking `b` rewrites `c`'s prev link: its tag must survive.
+        assert_eq!(w.remove(b), ('b', 7));
+        let mut fired = vec![];
+        w.expire(5, 6 * MS, |item, tag, _| fired.push((item, tag)));
+        assert_eq!(fired, vec![('a', MAX_TAG), ('c', 0)]);
+        assert_ne!(a, c);
+    }
+
+    #[test]
+    fn next_key_is_what_insert_returns() {
+        let mut w = Wheel::new(MS, 8);
+        for i in 0..4 {
+            let k = w.next_key();
+            assert_eq!(w.insert(i, 0, 100 * MS, 0), k);
+        }
+        w.remove(1);
+        let k = w.next_key();
+        assert_eq!(k, 1, "a freed slot is reused first");
+        assert_eq!(w.insert(9, 0, 100 * MS, 0), k);
     }
 
     #[test]
     fn drain_returns_everything() {
         let mut w = Wheel::new(MS, 8);
         for i in 0..20u64 {
-            w.insert(i, i * 3 * MS, 0);
+            w.insert(i, 0, i * 3 * MS, 0);
         }
-        let mut all = w.drain(0);
+        let mut all: Vec<u64> = w.drain(0).into_iter().map(|(i, _)| i).collect();
         all.sort();
         assert_eq!(all, (0..20).collect::<Vec<_>>());
         assert_eq!(w.len(), 0);

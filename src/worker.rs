@@ -30,7 +30,7 @@
 //! them needs replaying.
 
 use crate::sync::{fence, thread, Arc, Ordering};
-use crate::timeout::{TimeoutState, NO_SLOT};
+use crate::timeout::{ChunkRef, TimeoutState, NO_SLOT};
 use crate::timer::{Executor, Pending, Shared, TRANSFER_CAP};
 use crate::wheel::Wheel;
 use crate::{Timeout, TimerTask};
@@ -40,10 +40,11 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 /// means parked with no deadline; real ticks stay far below both.)
 pub(crate) const AWAKE: u64 = u64::MAX - 1;
 
-/// What the wheel holds per timeout.
+/// What the wheel holds per timeout: the task and its state's chunk; the wheel keeps the index
+/// of the state's cell in the node's tag, so that a node is 40 bytes.
 pub(crate) struct Entry {
     task: Box<dyn TimerTask>,
-    state: TimeoutState,
+    chunk: ChunkRef,
 }
 
 /// The worker's state: the wheel and the next tick to process.
@@ -145,7 +146,7 @@ impl Worker {
         for state in self.cancelled.drain(..) {
             let slot = state.slot();
             if slot != NO_SLOT {
-                state.set_slot(NO_SLOT);
+                state.clear_slot();
                 drop(self.wheel.remove(slot));
             }
         }
@@ -172,7 +173,8 @@ impl Worker {
             left -= n;
             // Draining a prefix shifts what is left: only when the cap is hit.
             for p in self.inbox.drain(..n) {
-                if let Err(cancelled) = p.state.try_enter_wheel() {
+                let key = self.wheel.next_key();
+                if let Err(cancelled) = p.state.try_enter_wheel(key) {
                     // Cancelled while queued: account for it here (a refused one was accounted
                     // for by its producer), and drop the task now.
                     if cancelled {
@@ -180,16 +182,17 @@ impl Worker {
                     }
                     continue;
                 }
-                let state = p.state.clone();
-                let key = self.wheel.insert(
+                let (chunk, idx) = p.state.into_parts();
+                let inserted = self.wheel.insert(
                     Entry {
                         task: p.task,
-                        state: p.state,
+                        chunk,
                     },
+                    idx,
                     p.deadline,
                     tick,
                 );
-                state.set_slot(key);
+                debug_assert_eq!(inserted, key);
             }
         }
         if refused_or_cancelled > 0 {
@@ -202,16 +205,19 @@ impl Worker {
 
     fn expire(&mut self, shared: &Shared, tick: u64, now: u64) {
         let executor = self.executor.as_ref();
-        self.wheel.expire(tick, now, |entry, _deadline| {
-            entry.state.set_slot(NO_SLOT);
-            if entry.state.try_expire() {
+        self.wheel.expire(tick, now, |entry, idx, _deadline| {
+            let state = TimeoutState::from_parts(entry.chunk, idx);
+            if state.try_expire() {
                 // Relaxed: see `Shared::reserve`. Decremented before the task runs, so that a
                 // task can schedule again even at the pending limit.
                 shared.pending.fetch_sub(1, Ordering::Relaxed);
-                run_task(executor, entry);
+                run_task(executor, entry.task, state);
+            } else {
+                // Cancelled after this tick's cancellations were processed: its entry on the
+                // cancellation queue decrements pending (finding NO_SLOT); the task is dropped
+                // here.
+                state.clear_slot();
             }
-            // Else cancelled after this tick's cancellations were processed: its entry on the
-            // cancellation queue decrements pending (finding NO_SLOT); the task is dropped here.
         });
     }
 
@@ -234,10 +240,7 @@ impl Worker {
             .wheel
             .drain(self.tick)
             .into_iter()
-            .map(|e| {
-                e.state.set_slot(NO_SLOT);
-                e.state
-            })
+            .map(|(e, idx)| TimeoutState::from_parts(e.chunk, idx))
             .collect();
         out.extend(self.inbox.drain(..).map(|p| p.state));
         out
@@ -271,9 +274,8 @@ fn recycle<T>(buf: &mut Vec<T>) {
     }
 }
 
-fn run_task(executor: Option<&Executor>, entry: Entry) {
-    let timeout = Timeout { state: entry.state };
-    let task = entry.task;
+fn run_task(executor: Option<&Executor>, task: Box<dyn TimerTask>, state: TimeoutState) {
+    let timeout = Timeout { state };
     match executor {
         None => {
             if catch_unwind(AssertUnwindSafe(|| task.run(&timeout))).is_err() {
