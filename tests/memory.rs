@@ -125,10 +125,11 @@ fn pending_timeouts_are_freed_by_stop() {
     }
     std::thread::sleep(Duration::from_millis(50));
     let per_timeout = (live() - baseline) as f64 / N as f64;
-    // What a pending timeout costs is tracked in benches/README.md; this is a ceiling that
-    // catches a regression such as an allocation per bucket node.
+    // What a pending timeout costs is tracked in benches/README.md (46.7 bytes at 10^6, where
+    // the slab's spare capacity is 5%; 2^18 slots for 200 000 here add about 12): this ceiling
+    // catches a regression such as an allocation per timeout or a fatter node.
     assert!(
-        per_timeout < 96.0,
+        per_timeout < 64.0,
         "{per_timeout} bytes per pending timeout"
     );
     let returned = timer.stop().unwrap();
