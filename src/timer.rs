@@ -137,7 +137,7 @@ impl Shared {
         if self.state.load(Ordering::Relaxed) == SHUTDOWN {
             return self.new_timeout_raced_stop(state);
         }
-        self.wake_by(now / self.tick_nanos);
+        self.wake_by_end_of_tick_at(now);
         Ok(Timeout { state })
     }
 
@@ -219,6 +219,17 @@ impl Shared {
         fence(Ordering::SeqCst);
         // Relaxed: a stale (lower) tick only makes us more eager to wake the worker.
         self.wake_by(self.tick.load(Ordering::Relaxed));
+    }
+
+    /// `wake_by` for the tick that contains `now`, without a division on the common path: the
+    /// worker's plan `p` is past that tick exactly when `p * tick_nanos > now`.
+    #[inline]
+    fn wake_by_end_of_tick_at(&self, now: u64) {
+        // SeqCst: as in `wake_by`, which this only screens for.
+        let planned = self.planned.load(Ordering::SeqCst);
+        if planned != AWAKE && planned.saturating_mul(self.tick_nanos) > now {
+            self.wake_by(now / self.tick_nanos);
+        }
     }
 
     /// Makes sure the worker wakes by the end of `tick`: if it plans to sleep past it, lower its
