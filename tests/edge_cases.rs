@@ -5,6 +5,8 @@
 //! real time with generous timeouts.
 #![allow(clippy::mutable_key_type)] // `Timeout` hashes by identity, not by its mutable state
 
+mod common;
+use common::{counting, ms, noop, NANO};
 use hashed_timer_wheel::{
     BuildError, HashedWheelTimer, ManualDriver, Timeout, Timer, TimerError, TimerHandle, TimerTask,
     MAX_TICKS_PER_WHEEL,
@@ -16,11 +18,6 @@ use std::sync::{mpsc, Arc, Barrier, Mutex, Once};
 use std::thread;
 use std::time::{Duration, Instant};
 
-fn ms(n: u64) -> Duration {
-    Duration::from_millis(n)
-}
-
-const NANO: Duration = Duration::from_nanos(1);
 const PATIENCE: Duration = Duration::from_secs(10);
 
 // ---------------------------------------------------------------------------------------------
@@ -71,15 +68,6 @@ fn logged(level: log::Level, needle: &str) -> bool {
         .iter()
         .any(|(l, m)| *l == level && m.contains(needle))
 }
-
-fn counting(counter: &Arc<AtomicUsize>) -> impl FnOnce(&Timeout) + Send + 'static {
-    let counter = Arc::clone(counter);
-    move |_: &Timeout| {
-        counter.fetch_add(1, SeqCst);
-    }
-}
-
-fn noop(_: &Timeout) {}
 
 fn manual(tick: Duration) -> (HashedWheelTimer, ManualDriver) {
     HashedWheelTimer::builder()

@@ -12,6 +12,8 @@
 // `Timeout` hashes by identity (the shared state's address), never by its mutable state.
 #![allow(clippy::mutable_key_type)]
 
+mod common;
+use common::{counting, ms, noop, NANO};
 use hashed_timer_wheel::{HashedWheelTimer, ManualDriver, Timeout, TimerError, TimerTask};
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
@@ -20,27 +22,12 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-fn ms(n: u64) -> Duration {
-    Duration::from_millis(n)
-}
-
-const NANO: Duration = Duration::from_nanos(1);
-
 /// Netty's `new HashedWheelTimer()` (100 ms tick, 512 buckets), driven by hand.
 fn manual_default() -> (HashedWheelTimer, ManualDriver) {
     HashedWheelTimer::builder().build_manual().unwrap()
 }
 
 /// A task that counts its runs.
-fn counting(counter: &Arc<AtomicUsize>) -> impl FnOnce(&Timeout) + Send + 'static {
-    let counter = Arc::clone(counter);
-    move |_: &Timeout| {
-        counter.fetch_add(1, SeqCst);
-    }
-}
-
-fn noop(_: &Timeout) {}
-
 /// Ports `testScheduleTimeoutShouldNotRunBeforeDelay`: a 10 s timeout on the default timer has
 /// not run, and is not expired, 3 s later.
 ///

@@ -3,40 +3,15 @@
 //! bug is present, never by luck.
 #![allow(clippy::mutable_key_type)] // `Timeout` hashes by identity, not by its mutable state
 
+mod common;
+use common::{counting, ms, noop, raw_pending, NANO};
 use hashed_timer_wheel::{HashedWheelTimer, ManualDriver, Timeout, TimerError};
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::Duration;
 
-fn ms(n: u64) -> Duration {
-    Duration::from_millis(n)
-}
-
-const NANO: Duration = Duration::from_nanos(1);
-
 /// Netty's per-tick transfer cap.
 const TRANSFER_CAP: usize = 100_000;
-
-fn counting(counter: &Arc<AtomicUsize>) -> impl FnOnce(&Timeout) + Send + 'static {
-    let counter = Arc::clone(counter);
-    move |_: &Timeout| {
-        counter.fetch_add(1, SeqCst);
-    }
-}
-
-fn noop(_: &Timeout) {}
-
-/// The raw pending counter, as the timer's `Debug` shows it. `pending_timeouts()` reports 0 on
-/// a stopped timer whatever the counter says, so only this can show a leak after `stop()`.
-fn raw_pending(timer: &HashedWheelTimer) -> usize {
-    let debug = format!("{timer:?}");
-    let rest = debug
-        .split("pending: ")
-        .nth(1)
-        .unwrap_or_else(|| panic!("no pending field in {debug}"));
-    let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
-    digits.parse().unwrap()
-}
 
 /// The `hashed_wheel_timer` crate computes the leftovers of the 100 000-per-tick transfer with
 /// an underflowing subtraction and loses them. 300 000 zero-delay timeouts submitted within

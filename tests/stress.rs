@@ -7,6 +7,8 @@
 //! long.
 #![allow(clippy::mutable_key_type)] // `Timeout` hashes by identity, not by its mutable state
 
+mod common;
+use common::raw_pending;
 use hashed_timer_wheel::{HashedWheelTimer, Timeout, TimerError};
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
@@ -385,18 +387,6 @@ fn producers_on_handles_then_owner_dropped() {
             TimerError::Stopped
         );
     }
-}
-
-/// The raw pending counter, as the timer's `Debug` shows it (`pending_timeouts()` reports 0
-/// once stopped, whatever the counter says).
-fn raw_pending(timer: &HashedWheelTimer) -> usize {
-    let debug = format!("{timer:?}");
-    let rest = debug
-        .split("pending: ")
-        .nth(1)
-        .unwrap_or_else(|| panic!("no pending field in {debug}"));
-    let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
-    digits.parse().unwrap()
 }
 
 /// Each accepted timeout is counted up once and down at most once ("exactly one party decides
