@@ -346,7 +346,7 @@ impl Shared {
         for p in queued.into_iter().chain(late) {
             give_back(p.state);
         }
-        drop(self.cancelled_taken());
+        drop(self.cancelled.take_all());
         Ok(out)
     }
 
@@ -368,11 +368,7 @@ impl Shared {
         for p in self.timeouts.take_all() {
             p.state.try_cancel();
         }
-        drop(self.cancelled_taken());
-    }
-
-    fn cancelled_taken(&self) -> Vec<TimeoutState> {
-        self.cancelled.take_all()
+        drop(self.cancelled.take_all());
     }
 
     fn uncount(&self) {
