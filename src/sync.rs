@@ -7,9 +7,7 @@
 //! this file fails if one does.
 
 #[cfg(not(loom))]
-pub(crate) use std::sync::atomic::{
-    fence, AtomicBool, AtomicU32, AtomicU64, AtomicU8, AtomicUsize,
-};
+pub(crate) use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, AtomicUsize};
 #[cfg(not(loom))]
 pub(crate) use std::sync::{Arc, Mutex, MutexGuard};
 #[cfg(not(loom))]
@@ -243,28 +241,66 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     }
 }
 
+/// What a [`Queue`] shard holds: a batch of items that the worker takes whole.
+pub(crate) trait Batch: Default {
+    fn is_empty(&self) -> bool;
+    /// Moves every item of `other` to the end of `self`, in order.
+    fn append(&mut self, other: &mut Self);
+}
+
+impl<T> Batch for Vec<T> {
+    #[inline]
+    fn is_empty(&self) -> bool {
+        Vec::is_empty(self)
+    }
+    #[inline]
+    fn append(&mut self, other: &mut Self) {
+        Vec::append(self, other)
+    }
+}
+
 /// An unbounded multi-producer queue; the worker is its only consumer, and takes everything
-/// queued at once ([`Queue::take_into`]).
+/// queued at once ([`Queue::take_into`]). The items are held in a [`Batch`] `B` per shard (a
+/// `Vec`, or the timeouts' parallel vectors), and each shard also keeps a little data of type
+/// `S` that its producers update under the shard's lock (the timeouts queue keeps
+/// pending-count credit there: see `Shared::refill_credit`).
 ///
-/// Mutex-guarded `Vec`s, one per shard of producer threads, whose buffers the worker swaps for
+/// Mutex-guarded batches, one per shard of producer threads, whose buffers the worker swaps for
 /// empty ones of its own: a push is a lock, a `Vec::push` and an unlock, and in a steady state
 /// the buffers are reused, so the queue allocates nothing per timeout.
+///
+/// **The lock is part of the protocol.** A producer pushes and then reads a flag (`state`,
+/// `planned`); the worker and `stop()` write that flag and then look at the queue
+/// ([`Queue::is_empty`], [`Queue::take_all`]), which locks every shard. Whichever of the two
+/// critical sections on a shard comes second sees what the first did: the consumer sees the
+/// item, or the producer (whose lock acquires the consumer's unlock) sees the flag. So neither
+/// side needs a fence. (A lock-free queue would need a `SeqCst` fence on both sides. Under
+/// loom the queue is the same code with loom's mutex, so the models check this argument.)
 ///
 /// Why not crossbeam's lock-free `SegQueue` (the first version used it): it allocates a 1.5 KB
 /// block every 31 pushes on the producer and frees it on the worker after popping; those
 /// cross-thread frees made glibc consolidate its free lists on the producer's side. Replacing it
 /// took `schedule` from 73 to 26 ns per `new_timeout` and `expire`'s lateness p99 from 29 to
 /// 1 ms on the same machine in the same sitting (`benches/README.md`). The locks are held for a
-/// `Vec::push`; producers on different threads use different shards.
-#[cfg(not(loom))]
-pub(crate) struct Queue<T> {
+/// push; producers on different threads use different shards.
+pub(crate) struct Queue<B, S = ()> {
     /// Each producer thread pushes to one shard (so its pushes stay in order), chosen round
     /// robin when the thread first pushes: producers on different threads rarely share a lock.
-    shards: Box<[CachePadded<Mutex<Vec<T>>>]>,
+    /// (Under loom, one shard: more would add contention, not behaviour.)
+    shards: Box<[PaddedShard<B, S>]>,
+}
+
+type PaddedShard<B, S> = CachePadded<Mutex<Shard<B, S>>>;
+
+struct Shard<B, S> {
+    items: B,
+    data: S,
 }
 
 #[cfg(not(loom))]
 const SHARDS: usize = 8;
+#[cfg(loom)]
+const SHARDS: usize = 1;
 
 #[cfg(not(loom))]
 #[inline]
@@ -284,104 +320,105 @@ fn my_shard() -> usize {
     })
 }
 
-#[cfg(not(loom))]
-impl<T> Queue<T> {
+#[cfg(loom)]
+fn my_shard() -> usize {
+    0
+}
+
+impl<B: Batch, S: Default> Queue<B, S> {
     pub(crate) fn new() -> Self {
         Queue {
             shards: (0..SHARDS)
-                .map(|_| CachePadded::new(Mutex::new(Vec::new())))
+                .map(|_| {
+                    CachePadded::new(Mutex::new(Shard {
+                        items: B::default(),
+                        data: S::default(),
+                    }))
+                })
                 .collect(),
         }
     }
+}
+
+impl<T, S> Queue<Vec<T>, S> {
     #[inline]
     pub(crate) fn push(&self, value: T) {
-        lock(&self.shards[my_shard()]).push(value)
+        lock(&self.shards[my_shard()]).items.push(value)
     }
+}
+
+impl<B: Batch, S> Queue<B, S> {
+    /// Locks this thread's shard: push through the guard, with the shard's data at hand.
+    #[inline]
+    pub(crate) fn my_shard(&self) -> ShardGuard<'_, B, S> {
+        ShardGuard(lock(&self.shards[my_shard()]))
+    }
+
+    /// Folds every shard's data, each read under its lock.
+    pub(crate) fn fold_data<A>(&self, init: A, mut f: impl FnMut(A, &S) -> A) -> A {
+        let mut acc = init;
+        for shard in self.shards.iter() {
+            acc = f(acc, &lock(shard).data);
+        }
+        acc
+    }
+
+    /// Whether every shard is empty, each looked at under its lock (see the type's docs).
     pub(crate) fn is_empty(&self) -> bool {
-        self.shards.iter().all(|s| lock(s).is_empty())
+        self.shards.iter().all(|s| lock(s).items.is_empty())
     }
+
     /// Moves every queued item to the end of `buf`, each thread's pushes in push order. When
     /// `buf` is empty the queue keeps its allocation for the next pushes.
     #[inline]
-    pub(crate) fn take_into(&self, buf: &mut Vec<T>) {
+    pub(crate) fn take_into(&self, buf: &mut B) {
         self.take(buf, false)
     }
 
     /// Every queued item, each thread's pushes in order, and the queue's buffers with them: the
     /// queue holds no memory afterwards (for `stop`, and an idle worker).
-    pub(crate) fn take_all(&self) -> Vec<T> {
-        let mut out = Vec::new();
+    pub(crate) fn take_all(&self) -> B {
+        let mut out = B::default();
         self.take(&mut out, true);
         out
     }
 
-    fn take(&self, buf: &mut Vec<T>, free: bool) {
+    fn take(&self, buf: &mut B, free: bool) {
         for shard in self.shards.iter() {
-            let mut items = lock(shard);
+            let items = &mut lock(shard).items;
             if items.is_empty() {
                 if free {
-                    *items = Vec::new();
+                    *items = B::default();
                 }
                 continue;
             }
             if buf.is_empty() {
-                std::mem::swap(&mut *items, buf);
+                std::mem::swap(items, buf);
             } else {
-                buf.append(&mut items);
+                buf.append(items);
             }
             if free {
-                *items = Vec::new();
+                *items = B::default();
             }
         }
     }
 }
 
-/// Under loom: one mutex-guarded `VecDeque` (what the shards add is contention, not
-/// behaviour), with a length that `is_empty` reads without taking the lock. The store-fence-load
-/// handshakes (`worker::run` against `new_timeout` and `cancel`) are written not to depend on
-/// how the queue orders `is_empty`: answered under a loom mutex it would order them by the lock
-/// alone, and loom could not tell whether their `SeqCst` fences are needed (nor catch a change
-/// to a lock-free queue that broke them). Modelled weaker, loom checks they hold for any queue.
-#[cfg(loom)]
-pub(crate) struct Queue<T> {
-    items: loom::sync::Mutex<std::collections::VecDeque<T>>,
-    len: loom::sync::atomic::AtomicUsize,
-}
+/// This thread's shard of a [`Queue`], locked.
+pub(crate) struct ShardGuard<'a, B, S>(MutexGuard<'a, Shard<B, S>>);
 
-#[cfg(loom)]
-impl<T> Queue<T> {
-    pub(crate) fn new() -> Self {
-        Queue {
-            items: loom::sync::Mutex::new(std::collections::VecDeque::new()),
-            len: loom::sync::atomic::AtomicUsize::new(0),
-        }
+impl<B, S> ShardGuard<'_, B, S> {
+    #[inline]
+    pub(crate) fn data(&mut self) -> &mut S {
+        &mut self.0.data
     }
-    pub(crate) fn push(&self, value: T) {
-        let mut items = self.items.lock().unwrap();
-        items.push_back(value);
-        // Release: pairs with the Acquire in `is_empty`, like a lock-free queue's publishing
-        // store. Under the lock, so that a pop never precedes its push's count.
-        self.len.fetch_add(1, Ordering::Release);
-    }
-    pub(crate) fn is_empty(&self) -> bool {
-        // Acquire: pairs with the Release in `push`.
-        self.len.load(Ordering::Acquire) == 0
-    }
-    pub(crate) fn take_all(&self) -> Vec<T> {
-        let mut out = Vec::new();
-        self.take_into(&mut out);
-        out
-    }
-    pub(crate) fn take_into(&self, buf: &mut Vec<T>) {
-        let mut items = self.items.lock().unwrap();
-        let n = items.len();
-        buf.extend(items.drain(..));
-        // Relaxed: a stale non-zero count only makes the worker look again.
-        self.len.fetch_sub(n, Ordering::Relaxed);
+    #[inline]
+    pub(crate) fn items(&mut self) -> &mut B {
+        &mut self.0.items
     }
 }
 
-impl<T> std::fmt::Debug for Queue<T> {
+impl<B, S> std::fmt::Debug for Queue<B, S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Queue").finish_non_exhaustive()
     }

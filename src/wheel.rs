@@ -33,7 +33,7 @@ const NIL: u32 = u32::MAX;
 const KEY_BITS: u32 = 27;
 const PREV_MASK: u32 = (1 << KEY_BITS) - 1;
 
-/// Entries one wheel holds at most (134 217 727): `Shared::reserve` refuses beyond it.
+/// Entries one wheel holds at most (134 217 727): `new_timeout` refuses beyond it (`Shared::refill_credit`).
 pub(crate) const MAX_ENTRIES: usize = PREV_MASK as usize;
 
 /// The largest tag a node carries (5 bits).

@@ -14,24 +14,29 @@
 //!
 //! ```text
 //! worker                                   producer (new_timeout / cancel)
-//! planned.store(plan)        (SeqCst)      queue.push(x)
-//! fence(SeqCst)                            fence(SeqCst)
-//! if queues non-empty: plan = now-ish      p = planned.load()  (SeqCst)
-//! park until plan                          if p > my tick: CAS p -> my tick, unpark
+//! planned.store(plan)                      lock shard; push x; unlock
+//! if queues non-empty: plan = now-ish      p = planned.load()
+//!   (each shard looked at under its lock)  if p > my tick: CAS p -> my tick, unpark
+//! park until plan
 //! ```
 //!
-//! The fences make it impossible for both sides to miss each other: either the worker sees the
-//! push and does not sleep past the current tick, or the producer sees the plan and unparks the
-//! worker (an unpark before the park is remembered by the thread's park token). Only the
-//! producer whose compare-and-swap lowers the plan unparks, so a burst costs one wake-up.
+//! The shard locks make it impossible for both sides to miss each other: if the worker's look
+//! at the producer's shard comes after the push, it sees the push and does not sleep past the
+//! current tick; if it comes before, the producer's lock acquires the worker's unlock, so the
+//! producer's load sees the plan (or a later one) and unparks the worker (an unpark before the
+//! park is remembered by the thread's park token). Only the producer whose compare-and-swap
+//! lowers the plan unparks, so a burst costs one wake-up. (A lock-free queue would need a
+//! `SeqCst` fence on each side instead; the loom models check that the locks suffice.)
 //!
 //! Observably this is the same as ticking every tick: the ticks skipped have empty buckets and
 //! empty queues, and rounds are kept as absolute fire ticks (see `wheel`), so nothing about
 //! them needs replaying.
 
-use crate::sync::{fence, thread, Arc, Ordering};
+#[cfg(loom)]
+use crate::sync::fence;
+use crate::sync::{thread, Arc, Batch, Ordering};
 use crate::timeout::{ChunkRef, TimeoutState, NO_SLOT};
-use crate::timer::{Executor, Pending, Shared, TRANSFER_CAP};
+use crate::timer::{Executor, PendingBatch, Shared, TRANSFER_CAP};
 use crate::wheel::Wheel;
 use crate::{Timeout, TimerTask};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -53,11 +58,13 @@ pub(crate) struct Worker {
     tick: u64,
     /// Timeouts taken from the `timeouts` queue and not yet moved into buckets (beyond the
     /// per-tick cap), oldest first.
-    inbox: Vec<Pending>,
+    inbox: PendingBatch,
     /// Reused buffer for the cancellation queue.
     cancelled: Vec<TimeoutState>,
     /// Owned by the worker, so that it is dropped with it when the timer stops.
     executor: Option<Executor>,
+    /// The last ticks run took something from the queues: producers are active.
+    busy: bool,
 }
 
 impl std::fmt::Debug for Worker {
@@ -74,9 +81,10 @@ impl Worker {
         Worker {
             wheel: Wheel::new(tick_nanos, wheel_len),
             tick: 0,
-            inbox: Vec::new(),
+            inbox: PendingBatch::default(),
             cancelled: Vec::new(),
             executor,
+            busy: false,
         }
     }
 
@@ -98,6 +106,7 @@ impl Worker {
             return false;
         }
         let last = due - 1;
+        self.busy = false;
         // The first tick stands for every tick covered: Netty, catching up, would have
         // transferred up to the cap on each of them.
         let mut cap = TRANSFER_CAP.saturating_mul(due - self.tick);
@@ -136,6 +145,11 @@ impl Worker {
         self.wheel.next_fire_tick(self.tick)
     }
 
+    /// Whether the ticks last run took anything from the queues (producers are active).
+    pub(crate) fn was_busy(&self) -> bool {
+        self.busy
+    }
+
     /// Unlinks the timeouts cancelled while in the wheel (a cancel of a queued timeout never
     /// comes here: the transfer accounts for it).
     fn process_cancelled(&mut self, shared: &Shared) {
@@ -143,6 +157,7 @@ impl Worker {
         // timeouts already in the wheel.
         shared.cancelled.take_into(&mut self.cancelled);
         let n = self.cancelled.len();
+        self.busy |= n > 0;
         for state in self.cancelled.drain(..) {
             let slot = state.slot();
             if slot != NO_SLOT {
@@ -151,7 +166,7 @@ impl Worker {
             }
         }
         if n > 0 {
-            // Relaxed: see `Shared::reserve`.
+            // Relaxed: see `Shared::reserve_limited`.
             shared.pending.fetch_sub(n, Ordering::Relaxed);
         }
         recycle(&mut self.cancelled);
@@ -159,44 +174,41 @@ impl Worker {
 
     /// Moves up to `cap` queued timeouts, oldest first, into the buckets, as of `tick`.
     fn transfer(&mut self, shared: &Shared, tick: u64, cap: u64) {
-        let mut left = usize::try_from(cap).unwrap_or(usize::MAX);
+        // What is queued now, taken once (after what an earlier tick left over). Netty polls
+        // until the queue is empty, so it also takes what producers push while it transfers;
+        // chasing them here had the worker touch the cells of the timeouts producers were
+        // just then creating and cancelling, and the cache lines went back and forth (schedule
+        // + cancel ran 1.5-2x slower). What arrives during the transfer waits for the next
+        // tick, as if it had been pushed a moment later.
+        if self.inbox.is_empty() && self.inbox.capacity() > KEEP {
+            self.inbox = PendingBatch::default();
+        }
+        let before = self.inbox.len();
+        shared.timeouts.take_into(&mut self.inbox);
+        self.busy |= self.inbox.len() > before;
+        let n = usize::try_from(cap)
+            .unwrap_or(usize::MAX)
+            .min(self.inbox.len());
         let mut refused_or_cancelled = 0;
-        while left > 0 {
-            if self.inbox.is_empty() {
-                recycle(&mut self.inbox);
-                shared.timeouts.take_into(&mut self.inbox);
-                if self.inbox.is_empty() {
-                    break;
+        // Draining a prefix shifts what is left: only when the cap is hit.
+        for (task, state, deadline) in self.inbox.drain_front(n) {
+            let key = self.wheel.next_key();
+            if let Err(cancelled) = state.try_enter_wheel(key) {
+                // Cancelled while queued: account for it here (a refused one was accounted for
+                // by its producer), and drop the task now.
+                if cancelled {
+                    refused_or_cancelled += 1;
                 }
+                continue;
             }
-            let n = left.min(self.inbox.len());
-            left -= n;
-            // Draining a prefix shifts what is left: only when the cap is hit.
-            for p in self.inbox.drain(..n) {
-                let key = self.wheel.next_key();
-                if let Err(cancelled) = p.state.try_enter_wheel(key) {
-                    // Cancelled while queued: account for it here (a refused one was accounted
-                    // for by its producer), and drop the task now.
-                    if cancelled {
-                        refused_or_cancelled += 1;
-                    }
-                    continue;
-                }
-                let (chunk, idx) = p.state.into_parts();
-                let inserted = self.wheel.insert(
-                    Entry {
-                        task: p.task,
-                        chunk,
-                    },
-                    idx,
-                    p.deadline,
-                    tick,
-                );
-                debug_assert_eq!(inserted, key);
-            }
+            let (chunk, idx) = state.into_parts();
+            let inserted = self
+                .wheel
+                .insert(Entry { task, chunk }, idx, deadline, tick);
+            debug_assert_eq!(inserted, key);
         }
         if refused_or_cancelled > 0 {
-            // Relaxed: see `Shared::reserve`.
+            // Relaxed: see `Shared::reserve_limited`.
             shared
                 .pending
                 .fetch_sub(refused_or_cancelled, Ordering::Relaxed);
@@ -208,7 +220,7 @@ impl Worker {
         self.wheel.expire(tick, now, |entry, idx, _deadline| {
             let state = TimeoutState::from_parts(entry.chunk, idx);
             if state.try_expire() {
-                // Relaxed: see `Shared::reserve`. Decremented before the task runs, so that a
+                // Relaxed: see `Shared::reserve_limited`. Decremented before the task runs, so that a
                 // task can schedule again even at the pending limit.
                 shared.pending.fetch_sub(1, Ordering::Relaxed);
                 run_task(executor, entry.task, state);
@@ -242,7 +254,7 @@ impl Worker {
             .into_iter()
             .map(|(e, idx)| TimeoutState::from_parts(e.chunk, idx))
             .collect();
-        out.extend(self.inbox.drain(..).map(|p| p.state));
+        out.extend(std::mem::take(&mut self.inbox).into_states());
         out
     }
 }
@@ -264,11 +276,13 @@ impl Drop for Worker {
     }
 }
 
+/// Items a drained buffer may keep room for.
+const KEEP: usize = 128 * 1024;
+
 /// Keeps a drained buffer's allocation for reuse unless a burst made it very large. (Buffers a
 /// busy timer keeps are given back when it goes idle: `release_idle_buffers`.) Growing a buffer
 /// again every tick showed up as page faults and copies on the producers.
 fn recycle<T>(buf: &mut Vec<T>) {
-    const KEEP: usize = 128 * 1024;
     if buf.capacity() > KEEP {
         *buf = Vec::new();
     }
@@ -299,10 +313,18 @@ pub(crate) fn run(mut worker: Worker, shared: Arc<Shared>) -> Worker {
         let now = shared.clock.now();
         worker.advance(&shared, now);
 
-        // Publish the plan, then look at the queues again (see the module docs).
+        // Publish the plan, then look at the queues again, under their locks (see the module
+        // docs).
         let mut plan = worker.next_work_tick(&shared).unwrap_or(u64::MAX);
+        if plan > worker.tick && worker.was_busy() {
+            // The queues gave work in the ticks just run but are empty this instant (the
+            // transfer ran them dry): producers are likely still at it. Look again at the end
+            // of this tick, keeping the buffers, rather than park and have the next producer
+            // unpark us (a system call on its side) and regrow the buffers we gave back. One
+            // wake-up after a burst ends; an idle timer still never wakes.
+            plan = worker.tick;
+        }
         shared.planned.store(plan, Ordering::SeqCst);
-        fence(Ordering::SeqCst);
         if plan > worker.tick && (!shared.timeouts.is_empty() || !shared.cancelled.is_empty()) {
             plan = worker.tick;
             shared.planned.store(plan, Ordering::SeqCst);
