@@ -375,6 +375,19 @@ impl<B: Batch, S> Queue<B, S> {
         self.take(buf, false)
     }
 
+    /// Hands each non-empty shard's batch to `take`, under the shard's lock, in shard order:
+    /// `take` moves it out (leaving an empty batch, ideally one with room, for the next
+    /// pushes). Each thread's pushes are in one batch, in order.
+    #[inline]
+    pub(crate) fn take_each(&self, mut take: impl FnMut(&mut B)) {
+        for shard in self.shards.iter() {
+            let items = &mut lock(shard).items;
+            if !items.is_empty() {
+                take(items);
+            }
+        }
+    }
+
     /// Every queued item, each thread's pushes in order, and the queue's buffers with them: the
     /// queue holds no memory afterwards (for `stop`, and an idle worker).
     pub(crate) fn take_all(&self) -> B {

@@ -39,6 +39,7 @@ use crate::timeout::{ChunkRef, TimeoutState, NO_SLOT};
 use crate::timer::{Executor, PendingBatch, Shared, TRANSFER_CAP};
 use crate::wheel::Wheel;
 use crate::{Timeout, TimerTask};
+use std::collections::VecDeque;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 /// `Shared::planned` while the worker is awake: producers never unpark it then. (`u64::MAX`
@@ -57,8 +58,11 @@ pub(crate) struct Worker {
     wheel: Wheel<Entry>,
     tick: u64,
     /// Timeouts taken from the `timeouts` queue and not yet moved into buckets (beyond the
-    /// per-tick cap), oldest first.
-    inbox: PendingBatch,
+    /// per-tick cap): one batch per shard taken, oldest first, none empty.
+    inbox: VecDeque<PendingBatch>,
+    /// Emptied batches, kept with their room to hand to the queue's shards in exchange for
+    /// full ones: in a steady state no buffer grows, and nothing is copied.
+    spare: Vec<PendingBatch>,
     /// Reused buffer for the cancellation queue.
     cancelled: Vec<TimeoutState>,
     /// Owned by the worker, so that it is dropped with it when the timer stops.
@@ -81,7 +85,8 @@ impl Worker {
         Worker {
             wheel: Wheel::new(tick_nanos, wheel_len),
             tick: 0,
-            inbox: PendingBatch::default(),
+            inbox: VecDeque::new(),
+            spare: Vec::new(),
             cancelled: Vec::new(),
             executor,
             busy: false,
@@ -180,32 +185,47 @@ impl Worker {
         // just then creating and cancelling, and the cache lines went back and forth (schedule
         // + cancel ran 1.5-2x slower). What arrives during the transfer waits for the next
         // tick, as if it had been pushed a moment later.
-        if self.inbox.is_empty() && self.inbox.capacity() > KEEP {
-            self.inbox = PendingBatch::default();
-        }
-        let before = self.inbox.len();
-        shared.timeouts.take_into(&mut self.inbox);
-        self.busy |= self.inbox.len() > before;
-        let n = usize::try_from(cap)
-            .unwrap_or(usize::MAX)
-            .min(self.inbox.len());
+        let spare = &mut self.spare;
+        let inbox = &mut self.inbox;
+        let mut took = false;
+        shared.timeouts.take_each(|items| {
+            let empty = spare.pop().unwrap_or_default();
+            inbox.push_back(std::mem::replace(items, empty));
+            took = true;
+        });
+        self.busy |= took;
+        let mut left = usize::try_from(cap).unwrap_or(usize::MAX);
         let mut refused_or_cancelled = 0;
-        // Draining a prefix shifts what is left: only when the cap is hit.
-        for (task, state, deadline) in self.inbox.drain_front(n) {
-            let key = self.wheel.next_key();
-            if let Err(cancelled) = state.try_enter_wheel(key) {
-                // Cancelled while queued: account for it here (a refused one was accounted for
-                // by its producer), and drop the task now.
-                if cancelled {
-                    refused_or_cancelled += 1;
+        while left > 0 {
+            let Some(batch) = self.inbox.front_mut() else {
+                break;
+            };
+            let n = left.min(batch.len());
+            left -= n;
+            // Draining a prefix shifts what is left: only when the cap is hit.
+            for (task, state, deadline) in batch.drain_front(n) {
+                let key = self.wheel.next_key();
+                if let Err(cancelled) = state.try_enter_wheel(key) {
+                    // Cancelled while queued: account for it here (a refused one was accounted
+                    // for by its producer), and drop the task now.
+                    if cancelled {
+                        refused_or_cancelled += 1;
+                    }
+                    continue;
                 }
-                continue;
+                let (chunk, idx) = state.into_parts();
+                let inserted = self
+                    .wheel
+                    .insert(Entry { task, chunk }, idx, deadline, tick);
+                debug_assert_eq!(inserted, key);
             }
-            let (chunk, idx) = state.into_parts();
-            let inserted = self
-                .wheel
-                .insert(Entry { task, chunk }, idx, deadline, tick);
-            debug_assert_eq!(inserted, key);
+            if batch.is_empty() {
+                let empty = self.inbox.pop_front().expect("the front batch");
+                // Room for a burst is kept, a few batches' worth; beyond, memory goes back.
+                if empty.capacity() <= KEEP && self.spare.len() < SPARE_BATCHES {
+                    self.spare.push(empty);
+                }
+            }
         }
         if refused_or_cancelled > 0 {
             // Relaxed: see `Shared::reserve_limited`.
@@ -239,8 +259,12 @@ impl Worker {
         if !self.inbox.is_empty() {
             return;
         }
+        self.spare = Vec::new();
         // Pushed since we looked, if anything: kept (in order) for the next transfer.
-        self.inbox = shared.timeouts.take_all();
+        let late = shared.timeouts.take_all();
+        if !late.is_empty() {
+            self.inbox.push_back(late);
+        }
         let mut cancelled = shared.cancelled.take_all();
         cancelled.append(&mut self.cancelled);
         self.cancelled = cancelled;
@@ -254,7 +278,9 @@ impl Worker {
             .into_iter()
             .map(|(e, idx)| TimeoutState::from_parts(e.chunk, idx))
             .collect();
-        out.extend(std::mem::take(&mut self.inbox).into_states());
+        for batch in self.inbox.drain(..) {
+            out.extend(batch.into_states());
+        }
         out
     }
 }
@@ -278,6 +304,10 @@ impl Drop for Worker {
 
 /// Items a drained buffer may keep room for.
 const KEEP: usize = 128 * 1024;
+
+/// Emptied batches the worker keeps for the queue's shards (one per producer thread, up to the
+/// shard count, is what a steady state needs).
+const SPARE_BATCHES: usize = 8;
 
 /// Keeps a drained buffer's allocation for reuse unless a burst made it very large. (Buffers a
 /// busy timer keeps are given back when it goes idle: `release_idle_buffers`.) Growing a buffer
