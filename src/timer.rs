@@ -80,6 +80,14 @@ pub(crate) struct PendingBatch {
 }
 
 impl PendingBatch {
+    pub(crate) fn with_capacity(n: usize) -> Self {
+        PendingBatch {
+            tasks: Vec::with_capacity(n),
+            states: Vec::with_capacity(n),
+            deadlines: Vec::with_capacity(n),
+        }
+    }
+
     #[inline]
     pub(crate) fn push(&mut self, task: Box<dyn TimerTask>, state: TimeoutState, deadline: u64) {
         self.tasks.push(task);

@@ -189,7 +189,11 @@ impl Worker {
         let inbox = &mut self.inbox;
         let mut took = false;
         shared.timeouts.take_each(|items| {
-            let empty = spare.pop().unwrap_or_default();
+            // With no spare, room for as many as came this time (up to KEEP): a producer that
+            // starts again from an empty `Vec` regrows it, copying and faulting pages in.
+            let empty = spare
+                .pop()
+                .unwrap_or_else(|| PendingBatch::with_capacity(items.len().min(KEEP)));
             inbox.push_back(std::mem::replace(items, empty));
             took = true;
         });
