@@ -219,7 +219,14 @@ impl TimeoutState {
     /// producer did).
     #[inline]
     pub(crate) fn try_enter_wheel(&self, slot: u32) -> Result<(), bool> {
-        self.transition(word(NO_SLOT, QUEUED), word(slot, IN_WHEEL))
+        // A plain load first: most of what the request-timeout pattern queues is cancelled by
+        // the time it is transferred, and a failing compare-and-swap costs as much as one that
+        // succeeds (it too takes the line exclusively).
+        let cur = self.load();
+        if cur != word(NO_SLOT, QUEUED) {
+            return Err(state_of(cur) == CANCELLED);
+        }
+        self.transition(cur, word(slot, IN_WHEEL))
             .map_err(|actual| state_of(actual) == CANCELLED)
     }
 
