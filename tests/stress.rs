@@ -419,3 +419,65 @@ fn refusal_racing_stop_is_counted_down_once() {
         assert_eq!(raw_pending(&timer), returned, "round {round}");
     }
 }
+
+/// Twelve threads (more than the queue has shards, so some share one and their pushes
+/// interleave in one batch) schedule on a manual timer, more than the 100 000 one tick moves
+/// (so the first tick stops partway through a batch), and cancel every third. Each task must
+/// see its own timeout, and each cancel must hit its own.
+#[test]
+fn interleaved_producers_keep_each_timeout_its_own_state() {
+    const THREADS: usize = 12;
+    const EACH: usize = 10_000;
+    let (timer, driver) = HashedWheelTimer::builder()
+        .tick_duration(Duration::from_millis(1))
+        .ticks_per_wheel(64)
+        .build_manual()
+        .unwrap();
+    let barrier = Barrier::new(THREADS);
+    let handles: Vec<Vec<(Timeout, Arc<Mutex<Option<Timeout>>>, bool)>> = thread::scope(|s| {
+        let workers: Vec<_> = (0..THREADS)
+            .map(|k| {
+                let timer = timer.handle();
+                let barrier = &barrier;
+                s.spawn(move || {
+                    barrier.wait();
+                    (0..EACH)
+                        .map(|i| {
+                            let seen = Arc::new(Mutex::new(None));
+                            let mine = Arc::clone(&seen);
+                            let t = timer
+                                .new_timeout(
+                                    move |t: &Timeout| {
+                                        let mut seen = mine.lock().unwrap();
+                                        assert!(seen.is_none(), "a task ran twice");
+                                        *seen = Some(t.clone());
+                                    },
+                                    Duration::from_millis(((k + i) % 5) as u64),
+                                )
+                                .unwrap();
+                            let cancel = (k + i) % 3 == 0;
+                            if cancel {
+                                assert!(t.cancel());
+                            }
+                            (t, seen, cancel)
+                        })
+                        .collect()
+                })
+            })
+            .collect();
+        workers.into_iter().map(|w| w.join().unwrap()).collect()
+    });
+    // Two ticks move the 120 000 (100 000 in the first); the longest delay is 4 ms.
+    driver.advance(Duration::from_millis(10));
+    assert_eq!(timer.pending_timeouts(), 0);
+    for (t, seen, cancelled) in handles.into_iter().flatten() {
+        let seen = seen.lock().unwrap();
+        if cancelled {
+            assert!(t.is_cancelled() && !t.is_expired());
+            assert!(seen.is_none(), "a cancelled timeout's task ran");
+        } else {
+            assert!(t.is_expired() && !t.is_cancelled());
+            assert_eq!(seen.as_ref(), Some(&t), "a task saw another timeout");
+        }
+    }
+}
