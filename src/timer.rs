@@ -837,6 +837,11 @@ impl HashedWheelTimer {
     /// Timeouts accepted that have neither expired nor had their cancellation processed: the
     /// memory the timer holds, which `max_pending_timeouts` bounds. 0 after `stop()`.
     ///
+    /// Exact whenever no other thread is scheduling at that moment; while others are, it may
+    /// count a few of their timeouts early or late (as Netty's counter may). Without a pending
+    /// limit producers count in batches (see the performance notes in `benches/README.md`), so
+    /// this call takes a lock per queue shard: a statistic, not a hot-path call.
+    ///
     /// ```
     /// # use hashed_timer_wheel::HashedWheelTimer;
     /// # use std::time::Duration;
