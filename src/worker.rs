@@ -28,6 +28,12 @@
 //! lowers the plan unparks, so a burst costs one wake-up. (A lock-free queue would need a
 //! `SeqCst` fence on each side instead; the loom models check that the locks suffice.)
 //!
+//! While producers are active (the ticks just run took something from the queues), the worker
+//! also wakes at the end of the current tick even if the queues look empty at that instant: a
+//! worker that parked there would be unparked by the very next `new_timeout` (a system call on
+//! the producer's side), and would have given back the buffers the producers then regrow. So a
+//! burst of scheduling ends with one wake-up that finds nothing; an idle timer never wakes.
+//!
 //! Observably this is the same as ticking every tick: the ticks skipped have empty buckets and
 //! empty queues, and rounds are kept as absolute fire ticks (see `wheel`), so nothing about
 //! them needs replaying.
