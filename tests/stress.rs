@@ -434,7 +434,9 @@ fn interleaved_producers_keep_each_timeout_its_own_state() {
         .build_manual()
         .unwrap();
     let barrier = Barrier::new(THREADS);
-    let handles: Vec<Vec<(Timeout, Arc<Mutex<Option<Timeout>>>, bool)>> = thread::scope(|s| {
+    // Each timeout: its handle, what its task saw, whether it was cancelled.
+    type Tracked = (Timeout, Arc<Mutex<Option<Timeout>>>, bool);
+    let handles: Vec<Vec<Tracked>> = thread::scope(|s| {
         let workers: Vec<_> = (0..THREADS)
             .map(|k| {
                 let timer = timer.handle();
