@@ -354,6 +354,13 @@ impl<B: Batch, S> Queue<B, S> {
         ShardGuard(lock(&self.shards[my_shard()]))
     }
 
+    /// Runs `f` on every shard's data, each under its lock.
+    pub(crate) fn for_each_data(&self, mut f: impl FnMut(&mut S)) {
+        for shard in self.shards.iter() {
+            f(&mut lock(shard).data);
+        }
+    }
+
     /// Folds every shard's data, each read under its lock.
     pub(crate) fn fold_data<A>(&self, init: A, mut f: impl FnMut(A, &S) -> A) -> A {
         let mut acc = init;

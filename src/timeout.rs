@@ -57,8 +57,8 @@ struct Cell {
 
 /// Timeouts per allocation. States are handed out in chunks so that scheduling does not call
 /// the allocator per timeout, and the worker's expiry walks states that sit side by side
-/// (a chunk holds consecutive timeouts of one producer thread). Under loom every timeout gets
-/// its own chunk: loom's atomics cannot outlive one model execution in a thread-local.
+/// (a chunk holds consecutive timeouts of one queue shard, in practice of one producer
+/// thread). Under loom every timeout gets its own chunk, which keeps the models small.
 #[cfg(not(loom))]
 const CHUNK: usize = 32;
 #[cfg(loom)]
@@ -87,13 +87,44 @@ impl Chunk {
     }
 }
 
-#[cfg(not(loom))]
-std::thread_local! {
-    /// This thread's chunk being handed out, and the next free cell in it. It keeps its timer's
-    /// bookkeeping (not its worker, tasks or executor) allocated until this thread schedules on
-    /// another timer or exits.
-    static CURSOR: std::cell::RefCell<(Option<Arc<Chunk>>, u8)> =
-        const { std::cell::RefCell::new((None, 0)) };
+/// The chunk a queue shard's producers take their states from, and its next free cell: kept
+/// in the shard, under its lock (see `Shared::new_timeout`).
+///
+/// The chunk holds a handle on its timer, and the shard is part of the timer: while a chunk is
+/// current here the two keep each other alive. `stop()` breaks the cycle by clearing every
+/// shard's cursor ([`ChunkCursor::clear`]), and a producer never starts a chunk on a stopped
+/// timer.
+#[derive(Default)]
+pub(crate) struct ChunkCursor {
+    chunk: Option<Arc<Chunk>>,
+    next: u8,
+}
+
+impl ChunkCursor {
+    /// A fresh state (QUEUED, no slot) for a timeout of `shared`'s timer, from the current
+    /// chunk (a new one when it is used up).
+    #[inline]
+    pub(crate) fn next_state(&mut self, shared: &Arc<Shared>) -> TimeoutState {
+        let next = &mut self.next;
+        let chunk = self.chunk.get_or_insert_with(|| {
+            *next = 0;
+            Chunk::new(shared)
+        });
+        let idx = *next;
+        *next += 1;
+        let chunk = if usize::from(*next) == CHUNK {
+            // The last cell: hand the cursor's reference over instead of cloning it.
+            self.chunk.take().expect("just inserted")
+        } else {
+            Arc::clone(chunk)
+        };
+        TimeoutState { chunk, idx }
+    }
+
+    /// Lets go of the current chunk (its unused cells are freed with it).
+    pub(crate) fn clear(&mut self) {
+        self.chunk = None;
+    }
 }
 
 /// A chunk of timeout states, as the worker's wheel entries hold it.
@@ -108,44 +139,6 @@ pub(crate) struct TimeoutState {
 }
 
 impl TimeoutState {
-    /// A fresh state (QUEUED, no slot) of a timeout of `shared`'s timer.
-    #[inline]
-    pub(crate) fn new(shared: &Arc<Shared>) -> Self {
-        #[cfg(not(loom))]
-        {
-            CURSOR.with(|cursor| {
-                let mut cursor = cursor.borrow_mut();
-                let (current, next) = &mut *cursor;
-                if let Some(c) = current {
-                    if !Arc::ptr_eq(&c.timer.shared, shared) {
-                        // Another timer's chunk: its unused cells are freed with it.
-                        *current = None;
-                    }
-                }
-                let chunk = current.get_or_insert_with(|| {
-                    *next = 0;
-                    Chunk::new(shared)
-                });
-                let idx = *next;
-                *next += 1;
-                let chunk = if usize::from(*next) == CHUNK {
-                    // The last cell: hand the thread's reference over instead of cloning it.
-                    current.take().expect("just inserted")
-                } else {
-                    Arc::clone(chunk)
-                };
-                TimeoutState { chunk, idx }
-            })
-        }
-        #[cfg(loom)]
-        {
-            TimeoutState {
-                chunk: Chunk::new(shared),
-                idx: 0,
-            }
-        }
-    }
-
     #[inline]
     fn cell(&self) -> &Cell {
         &self.chunk.cells[usize::from(self.idx)]

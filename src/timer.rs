@@ -20,7 +20,7 @@ use crate::sync::{
     lock, thread, Arc, AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Batch, CachePadded, Mutex,
     Ordering, Queue,
 };
-use crate::timeout::TimeoutState;
+use crate::timeout::{ChunkCursor, TimeoutState};
 use crate::wheel::{normalize_ticks_per_wheel, MAX_ENTRIES};
 use crate::worker::{self, Worker, AWAKE};
 use crate::{BuildError, Timeout, TimerError, TimerTask};
@@ -133,14 +133,23 @@ impl Batch for PendingBatch {
     }
 }
 
+/// What a shard of the `timeouts` queue keeps for its producers, under its lock.
+#[derive(Default)]
+pub(crate) struct ProducerShard {
+    /// Pending-count credit (see `Shared::refill_credit`).
+    credit: usize,
+    /// Where the shard's timeouts get their states.
+    cursor: ChunkCursor,
+}
+
 /// What the owner, the handles, the timeouts and the worker share.
 pub(crate) struct Shared {
     /// Accepted timeouts not yet expired and whose cancellation is not processed yet. Written
     /// by every producer and the worker: on a cache line of its own, away from the read-mostly
     /// fields below and from the `Arc`'s reference counts.
     pub(crate) pending: CachePadded<AtomicUsize>,
-    /// Each shard's data is its pending-count credit (see `refill_credit`).
-    pub(crate) timeouts: Queue<PendingBatch, usize>,
+    /// Each shard's data: its pending-count credit and its chunk of timeout states.
+    pub(crate) timeouts: Queue<PendingBatch, ProducerShard>,
     pub(crate) cancelled: Queue<Vec<TimeoutState>>,
     state: AtomicU8,
     /// The tick at whose end the worker will next wake by itself; `AWAKE` while it runs,
@@ -195,18 +204,28 @@ impl Shared {
         if limited {
             self.reserve_limited()?;
         }
-        let state = TimeoutState::new(self);
-        {
+        let state = {
             let mut shard = self.timeouts.my_shard();
-            if !limited {
-                let credit = shard.data();
-                if *credit == 0 {
-                    *credit = self.refill_credit()?;
+            let producer = shard.data();
+            if self.state.load(Ordering::Relaxed) == SHUTDOWN {
+                // `stop()` has cleared (or will clear) this shard's chunk: do not start one
+                // (see `ChunkCursor`).
+                drop(shard);
+                if limited {
+                    self.pending.fetch_sub(1, Ordering::Relaxed);
                 }
-                *credit -= 1;
+                return Err(TimerError::Stopped);
             }
+            if !limited {
+                if producer.credit == 0 {
+                    producer.credit = self.refill_credit()?;
+                }
+                producer.credit -= 1;
+            }
+            let state = producer.cursor.next_state(self);
             shard.items().push(task, state.clone(), deadline);
-        }
+            state
+        };
         // No fence: the queue's lock orders the push before these loads, against `stop` (which
         // sets SHUTDOWN before it takes the queue: it takes our entry or we see SHUTDOWN) and
         // against the worker (which publishes its plan before it looks at the queue: it sees
@@ -433,6 +452,9 @@ impl Shared {
         // pushed before this one (taken here) or sees `drained` and empties the queue itself.
         // Nothing stays queued, where a task holding a handle would keep the timer alive.
         let late = self.timeouts.take_all();
+        // The shards' current chunks hold handles on this timer: let them go (a producer that
+        // locks a shard after this sees SHUTDOWN and starts no chunk).
+        self.timeouts.for_each_data(|p| p.cursor.clear());
         for state in queued.into_states().chain(late.into_states()) {
             give_back(state);
         }
@@ -458,6 +480,7 @@ impl Shared {
         for state in self.timeouts.take_all().into_states() {
             state.try_cancel();
         }
+        self.timeouts.for_each_data(|p| p.cursor.clear());
         drop(self.cancelled.take_all());
     }
 
@@ -482,7 +505,7 @@ impl Shared {
     fn counted(&self) -> usize {
         // Credit first: a refill seen in a shard is then seen in `pending` too (the refill's
         // increment is made under the shard's lock, which our read took after it).
-        let credit = self.timeouts.fold_data(0, |sum, c| sum + *c);
+        let credit = self.timeouts.fold_data(0, |sum, p| sum + p.credit);
         // Relaxed: see `reserve_limited`.
         self.pending.load(Ordering::Relaxed).saturating_sub(credit)
     }

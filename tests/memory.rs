@@ -138,3 +138,41 @@ fn pending_timeouts_are_freed_by_stop() {
     let left = live() - baseline;
     assert!(left < 64 << 10, "{left} bytes still held after stop");
 }
+
+/// Dropping the owner gives everything back, the timer's own bookkeeping included: the queue
+/// shards keep the chunk their producers take states from, and a chunk holds a handle on its
+/// timer, so a shard not cleared at stop would keep the timer (kilobytes) alive for ever.
+#[test]
+fn dropping_the_owner_frees_the_timer_itself() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let build = || {
+        let timer = HashedWheelTimer::new(Duration::from_millis(1), 512);
+        for i in 0..1000u64 {
+            let t = timer
+                .new_timeout(|_: &Timeout| {}, Duration::from_millis(30_000 + i))
+                .unwrap();
+            if i % 2 == 0 {
+                assert!(t.cancel());
+            }
+        }
+        timer
+    };
+    // Once first, for what the process sets up once (the fast clock's calibration).
+    drop(build());
+    let baseline = live();
+    let timer = build();
+    let handle = timer.handle();
+    drop(timer);
+    assert_eq!(
+        handle
+            .new_timeout(|_: &Timeout| {}, Duration::ZERO)
+            .unwrap_err(),
+        hashed_timer_wheel::TimerError::Stopped
+    );
+    drop(handle);
+    let left = live() - baseline;
+    assert!(
+        left < 1024,
+        "{left} bytes still held after the timer was dropped"
+    );
+}
