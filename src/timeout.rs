@@ -8,10 +8,9 @@
 //! | `QUEUED`   | `CANCELLED` | `cancel()` (any thread)              | nothing more: the transfer will see it, drop the task and decrement pending |
 //! | `IN_WHEEL` | `CANCELLED` | `cancel()` (any thread)              | pushing the state on the cancellation queue (the worker then unlinks it and decrements pending) |
 //! | `QUEUED` or `IN_WHEEL` | `CANCELLED` | `stop()` (the stopping thread) | returning the timeout in `stop()`'s list |
-//! | `QUEUED`   | `REFUSED`   | a `new_timeout` that saw a racing `stop()` | refusing with `Stopped` and decrementing pending (the handle never reaches the user) |
 //! | `IN_WHEEL` | `EXPIRED`   | the worker, when the bucket comes round | decrementing pending, running the task |
 //!
-//! `CANCELLED`, `EXPIRED` and `REFUSED` are terminal. Every move is a compare-and-swap, so exactly one party
+//! `CANCELLED` and `EXPIRED` are terminal. Every move is a compare-and-swap, so exactly one party
 //! decides each timeout's fate, and exactly one decrements `pending`. A cancel of a timeout still
 //! in the `timeouts` queue (the request-timeout pattern: schedule, then cancel on the response)
 //! costs that one compare-and-swap and nothing else.
@@ -32,7 +31,6 @@ const QUEUED: u8 = 0;
 const IN_WHEEL: u8 = 1;
 const CANCELLED: u8 = 2;
 const EXPIRED: u8 = 3;
-const REFUSED: u8 = 4;
 
 /// No wheel key (keys are below `MAX_ENTRIES`).
 pub(crate) const NO_SLOT: u32 = MAX_ENTRIES as u32;
@@ -207,27 +205,16 @@ impl TimeoutState {
         self.cancel().is_some()
     }
 
-    /// QUEUED -> IN_WHEEL at wheel key `slot`; the worker only. `Err(true)` if it was cancelled
-    /// while queued (the worker then accounts for it), `Err(false)` if it was refused (its
-    /// producer did).
+    /// QUEUED -> IN_WHEEL at wheel key `slot`; the worker only. False if it was cancelled while
+    /// queued (the worker then accounts for it).
     #[inline]
-    pub(crate) fn try_enter_wheel(&self, slot: u32) -> Result<(), bool> {
+    pub(crate) fn try_enter_wheel(&self, slot: u32) -> bool {
         // A plain load first: most of what the request-timeout pattern queues is cancelled by
         // the time it is transferred, and a failing compare-and-swap costs as much as one that
         // succeeds (it too takes the line exclusively).
         let cur = self.load();
-        if cur != word(NO_SLOT, QUEUED) {
-            return Err(state_of(cur) == CANCELLED);
-        }
-        self.transition(cur, word(slot, IN_WHEEL))
-            .map_err(|actual| state_of(actual) == CANCELLED)
-    }
-
-    /// QUEUED -> REFUSED, for a `new_timeout` that lost the race to `stop()`.
-    #[inline]
-    pub(crate) fn try_refuse(&self) -> bool {
-        self.transition(word(NO_SLOT, QUEUED), word(NO_SLOT, REFUSED))
-            .is_ok()
+        debug_assert!(matches!(state_of(cur), QUEUED | CANCELLED));
+        cur == word(NO_SLOT, QUEUED) && self.transition(cur, word(slot, IN_WHEEL)).is_ok()
     }
 
     /// IN_WHEEL -> EXPIRED (the slot cleared); the worker only. False if it was cancelled.
@@ -268,7 +255,6 @@ impl TimeoutState {
     fn state_name(&self) -> &'static str {
         match state_of(self.cell().word.load(Ordering::Relaxed)) {
             QUEUED | IN_WHEEL => "pending",
-            REFUSED => "refused",
             CANCELLED => "cancelled",
             _ => "expired",
         }

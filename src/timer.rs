@@ -167,9 +167,8 @@ pub(crate) struct Shared {
     control: Mutex<Control>,
     /// The worker while no thread runs it: before start, in manual mode, after stop.
     pub(crate) idle_worker: Mutex<Option<Worker>>,
-    /// Set once nobody will drain any more: `stop()` has drained, or the owner was dropped on
-    /// the worker thread. A producer that lost the race to the shutdown may then drop what it
-    /// pushed, and a `ManualDriver` may drop the worker.
+    /// Set when the owner was dropped on the worker thread (inside a task): nobody will call
+    /// `stop()` to take the worker, so a `ManualDriver` may drop it.
     drained: AtomicBool,
     counted: crate::sync::process::AtomicBool,
 }
@@ -226,13 +225,12 @@ impl Shared {
             shard.items().push(task, state.clone(), deadline);
             state
         };
-        // No fence: the queue's lock orders the push before these loads, against `stop` (which
-        // sets SHUTDOWN before it takes the queue: it takes our entry or we see SHUTDOWN) and
-        // against the worker (which publishes its plan before it looks at the queue: it sees
-        // our entry or we see its plan and unpark it). See `sync::Queue`.
-        if self.state.load(Ordering::Relaxed) == SHUTDOWN {
-            return self.new_timeout_raced_stop(state);
-        }
+        // Nothing to re-check against `stop()`: it sets SHUTDOWN before it takes each shard,
+        // so a push either came before its take (and `stop()` returns this timeout, cancelled,
+        // as it does every timeout that never ran) or we saw SHUTDOWN under the lock above.
+        // No fence before the worker's plan is read either: the worker publishes its plan
+        // before it looks at the shards under their locks, so it sees our entry or we see its
+        // plan (see `sync::Queue`).
         self.wake_by_end_of_tick_at(now);
         Ok(Timeout { state })
     }
@@ -296,27 +294,6 @@ impl Shared {
             pending,
             max: self.max_pending,
         }
-    }
-
-    /// `stop()` ran between our state check and our push. Either we take the entry back and
-    /// refuse, or someone got to it first: stop's drain (it is cancelled and in stop's list) or
-    /// the worker before it stopped (it is in the wheel, so in stop's list, or has even run).
-    /// Then report success, as everyone else saw it.
-    #[cold]
-    fn new_timeout_raced_stop(
-        self: &Arc<Self>,
-        state: TimeoutState,
-    ) -> Result<Timeout, TimerError> {
-        if state.try_refuse() {
-            self.pending.fetch_sub(1, Ordering::Relaxed);
-            // Acquire: pairs with the Release in `stop` after its drain. After it, whatever is
-            // still queued was pushed by producers that will refuse, like us.
-            if self.drained.load(Ordering::Acquire) {
-                drop(self.timeouts.take_all());
-            }
-            return Err(TimerError::Stopped);
-        }
-        Ok(Timeout { state })
     }
 
     /// A successful `cancel()`: queue the state for the worker and make sure it runs by the end
@@ -444,18 +421,14 @@ impl Shared {
                 give_back(state);
             }
         }
-        // Take the buffers themselves, so that their memory goes too.
+        // Take the buffers themselves, so that their memory goes too. A producer that locks a
+        // shard after this take sees SHUTDOWN (set above) and pushes nothing: nothing stays
+        // queued, where a task holding a handle would keep the timer alive.
         let queued = self.timeouts.take_all();
-        // Release: pairs with the Acquire in `new_timeout_raced_stop`.
-        self.drained.store(true, Ordering::Release);
-        // Once more, after `drained` is set: a producer that pushed after the first take either
-        // pushed before this one (taken here) or sees `drained` and empties the queue itself.
-        // Nothing stays queued, where a task holding a handle would keep the timer alive.
-        let late = self.timeouts.take_all();
         // The shards' current chunks hold handles on this timer: let them go (a producer that
         // locks a shard after this sees SHUTDOWN and starts no chunk).
         self.timeouts.for_each_data(|p| p.cursor.clear());
-        for state in queued.into_states().chain(late.into_states()) {
+        for state in queued.into_states() {
             give_back(state);
         }
         drop(self.cancelled.take_all());
@@ -470,7 +443,7 @@ impl Shared {
             self.state.store(SHUTDOWN, Ordering::SeqCst);
             control.join.take()
         };
-        // Release: pairs with the Acquires in `new_timeout_raced_stop` and `advance_to_nanos`.
+        // Release: pairs with the Acquires in `advance_to_nanos`.
         self.drained.store(true, Ordering::Release);
         self.uncount();
         // Detach: the thread's result (its wheel) is dropped when it finishes.

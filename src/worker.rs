@@ -205,7 +205,7 @@ impl Worker {
         });
         self.busy |= took;
         let mut left = usize::try_from(cap).unwrap_or(usize::MAX);
-        let mut refused_or_cancelled = 0;
+        let mut cancelled = 0;
         while left > 0 {
             let Some(batch) = self.inbox.front_mut() else {
                 break;
@@ -215,12 +215,9 @@ impl Worker {
             // Draining a prefix shifts what is left: only when the cap is hit.
             for (task, state, deadline) in batch.drain_front(n) {
                 let key = self.wheel.next_key();
-                if let Err(cancelled) = state.try_enter_wheel(key) {
-                    // Cancelled while queued: account for it here (a refused one was accounted
-                    // for by its producer), and drop the task now.
-                    if cancelled {
-                        refused_or_cancelled += 1;
-                    }
+                if !state.try_enter_wheel(key) {
+                    // Cancelled while queued: account for it here, and drop the task now.
+                    cancelled += 1;
                     continue;
                 }
                 let (chunk, idx) = state.into_parts();
@@ -237,11 +234,9 @@ impl Worker {
                 }
             }
         }
-        if refused_or_cancelled > 0 {
+        if cancelled > 0 {
             // Relaxed: see `Shared::reserve_limited`.
-            shared
-                .pending
-                .fetch_sub(refused_or_cancelled, Ordering::Relaxed);
+            shared.pending.fetch_sub(cancelled, Ordering::Relaxed);
         }
     }
 
