@@ -206,9 +206,10 @@ impl Shared {
         let state = {
             let mut shard = self.timeouts.my_shard();
             let producer = shard.data();
+            // Relaxed, under the lock: `stop()` sets SHUTDOWN before it takes each shard and
+            // clears its chunk, so once it has taken this one we see SHUTDOWN here, and push
+            // nothing (it would never be drained) and start no chunk (see `ChunkCursor`).
             if self.state.load(Ordering::Relaxed) == SHUTDOWN {
-                // `stop()` has cleared (or will clear) this shard's chunk: do not start one
-                // (see `ChunkCursor`).
                 drop(shard);
                 if limited {
                     self.pending.fetch_sub(1, Ordering::Relaxed);
