@@ -392,7 +392,7 @@ fn producers_on_handles_then_owner_dropped() {
 /// Each accepted timeout is counted up once and down at most once ("exactly one party decides
 /// each timeout's fate, and exactly one decrements pending"). With no cancels, after `stop()`
 /// the counter therefore equals the number of timeouts `stop()` returned: those that expired
-/// were counted down, a refusal counts itself down and nothing else may.
+/// were counted down, a refusal leaves the counter as it found it, and nothing else may move it.
 #[test]
 fn refusal_racing_stop_is_counted_down_once() {
     for round in 0..200u64 {
