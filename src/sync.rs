@@ -298,9 +298,11 @@ struct Shard<B, S> {
 }
 
 #[cfg(not(loom))]
-const SHARDS: usize = 8;
+pub(crate) const SHARDS: usize = 8;
 #[cfg(loom)]
-const SHARDS: usize = 1;
+pub(crate) const SHARDS: usize = 1;
+// A shard's index travels as a `u8` (`ShardGuard::index`, a chunk's shard).
+const _: () = assert!(SHARDS <= 256);
 
 #[cfg(not(loom))]
 #[inline]
@@ -351,7 +353,9 @@ impl<B: Batch, S> Queue<B, S> {
     /// Locks this thread's shard: push through the guard, with the shard's data at hand.
     #[inline]
     pub(crate) fn my_shard(&self) -> ShardGuard<'_, B, S> {
-        ShardGuard(lock(&self.shards[my_shard()]))
+        let i = my_shard();
+        // SHARDS is far below 256 (checked where it is defined).
+        ShardGuard(lock(&self.shards[i]), i as u8)
     }
 
     /// Runs `f` on every shard's data, each under its lock.
@@ -425,16 +429,19 @@ impl<B: Batch, S> Queue<B, S> {
 }
 
 /// This thread's shard of a [`Queue`], locked.
-pub(crate) struct ShardGuard<'a, B, S>(MutexGuard<'a, Shard<B, S>>);
+pub(crate) struct ShardGuard<'a, B, S>(MutexGuard<'a, Shard<B, S>>, u8);
 
 impl<B, S> ShardGuard<'_, B, S> {
+    /// Which shard this is (below [`SHARDS`]).
     #[inline]
-    pub(crate) fn data(&mut self) -> &mut S {
-        &mut self.0.data
+    pub(crate) fn index(&self) -> u8 {
+        self.1
     }
+    /// The shard's data and its batch at once.
     #[inline]
-    pub(crate) fn items(&mut self) -> &mut B {
-        &mut self.0.items
+    pub(crate) fn parts(&mut self) -> (&mut S, &mut B) {
+        let shard = &mut *self.0;
+        (&mut shard.data, &mut shard.items)
     }
 }
 

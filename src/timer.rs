@@ -20,7 +20,7 @@ use crate::sync::{
     lock, thread, Arc, AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Batch, CachePadded, Mutex,
     Ordering, Queue,
 };
-use crate::timeout::{ChunkCursor, TimeoutState};
+use crate::timeout::{ChunkCursor, ChunkRef, QueuedCell, TimeoutState};
 use crate::wheel::{normalize_ticks_per_wheel, MAX_ENTRIES};
 use crate::worker::{self, Worker, AWAKE};
 use crate::{BuildError, Timeout, TimerError, TimerTask};
@@ -65,8 +65,8 @@ static INSTANCES: crate::sync::process::AtomicUsize = crate::sync::process::Atom
 static WARNED_TOO_MANY: crate::sync::process::AtomicBool =
     crate::sync::process::AtomicBool::new(false);
 
-/// Timeouts on their way from producers to the worker: task, state and deadline of each, in
-/// three parallel vectors.
+/// Timeouts on their way from producers to the worker: task, cell and deadline of each, in
+/// three parallel vectors, and the chunks their cells are in.
 ///
 /// Not one vector of structs: a 40-byte struct pushed into a `Vec` is built on the stack first
 /// (its drop on unwinding needs an address) and then copied with 16-byte loads over 8-byte
@@ -75,61 +75,96 @@ static WARNED_TOO_MANY: crate::sync::process::AtomicBool =
 #[derive(Default)]
 pub(crate) struct PendingBatch {
     tasks: Vec<Box<dyn TimerTask>>,
-    states: Vec<TimeoutState>,
+    cells: Vec<QueuedCell>,
     deadlines: Vec<u64>,
+    /// The chunks of the queued cells, one reference each however many of its cells are
+    /// queued (a `QueuedCell`'s run indexes this).
+    runs: Vec<ChunkRef>,
+    /// The worker's: the chunk table's id of each run, filled when it takes the batch.
+    pub(crate) chunk_ids: Vec<u32>,
 }
 
 impl PendingBatch {
     pub(crate) fn with_capacity(n: usize) -> Self {
         PendingBatch {
             tasks: Vec::with_capacity(n),
-            states: Vec::with_capacity(n),
+            cells: Vec::with_capacity(n),
             deadlines: Vec::with_capacity(n),
+            runs: Vec::new(),
+            chunk_ids: Vec::new(),
         }
     }
 
     #[inline]
-    pub(crate) fn push(&mut self, task: Box<dyn TimerTask>, state: TimeoutState, deadline: u64) {
+    pub(crate) fn push(&mut self, task: Box<dyn TimerTask>, cell: QueuedCell, deadline: u64) {
         self.tasks.push(task);
-        self.states.push(state);
+        self.cells.push(cell);
         self.deadlines.push(deadline);
     }
 
     pub(crate) fn len(&self) -> usize {
-        self.states.len()
+        self.cells.len()
     }
 
     pub(crate) fn capacity(&self) -> usize {
-        self.states.capacity()
+        self.cells.capacity()
     }
 
-    /// Removes the first `n` timeouts, in order.
+    /// The chunks the queued cells are in, in push order (a chunk may recur).
+    pub(crate) fn runs(&self) -> &[ChunkRef] {
+        &self.runs
+    }
+
+    /// Removes the first `n` timeouts, in order, with the runs and the chunk ids their cells
+    /// refer to.
+    #[allow(clippy::type_complexity)]
     pub(crate) fn drain_front(
         &mut self,
         n: usize,
-    ) -> impl Iterator<Item = (Box<dyn TimerTask>, TimeoutState, u64)> + '_ {
-        self.tasks
+    ) -> (
+        impl Iterator<Item = (Box<dyn TimerTask>, QueuedCell, u64)> + '_,
+        &[ChunkRef],
+        &[u32],
+    ) {
+        let drained = self
+            .tasks
             .drain(..n)
-            .zip(self.states.drain(..n))
+            .zip(self.cells.drain(..n))
             .zip(self.deadlines.drain(..n))
-            .map(|((task, state), deadline)| (task, state, deadline))
+            .map(|((task, cell), deadline)| (task, cell, deadline));
+        (drained, &self.runs, &self.chunk_ids)
+    }
+
+    /// Once every timeout is out: lets go of the chunks, keeping the room.
+    pub(crate) fn clear_runs(&mut self) {
+        debug_assert!(self.cells.is_empty());
+        self.runs.clear();
+        self.chunk_ids.clear();
     }
 
     /// The states, in order; the tasks are dropped.
-    pub(crate) fn into_states(self) -> std::vec::IntoIter<TimeoutState> {
-        self.states.into_iter()
+    pub(crate) fn into_states(self) -> impl Iterator<Item = TimeoutState> {
+        let runs = self.runs;
+        self.cells
+            .into_iter()
+            .map(move |cell| runs[cell.run()].state(cell.idx()))
     }
 }
 
 impl Batch for PendingBatch {
     #[inline]
     fn is_empty(&self) -> bool {
-        self.states.is_empty()
+        self.cells.is_empty()
     }
     fn append(&mut self, other: &mut Self) {
+        let offset = self.runs.len();
         self.tasks.append(&mut other.tasks);
-        self.states.append(&mut other.states);
+        self.cells
+            .extend(other.cells.drain(..).map(|cell| cell.shifted(offset)));
         self.deadlines.append(&mut other.deadlines);
+        self.runs.append(&mut other.runs);
+        // Ids are given when the worker takes a batch, and batches are appended before that.
+        debug_assert!(self.chunk_ids.is_empty() && other.chunk_ids.is_empty());
     }
 }
 
@@ -205,12 +240,12 @@ impl Shared {
         }
         let state = {
             let mut shard = self.timeouts.my_shard();
-            let producer = shard.data();
+            let shard_index = shard.index();
+            let (producer, items) = shard.parts();
             // Relaxed, under the lock: `stop()` sets SHUTDOWN before it takes each shard and
             // clears its chunk, so once it has taken this one we see SHUTDOWN here, and push
             // nothing (it would never be drained) and start no chunk (see `ChunkCursor`).
             if self.state.load(Ordering::Relaxed) == SHUTDOWN {
-                drop(shard);
                 if limited {
                     self.pending.fetch_sub(1, Ordering::Relaxed);
                 }
@@ -222,8 +257,10 @@ impl Shared {
                 }
                 producer.credit -= 1;
             }
-            let state = producer.cursor.next_state(self);
-            shard.items().push(task, state.clone(), deadline);
+            let (state, cell) = producer
+                .cursor
+                .next_state(self, shard_index, &mut items.runs);
+            items.push(task, cell, deadline);
             state
         };
         // Nothing to re-check against `stop()`: it sets SHUTDOWN before it takes each shard,

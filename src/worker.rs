@@ -40,7 +40,7 @@
 
 #[cfg(loom)]
 use crate::sync::fence;
-use crate::sync::{thread, Arc, Batch, Ordering};
+use crate::sync::{thread, Arc, Batch, Ordering, SHARDS};
 use crate::timeout::{ChunkRef, TimeoutState, NO_SLOT};
 use crate::timer::{Executor, PendingBatch, Shared, TRANSFER_CAP};
 use crate::wheel::Wheel;
@@ -52,12 +52,83 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 /// means parked with no deadline; real ticks stay far below both.)
 pub(crate) const AWAKE: u64 = u64::MAX - 1;
 
-/// What the wheel holds per timeout: the task and its state's chunk; the wheel keeps the index
-/// of the state's cell in the node's tag, so that a node is 40 bytes.
+/// What the wheel holds per timeout: the task and the id of its state's chunk in the
+/// [`ChunkTable`]; the wheel keeps the index of the state's cell in the node's tag, so that a
+/// node is 40 bytes.
 pub(crate) struct Entry {
     task: Box<dyn TimerTask>,
-    chunk: ChunkRef,
+    chunk: u32,
 }
+
+/// The chunks of the timeouts the worker holds, one reference each.
+///
+/// A queued batch holds one reference per chunk, not one per timeout (see
+/// `ChunkCursor::next_state`), and so does this table: the wheel's entries name their chunk by
+/// its id here. A chunk stays until each of its cells has been settled once: taken from the
+/// queue cancelled, or expired, or unlinked after a cancel. Cells a stopped timer never handed
+/// out keep their chunk until the worker is dropped.
+#[derive(Default)]
+struct ChunkTable {
+    chunks: Vec<Option<ChunkRef>>,
+    /// Per chunk, its cells not settled yet (a separate vector: 9 bytes per chunk, not 16).
+    unsettled: Vec<u8>,
+    free: Vec<u32>,
+    /// Per queue shard, the id of the chunk of that shard registered last: the only one a batch
+    /// can refer to again (a shard hands its chunks out one after the other, and the worker
+    /// takes each shard's batches in order), so the only one to look for.
+    latest: [u32; SHARDS],
+}
+
+impl ChunkTable {
+    /// The id of `chunk`, registering it if it is new.
+    fn id_of(&mut self, chunk: &ChunkRef) -> u32 {
+        let shard = chunk.shard();
+        let latest = self.latest[shard];
+        let known = self
+            .chunks
+            .get(latest as usize)
+            .and_then(Option::as_ref)
+            .is_some_and(|held| held.same(chunk));
+        if known {
+            return latest;
+        }
+        let id = match self.free.pop() {
+            Some(id) => {
+                self.chunks[id as usize] = Some(chunk.clone());
+                self.unsettled[id as usize] = CHUNK_CELLS;
+                id
+            }
+            None => {
+                self.chunks.push(Some(chunk.clone()));
+                self.unsettled.push(CHUNK_CELLS);
+                u32::try_from(self.chunks.len() - 1).expect("fewer chunks than timeouts")
+            }
+        };
+        self.latest[shard] = id;
+        id
+    }
+
+    #[inline]
+    fn get(&self, id: u32) -> &ChunkRef {
+        self.chunks[id as usize]
+            .as_ref()
+            .expect("a chunk with unsettled cells")
+    }
+
+    /// One of the chunk's cells is settled: the last one lets the chunk go.
+    #[inline]
+    fn settle(&mut self, id: u32) {
+        let unsettled = &mut self.unsettled[id as usize];
+        *unsettled -= 1;
+        if *unsettled == 0 {
+            self.chunks[id as usize] = None;
+            self.free.push(id);
+        }
+    }
+}
+
+const CHUNK_CELLS: u8 = crate::timeout::CHUNK as u8;
+const _: () = assert!(crate::timeout::CHUNK <= u8::MAX as usize);
 
 /// The worker's state: the wheel and the next tick to process.
 pub(crate) struct Worker {
@@ -71,6 +142,7 @@ pub(crate) struct Worker {
     spare: Vec<PendingBatch>,
     /// Reused buffer for the cancellation queue.
     cancelled: Vec<TimeoutState>,
+    chunks: ChunkTable,
     /// Owned by the worker, so that it is dropped with it when the timer stops.
     executor: Option<Executor>,
     /// The last ticks run took something from the queues: producers are active.
@@ -94,6 +166,10 @@ impl Worker {
             inbox: VecDeque::new(),
             spare: Vec::new(),
             cancelled: Vec::new(),
+            chunks: ChunkTable {
+                latest: [u32::MAX; SHARDS],
+                ..ChunkTable::default()
+            },
             executor,
             busy: false,
         }
@@ -173,7 +249,8 @@ impl Worker {
             let slot = state.slot();
             if slot != NO_SLOT {
                 state.clear_slot();
-                drop(self.wheel.remove(slot));
+                let (entry, _) = self.wheel.remove(slot);
+                self.chunks.settle(entry.chunk);
             }
         }
         if n > 0 {
@@ -204,6 +281,7 @@ impl Worker {
             took = true;
         });
         self.busy |= took;
+        self.register_new_batches();
         let mut left = usize::try_from(cap).unwrap_or(usize::MAX);
         let mut cancelled = 0;
         while left > 0 {
@@ -213,21 +291,23 @@ impl Worker {
             let n = left.min(batch.len());
             left -= n;
             // Draining a prefix shifts what is left: only when the cap is hit.
-            for (task, state, deadline) in batch.drain_front(n) {
+            let (drained, runs, ids) = batch.drain_front(n);
+            for (task, cell, deadline) in drained {
+                let id = ids[cell.run()];
                 let key = self.wheel.next_key();
-                if !state.try_enter_wheel(key) {
+                if !runs[cell.run()].cell(cell.idx()).try_enter_wheel(key) {
                     // Cancelled while queued: account for it here, and drop the task now.
                     cancelled += 1;
+                    self.chunks.settle(id);
                     continue;
                 }
-                let (chunk, idx) = state.into_parts();
-                let inserted = self
-                    .wheel
-                    .insert(Entry { task, chunk }, idx, deadline, tick);
+                let entry = Entry { task, chunk: id };
+                let inserted = self.wheel.insert(entry, cell.idx(), deadline, tick);
                 debug_assert_eq!(inserted, key);
             }
             if batch.is_empty() {
-                let empty = self.inbox.pop_front().expect("the front batch");
+                let mut empty = self.inbox.pop_front().expect("the front batch");
+                empty.clear_runs();
                 // Room for a burst is kept, a few batches' worth; beyond, memory goes back.
                 if empty.capacity() <= KEEP && self.spare.len() < SPARE_BATCHES {
                     self.spare.push(empty);
@@ -242,20 +322,38 @@ impl Worker {
 
     fn expire(&mut self, shared: &Shared, tick: u64, now: u64) {
         let executor = self.executor.as_ref();
+        let chunks = &mut self.chunks;
         self.wheel.expire(tick, now, |entry, idx, _deadline| {
-            let state = TimeoutState::from_parts(entry.chunk, idx);
-            if state.try_expire() {
+            let chunk = chunks.get(entry.chunk);
+            let cell = chunk.cell(idx);
+            if cell.try_expire() {
                 // Relaxed: see `Shared::reserve_limited`. Decremented before the task runs, so that a
                 // task can schedule again even at the pending limit.
                 shared.pending.fetch_sub(1, Ordering::Relaxed);
+                let state = chunk.state(idx);
+                chunks.settle(entry.chunk);
                 run_task(executor, entry.task, state);
             } else {
                 // Cancelled after this tick's cancellations were processed: its entry on the
                 // cancellation queue decrements pending (finding NO_SLOT); the task is dropped
                 // here.
-                state.clear_slot();
+                cell.clear_slot();
+                chunks.settle(entry.chunk);
             }
         });
+    }
+
+    /// Gives the chunks of the batches just taken their ids (in the order the batches were
+    /// pushed, so that a chunk a shard's earlier batch registered is found again).
+    fn register_new_batches(&mut self) {
+        let chunks = &mut self.chunks;
+        for batch in self.inbox.iter_mut() {
+            if batch.chunk_ids.len() == batch.runs().len() {
+                continue;
+            }
+            let ids: Vec<u32> = batch.runs().iter().map(|run| chunks.id_of(run)).collect();
+            batch.chunk_ids = ids;
+        }
     }
 
     /// When nothing is queued, gives back the queue buffers kept for reuse, so that an idle
@@ -269,6 +367,7 @@ impl Worker {
         let late = shared.timeouts.take_all();
         if !late.is_empty() {
             self.inbox.push_back(late);
+            self.register_new_batches();
         }
         let mut cancelled = shared.cancelled.take_all();
         cancelled.append(&mut self.cancelled);
@@ -277,11 +376,12 @@ impl Worker {
 
     /// Empties the wheel and the inbox (for `stop`): the states of everything still in them.
     pub(crate) fn drain(&mut self) -> Vec<TimeoutState> {
+        let chunks = &self.chunks;
         let mut out: Vec<TimeoutState> = self
             .wheel
             .drain(self.tick)
             .into_iter()
-            .map(|(e, idx)| TimeoutState::from_parts(e.chunk, idx))
+            .map(|(e, idx)| chunks.get(e.chunk).state(idx))
             .collect();
         for batch in self.inbox.drain(..) {
             out.extend(batch.into_states());
