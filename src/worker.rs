@@ -67,19 +67,40 @@ pub(crate) struct Entry {
 /// its id here. A chunk stays until each of its cells has been settled once: taken from the
 /// queue cancelled, or expired, or unlinked after a cancel. Cells a stopped timer never handed
 /// out keep their chunk until the worker is dropped.
-#[derive(Default)]
+///
+/// Settling allocates nothing (the free ids are linked through `meta`): the expiry loop frees
+/// a task per timeout, and an allocation of a growing free list there made glibc consolidate
+/// those frees at each doubling, ~1.3 ms at once with a million timeouts (the `expire`
+/// workload's p99 went from 1.1 to 2.3 ms).
 struct ChunkTable {
     chunks: Vec<Option<ChunkRef>>,
-    /// Per chunk, its cells not settled yet (a separate vector: 9 bytes per chunk, not 16).
-    unsettled: Vec<u8>,
-    free: Vec<u32>,
+    /// Per id: the cells not settled yet while the id holds a chunk; the next free id (or
+    /// `NONE`) while it is free. Separate from `chunks` to keep the two at 12 bytes per chunk,
+    /// not 16.
+    meta: Vec<u32>,
+    /// The first free id, or `NONE`.
+    free: u32,
+    /// Ids holding a chunk.
+    held: usize,
     /// Per queue shard, the id of the chunk of that shard registered last: the only one a batch
     /// can refer to again (a shard hands its chunks out one after the other, and the worker
     /// takes each shard's batches in order), so the only one to look for.
     latest: [u32; SHARDS],
 }
 
+const NONE: u32 = u32::MAX;
+
 impl ChunkTable {
+    fn new() -> ChunkTable {
+        ChunkTable {
+            chunks: Vec::new(),
+            meta: Vec::new(),
+            free: NONE,
+            held: 0,
+            latest: [NONE; SHARDS],
+        }
+    }
+
     /// The id of `chunk`, registering it if it is new.
     fn id_of(&mut self, chunk: &ChunkRef) -> u32 {
         let shard = chunk.shard();
@@ -92,18 +113,18 @@ impl ChunkTable {
         if known {
             return latest;
         }
-        let id = match self.free.pop() {
-            Some(id) => {
-                self.chunks[id as usize] = Some(chunk.clone());
-                self.unsettled[id as usize] = CHUNK_CELLS;
-                id
-            }
-            None => {
-                self.chunks.push(Some(chunk.clone()));
-                self.unsettled.push(CHUNK_CELLS);
-                u32::try_from(self.chunks.len() - 1).expect("fewer chunks than timeouts")
-            }
+        let id = if self.free == NONE {
+            self.chunks.push(Some(chunk.clone()));
+            self.meta.push(CHUNK_CELLS);
+            u32::try_from(self.chunks.len() - 1).expect("fewer chunks than timeouts")
+        } else {
+            let id = self.free;
+            self.free = self.meta[id as usize];
+            self.chunks[id as usize] = Some(chunk.clone());
+            self.meta[id as usize] = CHUNK_CELLS;
+            id
         };
+        self.held += 1;
         self.latest[shard] = id;
         id
     }
@@ -118,17 +139,23 @@ impl ChunkTable {
     /// One of the chunk's cells is settled: the last one lets the chunk go.
     #[inline]
     fn settle(&mut self, id: u32) {
-        let unsettled = &mut self.unsettled[id as usize];
+        let unsettled = &mut self.meta[id as usize];
         *unsettled -= 1;
         if *unsettled == 0 {
             self.chunks[id as usize] = None;
-            self.free.push(id);
+            self.meta[id as usize] = self.free;
+            self.free = id;
+            self.held -= 1;
+            if self.held == 0 {
+                // Nothing held: give the room back rather than keep a burst's worth (as the
+                // wheel does with its slab).
+                *self = ChunkTable::new();
+            }
         }
     }
 }
 
-const CHUNK_CELLS: u8 = crate::timeout::CHUNK as u8;
-const _: () = assert!(crate::timeout::CHUNK <= u8::MAX as usize);
+const CHUNK_CELLS: u32 = crate::timeout::CHUNK as u32;
 
 /// The worker's state: the wheel and the next tick to process.
 pub(crate) struct Worker {
@@ -166,10 +193,7 @@ impl Worker {
             inbox: VecDeque::new(),
             spare: Vec::new(),
             cancelled: Vec::new(),
-            chunks: ChunkTable {
-                latest: [u32::MAX; SHARDS],
-                ..ChunkTable::default()
-            },
+            chunks: ChunkTable::new(),
             executor,
             busy: false,
         }

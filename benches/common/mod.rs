@@ -276,6 +276,16 @@ impl Lateness {
             .iter()
             .map(|l| l.load(Ordering::Relaxed))
             .collect();
+        if std::env::var_os("DEBUG_LATE").is_some() {
+            // A late stretch shows up as a few consecutive percents (one tick is 1 %).
+            let mut hist = std::collections::BTreeMap::new();
+            for (i, l) in late.iter().enumerate() {
+                if *l > 1_500_000 {
+                    *hist.entry(i * 100 / late.len()).or_insert(0) += 1;
+                }
+            }
+            eprintln!("late>1.5ms by percent of window: {hist:?}");
+        }
         let [p50, p99, max] = late_percentiles(&mut late);
         [millis(lag), p50, p99, max]
     }
