@@ -21,6 +21,14 @@
 //! `EXPIRED` (or with a plain store once the state is the terminal `CANCELLED`: nobody else
 //! writes a terminal word). A `cancel()` keeps the slot, which the worker then reads to unlink
 //! the entry. Four bytes per timeout.
+//!
+//! # Who holds a chunk
+//! States live in chunks of [`CHUNK`] cells, reference-counted as a whole. A chunk is held by
+//! each `Timeout` handle on one of its cells, by its queue shard's cursor while it hands cells
+//! out, by each queued batch that holds some of its cells (once per batch, not per cell), and
+//! by the worker's chunk table while any of its cells is in the wheel or not yet taken from the
+//! queue (`worker::ChunkTable`). So a `new_timeout` costs one reference-count increment, the
+//! handle's; cells are never reused, and the chunk is freed with its last holder.
 
 use crate::sync::{Arc, AtomicU32, Ordering};
 use crate::timer::{Shared, TimerHandle};
