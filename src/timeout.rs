@@ -156,7 +156,7 @@ impl ChunkCursor {
 
 /// A queued timeout's cell as its batch refers to it: the index of its chunk among the batch's
 /// chunks (its *run*), and the cell's index in the chunk.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy)]
 pub(crate) struct QueuedCell(u32);
 
 /// Bits of a cell index in a `QueuedCell` (the run takes the others: a batch holds at most
@@ -189,6 +189,7 @@ impl QueuedCell {
 }
 
 /// A chunk of timeout states, as a queued batch and the worker's chunk table hold it.
+#[derive(Clone)]
 pub(crate) struct ChunkRef(Arc<Chunk>);
 
 impl ChunkRef {
@@ -215,12 +216,6 @@ impl ChunkRef {
             chunk: Arc::clone(&self.0),
             idx,
         }
-    }
-}
-
-impl Clone for ChunkRef {
-    fn clone(&self) -> Self {
-        ChunkRef(Arc::clone(&self.0))
     }
 }
 

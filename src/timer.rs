@@ -80,8 +80,8 @@ pub(crate) struct PendingBatch {
     /// The chunks of the queued cells, one reference each however many of its cells are
     /// queued (a `QueuedCell`'s run indexes this).
     runs: Vec<ChunkRef>,
-    /// The worker's: the chunk table's id of each run, filled when it takes the batch.
-    pub(crate) chunk_ids: Vec<u32>,
+    /// The worker's: the chunk table's id of each run, given when it takes the batch.
+    chunk_ids: Vec<u32>,
 }
 
 impl PendingBatch {
@@ -110,9 +110,13 @@ impl PendingBatch {
         self.cells.capacity()
     }
 
-    /// The chunks the queued cells are in, in push order (a chunk may recur).
-    pub(crate) fn runs(&self) -> &[ChunkRef] {
-        &self.runs
+    /// Gives each run its chunk id, in push order (a chunk may recur), unless done already.
+    /// The ids' vector keeps its room across the batch's uses: nothing is allocated.
+    pub(crate) fn assign_chunk_ids(&mut self, mut id_of: impl FnMut(&ChunkRef) -> u32) {
+        if self.chunk_ids.len() != self.runs.len() {
+            debug_assert!(self.chunk_ids.is_empty());
+            self.chunk_ids.extend(self.runs.iter().map(&mut id_of));
+        }
     }
 
     /// Removes the first `n` timeouts, in order, with the runs and the chunk ids their cells

@@ -372,11 +372,7 @@ impl Worker {
     fn register_new_batches(&mut self) {
         let chunks = &mut self.chunks;
         for batch in self.inbox.iter_mut() {
-            if batch.chunk_ids.len() == batch.runs().len() {
-                continue;
-            }
-            let ids: Vec<u32> = batch.runs().iter().map(|run| chunks.id_of(run)).collect();
-            batch.chunk_ids = ids;
+            batch.assign_chunk_ids(|run| chunks.id_of(run));
         }
     }
 
