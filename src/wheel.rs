@@ -116,7 +116,7 @@ impl<T> Slab<T> {
 
     #[inline]
     fn push(&mut self, node: Node<T>) {
-        if self.len % PAGE == 0 {
+        if self.len.is_multiple_of(PAGE) {
             self.pages.push(Vec::with_capacity(PAGE));
         }
         let page = self.pages.last_mut().expect("a page with room");
