@@ -91,7 +91,11 @@ impl Clock {
 /// Saturating conversion: a `Duration` too large for 64-bit nanoseconds becomes `u64::MAX`.
 #[inline]
 pub(crate) fn duration_to_nanos(d: std::time::Duration) -> u64 {
-    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+    // In 64 bits (`as_nanos` is 128-bit): this is on `new_timeout`'s path.
+    d.as_secs()
+        .checked_mul(1_000_000_000)
+        .and_then(|n| n.checked_add(u64::from(d.subsec_nanos())))
+        .unwrap_or(u64::MAX)
 }
 
 #[cfg(all(not(loom), target_os = "linux", target_arch = "x86_64"))]
@@ -219,6 +223,25 @@ mod tests {
             let lead = t.join().unwrap();
             assert!(lead < 100_000, "the fast clock ran {lead} ns ahead");
         }
+    }
+
+    #[test]
+    fn durations_convert_exactly_and_saturate() {
+        use std::time::Duration;
+        assert_eq!(duration_to_nanos(Duration::ZERO), 0);
+        assert_eq!(duration_to_nanos(Duration::new(3, 7)), 3_000_000_007);
+        let max = Duration::from_nanos(u64::MAX);
+        assert_eq!(
+            duration_to_nanos(max - Duration::from_nanos(1)),
+            u64::MAX - 1
+        );
+        assert_eq!(duration_to_nanos(max), u64::MAX);
+        assert_eq!(duration_to_nanos(max + Duration::from_nanos(1)), u64::MAX);
+        assert_eq!(
+            duration_to_nanos(Duration::new(u64::MAX / 1_000_000_000 + 1, 0)),
+            u64::MAX
+        );
+        assert_eq!(duration_to_nanos(Duration::MAX), u64::MAX);
     }
 
     #[test]
