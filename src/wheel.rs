@@ -392,17 +392,22 @@ impl<T> Wheel<T> {
         }
     }
 
-    /// Removes every entry, in bucket order starting from the bucket of `tick`.
-    pub(crate) fn drain(&mut self, tick: u64) -> Vec<(T, u8)> {
+    /// Removes every entry, in slot order (about the order of insertion: freed slots are
+    /// reused first). One pass over the slab's pages: walking each bucket's list instead visits
+    /// nodes scattered over the whole slab, a cache miss each (32 ms for a million here).
+    pub(crate) fn drain(&mut self) -> Vec<(T, u8)> {
         let mut out = Vec::with_capacity(self.len);
-        let len = self.wheel_len();
-        for offset in 0..len {
-            let b = ((tick + offset) & self.mask) as usize;
-            while self.buckets[b].head != NIL {
-                let key = self.buckets[b].head;
-                out.push(self.unlink(key, Some(b)));
-            }
+        for page in std::mem::replace(&mut self.nodes, Slab::new()).pages {
+            out.extend(page.into_iter().filter_map(|node| {
+                let tag = node.tag();
+                node.item.map(|item| (item, tag))
+            }));
         }
+        debug_assert_eq!(out.len(), self.len);
+        self.free = NIL;
+        self.len = 0;
+        self.buckets.fill(EMPTY_BUCKET);
+        self.occupied.fill(0);
         out
     }
 }
@@ -602,9 +607,20 @@ mod tests {
         for i in 0..20u64 {
             w.insert(i, 0, i * 3 * MS, 0);
         }
-        let mut all: Vec<u64> = w.drain(0).into_iter().map(|(i, _)| i).collect();
+        let mut all: Vec<u64> = w.drain().into_iter().map(|(i, _)| i).collect();
         all.sort();
         assert_eq!(all, (0..20).collect::<Vec<_>>());
         assert_eq!(w.len(), 0);
+        assert_eq!(w.next_fire_tick(0), None, "no bucket left marked occupied");
+        // The drained wheel works as a new one.
+        w.insert(100, 3, 5 * MS, 0);
+        assert_eq!(w.next_fire_tick(0), Some(5));
+        let mut fired = vec![];
+        for tick in 0..8 {
+            w.expire(tick, (tick + 1) * MS, |i, tag, _| {
+                fired.push((tick, i, tag))
+            });
+        }
+        assert_eq!(fired, vec![(5, 100, 3)]);
     }
 }

@@ -399,7 +399,7 @@ impl Worker {
         let chunks = &self.chunks;
         let mut out: Vec<TimeoutState> = self
             .wheel
-            .drain(self.tick)
+            .drain()
             .into_iter()
             .map(|(e, idx)| chunks.get(e.chunk).state(idx))
             .collect();
