@@ -123,13 +123,21 @@ fn pending_timeouts_are_freed_by_stop() {
             )
             .unwrap();
     }
-    std::thread::sleep(Duration::from_millis(50));
-    let per_timeout = (live() - baseline) as f64 / N as f64;
-    // What a pending timeout costs is tracked in benches/README.md (46.7 bytes at 10^6, where
-    // the slab's spare capacity is 5%; 2^18 slots for 200 000 here add about 12): this ceiling
-    // catches a regression such as an allocation per timeout or a fatter node.
+    // Issue 4's target. What a pending timeout costs is tracked in benches/README.md (45.4
+    // bytes at 10^6); this catches a regression such as an allocation per timeout or a fatter
+    // node. The figure settles once the worker has moved everything into the wheel and, idle,
+    // given back the queue buffers it kept: polled for up to 5 s rather than one fixed sleep.
+    const CEILING: f64 = 48.0;
+    let started = std::time::Instant::now();
+    let per_timeout = loop {
+        std::thread::sleep(Duration::from_millis(10));
+        let per_timeout = (live() - baseline) as f64 / N as f64;
+        if per_timeout <= CEILING || started.elapsed() > Duration::from_secs(5) {
+            break per_timeout;
+        }
+    };
     assert!(
-        per_timeout < 64.0,
+        per_timeout <= CEILING,
         "{per_timeout} bytes per pending timeout"
     );
     let returned = timer.stop().unwrap();
