@@ -89,9 +89,12 @@ const EMPTY_BUCKET: Bucket = Bucket {
 };
 
 /// Nodes per slab page (40 KB for the worker's 40-byte nodes: room for one page is all a slab
-/// holds beyond its high-water mark).
+/// holds beyond its high-water mark). A power of two (see `Slab::push`).
 const PAGE_BITS: u32 = 10;
 const PAGE: usize = 1 << PAGE_BITS;
+
+/// A page's `Vec` must stop growing at exactly one page: capacities double from 4.
+const _: () = assert!(PAGE.is_power_of_two() && PAGE >= 4);
 
 /// The wheel's nodes, indexed by key: pages of `PAGE` nodes that never move once allocated.
 #[derive(Debug)]
@@ -117,7 +120,11 @@ impl<T> Slab<T> {
     #[inline]
     fn push(&mut self, node: Node<T>) {
         if self.len.is_multiple_of(PAGE) {
-            self.pages.push(Vec::with_capacity(PAGE));
+            // The first page grows as a `Vec` does (4, 8, ... `PAGE` nodes: a power of two, so
+            // it never grows past a page), so that a wheel holding a few entries holds a few
+            // nodes' worth; the later ones come whole.
+            let room = if self.pages.is_empty() { 0 } else { PAGE };
+            self.pages.push(Vec::with_capacity(room));
         }
         let page = self.pages.last_mut().expect("a page with room");
         debug_assert!(page.len() < PAGE);
@@ -263,13 +270,16 @@ impl<T> Wheel<T> {
         self.unlink(key, None)
     }
 
-    /// Unlinks `key`; `bucket` is its bucket when the caller knows it.
+    /// Unlinks `key`; `bucket` is its bucket when the caller knows it. The node is looked up
+    /// once (each lookup is two indexings: page, then node).
     #[inline]
     fn unlink(&mut self, key: u32, bucket: Option<usize>) -> (T, u8) {
-        let (prev, next) = {
-            let n = &self.nodes[key as usize];
-            (n.prev(), n.next)
-        };
+        let node = &mut self.nodes[key as usize];
+        let item = node.item.take().expect("wheel: key is not live");
+        let (prev, next, tag, deadline) = (node.prev(), node.next, node.tag(), node.deadline);
+        node.next = self.free;
+        node.prev_tag = PREV_MASK;
+        self.free = key;
         if prev != NIL {
             self.nodes[prev as usize].next = next;
         }
@@ -278,7 +288,7 @@ impl<T> Wheel<T> {
         }
         if prev == NIL || next == NIL {
             // A head or a tail: the bucket's ends change.
-            let b = bucket.unwrap_or_else(|| self.bucket_of_end(key));
+            let b = bucket.unwrap_or_else(|| self.bucket_of_end(key, deadline));
             let bucket = &mut self.buckets[b];
             if prev == NIL {
                 bucket.head = next;
@@ -291,12 +301,18 @@ impl<T> Wheel<T> {
                 self.occupied[b / 64] &= !(1 << (b % 64));
             }
         }
-        self.release(key)
+        self.len -= 1;
+        if self.len == 0 {
+            // Nothing live: give the slab back rather than keep a burst's worth of slots.
+            self.nodes = Slab::new();
+            self.free = NIL;
+        }
+        (item, tag)
     }
 
-    /// The bucket of which `key` is the head or the tail.
-    fn bucket_of_end(&self, key: u32) -> usize {
-        let natural = (self.calculated(self.nodes[key as usize].deadline) & self.mask) as usize;
+    /// The bucket of which `key` (whose deadline this is) is the head or the tail.
+    fn bucket_of_end(&self, key: u32, deadline: u64) -> usize {
+        let natural = (self.calculated(deadline) & self.mask) as usize;
         let b = &self.buckets[natural];
         if b.head == key || b.tail == key {
             return natural;
@@ -308,22 +324,6 @@ impl<T> Wheel<T> {
             .iter()
             .position(|b| b.head == key || b.tail == key)
             .expect("wheel: live key in no bucket")
-    }
-
-    fn release(&mut self, key: u32) -> (T, u8) {
-        let slot = &mut self.nodes[key as usize];
-        let item = slot.item.take().expect("wheel: key is not live");
-        let tag = slot.tag();
-        slot.next = self.free;
-        slot.prev_tag = PREV_MASK;
-        self.free = key;
-        self.len -= 1;
-        if self.len == 0 {
-            // Nothing live: give the slab back rather than keep a burst's worth of slots.
-            self.nodes = Slab::new();
-            self.free = NIL;
-        }
-        (item, tag)
     }
 
     /// The earliest tick `>= from` on which some entry may fire, if any. The worker has already
@@ -573,6 +573,10 @@ mod tests {
             .map(|i| w.insert(i, (i % 32) as u8, (i % 8) * MS, 0))
             .collect();
         assert_eq!(w.nodes.pages.len(), 4);
+        assert!(
+            w.nodes.pages.iter().all(|p| p.capacity() == PAGE),
+            "the first page grew to exactly a page, the others came whole"
+        );
         for (i, &k) in keys.iter().enumerate().filter(|(i, _)| i % 3 == 0) {
             assert_eq!(w.remove(k), (i as u64, (i % 32) as u8));
         }

@@ -221,3 +221,34 @@ fn states_shared_across_ticks_are_freed_once_all_expired() {
         "{left} bytes still held after {TICKS} more timeouts expired"
     );
 }
+
+/// A timer with a few timeouts pending holds a few hundred bytes for them, not a burst's worth:
+/// the wheel's slab starts small (its first page grows as needed) and the worker gives its
+/// queue buffers back once idle. Many services keep one timer per connection pool or client.
+#[test]
+fn a_few_pending_timeouts_hold_little_memory() {
+    const CEILING: isize = 2048;
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let timer = HashedWheelTimer::new(Duration::from_millis(1), 512);
+    timer.start().unwrap();
+    std::thread::sleep(Duration::from_millis(20));
+    let baseline = live();
+    let pending: Vec<Timeout> = (0..3)
+        .map(|i| {
+            timer
+                .new_timeout(|_: &Timeout| {}, Duration::from_secs(3600 + i))
+                .unwrap()
+        })
+        .collect();
+    // Settles once the worker has moved them into the wheel and, idle, released its buffers.
+    let started = Instant::now();
+    let held = loop {
+        std::thread::sleep(Duration::from_millis(10));
+        let held = live() - baseline;
+        if held <= CEILING || started.elapsed() > Duration::from_secs(5) {
+            break held;
+        }
+    };
+    assert!(held <= CEILING, "{held} bytes held for 3 pending timeouts");
+    assert_eq!(timer.stop().unwrap().len(), pending.len());
+}
