@@ -12,7 +12,10 @@
 //! covers the TSC's calibration error, clock slewing and cross-core skew over such a short
 //! window, so it is never earlier than the monotonic clock: a deadline computed from it is never
 //! early, and at most about a microsecond later than one computed from `Instant::now()`. The
-//! worker, which decides what has expired, always reads the monotonic clock.
+//! worker, which decides what has expired, always reads the monotonic clock. The TSC's
+//! calibration (quanta's: 0.6 ms here, up to 200 ms on a loaded machine) runs once per process
+//! on a thread of its own, started by the first timer; until it is done, producers read the
+//! monotonic clock.
 
 use crate::sync::{Arc, AtomicU64, Ordering};
 use std::time::Instant;
@@ -35,15 +38,17 @@ pub(crate) enum Clock {
 impl Clock {
     #[cfg_attr(loom, allow(dead_code))]
     pub(crate) fn system() -> Clock {
-        // Set the fast clock up (once per process, well under a millisecond) before the origin,
-        // so that its base is never after an origin.
+        // The fast clock's base is fixed (once per process) before any origin, so that an
+        // origin is never before it; its calibration runs in the background.
         #[cfg(all(not(loom), target_os = "linux", target_arch = "x86_64"))]
-        let fast = fast::get();
+        let base = fast::base();
         let origin = Instant::now();
+        #[cfg(all(not(loom), target_os = "linux", target_arch = "x86_64"))]
+        fast::prepare();
         Clock::System {
             origin,
             #[cfg(all(not(loom), target_os = "linux", target_arch = "x86_64"))]
-            origin_from_base: fast.map_or(0, |f| f.since_base(origin)),
+            origin_from_base: duration_to_nanos(origin.saturating_duration_since(base)),
         }
     }
 
@@ -60,6 +65,8 @@ impl Clock {
             origin_from_base, ..
         } = self
         {
+            // Until the fast clock is calibrated (about a millisecond after the first timer is
+            // built), or where it is unavailable, the monotonic clock.
             if let Some(fast) = fast::get() {
                 // The origin is never before the fast clock's base (see `Clock::system`).
                 return fast.since_base_upper().saturating_sub(*origin_from_base);
@@ -101,8 +108,8 @@ pub(crate) fn duration_to_nanos(d: std::time::Duration) -> u64 {
 #[cfg(all(not(loom), target_os = "linux", target_arch = "x86_64"))]
 mod fast {
     use super::duration_to_nanos;
+    use crate::sync::process::{Once, OnceLock, ThreadBuilder};
     use std::cell::Cell;
-    use std::sync::OnceLock;
     use std::time::Instant;
 
     /// An anchor older than this (in TSC units) is renewed from the monotonic clock.
@@ -112,7 +119,7 @@ mod fast {
 
     pub(super) struct Fast {
         tsc: quanta::Clock,
-        /// Every anchor is in nanoseconds since this instant.
+        /// Every anchor is in nanoseconds since this instant (`base()`).
         base: Instant,
         window_raw: u64,
         /// Nanoseconds per 2^32 TSC units, rounded up: a delta of at most `window_raw` units
@@ -126,45 +133,76 @@ mod fast {
         static ANCHOR: Cell<(u64, u64)> = const { Cell::new((0, 0)) };
     }
 
+    static BASE: OnceLock<Instant> = OnceLock::new();
+    /// Set once the calibration has run: `Some` if the fast clock is usable.
     static FAST: OnceLock<Option<Fast>> = OnceLock::new();
+    static PREPARE: Once = Once::new();
 
-    /// The fast clock, if the kernel keeps time with the TSC (so the TSC is invariant and
-    /// synchronised across CPUs: the kernel checks both before it uses it).
+    /// The instant every fast reading counts from: the first call's.
+    pub(super) fn base() -> Instant {
+        *BASE.get_or_init(Instant::now)
+    }
+
+    /// Starts the fast clock's set-up, once per process, on a thread of its own: quanta
+    /// calibrates the TSC against the monotonic clock for 0.6 ms here, and up to 200 ms on a
+    /// loaded machine, which the first `HashedWheelTimer::new` used to wait for.
+    pub(super) fn prepare() {
+        PREPARE.call_once(|| {
+            let spawned = ThreadBuilder::new()
+                .name("hashed-timer-wheel-tsc".into())
+                .spawn(|| {
+                    // A new thread tends to start on its parent's CPU, and this one spins for
+                    // the whole calibration: step aside first, so that the thread building the
+                    // timer goes on rather than waiting for it.
+                    std::thread::sleep(std::time::Duration::from_millis(1));
+                    FAST.get_or_init(calibrate);
+                });
+            if spawned.is_err() {
+                // No thread to spare: stay on the monotonic clock.
+                let _ = FAST.set(None);
+            }
+        });
+    }
+
+    /// The fast clock, once calibrated, if the kernel keeps time with the TSC (so the TSC is
+    /// invariant and synchronised across CPUs: the kernel checks both before it uses it).
     #[inline]
     pub(super) fn get() -> Option<&'static Fast> {
-        FAST.get_or_init(|| {
-            let source = std::fs::read_to_string(
-                "/sys/devices/system/clocksource/clocksource0/current_clocksource",
-            )
-            .ok()?;
-            if source.trim() != "tsc" {
-                return None;
-            }
-            let tsc = quanta::Clock::new();
-            // TSC units per window, from quanta's calibration.
-            let probe = 1u64 << 32;
-            let probe_ns = tsc.delta_as_nanos(0, probe).max(1);
-            let window_raw =
-                u64::try_from(u128::from(probe) * u128::from(WINDOW_NS) / u128::from(probe_ns))
-                    .ok()?;
-            let ns_per_2_32 = probe_ns + 1;
-            // The interpolation below stays in 64 bits (checked once here, not per read).
-            window_raw.checked_mul(ns_per_2_32)?;
-            Some(Fast {
-                tsc,
-                base: Instant::now(),
-                window_raw,
-                ns_per_2_32,
-            })
+        FAST.get()?.as_ref()
+    }
+
+    /// Whether the set-up has finished (with or without a usable fast clock).
+    #[cfg(test)]
+    pub(super) fn settled() -> bool {
+        FAST.get().is_some()
+    }
+
+    fn calibrate() -> Option<Fast> {
+        let source = std::fs::read_to_string(
+            "/sys/devices/system/clocksource/clocksource0/current_clocksource",
+        )
+        .ok()?;
+        if source.trim() != "tsc" {
+            return None;
+        }
+        let tsc = quanta::Clock::new();
+        // TSC units per window, from quanta's calibration.
+        let probe = 1u64 << 32;
+        let probe_ns = tsc.delta_as_nanos(0, probe).max(1);
+        let window_raw =
+            u64::try_from(u128::from(probe) * u128::from(WINDOW_NS) / u128::from(probe_ns)).ok()?;
+        let ns_per_2_32 = probe_ns + 1;
+        // The interpolation below stays in 64 bits (checked once here, not per read).
+        window_raw.checked_mul(ns_per_2_32)?;
+        Some(Fast {
+            tsc,
+            base: base(),
+            window_raw,
+            ns_per_2_32,
         })
-        .as_ref()
     }
 
     impl Fast {
-        pub(super) fn since_base(&self, t: Instant) -> u64 {
-            duration_to_nanos(t.saturating_duration_since(self.base))
-        }
-
         /// An upper bound of `base.elapsed()` in nanoseconds (see the module docs).
         #[inline]
         pub(super) fn since_base_upper(&self) -> u64 {
@@ -199,6 +237,27 @@ mod tests {
     #[test]
     fn now_upper_is_never_behind_the_monotonic_clock() {
         let clock = Clock::system();
+        // Test the fast clock itself, where there is one: wait for its calibration.
+        #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+        {
+            let started = Instant::now();
+            while !fast::settled() {
+                assert!(
+                    started.elapsed() < std::time::Duration::from_secs(10),
+                    "the fast clock's calibration never finished"
+                );
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            let source = std::fs::read_to_string(
+                "/sys/devices/system/clocksource/clocksource0/current_clocksource",
+            )
+            .unwrap_or_default();
+            assert_eq!(
+                fast::get().is_some(),
+                source.trim() == "tsc",
+                "the fast clock is used exactly where the kernel keeps time with the TSC"
+            );
+        }
         let threads: Vec<_> = (0..2)
             .map(|_| {
                 let clock = clock.clone();

@@ -222,10 +222,16 @@ pub(crate) use std::sync::atomic::Ordering;
 /// Keeps a hot atomic on a cache line of its own (not a primitive: the same under loom).
 pub(crate) use crossbeam_utils::CachePadded;
 
-/// Process-wide counters (the live-timer count): plain std atomics even under loom, because
-/// they are statics outside every modelled protocol.
+/// Process-wide state (the live-timer count, the fast clock's one-time set-up and the thread
+/// that runs it): plain std even under loom, because it is static and outside every modelled
+/// protocol.
 pub(crate) mod process {
     pub(crate) use std::sync::atomic::{AtomicBool, AtomicUsize};
+    #[cfg(all(not(loom), target_os = "linux", target_arch = "x86_64"))]
+    pub(crate) use std::{
+        sync::{Once, OnceLock},
+        thread::Builder as ThreadBuilder,
+    };
 }
 
 /// Locks a mutex, ignoring poisoning: every critical section in this crate leaves its data
