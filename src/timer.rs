@@ -847,7 +847,8 @@ impl HashedWheelTimer {
     }
 
     /// Stops the timer for good and returns every timeout that had neither expired nor been
-    /// cancelled, each now cancelled (their tasks are dropped).
+    /// cancelled, each now cancelled (their tasks are dropped), in no particular order (as
+    /// Netty's `Set`).
     ///
     /// Wakes the worker and waits for the task it is running, if any. Before start, or when
     /// already stopped, returns an empty list. Afterwards `new_timeout` and `start` return
