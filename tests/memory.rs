@@ -61,6 +61,29 @@ fn wait_for_pending(timer: &HashedWheelTimer, target: usize) {
     }
 }
 
+/// A started timer (1 ms tick, 512 buckets) whose worker has settled, and the bytes live then.
+fn started_timer_and_baseline() -> (HashedWheelTimer, isize) {
+    let timer = HashedWheelTimer::new(Duration::from_millis(1), 512);
+    timer.start().unwrap();
+    std::thread::sleep(Duration::from_millis(20));
+    let baseline = live();
+    (timer, baseline)
+}
+
+/// Bytes held above `baseline` once they drop to `ceiling` or below, or after 5 s: what a timer
+/// holds settles once its worker has moved everything into the wheel and, idle, given back the
+/// queue buffers it kept. Polled rather than one fixed sleep.
+fn held_once_settled(baseline: isize, ceiling: isize) -> isize {
+    let started = Instant::now();
+    loop {
+        std::thread::sleep(Duration::from_millis(10));
+        let held = live() - baseline;
+        if held <= ceiling || started.elapsed() > Duration::from_secs(5) {
+            return held;
+        }
+    }
+}
+
 /// 10 million schedule + cancel pairs: memory held stays flat (bounded by about a tick's worth
 /// of traffic), instead of growing with the number of pairs.
 #[test]
@@ -111,10 +134,7 @@ fn ten_million_schedule_cancel_pairs_leave_memory_flat() {
 fn pending_timeouts_are_freed_by_stop() {
     const N: usize = 200_000;
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let timer = HashedWheelTimer::new(Duration::from_millis(1), 512);
-    timer.start().unwrap();
-    std::thread::sleep(Duration::from_millis(20));
-    let baseline = live();
+    let (timer, baseline) = started_timer_and_baseline();
     for i in 0..N {
         timer
             .new_timeout(
@@ -125,17 +145,10 @@ fn pending_timeouts_are_freed_by_stop() {
     }
     // Issue 4's target. What a pending timeout costs is tracked in benches/README.md (45.4
     // bytes at 10^6); this catches a regression such as an allocation per timeout or a fatter
-    // node. The figure settles once the worker has moved everything into the wheel and, idle,
-    // given back the queue buffers it kept: polled for up to 5 s rather than one fixed sleep.
+    // node.
     const CEILING: f64 = 48.0;
-    let started = std::time::Instant::now();
-    let per_timeout = loop {
-        std::thread::sleep(Duration::from_millis(10));
-        let per_timeout = (live() - baseline) as f64 / N as f64;
-        if per_timeout <= CEILING || started.elapsed() > Duration::from_secs(5) {
-            break per_timeout;
-        }
-    };
+    let held = held_once_settled(baseline, (CEILING * N as f64) as isize);
+    let per_timeout = held as f64 / N as f64;
     assert!(
         per_timeout <= CEILING,
         "{per_timeout} bytes per pending timeout"
@@ -229,10 +242,7 @@ fn states_shared_across_ticks_are_freed_once_all_expired() {
 fn a_few_pending_timeouts_hold_little_memory() {
     const CEILING: isize = 2048;
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let timer = HashedWheelTimer::new(Duration::from_millis(1), 512);
-    timer.start().unwrap();
-    std::thread::sleep(Duration::from_millis(20));
-    let baseline = live();
+    let (timer, baseline) = started_timer_and_baseline();
     let pending: Vec<Timeout> = (0..3)
         .map(|i| {
             timer
@@ -240,15 +250,7 @@ fn a_few_pending_timeouts_hold_little_memory() {
                 .unwrap()
         })
         .collect();
-    // Settles once the worker has moved them into the wheel and, idle, released its buffers.
-    let started = Instant::now();
-    let held = loop {
-        std::thread::sleep(Duration::from_millis(10));
-        let held = live() - baseline;
-        if held <= CEILING || started.elapsed() > Duration::from_secs(5) {
-            break held;
-        }
-    };
+    let held = held_once_settled(baseline, CEILING);
     assert!(held <= CEILING, "{held} bytes held for 3 pending timeouts");
     assert_eq!(timer.stop().unwrap().len(), pending.len());
 }
