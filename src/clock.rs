@@ -119,8 +119,6 @@ mod fast {
 
     pub(super) struct Fast {
         tsc: quanta::Clock,
-        /// Every anchor is in nanoseconds since this instant (`base()`).
-        base: Instant,
         window_raw: u64,
         /// Nanoseconds per 2^32 TSC units, rounded up: a delta of at most `window_raw` units
         /// is `delta * ns_per_2_32 >> 32` nanoseconds, in 64-bit arithmetic (the product is
@@ -196,14 +194,14 @@ mod fast {
         window_raw.checked_mul(ns_per_2_32)?;
         Some(Fast {
             tsc,
-            base: base(),
             window_raw,
             ns_per_2_32,
         })
     }
 
     impl Fast {
-        /// An upper bound of `base.elapsed()` in nanoseconds (see the module docs).
+        /// An upper bound of `base().elapsed()` in nanoseconds (see the module docs); every
+        /// anchor counts from `base()`.
         #[inline]
         pub(super) fn since_base_upper(&self) -> u64 {
             let raw = self.tsc.raw();
@@ -220,7 +218,7 @@ mod fast {
                 } else {
                     // The TSC was read first, so this anchor's time is at or after the TSC
                     // reading: interpolating from it can only overestimate.
-                    let ns = duration_to_nanos(self.base.elapsed());
+                    let ns = duration_to_nanos(base().elapsed());
                     anchor.set((ns, raw));
                     ns
                 }
