@@ -20,7 +20,7 @@ use crate::sync::{
     lock, thread, Arc, AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Batch, CachePadded, Mutex,
     Ordering, Queue,
 };
-use crate::timeout::{ChunkCursor, ChunkRef, QueuedCell, TimeoutState};
+use crate::timeout::{ChunkCursor, ChunkRef, Run, RunCursor, TimeoutState};
 use crate::wheel::{normalize_ticks_per_wheel, MAX_ENTRIES};
 use crate::worker::{self, Worker, AWAKE};
 use crate::{BuildError, Timeout, TimerError, TimerTask};
@@ -65,8 +65,9 @@ static INSTANCES: crate::sync::process::AtomicUsize = crate::sync::process::Atom
 static WARNED_TOO_MANY: crate::sync::process::AtomicBool =
     crate::sync::process::AtomicBool::new(false);
 
-/// Timeouts on their way from producers to the worker: task, cell and deadline of each, in
-/// three parallel vectors, and the chunks their cells are in.
+/// Timeouts on their way from producers to the worker: task and deadline of each, in two
+/// parallel vectors, and the runs of chunk cells their states are in (a timeout's cell follows
+/// from its position: see [`Run`]).
 ///
 /// Not one vector of structs: a 40-byte struct pushed into a `Vec` is built on the stack first
 /// (its drop on unwinding needs an address) and then copied with 16-byte loads over 8-byte
@@ -75,11 +76,12 @@ static WARNED_TOO_MANY: crate::sync::process::AtomicBool =
 #[derive(Default)]
 pub(crate) struct PendingBatch {
     tasks: Vec<Box<dyn TimerTask>>,
-    cells: Vec<QueuedCell>,
     deadlines: Vec<u64>,
-    /// The chunks of the queued cells, one reference each however many of its cells are
-    /// queued (a `QueuedCell`'s run indexes this).
-    runs: Vec<ChunkRef>,
+    /// The runs of the queued timeouts' cells, in order, one chunk reference each.
+    runs: Vec<Run>,
+    /// Timeouts the worker has taken from the front ([`PendingBatch::drain_front`]): positions
+    /// in `runs` count them.
+    drained: usize,
     /// The worker's: the chunk table's id of each run, given when it takes the batch.
     chunk_ids: Vec<u32>,
 }
@@ -88,26 +90,35 @@ impl PendingBatch {
     pub(crate) fn with_capacity(n: usize) -> Self {
         PendingBatch {
             tasks: Vec::with_capacity(n),
-            cells: Vec::with_capacity(n),
             deadlines: Vec::with_capacity(n),
-            runs: Vec::new(),
-            chunk_ids: Vec::new(),
+            ..PendingBatch::default()
         }
     }
 
+    /// Queues a timeout: its task, its deadline, and a fresh state from `cursor` (returned,
+    /// for the handle).
     #[inline]
-    pub(crate) fn push(&mut self, task: Box<dyn TimerTask>, cell: QueuedCell, deadline: u64) {
+    fn push(
+        &mut self,
+        cursor: &mut ChunkCursor,
+        shared: &Arc<Shared>,
+        shard: u8,
+        task: Box<dyn TimerTask>,
+        deadline: u64,
+    ) -> TimeoutState {
+        let at = self.drained + self.tasks.len();
+        let state = cursor.next_state(shared, shard, &mut self.runs, at);
         self.tasks.push(task);
-        self.cells.push(cell);
         self.deadlines.push(deadline);
+        state
     }
 
     pub(crate) fn len(&self) -> usize {
-        self.cells.len()
+        self.tasks.len()
     }
 
     pub(crate) fn capacity(&self) -> usize {
-        self.cells.capacity()
+        self.tasks.capacity()
     }
 
     /// Gives each run its chunk id, in push order (a chunk may recur), unless done already.
@@ -115,25 +126,28 @@ impl PendingBatch {
     pub(crate) fn assign_chunk_ids(&mut self, mut id_of: impl FnMut(&ChunkRef) -> u32) {
         if self.chunk_ids.len() != self.runs.len() {
             debug_assert!(self.chunk_ids.is_empty());
-            self.chunk_ids.extend(self.runs.iter().map(&mut id_of));
+            self.chunk_ids
+                .extend(self.runs.iter().map(|run| id_of(&run.chunk)));
         }
     }
 
-    /// Removes the first `n` timeouts, in order, with the runs and the chunk ids their cells
-    /// refer to.
+    /// Removes the first `n` timeouts, in order: task, run index, cell index and deadline of
+    /// each, with the runs and the chunk ids the run indexes refer to.
     #[allow(clippy::type_complexity)]
     pub(crate) fn drain_front(
         &mut self,
         n: usize,
     ) -> (
-        impl Iterator<Item = (Box<dyn TimerTask>, QueuedCell, u64)> + '_,
-        &[ChunkRef],
+        impl Iterator<Item = (Box<dyn TimerTask>, (usize, u8), u64)> + '_,
+        &[Run],
         &[u32],
     ) {
+        let cells = RunCursor::new(&self.runs, self.drained);
+        self.drained += n;
         let drained = self
             .tasks
             .drain(..n)
-            .zip(self.cells.drain(..n))
+            .zip(cells)
             .zip(self.deadlines.drain(..n))
             .map(|((task, cell), deadline)| (task, cell, deadline));
         (drained, &self.runs, &self.chunk_ids)
@@ -141,34 +155,43 @@ impl PendingBatch {
 
     /// Once every timeout is out: lets go of the chunks, keeping the room.
     pub(crate) fn clear_runs(&mut self) {
-        debug_assert!(self.cells.is_empty());
+        debug_assert!(self.tasks.is_empty());
         self.runs.clear();
         self.chunk_ids.clear();
+        self.drained = 0;
     }
 
     /// The states, in order; the tasks are dropped.
     pub(crate) fn into_states(self) -> impl Iterator<Item = TimeoutState> {
+        let n = self.tasks.len();
         let runs = self.runs;
-        self.cells
-            .into_iter()
-            .map(move |cell| runs[cell.run()].state(cell.idx()))
+        let drained = self.drained;
+        (0..n).map(move |k| {
+            // One search per timeout: this is `stop()`'s path, not the worker's.
+            let (run, idx) = RunCursor::new(&runs, drained + k)
+                .next()
+                .expect("every queued timeout is in a run");
+            runs[run].chunk.state(idx)
+        })
     }
 }
 
 impl Batch for PendingBatch {
     #[inline]
     fn is_empty(&self) -> bool {
-        self.cells.is_empty()
+        self.tasks.is_empty()
     }
     fn append(&mut self, other: &mut Self) {
-        let offset = self.runs.len();
+        // Only batches fresh from a shard are appended (`Queue::take_all`), and to one the
+        // worker has not started on; positions carry over shifted by what is already here.
+        debug_assert!(other.drained == 0 && self.chunk_ids.is_empty() && other.chunk_ids.is_empty());
+        let offset = self.drained + self.tasks.len();
         self.tasks.append(&mut other.tasks);
-        self.cells
-            .extend(other.cells.drain(..).map(|cell| cell.shifted(offset)));
         self.deadlines.append(&mut other.deadlines);
-        self.runs.append(&mut other.runs);
-        // Ids are given when the worker takes a batch, and batches are appended before that.
-        debug_assert!(self.chunk_ids.is_empty() && other.chunk_ids.is_empty());
+        self.runs.extend(other.runs.drain(..).map(|mut run| {
+            run.first += offset;
+            run
+        }));
     }
 }
 
@@ -261,11 +284,7 @@ impl Shared {
                 }
                 producer.credit -= 1;
             }
-            let (state, cell) = producer
-                .cursor
-                .next_state(self, shard_index, &mut items.runs);
-            items.push(task, cell, deadline);
-            state
+            items.push(&mut producer.cursor, self, shard_index, task, deadline)
         };
         // Nothing to re-check against `stop()`: it sets SHUTDOWN before it takes each shard,
         // so a push either came before its take (and `stop()` returns this timeout, cancelled,

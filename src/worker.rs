@@ -316,17 +316,17 @@ impl Worker {
             left -= n;
             // Draining a prefix shifts what is left: only when the cap is hit.
             let (drained, runs, ids) = batch.drain_front(n);
-            for (task, cell, deadline) in drained {
-                let id = ids[cell.run()];
+            for (task, (run, idx), deadline) in drained {
+                let id = ids[run];
                 let key = self.wheel.next_key();
-                if !runs[cell.run()].cell(cell.idx()).try_enter_wheel(key) {
+                if !runs[run].chunk.cell(idx).try_enter_wheel(key) {
                     // Cancelled while queued: account for it here, and drop the task now.
                     cancelled += 1;
                     self.chunks.settle(id);
                     continue;
                 }
                 let entry = Entry { task, chunk: id };
-                let inserted = self.wheel.insert(entry, cell.idx(), deadline, tick);
+                let inserted = self.wheel.insert(entry, idx, deadline, tick);
                 debug_assert_eq!(inserted, key);
             }
             if batch.is_empty() {
