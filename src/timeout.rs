@@ -145,8 +145,10 @@ impl ChunkCursor {
                 start: idx,
             });
         }
-        debug_assert!(runs.last().is_some_and(|run| Arc::ptr_eq(&run.chunk.0, chunk)
-            && at - run.first == usize::from(idx - run.start)));
+        debug_assert!(runs
+            .last()
+            .is_some_and(|run| Arc::ptr_eq(&run.chunk.0, chunk)
+                && at - run.first == usize::from(idx - run.start)));
         let chunk = if usize::from(*next) == CHUNK {
             // The last cell: hand the cursor's reference over instead of cloning it.
             self.chunk.take().expect("just inserted")
@@ -202,7 +204,11 @@ impl Iterator for RunCursor<'_> {
 
     #[inline]
     fn next(&mut self) -> Option<(usize, u8)> {
-        while self.runs.get(self.run + 1).is_some_and(|r| r.first <= self.at) {
+        while self
+            .runs
+            .get(self.run + 1)
+            .is_some_and(|r| r.first <= self.at)
+        {
             self.run += 1;
         }
         let idx = self.runs.get(self.run)?.idx(self.at);

@@ -184,7 +184,9 @@ impl Batch for PendingBatch {
     fn append(&mut self, other: &mut Self) {
         // Only batches fresh from a shard are appended (`Queue::take_all`), and to one the
         // worker has not started on; positions carry over shifted by what is already here.
-        debug_assert!(other.drained == 0 && self.chunk_ids.is_empty() && other.chunk_ids.is_empty());
+        debug_assert!(
+            other.drained == 0 && self.chunk_ids.is_empty() && other.chunk_ids.is_empty()
+        );
         let offset = self.drained + self.tasks.len();
         self.tasks.append(&mut other.tasks);
         self.deadlines.append(&mut other.deadlines);
