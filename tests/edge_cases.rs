@@ -436,6 +436,120 @@ fn a_flood_of_cancellations_is_processed_on_the_next_tick() {
     assert_eq!(timer.pending_timeouts(), 0);
 }
 
+/// Queues `n` zero-delay timeouts after a first batch of 5 has been taken by a tick (so the new
+/// batch starts in the middle of a chunk of states), each task recording the `Timeout` it was
+/// given; every 7th is cancelled while still queued.
+fn queued_behind_a_first_batch(
+    n: usize,
+    delay: Duration,
+) -> (
+    HashedWheelTimer,
+    ManualDriver,
+    Vec<Timeout>,
+    Arc<Mutex<Vec<(usize, Timeout)>>>,
+) {
+    let (timer, driver) = manual(ms(10));
+    let first: Vec<Timeout> = (0..5)
+        .map(|_| timer.new_timeout(noop, Duration::ZERO).unwrap())
+        .collect();
+    driver.advance(ms(10));
+    assert!(first.iter().all(Timeout::is_expired));
+    let ran = Arc::new(Mutex::new(Vec::new()));
+    let handles: Vec<Timeout> = (0..n)
+        .map(|i| {
+            let ran = Arc::clone(&ran);
+            let task = move |t: &Timeout| ran.lock().unwrap().push((i, t.clone()));
+            timer.new_timeout(task, delay).unwrap()
+        })
+        .collect();
+    for t in handles.iter().step_by(7) {
+        assert!(t.cancel());
+    }
+    (timer, driver, handles, ran)
+}
+
+/// A queued timeout's state is found from its place in the queue (the cells of a batch follow
+/// one another chunk by chunk). Across a batch that starts mid-chunk and transfers cut by the
+/// 100 000-per-tick cap, every task receives its own `Timeout`, once, and every handle ends
+/// in its own state.
+#[test]
+fn each_queued_timeout_keeps_its_own_state_through_capped_transfers() {
+    init();
+    const N: usize = 2 * 100_000 + 37;
+    let (timer, driver, handles, ran) = queued_behind_a_first_batch(N, Duration::ZERO);
+    for _ in 0..3 {
+        driver.advance(ms(10)); // one tick each: 100 000, 100 000, the rest
+    }
+    let ran = std::mem::take(&mut *ran.lock().unwrap());
+    let cancelled = handles.iter().step_by(7).count();
+    assert_eq!(ran.len(), N - cancelled);
+    let mut seen = vec![false; N];
+    for (i, t) in &ran {
+        assert_eq!(t, &handles[*i], "task {i} was given another timeout");
+        assert!(
+            !std::mem::replace(&mut seen[*i], true),
+            "task {i} ran twice"
+        );
+    }
+    for (i, t) in handles.iter().enumerate() {
+        let was_cancelled = i % 7 == 0;
+        assert_eq!(seen[i], !was_cancelled, "timeout {i}");
+        assert_eq!(t.is_cancelled(), was_cancelled, "timeout {i}");
+        assert_eq!(t.is_expired(), !was_cancelled, "timeout {i}");
+    }
+    assert_eq!(timer.pending_timeouts(), 0);
+}
+
+/// `stop()` with a batch the worker has only partly transferred (the cap cut it) returns
+/// exactly the timeouts that never ran and were not cancelled: those in the wheel and those
+/// still queued.
+#[test]
+fn stop_returns_exactly_the_live_timeouts_of_a_partly_transferred_batch() {
+    init();
+    const N: usize = 100_000 + 5_003;
+    let (timer, driver, handles, ran) = queued_behind_a_first_batch(N, Duration::from_secs(3600));
+    driver.advance(ms(10)); // transfers the first 100 000 (the cap); the rest stay queued
+    let returned: HashSet<Timeout> = timer.stop().unwrap().into_iter().collect();
+    let live: HashSet<Timeout> = handles
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| i % 7 != 0)
+        .map(|(_, t)| t.clone())
+        .collect();
+    assert_eq!(returned.len(), live.len(), "no duplicates, nothing missing");
+    assert!(returned == live, "stop() returned other timeouts");
+    assert!(handles.iter().all(Timeout::is_cancelled));
+    assert!(ran.lock().unwrap().is_empty());
+}
+
+/// `stop()` joins the queues of several producer threads (each thread has a queue shard of
+/// its own) into one list: each timeout comes back once, as itself.
+#[test]
+fn stop_returns_the_queued_timeouts_of_every_producer_thread() {
+    init();
+    let (timer, _driver) = manual(ms(10));
+    let handles: Vec<Timeout> = thread::scope(|s| {
+        let producers: Vec<_> = (0..3)
+            .map(|k| {
+                let timer = &timer;
+                s.spawn(move || {
+                    (0..40 + 7 * k)
+                        .map(|_| timer.new_timeout(noop, ms(50)).unwrap())
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        producers
+            .into_iter()
+            .flat_map(|p| p.join().unwrap())
+            .collect()
+    });
+    let returned = timer.stop().unwrap();
+    assert_eq!(returned.len(), handles.len());
+    let returned: HashSet<Timeout> = returned.into_iter().collect();
+    assert!(returned == handles.iter().cloned().collect::<HashSet<_>>());
+}
+
 // ---------------------------------------------------------------------------------------------
 // stop() and start()
 
