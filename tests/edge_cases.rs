@@ -436,18 +436,16 @@ fn a_flood_of_cancellations_is_processed_on_the_next_tick() {
     assert_eq!(timer.pending_timeouts(), 0);
 }
 
-/// Queues `n` zero-delay timeouts after a first batch of 5 has been taken by a tick (so the new
+/// What the tasks of `queued_behind_a_first_batch` record: their index and their `Timeout`.
+type Ran = Arc<Mutex<Vec<(usize, Timeout)>>>;
+
+/// Queues `n` timeouts after a first batch of 5 has been taken by a tick (so the new
 /// batch starts in the middle of a chunk of states), each task recording the `Timeout` it was
 /// given; every 7th is cancelled while still queued.
 fn queued_behind_a_first_batch(
     n: usize,
     delay: Duration,
-) -> (
-    HashedWheelTimer,
-    ManualDriver,
-    Vec<Timeout>,
-    Arc<Mutex<Vec<(usize, Timeout)>>>,
-) {
+) -> (HashedWheelTimer, ManualDriver, Vec<Timeout>, Ran) {
     let (timer, driver) = manual(ms(10));
     let first: Vec<Timeout> = (0..5)
         .map(|_| timer.new_timeout(noop, Duration::ZERO).unwrap())
