@@ -392,15 +392,16 @@ impl<B: Batch, S> Queue<B, S> {
         self.take(buf, false)
     }
 
-    /// Hands each non-empty shard's batch to `take`, under the shard's lock, in shard order:
-    /// `take` moves it out (leaving an empty batch, ideally one with room, for the next
-    /// pushes). Each thread's pushes are in one batch, in order.
+    /// Hands each non-empty shard's batch to `take`, under the shard's lock, in shard order,
+    /// with the shard's data and index: `take` moves the batch out (leaving an empty batch,
+    /// ideally one with room, for the next pushes). Each thread's pushes are in one batch, in
+    /// order.
     #[inline]
-    pub(crate) fn take_each(&self, mut take: impl FnMut(&mut B)) {
-        for shard in self.shards.iter() {
-            let items = &mut lock(shard).items;
-            if !items.is_empty() {
-                take(items);
+    pub(crate) fn take_each(&self, mut take: impl FnMut(&mut B, &mut S, usize)) {
+        for (i, shard) in self.shards.iter().enumerate() {
+            let shard = &mut *lock(shard);
+            if !shard.items.is_empty() {
+                take(&mut shard.items, &mut shard.data, i);
             }
         }
     }

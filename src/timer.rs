@@ -153,10 +153,10 @@ impl PendingBatch {
         (drained, &self.runs, &self.chunk_ids)
     }
 
-    /// Once every timeout is out: lets go of the chunks, keeping the room.
-    pub(crate) fn clear_runs(&mut self) {
+    /// Once every timeout is out: hands the runs' chunks to `release`, keeping the room.
+    pub(crate) fn clear_runs(&mut self, release: impl FnMut(ChunkRef)) {
         debug_assert!(self.tasks.is_empty());
-        self.runs.clear();
+        self.runs.drain(..).map(|run| run.chunk).for_each(release);
         self.chunk_ids.clear();
         self.drained = 0;
     }
@@ -203,7 +203,7 @@ pub(crate) struct ProducerShard {
     /// Pending-count credit (see `Shared::refill_credit`).
     credit: usize,
     /// Where the shard's timeouts get their states.
-    cursor: ChunkCursor,
+    pub(crate) cursor: ChunkCursor,
 }
 
 /// What the owner, the handles, the timeouts and the worker share.
@@ -766,7 +766,7 @@ pub struct TimerStats {
 /// # Ok::<(), hashed_timer_wheel::TimerError>(())
 /// ```
 pub struct HashedWheelTimer {
-    shared: Arc<Shared>,
+    pub(crate) shared: Arc<Shared>,
 }
 
 impl HashedWheelTimer {
@@ -1302,7 +1302,9 @@ impl ManualDriver {
         self.shared.set_worker_id(Some(thread::current().id()));
         let now = self.shared.clock.now();
         worker.advance(&self.shared, now);
-        if worker.next_work_tick(&self.shared) != Some(worker.tick()) {
+        // As the worker thread does: buffers and spare chunks are kept while producers are at
+        // work (the ticks just run took something from the queues), given back once idle.
+        if worker.next_work_tick(&self.shared) != Some(worker.tick()) && !worker.was_busy() {
             worker.release_idle_buffers(&self.shared);
         }
         self.shared.set_worker_id(None);

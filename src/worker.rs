@@ -41,7 +41,7 @@
 #[cfg(loom)]
 use crate::sync::fence;
 use crate::sync::{thread, Arc, Batch, Ordering, SHARDS};
-use crate::timeout::{ChunkRef, TimeoutState, NO_SLOT};
+use crate::timeout::{ChunkRef, SpareChunk, TimeoutState, NO_SLOT, SPARE_CHUNKS};
 use crate::timer::{Executor, PendingBatch, Shared, TRANSFER_CAP};
 use crate::wheel::Wheel;
 use crate::{Timeout, TimerTask};
@@ -86,6 +86,10 @@ struct ChunkTable {
     /// can refer to again (a shard hands its chunks out one after the other, and the worker
     /// takes each shard's batches in order), so the only one to look for.
     latest: [u32; SHARDS],
+    /// Per queue shard, chunks let go of with nothing else holding them, for the shard's
+    /// cursor to use again (see `SpareChunk`); handed over when the worker next takes the
+    /// shard's batch.
+    spares: [Vec<SpareChunk>; SHARDS],
 }
 
 const NONE: u32 = u32::MAX;
@@ -98,6 +102,18 @@ impl ChunkTable {
             free: NONE,
             held: 0,
             latest: [NONE; SHARDS],
+            spares: std::array::from_fn(|_| Vec::new()),
+        }
+    }
+
+    /// A chunk let go of by the worker: kept as a spare if that was its last reference.
+    #[inline]
+    fn release(&mut self, chunk: ChunkRef) {
+        if let Some(spare) = chunk.into_spare() {
+            let spares = &mut self.spares[spare.shard()];
+            if spares.len() < SPARE_CHUNKS {
+                spares.push(spare);
+            }
         }
     }
 
@@ -142,14 +158,20 @@ impl ChunkTable {
         let unsettled = &mut self.meta[id as usize];
         *unsettled -= 1;
         if *unsettled == 0 {
-            self.chunks[id as usize] = None;
+            if let Some(chunk) = self.chunks[id as usize].take() {
+                self.release(chunk);
+            }
             self.meta[id as usize] = self.free;
             self.free = id;
             self.held -= 1;
             if self.held == 0 {
                 // Nothing held: give the room back rather than keep a burst's worth (as the
-                // wheel does with its slab).
+                // wheel does with its slab). The spares stay, for the producers still at work
+                // (an idle worker lets them go: `Worker::release_idle_buffers`).
+                let spares =
+                    std::mem::replace(&mut self.spares, std::array::from_fn(|_| Vec::new()));
                 *self = ChunkTable::new();
+                self.spares = spares;
             }
         }
     }
@@ -295,7 +317,8 @@ impl Worker {
         let spare = &mut self.spare;
         let inbox = &mut self.inbox;
         let mut took = false;
-        shared.timeouts.take_each(|items| {
+        let chunk_spares = &mut self.chunks.spares;
+        shared.timeouts.take_each(|items, producer, i| {
             // With no spare, room for as many as came this time (up to KEEP): a producer that
             // starts again from an empty `Vec` regrows it, copying and faulting pages in.
             let empty = spare
@@ -303,6 +326,11 @@ impl Worker {
                 .unwrap_or_else(|| PendingBatch::with_capacity(items.len().min(KEEP)));
             inbox.push_back(std::mem::replace(items, empty));
             took = true;
+            // Under the shard's lock, as `stop()` clears the cursors: once it has, we see
+            // SHUTDOWN here and hand over nothing (a spare holds a handle on the timer).
+            if !chunk_spares[i].is_empty() && !shared.is_shutdown() {
+                producer.cursor.add_spares(&mut chunk_spares[i]);
+            }
         });
         self.busy |= took;
         self.register_new_batches();
@@ -331,7 +359,8 @@ impl Worker {
             }
             if batch.is_empty() {
                 let mut empty = self.inbox.pop_front().expect("the front batch");
-                empty.clear_runs();
+                let chunks = &mut self.chunks;
+                empty.clear_runs(|chunk| chunks.release(chunk));
                 // Room for a burst is kept, a few batches' worth; beyond, memory goes back.
                 if empty.capacity() <= KEEP && self.spare.len() < SPARE_BATCHES {
                     self.spare.push(empty);
@@ -383,6 +412,8 @@ impl Worker {
             return;
         }
         self.spare = Vec::new();
+        self.chunks.spares = std::array::from_fn(|_| Vec::new());
+        shared.timeouts.for_each_data(|p| p.cursor.clear_spares());
         // Pushed since we looked, if anything: kept (in order) for the next transfer.
         let late = shared.timeouts.take_all();
         if !late.is_empty() {
@@ -544,4 +575,101 @@ fn sleep_until_end_of(shared: &Shared, tick: u64) {
         return;
     }
     shared.clock.advance_to(wake_at);
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::timeout::CHUNK;
+    use crate::{HashedWheelTimer, Timeout};
+    use std::time::Duration;
+
+    fn noop(_: &Timeout) {}
+
+    /// Spare chunks: (the worker's, the shards' cursors').
+    fn spares(timer: &HashedWheelTimer) -> (usize, usize) {
+        let shared = &timer.shared;
+        let worker = crate::sync::lock(&shared.idle_worker);
+        let worker = worker
+            .as_ref()
+            .expect("a manual timer keeps its worker here");
+        let held = worker.chunks.spares.iter().map(Vec::len).sum();
+        let handed = shared
+            .timeouts
+            .fold_data(0, |n, p| n + p.cursor.spare_count());
+        (held, handed)
+    }
+
+    /// Chunks whose timeouts are all settled, with no handle left, come back to their shard as
+    /// spares (the request-timeout pattern allocates nothing in a steady state), their cells
+    /// fresh; an idle timer lets them go.
+    #[test]
+    fn chunks_let_go_by_the_worker_are_handed_out_again_fresh() {
+        let tick = Duration::from_millis(10);
+        let (timer, driver) = HashedWheelTimer::builder()
+            .tick_duration(tick)
+            .build_manual()
+            .unwrap();
+        for _ in 0..2 * CHUNK {
+            assert!(timer
+                .new_timeout(noop, Duration::from_secs(1))
+                .unwrap()
+                .cancel());
+        }
+        driver.advance(tick); // settles all 64: both chunks become the worker's spares
+        assert_eq!(spares(&timer), (2, 0));
+        let first = timer.new_timeout(noop, Duration::from_secs(1)).unwrap();
+        driver.advance(tick); // takes `first` from its shard and hands the spares over
+        assert_eq!(spares(&timer), (0, 2));
+        // The rest of `first`'s chunk, then one cell of a spare.
+        let more: Vec<Timeout> = (0..CHUNK)
+            .map(|_| timer.new_timeout(noop, Duration::from_secs(1)).unwrap())
+            .collect();
+        assert_eq!(spares(&timer), (0, 1));
+        assert!(more.iter().all(|t| !t.is_cancelled() && !t.is_expired()));
+        assert_eq!(timer.pending_timeouts(), CHUNK + 1);
+        driver.advance(Duration::from_secs(2));
+        assert!(first.is_expired() && more.iter().all(Timeout::is_expired));
+        assert_eq!(timer.pending_timeouts(), 0);
+        driver.advance(tick); // nothing taken: idle, the spares go
+        assert_eq!(spares(&timer), (0, 0));
+    }
+
+    /// A spare chunk holds a handle on its timer: `stop()` lets go of every spare, the
+    /// shards' and the worker's, or the timer would keep itself alive.
+    #[test]
+    fn stop_lets_go_of_the_spare_chunks() {
+        let tick = Duration::from_millis(10);
+        let (timer, driver) = HashedWheelTimer::builder()
+            .tick_duration(tick)
+            .build_manual()
+            .unwrap();
+        for _ in 0..3 * CHUNK {
+            assert!(timer
+                .new_timeout(noop, Duration::from_secs(1))
+                .unwrap()
+                .cancel());
+        }
+        driver.advance(tick);
+        let first = timer.new_timeout(noop, Duration::from_secs(1)).unwrap();
+        driver.advance(tick);
+        assert_eq!(spares(&timer), (0, 3));
+        // The rest of `first`'s chunk, a spare whole, one cell of another: one spare left
+        // in the cursor, and the whole one back to the worker as a spare.
+        for _ in 0..2 * CHUNK {
+            assert!(timer
+                .new_timeout(noop, Duration::from_secs(1))
+                .unwrap()
+                .cancel());
+        }
+        driver.advance(tick);
+        assert_eq!(spares(&timer), (1, 1));
+        assert_eq!(timer.stop().unwrap(), vec![first]);
+        let handed = timer
+            .shared
+            .timeouts
+            .fold_data(0, |n, p| n + p.cursor.spare_count());
+        assert_eq!(handed, 0);
+        // The owner and the driver: no chunk holds the timer any more.
+        assert_eq!(std::sync::Arc::strong_count(&timer.shared), 2);
+    }
 }
