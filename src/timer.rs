@@ -202,7 +202,8 @@ impl Batch for PendingBatch {
 pub(crate) struct ProducerShard {
     /// Pending-count credit (see `Shared::refill_credit`).
     credit: usize,
-    /// Where the shard's timeouts get their states.
+    /// Where the shard's timeouts get their states (and the spare chunks the worker hands
+    /// back).
     pub(crate) cursor: ChunkCursor,
 }
 
@@ -212,7 +213,7 @@ pub(crate) struct Shared {
     /// by every producer and the worker: on a cache line of its own, away from the read-mostly
     /// fields below and from the `Arc`'s reference counts.
     pub(crate) pending: CachePadded<AtomicUsize>,
-    /// Each shard's data: its pending-count credit and its chunk of timeout states.
+    /// Each shard's data: its pending-count credit, its chunk of timeout states and spares.
     pub(crate) timeouts: Queue<PendingBatch, ProducerShard>,
     pub(crate) cancelled: Queue<Vec<TimeoutState>>,
     state: AtomicU8,
@@ -488,8 +489,9 @@ impl Shared {
         // shard after this take sees SHUTDOWN (set above) and pushes nothing: nothing stays
         // queued, where a task holding a handle would keep the timer alive.
         let queued = self.timeouts.take_all();
-        // The shards' current chunks hold handles on this timer: let them go (a producer that
-        // locks a shard after this sees SHUTDOWN and starts no chunk).
+        // The shards' current and spare chunks hold handles on this timer: let them go (a
+        // producer that locks a shard after this sees SHUTDOWN and starts no chunk; the worker,
+        // handing spares over under the same lock, sees it too and hands none).
         self.timeouts.for_each_data(|p| p.cursor.clear());
         for state in queued.into_states() {
             give_back(state);

@@ -109,9 +109,9 @@ impl ChunkTable {
     /// A chunk let go of by the worker: kept as a spare if that was its last reference.
     #[inline]
     fn release(&mut self, chunk: ChunkRef) {
-        if let Some(spare) = chunk.into_spare() {
-            let spares = &mut self.spares[spare.shard()];
-            if spares.len() < SPARE_CHUNKS {
+        let spares = &mut self.spares[chunk.shard()];
+        if spares.len() < SPARE_CHUNKS {
+            if let Some(spare) = chunk.into_spare() {
                 spares.push(spare);
             }
         }
@@ -152,6 +152,16 @@ impl ChunkTable {
             .expect("a chunk with unsettled cells")
     }
 
+    /// For an idle worker: lets the spares go, and the table's room too if it holds no chunk
+    /// (a busy worker keeps it: it would regrow it in the next tick).
+    fn release_idle(&mut self) {
+        if self.held == 0 {
+            *self = ChunkTable::new();
+        } else {
+            self.spares = std::array::from_fn(|_| Vec::new());
+        }
+    }
+
     /// One of the chunk's cells is settled: the last one lets the chunk go.
     #[inline]
     fn settle(&mut self, id: u32) {
@@ -164,15 +174,6 @@ impl ChunkTable {
             self.meta[id as usize] = self.free;
             self.free = id;
             self.held -= 1;
-            if self.held == 0 {
-                // Nothing held: give the room back rather than keep a burst's worth (as the
-                // wheel does with its slab). The spares stay, for the producers still at work
-                // (an idle worker lets them go: `Worker::release_idle_buffers`).
-                let spares =
-                    std::mem::replace(&mut self.spares, std::array::from_fn(|_| Vec::new()));
-                *self = ChunkTable::new();
-                self.spares = spares;
-            }
         }
     }
 }
@@ -405,14 +406,15 @@ impl Worker {
         }
     }
 
-    /// When nothing is queued, gives back the queue buffers kept for reuse, so that an idle
-    /// timer does not hold a past burst's worth of memory.
+    /// When nothing is queued, gives back the queue buffers kept for reuse, the spare chunks
+    /// (the worker's and the shards') and the chunk table's room, so that an idle timer does
+    /// not hold a past burst's worth of memory.
     pub(crate) fn release_idle_buffers(&mut self, shared: &Shared) {
         if !self.inbox.is_empty() {
             return;
         }
         self.spare = Vec::new();
-        self.chunks.spares = std::array::from_fn(|_| Vec::new());
+        self.chunks.release_idle();
         shared.timeouts.for_each_data(|p| p.cursor.clear_spares());
         // Pushed since we looked, if anything: kept (in order) for the next transfer.
         let late = shared.timeouts.take_all();

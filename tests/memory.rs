@@ -7,16 +7,33 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicIsize, Ordering};
 use std::time::{Duration, Instant};
 
-/// Counts live heap bytes.
+/// Counts live heap bytes, and the allocations made by each thread.
 struct Counting;
 
 static LIVE: AtomicIsize = AtomicIsize::new(0);
+
+thread_local! {
+    /// Allocations (and reallocations) made by this thread. Const-initialised, no destructor:
+    /// usable from inside the allocator.
+    static MINE: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+fn count_mine() {
+    // `try_with`: a thread being torn down has no slot any more; its allocations go uncounted.
+    let _ = MINE.try_with(|n| n.set(n.get() + 1));
+}
+
+/// Allocations this thread has made so far.
+fn mine() -> usize {
+    MINE.with(std::cell::Cell::get)
+}
 
 // SAFETY: every method forwards to `System` with the caller's arguments unchanged, so `System`'s
 // guarantees carry over; the counter has no effect on the memory handed out.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         LIVE.fetch_add(layout.size() as isize, Ordering::Relaxed);
+        count_mine();
         // SAFETY: forwarded as is (see the impl).
         unsafe { System.alloc(layout) }
     }
@@ -27,10 +44,12 @@ unsafe impl GlobalAlloc for Counting {
     }
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
         LIVE.fetch_add(layout.size() as isize, Ordering::Relaxed);
+        count_mine();
         // SAFETY: forwarded as is (see the impl).
         unsafe { System.alloc_zeroed(layout) }
     }
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        count_mine();
         LIVE.fetch_add(
             new_size as isize - layout.size() as isize,
             Ordering::Relaxed,
@@ -253,4 +272,37 @@ fn a_few_pending_timeouts_hold_little_memory() {
     let held = held_once_settled(baseline, CEILING);
     assert!(held <= CEILING, "{held} bytes held for 3 pending timeouts");
     assert_eq!(timer.stop().unwrap().len(), pending.len());
+}
+
+/// Under the request-timeout pattern (schedule, then cancel) the timer allocates nothing once
+/// warm: the queue's buffers go round between the producers and the worker, and so do the
+/// chunks of timeout states (the worker hands those of settled timeouts back as spares); the
+/// worker's table of chunks keeps its room while it is busy. On a manual timer everything runs
+/// on this thread, so its own count is exact.
+#[test]
+fn schedule_cancel_pairs_allocate_nothing_once_warm() {
+    const PAIRS: usize = 20_000; // a round: 625 chunks of states
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let tick = Duration::from_millis(1);
+    let (timer, driver) = HashedWheelTimer::builder()
+        .tick_duration(tick)
+        .build_manual()
+        .unwrap();
+    let round = || {
+        for i in 0..PAIRS {
+            let delay = Duration::from_millis(30_000 + (i & 1023) as u64);
+            assert!(timer.new_timeout(|_: &Timeout| {}, delay).unwrap().cancel());
+        }
+        driver.advance(tick);
+    };
+    for _ in 0..3 {
+        round(); // buffers and spares grow to a round's size
+    }
+    let before = mine();
+    for _ in 0..20 {
+        round();
+    }
+    let allocations = mine() - before;
+    assert_eq!(allocations, 0, "over 20 rounds of {PAIRS} pairs");
+    assert_eq!(timer.pending_timeouts(), 0);
 }
