@@ -601,27 +601,39 @@ mod tests {
         (held, handed)
     }
 
+    const TICK: Duration = Duration::from_millis(10);
+
+    /// A manual timer, and `chunks` chunks' worth of timeouts scheduled and cancelled on it,
+    /// their handles dropped, then a tick: the worker settles them and keeps their chunks as
+    /// spares. Then one more timeout (returned) and a tick: the worker takes it from its shard
+    /// and hands the spares over.
+    fn spares_handed_over(chunks: usize) -> (HashedWheelTimer, crate::ManualDriver, Timeout) {
+        let (timer, driver) = HashedWheelTimer::builder()
+            .tick_duration(TICK)
+            .build_manual()
+            .unwrap();
+        cancelled_pairs(&timer, chunks * CHUNK);
+        driver.advance(TICK);
+        assert_eq!(spares(&timer), (chunks, 0));
+        let first = timer.new_timeout(noop, Duration::from_secs(1)).unwrap();
+        driver.advance(TICK);
+        assert_eq!(spares(&timer), (0, chunks));
+        (timer, driver, first)
+    }
+
+    fn cancelled_pairs(timer: &HashedWheelTimer, n: usize) {
+        for _ in 0..n {
+            let t = timer.new_timeout(noop, Duration::from_secs(1)).unwrap();
+            assert!(t.cancel());
+        }
+    }
+
     /// Chunks whose timeouts are all settled, with no handle left, come back to their shard as
     /// spares (the request-timeout pattern allocates nothing in a steady state), their cells
     /// fresh; an idle timer lets them go.
     #[test]
     fn chunks_let_go_by_the_worker_are_handed_out_again_fresh() {
-        let tick = Duration::from_millis(10);
-        let (timer, driver) = HashedWheelTimer::builder()
-            .tick_duration(tick)
-            .build_manual()
-            .unwrap();
-        for _ in 0..2 * CHUNK {
-            assert!(timer
-                .new_timeout(noop, Duration::from_secs(1))
-                .unwrap()
-                .cancel());
-        }
-        driver.advance(tick); // settles all 64: both chunks become the worker's spares
-        assert_eq!(spares(&timer), (2, 0));
-        let first = timer.new_timeout(noop, Duration::from_secs(1)).unwrap();
-        driver.advance(tick); // takes `first` from its shard and hands the spares over
-        assert_eq!(spares(&timer), (0, 2));
+        let (timer, driver, first) = spares_handed_over(2);
         // The rest of `first`'s chunk, then one cell of a spare.
         let more: Vec<Timeout> = (0..CHUNK)
             .map(|_| timer.new_timeout(noop, Duration::from_secs(1)).unwrap())
@@ -632,7 +644,7 @@ mod tests {
         driver.advance(Duration::from_secs(2));
         assert!(first.is_expired() && more.iter().all(Timeout::is_expired));
         assert_eq!(timer.pending_timeouts(), 0);
-        driver.advance(tick); // nothing taken: idle, the spares go
+        driver.advance(TICK); // nothing taken: idle, the spares go
         assert_eq!(spares(&timer), (0, 0));
     }
 
@@ -640,30 +652,11 @@ mod tests {
     /// shards' and the worker's, or the timer would keep itself alive.
     #[test]
     fn stop_lets_go_of_the_spare_chunks() {
-        let tick = Duration::from_millis(10);
-        let (timer, driver) = HashedWheelTimer::builder()
-            .tick_duration(tick)
-            .build_manual()
-            .unwrap();
-        for _ in 0..3 * CHUNK {
-            assert!(timer
-                .new_timeout(noop, Duration::from_secs(1))
-                .unwrap()
-                .cancel());
-        }
-        driver.advance(tick);
-        let first = timer.new_timeout(noop, Duration::from_secs(1)).unwrap();
-        driver.advance(tick);
-        assert_eq!(spares(&timer), (0, 3));
+        let (timer, driver, first) = spares_handed_over(3);
         // The rest of `first`'s chunk, a spare whole, one cell of another: one spare left
         // in the cursor, and the whole one back to the worker as a spare.
-        for _ in 0..2 * CHUNK {
-            assert!(timer
-                .new_timeout(noop, Duration::from_secs(1))
-                .unwrap()
-                .cancel());
-        }
-        driver.advance(tick);
+        cancelled_pairs(&timer, 2 * CHUNK);
+        driver.advance(TICK);
         assert_eq!(spares(&timer), (1, 1));
         assert_eq!(timer.stop().unwrap(), vec![first]);
         let handed = timer
