@@ -35,9 +35,11 @@
 //!   worker touches buckets. A cancel of a timeout not yet moved into a bucket is that one
 //!   atomic flip and nothing else.
 //! - Timeout states are allocated 32 at a time per producer thread, so `new_timeout` does not
-//!   call the allocator (a capturing closure is boxed, a zero-sized one is not), and the time is
-//!   read from the TSC where the kernel trusts it (see the `clock` module), rounded up so that a
-//!   deadline is never early. The TSC is calibrated once per process, on a short-lived thread
+//!   call the allocator (a capturing closure is boxed, a zero-sized one is not); while producers
+//!   are busy the worker hands the chunks of settled timeouts back to them for reuse, so the
+//!   schedule-then-cancel pattern allocates nothing once warm.
+//! - The time is read from the TSC where the kernel trusts it (see the `clock` module), rounded
+//!   up so that a deadline is never early. The TSC is calibrated once per process, on a short-lived thread
 //!   (`hashed-timer-wheel-tsc`, about a millisecond) that the first timer built starts, so that
 //!   building it does not wait; meanwhile `new_timeout` reads the monotonic clock.
 //! - A timeout moves `pending -> cancelled` or `pending -> expired` by compare-and-swap; exactly

@@ -318,7 +318,8 @@ impl ChunkRef {
 }
 
 /// What a `Timeout` handle shares with the worker: a reference to one cell of a chunk. The
-/// chunk is freed when the last reference to any of its cells goes; cells are never reused.
+/// chunk is freed (or, by the worker, kept as a spare) when the last reference to any of its
+/// cells goes: a cell is reused only once nothing can see it.
 #[derive(Clone)]
 pub(crate) struct TimeoutState {
     chunk: Arc<Chunk>,
