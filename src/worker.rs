@@ -327,8 +327,10 @@ impl Worker {
                 .unwrap_or_else(|| PendingBatch::with_capacity(items.len().min(KEEP)));
             inbox.push_back(std::mem::replace(items, empty));
             took = true;
-            // Under the shard's lock, as `stop()` clears the cursors: once it has, we see
-            // SHUTDOWN here and hand over nothing (a spare holds a handle on the timer).
+            // A spare holds a handle on the timer, so none may stay in a shard after `stop()`
+            // clears the cursors. It does so after joining (or taking) the worker, so this runs
+            // before; and should that ever change, the check under the same lock keeps it so:
+            // once `stop()` has cleared this shard, we see SHUTDOWN here.
             if !chunk_spares[i].is_empty() && !shared.is_shutdown() {
                 producer.cursor.add_spares(&mut chunk_spares[i]);
             }
