@@ -106,7 +106,9 @@ impl PendingBatch {
         task: Box<dyn TimerTask>,
         deadline: u64,
     ) -> TimeoutState {
-        let at = self.drained + self.tasks.len();
+        // A shard's batch is never partly taken: the worker swaps it out whole.
+        debug_assert_eq!(self.drained, 0);
+        let at = self.tasks.len();
         let state = cursor.next_state(shared, shard, &mut self.runs, at);
         self.tasks.push(task);
         self.deadlines.push(deadline);
@@ -162,17 +164,11 @@ impl PendingBatch {
     }
 
     /// The states, in order; the tasks are dropped.
-    pub(crate) fn into_states(self) -> impl Iterator<Item = TimeoutState> {
-        let n = self.tasks.len();
-        let runs = self.runs;
-        let drained = self.drained;
-        (0..n).map(move |k| {
-            // One search per timeout: this is `stop()`'s path, not the worker's.
-            let (run, idx) = RunCursor::new(&runs, drained + k)
-                .next()
-                .expect("every queued timeout is in a run");
-            runs[run].chunk.state(idx)
-        })
+    pub(crate) fn into_states(self) -> Vec<TimeoutState> {
+        RunCursor::new(&self.runs, self.drained)
+            .take(self.tasks.len())
+            .map(|(run, idx)| self.runs[run].chunk.state(idx))
+            .collect()
     }
 }
 
