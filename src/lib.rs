@@ -90,8 +90,11 @@
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
+// The rooms, bottom up (ARCHITECTURE.md): each imports only rooms above it in this list, but
+// for the public handle types at the end, which refer to each other as Netty's interfaces do.
 mod clock;
 mod error;
+mod shared;
 mod sync;
 mod task;
 mod timeout;
@@ -99,15 +102,21 @@ mod timer;
 mod wheel;
 mod worker;
 
+/// What the loom models observe and drive beyond the public API. Compiled only under
+/// `--cfg loom`.
 #[cfg(loom)]
 #[doc(hidden)]
-pub use sync::loom_hooks;
+pub mod loom_hooks {
+    pub use crate::sync::loom_hooks::{hold_clock, threads_spawned};
+    pub use crate::timer::advance_clock;
+}
 
 pub use error::{BuildError, TimerError};
+pub use shared::TimerHandle;
 pub use task::TimerTask;
 pub use timeout::Timeout;
 pub use timer::{
-    Builder, HashedWheelTimer, ManualDriver, Timer, TimerHandle, TimerStats, INSTANCE_COUNT_LIMIT,
+    Builder, HashedWheelTimer, ManualDriver, Timer, TimerStats, INSTANCE_COUNT_LIMIT,
     MAX_TICKS_PER_WHEEL,
 };
 

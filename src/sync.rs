@@ -1,4 +1,9 @@
-//! The one module that names the concurrency primitives.
+//! The one module that names the concurrency primitives: the bottom of the crate, importing
+//! nothing of it.
+//!
+//! Owns the choice between std (and crossbeam) and loom, the multi-producer [`Queue`] the
+//! producers and the worker meet in, the loom stand-ins for thread parking, and the hooks the
+//! loom models read (`loom_hooks`).
 //!
 //! Normal builds get `std` atomics, threads and mutexes, and the MPSC queues are a `std`
 //! `Mutex<Vec<T>>` whose buffer the worker swaps out (see [`Queue`]). Under `--cfg loom` every
@@ -165,11 +170,10 @@ pub(crate) mod thread {
     }
 }
 
-/// What the loom models observe and drive beyond the public API. Compiled only under
-/// `--cfg loom`.
+/// What the loom models observe and drive beyond the public API (re-exported with the owner's
+/// `advance_clock` as `hashed_timer_wheel::loom_hooks`). Compiled only under `--cfg loom`.
 #[cfg(loom)]
-#[doc(hidden)]
-pub mod loom_hooks {
+pub(crate) mod loom_hooks {
     use super::Ordering;
     use std::sync::atomic::{AtomicBool, AtomicUsize};
 
@@ -188,7 +192,7 @@ pub mod loom_hooks {
     }
 
     /// From now on in this execution, a timer built with `build()` keeps its clock still until
-    /// [`advance_clock`] moves it: the worker's bounded sleeps become parks that only the clock
+    /// `advance_clock` moves it: the worker's bounded sleeps become parks that only the clock
     /// (or a producer's wake-up) ends. Call before building the timer.
     pub fn hold_clock() {
         CLOCK_HELD.store(true, Ordering::Relaxed);
@@ -198,21 +202,11 @@ pub mod loom_hooks {
         CLOCK_HELD.load(Ordering::Relaxed)
     }
 
-    /// With the clock held: moves `timer`'s clock to `to` (never back) and, as the OS timer of
-    /// a `park_timeout` would, unparks the worker if the tick it planned to sleep to has ended.
-    pub fn advance_clock(timer: &crate::HashedWheelTimer, to: std::time::Duration) {
-        let handle = timer.handle();
-        let shared = &handle.shared;
-        let now = crate::clock::duration_to_nanos(to);
-        shared.clock.advance_to(now);
-        // Pairs with the fence in the worker's `sleep_until_end_of`.
-        super::fence(Ordering::SeqCst);
-        let planned = shared.planned.load(Ordering::SeqCst);
-        let ends = planned.saturating_add(1).saturating_mul(shared.tick_nanos);
-        if planned < crate::worker::AWAKE && ends <= now {
-            if let Some(worker) = WORKER.lock().unwrap().as_ref() {
-                worker.unpark();
-            }
+    /// Unparks the worker thread last spawned in this execution, if any (the model's stand-in
+    /// for an OS timer ending a `park_timeout`).
+    pub(crate) fn unpark_worker() {
+        if let Some(worker) = WORKER.lock().unwrap().as_ref() {
+            worker.unpark();
         }
     }
 }
@@ -470,9 +464,17 @@ mod tests {
             ("lib.rs", include_str!("lib.rs")),
             ("task.rs", include_str!("task.rs")),
             ("timeout.rs", include_str!("timeout.rs")),
-            ("timer.rs", include_str!("timer.rs")),
+            ("timer/mod.rs", include_str!("timer/mod.rs")),
+            ("timer/builder.rs", include_str!("timer/builder.rs")),
+            ("timer/driver.rs", include_str!("timer/driver.rs")),
+            ("timer/lifecycle.rs", include_str!("timer/lifecycle.rs")),
+            ("shared/mod.rs", include_str!("shared/mod.rs")),
+            ("shared/batch.rs", include_str!("shared/batch.rs")),
+            ("shared/cells.rs", include_str!("shared/cells.rs")),
             ("wheel.rs", include_str!("wheel.rs")),
-            ("worker.rs", include_str!("worker.rs")),
+            ("worker/mod.rs", include_str!("worker/mod.rs")),
+            ("worker/chunks.rs", include_str!("worker/chunks.rs")),
+            ("worker/run.rs", include_str!("worker/run.rs")),
         ];
         let forbidden = [
             "std::sync::atomic::Atomic",

@@ -1,5 +1,11 @@
-//! The work a timeout runs.
+//! The work a timeout runs: the `TimerTask` trait, and how a task becomes the shared room's
+//! `Job`.
+//!
+//! Owns [`TimerTask`] (and its impls for closures and boxed tasks). Touches the `Timeout` handle
+//! and the shared room's `Job` trait, which it implements for every task.
 
+use crate::shared::cells::TimeoutState;
+use crate::shared::Job;
 use crate::Timeout;
 
 /// A task run once when its [`Timeout`] expires (Netty's `TimerTask`).
@@ -43,5 +49,21 @@ where
     #[inline]
     fn run(self: Box<Self>, timeout: &Timeout) {
         (*self)(timeout)
+    }
+}
+
+/// A boxed task is a task: what the [`Timer`](crate::Timer) trait passes.
+impl TimerTask for Box<dyn TimerTask> {
+    fn run(self: Box<Self>, timeout: &Timeout) {
+        (*self).run(timeout)
+    }
+}
+
+/// How a user's task travels through the queues and the wheel: as a job the worker runs with
+/// its timeout's state, which becomes the `Timeout` the task receives.
+impl<T: TimerTask> Job for T {
+    #[inline]
+    fn run(self: Box<Self>, state: TimeoutState) {
+        TimerTask::run(self, &Timeout { state })
     }
 }

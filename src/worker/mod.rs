@@ -1,5 +1,10 @@
 //! The worker: one Netty tick as a pure step (`Worker::advance(now)`), and the thread loop that
-//! sleeps between the ticks that have work.
+//! sleeps between the ticks that have work ([`run`]).
+//!
+//! Owns the `Worker` (the wheel, the batches taken from the queue, the chunk table) and every
+//! move a timeout makes once it leaves the producers: transfer into a bucket, unlink after a
+//! cancel, expiry and the task's run. Touches the shared room (queues, counters, cells, the
+//! plan), the wheel and `sync`; never the owner (`timer`), which starts, drives and stops it.
 //!
 //! # Ground rules
 //! The `Worker` (and its wheel) is owned by exactly one thread at a time: the worker thread, or
@@ -38,147 +43,30 @@
 //! empty queues, and rounds are kept as absolute fire ticks (see `wheel`), so nothing about
 //! them needs replaying.
 
-#[cfg(loom)]
-use crate::sync::fence;
-use crate::sync::{thread, Arc, Batch, Ordering, SHARDS};
-use crate::timeout::{ChunkRef, SpareChunk, TimeoutState, NO_SLOT, SPARE_CHUNKS};
-use crate::timer::{Executor, PendingBatch, Shared, TRANSFER_CAP};
+mod chunks;
+mod run;
+
+pub(crate) use run::run;
+
+use crate::shared::batch::PendingBatch;
+use crate::shared::cells::{TimeoutState, NO_SLOT};
+use crate::shared::{BoxedJob, Executor, Shared};
+use crate::sync::{Arc, Batch, Ordering};
 use crate::wheel::Wheel;
-use crate::{Timeout, TimerTask};
+use chunks::ChunkTable;
 use std::collections::VecDeque;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-/// `Shared::planned` while the worker is awake: producers never unpark it then. (`u64::MAX`
-/// means parked with no deadline; real ticks stay far below both.)
-pub(crate) const AWAKE: u64 = u64::MAX - 1;
+/// Timeouts moved from the `timeouts` queue into buckets per tick, at most (Netty's cap).
+pub(crate) const TRANSFER_CAP: u64 = 100_000;
 
 /// What the wheel holds per timeout: the task and the id of its state's chunk in the
 /// [`ChunkTable`]; the wheel keeps the index of the state's cell in the node's tag, so that a
 /// node is 40 bytes.
 pub(crate) struct Entry {
-    task: Box<dyn TimerTask>,
+    task: BoxedJob,
     chunk: u32,
 }
-
-/// The chunks of the timeouts the worker holds, one reference each.
-///
-/// A queued batch holds one reference per chunk, not one per timeout (see
-/// `ChunkCursor::next_state`), and so does this table: the wheel's entries name their chunk by
-/// its id here. A chunk stays until each of its cells has been settled once: taken from the
-/// queue cancelled, or expired, or unlinked after a cancel. Cells a stopped timer never handed
-/// out keep their chunk until the worker is dropped.
-///
-/// Settling allocates nothing (the free ids are linked through `meta`): the expiry loop frees
-/// a task per timeout, and an allocation of a growing free list there made glibc consolidate
-/// those frees at each doubling, ~1.3 ms at once with a million timeouts (the `expire`
-/// workload's p99 went from 1.1 to 2.3 ms).
-struct ChunkTable {
-    chunks: Vec<Option<ChunkRef>>,
-    /// Per id: the cells not settled yet while the id holds a chunk; the next free id (or
-    /// `NONE`) while it is free. Separate from `chunks` to keep the two at 12 bytes per chunk,
-    /// not 16.
-    meta: Vec<u32>,
-    /// The first free id, or `NONE`.
-    free: u32,
-    /// Ids holding a chunk.
-    held: usize,
-    /// Per queue shard, the id of the chunk of that shard registered last: the only one a batch
-    /// can refer to again (a shard hands its chunks out one after the other, and the worker
-    /// takes each shard's batches in order), so the only one to look for.
-    latest: [u32; SHARDS],
-    /// Per queue shard, chunks let go of with nothing else holding them, for the shard's
-    /// cursor to use again (see `SpareChunk`); handed over when the worker next takes the
-    /// shard's batch.
-    spares: [Vec<SpareChunk>; SHARDS],
-}
-
-const NONE: u32 = u32::MAX;
-
-impl ChunkTable {
-    fn new() -> ChunkTable {
-        ChunkTable {
-            chunks: Vec::new(),
-            meta: Vec::new(),
-            free: NONE,
-            held: 0,
-            latest: [NONE; SHARDS],
-            spares: std::array::from_fn(|_| Vec::new()),
-        }
-    }
-
-    /// A chunk let go of by the worker: kept as a spare if that was its last reference.
-    #[inline]
-    fn release(&mut self, chunk: ChunkRef) {
-        let spares = &mut self.spares[chunk.shard()];
-        if spares.len() < SPARE_CHUNKS {
-            if let Some(spare) = chunk.into_spare() {
-                spares.push(spare);
-            }
-        }
-    }
-
-    /// The id of `chunk`, registering it if it is new.
-    fn id_of(&mut self, chunk: &ChunkRef) -> u32 {
-        let shard = chunk.shard();
-        let latest = self.latest[shard];
-        let known = self
-            .chunks
-            .get(latest as usize)
-            .and_then(Option::as_ref)
-            .is_some_and(|held| held.same(chunk));
-        if known {
-            return latest;
-        }
-        let id = if self.free == NONE {
-            self.chunks.push(Some(chunk.clone()));
-            self.meta.push(CHUNK_CELLS);
-            u32::try_from(self.chunks.len() - 1).expect("fewer chunks than timeouts")
-        } else {
-            let id = self.free;
-            self.free = self.meta[id as usize];
-            self.chunks[id as usize] = Some(chunk.clone());
-            self.meta[id as usize] = CHUNK_CELLS;
-            id
-        };
-        self.held += 1;
-        self.latest[shard] = id;
-        id
-    }
-
-    #[inline]
-    fn get(&self, id: u32) -> &ChunkRef {
-        self.chunks[id as usize]
-            .as_ref()
-            .expect("a chunk with unsettled cells")
-    }
-
-    /// For an idle worker: lets the spares go, and the table's room too if it holds no chunk
-    /// (a busy worker keeps it: it would regrow it in the next tick).
-    fn release_idle(&mut self) {
-        if self.held == 0 {
-            *self = ChunkTable::new();
-        } else {
-            self.spares = std::array::from_fn(|_| Vec::new());
-        }
-    }
-
-    /// One of the chunk's cells is settled: the last one lets the chunk go.
-    #[inline]
-    fn settle(&mut self, id: u32) {
-        let unsettled = &mut self.meta[id as usize];
-        *unsettled -= 1;
-        if *unsettled == 0 {
-            if let Some(chunk) = self.chunks[id as usize].take() {
-                self.release(chunk);
-            }
-            self.meta[id as usize] = self.free;
-            self.free = id;
-            self.held -= 1;
-        }
-    }
-}
-
-const CHUNK_CELLS: u32 = crate::timeout::CHUNK as u32;
 
 /// The worker's state: the wheel and the next tick to process.
 pub(crate) struct Worker {
@@ -478,16 +366,17 @@ fn recycle<T>(buf: &mut Vec<T>) {
     }
 }
 
-fn run_task(executor: Option<&Executor>, task: Box<dyn TimerTask>, state: TimeoutState) {
-    let timeout = Timeout { state };
+/// Runs an expired timeout's task, inline or on the executor; a panic is logged, never
+/// propagated.
+fn run_task(executor: Option<&Executor>, task: BoxedJob, state: TimeoutState) {
     match executor {
         None => {
-            if catch_unwind(AssertUnwindSafe(|| task.run(&timeout))).is_err() {
+            if catch_unwind(AssertUnwindSafe(|| task.run(state))).is_err() {
                 log::warn!("a TimerTask panicked; the timer goes on");
             }
         }
         Some(executor) => {
-            let job: Box<dyn FnOnce() + Send> = Box::new(move || task.run(&timeout));
+            let job: Box<dyn FnOnce() + Send> = Box::new(move || task.run(state));
             if catch_unwind(AssertUnwindSafe(|| executor(job))).is_err() {
                 log::warn!(
                     "the executor panicked (refused a TimerTask); the timeout stays expired"
@@ -496,94 +385,10 @@ fn run_task(executor: Option<&Executor>, task: Box<dyn TimerTask>, state: Timeou
         }
     }
 }
-
-/// The worker thread's loop. Returns the worker (with whatever it still holds) at shutdown.
-pub(crate) fn run(mut worker: Worker, shared: Arc<Shared>) -> Worker {
-    loop {
-        let now = shared.clock.now();
-        worker.advance(&shared, now);
-
-        // Publish the plan, then look at the queues again, under their locks (see the module
-        // docs).
-        let mut plan = worker.next_work_tick(&shared).unwrap_or(u64::MAX);
-        if plan > worker.tick && worker.was_busy() {
-            // The queues gave work in the ticks just run but are empty this instant (the
-            // transfer ran them dry): producers are likely still at it. Look again at the end
-            // of this tick, keeping the buffers, rather than park and have the next producer
-            // unpark us (a system call on its side) and regrow the buffers we gave back. One
-            // wake-up after a burst ends; an idle timer still never wakes.
-            plan = worker.tick;
-        }
-        shared.planned.store(plan, Ordering::SeqCst);
-        if plan > worker.tick && (!shared.timeouts.is_empty() || !shared.cancelled.is_empty()) {
-            plan = worker.tick;
-            shared.planned.store(plan, Ordering::SeqCst);
-        }
-        // A producer may have lowered the plan since: honour the lower of the two.
-        plan = plan.min(shared.planned.load(Ordering::SeqCst));
-        if shared.is_shutdown() {
-            break;
-        }
-        if plan > worker.tick {
-            // Idle until a later tick: nothing is queued.
-            worker.release_idle_buffers(&shared);
-        }
-        sleep_until_end_of(&shared, plan);
-        shared.planned.store(AWAKE, Ordering::SeqCst);
-        // Relaxed: a statistic.
-        shared.wakeups.fetch_add(1, Ordering::Relaxed);
-        if shared.is_shutdown() {
-            break;
-        }
-    }
-    worker
-}
-
-/// Sleeps until the end of `tick` (`u64::MAX`: until unparked). May return early (unpark,
-/// spurious wake-up); the loop re-plans.
-#[cfg(not(loom))]
-fn sleep_until_end_of(shared: &Shared, tick: u64) {
-    if tick == u64::MAX {
-        thread::park();
-        return;
-    }
-    let wake_at = tick.saturating_add(1).saturating_mul(shared.tick_nanos);
-    let now = shared.clock.now();
-    if wake_at > now {
-        thread::park_timeout(std::time::Duration::from_nanos(wake_at - now));
-    }
-}
-
-/// Under loom time is a manual clock: a bounded sleep jumps the clock to its end; an unbounded
-/// one is a real (loom) park, so a lost wake-up shows up as a deadlock.
-///
-/// A model that holds the clock (`loom_hooks::hold_clock`) moves time itself, and a bounded
-/// sleep is then a park too, ended like an OS timer would end it: by the model's clock
-/// (`loom_hooks::advance_clock`) once the planned tick is over. A wake-up the worker needed
-/// earlier and did not get is then a deadlock as well.
-#[cfg(loom)]
-fn sleep_until_end_of(shared: &Shared, tick: u64) {
-    if tick == u64::MAX {
-        thread::park();
-        return;
-    }
-    let wake_at = tick.saturating_add(1).saturating_mul(shared.tick_nanos);
-    if crate::sync::loom_hooks::clock_held() {
-        // The model's clock stands for real time, which no memory ordering hides from a sleeping
-        // thread: this fence and the one in `advance_clock` make sure that either we see the
-        // time or the clock sees our plan (and unparks us).
-        fence(Ordering::SeqCst);
-        if shared.clock.now() < wake_at {
-            thread::park();
-        }
-        return;
-    }
-    shared.clock.advance_to(wake_at);
-}
-
 #[cfg(test)]
 mod tests {
-    use crate::timeout::CHUNK;
+    use super::Worker;
+    use crate::shared::cells::CHUNK;
     use crate::{HashedWheelTimer, Timeout};
     use std::time::Duration;
 
@@ -595,6 +400,7 @@ mod tests {
         let worker = crate::sync::lock(&shared.idle_worker);
         let worker = worker
             .as_ref()
+            .and_then(|w| w.downcast_ref::<Worker>())
             .expect("a manual timer keeps its worker here");
         let held = worker.chunks.spares.iter().map(Vec::len).sum();
         let handed = shared

@@ -1,0 +1,149 @@
+//! Timeouts on their way from producers to the worker: the batches a queue shard holds, and
+//! what each shard keeps for its producers.
+//!
+//! Owns [`PendingBatch`] (a shard's queued timeouts: jobs, deadlines, the runs of their states)
+//! and [`ProducerShard`] (a shard's pending-count credit and its chunk cursor). Touches `sync`
+//! (the queue's `Batch` trait) and the cells; producers fill a batch under their shard's lock,
+//! the worker takes it whole and drains it.
+
+use super::cells::{ChunkCursor, ChunkRef, Run, RunCursor, TimeoutState};
+use super::{BoxedJob, Shared};
+use crate::sync::{Arc, Batch};
+
+/// Timeouts on their way from producers to the worker: task and deadline of each, in two
+/// parallel vectors, and the runs of chunk cells their states are in (a timeout's cell follows
+/// from its position: see [`Run`]).
+///
+/// Not one vector of structs: a 40-byte struct pushed into a `Vec` is built on the stack first
+/// (its drop on unwinding needs an address) and then copied with 16-byte loads over 8-byte
+/// stores, which the CPU cannot forward; that stall was about 5 ns of a 23 ns `new_timeout`
+/// here. Each field of its own is pushed straight from registers.
+#[derive(Default)]
+pub(crate) struct PendingBatch {
+    tasks: Vec<BoxedJob>,
+    deadlines: Vec<u64>,
+    /// The runs of the queued timeouts' cells, in order, one chunk reference each.
+    runs: Vec<Run>,
+    /// Timeouts the worker has taken from the front ([`PendingBatch::drain_front`]): positions
+    /// in `runs` count them.
+    drained: usize,
+    /// The worker's: the chunk table's id of each run, given when it takes the batch.
+    chunk_ids: Vec<u32>,
+}
+
+impl PendingBatch {
+    pub(crate) fn with_capacity(n: usize) -> Self {
+        PendingBatch {
+            tasks: Vec::with_capacity(n),
+            deadlines: Vec::with_capacity(n),
+            ..PendingBatch::default()
+        }
+    }
+
+    /// Queues a timeout: its task, its deadline, and a fresh state from `cursor` (returned,
+    /// for the handle).
+    #[inline]
+    pub(super) fn push(
+        &mut self,
+        cursor: &mut ChunkCursor,
+        shared: &Arc<Shared>,
+        shard: u8,
+        task: BoxedJob,
+        deadline: u64,
+    ) -> TimeoutState {
+        // A shard's batch is never partly taken: the worker swaps it out whole.
+        debug_assert_eq!(self.drained, 0);
+        let at = self.tasks.len();
+        let state = cursor.next_state(shared, shard, &mut self.runs, at);
+        self.tasks.push(task);
+        self.deadlines.push(deadline);
+        state
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.tasks.len()
+    }
+
+    pub(crate) fn capacity(&self) -> usize {
+        self.tasks.capacity()
+    }
+
+    /// Gives each run its chunk id, in push order (a chunk may recur), unless done already.
+    /// The ids' vector keeps its room across the batch's uses: nothing is allocated.
+    pub(crate) fn assign_chunk_ids(&mut self, mut id_of: impl FnMut(&ChunkRef) -> u32) {
+        if self.chunk_ids.len() != self.runs.len() {
+            debug_assert!(self.chunk_ids.is_empty());
+            self.chunk_ids
+                .extend(self.runs.iter().map(|run| id_of(&run.chunk)));
+        }
+    }
+
+    /// Removes the first `n` timeouts, in order: task, run index, cell index and deadline of
+    /// each, with the runs and the chunk ids the run indexes refer to.
+    #[allow(clippy::type_complexity)]
+    pub(crate) fn drain_front(
+        &mut self,
+        n: usize,
+    ) -> (
+        impl Iterator<Item = (BoxedJob, (usize, u8), u64)> + '_,
+        &[Run],
+        &[u32],
+    ) {
+        let cells = RunCursor::new(&self.runs, self.drained);
+        self.drained += n;
+        let drained = self
+            .tasks
+            .drain(..n)
+            .zip(cells)
+            .zip(self.deadlines.drain(..n))
+            .map(|((task, cell), deadline)| (task, cell, deadline));
+        (drained, &self.runs, &self.chunk_ids)
+    }
+
+    /// Once every timeout is out: hands the runs' chunks to `release`, keeping the room.
+    pub(crate) fn clear_runs(&mut self, release: impl FnMut(ChunkRef)) {
+        debug_assert!(self.tasks.is_empty());
+        self.runs.drain(..).map(|run| run.chunk).for_each(release);
+        self.chunk_ids.clear();
+        self.drained = 0;
+    }
+
+    /// The states, in order; the tasks are dropped.
+    pub(crate) fn into_states(self) -> Vec<TimeoutState> {
+        RunCursor::new(&self.runs, self.drained)
+            .take(self.tasks.len())
+            .map(|(run, idx)| self.runs[run].chunk.state(idx))
+            .collect()
+    }
+}
+
+impl Batch for PendingBatch {
+    #[inline]
+    fn is_empty(&self) -> bool {
+        self.tasks.is_empty()
+    }
+    fn append(&mut self, other: &mut Self) {
+        // Only batches fresh from a shard are appended (`Queue::take_all`), and to one the
+        // worker has not started on; positions carry over shifted by what is already here.
+        debug_assert!(
+            other.drained == 0 && self.chunk_ids.is_empty() && other.chunk_ids.is_empty()
+        );
+        let offset = self.drained + self.tasks.len();
+        self.tasks.append(&mut other.tasks);
+        self.deadlines.append(&mut other.deadlines);
+        self.runs.extend(other.runs.drain(..).map(|mut run| {
+            run.first += offset;
+            run
+        }));
+    }
+}
+
+/// What a shard of the `timeouts` queue keeps for its producers, under its lock.
+#[derive(Default)]
+pub(crate) struct ProducerShard {
+    /// Pending-count credit (see `Shared::refill_credit`).
+    pub(super) credit: usize,
+    /// Where the shard's timeouts get their states (and the spare chunks the worker hands
+    /// back).
+    pub(crate) cursor: ChunkCursor,
+}

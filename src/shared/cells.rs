@@ -1,0 +1,469 @@
+//! Timeout states: one atomic word per timeout, in reference-counted chunks.
+//!
+//! Owns the state machine every `Timeout` handle, producer, canceller and the worker share, the
+//! chunks the states live in, the cursors that hand them out, and the runs by which a queued
+//! batch finds each of its timeouts' states. Touches only `sync` and the wheel's key bounds.
+//!
+//! # State table (`TimeoutState::state`)
+//!
+//! | from       | to          | who                                  | what the winner owns                    |
+//! |------------|-------------|--------------------------------------|-----------------------------------------|
+//! | `QUEUED`   | `IN_WHEEL`  | the worker, when it transfers it     | the entry's place in the wheel          |
+//! | `QUEUED`   | `CANCELLED` | `cancel()` (any thread)              | nothing more: the transfer will see it, drop the task and decrement pending |
+//! | `IN_WHEEL` | `CANCELLED` | `cancel()` (any thread)              | pushing the state on the cancellation queue (the worker then unlinks it and decrements pending) |
+//! | `QUEUED` or `IN_WHEEL` | `CANCELLED` | `stop()` (the stopping thread) | returning the timeout in `stop()`'s list |
+//! | `IN_WHEEL` | `EXPIRED`   | the worker, when the bucket comes round | decrementing pending, running the task |
+//!
+//! `CANCELLED` and `EXPIRED` are terminal. Every move is a compare-and-swap, so exactly one party
+//! decides each timeout's fate, and exactly one decrements `pending`. A cancel of a timeout still
+//! in the `timeouts` queue (the request-timeout pattern: schedule, then cancel on the response)
+//! costs that one compare-and-swap and nothing else.
+//!
+//! The state shares one `u32` with the entry's *slot*, its key in the wheel's slab (`NO_SLOT`
+//! while the entry is in the `timeouts` queue or gone): the worker sets the slot in the same
+//! compare-and-swap that moves the state to `IN_WHEEL`, and clears it in the one that moves it to
+//! `EXPIRED` (or with a plain store once the state is the terminal `CANCELLED`: nobody else
+//! writes a terminal word). A `cancel()` keeps the slot, which the worker then reads to unlink
+//! the entry. Four bytes per timeout.
+//!
+//! # Who holds a chunk
+//! States live in chunks of [`CHUNK`] cells, reference-counted as a whole. A chunk is held by
+//! each `Timeout` handle on one of its cells, by its queue shard's cursor while it hands cells
+//! out, by each queued batch that holds some of its cells (once per batch, not per cell), and
+//! by the worker's chunk table while any of its cells is in the wheel or not yet taken from the
+//! queue (the worker's chunk table). So a `new_timeout` costs one reference-count increment, the
+//! handle's. A chunk is freed with its last holder, unless that holder is the worker: then it
+//! becomes a *spare* ([`SpareChunk`]), its cells reset, which the worker hands back to its
+//! shard's cursor to use instead of a new allocation. A cell is reused only that way, once
+//! nothing can refer to it any more (no handle, no batch, no table entry).
+
+use super::{Shared, TimerHandle};
+use crate::sync::{Arc, AtomicU32, Ordering};
+use crate::wheel::MAX_ENTRIES;
+
+const QUEUED: u8 = 0;
+const IN_WHEEL: u8 = 1;
+const CANCELLED: u8 = 2;
+const EXPIRED: u8 = 3;
+
+/// No wheel key (keys are below `MAX_ENTRIES`).
+pub(crate) const NO_SLOT: u32 = MAX_ENTRIES as u32;
+
+const STATE_BITS: u32 = 3;
+const STATE_MASK: u32 = (1 << STATE_BITS) - 1;
+
+#[inline]
+const fn word(slot: u32, state: u8) -> u32 {
+    (slot << STATE_BITS) | state as u32
+}
+
+#[inline]
+const fn state_of(word: u32) -> u8 {
+    (word & STATE_MASK) as u8
+}
+
+/// One timeout's shared state: no task, no deadline. `(slot << 3) | state`.
+pub(crate) struct Cell {
+    word: AtomicU32,
+}
+
+/// Timeouts per allocation. States are handed out in chunks so that scheduling does not call
+/// the allocator per timeout, and the worker's expiry walks states that sit side by side
+/// (a chunk holds consecutive timeouts of one queue shard, in practice of one producer
+/// thread). Under loom every timeout gets its own chunk, which keeps the models small.
+#[cfg(not(loom))]
+pub(crate) const CHUNK: usize = 32;
+#[cfg(loom)]
+pub(crate) const CHUNK: usize = 1;
+
+// A cell's index travels in a wheel node's tag.
+const _: () = assert!(CHUNK - 1 <= crate::wheel::MAX_TAG as usize);
+
+struct Chunk {
+    /// The timer every cell's timeout belongs to: a `Timeout` reaches its timer through its
+    /// chunk, so handles cost one reference count between them, not one per timeout.
+    timer: TimerHandle,
+    /// The queue shard whose cursor hands the cells out (the worker's chunk table keeps it).
+    shard: u8,
+    cells: [Cell; CHUNK],
+}
+
+impl Chunk {
+    fn new(shared: &Arc<Shared>, shard: u8) -> Arc<Chunk> {
+        Arc::new(Chunk {
+            timer: TimerHandle {
+                shared: Arc::clone(shared),
+            },
+            shard,
+            cells: fresh_cells(),
+        })
+    }
+}
+
+/// A chunk's cells as they are handed out: QUEUED, no slot.
+#[inline]
+fn fresh_cells() -> [Cell; CHUNK] {
+    std::array::from_fn(|_| Cell {
+        word: AtomicU32::new(word(NO_SLOT, QUEUED)),
+    })
+}
+
+/// The chunk a queue shard's producers take their states from, and its next free cell: kept
+/// in the shard, under its lock (see `Shared::schedule`).
+///
+/// The chunk holds a handle on its timer, and the shard is part of the timer: while a chunk is
+/// current here the two keep each other alive. `stop()` breaks the cycle by clearing every
+/// shard's cursor ([`ChunkCursor::clear`]), and a producer never starts a chunk on a stopped
+/// timer.
+#[derive(Default)]
+pub(crate) struct ChunkCursor {
+    chunk: Option<Arc<Chunk>>,
+    next: u8,
+    /// Chunks of this shard the worker has finished with, their cells reset, to be used
+    /// before allocating (see [`SpareChunk`]).
+    spares: Vec<SpareChunk>,
+}
+
+/// Spare chunks a shard's cursor keeps, at most, and as many the worker keeps for it (176
+/// bytes each: 720 KB). The worker hands over once a tick what it let go of in the last one,
+/// so this must cover a tick's traffic: a producer at 55 million timeouts a second (one thread
+/// here, schedule + cancel) uses 1 720 chunks per 1 ms tick; with a cap of 1 024 the rest were
+/// freed and allocated again (0.007 allocations per pair), with 4 096 none are in a steady
+/// state. The same order as the queue's kept buffers (`worker::KEEP`, 128 Ki timeouts). An
+/// idle worker lets every spare go.
+pub(crate) const SPARE_CHUNKS: usize = 4096;
+
+impl ChunkCursor {
+    /// A fresh state (QUEUED, no slot) for a timeout of `shared`'s timer, from the current
+    /// chunk (a new one when it is used up), for the timeout at position `at` of the queued
+    /// batch whose runs are `runs`: a new chunk, or a batch that has none yet, starts a run.
+    /// `shard` is the queue shard this cursor belongs to.
+    ///
+    /// The batch's timeouts take this cursor's cells one after another (the cursor and the
+    /// batch are under the same shard lock, and every state handed out is pushed), so a run
+    /// records where it starts and nothing is kept per timeout: the cell of each queued
+    /// timeout follows from its position ([`Run`]).
+    ///
+    /// One reference count per timeout (the handle's), not two: the queued timeouts of a chunk
+    /// share their run's one reference to it. A second count per `new_timeout` on the same
+    /// line as the first cost about 5 ns of a 17 ns call in isolation.
+    #[inline]
+    pub(crate) fn next_state(
+        &mut self,
+        shared: &Arc<Shared>,
+        shard: u8,
+        runs: &mut Vec<Run>,
+        at: usize,
+    ) -> TimeoutState {
+        let next = &mut self.next;
+        let spares = &mut self.spares;
+        let chunk = self.chunk.get_or_insert_with(|| {
+            *next = 0;
+            match spares.pop() {
+                Some(SpareChunk(chunk)) => chunk,
+                None => Chunk::new(shared, shard),
+            }
+        });
+        let idx = *next;
+        *next += 1;
+        if idx == 0 || runs.is_empty() {
+            runs.push(Run {
+                chunk: ChunkRef(Arc::clone(chunk)),
+                first: at,
+                start: idx,
+            });
+        }
+        debug_assert!(runs
+            .last()
+            .is_some_and(|run| Arc::ptr_eq(&run.chunk.0, chunk)
+                && at - run.first == usize::from(idx - run.start)));
+        let chunk = if usize::from(*next) == CHUNK {
+            // The last cell: hand the cursor's reference over instead of cloning it.
+            self.chunk.take().expect("just inserted")
+        } else {
+            Arc::clone(chunk)
+        };
+        TimeoutState { chunk, idx }
+    }
+
+    /// Lets go of the current chunk (its unused cells are freed with it) and of the spares.
+    pub(crate) fn clear(&mut self) {
+        self.chunk = None;
+        self.clear_spares();
+    }
+
+    /// Spare chunks held.
+    #[cfg(test)]
+    pub(crate) fn spare_count(&self) -> usize {
+        self.spares.len()
+    }
+
+    /// Lets go of the spare chunks (an idle timer gives their memory back).
+    pub(crate) fn clear_spares(&mut self) {
+        self.spares = Vec::new();
+    }
+
+    /// Takes spare chunks from `from` (the worker's, all of this cursor's shard), up to
+    /// [`SPARE_CHUNKS`] in all.
+    pub(crate) fn add_spares(&mut self, from: &mut Vec<SpareChunk>) {
+        let room = SPARE_CHUNKS.saturating_sub(self.spares.len());
+        if self.spares.is_empty() && from.len() <= room {
+            std::mem::swap(&mut self.spares, from);
+        } else {
+            let keep = from.len().saturating_sub(room);
+            self.spares.extend(from.drain(keep..));
+        }
+    }
+}
+
+/// A chunk nobody refers to any more, its cells reset: a cursor of its shard hands its cells
+/// out again instead of allocating a new chunk.
+///
+/// Why: under the request-timeout pattern (schedule, then cancel) the worker let go of about
+/// a chunk per 32 timeouts while the producer allocated as many, and glibc's allocator passed
+/// each one between the two threads under its arena lock: `schedule + cancel` ran 20.5 ns a
+/// pair, 18.6 with mimalloc, 17.9 with these spares, and 13.3 with no worker thread running
+/// at all (on a manual clock, so without the TSC read either).
+pub(crate) struct SpareChunk(Arc<Chunk>);
+
+/// Consecutive timeouts of a queued batch whose cells are consecutive cells of one chunk: the
+/// timeout at position `first + k` of the batch has cell `start + k` of `chunk`. Positions
+/// count from the batch's first timeout, including those the worker has taken out since.
+pub(crate) struct Run {
+    pub(crate) chunk: ChunkRef,
+    pub(crate) first: usize,
+    start: u8,
+}
+
+impl Run {
+    /// The cell index of the timeout at batch position `at` (within this run).
+    #[inline]
+    pub(crate) fn idx(&self, at: usize) -> u8 {
+        debug_assert!(at >= self.first && at - self.first < CHUNK);
+        // Below CHUNK (at most 32), so the cast keeps every bit.
+        self.start + (at - self.first) as u8
+    }
+}
+
+/// Walks a batch's positions from `at` on, one step per timeout: each step gives the index of
+/// its run and its cell index.
+pub(crate) struct RunCursor<'a> {
+    runs: &'a [Run],
+    run: usize,
+    at: usize,
+}
+
+impl<'a> RunCursor<'a> {
+    /// From position `at` (which must belong to one of `runs`).
+    pub(crate) fn new(runs: &'a [Run], at: usize) -> Self {
+        let run = runs.partition_point(|r| r.first <= at).saturating_sub(1);
+        RunCursor { runs, run, at }
+    }
+}
+
+impl Iterator for RunCursor<'_> {
+    type Item = (usize, u8);
+
+    #[inline]
+    fn next(&mut self) -> Option<(usize, u8)> {
+        while self
+            .runs
+            .get(self.run + 1)
+            .is_some_and(|r| r.first <= self.at)
+        {
+            self.run += 1;
+        }
+        let idx = self.runs.get(self.run)?.idx(self.at);
+        self.at += 1;
+        Some((self.run, idx))
+    }
+}
+
+/// A chunk of timeout states, as a queued batch and the worker's chunk table hold it.
+#[derive(Clone)]
+pub(crate) struct ChunkRef(Arc<Chunk>);
+
+impl ChunkRef {
+    /// The queue shard the chunk's cells were handed out by.
+    #[inline]
+    pub(crate) fn shard(&self) -> usize {
+        usize::from(self.0.shard)
+    }
+
+    #[inline]
+    pub(crate) fn same(&self, other: &ChunkRef) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+
+    #[inline]
+    pub(crate) fn cell(&self, idx: u8) -> &Cell {
+        &self.0.cells[usize::from(idx)]
+    }
+
+    /// The chunk as a spare, its cells fresh, if this was the last reference to it (no handle,
+    /// no batch, no table holds it: nobody can see its cells any more).
+    #[inline]
+    pub(crate) fn into_spare(self) -> Option<SpareChunk> {
+        let mut chunk = self.0;
+        let inner = Arc::get_mut(&mut chunk)?;
+        inner.cells = fresh_cells();
+        Some(SpareChunk(chunk))
+    }
+
+    /// A handle's reference to cell `idx`.
+    #[inline]
+    pub(crate) fn state(&self, idx: u8) -> TimeoutState {
+        TimeoutState {
+            chunk: Arc::clone(&self.0),
+            idx,
+        }
+    }
+}
+
+/// What a `Timeout` handle shares with the worker: a reference to one cell of a chunk. The
+/// chunk is freed (or, by the worker, kept as a spare) when the last reference to any of its
+/// cells goes: a cell is reused only once nothing can see it.
+#[derive(Clone)]
+pub(crate) struct TimeoutState {
+    chunk: Arc<Chunk>,
+    idx: u8,
+}
+
+impl TimeoutState {
+    #[inline]
+    fn cell(&self) -> &Cell {
+        &self.chunk.cells[usize::from(self.idx)]
+    }
+
+    pub(crate) fn same(&self, other: &TimeoutState) -> bool {
+        Arc::ptr_eq(&self.chunk, &other.chunk) && self.idx == other.idx
+    }
+
+    /// Where the state lives: equal for two references to the same timeout.
+    pub(crate) fn address(&self) -> usize {
+        self.cell() as *const Cell as usize
+    }
+
+    /// The timer the timeout belongs to.
+    #[inline]
+    pub(crate) fn timer(&self) -> &TimerHandle {
+        &self.chunk.timer
+    }
+
+    /// "pending", "cancelled" or "expired", from a relaxed load (for `Debug`).
+    pub(crate) fn state_name(&self) -> &'static str {
+        self.cell().state_name()
+    }
+
+    /// See [`Cell::cancel`].
+    #[inline]
+    pub(crate) fn cancel(&self) -> Option<bool> {
+        self.cell().cancel()
+    }
+
+    /// `cancel()` without the report: true for the one caller that wins.
+    #[inline]
+    pub(crate) fn try_cancel(&self) -> bool {
+        self.cell().cancel().is_some()
+    }
+
+    #[inline]
+    pub(crate) fn is_cancelled(&self) -> bool {
+        state_of(self.cell().load()) == CANCELLED
+    }
+
+    #[inline]
+    pub(crate) fn is_expired(&self) -> bool {
+        state_of(self.cell().load()) == EXPIRED
+    }
+
+    /// Worker only: see [`Cell::slot`].
+    #[inline]
+    pub(crate) fn slot(&self) -> u32 {
+        self.cell().slot()
+    }
+
+    /// Worker only: see [`Cell::clear_slot`].
+    #[inline]
+    pub(crate) fn clear_slot(&self) {
+        self.cell().clear_slot()
+    }
+}
+
+impl Cell {
+    #[inline]
+    fn load(&self) -> u32 {
+        // Acquire: a reader that sees a move also sees what its winner did before it.
+        self.word.load(Ordering::Acquire)
+    }
+
+    #[inline]
+    fn transition(&self, from: u32, to: u32) -> Result<(), u32> {
+        // AcqRel: the winner's later work (the task run, the push on the cancellation queue)
+        // is ordered after the win; the loser's Acquire sees the winner's move.
+        self.word
+            .compare_exchange(from, to, Ordering::AcqRel, Ordering::Acquire)
+            .map(drop)
+    }
+
+    /// QUEUED or IN_WHEEL -> CANCELLED (the slot kept), for `cancel()`. `None` if the timeout
+    /// had already ended; else whether it was in the wheel (and so needs the worker to unlink
+    /// it).
+    #[inline]
+    fn cancel(&self) -> Option<bool> {
+        let mut cur = self.load();
+        loop {
+            let state = state_of(cur);
+            if state != QUEUED && state != IN_WHEEL {
+                return None;
+            }
+            match self.transition(cur, (cur & !STATE_MASK) | u32::from(CANCELLED)) {
+                Ok(()) => return Some(state == IN_WHEEL),
+                Err(actual) => cur = actual,
+            }
+        }
+    }
+
+    /// QUEUED -> IN_WHEEL at wheel key `slot`; the worker only. False if it was cancelled while
+    /// queued (the worker then accounts for it).
+    #[inline]
+    pub(crate) fn try_enter_wheel(&self, slot: u32) -> bool {
+        // A plain load first: most of what the request-timeout pattern queues is cancelled by
+        // the time it is transferred, and a failing compare-and-swap costs as much as one that
+        // succeeds (it too takes the line exclusively).
+        let cur = self.load();
+        debug_assert!(matches!(state_of(cur), QUEUED | CANCELLED));
+        cur == word(NO_SLOT, QUEUED) && self.transition(cur, word(slot, IN_WHEEL)).is_ok()
+    }
+
+    /// IN_WHEEL -> EXPIRED (the slot cleared); the worker only. False if it was cancelled.
+    #[inline]
+    pub(crate) fn try_expire(&self) -> bool {
+        let cur = self.load();
+        state_of(cur) == IN_WHEEL && self.transition(cur, word(NO_SLOT, EXPIRED)).is_ok()
+    }
+
+    /// Worker only: the entry's wheel key (`NO_SLOT` if none).
+    #[inline]
+    pub(crate) fn slot(&self) -> u32 {
+        // Relaxed: the slot bits are written only by the worker (a cancel copies them).
+        self.word.load(Ordering::Relaxed) >> STATE_BITS
+    }
+
+    /// Worker only, on a CANCELLED state whose entry it has removed from the wheel.
+    #[inline]
+    pub(crate) fn clear_slot(&self) {
+        debug_assert_eq!(state_of(self.load()), CANCELLED);
+        // Relaxed: the word is terminal, so no other thread writes it; readers only look at
+        // the state bits, which do not change.
+        self.word.store(word(NO_SLOT, CANCELLED), Ordering::Relaxed)
+    }
+
+    fn state_name(&self) -> &'static str {
+        match state_of(self.word.load(Ordering::Relaxed)) {
+            QUEUED | IN_WHEEL => "pending",
+            CANCELLED => "cancelled",
+            _ => "expired",
+        }
+    }
+}

@@ -1,0 +1,400 @@
+//! The state producers and the worker share: the two queues, the counters, the worker's plan,
+//! the timer's run state, and the timeout states they hand to each other.
+//!
+//! Owns [`Shared`] (one per timer, behind an `Arc`), the timeout states ([`cells`]), the queued
+//! batches ([`batch`]), and the producer's half of every protocol: scheduling
+//! ([`Shared::schedule`]), cancelling ([`Shared::cancelled`]), the pending count and waking the
+//! worker. Touches `sync`, `clock`, `wheel` (its key bounds) and `error`; never the worker nor
+//! the owner, which sit above it: what they need to keep here (the worker while no thread runs
+//! it, how to run a user's task) is kept behind types this room defines ([`ParkedWorker`],
+//! [`Job`]).
+//!
+//! # Ground rules
+//! - Producers (`schedule`, `cancelled`) never touch the wheel. They push on one of two MPSC
+//!   queues and, rarely, unpark the worker.
+//! - `state` moves `INIT -> STARTED -> SHUTDOWN` or `INIT -> SHUTDOWN`, both under the `control`
+//!   lock (the owner's room makes those moves), so that starting and stopping are serialised;
+//!   readers on the hot path load it without the lock.
+//!
+//! | `state`    | entered by                         | meaning                                   |
+//! |------------|------------------------------------|-------------------------------------------|
+//! | `INIT`     | construction                       | no worker yet; first `new_timeout` starts it |
+//! | `STARTED`  | the first `start()`/`new_timeout`  | the worker runs; work is accepted         |
+//! | `SHUTDOWN` | `stop()` or dropping the owner     | permanent; nothing is accepted            |
+
+pub(crate) mod batch;
+pub(crate) mod cells;
+
+use crate::clock::{duration_to_nanos, Clock};
+use crate::error::TimerError;
+use crate::sync::{
+    lock, thread, Arc, AtomicBool, AtomicU64, AtomicU8, AtomicUsize, CachePadded, Mutex, Ordering,
+    Queue,
+};
+use crate::wheel::MAX_ENTRIES;
+use batch::{PendingBatch, ProducerShard};
+use cells::TimeoutState;
+use std::time::Duration;
+
+/// Pending-count credit a producer's shard takes at once when there is no pending limit (see
+/// `Shared::refill_credit`). Small under loom, so that the models cross refills.
+#[cfg(not(loom))]
+const CREDIT_BATCH: usize = 256;
+#[cfg(loom)]
+const CREDIT_BATCH: usize = 2;
+
+const INIT: u8 = 0;
+const STARTED: u8 = 1;
+const SHUTDOWN: u8 = 2;
+
+/// `Shared::planned` while the worker is awake: producers never unpark it then. (`u64::MAX`
+/// means parked with no deadline; real ticks stay far below both.)
+pub(crate) const AWAKE: u64 = u64::MAX - 1;
+
+/// Runs expired tasks somewhere other than the worker thread.
+pub(crate) type Executor = Arc<dyn Fn(Box<dyn FnOnce() + Send>) + Send + Sync>;
+
+/// A timeout's task as the queues and the worker carry it: the owner's room turns a user's
+/// `TimerTask` into one (`task.rs`), the worker runs it with its timeout's state, and nothing
+/// in between needs to know what it is.
+pub(crate) trait Job: Send + 'static {
+    /// Runs the task of the timeout whose state this is.
+    fn run(self: Box<Self>, state: TimeoutState);
+}
+
+/// A queued or wheeled task.
+pub(crate) type BoxedJob = Box<dyn Job>;
+
+/// The worker while no thread runs it (before start, in manual mode, after stop), and what its
+/// thread returns. Its type belongs to the worker's room, which this one does not import; the
+/// owner's room (`timer::lifecycle`), which starts and stops it, takes it back as a `Worker`.
+pub(crate) type ParkedWorker = Box<dyn std::any::Any + Send>;
+
+/// A cheap, cloneable reference to a timer, as returned by [`Timeout::timer`] and
+/// [`HashedWheelTimer::handle`].
+///
+/// A handle schedules and stops exactly like the owner, but does not own the timer: when the
+/// [`HashedWheelTimer`] is dropped the worker stops, and handles get [`TimerError::Stopped`].
+/// Holding handles therefore never keeps a worker thread alive.
+///
+/// ```
+/// use hashed_timer_wheel::{HashedWheelTimer, TimerError};
+/// use std::time::Duration;
+///
+/// let timer = HashedWheelTimer::new(Duration::from_millis(10), 64);
+/// let handle = timer.handle();
+/// handle.new_timeout(|_: &_| {}, Duration::from_millis(5)).unwrap();
+/// drop(timer);
+/// assert_eq!(handle.new_timeout(|_: &_| {}, Duration::ZERO).unwrap_err(), TimerError::Stopped);
+/// ```
+///
+/// (Defined in this room because every chunk of timeout states holds one: a `Timeout` reaches
+/// its timer through its chunk. Its methods are the owner's, in `timer`.)
+///
+/// [`Timeout::timer`]: crate::Timeout::timer
+/// [`HashedWheelTimer`]: crate::HashedWheelTimer
+/// [`HashedWheelTimer::handle`]: crate::HashedWheelTimer::handle
+#[derive(Clone)]
+pub struct TimerHandle {
+    pub(crate) shared: Arc<Shared>,
+}
+
+/// What the owner, the handles, the timeouts and the worker share.
+pub(crate) struct Shared {
+    /// Accepted timeouts not yet expired and whose cancellation is not processed yet. Written
+    /// by every producer and the worker: on a cache line of its own, away from the read-mostly
+    /// fields below and from the `Arc`'s reference counts.
+    pub(crate) pending: CachePadded<AtomicUsize>,
+    /// Each shard's data: its pending-count credit, its chunk of timeout states and spares.
+    pub(crate) timeouts: Queue<PendingBatch, ProducerShard>,
+    pub(crate) cancelled: Queue<Vec<TimeoutState>>,
+    state: AtomicU8,
+    /// The tick at whose end the worker will next wake by itself; `AWAKE` while it runs,
+    /// `u64::MAX` when it parks with no deadline. See `worker::run`.
+    pub(crate) planned: AtomicU64,
+    /// The worker's current tick (diagnostics, and the cancel path's wake-up check).
+    pub(crate) tick: AtomicU64,
+    pub(crate) wakeups: AtomicU64,
+    pub(crate) tick_nanos: u64,
+    pub(crate) wheel_len: usize,
+    pub(crate) max_pending: usize,
+    pub(crate) clock: Clock,
+    /// Who runs the worker, and the worker itself while nobody does (see [`Control`]).
+    pub(crate) control: Mutex<Control>,
+    /// The worker while no thread runs it: before start, in manual mode, after stop.
+    pub(crate) idle_worker: Mutex<Option<ParkedWorker>>,
+    /// The rest is the owner's room's bookkeeping (`timer::lifecycle`). The worker thread's
+    /// name.
+    pub(crate) thread_name: String,
+    /// Whether a `ManualDriver` runs the worker (no thread is ever started).
+    pub(crate) manual: bool,
+    /// Set when the owner was dropped on the worker thread (inside a task): nobody will call
+    /// `stop()` to take the worker, so a `ManualDriver` may drop it.
+    pub(crate) drained: AtomicBool,
+    /// Whether the timer still counts in the process's live-timer count.
+    pub(crate) counted: crate::sync::process::AtomicBool,
+}
+
+/// The worker's thread, kept under `Shared::control`: the owner's room starts and joins it,
+/// producers unpark it.
+#[derive(Default)]
+pub(crate) struct Control {
+    pub(crate) join: Option<thread::JoinHandle<ParkedWorker>>,
+    pub(crate) worker_thread: Option<thread::Thread>,
+    /// The thread running the worker right now (the worker thread, or a driver's caller).
+    pub(crate) worker_id: Option<thread::ThreadId>,
+}
+
+impl Shared {
+    /// A timer's shared state, not started.
+    pub(crate) fn new(
+        tick_nanos: u64,
+        wheel_len: usize,
+        max_pending: usize,
+        clock: Clock,
+        worker: ParkedWorker,
+        thread_name: String,
+        manual: bool,
+    ) -> Shared {
+        Shared {
+            pending: CachePadded::new(AtomicUsize::new(0)),
+            timeouts: Queue::new(),
+            cancelled: Queue::new(),
+            state: AtomicU8::new(INIT),
+            planned: AtomicU64::new(AWAKE),
+            tick: AtomicU64::new(0),
+            wakeups: AtomicU64::new(0),
+            tick_nanos,
+            wheel_len,
+            // The wheel's key space bounds any limit.
+            max_pending: max_pending.min(MAX_ENTRIES),
+            clock,
+            control: Mutex::new(Control::default()),
+            idle_worker: Mutex::new(Some(worker)),
+            thread_name,
+            manual,
+            drained: AtomicBool::new(false),
+            counted: crate::sync::process::AtomicBool::new(true),
+        }
+    }
+
+    #[inline]
+    pub(crate) fn is_shutdown(&self) -> bool {
+        self.state.load(Ordering::Acquire) == SHUTDOWN
+    }
+
+    #[inline]
+    pub(crate) fn is_started(&self) -> bool {
+        // Acquire: pairs with the Release in `mark_started`.
+        self.state.load(Ordering::Acquire) == STARTED
+    }
+
+    /// INIT -> STARTED, under the `control` lock (held by the caller).
+    pub(crate) fn mark_started(&self) {
+        // Release: pairs with the Acquire in `is_started`.
+        self.state.store(STARTED, Ordering::Release);
+    }
+
+    /// Moves to SHUTDOWN, under the `control` lock (held by the caller); whether it already
+    /// was.
+    pub(crate) fn mark_shutdown(&self) -> bool {
+        self.state.swap(SHUTDOWN, Ordering::SeqCst) == SHUTDOWN
+    }
+
+    /// "not started", "started" or "stopped", from a relaxed load (for `Debug`).
+    pub(crate) fn state_name(&self) -> &'static str {
+        match self.state.load(Ordering::Relaxed) {
+            INIT => "not started",
+            STARTED => "started",
+            _ => "stopped",
+        }
+    }
+
+    /// Queues a timeout of a started timer: its job, due `delay` from now. The producer's
+    /// half of `new_timeout` (the owner's room starts the worker first).
+    #[inline]
+    pub(crate) fn schedule(
+        self: &Arc<Self>,
+        job: BoxedJob,
+        delay: Duration,
+    ) -> Result<TimeoutState, TimerError> {
+        let now = self.clock.now_upper();
+        let deadline = now.saturating_add(duration_to_nanos(delay));
+        let limited = self.max_pending != 0;
+        if limited {
+            self.reserve_limited()?;
+        }
+        let state = {
+            let mut shard = self.timeouts.my_shard();
+            let shard_index = shard.index();
+            let (producer, items) = shard.parts();
+            // Relaxed, under the lock: `stop()` sets SHUTDOWN before it takes each shard and
+            // clears its chunk, so once it has taken this one we see SHUTDOWN here, and push
+            // nothing (it would never be drained) and start no chunk (see `ChunkCursor`).
+            if self.state.load(Ordering::Relaxed) == SHUTDOWN {
+                if limited {
+                    self.pending.fetch_sub(1, Ordering::Relaxed);
+                }
+                return Err(TimerError::Stopped);
+            }
+            if !limited {
+                if producer.credit == 0 {
+                    producer.credit = self.refill_credit()?;
+                }
+                producer.credit -= 1;
+            }
+            items.push(&mut producer.cursor, self, shard_index, job, deadline)
+        };
+        // Nothing to re-check against `stop()`: it sets SHUTDOWN before it takes each shard,
+        // so a push either came before its take (and `stop()` returns this timeout, cancelled,
+        // as it does every timeout that never ran) or we saw SHUTDOWN under the lock above.
+        // No fence before the worker's plan is read either: the worker publishes its plan
+        // before it looks at the shards under their locks, so it sees our entry or we see its
+        // plan (see `sync::Queue`).
+        self.wake_by_end_of_tick_at(now);
+        Ok(state)
+    }
+
+    /// Counts one more pending timeout against `max_pending`, or refuses.
+    #[inline]
+    fn reserve_limited(&self) -> Result<(), TimerError> {
+        // Relaxed: a pure counter; whoever needs to see it settle synchronises through its own
+        // means (a task's side effect, a join).
+        let mut cur = self.pending.load(Ordering::Relaxed);
+        loop {
+            if cur >= self.max_pending {
+                return Err(self.too_many(cur));
+            }
+            match self.pending.compare_exchange_weak(
+                cur,
+                cur + 1,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return Ok(()),
+                Err(actual) => cur = actual,
+            }
+        }
+    }
+
+    /// Without a pending limit, producers count their timeouts in `pending` by batches of
+    /// `CREDIT_BATCH`, kept as credit in their shard of the queue: one shared read-modify-write
+    /// per batch instead of one per timeout (on the line every producer and the worker write).
+    /// The wheel's key space still bounds the count: the last batches shrink to what is left.
+    #[cold]
+    fn refill_credit(&self) -> Result<usize, TimerError> {
+        // Relaxed: see `reserve_limited`.
+        let mut cur = self.pending.load(Ordering::Relaxed);
+        loop {
+            let room = MAX_ENTRIES.saturating_sub(cur);
+            if room == 0 {
+                // The wheel's key space (2^27 - 1 entries, ~6 GB of them): never reached in
+                // practice, but refused rather than overflowed.
+                return Err(TimerError::TooManyPending {
+                    pending: self.counted(),
+                    max: MAX_ENTRIES,
+                });
+            }
+            let take = room.min(CREDIT_BATCH);
+            match self.pending.compare_exchange_weak(
+                cur,
+                cur + take,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return Ok(take),
+                Err(actual) => cur = actual,
+            }
+        }
+    }
+
+    #[cold]
+    fn too_many(&self, pending: usize) -> TimerError {
+        TimerError::TooManyPending {
+            pending,
+            max: self.max_pending,
+        }
+    }
+
+    /// A successful `cancel()`: queue the state for the worker and make sure it runs by the end
+    /// of its current tick.
+    #[inline]
+    pub(crate) fn cancelled(&self, state: TimeoutState) {
+        // No fence: as in `new_timeout`, the queue's lock orders the push before the load of
+        // the worker's plan.
+        self.cancelled.push(state);
+        // Relaxed: a stale (lower) tick only makes us more eager to wake the worker.
+        self.wake_by(self.tick.load(Ordering::Relaxed));
+    }
+
+    /// `wake_by` for the tick that contains `now`, without a division on the common path: the
+    /// worker's plan `p` is past that tick exactly when `p * tick_nanos > now`.
+    #[inline]
+    fn wake_by_end_of_tick_at(&self, now: u64) {
+        // SeqCst: as in `wake_by`, which this only screens for.
+        let planned = self.planned.load(Ordering::SeqCst);
+        if planned != AWAKE && planned.saturating_mul(self.tick_nanos) > now {
+            self.wake_by(now / self.tick_nanos);
+        }
+    }
+
+    /// Makes sure the worker wakes by the end of `tick`: if it plans to sleep past it, lower its
+    /// plan and unpark it. Only the producer whose compare-and-swap lowers the plan unparks, so a
+    /// burst of producers costs one wake-up.
+    #[inline]
+    fn wake_by(&self, tick: u64) {
+        // SeqCst: the plan is one word that the worker and every producer write; keeping all
+        // of its accesses in one total order keeps the reasoning simple (and costs nothing on
+        // the load side on x86). The hand-over with the worker is ordered by the queue locks.
+        let mut planned = self.planned.load(Ordering::SeqCst);
+        while planned > tick && planned != AWAKE {
+            match self.planned.compare_exchange_weak(
+                planned,
+                tick,
+                Ordering::SeqCst,
+                Ordering::SeqCst,
+            ) {
+                Ok(_) => {
+                    self.unpark_worker();
+                    return;
+                }
+                Err(actual) => planned = actual,
+            }
+        }
+    }
+
+    #[cold]
+    fn unpark_worker(&self) {
+        if let Some(t) = &lock(&self.control).worker_thread {
+            t.unpark();
+        }
+    }
+
+    pub(crate) fn on_worker_thread(&self) -> bool {
+        lock(&self.control).worker_id == Some(thread::current().id())
+    }
+
+    pub(crate) fn set_worker_id(&self, id: Option<thread::ThreadId>) {
+        lock(&self.control).worker_id = id;
+    }
+
+    #[inline]
+    pub(crate) fn pending_timeouts(&self) -> usize {
+        if self.is_shutdown() {
+            0
+        } else {
+            self.counted()
+        }
+    }
+
+    /// Timeouts counted as pending: `pending` less the credit the queue's shards hold. Exact
+    /// when nothing runs concurrently; under concurrent scheduling it can be off by what is in
+    /// flight, as Netty's counter is.
+    pub(crate) fn counted(&self) -> usize {
+        // Credit first: a refill seen in a shard is then seen in `pending` too (the refill's
+        // increment is made under the shard's lock, which our read took after it).
+        let credit = self.timeouts.fold_data(0, |sum, p| sum + p.credit);
+        // Relaxed: see `reserve_limited`.
+        self.pending.load(Ordering::Relaxed).saturating_sub(credit)
+    }
+}

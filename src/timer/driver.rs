@@ -1,0 +1,129 @@
+//! The manual driver: a timer's worker run on the caller's thread, on a clock moved by hand,
+//! for deterministic tests.
+//!
+//! Owns [`ManualDriver`]. Touches the shared room (the clock, the worker's slot), the worker
+//! (its `advance`) and the lifecycle's parking of the worker.
+
+use super::lifecycle;
+use crate::clock::duration_to_nanos;
+use crate::shared::Shared;
+use crate::sync::{lock, thread, Arc, Ordering};
+use std::fmt;
+use std::time::Duration;
+
+/// Drives a timer built with [`Builder::build_manual`]: moves its clock and runs due work on the
+/// calling thread. Cloneable; clones drive the same timer.
+///
+/// Each advance runs, for every tick whose end has been reached, Netty's tick in Netty's order:
+/// process cancellations, move queued timeouts into buckets, expire the tick's bucket.
+#[derive(Clone)]
+pub struct ManualDriver {
+    pub(super) shared: Arc<Shared>,
+}
+
+impl ManualDriver {
+    /// Moves the clock forward by `by` and runs everything that became due.
+    ///
+    /// ```
+    /// # use hashed_timer_wheel::HashedWheelTimer;
+    /// # use std::time::Duration;
+    /// let (timer, driver) = HashedWheelTimer::builder().build_manual().unwrap();
+    /// driver.advance(Duration::from_millis(250));
+    /// assert_eq!(driver.now(), Duration::from_millis(250));
+    /// ```
+    pub fn advance(&self, by: Duration) {
+        let to = self
+            .shared
+            .clock
+            .now()
+            .saturating_add(duration_to_nanos(by));
+        self.advance_to_nanos(to);
+    }
+
+    /// Moves the clock to `since_origin` (never backwards) and runs everything that became due.
+    ///
+    /// ```
+    /// # use hashed_timer_wheel::HashedWheelTimer;
+    /// # use std::time::Duration;
+    /// let (_timer, driver) = HashedWheelTimer::builder().build_manual().unwrap();
+    /// driver.advance_to(Duration::from_secs(1));
+    /// driver.advance_to(Duration::from_millis(1)); // no effect: time does not go back
+    /// assert_eq!(driver.now(), Duration::from_secs(1));
+    /// ```
+    pub fn advance_to(&self, since_origin: Duration) {
+        self.advance_to_nanos(duration_to_nanos(since_origin));
+    }
+
+    fn advance_to_nanos(&self, nanos: u64) {
+        let mut slot = lock(&self.shared.idle_worker);
+        self.shared.clock.advance_to(nanos);
+        let Some(parked) = slot.as_mut() else {
+            return; // stopped
+        };
+        if self.shared.is_shutdown() {
+            // A `stop()` under way takes the worker next and returns what its wheel holds: leave
+            // it. Only when nobody will (the owner was dropped inside a task) drop it here.
+            // Acquire: pairs with the Release in `shutdown_from_worker`.
+            if self.shared.drained.load(Ordering::Acquire) {
+                drop(slot.take());
+            }
+            return;
+        }
+        if !self.shared.is_started() {
+            return; // nothing scheduled yet
+        }
+        let worker = lifecycle::parked_mut(parked);
+        self.shared.set_worker_id(Some(thread::current().id()));
+        let now = self.shared.clock.now();
+        worker.advance(&self.shared, now);
+        // As the worker thread does: buffers and spare chunks are kept while producers are at
+        // work (the ticks just run took something from the queues), given back once idle.
+        if worker.next_work_tick(&self.shared) != Some(worker.tick()) && !worker.was_busy() {
+            worker.release_idle_buffers(&self.shared);
+        }
+        self.shared.set_worker_id(None);
+        // Acquire: pairs with the Release in `shutdown_from_worker`.
+        if self.shared.is_shutdown() && self.shared.drained.load(Ordering::Acquire) {
+            // A task dropped the owner: nobody else will drop the worker, whose entries may
+            // hold handles on this timer.
+            drop(slot.take());
+        }
+    }
+
+    /// The manual clock's time since the timer's origin.
+    ///
+    /// ```
+    /// # use hashed_timer_wheel::HashedWheelTimer;
+    /// let (_timer, driver) = HashedWheelTimer::builder().build_manual().unwrap();
+    /// assert_eq!(driver.now(), std::time::Duration::ZERO);
+    /// ```
+    pub fn now(&self) -> Duration {
+        Duration::from_nanos(self.shared.clock.now())
+    }
+
+    /// The tick being processed (inside a task) or the next one to process (between advances).
+    ///
+    /// ```
+    /// # use hashed_timer_wheel::HashedWheelTimer;
+    /// # use std::time::Duration;
+    /// let (timer, driver) = HashedWheelTimer::builder()
+    ///     .tick_duration(Duration::from_millis(10))
+    ///     .build_manual()
+    ///     .unwrap();
+    /// timer.start().unwrap();
+    /// driver.advance(Duration::from_millis(35));
+    /// assert_eq!(driver.current_tick(), 3);
+    /// ```
+    pub fn current_tick(&self) -> u64 {
+        self.shared.tick.load(Ordering::Relaxed)
+    }
+}
+
+impl fmt::Debug for ManualDriver {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ManualDriver")
+            .field("now", &self.now())
+            .field("current_tick", &self.current_tick())
+            .finish()
+    }
+}

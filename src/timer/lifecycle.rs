@@ -1,0 +1,162 @@
+//! Starting and stopping: the lazy start of the worker thread, `stop()`, dropping the owner on
+//! the worker thread, and the process's live-timer count.
+//!
+//! Owns the moves of the shared run state (`INIT -> STARTED -> SHUTDOWN`, under the `control`
+//! lock) and the worker's hand-overs: from its idle slot to a thread, and back out of the
+//! thread (or the slot) at `stop()`, when what never ran is returned. Touches the shared room,
+//! the worker (to spawn, join and drain it) and the public `Timeout`.
+
+use crate::shared::cells::TimeoutState;
+use crate::shared::{ParkedWorker, Shared};
+use crate::sync::{lock, process, thread, Arc, Ordering};
+use crate::worker::{self, Worker};
+use crate::{Timeout, TimerError};
+
+/// Live timers in the process above which an error is logged once (Netty's
+/// `INSTANCE_COUNT_LIMIT`). A timer counts from construction until it is stopped or dropped.
+///
+/// ```
+/// assert_eq!(hashed_timer_wheel::INSTANCE_COUNT_LIMIT, 64);
+/// ```
+pub const INSTANCE_COUNT_LIMIT: usize = 64;
+
+static INSTANCES: process::AtomicUsize = process::AtomicUsize::new(0);
+static WARNED_TOO_MANY: process::AtomicBool = process::AtomicBool::new(false);
+
+/// Counts a new timer; past [`INSTANCE_COUNT_LIMIT`] logs Netty's error, once per process.
+pub(super) fn count_instance() {
+    let live = INSTANCES.fetch_add(1, Ordering::Relaxed) + 1;
+    if live > INSTANCE_COUNT_LIMIT && !WARNED_TOO_MANY.swap(true, Ordering::Relaxed) {
+        log::error!(
+            "you are creating too many HashedWheelTimer instances ({live} live). \
+             HashedWheelTimer is a shared resource that must be reused across the process, \
+             so that only a few instances are created"
+        );
+    }
+}
+
+fn uncount(shared: &Shared) {
+    if shared.counted.swap(false, Ordering::Relaxed) {
+        INSTANCES.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// The worker as the shared room keeps it.
+pub(super) fn park(worker: Worker) -> ParkedWorker {
+    Box::new(worker)
+}
+
+/// The worker back from the shared room's slot (only this room puts one there).
+pub(super) fn unpark(parked: ParkedWorker) -> Worker {
+    *parked
+        .downcast::<Worker>()
+        .expect("the shared room keeps only workers in its slot")
+}
+
+/// The parked worker, borrowed.
+pub(super) fn parked_mut(parked: &mut ParkedWorker) -> &mut Worker {
+    parked
+        .downcast_mut::<Worker>()
+        .expect("the shared room keeps only workers in its slot")
+}
+
+/// The first `new_timeout` (or `start()`): starts the worker thread, once, unless a
+/// `ManualDriver` runs the worker.
+#[cold]
+pub(super) fn start_slow(shared: &Arc<Shared>) -> Result<(), TimerError> {
+    let mut control = lock(&shared.control);
+    if shared.is_started() {
+        return Ok(());
+    }
+    if shared.is_shutdown() {
+        return Err(TimerError::Stopped);
+    }
+    if !shared.manual {
+        let parked = lock(&shared.idle_worker)
+            .take()
+            .expect("an unstarted timer holds its worker");
+        let mut worker = unpark(parked);
+        worker.set_tick(shared.clock.now() / shared.tick_nanos);
+        let for_thread = Arc::clone(shared);
+        let join = thread::Builder::new()
+            .name(shared.thread_name.clone())
+            .spawn(move || park(worker::run(worker, for_thread)))
+            .unwrap_or_else(|e| panic!("hashed-timer-wheel: cannot spawn the worker thread: {e}"));
+        control.worker_thread = Some(join.thread().clone());
+        control.worker_id = Some(join.thread().id());
+        control.join = Some(join);
+    }
+    shared.mark_started();
+    Ok(())
+}
+
+/// `stop()`: see `HashedWheelTimer::stop`.
+pub(super) fn stop(shared: &Arc<Shared>) -> Result<Vec<Timeout>, TimerError> {
+    if shared.on_worker_thread() {
+        return Err(TimerError::StopFromWorker);
+    }
+    let (was_stopped, join) = {
+        let mut control = lock(&shared.control);
+        (shared.mark_shutdown(), control.join.take())
+    };
+    if was_stopped {
+        return Ok(Vec::new());
+    }
+    uncount(shared);
+    let worker = match join {
+        Some(join) => {
+            join.thread().unpark();
+            // The worker thread returns its wheel when it leaves its loop. It cannot panic
+            // (tasks run under catch_unwind); if it did, its timeouts are lost with it.
+            join.join().ok()
+        }
+        // Not started, or manual: waits for a driver that is advancing.
+        None => lock(&shared.idle_worker).take(),
+    };
+    let mut out = Vec::new();
+    let mut give_back = |state: TimeoutState| {
+        if state.try_cancel() {
+            out.push(Timeout { state });
+        }
+    };
+    if let Some(worker) = worker {
+        for state in unpark(worker).drain() {
+            give_back(state);
+        }
+    }
+    // Take the buffers themselves, so that their memory goes too. A producer that locks a
+    // shard after this take sees SHUTDOWN (set above) and pushes nothing: nothing stays
+    // queued, where a task holding a handle would keep the timer alive.
+    let queued = shared.timeouts.take_all();
+    // The shards' current and spare chunks hold handles on this timer: let them go (a
+    // producer that locks a shard after this sees SHUTDOWN and starts no chunk; the worker,
+    // handing spares over under the same lock, sees it too and hands none).
+    shared.timeouts.for_each_data(|p| p.cursor.clear());
+    for state in queued.into_states() {
+        give_back(state);
+    }
+    drop(shared.cancelled.take_all());
+    Ok(out)
+}
+
+/// Dropping the owner on the worker thread (inside a task): stop without waiting for
+/// ourselves. The worker leaves its loop after the running task and drops its wheel.
+pub(super) fn shutdown_from_worker(shared: &Shared) {
+    let join = {
+        let mut control = lock(&shared.control);
+        shared.mark_shutdown();
+        control.join.take()
+    };
+    // Release: pairs with the Acquires in `ManualDriver::advance_to_nanos`.
+    shared.drained.store(true, Ordering::Release);
+    uncount(shared);
+    // Detach: the thread's result (its wheel) is dropped when it finishes.
+    drop(join);
+    // Nobody will drain the queues: do it now, so that queued tasks holding a handle on
+    // this timer do not keep it alive in a cycle.
+    for state in shared.timeouts.take_all().into_states() {
+        state.try_cancel();
+    }
+    shared.timeouts.for_each_data(|p| p.cursor.clear());
+    drop(shared.cancelled.take_all());
+}

@@ -1,0 +1,482 @@
+//! The owner's room: the public timer types, how they start, drive and stop the worker.
+//!
+//! Owns [`HashedWheelTimer`] (the owner), the methods of [`TimerHandle`], the [`Timer`] trait,
+//! [`TimerStats`], the [`Builder`] (`builder.rs`), the [`ManualDriver`] (`driver.rs`) and the
+//! lifecycle (`lifecycle.rs`: lazy start, `stop()`, the live-timer count). Touches every room
+//! below it: the shared state, the worker, the clock, the wheel's limits; and the other public
+//! handle types (`Timeout`, `TimerTask`), which refer back to it as Netty's interfaces do.
+
+mod builder;
+mod driver;
+mod lifecycle;
+
+pub use builder::Builder;
+pub use driver::ManualDriver;
+pub use lifecycle::INSTANCE_COUNT_LIMIT;
+
+use crate::shared::{BoxedJob, Shared, TimerHandle};
+use crate::sync::{Arc, Ordering};
+use crate::{Timeout, TimerError, TimerTask};
+use std::fmt;
+use std::time::Duration;
+
+/// The largest wheel: `ticks_per_wheel` above this is an error (as in Netty before 4.1.107).
+///
+/// ```
+/// use hashed_timer_wheel::{HashedWheelTimer, MAX_TICKS_PER_WHEEL};
+///
+/// assert!(HashedWheelTimer::builder().ticks_per_wheel(MAX_TICKS_PER_WHEEL + 1).build().is_err());
+/// ```
+pub const MAX_TICKS_PER_WHEEL: usize = 1 << 30;
+
+/// With the clock held (`loom_hooks::hold_clock`): moves `timer`'s clock to `to` (never back)
+/// and, as the OS timer of a `park_timeout` would, unparks the worker if the tick it planned to
+/// sleep to has ended.
+#[cfg(loom)]
+pub fn advance_clock(timer: &HashedWheelTimer, to: Duration) {
+    let shared = &timer.shared;
+    let now = crate::clock::duration_to_nanos(to);
+    shared.clock.advance_to(now);
+    // Pairs with the fence in the worker's `sleep_until_end_of`.
+    crate::sync::fence(Ordering::SeqCst);
+    let planned = shared.planned.load(Ordering::SeqCst);
+    let ends = planned.saturating_add(1).saturating_mul(shared.tick_nanos);
+    if planned < crate::shared::AWAKE && ends <= now {
+        crate::sync::loom_hooks::unpark_worker();
+    }
+}
+
+/// Every `new_timeout`: starts the worker on the first call, then queues the job.
+#[inline]
+fn new_timeout(
+    shared: &Arc<Shared>,
+    job: BoxedJob,
+    delay: Duration,
+) -> Result<Timeout, TimerError> {
+    if !shared.is_started() {
+        lifecycle::start_slow(shared)?;
+    }
+    shared.schedule(job, delay).map(|state| Timeout { state })
+}
+
+impl TimerHandle {
+    /// Schedules `task` to run once after `delay`. See [`HashedWheelTimer::new_timeout`].
+    ///
+    /// # Errors
+    /// [`TimerError::Stopped`] after `stop()` or once the owner is dropped;
+    /// [`TimerError::TooManyPending`] at the pending limit.
+    ///
+    /// ```
+    /// # use hashed_timer_wheel::HashedWheelTimer;
+    /// # use std::time::Duration;
+    /// let timer = HashedWheelTimer::default();
+    /// let t = timer.handle().new_timeout(|_: &_| {}, Duration::from_secs(1)).unwrap();
+    /// t.cancel();
+    /// ```
+    #[inline]
+    pub fn new_timeout<T: TimerTask>(
+        &self,
+        task: T,
+        delay: Duration,
+    ) -> Result<Timeout, TimerError> {
+        new_timeout(&self.shared, Box::new(task), delay)
+    }
+
+    /// Stops the timer. See [`HashedWheelTimer::stop`].
+    ///
+    /// # Errors
+    /// [`TimerError::StopFromWorker`] when called from inside a task on the worker thread.
+    ///
+    /// ```
+    /// # use hashed_timer_wheel::HashedWheelTimer;
+    /// let timer = HashedWheelTimer::default();
+    /// assert!(timer.handle().stop().unwrap().is_empty());
+    /// assert!(timer.is_stopped());
+    /// ```
+    pub fn stop(&self) -> Result<Vec<Timeout>, TimerError> {
+        lifecycle::stop(&self.shared)
+    }
+
+    /// Timeouts accepted and neither expired nor processed as cancelled. See
+    /// [`HashedWheelTimer::pending_timeouts`].
+    ///
+    /// ```
+    /// # use hashed_timer_wheel::HashedWheelTimer;
+    /// let timer = HashedWheelTimer::default();
+    /// assert_eq!(timer.handle().pending_timeouts(), 0);
+    /// ```
+    pub fn pending_timeouts(&self) -> usize {
+        self.shared.pending_timeouts()
+    }
+
+    /// Whether the timer has been stopped (or its owner dropped).
+    ///
+    /// ```
+    /// # use hashed_timer_wheel::HashedWheelTimer;
+    /// let timer = HashedWheelTimer::default();
+    /// let handle = timer.handle();
+    /// drop(timer);
+    /// assert!(handle.is_stopped());
+    /// ```
+    pub fn is_stopped(&self) -> bool {
+        self.shared.is_shutdown()
+    }
+}
+
+impl fmt::Debug for TimerHandle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        debug_shared(&self.shared, f.debug_struct("TimerHandle"))
+    }
+}
+
+fn debug_shared(s: &Shared, mut d: fmt::DebugStruct<'_, '_>) -> fmt::Result {
+    d.field("state", &s.state_name())
+        .field("tick_duration", &Duration::from_nanos(s.tick_nanos))
+        .field("wheel_len", &s.wheel_len)
+        .field("pending", &s.counted())
+        .field("max_pending", &s.max_pending)
+        .finish_non_exhaustive()
+}
+
+/// Netty's `Timer` interface: code that takes "any timer" takes `&dyn Timer` or `impl Timer`.
+///
+/// Implemented by [`HashedWheelTimer`] and [`TimerHandle`]; implement it for a fake to test code
+/// that schedules work. The task is boxed so that the trait stays object-safe; the inherent
+/// `new_timeout` methods take any `TimerTask` unboxed.
+///
+/// ```
+/// use hashed_timer_wheel::{HashedWheelTimer, Timeout, Timer, TimerError};
+/// use std::time::Duration;
+///
+/// fn arm_idle_check(timer: &dyn Timer) -> Result<Timeout, TimerError> {
+///     timer.new_timeout(Box::new(|_: &Timeout| println!("idle")), Duration::from_secs(60))
+/// }
+///
+/// let timer = HashedWheelTimer::default();
+/// arm_idle_check(&timer).unwrap().cancel();
+/// ```
+pub trait Timer: Send + Sync {
+    /// Schedules `task` to run once after `delay`.
+    ///
+    /// # Errors
+    /// As [`HashedWheelTimer::new_timeout`].
+    fn new_timeout(&self, task: Box<dyn TimerTask>, delay: Duration)
+        -> Result<Timeout, TimerError>;
+
+    /// Stops the timer and returns the timeouts that never ran, now cancelled.
+    ///
+    /// # Errors
+    /// As [`HashedWheelTimer::stop`].
+    fn stop(&self) -> Result<Vec<Timeout>, TimerError>;
+
+    /// Timeouts accepted and neither expired nor processed as cancelled.
+    fn pending_timeouts(&self) -> usize;
+}
+
+impl Timer for TimerHandle {
+    fn new_timeout(
+        &self,
+        task: Box<dyn TimerTask>,
+        delay: Duration,
+    ) -> Result<Timeout, TimerError> {
+        new_timeout(&self.shared, Box::new(task), delay)
+    }
+    fn stop(&self) -> Result<Vec<Timeout>, TimerError> {
+        lifecycle::stop(&self.shared)
+    }
+    fn pending_timeouts(&self) -> usize {
+        self.shared.pending_timeouts()
+    }
+}
+
+impl Timer for HashedWheelTimer {
+    fn new_timeout(
+        &self,
+        task: Box<dyn TimerTask>,
+        delay: Duration,
+    ) -> Result<Timeout, TimerError> {
+        new_timeout(&self.shared, Box::new(task), delay)
+    }
+    fn stop(&self) -> Result<Vec<Timeout>, TimerError> {
+        lifecycle::stop(&self.shared)
+    }
+    fn pending_timeouts(&self) -> usize {
+        self.shared.pending_timeouts()
+    }
+}
+
+/// Counters about the worker, for monitoring and for tests that check it sleeps when idle.
+///
+/// ```
+/// use hashed_timer_wheel::{HashedWheelTimer, Timeout};
+/// use std::time::Duration;
+///
+/// let timer = HashedWheelTimer::new(Duration::from_millis(1), 512);
+/// timer.new_timeout(|_: &Timeout| {}, Duration::from_secs(3600)).unwrap();
+/// std::thread::sleep(Duration::from_millis(100));
+/// // Netty's worker would have woken about 100 times by now; this one woke to move the timeout
+/// // into its bucket, and sleeps until the hour is up.
+/// assert!(timer.stats().wakeups < 10);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct TimerStats {
+    /// Times the worker thread woke from sleeping (timer elapsed or unparked).
+    pub wakeups: u64,
+    /// The worker's current tick: the next tick it will process (or the one it is processing).
+    pub tick: u64,
+}
+
+/// A hashed wheel timer: Netty's `HashedWheelTimer`, with the same contract and timing.
+///
+/// The owner of the timer. It is `Send + Sync`: share it behind an `Arc`, or hand out cheap
+/// [`TimerHandle`]s (which do not keep it alive). Dropping the owner stops the worker thread
+/// and drops every task that never ran; no thread outlives the timer.
+///
+/// ```
+/// use hashed_timer_wheel::{HashedWheelTimer, Timeout};
+/// use std::sync::mpsc;
+/// use std::time::Duration;
+///
+/// let timer = HashedWheelTimer::new(Duration::from_millis(10), 512);
+/// let (tx, rx) = mpsc::channel();
+/// timer.new_timeout(move |_: &Timeout| tx.send("fired").unwrap(), Duration::from_millis(20))?;
+/// assert_eq!(rx.recv().unwrap(), "fired");
+/// # Ok::<(), hashed_timer_wheel::TimerError>(())
+/// ```
+pub struct HashedWheelTimer {
+    pub(crate) shared: Arc<Shared>,
+}
+
+impl HashedWheelTimer {
+    /// A timer with the given tick and wheel size, tasks run on its worker thread, no pending
+    /// limit. `ticks_per_wheel` is rounded up to a power of two; a tick below 1 ms becomes 1 ms
+    /// (with a warning in the log).
+    ///
+    /// # Panics
+    /// On a zero tick, a zero or above-2^30 `ticks_per_wheel`, or a tick times wheel length that
+    /// overflows 64-bit nanoseconds. Use [`HashedWheelTimer::builder`] to get these as errors.
+    ///
+    /// ```
+    /// use hashed_timer_wheel::HashedWheelTimer;
+    /// use std::time::Duration;
+    ///
+    /// let timer = HashedWheelTimer::new(Duration::from_millis(100), 500);
+    /// assert_eq!(timer.wheel_len(), 512);
+    /// ```
+    pub fn new(tick_duration: Duration, ticks_per_wheel: usize) -> HashedWheelTimer {
+        Builder::new()
+            .tick_duration(tick_duration)
+            .ticks_per_wheel(ticks_per_wheel)
+            .build()
+            .unwrap_or_else(|e| panic!("invalid HashedWheelTimer arguments: {e}"))
+    }
+
+    /// A builder for every option.
+    ///
+    /// ```
+    /// use hashed_timer_wheel::HashedWheelTimer;
+    /// use std::time::Duration;
+    ///
+    /// let timer = HashedWheelTimer::builder()
+    ///     .tick_duration(Duration::from_millis(10))
+    ///     .ticks_per_wheel(1024)
+    ///     .max_pending_timeouts(100_000)
+    ///     .thread_name("request-timeouts")
+    ///     .build()?;
+    /// # Ok::<(), hashed_timer_wheel::BuildError>(())
+    /// ```
+    pub fn builder() -> Builder {
+        Builder::new()
+    }
+
+    /// Schedules `task` to run once, on the worker thread (or the executor), after `delay`.
+    ///
+    /// The task runs no earlier than `delay` from now and, unless the worker is overloaded,
+    /// at most about one tick later. `Duration::ZERO` runs it on the next tick;
+    /// `Duration::MAX` never (the deadline saturates, it does not wrap). The first call starts
+    /// the worker thread.
+    ///
+    /// # Errors
+    /// [`TimerError::Stopped`] once the timer is stopped (checked first);
+    /// [`TimerError::TooManyPending`] when `max_pending_timeouts` timeouts are pending. A refused
+    /// call changes nothing.
+    ///
+    /// ```
+    /// use hashed_timer_wheel::{HashedWheelTimer, Timeout};
+    /// use std::time::Duration;
+    ///
+    /// let timer = HashedWheelTimer::new(Duration::from_millis(10), 64);
+    /// let request_timeout = timer.new_timeout(
+    ///     |_: &Timeout| eprintln!("request timed out"),
+    ///     Duration::from_secs(5),
+    /// )?;
+    /// // The response arrived in time:
+    /// request_timeout.cancel();
+    /// # Ok::<(), hashed_timer_wheel::TimerError>(())
+    /// ```
+    #[inline]
+    pub fn new_timeout<T: TimerTask>(
+        &self,
+        task: T,
+        delay: Duration,
+    ) -> Result<Timeout, TimerError> {
+        new_timeout(&self.shared, Box::new(task), delay)
+    }
+
+    /// Starts the worker thread now rather than on the first `new_timeout`. Starting a started
+    /// timer does nothing.
+    ///
+    /// # Errors
+    /// [`TimerError::Stopped`] once the timer is stopped.
+    ///
+    /// # Panics
+    /// If the operating system refuses to create the thread.
+    ///
+    /// ```
+    /// # use hashed_timer_wheel::HashedWheelTimer;
+    /// let timer = HashedWheelTimer::default();
+    /// timer.start().unwrap();
+    /// timer.start().unwrap();
+    /// ```
+    pub fn start(&self) -> Result<(), TimerError> {
+        if self.shared.is_started() {
+            return Ok(());
+        }
+        lifecycle::start_slow(&self.shared)
+    }
+
+    /// Stops the timer for good and returns every timeout that had neither expired nor been
+    /// cancelled, each now cancelled (their tasks are dropped), in no particular order (as
+    /// Netty's `Set`).
+    ///
+    /// Wakes the worker and waits for the task it is running, if any. Before start, or when
+    /// already stopped, returns an empty list. Afterwards `new_timeout` and `start` return
+    /// [`TimerError::Stopped`] and `pending_timeouts()` is 0.
+    ///
+    /// # Errors
+    /// [`TimerError::StopFromWorker`] when called from a task running on the worker thread (it
+    /// would wait for itself). The timer keeps running.
+    ///
+    /// ```
+    /// use hashed_timer_wheel::HashedWheelTimer;
+    /// use std::time::Duration;
+    ///
+    /// let timer = HashedWheelTimer::new(Duration::from_millis(10), 64);
+    /// let t = timer.new_timeout(|_: &_| {}, Duration::from_secs(60)).unwrap();
+    /// let never_ran = timer.stop().unwrap();
+    /// assert_eq!(never_ran, vec![t.clone()]);
+    /// assert!(t.is_cancelled());
+    /// ```
+    #[must_use = "the returned timeouts never ran; ignore them explicitly if that is intended"]
+    pub fn stop(&self) -> Result<Vec<Timeout>, TimerError> {
+        lifecycle::stop(&self.shared)
+    }
+
+    /// Timeouts accepted that have neither expired nor had their cancellation processed: the
+    /// memory the timer holds, which `max_pending_timeouts` bounds. 0 after `stop()`.
+    ///
+    /// Exact whenever no other thread is scheduling at that moment; while others are, it may
+    /// count a few of their timeouts early or late (as Netty's counter may). Without a pending
+    /// limit producers count in batches (see the performance notes in `benches/README.md`), so
+    /// this call takes a lock per queue shard: a statistic, not a hot-path call.
+    ///
+    /// ```
+    /// # use hashed_timer_wheel::HashedWheelTimer;
+    /// # use std::time::Duration;
+    /// let timer = HashedWheelTimer::default();
+    /// let t = timer.new_timeout(|_: &_| {}, Duration::from_secs(60)).unwrap();
+    /// assert_eq!(timer.pending_timeouts(), 1);
+    /// ```
+    #[inline]
+    pub fn pending_timeouts(&self) -> usize {
+        self.shared.pending_timeouts()
+    }
+
+    /// A cheap handle that schedules on this timer without owning it.
+    ///
+    /// ```
+    /// # use hashed_timer_wheel::HashedWheelTimer;
+    /// let timer = HashedWheelTimer::default();
+    /// let handle = timer.handle();
+    /// assert!(!handle.is_stopped());
+    /// ```
+    pub fn handle(&self) -> TimerHandle {
+        TimerHandle {
+            shared: Arc::clone(&self.shared),
+        }
+    }
+
+    /// Whether the timer has been stopped.
+    ///
+    /// ```
+    /// # use hashed_timer_wheel::HashedWheelTimer;
+    /// let timer = HashedWheelTimer::default();
+    /// let _ = timer.stop();
+    /// assert!(timer.is_stopped());
+    /// ```
+    pub fn is_stopped(&self) -> bool {
+        self.shared.is_shutdown()
+    }
+
+    /// The tick duration in use (after the 1 ms clamp).
+    ///
+    /// ```
+    /// # use hashed_timer_wheel::HashedWheelTimer;
+    /// # use std::time::Duration;
+    /// let timer = HashedWheelTimer::new(Duration::from_micros(10), 8);
+    /// assert_eq!(timer.tick_duration(), Duration::from_millis(1));
+    /// ```
+    pub fn tick_duration(&self) -> Duration {
+        Duration::from_nanos(self.shared.tick_nanos)
+    }
+
+    /// The number of buckets: `ticks_per_wheel` rounded up to a power of two.
+    ///
+    /// ```
+    /// # use hashed_timer_wheel::HashedWheelTimer;
+    /// # use std::time::Duration;
+    /// assert_eq!(HashedWheelTimer::new(Duration::from_millis(1), 3).wheel_len(), 4);
+    /// ```
+    pub fn wheel_len(&self) -> usize {
+        self.shared.wheel_len
+    }
+
+    /// Counters about the worker (wake-ups, current tick).
+    ///
+    /// ```
+    /// # use hashed_timer_wheel::HashedWheelTimer;
+    /// let timer = HashedWheelTimer::default();
+    /// assert_eq!(timer.stats().wakeups, 0, "not started: never woke");
+    /// ```
+    pub fn stats(&self) -> TimerStats {
+        TimerStats {
+            wakeups: self.shared.wakeups.load(Ordering::Relaxed),
+            tick: self.shared.tick.load(Ordering::Relaxed),
+        }
+    }
+}
+
+impl Default for HashedWheelTimer {
+    /// 100 ms tick, 512 buckets: Netty's defaults.
+    fn default() -> Self {
+        Builder::new().build().expect("the defaults are valid")
+    }
+}
+
+impl Drop for HashedWheelTimer {
+    fn drop(&mut self) {
+        if self.shared.on_worker_thread() {
+            lifecycle::shutdown_from_worker(&self.shared);
+        } else {
+            // Cannot fail off the worker thread; what never ran is dropped.
+            let _ = lifecycle::stop(&self.shared);
+        }
+    }
+}
+
+impl fmt::Debug for HashedWheelTimer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        debug_shared(&self.shared, f.debug_struct("HashedWheelTimer"))
+    }
+}

@@ -1,0 +1,96 @@
+//! The worker thread: the loop that runs due ticks, publishes its plan and sleeps until the
+//! next tick with work (see the worker room's docs, "Sleeping").
+//!
+//! Owns the thread's loop and its sleep; touches the worker ([`Worker`]), the shared room (the
+//! plan, the queues, the clock) and `sync`. Never the owner: the owner's room spawns this loop
+//! and joins it.
+
+use super::Worker;
+use crate::shared::{Shared, AWAKE};
+#[cfg(loom)]
+use crate::sync::fence;
+use crate::sync::{thread, Arc, Ordering};
+
+/// The worker thread's loop. Returns the worker (with whatever it still holds) at shutdown.
+pub(crate) fn run(mut worker: Worker, shared: Arc<Shared>) -> Worker {
+    loop {
+        let now = shared.clock.now();
+        worker.advance(&shared, now);
+
+        // Publish the plan, then look at the queues again, under their locks (see the module
+        // docs).
+        let mut plan = worker.next_work_tick(&shared).unwrap_or(u64::MAX);
+        if plan > worker.tick && worker.was_busy() {
+            // The queues gave work in the ticks just run but are empty this instant (the
+            // transfer ran them dry): producers are likely still at it. Look again at the end
+            // of this tick, keeping the buffers, rather than park and have the next producer
+            // unpark us (a system call on its side) and regrow the buffers we gave back. One
+            // wake-up after a burst ends; an idle timer still never wakes.
+            plan = worker.tick;
+        }
+        shared.planned.store(plan, Ordering::SeqCst);
+        if plan > worker.tick && (!shared.timeouts.is_empty() || !shared.cancelled.is_empty()) {
+            plan = worker.tick;
+            shared.planned.store(plan, Ordering::SeqCst);
+        }
+        // A producer may have lowered the plan since: honour the lower of the two.
+        plan = plan.min(shared.planned.load(Ordering::SeqCst));
+        if shared.is_shutdown() {
+            break;
+        }
+        if plan > worker.tick {
+            // Idle until a later tick: nothing is queued.
+            worker.release_idle_buffers(&shared);
+        }
+        sleep_until_end_of(&shared, plan);
+        shared.planned.store(AWAKE, Ordering::SeqCst);
+        // Relaxed: a statistic.
+        shared.wakeups.fetch_add(1, Ordering::Relaxed);
+        if shared.is_shutdown() {
+            break;
+        }
+    }
+    worker
+}
+
+/// Sleeps until the end of `tick` (`u64::MAX`: until unparked). May return early (unpark,
+/// spurious wake-up); the loop re-plans.
+#[cfg(not(loom))]
+fn sleep_until_end_of(shared: &Shared, tick: u64) {
+    if tick == u64::MAX {
+        thread::park();
+        return;
+    }
+    let wake_at = tick.saturating_add(1).saturating_mul(shared.tick_nanos);
+    let now = shared.clock.now();
+    if wake_at > now {
+        thread::park_timeout(std::time::Duration::from_nanos(wake_at - now));
+    }
+}
+
+/// Under loom time is a manual clock: a bounded sleep jumps the clock to its end; an unbounded
+/// one is a real (loom) park, so a lost wake-up shows up as a deadlock.
+///
+/// A model that holds the clock (`loom_hooks::hold_clock`) moves time itself, and a bounded
+/// sleep is then a park too, ended like an OS timer would end it: by the model's clock
+/// (`loom_hooks::advance_clock`) once the planned tick is over. A wake-up the worker needed
+/// earlier and did not get is then a deadlock as well.
+#[cfg(loom)]
+fn sleep_until_end_of(shared: &Shared, tick: u64) {
+    if tick == u64::MAX {
+        thread::park();
+        return;
+    }
+    let wake_at = tick.saturating_add(1).saturating_mul(shared.tick_nanos);
+    if crate::sync::loom_hooks::clock_held() {
+        // The model's clock stands for real time, which no memory ordering hides from a sleeping
+        // thread: this fence and the one in `advance_clock` make sure that either we see the
+        // time or the clock sees our plan (and unparks us).
+        fence(Ordering::SeqCst);
+        if shared.clock.now() < wake_at {
+            thread::park();
+        }
+        return;
+    }
+    shared.clock.advance_to(wake_at);
+}
