@@ -1,4 +1,6 @@
-//! Error types.
+//! The public error types: why a timer could not be built, why an operation was refused.
+//!
+//! Owns [`BuildError`] and [`TimerError`]; touches nothing of the crate.
 
 use std::fmt;
 use std::time::Duration;

@@ -1,5 +1,8 @@
 //! The pure wheel: buckets, mask indexing, rounds, expiry. No threads, no clock, no atomics.
 //!
+//! Owns the wheel's data structure (slab, buckets, occupancy bitmap) and its arithmetic (fire
+//! ticks, `remaining_rounds`); touches nothing of the crate.
+//!
 //! # Ground rules
 //! Only the worker owns a `Wheel`; producers never touch it (they talk to the worker through the
 //! queues in `Shared`). Everything here is single-threaded and deterministic, so it is tested

@@ -78,7 +78,7 @@ impl Builder {
     }
 
     /// At most this many timeouts pending at once; `new_timeout` refuses the next one with
-    /// [`TimerError::TooManyPending`]. 0 (the default) means no limit of your own; a timer
+    /// [`TimerError::TooManyPending`](crate::TimerError::TooManyPending). 0 (the default) means no limit of your own; a timer
     /// never holds more than 134 217 727 (2^27 - 1) pending timeouts, the size of its wheel's
     /// key space (some 6 GB of them).
     ///

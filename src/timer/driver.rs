@@ -11,7 +11,7 @@ use crate::sync::{lock, thread, Arc, Ordering};
 use std::fmt;
 use std::time::Duration;
 
-/// Drives a timer built with [`Builder::build_manual`]: moves its clock and runs due work on the
+/// Drives a timer built with [`Builder::build_manual`](crate::Builder::build_manual): moves its clock and runs due work on the
 /// calling thread. Cloneable; clones drive the same timer.
 ///
 /// Each advance runs, for every tick whose end has been reached, Netty's tick in Netty's order:
