@@ -1,26 +1,38 @@
-//! The six workloads of `../shared/bench/README.md`, run on this crate with the parameters and
-//! output lines of `NettyBench.java`, so that one run of both gives ratios.
+//! The eight workloads of `../shared/bench/netty/NettyBench.java` (`schedule`,
+//! `schedule_capture`, `schedule_cancel`, `multi_producer`, `expire`, `memory`, `idle`, `held`),
+//! run on this crate with its parameters and output lines, so that one run of both gives ratios.
 //!
 //! ```text
-//! cargo bench --bench netty_workloads                 # all six
+//! cargo bench --bench netty_workloads                 # all eight
 //! cargo bench --bench netty_workloads -- expire       # one
 //! N=100000 REPS=3 cargo bench --bench netty_workloads # a quick run
 //! ```
 //!
+//! `schedule_capture` is `schedule` with a task that captures 16 bytes (an id and a shared
+//! `&'static AtomicU64`), so that boxing it allocates, as real tasks do. `held` keeps N timeouts
+//! due evenly over [1 s, 1 h) and measures process CPU over `IDLE_S` seconds from 2 s after
+//! scheduling (`cpu_ms_per_s`, as Netty); it also prints figures Netty does not: `late_p99_ms`
+//! and `fired` (the timeouts that ran inside that window), `stop_ms` (`stop()` with the rest still
+//! pending) and `drop_ms` (dropping the timeouts `stop()` hands back). Its tasks carry their
+//! 8-byte deadline where Netty's share one no-op, so they cost an allocation each, freed in
+//! `drop_ms`.
+//!
 //! Environment overrides (Netty's system properties): `N` (1 000 000), `REPS` (5), `THREADS`
-//! (2, for `multi_producer`), `IDLE_S` (5). See `benches/README.md`. Diagnostics for `expire`
-//! on stderr: `DEBUG_EXPIRE=1` (when the scheduling loop ended), `DEBUG_LATE=1` (where in the
-//! window the timeouts more than 1.5 ms late were, by percent of the window).
+//! (2, for `multi_producer`), `IDLE_S` (5, `idle` and `held`). See `benches/README.md`.
+//! Diagnostics for `expire` on stderr: `DEBUG_EXPIRE=1` (when the scheduling loop ended),
+//! `DEBUG_LATE=1` (where in the window the timeouts more than 1.5 ms late were, by percent of the
+//! window).
 
 mod common;
 
 use common::{
-    expire_due_ns, far_delay, median, millis, nanos_per, process_cpu_time, report_expire, result,
-    selected_workload, Counting, CountingAlloc, Lateness,
+    expire_due_ns, far_delay, held_delay, held_due_ns, held_record, held_reset, held_runs, median,
+    millis, nanos_per, process_cpu_time, report_expire, report_held, result, selected_workload,
+    Counting, CountingAlloc, Held, HeldWindow, Lateness,
 };
 use hashed_timer_wheel::{HashedWheelTimer, Timeout};
 use std::hint::black_box;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -30,11 +42,13 @@ static ALLOC: CountingAlloc = CountingAlloc;
 const IMPL: &str = "hashed-timer-wheel";
 const WORKLOADS: &[&str] = &[
     "schedule",
+    "schedule_capture",
     "schedule_cancel",
     "multi_producer",
     "expire",
     "memory",
     "idle",
+    "held",
 ];
 
 /// The no-op task: a closure capturing nothing, so boxing it allocates nothing.
@@ -45,15 +59,19 @@ struct Params {
     reps: usize,
 }
 
-/// 1 ms tick, 512 slots (Netty's bench configuration), started outside the timed loop by a
-/// timeout one hour away.
-fn timer() -> HashedWheelTimer {
-    let timer = HashedWheelTimer::builder()
+/// 1 ms tick, 512 slots: Netty's bench configuration.
+fn wheel() -> HashedWheelTimer {
+    HashedWheelTimer::builder()
         .tick_duration(Duration::from_millis(1))
         .ticks_per_wheel(512)
         .thread_name("wheel")
         .build()
-        .expect("valid configuration");
+        .expect("valid configuration")
+}
+
+/// [`wheel`], started outside the timed loop by a timeout one hour away.
+fn timer() -> HashedWheelTimer {
+    let timer = wheel();
     timer
         .new_timeout(noop, Duration::from_secs(3600))
         .expect("a fresh timer accepts work");
@@ -66,6 +84,34 @@ fn schedule(p: &Params) -> f64 {
     let t0 = Instant::now();
     for i in 0..p.n {
         black_box(timer.new_timeout(noop, far_delay(i)).expect("accepted"));
+    }
+    let elapsed = t0.elapsed();
+    drop(timer.stop());
+    nanos_per(elapsed, p.n)
+}
+
+/// Where the `schedule_capture` tasks add their id, as Netty's static `SINK`.
+static SINK: AtomicU64 = AtomicU64::new(0);
+
+/// The `schedule_capture` task: 16 bytes (an id and a shared reference), so that boxing it
+/// allocates, as it does for tasks that carry data.
+fn capture_task(id: u64, sink: &'static AtomicU64) -> impl FnOnce(&Timeout) + Send + 'static {
+    move |_: &Timeout| {
+        // Relaxed: nothing reads the sink (and no task runs before `stop`); the add only gives the
+        // captured data a use, as Netty's `addAndGet` does.
+        sink.fetch_add(id, Ordering::Relaxed);
+    }
+}
+
+/// As `schedule`, with a task that captures data. ns per call.
+fn schedule_capture(p: &Params) -> f64 {
+    assert_eq!(std::mem::size_of_val(&capture_task(0, &SINK)), 16);
+    let timer = timer();
+    let sink: &'static AtomicU64 = &SINK;
+    let t0 = Instant::now();
+    for i in 0..p.n {
+        let task = capture_task(i as u64, sink);
+        black_box(timer.new_timeout(task, far_delay(i)).expect("accepted"));
     }
     let elapsed = t0.elapsed();
     drop(timer.stop());
@@ -172,6 +218,35 @@ fn idle(seconds: u64) -> f64 {
     millis(c1 - c0) / seconds as f64
 }
 
+/// N timeouts due evenly over [1 s, 1 h), none cancelled; 2 s after scheduling, process CPU over
+/// `seconds` and the lateness of the timeouts that run meanwhile; then `stop()` with the rest
+/// still pending, and dropping what it hands back. No hour-away timeout: Netty's `held` has none.
+fn held(n: usize, seconds: u64) -> Held {
+    let timer = wheel();
+    held_reset();
+    for i in 0..n {
+        let delay = held_delay(i, n);
+        let due_ns = held_due_ns(delay);
+        timer
+            .new_timeout(move |_: &Timeout| held_record(due_ns), delay)
+            .expect("accepted");
+    }
+    thread::sleep(Duration::from_secs(2));
+    let window = HeldWindow::open(seconds);
+    thread::sleep(Duration::from_secs(seconds));
+    let mut figures = window.close();
+    let t0 = Instant::now();
+    let pending = timer.stop().expect("stopped from outside the worker");
+    let t1 = Instant::now();
+    // The worker has been joined: every timeout has either run or been handed back.
+    assert_eq!(held_runs() + pending.len(), n, "timeouts lost or run twice");
+    drop(pending);
+    let t2 = Instant::now();
+    figures.stop_ms = Some(millis(t1 - t0));
+    figures.drop_ms = Some(millis(t2 - t1));
+    figures
+}
+
 fn main() {
     let only = selected_workload(WORKLOADS);
     let p = Params {
@@ -184,6 +259,11 @@ fn main() {
         schedule(&p); // warm-up
         let r: Vec<f64> = (0..p.reps).map(|_| schedule(&p)).collect();
         result(IMPL, "schedule", "ns_per_op", median(&r));
+    }
+    if runs("schedule_capture") {
+        schedule_capture(&p);
+        let r: Vec<f64> = (0..p.reps).map(|_| schedule_capture(&p)).collect();
+        result(IMPL, "schedule_capture", "ns_per_op", median(&r));
     }
     if runs("schedule_cancel") {
         schedule_cancel(&p);
@@ -210,5 +290,9 @@ fn main() {
     if runs("idle") {
         let seconds = common::env_usize("IDLE_S", 5) as u64;
         result(IMPL, "idle", "cpu_ms_per_s", idle(seconds));
+    }
+    if runs("held") {
+        let seconds = common::env_usize("IDLE_S", 5) as u64;
+        report_held(IMPL, held(p.n, seconds));
     }
 }

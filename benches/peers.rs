@@ -1,19 +1,27 @@
-//! The `schedule`, `schedule_cancel` and `expire` workloads of `netty_workloads` (plus `memory`),
-//! run through the Rust timers a user would pick instead, printing the same RESULT lines with
-//! their own `impl=` names. How each workload maps onto each API is in `benches/README.md`.
+//! The `schedule`, `schedule_cancel` and `expire` workloads of `netty_workloads` (plus `memory`
+//! and `held`), run through the Rust timers a user would pick instead, printing the same RESULT
+//! lines with their own `impl=` names. How each workload maps onto each API is in
+//! `benches/README.md`.
+//!
+//! `held` runs on `tokio-delayqueue` and `hierarchical-hash-wheel-timer` only: on `tokio-sleep`
+//! and `futures-timer` a timeout that records when it ran needs a task of its own polling it, so
+//! N = 10 000 000 would measure the tasks more than the timer. Its `stop_ms` is whatever ends
+//! the timer and frees what it holds (dropping the queue; shutting the thread down), to be read
+//! against this crate's `stop_ms` + `drop_ms`.
 //!
 //! ```text
 //! cargo bench --bench peers                               # everything
 //! cargo bench --bench peers -- schedule                   # one workload, every peer
 //! cargo bench --bench peers -- expire tokio-sleep         # one workload, one peer
-//! N=100000 REPS=3 cargo bench --bench peers               # a quick run
+//! N=100000 REPS=3 IDLE_S=2 cargo bench --bench peers      # a quick run
 //! ```
 
 mod common;
 
 use common::{
-    expire_due_ns, far_delay, median, nanos_per, report_expire, result, settle, Counting,
-    CountingAlloc, Lateness,
+    expire_due_ns, far_delay, held_delay, held_due_ns, held_record, held_reset, held_runs, median,
+    millis, nanos_per, report_expire, report_held, result, settle, Counting, CountingAlloc, Held,
+    HeldWindow, Lateness,
 };
 use std::hint::black_box;
 use std::sync::Arc;
@@ -24,16 +32,18 @@ static ALLOC: CountingAlloc = CountingAlloc;
 
 const HOUR: Duration = Duration::from_secs(3600);
 
-const WORKLOADS: &[&str] = &["schedule", "schedule_cancel", "expire", "memory"];
+const WORKLOADS: &[&str] = &["schedule", "schedule_cancel", "expire", "memory", "held"];
 
 /// One peer: its `impl=` name and a function per workload. `schedule_cancel` returns ns per
-/// pair; `memory` (bytes, allocation calls) per pending timeout.
+/// pair; `memory` (bytes, allocation calls) per pending timeout; `held` takes N and the window's
+/// seconds, and is `None` where the peer does not run it.
 struct Peer {
     name: &'static str,
     schedule: fn(usize) -> f64,
     schedule_cancel: fn(usize) -> f64,
     expire: fn(usize) -> [f64; 4],
     memory: fn(usize) -> (f64, f64),
+    held: Option<fn(usize, u64) -> Held>,
 }
 
 const PEERS: &[Peer] = &[
@@ -43,6 +53,7 @@ const PEERS: &[Peer] = &[
         schedule_cancel: delay_queue::schedule_cancel,
         expire: delay_queue::expire,
         memory: delay_queue::memory,
+        held: Some(delay_queue::held),
     },
     Peer {
         name: "tokio-sleep",
@@ -50,6 +61,7 @@ const PEERS: &[Peer] = &[
         schedule_cancel: tokio_sleep::schedule_cancel,
         expire: tokio_sleep::expire,
         memory: tokio_sleep::memory,
+        held: None,
     },
     Peer {
         name: "futures-timer",
@@ -57,6 +69,7 @@ const PEERS: &[Peer] = &[
         schedule_cancel: futures_timer::schedule_cancel,
         expire: futures_timer::expire,
         memory: futures_timer::memory,
+        held: None,
     },
     Peer {
         name: "hierarchical-hash-wheel-timer",
@@ -64,6 +77,7 @@ const PEERS: &[Peer] = &[
         schedule_cancel: hhwt::schedule_cancel,
         expire: hhwt::expire,
         memory: hhwt::memory,
+        held: Some(hhwt::held),
     },
 ];
 
@@ -78,7 +92,8 @@ fn current_thread_runtime() -> tokio::runtime::Runtime {
 /// key, `remove` cancels synchronously, `poll_expired` yields what is due.
 mod delay_queue {
     use super::*;
-    use std::future::poll_fn;
+    use std::future::{pending, poll_fn, Future};
+    use std::pin::pin;
     use tokio_util::time::DelayQueue;
 
     /// A queue on a current-thread runtime, started by an entry an hour away.
@@ -148,6 +163,47 @@ mod delay_queue {
         );
         drop(counting);
         per
+    }
+
+    /// Each entry's value is its deadline; a consumer polls `poll_expired` and records each
+    /// entry's lateness as it gets it, while the measurement sleeps on the same runtime (one
+    /// thread, as the other workloads). `stop_ms` is dropping the queue.
+    pub(crate) fn held(n: usize, seconds: u64) -> Held {
+        let rt = current_thread_runtime();
+        let mut q = DelayQueue::with_capacity(n);
+        held_reset();
+        let mut figures = rt.block_on(async {
+            for i in 0..n {
+                let delay = held_delay(i, n);
+                q.insert(held_due_ns(delay), delay);
+            }
+            let mut consume = pin!(async {
+                while let Some(expired) = poll_fn(|cx| q.poll_expired(cx)).await {
+                    held_record(expired.into_inner());
+                }
+                // Every entry has expired (only with N = 1 inside the window): nothing left to
+                // record, and `measure` decides when the block ends.
+                pending::<()>().await;
+            });
+            let mut measure = pin!(async {
+                tokio::time::sleep(Duration::from_secs(2)).await;
+                let window = HeldWindow::open(seconds);
+                tokio::time::sleep(Duration::from_secs(seconds)).await;
+                window.close()
+            });
+            poll_fn(|cx| {
+                // Never ready: it ends when `measure` does and the block drops it.
+                let _ = consume.as_mut().poll(cx);
+                measure.as_mut().poll(cx)
+            })
+            .await
+        });
+        assert_eq!(held_runs() + q.len(), n, "entries lost or yielded twice");
+        let _entered = rt.enter();
+        let t0 = Instant::now();
+        drop(q);
+        figures.stop_ms = Some(millis(t0.elapsed()));
+        figures
     }
 }
 
@@ -399,6 +455,29 @@ mod hhwt {
         shutdown(core, r);
         per
     }
+
+    /// Each closure records its lateness; `stop_ms` is `shutdown()`, which joins the timer
+    /// thread and drops the closures still pending. Its thread spins on `yield_now` whenever the
+    /// first level of its wheel (the next 256 ms) holds an entry (`can_skip` is `Skip::None`),
+    /// which here is nearly always: its CPU figure is mostly that spinning.
+    pub(crate) fn held(n: usize, seconds: u64) -> Held {
+        let core = Core::new().expect("timer thread");
+        let mut r = core.timer_ref();
+        held_reset();
+        for i in 0..n {
+            let delay = held_delay(i, n);
+            let due_ns = held_due_ns(delay);
+            r.schedule_action_once(i as u64, delay, move |_| held_record(due_ns));
+        }
+        std::thread::sleep(Duration::from_secs(2));
+        let window = HeldWindow::open(seconds);
+        std::thread::sleep(Duration::from_secs(seconds));
+        let mut figures = window.close();
+        let t0 = Instant::now();
+        shutdown(core, r);
+        figures.stop_ms = Some(millis(t0.elapsed()));
+        figures
+    }
 }
 
 /// Warm-up, then the median of `reps` runs.
@@ -428,6 +507,7 @@ fn main() {
     let peer_names: Vec<&str> = PEERS.iter().map(|p| p.name).collect();
     let n = common::env_usize("N", 1_000_000);
     let reps = common::env_usize("REPS", 5);
+    let idle_s = common::env_usize("IDLE_S", 5) as u64;
 
     for peer in PEERS.iter().filter(|p| picked(p.name, &peer_names)) {
         let imp = peer.name;
@@ -449,6 +529,9 @@ fn main() {
             (peer.expire)(n);
             let runs: Vec<[f64; 4]> = (0..3).map(|_| (peer.expire)(n)).collect();
             report_expire(imp, &runs);
+        }
+        if let (true, Some(held)) = (picked("held", WORKLOADS), peer.held) {
+            report_held(imp, held(n, idle_s));
         }
     }
 }

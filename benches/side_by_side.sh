@@ -4,17 +4,47 @@
 # machines here drift from one minute to the next; a whole Netty pass first and ours after put
 # a minute between the two figures of a ratio).
 # Usage: benches/side_by_side.sh [workload]   (from the crate root; output: RESULT lines + notes)
-# Env: N, REPS (passed to the Rust harnesses; Netty always runs its defaults), CARGO_TARGET_DIR.
+# Env: N, REPS (passed to the Rust harnesses; Netty always runs its defaults), CARGO_TARGET_DIR,
+# HELD_NS (the N of each held run, default "100000 1000000 10000000").
+# held runs at each N of HELD_NS, and memory once more at N = 10 000 000, for Netty, this crate
+# and (held only) the peers, with the N given to both sides; RESULT lines do not carry N, so those
+# runs' lines are renamed held_1e5, held_1e6, held_1e7, memory_1e7 for summarize.py.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 note() { printf '# %s  %s  load: %s\n' "$(date -u +%FT%TZ)" "$1" "$(cut -d' ' -f1-3 /proc/loadavg)"; }
+# 1e<k> for a power of ten, else the number itself.
+label() {
+  local n=$1 k=0
+  while [ "$n" -gt 1 ] && [ $((n % 10)) -eq 0 ]; do n=$((n / 10)); k=$((k + 1)); done
+  if [ "$n" -eq 1 ]; then echo "1e$k"; else echo "$1"; fi
+}
+# Workload $1 at N = $2 for Netty, this crate and, if $3 is "peers", the peers; renamed <w>_<label>.
+at_n() {
+  local w=$1 n=$2 name rename t
+  name="${w}_$(label "$n")"
+  rename="s/ workload=$w / workload=$name /"
+  t=$SECONDS; note "$name: netty"
+  NETTY_BENCH_OPTS="${NETTY_BENCH_OPTS:-} -Dn=$n" bash ../shared/bench/netty/run "$w" | grep '^RESULT' | sed "$rename"
+  note "$name: netty took $((SECONDS - t)) s"; t=$SECONDS; note "$name: hashed-timer-wheel"
+  N=$n cargo bench -q --bench netty_workloads -- "$w" 2>/dev/null | grep '^RESULT' | sed "$rename"
+  note "$name: hashed-timer-wheel took $((SECONDS - t)) s"
+  if [ "${3:-}" = peers ]; then
+    t=$SECONDS; note "$name: peers"
+    N=$n cargo bench -q --bench peers -- "$w" 2>/dev/null | grep '^RESULT' | sed "$rename"
+    note "$name: peers took $((SECONDS - t)) s"
+  fi
+}
 cargo bench --bench netty_workloads --bench peers --no-run >/dev/null 2>&1
 if [ "${1:-all}" = all ]; then
-  workloads=(schedule schedule_cancel multi_producer expire memory idle)
+  workloads=(schedule schedule_capture schedule_cancel multi_producer expire memory idle held)
 else
   workloads=("$1")
 fi
 for w in "${workloads[@]}"; do
+  if [ "$w" = held ]; then
+    for n in ${HELD_NS:-100000 1000000 10000000}; do at_n held "$n" peers; done
+    continue
+  fi
   t=$SECONDS; note "$w: netty"
   bash ../shared/bench/netty/run "$w" | grep '^RESULT'
   note "$w: netty took $((SECONDS - t)) s"; t=$SECONDS; note "$w: hashed-timer-wheel"
@@ -25,6 +55,7 @@ for w in "${workloads[@]}"; do
       t=$SECONDS; note "$w: peers"
       cargo bench -q --bench peers -- "$w" 2>/dev/null | grep '^RESULT'
       note "$w: peers took $((SECONDS - t)) s" ;;
-    *) ;;  # multi_producer and idle have no peer version
+    *) ;;  # schedule_capture, multi_producer and idle have no peer version
   esac
+  if [ "$w" = memory ]; then at_n memory 10000000; fi
 done

@@ -5,6 +5,9 @@ Usage: benches/summarize.py sitting1.log [sitting2.log ...]   (or RESULT lines o
 
 Each cell is the median over the sittings, with the range when there are several:
 `median (min-max)`. Rows are workload/metric, columns implementations (ours, Netty, peers).
+Runs at another N come from side_by_side.sh renamed (held_1e5, held_1e6, held_1e7, memory_1e7),
+so they get rows of their own. A metric an implementation does not print shows n/a (for held,
+Netty prints only cpu_ms_per_s; late_p99_ms, fired, stop_ms and drop_ms are the Rust harnesses').
 """
 import collections
 import re

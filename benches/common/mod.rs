@@ -333,3 +333,118 @@ pub(crate) fn settle() {
         }
     }
 }
+
+/// Nanoseconds since the process-wide epoch: what the `held` tasks compare against.
+fn epoch_ns() -> u64 {
+    epoch().elapsed().as_nanos() as u64
+}
+
+/// The `held` workload's delay for timeout `i` of `n`: deadlines evenly over [1 s, 1 h), computed
+/// as `NettyBench.held` computes them (`1 s + span / n * i`, the division in integers first).
+#[inline]
+pub(crate) fn held_delay(i: usize, n: usize) -> Duration {
+    const SECOND: u64 = 1_000_000_000;
+    const SPAN: u64 = 3600 * SECOND - SECOND;
+    Duration::from_nanos(SECOND + SPAN / n as u64 * i as u64)
+}
+
+/// Every `held` timeout that has run since [`held_reset`]: (ns since the epoch when it ran, ns
+/// late). Tasks name this static rather than capture a reference to it, so each carries only its
+/// deadline. A `Mutex` is cheap enough: a few thousand timeouts a second at most (about 2 800 at
+/// N = 10 000 000), all on one timer thread.
+static HELD_RUNS: Mutex<Vec<(u64, i64)>> = Mutex::new(Vec::new());
+
+/// Forgets the runs of any earlier `held` run in this process.
+pub(crate) fn held_reset() {
+    HELD_RUNS.lock().unwrap().clear();
+}
+
+/// The deadline, in ns since the epoch, of a `held` timeout scheduled now with `delay`: what its
+/// task carries. Read just before the timer reads its own clock, which puts the deadline a few ns
+/// early: noise against the 1 ms tick.
+#[inline]
+pub(crate) fn held_due_ns(delay: Duration) -> u64 {
+    epoch_ns() + delay.as_nanos() as u64
+}
+
+/// A `held` timeout due at `due_ns` has run now.
+#[inline]
+pub(crate) fn held_record(due_ns: u64) {
+    let now = epoch_ns();
+    HELD_RUNS
+        .lock()
+        .unwrap()
+        .push((now, now as i64 - due_ns as i64));
+}
+
+/// How many `held` timeouts have run since [`held_reset`].
+pub(crate) fn held_runs() -> usize {
+    HELD_RUNS.lock().unwrap().len()
+}
+
+/// The figures of one `held` run.
+pub(crate) struct Held {
+    /// Process CPU per second over the window.
+    pub(crate) cpu_ms_per_s: f64,
+    /// How late each timeout that ran inside the window was, in ns.
+    pub(crate) late_ns: Vec<i64>,
+    /// Stopping the timer with its pending timeouts still held.
+    pub(crate) stop_ms: Option<f64>,
+    /// Dropping what `stop` handed back, where that is a separate step.
+    pub(crate) drop_ms: Option<f64>,
+}
+
+/// The measured window of a `held` run: process CPU and the runs of the timeouts between `open`
+/// and `close`.
+pub(crate) struct HeldWindow {
+    cpu: Duration,
+    start_ns: u64,
+    seconds: u64,
+}
+
+impl HeldWindow {
+    /// Opens a window the caller keeps open for `seconds` (the figure is per nominal second, as
+    /// Netty's).
+    pub(crate) fn open(seconds: u64) -> HeldWindow {
+        let start_ns = epoch_ns();
+        HeldWindow {
+            cpu: process_cpu_time(),
+            start_ns,
+            seconds,
+        }
+    }
+
+    pub(crate) fn close(self) -> Held {
+        let cpu = process_cpu_time();
+        let end_ns = epoch_ns();
+        let late_ns = HELD_RUNS
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(at, _)| (self.start_ns..end_ns).contains(at))
+            .map(|&(_, late)| late)
+            .collect();
+        Held {
+            cpu_ms_per_s: millis(cpu - self.cpu) / self.seconds as f64,
+            late_ns,
+            stop_ms: None,
+            drop_ms: None,
+        }
+    }
+}
+
+/// Prints the `held` figures. `late_p99_ms` is left out when no timeout ran in the window.
+pub(crate) fn report_held(imp: &str, mut held: Held) {
+    result(imp, "held", "cpu_ms_per_s", held.cpu_ms_per_s);
+    if !held.late_ns.is_empty() {
+        let [_, p99, _] = late_percentiles(&mut held.late_ns);
+        result(imp, "held", "late_p99_ms", p99);
+    }
+    result(imp, "held", "fired", held.late_ns.len() as f64);
+    if let Some(ms) = held.stop_ms {
+        result(imp, "held", "stop_ms", ms);
+    }
+    if let Some(ms) = held.drop_ms {
+        result(imp, "held", "drop_ms", ms);
+    }
+}
