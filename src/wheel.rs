@@ -30,6 +30,20 @@
 //! A bitmap of non-empty buckets and, per bucket, a lower bound of its entries' fire ticks let
 //! the worker find the next tick with work ([`Wheel::next_fire_tick`]) without visiting empty
 //! buckets or buckets whose entries are rounds away.
+//!
+//! # Far timeouts wait outside the buckets
+//! A bucket holds only entries that fire in the current round or the next (rounds up to the
+//! *horizon*, the current round + 1). Later ones wait in *far slots*, levels of 64 slots indexed
+//! by the fire round's base-64 digits (tokio's and Linux's hierarchical layout, over rounds):
+//! an entry waits at the level of the highest digit in which its round differs from the
+//! horizon. When the horizon reaches the start of a far slot's range, the slot's entries move
+//! down a level, or into their bucket when their round is the horizon. So the worker's cost
+//! follows what fires, not what waits: Netty walks every entry of a bucket at each visit (at
+//! 10^7 idle-connection timeouts that is most of a core), this wheel walks a bucket only when
+//! something in it is due, and moves each far entry at most once per level (a few times over its
+//! life). A move happens at the start of the round before the entry's round, before that tick's
+//! transfer: every entry for a round is in its bucket before any later-transferred entry for the
+//! same round, so a bucket keeps transfer order.
 
 const NIL: u32 = u32::MAX;
 
@@ -77,17 +91,27 @@ impl<T> Node<T> {
     }
 }
 
+/// The ends of a doubly linked list of nodes: a bucket's, or a far slot's.
 #[derive(Debug, Clone, Copy)]
-struct Bucket {
+struct List {
     head: u32,
     tail: u32,
+}
+
+const EMPTY_LIST: List = List {
+    head: NIL,
+    tail: NIL,
+};
+
+#[derive(Debug, Clone, Copy)]
+struct Bucket {
+    ends: List,
     /// No entry in the bucket fires before this tick (may be stale-low after a removal).
     min_fire: u64,
 }
 
 const EMPTY_BUCKET: Bucket = Bucket {
-    head: NIL,
-    tail: NIL,
+    ends: EMPTY_LIST,
     min_fire: u64::MAX,
 };
 
@@ -151,6 +175,12 @@ impl<T> std::ops::IndexMut<usize> for Slab<T> {
     }
 }
 
+/// Bits of a round number per far level (64 slots a level).
+const LEVEL_BITS: u32 = 6;
+const LEVEL_SLOTS: usize = 1 << LEVEL_BITS;
+/// Far levels enough for any `u64` round (and the horizon one past it).
+const FAR_LEVELS: usize = 64usize.div_ceil(LEVEL_BITS as usize);
+
 /// A hashed timing wheel of `T`s. See the module docs.
 #[derive(Debug)]
 pub(crate) struct Wheel<T> {
@@ -161,6 +191,18 @@ pub(crate) struct Wheel<T> {
     mask: u64,
     tick_nanos: u64,
     len: usize,
+    /// `log2(wheel_len)`: the round of tick `t` is `t >> round_shift`.
+    round_shift: u32,
+    /// The latest round whose entries are in the buckets (the current round + 1); later ones
+    /// are in `far`.
+    horizon: u64,
+    /// The far slots: per level, `LEVEL_SLOTS` lists, allocated with the level's first entry
+    /// and let go of when the wheel empties (8 bytes a slot: a timer with a few far timeouts
+    /// holds half a kilobyte for them). The list of slot `s` of level `l` is number
+    /// `wheel_len + l * LEVEL_SLOTS + s` among the wheel's lists.
+    far: [Box<[List]>; FAR_LEVELS],
+    /// One occupancy word per far level.
+    far_occupied: [u64; FAR_LEVELS],
 }
 
 /// Rounds a requested wheel size up to the next power of two (Netty's `normalizeTicksPerWheel`).
@@ -181,6 +223,10 @@ impl<T> Wheel<T> {
             mask: wheel_len as u64 - 1,
             tick_nanos,
             len: 0,
+            round_shift: wheel_len.trailing_zeros(),
+            horizon: 1,
+            far: std::array::from_fn(|_| Box::default()),
+            far_occupied: [0; FAR_LEVELS],
         }
     }
 
@@ -213,22 +259,169 @@ impl<T> Wheel<T> {
     #[inline]
     pub(crate) fn insert(&mut self, item: T, tag: u8, deadline: u64, tick: u64) -> u32 {
         debug_assert!(tag <= MAX_TAG);
+        self.catch_up(tick);
         let fire = self.calculated(deadline).max(tick);
-        let b = (fire & self.mask) as usize;
         let key = self.alloc(item, tag, deadline);
-        let bucket = &mut self.buckets[b];
-        let tail = bucket.tail;
-        bucket.tail = key;
+        self.link(key, fire);
+        self.len += 1;
+        key
+    }
+
+    /// Appends `key` (firing on tick `fire`) to its bucket, or to its far slot if its round is
+    /// past the horizon.
+    #[inline]
+    fn link(&mut self, key: u32, fire: u64) {
+        let round = fire >> self.round_shift;
+        let b = if round <= self.horizon {
+            (fire & self.mask) as usize
+        } else {
+            self.far_list(round)
+        };
+        if let Some(bucket) = self.buckets.get_mut(b) {
+            bucket.min_fire = bucket.min_fire.min(fire);
+        }
+        let list = self.list_mut(b);
+        let tail = list.tail;
+        list.tail = key;
         if tail == NIL {
-            bucket.head = key;
-            self.occupied[b / 64] |= 1 << (b % 64);
+            list.head = key;
+            self.set_occupied(b, true);
         } else {
             self.nodes[tail as usize].next = key;
         }
-        bucket.min_fire = bucket.min_fire.min(fire);
-        self.nodes[key as usize].set_prev(tail);
-        self.len += 1;
-        key
+        let node = &mut self.nodes[key as usize];
+        node.set_prev(tail);
+        node.next = NIL;
+    }
+
+    /// The list index of the far slot for `round` (past the horizon), allocating the far slots
+    /// if this is the first.
+    fn far_list(&mut self, round: u64) -> usize {
+        let b = self.far_index(round);
+        let level = &mut self.far[(b - self.buckets.len()) / LEVEL_SLOTS];
+        if level.is_empty() {
+            *level = vec![EMPTY_LIST; LEVEL_SLOTS].into_boxed_slice();
+        }
+        b
+    }
+
+    /// The list index of the far slot `round` waits in, relative to the current horizon.
+    fn far_index(&self, round: u64) -> usize {
+        debug_assert!(round > self.horizon);
+        // The level of the highest base-64 digit in which the round differs from the horizon.
+        let differs = (self.horizon ^ round) | (LEVEL_SLOTS as u64 - 1);
+        let level = ((63 - differs.leading_zeros()) / LEVEL_BITS) as usize;
+        let slot = (round >> (LEVEL_BITS * level as u32)) as usize & (LEVEL_SLOTS - 1);
+        self.buckets.len() + level * LEVEL_SLOTS + slot
+    }
+
+    /// List `b`: a bucket's below `wheel_len`, a far slot's from there on.
+    #[inline]
+    fn list(&self, b: usize) -> &List {
+        match b.checked_sub(self.buckets.len()) {
+            None => &self.buckets[b].ends,
+            Some(i) => &self.far[i / LEVEL_SLOTS][i % LEVEL_SLOTS],
+        }
+    }
+
+    #[inline]
+    fn list_mut(&mut self, b: usize) -> &mut List {
+        match b.checked_sub(self.buckets.len()) {
+            None => &mut self.buckets[b].ends,
+            Some(i) => &mut self.far[i / LEVEL_SLOTS][i % LEVEL_SLOTS],
+        }
+    }
+
+    /// Lets go of every far slot (the wheel is empty, or drained).
+    fn clear_far(&mut self) {
+        self.far = std::array::from_fn(|_| Box::default());
+        self.far_occupied = [0; FAR_LEVELS];
+    }
+
+    #[inline]
+    fn set_occupied(&mut self, b: usize, on: bool) {
+        let (word, bit) = match b.checked_sub(self.buckets.len()) {
+            None => (&mut self.occupied[b / 64], b % 64),
+            Some(i) => (&mut self.far_occupied[i / LEVEL_SLOTS], i % LEVEL_SLOTS),
+        };
+        if on {
+            *word |= 1 << bit;
+        } else {
+            *word &= !(1 << bit);
+        }
+    }
+
+    /// Moves the horizon to the round after `tick`'s, moving far entries down on the way.
+    #[inline]
+    fn catch_up(&mut self, tick: u64) {
+        let target = (tick >> self.round_shift).saturating_add(1);
+        if self.horizon < target {
+            self.advance_horizon(target);
+        }
+    }
+
+    #[inline(never)]
+    fn advance_horizon(&mut self, target: u64) {
+        while self.horizon < target {
+            match self.next_cascade_round() {
+                Some(round) if round <= target => {
+                    self.horizon = round;
+                    self.cascade(round);
+                }
+                // No far slot starts before the target: every far entry keeps its place.
+                _ => self.horizon = target,
+            }
+        }
+    }
+
+    /// The horizon has just reached `round`: every far slot whose range starts there moves its
+    /// entries, in order, down to their level for the new horizon or into their bucket. What
+    /// moves never lands in a slot that starts at `round` (an entry there would differ from the
+    /// new horizon in a lower digit), so no slot is visited twice.
+    fn cascade(&mut self, round: u64) {
+        for level in (0..FAR_LEVELS).rev() {
+            let shift = LEVEL_BITS * level as u32;
+            if round & ((1 << shift) - 1) != 0 {
+                continue;
+            }
+            let slot = (round >> shift) as usize & (LEVEL_SLOTS - 1);
+            let b = self.buckets.len() + level * LEVEL_SLOTS + slot;
+            if self.far_occupied[level] & (1 << slot) == 0 {
+                continue;
+            }
+            let mut cursor = self.list(b).head;
+            *self.list_mut(b) = EMPTY_LIST;
+            self.set_occupied(b, false);
+            while cursor != NIL {
+                let node = &self.nodes[cursor as usize];
+                let (next, fire) = (node.next, self.calculated(node.deadline));
+                self.link(cursor, fire);
+                cursor = next;
+            }
+        }
+    }
+
+    /// The next round at which a far slot's range starts, past the horizon, if any is occupied.
+    fn next_cascade_round(&self) -> Option<u64> {
+        let mut best: Option<u64> = None;
+        for (level, &word) in self.far_occupied.iter().enumerate() {
+            if word == 0 {
+                continue;
+            }
+            let shift = LEVEL_BITS * level as u32;
+            let digit = (self.horizon >> shift) & (LEVEL_SLOTS as u64 - 1);
+            // Every occupied slot is ahead of the horizon's digit (an entry's round differs
+            // from the horizon first at its level, upwards).
+            debug_assert_eq!(word & (u64::MAX >> (63 - digit)), 0);
+            let slot = u64::from(word.trailing_zeros());
+            let group = self
+                .horizon
+                .checked_shr(shift + LEVEL_BITS)
+                .map_or(0, |g| g << (shift + LEVEL_BITS));
+            let start = group + (slot << shift);
+            best = Some(best.map_or(start, |b| b.min(start)));
+        }
+        best
     }
 
     /// The key the next `insert` will return.
@@ -292,31 +485,43 @@ impl<T> Wheel<T> {
         if prev == NIL || next == NIL {
             // A head or a tail: the bucket's ends change.
             let b = bucket.unwrap_or_else(|| self.bucket_of_end(key, deadline));
-            let bucket = &mut self.buckets[b];
+            let list = self.list_mut(b);
             if prev == NIL {
-                bucket.head = next;
+                list.head = next;
             }
             if next == NIL {
-                bucket.tail = prev;
+                list.tail = prev;
             }
-            if bucket.head == NIL {
-                *bucket = EMPTY_BUCKET;
-                self.occupied[b / 64] &= !(1 << (b % 64));
+            if list.head == NIL {
+                *list = EMPTY_LIST;
+                if let Some(bucket) = self.buckets.get_mut(b) {
+                    bucket.min_fire = u64::MAX;
+                }
+                self.set_occupied(b, false);
             }
         }
         self.len -= 1;
         if self.len == 0 {
-            // Nothing live: give the slab back rather than keep a burst's worth of slots.
+            // Nothing live: give the slab and the far slots back rather than keep a burst's
+            // worth of memory.
             self.nodes = Slab::new();
             self.free = NIL;
+            self.clear_far();
         }
         (item, tag)
     }
 
     /// The bucket of which `key` (whose deadline this is) is the head or the tail.
     fn bucket_of_end(&self, key: u32, deadline: u64) -> usize {
+        let round = self.calculated(deadline) >> self.round_shift;
+        if round > self.horizon {
+            // Past the horizon an entry's fire tick is its calculated tick: a far slot.
+            let b = self.far_index(round);
+            debug_assert!(self.list(b).head == key || self.list(b).tail == key);
+            return b;
+        }
         let natural = (self.calculated(deadline) & self.mask) as usize;
-        let b = &self.buckets[natural];
+        let b = &self.buckets[natural].ends;
         if b.head == key || b.tail == key {
             return natural;
         }
@@ -325,16 +530,30 @@ impl<T> Wheel<T> {
         // insertion and that expiry (which the worker never does) would reach this scan.
         self.buckets
             .iter()
-            .position(|b| b.head == key || b.tail == key)
+            .position(|b| b.ends.head == key || b.ends.tail == key)
             .expect("wheel: live key in no bucket")
     }
 
-    /// The earliest tick `>= from` on which some entry may fire, if any. The worker has already
-    /// processed every tick before `from`.
+    /// The earliest tick `>= from` on which the wheel has work, if any: an entry may fire, or
+    /// far entries move down (which [`Wheel::expire`] of that tick does first). The worker has
+    /// already processed every tick before `from`.
     pub(crate) fn next_fire_tick(&self, from: u64) -> Option<u64> {
         if self.len == 0 {
             return None;
         }
+        // A far slot's entries move down at the start of the round before the slot's first.
+        let cascade = self
+            .next_cascade_round()
+            .map(|round| ((round - 1) << self.round_shift).max(from));
+        let bucket = self.next_bucket_tick(from);
+        match (bucket, cascade) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// The earliest tick `>= from` on which an entry in a bucket may fire.
+    fn next_bucket_tick(&self, from: u64) -> Option<u64> {
         let len = self.wheel_len();
         let start = from & self.mask;
         let mut best = u64::MAX;
@@ -367,13 +586,14 @@ impl<T> Wheel<T> {
     /// and whose deadline is `<= now` is unlinked and handed to `f`, in bucket order. The others
     /// stay.
     pub(crate) fn expire(&mut self, tick: u64, now: u64, mut f: impl FnMut(T, u8, u64)) {
+        self.catch_up(tick);
         let b = (tick & self.mask) as usize;
         if self.buckets[b].min_fire > tick {
             // Every entry is rounds away: Netty would walk the bucket to decrement
             // `remaining_rounds`; with absolute fire ticks there is nothing to do.
             return;
         }
-        let mut cursor = self.buckets[b].head;
+        let mut cursor = self.buckets[b].ends.head;
         let mut min_fire = u64::MAX;
         while cursor != NIL {
             let node = &self.nodes[cursor as usize];
@@ -390,7 +610,7 @@ impl<T> Wheel<T> {
             }
             cursor = next;
         }
-        if self.buckets[b].head != NIL {
+        if self.buckets[b].ends.head != NIL {
             self.buckets[b].min_fire = min_fire;
         }
     }
@@ -411,6 +631,7 @@ impl<T> Wheel<T> {
         self.len = 0;
         self.buckets.fill(EMPTY_BUCKET);
         self.occupied.fill(0);
+        self.clear_far();
         out
     }
 }
@@ -509,8 +730,6 @@ mod tests {
     #[test]
     fn next_fire_tick_skips_rounds_and_wraps() {
         let mut w = Wheel::new(MS, 512);
-        w.insert((), 0, 3_600_000 * MS, 0); // one hour: thousands of rounds away
-        assert_eq!(w.next_fire_tick(0), Some(3_600_000));
         w.insert((), 0, 700 * MS, 0); // bucket 188, one round
         assert_eq!(w.next_fire_tick(0), Some(700));
         w.insert((), 0, 600 * MS, 400); // bucket 88, behind the start: wraps
@@ -518,12 +737,67 @@ mod tests {
         assert_eq!(w.next_fire_tick(601), Some(700));
     }
 
+    /// A timeout thousands of rounds away costs the worker one visit per far level it moves
+    /// down (here three), not one per round, and fires on its own tick.
+    #[test]
+    fn a_far_entry_moves_down_a_few_times_and_fires_on_its_tick() {
+        let mut w = Wheel::new(MS, 512);
+        w.insert("hour", 0, 3_600_000 * MS, 0); // round 7031
+        let (mut visits, mut fired, mut from) = (vec![], vec![], 0);
+        while let Some(tick) = w.next_fire_tick(from) {
+            visits.push(tick);
+            w.expire(tick, (tick + 1) * MS, |item, _, _| fired.push((item, tick)));
+            from = tick + 1;
+        }
+        assert_eq!(fired, vec![("hour", 3_600_000)]);
+        // Down from level 2 when round 4096 nears, from level 1 when round 6976 does, into its
+        // bucket at the start of the round before its own, then due.
+        assert_eq!(visits, vec![4095 * 512, 6975 * 512, 7030 * 512, 3_600_000]);
+        assert!(
+            w.far.iter().all(|level| level.is_empty()),
+            "an empty wheel keeps no far slots"
+        );
+    }
+
     #[test]
     fn next_fire_tick_on_a_wheel_smaller_than_a_bitmap_word() {
         let mut w = Wheel::new(MS, 4);
-        w.insert((), 0, 9 * MS, 2);
-        assert_eq!(w.next_fire_tick(2), Some(9));
+        w.insert((), 0, 9 * MS, 2); // round 2, past the horizon (round 1): a far slot
+        assert_eq!(w.next_fire_tick(2), Some(4), "moves down as round 1 starts");
+        w.expire(4, 5 * MS, |_, _, _| panic!("not due"));
+        assert_eq!(w.next_fire_tick(5), Some(9));
         assert_eq!(w.next_fire_tick(6), Some(9));
+    }
+
+    /// Removing far entries (a cancel) from any place in a far slot's list keeps the others,
+    /// in order, and they still fire on their ticks.
+    #[test]
+    fn far_entries_can_be_removed_anywhere_in_their_slot() {
+        let mut w = Wheel::new(MS, 4);
+        // Rounds 100 to 103, five entries each: level 1 slots, then level 0.
+        let keys: Vec<(u32, u64)> = (0..20u64)
+            .map(|i| {
+                let fire = 400 + (i % 4) * 4 + i / 4 % 4;
+                (w.insert(i, 0, fire * MS, 0), fire)
+            })
+            .collect();
+        for &(k, _) in keys.iter().filter(|(k, _)| k % 3 == 1) {
+            w.remove(k);
+        }
+        let (mut fired, mut from) = (vec![], 0);
+        while let Some(tick) = w.next_fire_tick(from) {
+            w.expire(tick, (tick + 1) * MS, |item, _, _| fired.push((tick, item)));
+            from = tick + 1;
+        }
+        let mut expected: Vec<(u64, u64)> = keys
+            .iter()
+            .enumerate()
+            .filter(|(_, (k, _))| k % 3 != 1)
+            .map(|(i, &(_, fire))| (fire, i as u64))
+            .collect();
+        expected.sort();
+        assert_eq!(fired, expected);
+        assert_eq!(w.len(), 0);
     }
 
     #[test]

@@ -53,6 +53,21 @@ fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
+/// As [`op`], with timeouts up to hundreds of thousands of ticks away on a small wheel: tens of
+/// thousands of rounds, so that they wait in the wheel's far slots, several levels up, and move
+/// down as time passes.
+fn far_op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        3 => near_ticks(40).prop_map(Op::Schedule),
+        3 => near_ticks(300_000).prop_map(Op::Schedule),
+        1 => Just(Op::Schedule(Duration::MAX)),
+        3 => any::<usize>().prop_map(Op::Cancel),
+        3 => near_ticks(4).prop_map(Op::Advance),
+        2 => near_ticks(3_000).prop_map(Op::Advance),
+        1 => near_ticks(100_000).prop_map(Op::Advance),
+    ]
+}
+
 /// What the reference knows about one timeout.
 #[derive(Debug)]
 struct Expected {
@@ -174,6 +189,14 @@ proptest! {
     fn fires_on_nettys_tick_never_twice_and_counts_pending(
         ticks_per_wheel in 1usize..=16,
         ops in proptest::collection::vec(op(), 1..80),
+    ) {
+        run(ticks_per_wheel, ops)?;
+    }
+
+    #[test]
+    fn far_timeouts_fire_on_nettys_tick_in_transfer_order(
+        ticks_per_wheel in 1usize..=8,
+        ops in proptest::collection::vec(far_op(), 1..120),
     ) {
         run(ticks_per_wheel, ops)?;
     }
