@@ -18,6 +18,8 @@
 //! `calculated = deadline / tick_duration` and waits in bucket `calculated & mask`; if that is
 //! more than one turn of the wheel away it has `remaining_rounds > 0` and survives the bucket's
 //! visits until its round comes. A deadline already in the past goes into the current bucket.
+//! The firing ticks are Netty's; what differs is where a timeout waits while it is rounds away
+//! (see "Differences from Netty").
 //!
 //! One worker thread runs the ticks. At the end of each tick it, in this order (Netty's):
 //! 1. processes the cancellation queue (unlinks cancelled timeouts, frees them);
@@ -80,6 +82,13 @@
 //!   at most about a microsecond, where Netty calls `System.nanoTime()`: a deadline is never
 //!   earlier than Netty's, and in rare cases (a deadline within that microsecond of a tick's
 //!   end) it falls in the next tick.
+//! - **A timeout rounds away costs nothing while it waits.** Netty keeps every timeout in its
+//!   bucket and walks the whole bucket at each visit to decrement `remaining_rounds`: with
+//!   millions of long idle-connection timeouts pending, that walk is most of a core. Here a
+//!   bucket holds only what fires in the current or next round; later timeouts wait in far
+//!   slots by round (levels of 64, as tokio's and Linux's wheels) and move into their bucket
+//!   at the start of the round before theirs, before that tick's transfer, so firing ticks and
+//!   the order within a tick are Netty's.
 //! - `remaining_rounds` is not decremented in place: each entry keeps its deadline, and the
 //!   worker compares `calculated <= tick` when the bucket comes round, which is Netty's
 //!   `remaining_rounds == 0` (see [`HashedWheelTimer`]'s design notes in the source, `wheel.rs`).
