@@ -1,3 +1,6 @@
+// The crate root: the crate's documentation, the list of its rooms and the public names they
+// export. It owns no code of its own; ARCHITECTURE.md is the map.
+
 //! A Rust port of Netty's `HashedWheelTimer`: the same contract and the same timing, for Java
 //! services moving to Rust, with Netty's known defects fixed.
 //!

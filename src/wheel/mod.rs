@@ -45,51 +45,10 @@
 //! transfer: every entry for a round is in its bucket before any later-transferred entry for the
 //! same round, so a bucket keeps transfer order.
 
-const NIL: u32 = u32::MAX;
+mod slab;
 
-/// Bits of a key: keys are below `2^KEY_BITS - 1`, so that a node's `prev` link and a 5-bit tag
-/// share one `u32` (keeping a node at 40 bytes for the worker's entries).
-const KEY_BITS: u32 = 27;
-const PREV_MASK: u32 = (1 << KEY_BITS) - 1;
-
-/// Entries one wheel holds at most (134 217 727): `new_timeout` refuses beyond it (`Shared::refill_credit`).
-pub(crate) const MAX_ENTRIES: usize = PREV_MASK as usize;
-
-/// The largest tag a node carries (5 bits).
-pub(crate) const MAX_TAG: u8 = (1 << (32 - KEY_BITS)) - 1;
-
-#[derive(Debug)]
-struct Node<T> {
-    /// `None` while the slot is on the free list.
-    item: Option<T>,
-    deadline: u64,
-    /// The previous key in the bucket (low `KEY_BITS`; all ones for none) and the entry's tag
-    /// (high bits).
-    prev_tag: u32,
-    /// Next in the bucket, or next free slot while vacant.
-    next: u32,
-}
-
-impl<T> Node<T> {
-    #[inline]
-    fn prev(&self) -> u32 {
-        match self.prev_tag & PREV_MASK {
-            PREV_MASK => NIL,
-            p => p,
-        }
-    }
-
-    #[inline]
-    fn set_prev(&mut self, prev: u32) {
-        let p = if prev == NIL { PREV_MASK } else { prev };
-        self.prev_tag = (self.prev_tag & !PREV_MASK) | p;
-    }
-
-    #[inline]
-    fn tag(&self) -> u8 {
-        (self.prev_tag >> KEY_BITS) as u8
-    }
-}
+use slab::{Node, Slab, KEY_BITS, NIL, PREV_MASK};
+pub(crate) use slab::{MAX_ENTRIES, MAX_TAG};
 
 /// The ends of a doubly linked list of nodes: a bucket's, or a far slot's.
 #[derive(Debug, Clone, Copy)]
@@ -114,66 +73,6 @@ const EMPTY_BUCKET: Bucket = Bucket {
     ends: EMPTY_LIST,
     min_fire: u64::MAX,
 };
-
-/// Nodes per slab page (40 KB for the worker's 40-byte nodes: room for one page is all a slab
-/// holds beyond its high-water mark). A power of two (see `Slab::push`).
-const PAGE_BITS: u32 = 10;
-const PAGE: usize = 1 << PAGE_BITS;
-
-/// A page's `Vec` must stop growing at exactly one page: capacities double from 4.
-const _: () = assert!(PAGE.is_power_of_two() && PAGE >= 4);
-
-/// The wheel's nodes, indexed by key: pages of `PAGE` nodes that never move once allocated.
-#[derive(Debug)]
-struct Slab<T> {
-    pages: Vec<Vec<Node<T>>>,
-    len: usize,
-}
-
-impl<T> Slab<T> {
-    const fn new() -> Self {
-        Slab {
-            pages: Vec::new(),
-            len: 0,
-        }
-    }
-
-    /// Slots handed out so far (live or free).
-    #[inline]
-    fn len(&self) -> usize {
-        self.len
-    }
-
-    #[inline]
-    fn push(&mut self, node: Node<T>) {
-        if self.len.is_multiple_of(PAGE) {
-            // The first page grows as a `Vec` does (4, 8, ... `PAGE` nodes: a power of two, so
-            // it never grows past a page), so that a wheel holding a few entries holds a few
-            // nodes' worth; the later ones come whole.
-            let room = if self.pages.is_empty() { 0 } else { PAGE };
-            self.pages.push(Vec::with_capacity(room));
-        }
-        let page = self.pages.last_mut().expect("a page with room");
-        debug_assert!(page.len() < PAGE);
-        page.push(node);
-        self.len += 1;
-    }
-}
-
-impl<T> std::ops::Index<usize> for Slab<T> {
-    type Output = Node<T>;
-    #[inline]
-    fn index(&self, key: usize) -> &Node<T> {
-        &self.pages[key >> PAGE_BITS][key & (PAGE - 1)]
-    }
-}
-
-impl<T> std::ops::IndexMut<usize> for Slab<T> {
-    #[inline]
-    fn index_mut(&mut self, key: usize) -> &mut Node<T> {
-        &mut self.pages[key >> PAGE_BITS][key & (PAGE - 1)]
-    }
-}
 
 /// Bits of a round number per far level (64 slots a level).
 const LEVEL_BITS: u32 = 6;
@@ -638,6 +537,7 @@ impl<T> Wheel<T> {
 
 #[cfg(test)]
 mod tests {
+    use super::slab::PAGE;
     use super::*;
 
     const MS: u64 = 1_000_000;
