@@ -220,6 +220,9 @@ pub(crate) use crossbeam_utils::CachePadded;
 /// that runs it): plain std even under loom, because it is static and outside every modelled
 /// protocol.
 pub(crate) mod process {
+    /// For statistics (`shared::Counters`): outside every protocol, so not modelled by loom
+    /// either (loom would explore their every store for nothing).
+    pub(crate) use std::sync::atomic::AtomicU64;
     pub(crate) use std::sync::atomic::{AtomicBool, AtomicUsize};
     #[cfg(all(not(loom), target_os = "linux", target_arch = "x86_64"))]
     pub(crate) use std::{

@@ -28,8 +28,8 @@ pub(crate) mod cells;
 use crate::clock::{duration_to_nanos, Clock};
 use crate::error::TimerError;
 use crate::sync::{
-    lock, thread, Arc, AtomicBool, AtomicU64, AtomicU8, AtomicUsize, CachePadded, Mutex, Ordering,
-    Queue,
+    lock, process, thread, Arc, AtomicBool, AtomicU64, AtomicU8, AtomicUsize, CachePadded, Mutex,
+    Ordering, Queue,
 };
 use crate::wheel::MAX_ENTRIES;
 use batch::{PendingBatch, ProducerShard};
@@ -99,6 +99,36 @@ pub struct TimerHandle {
     pub(crate) shared: Arc<Shared>,
 }
 
+/// Lateness classes of fired timeouts, in ticks: under 1, 1 to 2, 2 to 4, ... 64 and more.
+pub(crate) const LATENESS_CLASSES: usize = 8;
+
+/// What `TimerStats` reports of the timeouts' outcomes. The worker keeps its own running totals
+/// and stores them here after each run of ticks (it is their only writer); refusing producers
+/// count `refused`. Statistics: every access is Relaxed, nothing is ordered by them.
+pub(crate) struct Counters {
+    pub(crate) expired: process::AtomicU64,
+    pub(crate) cancelled: process::AtomicU64,
+    pub(crate) panicked: process::AtomicU64,
+    pub(crate) refused: process::AtomicU64,
+    /// The largest lateness of a fired timeout, in nanoseconds.
+    pub(crate) late_max: process::AtomicU64,
+    pub(crate) lateness: [process::AtomicU64; LATENESS_CLASSES],
+}
+
+impl Counters {
+    fn new() -> Counters {
+        let zero = || process::AtomicU64::new(0);
+        Counters {
+            expired: zero(),
+            cancelled: zero(),
+            panicked: zero(),
+            refused: zero(),
+            late_max: zero(),
+            lateness: std::array::from_fn(|_| zero()),
+        }
+    }
+}
+
 /// What the owner, the handles, the timeouts and the worker share.
 pub(crate) struct Shared {
     /// Accepted timeouts not yet expired and whose cancellation is not processed yet. Written
@@ -115,6 +145,7 @@ pub(crate) struct Shared {
     /// The worker's current tick (diagnostics, and the cancel path's wake-up check).
     pub(crate) tick: AtomicU64,
     pub(crate) wakeups: AtomicU64,
+    pub(crate) counters: Counters,
     pub(crate) tick_nanos: u64,
     pub(crate) wheel_len: usize,
     pub(crate) max_pending: usize,
@@ -164,6 +195,7 @@ impl Shared {
             planned: AtomicU64::new(AWAKE),
             tick: AtomicU64::new(0),
             wakeups: AtomicU64::new(0),
+            counters: Counters::new(),
             tick_nanos,
             wheel_len,
             // The wheel's key space bounds any limit.

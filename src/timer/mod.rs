@@ -29,6 +29,9 @@ use std::time::Duration;
 /// ```
 pub const MAX_TICKS_PER_WHEEL: usize = 1 << 30;
 
+// `TimerStats::lateness` has one field per class the worker counts.
+const _: () = assert!(crate::shared::LATENESS_CLASSES == 8);
+
 /// With the clock held (`loom_hooks::hold_clock`): moves `timer`'s clock to `to` (never back)
 /// and, as the OS timer of a `park_timeout` would, unparks the worker if the tick it planned to
 /// sleep to has ended.
@@ -53,10 +56,21 @@ fn new_timeout(
     job: BoxedJob,
     delay: Duration,
 ) -> Result<Timeout, TimerError> {
-    if !shared.is_started() {
-        lifecycle::start_slow(shared)?;
+    let scheduled = if shared.is_started() {
+        shared.schedule(job, delay)
+    } else {
+        lifecycle::start_slow(shared).and_then(|()| shared.schedule(job, delay))
+    };
+    match scheduled {
+        Ok(state) => Ok(Timeout { state }),
+        Err(e) => Err(refused(shared, e)),
     }
-    shared.schedule(job, delay).map(|state| Timeout { state })
+}
+
+#[cold]
+fn refused(shared: &Shared, e: TimerError) -> TimerError {
+    shared.counters.refused.fetch_add(1, Ordering::Relaxed);
+    e
 }
 
 impl TimerHandle {
@@ -227,6 +241,22 @@ pub struct TimerStats {
     pub wakeups: u64,
     /// The worker's current tick: the next tick it will process (or the one it is processing).
     pub tick: u64,
+    /// Timeouts that expired: their tasks ran (or were handed to the executor).
+    pub expired: u64,
+    /// Cancellations the worker has processed (a timeout `stop()` returned is not counted).
+    pub cancelled: u64,
+    /// `new_timeout` calls refused ([`TimerError::Stopped`] or
+    /// [`TimerError::TooManyPending`]).
+    pub refused: u64,
+    /// Tasks run on the worker thread that panicked (caught and logged).
+    pub panicked: u64,
+    /// The latest a timeout has fired after its deadline (as the worker's clock saw it when it
+    /// processed the timeout's tick).
+    pub late_max: Duration,
+    /// Expired timeouts by lateness, in ticks: under 1, 1 to 2, 2 to 4, 4 to 8, ..., 64 and
+    /// more. Netty's contract is the first two classes; the rest is a worker that fell behind
+    /// (slow tasks, a starved thread).
+    pub lateness: [u64; 8],
 }
 
 /// A hashed wheel timer: Netty's `HashedWheelTimer`, with the same contract and timing.
@@ -444,17 +474,39 @@ impl HashedWheelTimer {
         self.shared.wheel_len
     }
 
-    /// Counters about the worker (wake-ups, current tick).
+    /// Counters about the worker and the timeouts' outcomes: wake-ups, current tick, expired,
+    /// cancelled, refused and panicked counts, and how late timeouts fired. Each is read with a
+    /// relaxed load, so a snapshot taken while the timer works may be a few timeouts apart
+    /// between fields; the worker publishes its counts after each run of ticks.
     ///
     /// ```
-    /// # use hashed_timer_wheel::HashedWheelTimer;
-    /// let timer = HashedWheelTimer::default();
+    /// use hashed_timer_wheel::{HashedWheelTimer, Timeout};
+    /// use std::time::Duration;
+    ///
+    /// let (timer, driver) = HashedWheelTimer::builder()
+    ///     .tick_duration(Duration::from_millis(10))
+    ///     .build_manual()?;
     /// assert_eq!(timer.stats().wakeups, 0, "not started: never woke");
+    /// timer.new_timeout(|_: &Timeout| {}, Duration::from_millis(5)).unwrap();
+    /// timer.new_timeout(|_: &Timeout| {}, Duration::from_millis(5)).unwrap().cancel();
+    /// driver.advance(Duration::from_millis(10));
+    /// let stats = timer.stats();
+    /// assert_eq!((stats.expired, stats.cancelled), (1, 1));
+    /// assert_eq!(stats.lateness[0], 1, "fired within a tick of its deadline");
+    /// # Ok::<(), hashed_timer_wheel::BuildError>(())
     /// ```
     pub fn stats(&self) -> TimerStats {
+        let c = &self.shared.counters;
+        let load = |a: &crate::sync::process::AtomicU64| a.load(Ordering::Relaxed);
         TimerStats {
             wakeups: self.shared.wakeups.load(Ordering::Relaxed),
             tick: self.shared.tick.load(Ordering::Relaxed),
+            expired: load(&c.expired),
+            cancelled: load(&c.cancelled),
+            refused: load(&c.refused),
+            panicked: load(&c.panicked),
+            late_max: Duration::from_nanos(load(&c.late_max)),
+            lateness: std::array::from_fn(|i| load(&c.lateness[i])),
         }
     }
 }

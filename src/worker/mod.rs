@@ -50,7 +50,7 @@ pub(crate) use run::run;
 
 use crate::shared::batch::PendingBatch;
 use crate::shared::cells::{TimeoutState, NO_SLOT};
-use crate::shared::{BoxedJob, Executor, Shared};
+use crate::shared::{BoxedJob, Counters, Executor, Shared, LATENESS_CLASSES};
 use crate::sync::{Arc, Batch, Ordering};
 use crate::wheel::Wheel;
 use chunks::ChunkTable;
@@ -59,6 +59,45 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 
 /// Timeouts moved from the `timeouts` queue into buckets per tick, at most (Netty's cap).
 pub(crate) const TRANSFER_CAP: u64 = 100_000;
+
+/// The worker's running totals for `TimerStats`, stored in `Shared::counters` after each run of
+/// ticks: per expiry a few additions here, no shared write.
+#[derive(Default)]
+struct Tally {
+    expired: u64,
+    cancelled: u64,
+    panicked: u64,
+    late_max: u64,
+    lateness: [u64; LATENESS_CLASSES],
+}
+
+impl Tally {
+    /// A timeout fired `late` nanoseconds after its deadline.
+    #[inline]
+    fn fired(&mut self, late: u64, tick_nanos: u64) {
+        self.expired += 1;
+        self.late_max = self.late_max.max(late);
+        // Class k >= 1 holds [2^(k-1), 2^k) ticks, the last one everything beyond; no
+        // division on the common path (under a tick).
+        let mut class = 0;
+        while class < LATENESS_CLASSES - 1 && late >= tick_nanos.saturating_mul(1 << class) {
+            class += 1;
+        }
+        self.lateness[class] += 1;
+    }
+
+    fn publish(&self, counters: &Counters) {
+        // Relaxed: statistics (see `Counters`).
+        let r = Ordering::Relaxed;
+        counters.expired.store(self.expired, r);
+        counters.cancelled.store(self.cancelled, r);
+        counters.panicked.store(self.panicked, r);
+        counters.late_max.store(self.late_max, r);
+        for (total, count) in counters.lateness.iter().zip(self.lateness) {
+            total.store(count, r);
+        }
+    }
+}
 
 /// What the wheel holds per timeout: the task and the id of its state's chunk in the
 /// [`ChunkTable`]; the wheel keeps the index of the state's cell in the node's tag, so that a
@@ -81,6 +120,7 @@ pub(crate) struct Worker {
     /// Reused buffer for the cancellation queue.
     cancelled: Vec<TimeoutState>,
     chunks: ChunkTable,
+    tally: Tally,
     /// Owned by the worker, so that it is dropped with it when the timer stops.
     executor: Option<Executor>,
     /// The last ticks run took something from the queues: producers are active.
@@ -105,6 +145,7 @@ impl Worker {
             spare: Vec::new(),
             cancelled: Vec::new(),
             chunks: ChunkTable::new(),
+            tally: Tally::default(),
             executor,
             busy: false,
         }
@@ -146,6 +187,7 @@ impl Worker {
                 // owner dropped by a task) ends the run after the current tick.
                 self.tick = tick + 1;
                 shared.tick.store(self.tick, Ordering::Relaxed);
+                self.tally.publish(&shared.counters);
                 return true;
             }
             match self.wheel.next_fire_tick(tick + 1) {
@@ -155,6 +197,7 @@ impl Worker {
         }
         self.tick = due;
         shared.tick.store(due, Ordering::Relaxed);
+        self.tally.publish(&shared.counters);
         true
     }
 
@@ -191,6 +234,7 @@ impl Worker {
         if n > 0 {
             // Relaxed: see `Shared::reserve_limited`.
             shared.pending.fetch_sub(n, Ordering::Relaxed);
+            self.tally.cancelled += n as u64;
         }
         recycle(&mut self.cancelled);
     }
@@ -261,13 +305,16 @@ impl Worker {
         if cancelled > 0 {
             // Relaxed: see `Shared::reserve_limited`.
             shared.pending.fetch_sub(cancelled, Ordering::Relaxed);
+            self.tally.cancelled += cancelled as u64;
         }
     }
 
     fn expire(&mut self, shared: &Shared, tick: u64, now: u64) {
         let executor = self.executor.as_ref();
         let chunks = &mut self.chunks;
-        self.wheel.expire(tick, now, |entry, idx, _deadline| {
+        let tally = &mut self.tally;
+        let tick_nanos = shared.tick_nanos;
+        self.wheel.expire(tick, now, |entry, idx, deadline| {
             let chunk = chunks.get(entry.chunk);
             let cell = chunk.cell(idx);
             if cell.try_expire() {
@@ -276,7 +323,10 @@ impl Worker {
                 shared.pending.fetch_sub(1, Ordering::Relaxed);
                 let state = chunk.state(idx);
                 chunks.settle(entry.chunk);
-                run_task(executor, entry.task, state);
+                tally.fired(now.saturating_sub(deadline), tick_nanos);
+                if !run_task(executor, entry.task, state) {
+                    tally.panicked += 1;
+                }
             } else {
                 // Cancelled after this tick's cancellations were processed: its entry on the
                 // cancellation queue decrements pending (finding NO_SLOT); the task is dropped
@@ -367,12 +417,13 @@ fn recycle<T>(buf: &mut Vec<T>) {
 }
 
 /// Runs an expired timeout's task, inline or on the executor; a panic is logged, never
-/// propagated.
-fn run_task(executor: Option<&Executor>, task: BoxedJob, state: TimeoutState) {
+/// propagated. False if the task panicked on this thread.
+fn run_task(executor: Option<&Executor>, task: BoxedJob, state: TimeoutState) -> bool {
     match executor {
         None => {
             if catch_unwind(AssertUnwindSafe(|| task.run(state))).is_err() {
                 log::warn!("a TimerTask panicked; the timer goes on");
+                return false;
             }
         }
         Some(executor) => {
@@ -384,6 +435,7 @@ fn run_task(executor: Option<&Executor>, task: BoxedJob, state: TimeoutState) {
             }
         }
     }
+    true
 }
 #[cfg(test)]
 mod tests {

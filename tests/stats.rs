@@ -1,0 +1,78 @@
+//! `TimerStats`: the outcome counts and the lateness of fired timeouts, on the manual clock.
+
+use hashed_timer_wheel::{HashedWheelTimer, ManualDriver, Timeout, TimerError};
+use std::time::Duration;
+
+const TICK: Duration = Duration::from_millis(10);
+
+fn manual(max_pending: usize) -> (HashedWheelTimer, ManualDriver) {
+    HashedWheelTimer::builder()
+        .tick_duration(TICK)
+        .ticks_per_wheel(8)
+        .max_pending_timeouts(max_pending)
+        .build_manual()
+        .unwrap()
+}
+
+fn noop(_: &Timeout) {}
+
+/// Every outcome is counted once: expired, cancelled (queued or in the wheel), refused (at the
+/// limit and after stop), panicked; a timeout `stop()` returns is none of them.
+#[test]
+fn each_outcome_is_counted_once() {
+    let (timer, driver) = manual(3);
+    let fires = timer.new_timeout(noop, Duration::from_millis(5)).unwrap();
+    let queued = timer.new_timeout(noop, Duration::from_millis(50)).unwrap();
+    assert!(queued.cancel(), "cancelled before its transfer");
+    let panics = timer
+        .new_timeout(|_: &Timeout| panic!("a task that fails"), Duration::ZERO)
+        .unwrap();
+    assert!(matches!(
+        timer.new_timeout(noop, Duration::ZERO),
+        Err(TimerError::TooManyPending { .. })
+    ));
+    driver.advance(TICK);
+    assert!(fires.is_expired() && panics.is_expired());
+    let in_wheel = timer.new_timeout(noop, Duration::from_secs(1)).unwrap();
+    driver.advance(TICK); // transferred
+    assert!(in_wheel.cancel(), "cancelled in the wheel");
+    let _returned = timer.new_timeout(noop, Duration::from_secs(1)).unwrap();
+    driver.advance(TICK); // the cancellation processed
+    let stats = timer.stats();
+    assert_eq!(stats.expired, 2, "{stats:?}");
+    assert_eq!(stats.panicked, 1, "{stats:?}");
+    assert_eq!(stats.cancelled, 2, "{stats:?}");
+    assert_eq!(stats.refused, 1, "{stats:?}");
+    assert_eq!(timer.stop().unwrap().len(), 1);
+    assert_eq!(
+        timer.new_timeout(noop, Duration::ZERO).unwrap_err(),
+        TimerError::Stopped
+    );
+    let after = timer.stats();
+    assert_eq!(after.refused, 2, "a refusal after stop counts too");
+    assert_eq!(
+        (after.expired, after.cancelled),
+        (2, 2),
+        "stop() returns, it does not cancel by count"
+    );
+}
+
+/// Lateness is the worker's clock at the tick minus the deadline, in classes of ticks: under 1,
+/// [1, 2), [2, 4), ... and 64 or more; `late_max` is the largest.
+#[test]
+fn lateness_falls_in_classes_of_ticks() {
+    let (timer, driver) = manual(0);
+    // Due at 5 ms; the clock jumps to 10 ms (on time: under a tick late), then due at 15 ms
+    // with the clock jumping to 50 ms (35 ms late: 3.5 ticks, class [2, 4)), then due at 60 ms
+    // with the clock at 1 s (940 ms: 94 ticks, the last class).
+    timer.new_timeout(noop, Duration::from_millis(5)).unwrap();
+    driver.advance_to(Duration::from_millis(10));
+    timer.new_timeout(noop, Duration::from_millis(5)).unwrap();
+    driver.advance_to(Duration::from_millis(50));
+    timer.new_timeout(noop, Duration::from_millis(10)).unwrap();
+    driver.advance_to(Duration::from_secs(1));
+    let stats = timer.stats();
+    assert_eq!(stats.expired, 3);
+    assert_eq!(stats.lateness, [1, 0, 1, 0, 0, 0, 0, 1], "{stats:?}");
+    assert_eq!(stats.late_max, Duration::from_millis(940));
+}
