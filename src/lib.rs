@@ -128,8 +128,8 @@ pub use shared::TimerHandle;
 pub use task::TimerTask;
 pub use timeout::Timeout;
 pub use timer::{
-    Builder, HashedWheelTimer, ManualDriver, Timer, TimerStats, INSTANCE_COUNT_LIMIT,
-    MAX_TICKS_PER_WHEEL,
+    Builder, HashedWheelTimer, ManualDriver, MissedRuns, PeriodicTimeout, Timer, TimerStats,
+    INSTANCE_COUNT_LIMIT, MAX_TICKS_PER_WHEEL,
 };
 
 #[cfg(test)]

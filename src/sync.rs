@@ -471,6 +471,7 @@ mod tests {
             ("timer/builder.rs", include_str!("timer/builder.rs")),
             ("timer/driver.rs", include_str!("timer/driver.rs")),
             ("timer/lifecycle.rs", include_str!("timer/lifecycle.rs")),
+            ("timer/periodic.rs", include_str!("timer/periodic.rs")),
             ("shared/mod.rs", include_str!("shared/mod.rs")),
             ("shared/batch.rs", include_str!("shared/batch.rs")),
             ("shared/cells.rs", include_str!("shared/cells.rs")),

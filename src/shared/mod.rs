@@ -251,7 +251,18 @@ impl Shared {
         delay: Duration,
     ) -> Result<TimeoutState, TimerError> {
         let now = self.clock.now_upper();
-        let deadline = now.saturating_add(duration_to_nanos(delay));
+        self.schedule_at(job, now.saturating_add(duration_to_nanos(delay)), now)
+    }
+
+    /// As [`Shared::schedule`], due at `deadline` (nanoseconds since the origin; `now` is the
+    /// producers' clock, read by the caller).
+    #[inline]
+    pub(crate) fn schedule_at(
+        self: &Arc<Self>,
+        job: BoxedJob,
+        deadline: u64,
+        now: u64,
+    ) -> Result<TimeoutState, TimerError> {
         let limited = self.max_pending != 0;
         if limited {
             self.reserve_limited()?;

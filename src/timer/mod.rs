@@ -1,19 +1,23 @@
 //! The owner's room: the public timer types, how they start, drive and stop the worker.
 //!
 //! Owns [`HashedWheelTimer`] (the owner), the methods of [`TimerHandle`], the [`Timer`] trait,
-//! [`TimerStats`], the [`Builder`] (`builder.rs`), the [`ManualDriver`] (`driver.rs`) and the
-//! lifecycle (`lifecycle.rs`: lazy start, `stop()`, the live-timer count). Touches every room
+//! [`TimerStats`], the [`Builder`] (`builder.rs`), the [`ManualDriver`] (`driver.rs`), periodic
+//! tasks (`periodic.rs`) and the lifecycle (`lifecycle.rs`: lazy start, `stop()`, the live-timer
+//! count). Touches every room
 //! below it: the shared state, the worker, the clock, the wheel's limits; and the other public
 //! handle types (`Timeout`, `TimerTask`), which refer back to it as Netty's interfaces do.
 
 mod builder;
 mod driver;
 mod lifecycle;
+mod periodic;
 
 pub use builder::Builder;
 pub use driver::ManualDriver;
 pub use lifecycle::INSTANCE_COUNT_LIMIT;
+pub use periodic::{MissedRuns, PeriodicTimeout};
 
+use crate::shared::cells::TimeoutState;
 use crate::shared::{BoxedJob, Shared, TimerHandle};
 use crate::sync::{Arc, Ordering};
 use crate::{Timeout, TimerError, TimerTask};
@@ -56,11 +60,38 @@ fn new_timeout(
     job: BoxedJob,
     delay: Duration,
 ) -> Result<Timeout, TimerError> {
-    let scheduled = if shared.is_started() {
-        shared.schedule(job, delay)
+    accepted(
+        shared,
+        start(shared).and_then(|()| shared.schedule(job, delay)),
+    )
+}
+
+/// As [`new_timeout`], due at `deadline` (nanoseconds since the timer's origin).
+fn new_timeout_at(
+    shared: &Arc<Shared>,
+    job: BoxedJob,
+    deadline: u64,
+) -> Result<Timeout, TimerError> {
+    accepted(
+        shared,
+        start(shared).and_then(|()| shared.schedule_at(job, deadline, shared.clock.now_upper())),
+    )
+}
+
+#[inline]
+fn start(shared: &Arc<Shared>) -> Result<(), TimerError> {
+    if shared.is_started() {
+        Ok(())
     } else {
-        lifecycle::start_slow(shared).and_then(|()| shared.schedule(job, delay))
-    };
+        lifecycle::start_slow(shared)
+    }
+}
+
+#[inline]
+fn accepted(
+    shared: &Shared,
+    scheduled: Result<TimeoutState, TimerError>,
+) -> Result<Timeout, TimerError> {
     match scheduled {
         Ok(state) => Ok(Timeout { state }),
         Err(e) => Err(refused(shared, e)),

@@ -190,7 +190,16 @@ impl Worker {
                 self.tally.publish(&shared.counters);
                 return true;
             }
-            match self.wheel.next_fire_tick(tick + 1) {
+            // A timeout queued during this tick (a task that scheduled one, or leftovers past
+            // the cap) is transferred on the next, as Netty would, when the run goes on: it
+            // may be due before the wheel's next entry (a periodic task's absolute deadline).
+            let queued = tick < last && (!self.inbox.is_empty() || !shared.timeouts.is_empty());
+            let next = if queued {
+                Some(tick + 1)
+            } else {
+                self.wheel.next_fire_tick(tick + 1)
+            };
+            match next {
                 Some(next) if next <= last => tick = next,
                 _ => break,
             }

@@ -1,0 +1,397 @@
+//! Periodic tasks: a task run again and again on the same wheel, at a fixed rate (deadlines at
+//! `start + k * period`, no drift) or with a fixed delay between runs, and one handle that
+//! cancels every future run.
+//!
+//! Owns [`PeriodicTimeout`], [`MissedRuns`] and the run that reschedules itself. Each run is an
+//! ordinary timeout on an absolute deadline; the next is scheduled when the run has returned,
+//! so runs of one task never overlap, and one timeout per task is pending at a time. Touches
+//! the owner's room (scheduling at a deadline), the shared room's clock and `sync`.
+
+use super::new_timeout_at;
+use crate::clock::duration_to_nanos;
+use crate::shared::TimerHandle;
+use crate::sync::{lock, Arc, Mutex};
+use crate::{HashedWheelTimer, Timeout, TimerError, TimerTask};
+use std::fmt;
+use std::time::Duration;
+
+/// What a fixed-rate task does about runs it missed: the worker was late (a stall, slow tasks
+/// before it) or a run took longer than a period. tokio's `MissedTickBehavior`, by the same
+/// names; Java's `scheduleAtFixedRate` is [`MissedRuns::Burst`].
+///
+/// ```
+/// use hashed_timer_wheel::{HashedWheelTimer, MissedRuns};
+/// use std::time::Duration;
+///
+/// let timer = HashedWheelTimer::new(Duration::from_millis(10), 512);
+/// let heartbeat = timer
+///     .schedule_at_fixed_rate(|_: &_| {}, Duration::ZERO, Duration::from_secs(1), MissedRuns::Skip)
+///     .unwrap();
+/// heartbeat.cancel();
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum MissedRuns {
+    /// Run the missed ones, one after another, until the schedule has caught up; the
+    /// schedule itself does not move.
+    #[default]
+    Burst,
+    /// Skip them: the next run is the first of the original schedule still ahead.
+    Skip,
+    /// Shift the schedule: the next run is a period after the late one, and the ones after it
+    /// follow from there.
+    Delay,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Schedule {
+    Rate { period: u64, missed: MissedRuns },
+    Delay { delay: u64 },
+}
+
+/// The handle on a periodic task: cancels every future run.
+///
+/// Cloning is cheap; clones refer to the same task. The task receives it, and can cancel its
+/// own schedule. Dropping the handle does not cancel the task (as dropping a [`Timeout`]
+/// does not). A run that panics ends the schedule (the panic is logged, as any task's), as a
+/// failed run ends Java's `scheduleAtFixedRate`. Once the timer stops, no run is scheduled
+/// again; `stop()` returns the pending run's [`Timeout`].
+///
+/// ```
+/// use hashed_timer_wheel::{HashedWheelTimer, MissedRuns, PeriodicTimeout};
+/// use std::time::Duration;
+///
+/// let (timer, driver) = HashedWheelTimer::builder()
+///     .tick_duration(Duration::from_millis(10))
+///     .build_manual()?;
+/// let renew = timer
+///     .schedule_at_fixed_rate(
+///         |lease: &PeriodicTimeout| {
+///             if lease.runs() == 3 {
+///                 lease.cancel(); // the third renewal is the last
+///             }
+///         },
+///         Duration::from_millis(100),
+///         Duration::from_millis(100),
+///         MissedRuns::Burst,
+///     )
+///     .unwrap();
+/// driver.advance(Duration::from_secs(1));
+/// assert_eq!(renew.runs(), 3);
+/// assert!(renew.is_cancelled());
+/// # Ok::<(), hashed_timer_wheel::BuildError>(())
+/// ```
+#[derive(Clone)]
+pub struct PeriodicTimeout {
+    inner: Arc<Periodic>,
+}
+
+struct Periodic {
+    timer: TimerHandle,
+    state: Mutex<PeriodicState>,
+}
+
+struct PeriodicState {
+    /// The timeout of the next run (or of the one running).
+    current: Option<Timeout>,
+    cancelled: bool,
+    /// Runs started so far.
+    runs: u64,
+}
+
+impl PeriodicTimeout {
+    /// Cancels every future run; a run already under way finishes. Returns `true` for the one
+    /// call that cancelled the schedule.
+    pub fn cancel(&self) -> bool {
+        let mut state = lock(&self.inner.state);
+        if state.cancelled {
+            return false;
+        }
+        state.cancelled = true;
+        // Under the lock: a run that has just returned reschedules under it too, so it either
+        // sees `cancelled` or has stored the timeout cancelled here.
+        if let Some(current) = state.current.take() {
+            current.cancel();
+        }
+        true
+    }
+
+    /// Whether [`cancel`](PeriodicTimeout::cancel) has been called.
+    pub fn is_cancelled(&self) -> bool {
+        lock(&self.inner.state).cancelled
+    }
+
+    /// Runs started so far (inside a run: counting this one).
+    pub fn runs(&self) -> u64 {
+        lock(&self.inner.state).runs
+    }
+
+    /// The timer the task runs on.
+    pub fn timer(&self) -> &TimerHandle {
+        &self.inner.timer
+    }
+}
+
+impl fmt::Debug for PeriodicTimeout {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let state = lock(&self.inner.state);
+        f.debug_struct("PeriodicTimeout")
+            .field("runs", &state.runs)
+            .field("cancelled", &state.cancelled)
+            .finish_non_exhaustive()
+    }
+}
+
+/// One run: the task, the handle, and this run's deadline.
+struct Run<F> {
+    periodic: PeriodicTimeout,
+    task: F,
+    /// This run's deadline, nanoseconds since the timer's origin.
+    due: u64,
+    schedule: Schedule,
+}
+
+impl<F> TimerTask for Run<F>
+where
+    F: FnMut(&PeriodicTimeout) + Send + 'static,
+{
+    fn run(self: Box<Self>, _timeout: &Timeout) {
+        let Run {
+            periodic,
+            mut task,
+            due,
+            schedule,
+        } = *self;
+        {
+            let mut state = lock(&periodic.inner.state);
+            if state.cancelled {
+                return;
+            }
+            state.runs += 1;
+        }
+        task(&periodic);
+        let shared = &periodic.inner.timer.shared;
+        let next = match schedule {
+            Schedule::Delay { delay } => shared.clock.now_upper().saturating_add(delay),
+            Schedule::Rate { period, missed } => {
+                let on_time = due.saturating_add(period);
+                let now = shared.clock.now();
+                match missed {
+                    _ if on_time > now => on_time,
+                    MissedRuns::Burst => on_time,
+                    // The first of `due + m * period` after now.
+                    MissedRuns::Skip => {
+                        let m = (now - due) / period + 1;
+                        due.saturating_add(m.saturating_mul(period))
+                    }
+                    MissedRuns::Delay => now.saturating_add(period),
+                }
+            }
+        };
+        let mut state = lock(&periodic.inner.state);
+        if state.cancelled {
+            return;
+        }
+        let run = Run {
+            periodic: periodic.clone(),
+            task,
+            due: next,
+            schedule,
+        };
+        // A refusal (the timer stopped, or the pending limit) ends the schedule.
+        state.current = new_timeout_at(shared, Box::new(run), next).ok();
+    }
+}
+
+impl TimerHandle {
+    /// Runs `task` first after `initial_delay`, then every `period`, on deadlines fixed from
+    /// the first (`first + k * period`: no drift); `missed` says what to do about runs the
+    /// worker could not make on time. Like Java's `scheduleAtFixedRate`. See
+    /// [`HashedWheelTimer::schedule_at_fixed_rate`].
+    ///
+    /// # Errors
+    /// As [`HashedWheelTimer::new_timeout`], for the first run.
+    ///
+    /// # Panics
+    /// If `period` is zero.
+    ///
+    /// ```
+    /// # use hashed_timer_wheel::{HashedWheelTimer, MissedRuns};
+    /// # use std::time::Duration;
+    /// let timer = HashedWheelTimer::default();
+    /// let every_second = timer
+    ///     .handle()
+    ///     .schedule_at_fixed_rate(|_: &_| {}, Duration::ZERO, Duration::from_secs(1), MissedRuns::Burst)
+    ///     .unwrap();
+    /// assert!(every_second.cancel());
+    /// ```
+    pub fn schedule_at_fixed_rate<F>(
+        &self,
+        task: F,
+        initial_delay: Duration,
+        period: Duration,
+        missed: MissedRuns,
+    ) -> Result<PeriodicTimeout, TimerError>
+    where
+        F: FnMut(&PeriodicTimeout) + Send + 'static,
+    {
+        let period = duration_to_nanos(period);
+        assert!(period > 0, "the period of a periodic task must not be zero");
+        self.schedule_periodic(task, initial_delay, Schedule::Rate { period, missed })
+    }
+
+    /// Runs `task` first after `initial_delay`, then again `delay` after each run has
+    /// returned. Like Java's `scheduleWithFixedDelay`. See
+    /// [`HashedWheelTimer::schedule_with_fixed_delay`].
+    ///
+    /// # Errors
+    /// As [`HashedWheelTimer::new_timeout`], for the first run.
+    ///
+    /// ```
+    /// # use hashed_timer_wheel::HashedWheelTimer;
+    /// # use std::time::Duration;
+    /// let timer = HashedWheelTimer::default();
+    /// let poll = timer
+    ///     .handle()
+    ///     .schedule_with_fixed_delay(|_: &_| {}, Duration::ZERO, Duration::from_millis(500))
+    ///     .unwrap();
+    /// assert!(poll.cancel());
+    /// ```
+    pub fn schedule_with_fixed_delay<F>(
+        &self,
+        task: F,
+        initial_delay: Duration,
+        delay: Duration,
+    ) -> Result<PeriodicTimeout, TimerError>
+    where
+        F: FnMut(&PeriodicTimeout) + Send + 'static,
+    {
+        let delay = duration_to_nanos(delay);
+        self.schedule_periodic(task, initial_delay, Schedule::Delay { delay })
+    }
+
+    fn schedule_periodic<F>(
+        &self,
+        task: F,
+        initial_delay: Duration,
+        schedule: Schedule,
+    ) -> Result<PeriodicTimeout, TimerError>
+    where
+        F: FnMut(&PeriodicTimeout) + Send + 'static,
+    {
+        let periodic = PeriodicTimeout {
+            inner: Arc::new(Periodic {
+                timer: self.clone(),
+                state: Mutex::new(PeriodicState {
+                    current: None,
+                    cancelled: false,
+                    runs: 0,
+                }),
+            }),
+        };
+        let shared = &self.shared;
+        let first = shared
+            .clock
+            .now_upper()
+            .saturating_add(duration_to_nanos(initial_delay));
+        let run = Run {
+            periodic: periodic.clone(),
+            task,
+            due: first,
+            schedule,
+        };
+        // Under the lock: the first run may start before the timeout is stored, and it
+        // reschedules under the same lock.
+        let mut state = lock(&periodic.inner.state);
+        state.current = Some(new_timeout_at(shared, Box::new(run), first)?);
+        drop(state);
+        Ok(periodic)
+    }
+}
+
+impl HashedWheelTimer {
+    /// Runs `task` first after `initial_delay`, then every `period`, on deadlines fixed from
+    /// the first (`first + k * period`: no drift). Like Java's `scheduleAtFixedRate`, with a
+    /// choice of what to do about missed runs ([`MissedRuns`]).
+    ///
+    /// Each run is a timeout on the wheel: never before its deadline, at most about a tick
+    /// after it. The next run is scheduled when this one has returned, so runs never overlap
+    /// (with an executor too), and `pending_timeouts()` counts the task once.
+    ///
+    /// # Errors
+    /// As [`HashedWheelTimer::new_timeout`], for the first run; a later refusal (the timer
+    /// stopped) ends the schedule.
+    ///
+    /// # Panics
+    /// If `period` is zero.
+    ///
+    /// ```
+    /// use hashed_timer_wheel::{HashedWheelTimer, MissedRuns};
+    /// use std::sync::atomic::{AtomicU32, Ordering};
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    ///
+    /// let (timer, driver) = HashedWheelTimer::builder()
+    ///     .tick_duration(Duration::from_millis(10))
+    ///     .build_manual()?;
+    /// let runs = Arc::new(AtomicU32::new(0));
+    /// let r = runs.clone();
+    /// let task = timer
+    ///     .schedule_at_fixed_rate(
+    ///         move |_: &_| {
+    ///             r.fetch_add(1, Ordering::SeqCst);
+    ///         },
+    ///         Duration::from_millis(50),
+    ///         Duration::from_millis(100),
+    ///         MissedRuns::Burst,
+    ///     )
+    ///     .unwrap();
+    /// driver.advance(Duration::from_millis(360)); // due at 50, 150, 250, 350 ms
+    /// assert_eq!(runs.load(Ordering::SeqCst), 4);
+    /// assert_eq!(timer.pending_timeouts(), 1, "one timeout pending per periodic task");
+    /// task.cancel();
+    /// # Ok::<(), hashed_timer_wheel::BuildError>(())
+    /// ```
+    pub fn schedule_at_fixed_rate<F>(
+        &self,
+        task: F,
+        initial_delay: Duration,
+        period: Duration,
+        missed: MissedRuns,
+    ) -> Result<PeriodicTimeout, TimerError>
+    where
+        F: FnMut(&PeriodicTimeout) + Send + 'static,
+    {
+        self.handle()
+            .schedule_at_fixed_rate(task, initial_delay, period, missed)
+    }
+
+    /// Runs `task` first after `initial_delay`, then again `delay` after each run has
+    /// returned. Like Java's `scheduleWithFixedDelay`.
+    ///
+    /// # Errors
+    /// As [`HashedWheelTimer::new_timeout`], for the first run; a later refusal (the timer
+    /// stopped) ends the schedule.
+    ///
+    /// ```
+    /// # use hashed_timer_wheel::HashedWheelTimer;
+    /// # use std::time::Duration;
+    /// let timer = HashedWheelTimer::default();
+    /// let poll = timer
+    ///     .schedule_with_fixed_delay(|_: &_| {}, Duration::ZERO, Duration::from_millis(500))
+    ///     .unwrap();
+    /// assert!(poll.cancel());
+    /// ```
+    pub fn schedule_with_fixed_delay<F>(
+        &self,
+        task: F,
+        initial_delay: Duration,
+        delay: Duration,
+    ) -> Result<PeriodicTimeout, TimerError>
+    where
+        F: FnMut(&PeriodicTimeout) + Send + 'static,
+    {
+        self.handle()
+            .schedule_with_fixed_delay(task, initial_delay, delay)
+    }
+}

@@ -1,0 +1,221 @@
+//! Periodic tasks on the manual clock: no drift, each missed-run policy across a stall of the
+//! worker, fixed delay, cancelling, `stop()`, the pending count; and no overlapping runs with
+//! an executor.
+
+use hashed_timer_wheel::{HashedWheelTimer, ManualDriver, MissedRuns, PeriodicTimeout};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::SeqCst};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+const MS: Duration = Duration::from_millis(1);
+
+fn manual(tick: Duration) -> (HashedWheelTimer, ManualDriver) {
+    HashedWheelTimer::builder()
+        .tick_duration(tick)
+        .ticks_per_wheel(64)
+        .build_manual()
+        .unwrap()
+}
+
+/// The ticks the task ran on, recorded by the task itself.
+fn recorder(driver: &ManualDriver) -> (Arc<Mutex<Vec<u64>>>, impl FnMut(&PeriodicTimeout) + Send) {
+    let ticks: Arc<Mutex<Vec<u64>>> = Arc::default();
+    let (t, d) = (ticks.clone(), driver.clone());
+    (ticks, move |_: &PeriodicTimeout| {
+        t.lock().unwrap().push(d.current_tick())
+    })
+}
+
+/// A million runs at a period that is not a whole number of ticks (1.5 ms on a 1 ms tick):
+/// run `k` is due at `first + k * period` and fires on that deadline's tick, every time; the
+/// schedule never drifts by the runs' own lateness.
+#[test]
+fn a_million_fixed_rate_runs_do_not_drift() {
+    const RUNS: u64 = 1_000_000;
+    const PERIOD_NS: u64 = 1_500_000;
+    const FIRST_NS: u64 = 2_000_000;
+    let (timer, driver) = manual(MS);
+    let (runs, wrong) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let (r, w, d) = (runs.clone(), wrong.clone(), driver.clone());
+    let task = timer
+        .schedule_at_fixed_rate(
+            move |_: &PeriodicTimeout| {
+                let k = r.fetch_add(1, SeqCst);
+                let due_tick = (FIRST_NS + k * PERIOD_NS) / 1_000_000;
+                if d.current_tick() != due_tick {
+                    w.fetch_add(1, SeqCst);
+                }
+            },
+            Duration::from_nanos(FIRST_NS),
+            Duration::from_nanos(PERIOD_NS),
+            MissedRuns::Burst,
+        )
+        .unwrap();
+    // The clock moves a second at a time: the worker runs each due tick of the second in turn.
+    let end = Duration::from_nanos(FIRST_NS + (RUNS - 1) * PERIOD_NS) + MS;
+    while driver.now() < end {
+        driver.advance_to((driver.now() + Duration::from_secs(1)).min(end));
+    }
+    assert_eq!(runs.load(SeqCst), RUNS);
+    assert_eq!(wrong.load(SeqCst), 0, "runs off their deadline's tick");
+    assert_eq!(timer.pending_timeouts(), 1);
+    assert!(task.cancel());
+}
+
+/// Moves the clock a tick at a time, as a worker that keeps up would see it.
+fn step_to(driver: &ManualDriver, to: Duration) {
+    while driver.now() < to {
+        driver.advance(MS);
+    }
+}
+
+/// The worker stalls from 11 ms to 55 ms (the clock jumps; the worker catches up on the ticks
+/// in between, with its clock at 55 ms), with runs due every 10 ms from 10 ms; then it keeps
+/// up again.
+fn across_a_stall(missed: MissedRuns) -> Vec<u64> {
+    let (timer, driver) = manual(MS);
+    let (ticks, task) = recorder(&driver);
+    let _periodic = timer
+        .schedule_at_fixed_rate(task, 10 * MS, 10 * MS, missed)
+        .unwrap();
+    step_to(&driver, 11 * MS); // the first run, on time
+    driver.advance_to(55 * MS); // the stall
+    step_to(&driver, 90 * MS);
+    let seen = ticks.lock().unwrap().clone();
+    seen
+}
+
+#[test]
+fn burst_runs_the_missed_runs_and_keeps_the_schedule() {
+    // Runs due at 20, 30, 40 and 50 ms fire during the catch-up, on their ticks; the schedule
+    // goes on at 60, 70, 80.
+    assert_eq!(
+        across_a_stall(MissedRuns::Burst),
+        vec![10, 20, 30, 40, 50, 60, 70, 80]
+    );
+}
+
+#[test]
+fn skip_drops_the_missed_runs_and_keeps_the_schedule() {
+    // The run due at 20 ms finds the clock at 55 ms: 30, 40 and 50 are skipped, 60 is next.
+    assert_eq!(across_a_stall(MissedRuns::Skip), vec![10, 20, 60, 70, 80]);
+}
+
+#[test]
+fn delay_shifts_the_schedule_after_a_late_run() {
+    // The run due at 20 ms finds the clock at 55 ms: the next is a period later, at 65 ms, and
+    // the schedule goes on from there.
+    assert_eq!(across_a_stall(MissedRuns::Delay), vec![10, 20, 65, 75, 85]);
+}
+
+/// Fixed delay counts from the end of each run: the clock at the run (the end of its tick on
+/// the manual clock, advanced a tick at a time) plus the delay.
+#[test]
+fn fixed_delay_counts_from_the_end_of_each_run() {
+    let (timer, driver) = manual(MS);
+    let (ticks, task) = recorder(&driver);
+    let _periodic = timer
+        .schedule_with_fixed_delay(task, 10 * MS, 10 * MS)
+        .unwrap();
+    for _ in 0..45 {
+        driver.advance(MS);
+    }
+    // Each run happens when the clock reaches the end of its tick, one tick after its
+    // deadline's start: the next is due 10 ms after that.
+    assert_eq!(*ticks.lock().unwrap(), vec![10, 21, 32, 43]);
+}
+
+/// One handle cancels every future run, from outside or from inside the task; the pending
+/// count is one while scheduled and drops to zero once the cancellation is processed.
+#[test]
+fn cancel_ends_the_schedule_and_the_pending_count() {
+    let (timer, driver) = manual(MS);
+    let (ticks, task) = recorder(&driver);
+    let periodic = timer
+        .schedule_at_fixed_rate(task, 5 * MS, 5 * MS, MissedRuns::Burst)
+        .unwrap();
+    assert_eq!(timer.pending_timeouts(), 1);
+    driver.advance_to(16 * MS); // runs at 5, 10, 15
+    assert_eq!(periodic.runs(), 3);
+    assert_eq!(timer.pending_timeouts(), 1, "counted once, not per run");
+    assert!(periodic.cancel());
+    assert!(!periodic.cancel(), "only the first cancel wins");
+    assert!(periodic.clone().is_cancelled());
+    driver.advance_to(100 * MS);
+    assert_eq!(*ticks.lock().unwrap(), vec![5, 10, 15]);
+    assert_eq!(timer.pending_timeouts(), 0);
+
+    let own = timer
+        .schedule_at_fixed_rate(
+            |me: &PeriodicTimeout| {
+                if me.runs() == 2 {
+                    assert!(me.cancel());
+                }
+            },
+            MS,
+            MS,
+            MissedRuns::Burst,
+        )
+        .unwrap();
+    driver.advance_to(200 * MS);
+    assert_eq!(own.runs(), 2, "cancelled from inside its second run");
+    assert_eq!(timer.pending_timeouts(), 0);
+}
+
+/// `stop()` returns the pending run's timeout, cancelled; nothing runs or is scheduled after.
+#[test]
+fn stop_returns_the_pending_run() {
+    let (timer, driver) = manual(MS);
+    let (ticks, task) = recorder(&driver);
+    let periodic = timer
+        .schedule_at_fixed_rate(task, 3 * MS, 3 * MS, MissedRuns::Skip)
+        .unwrap();
+    step_to(&driver, 7 * MS); // runs at 3 and 6
+    let returned = timer.stop().unwrap();
+    assert_eq!(returned.len(), 1);
+    assert!(returned[0].is_cancelled());
+    driver.advance_to(100 * MS);
+    assert_eq!(*ticks.lock().unwrap(), vec![3, 6]);
+    assert_eq!(periodic.runs(), 2);
+}
+
+/// With an executor, a run that outlasts its period still does not overlap the next: the next
+/// is scheduled only when it has returned.
+#[test]
+fn runs_never_overlap_on_an_executor() {
+    let timer = HashedWheelTimer::builder()
+        .tick_duration(MS)
+        .executor(|job: Box<dyn FnOnce() + Send>| {
+            std::thread::spawn(job);
+        })
+        .build()
+        .unwrap();
+    let active = Arc::new(AtomicUsize::new(0));
+    let overlapped = Arc::new(AtomicUsize::new(0));
+    let (tx, rx) = std::sync::mpsc::channel();
+    let tx = Mutex::new(tx);
+    let (a, o) = (active.clone(), overlapped.clone());
+    let periodic = timer
+        .schedule_at_fixed_rate(
+            move |me: &PeriodicTimeout| {
+                if a.fetch_add(1, SeqCst) > 0 {
+                    o.fetch_add(1, SeqCst);
+                }
+                // Five periods' worth of work.
+                std::thread::sleep(5 * MS);
+                a.fetch_sub(1, SeqCst);
+                if me.runs() == 5 {
+                    me.cancel();
+                    tx.lock().unwrap().send(()).unwrap();
+                }
+            },
+            Duration::ZERO,
+            MS,
+            MissedRuns::Burst,
+        )
+        .unwrap();
+    rx.recv_timeout(Duration::from_secs(10))
+        .expect("five runs within ten seconds");
+    assert_eq!(overlapped.load(SeqCst), 0);
+    assert_eq!(periodic.runs(), 5);
+}
