@@ -96,6 +96,16 @@
 //!   worker compares `calculated <= tick` when the bucket comes round, which is Netty's
 //!   `remaining_rounds == 0` (see [`HashedWheelTimer`]'s design notes in the source, `wheel.rs`).
 //!
+//! # Beyond Netty
+//! - **Periodic tasks** on the same wheel: [`HashedWheelTimer::schedule_at_fixed_rate`] (Java's
+//!   `scheduleAtFixedRate`: deadlines fixed from the first, no drift, and a [`MissedRuns`]
+//!   policy for runs the worker could not make on time) and
+//!   [`HashedWheelTimer::schedule_with_fixed_delay`]; one [`PeriodicTimeout`] cancels every
+//!   future run, runs never overlap, and `pending_timeouts()` counts the task once.
+//! - **Operational counters**: [`HashedWheelTimer::stats`] gives expired, cancelled, refused
+//!   and panicked counts and how late timeouts fired ([`TimerStats`]), at no cost to
+//!   `new_timeout` and `cancel`.
+//!
 //! # Testing code that uses a timer
 //! [`Builder::build_manual`] gives a timer with no thread and a [`ManualDriver`] that moves its
 //! clock: tests run due tasks deterministically, with no sleeps.

@@ -23,21 +23,24 @@ fn counting(runs: &Arc<AtomicUsize>) -> impl FnMut(&PeriodicTimeout) + Send + 's
 
 #[test]
 fn periodic_cancel_races_its_reschedule_with_manual_driver() {
-    check("periodic_cancel_races_its_reschedule_with_manual_driver", || {
-        let (timer, driver) = manual_timer(0);
-        let runs = Arc::new(AtomicUsize::new(0));
-        let periodic = timer
-            .schedule_at_fixed_rate(counting(&runs), TICK, TICK, MissedRuns::Burst)
-            .unwrap();
-        let p = periodic.clone();
-        let canceller = thread::spawn(move || assert!(p.cancel()));
-        driver.advance(TICK * 2); // the first run (tick 1), which reschedules for tick 2
-        canceller.join().unwrap();
-        let before = runs.load(SeqCst);
-        assert!(before <= 1);
-        driver.advance(TICK * 3); // the cancellation processed; a second run would be due
-        assert_eq!(runs.load(SeqCst), before, "a run after the cancel returned");
-        assert_eq!(periodic.runs() as usize, before);
-        assert_eq!(timer.pending_timeouts(), 0, "a run left scheduled");
-    });
+    check(
+        "periodic_cancel_races_its_reschedule_with_manual_driver",
+        || {
+            let (timer, driver) = manual_timer(0);
+            let runs = Arc::new(AtomicUsize::new(0));
+            let periodic = timer
+                .schedule_at_fixed_rate(counting(&runs), TICK, TICK, MissedRuns::Burst)
+                .unwrap();
+            let p = periodic.clone();
+            let canceller = thread::spawn(move || assert!(p.cancel()));
+            driver.advance(TICK * 2); // the first run (tick 1), which reschedules for tick 2
+            canceller.join().unwrap();
+            let before = runs.load(SeqCst);
+            assert!(before <= 1);
+            driver.advance(TICK * 3); // the cancellation processed; a second run would be due
+            assert_eq!(runs.load(SeqCst), before, "a run after the cancel returned");
+            assert_eq!(periodic.runs() as usize, before);
+            assert_eq!(timer.pending_timeouts(), 0, "a run left scheduled");
+        },
+    );
 }
