@@ -1106,3 +1106,41 @@ fn fake_timer_implementation_delegating_to_a_manual_timer() {
     assert_eq!(fake.pending_timeouts(), 0);
     assert_eq!(Timer::stop(&fake), Ok(vec![]));
 }
+
+/// A task that holds the worker for several ticks is counted (`slow_runs`, `longest_run`) and
+/// warned about in the log.
+#[test]
+fn a_slow_task_is_counted_and_warned_about() {
+    init();
+    let timer = HashedWheelTimer::new(Duration::from_millis(1), 64);
+    let (tx, rx) = std::sync::mpsc::channel();
+    let quick = tx.clone();
+    timer
+        .new_timeout(move |_: &Timeout| quick.send(()).unwrap(), Duration::ZERO)
+        .unwrap();
+    rx.recv_timeout(Duration::from_secs(10)).unwrap();
+    timer
+        .new_timeout(
+            move |_: &Timeout| {
+                std::thread::sleep(Duration::from_millis(8));
+                tx.send(()).unwrap();
+            },
+            Duration::ZERO,
+        )
+        .unwrap();
+    rx.recv_timeout(Duration::from_secs(10)).unwrap();
+    // The worker publishes its counts when its run of ticks ends, just after the task.
+    let started = std::time::Instant::now();
+    while timer.stats().expired < 2 {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "counts never published"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let stats = timer.stats();
+    // At least the slow one (on a loaded machine the quick one may be descheduled too).
+    assert!(stats.slow_runs >= 1, "{stats:?}");
+    assert!(stats.longest_run >= Duration::from_millis(8), "{stats:?}");
+    assert!(logged(log::Level::Warn, "held the timer's worker"));
+}

@@ -112,6 +112,9 @@ pub(crate) struct Counters {
     pub(crate) refused: process::AtomicU64,
     /// The largest lateness of a fired timeout, in nanoseconds.
     pub(crate) late_max: process::AtomicU64,
+    /// The longest inline task run, in nanoseconds; runs longer than a tick.
+    pub(crate) longest_run: process::AtomicU64,
+    pub(crate) slow_runs: process::AtomicU64,
     pub(crate) lateness: [process::AtomicU64; LATENESS_CLASSES],
 }
 
@@ -124,6 +127,8 @@ impl Counters {
             panicked: zero(),
             refused: zero(),
             late_max: zero(),
+            longest_run: zero(),
+            slow_runs: zero(),
             lateness: std::array::from_fn(|_| zero()),
         }
     }

@@ -288,6 +288,13 @@ pub struct TimerStats {
     /// more. Netty's contract is the first two classes; the rest is a worker that fell behind
     /// (slow tasks, a starved thread).
     pub lateness: [u64; 8],
+    /// The longest a task has held the worker thread (tasks run on an executor are not
+    /// timed). Measured with the producers' clock, so its resolution is tens of nanoseconds.
+    pub longest_run: Duration,
+    /// Tasks that held the worker thread longer than a tick: each delays every timeout due
+    /// meanwhile. One that holds it four ticks or more is also warned about in the log, at
+    /// most once every ten seconds.
+    pub slow_runs: u64,
 }
 
 /// A hashed wheel timer: Netty's `HashedWheelTimer`, with the same contract and timing.
@@ -538,6 +545,8 @@ impl HashedWheelTimer {
             panicked: load(&c.panicked),
             late_max: Duration::from_nanos(load(&c.late_max)),
             lateness: std::array::from_fn(|i| load(&c.lateness[i])),
+            longest_run: Duration::from_nanos(load(&c.longest_run)),
+            slow_runs: load(&c.slow_runs),
         }
     }
 }

@@ -69,7 +69,19 @@ struct Tally {
     panicked: u64,
     late_max: u64,
     lateness: [u64; LATENESS_CLASSES],
+    /// The longest inline task run, in nanoseconds; runs longer than a tick.
+    longest_run: u64,
+    slow_runs: u64,
+    /// Runs of at least `SLOW_WARNING_TICKS` since the last warning, and when that was.
+    unreported: u64,
+    warned_at: Option<u64>,
 }
+
+/// A task that holds the worker this many ticks or more is warned about in the log (Netty's
+/// most common misuse: a slow task delays every timeout after it), at most once every
+/// `WARNING_INTERVAL_NS`.
+const SLOW_WARNING_TICKS: u64 = 4;
+const WARNING_INTERVAL_NS: u64 = 10_000_000_000;
 
 impl Tally {
     /// A timeout fired `late` nanoseconds after its deadline.
@@ -86,6 +98,39 @@ impl Tally {
         self.lateness[class] += 1;
     }
 
+    /// An inline task run took `took` nanoseconds; the clock read `now` at its end.
+    #[inline]
+    fn ran(&mut self, took: u64, now: u64, tick_nanos: u64) {
+        self.longest_run = self.longest_run.max(took);
+        if took > tick_nanos {
+            self.slow_runs += 1;
+            if took >= tick_nanos.saturating_mul(SLOW_WARNING_TICKS) {
+                self.slow_run_warning(took, now, tick_nanos);
+            }
+        }
+    }
+
+    #[cold]
+    fn slow_run_warning(&mut self, took: u64, now: u64, tick_nanos: u64) {
+        self.unreported += 1;
+        if self
+            .warned_at
+            .is_some_and(|at| now.saturating_sub(at) < WARNING_INTERVAL_NS)
+        {
+            return;
+        }
+        log::warn!(
+            "a TimerTask held the timer's worker for {:?} ({} ticks; {} such runs since the \
+             last warning): every timeout due meanwhile fires late. Hand slow work to another \
+             thread, or configure an executor",
+            std::time::Duration::from_nanos(took),
+            took / tick_nanos,
+            self.unreported,
+        );
+        self.unreported = 0;
+        self.warned_at = Some(now);
+    }
+
     fn publish(&self, counters: &Counters) {
         // Relaxed: statistics (see `Counters`).
         let r = Ordering::Relaxed;
@@ -93,6 +138,8 @@ impl Tally {
         counters.cancelled.store(self.cancelled, r);
         counters.panicked.store(self.panicked, r);
         counters.late_max.store(self.late_max, r);
+        counters.longest_run.store(self.longest_run, r);
+        counters.slow_runs.store(self.slow_runs, r);
         for (total, count) in counters.lateness.iter().zip(self.lateness) {
             total.store(count, r);
         }
@@ -323,6 +370,9 @@ impl Worker {
         let chunks = &mut self.chunks;
         let tally = &mut self.tally;
         let tick_nanos = shared.tick_nanos;
+        // The end of the last inline run, the start of the next: one clock read per task
+        // (the producers' clock, from the TSC where there is one).
+        let mut mark: Option<u64> = None;
         self.wheel.expire(tick, now, |entry, idx, deadline| {
             let chunk = chunks.get(entry.chunk);
             let cell = chunk.cell(idx);
@@ -333,8 +383,18 @@ impl Worker {
                 let state = chunk.state(idx);
                 chunks.settle(entry.chunk);
                 tally.fired(now.saturating_sub(deadline), tick_nanos);
+                let start = match (executor, mark) {
+                    (Some(_), _) => None,
+                    (None, Some(end)) => Some(end),
+                    (None, None) => Some(shared.clock.now_upper()),
+                };
                 if !run_task(executor, entry.task, state) {
                     tally.panicked += 1;
+                }
+                if let Some(start) = start {
+                    let end = shared.clock.now_upper();
+                    tally.ran(end.saturating_sub(start), end, tick_nanos);
+                    mark = Some(end);
                 }
             } else {
                 // Cancelled after this tick's cancellations were processed: its entry on the
