@@ -161,3 +161,8 @@ mod tests {
         assert_clone::<TimerHandle>();
     }
 }
+
+/// The migration guide's Rust examples, compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../docs/migrating-from-netty.md")]
+pub struct MigratingFromNetty;
