@@ -10,7 +10,7 @@
 use super::new_timeout_at;
 use crate::clock::duration_to_nanos;
 use crate::shared::TimerHandle;
-use crate::sync::{lock, Arc, Mutex};
+use crate::sync::{lock, Arc, AtomicBool, AtomicU64, Mutex, Ordering};
 use crate::{HashedWheelTimer, Timeout, TimerError, TimerTask};
 use std::fmt;
 use std::time::Duration;
@@ -88,29 +88,27 @@ pub struct PeriodicTimeout {
 
 struct Periodic {
     timer: TimerHandle,
-    state: Mutex<PeriodicState>,
-}
-
-struct PeriodicState {
-    /// The timeout of the next run (or of the one running).
-    current: Option<Timeout>,
-    cancelled: bool,
+    /// The timeout of the next run (or of the one running). Its lock orders a run's
+    /// reschedule against `cancel()`: `cancelled` is written, and read by the runs, under it.
+    current: Mutex<Option<Timeout>>,
+    cancelled: AtomicBool,
     /// Runs started so far.
-    runs: u64,
+    runs: AtomicU64,
 }
 
 impl PeriodicTimeout {
     /// Cancels every future run; a run already under way finishes. Returns `true` for the one
     /// call that cancelled the schedule.
     pub fn cancel(&self) -> bool {
-        let mut state = lock(&self.inner.state);
-        if state.cancelled {
+        let inner = &self.inner;
+        let mut current = lock(&inner.current);
+        // Relaxed: read and written under the lock (see `Periodic::current`).
+        if inner.cancelled.swap(true, Ordering::Relaxed) {
             return false;
         }
-        state.cancelled = true;
         // Under the lock: a run that has just returned reschedules under it too, so it either
         // sees `cancelled` or has stored the timeout cancelled here.
-        if let Some(current) = state.current.take() {
+        if let Some(current) = current.take() {
             current.cancel();
         }
         true
@@ -118,12 +116,14 @@ impl PeriodicTimeout {
 
     /// Whether [`cancel`](PeriodicTimeout::cancel) has been called.
     pub fn is_cancelled(&self) -> bool {
-        lock(&self.inner.state).cancelled
+        // Relaxed: a snapshot (see `cancel`).
+        self.inner.cancelled.load(Ordering::Relaxed)
     }
 
     /// Runs started so far (inside a run: counting this one).
     pub fn runs(&self) -> u64 {
-        lock(&self.inner.state).runs
+        // Relaxed: a count; a run's own increment happens before it calls the task.
+        self.inner.runs.load(Ordering::Relaxed)
     }
 
     /// The timer the task runs on.
@@ -134,10 +134,9 @@ impl PeriodicTimeout {
 
 impl fmt::Debug for PeriodicTimeout {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let state = lock(&self.inner.state);
         f.debug_struct("PeriodicTimeout")
-            .field("runs", &state.runs)
-            .field("cancelled", &state.cancelled)
+            .field("runs", &self.runs())
+            .field("cancelled", &self.is_cancelled())
             .finish_non_exhaustive()
     }
 }
@@ -163,11 +162,12 @@ where
             schedule,
         } = *self;
         {
-            let mut state = lock(&periodic.inner.state);
-            if state.cancelled {
+            let _current = lock(&periodic.inner.current);
+            // Relaxed: under the lock (see `Periodic::current`).
+            if periodic.inner.cancelled.load(Ordering::Relaxed) {
                 return;
             }
-            state.runs += 1;
+            periodic.inner.runs.fetch_add(1, Ordering::Relaxed);
         }
         task(&periodic);
         let shared = &periodic.inner.timer.shared;
@@ -188,8 +188,9 @@ where
                 }
             }
         };
-        let mut state = lock(&periodic.inner.state);
-        if state.cancelled {
+        let mut current = lock(&periodic.inner.current);
+        // Relaxed: under the lock (see `Periodic::current`).
+        if periodic.inner.cancelled.load(Ordering::Relaxed) {
             return;
         }
         let run = Run {
@@ -199,7 +200,7 @@ where
             schedule,
         };
         // A refusal (the timer stopped, or the pending limit) ends the schedule.
-        state.current = new_timeout_at(shared, Box::new(run), next).ok();
+        *current = new_timeout_at(shared, Box::new(run), next).ok();
     }
 }
 
@@ -282,11 +283,9 @@ impl TimerHandle {
         let periodic = PeriodicTimeout {
             inner: Arc::new(Periodic {
                 timer: self.clone(),
-                state: Mutex::new(PeriodicState {
-                    current: None,
-                    cancelled: false,
-                    runs: 0,
-                }),
+                current: Mutex::new(None),
+                cancelled: AtomicBool::new(false),
+                runs: AtomicU64::new(0),
             }),
         };
         let shared = &self.shared;
@@ -302,9 +301,9 @@ impl TimerHandle {
         };
         // Under the lock: the first run may start before the timeout is stored, and it
         // reschedules under the same lock.
-        let mut state = lock(&periodic.inner.state);
-        state.current = Some(new_timeout_at(shared, Box::new(run), first)?);
-        drop(state);
+        let mut current = lock(&periodic.inner.current);
+        *current = Some(new_timeout_at(shared, Box::new(run), first)?);
+        drop(current);
         Ok(periodic)
     }
 }
