@@ -88,6 +88,45 @@ impl Clock {
         }
     }
 
+    /// `instant` in nanoseconds since the origin (0 before it). A manual clock has no
+    /// `Instant` of its own: there, `instant` counts from the moment of the call, which is the
+    /// manual clock's `now()`.
+    pub(crate) fn nanos_at(&self, instant: Instant) -> u64 {
+        match self {
+            Clock::System { origin, .. } => {
+                duration_to_nanos(instant.saturating_duration_since(*origin))
+            }
+            Clock::Manual(_) => self.now().saturating_add(duration_to_nanos(
+                instant.saturating_duration_since(Instant::now()),
+            )),
+        }
+    }
+
+    /// The `Instant` of `nanos` since the origin (the inverse of [`Clock::nanos_at`]); the
+    /// latest `Instant` the platform can represent if it cannot represent that one.
+    pub(crate) fn instant_at(&self, nanos: u64) -> Instant {
+        let (base, since) = match self {
+            Clock::System { origin, .. } => (*origin, nanos),
+            Clock::Manual(_) => {
+                let now = self.now();
+                let base = Instant::now();
+                if nanos < now {
+                    let back = std::time::Duration::from_nanos(now - nanos);
+                    return base.checked_sub(back).unwrap_or(base);
+                }
+                (base, nanos - now)
+            }
+        };
+        let mut ahead = std::time::Duration::from_nanos(since);
+        // Halve what does not fit: the result is only ever compared with clock readings.
+        loop {
+            if let Some(at) = base.checked_add(ahead) {
+                return at;
+            }
+            ahead /= 2;
+        }
+    }
+
     /// Moves a manual clock forward to `nanos` (never backwards). No effect on the system clock.
     pub(crate) fn advance_to(&self, nanos: u64) {
         if let Clock::Manual(t) = self {

@@ -1,6 +1,6 @@
 //! The public error types: why a timer could not be built, why an operation was refused.
 //!
-//! Owns [`BuildError`] and [`TimerError`]; touches nothing of the crate.
+//! Owns [`BuildError`], [`TimerError`] and [`DeadlineError`]; touches nothing of the crate.
 
 use std::fmt;
 use std::time::Duration;
@@ -116,3 +116,55 @@ impl fmt::Display for TimerError {
 }
 
 impl std::error::Error for TimerError {}
+
+/// Why a future run under a deadline ([`HashedWheelTimer::timeout`]) did not complete.
+///
+/// ```
+/// use hashed_timer_wheel::{DeadlineError, HashedWheelTimer, TimerError};
+/// use std::time::Duration;
+///
+/// let timer = HashedWheelTimer::new(Duration::from_millis(1), 64);
+/// let never = std::future::pending::<()>();
+/// let result = futures::executor::block_on(timer.timeout(Duration::from_millis(5), never));
+/// assert_eq!(result, Err(DeadlineError::Elapsed));
+///
+/// timer.stop().unwrap();
+/// let result = futures::executor::block_on(timer.timeout(Duration::from_secs(1), std::future::pending::<()>()));
+/// assert_eq!(result, Err(DeadlineError::Timer(TimerError::Stopped)));
+/// ```
+///
+/// [`HashedWheelTimer::timeout`]: crate::HashedWheelTimer::timeout
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum DeadlineError {
+    /// The deadline passed first (tokio's `Elapsed`).
+    Elapsed,
+    /// The timer could not keep the deadline: it was stopped or dropped
+    /// ([`TimerError::Stopped`]), or refused it at its pending limit
+    /// ([`TimerError::TooManyPending`]). The future was dropped unfinished.
+    Timer(TimerError),
+}
+
+impl fmt::Display for DeadlineError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DeadlineError::Elapsed => f.write_str("deadline has elapsed"),
+            DeadlineError::Timer(e) => write!(f, "deadline cannot be kept: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for DeadlineError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            DeadlineError::Elapsed => None,
+            DeadlineError::Timer(e) => Some(e),
+        }
+    }
+}
+
+impl From<TimerError> for DeadlineError {
+    fn from(e: TimerError) -> Self {
+        DeadlineError::Timer(e)
+    }
+}

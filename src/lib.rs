@@ -133,13 +133,13 @@ pub mod loom_hooks {
     pub use crate::timer::advance_clock;
 }
 
-pub use error::{BuildError, TimerError};
+pub use error::{BuildError, DeadlineError, TimerError};
 pub use shared::TimerHandle;
 pub use task::TimerTask;
 pub use timeout::Timeout;
 pub use timer::{
-    Builder, HashedWheelTimer, ManualDriver, MissedRuns, PeriodicTimeout, Timer, TimerStats,
-    INSTANCE_COUNT_LIMIT, MAX_TICKS_PER_WHEEL,
+    Builder, Deadline, HashedWheelTimer, ManualDriver, MissedRuns, PeriodicTimeout, Sleep, Timer,
+    TimerStats, INSTANCE_COUNT_LIMIT, MAX_TICKS_PER_WHEEL,
 };
 
 #[cfg(test)]

@@ -139,11 +139,30 @@ impl Batch for PendingBatch {
 }
 
 /// What a shard of the `timeouts` queue keeps for its producers, under its lock.
-#[derive(Default)]
 pub(crate) struct ProducerShard {
     /// Pending-count credit (see `Shared::refill_credit`).
     pub(super) credit: usize,
-    /// Where the shard's timeouts get their states (and the spare chunks the worker hands
-    /// back).
+    /// Where the shard's tasks' timeouts get their states (and the spare chunks the worker
+    /// hands back).
     pub(crate) cursor: ChunkCursor,
+    /// Where the shard's futures' timeouts get theirs: chunks with waker slots.
+    pub(super) wake_cursor: ChunkCursor,
+}
+
+impl Default for ProducerShard {
+    fn default() -> Self {
+        ProducerShard {
+            credit: 0,
+            cursor: ChunkCursor::default(),
+            wake_cursor: ChunkCursor::with_wakers(),
+        }
+    }
+}
+
+impl ProducerShard {
+    /// Lets go of both cursors' chunks and spares (`stop()`: they hold handles on the timer).
+    pub(crate) fn clear_cursors(&mut self) {
+        self.cursor.clear();
+        self.wake_cursor.clear();
+    }
 }

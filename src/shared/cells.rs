@@ -38,8 +38,9 @@
 //! nothing can refer to it any more (no handle, no batch, no table entry).
 
 use super::{Shared, TimerHandle};
-use crate::sync::{Arc, AtomicU32, Ordering};
+use crate::sync::{lock, Arc, AtomicU32, Mutex, Ordering};
 use crate::wheel::MAX_ENTRIES;
+use std::task::Waker;
 
 const QUEUED: u8 = 0;
 const IN_WHEEL: u8 = 1;
@@ -86,16 +87,36 @@ struct Chunk {
     /// The queue shard whose cursor hands the cells out (the worker's chunk table keeps it).
     shard: u8,
     cells: [Cell; CHUNK],
+    /// A chunk of futures' timeouts (see [`WakerSlots`]); `None` for tasks' timeouts.
+    wakers: Option<Box<WakerSlots>>,
 }
 
+/// Where the futures of a chunk's timeouts leave their wakers (`Sleep` in the owner's room):
+/// one slot per cell, written by the future's `poll`, emptied and woken by whoever ends the
+/// timeout (the worker's expiry, `stop()`), or emptied by the worker once a cancelled
+/// timeout's entry is gone.
+///
+/// The protocol (loom model 12): a `poll` stores its waker under the slot's lock and then
+/// loads the cell's state; whoever ends the timeout moves the state first and then takes the
+/// waker under the same lock. Whichever takes the lock second sees the other's work: the waker
+/// stored (and wakes it), or the state moved (and `poll` returns `Ready`). A `poll` that sees
+/// the state end before it stores anything stores nothing.
+///
+/// Why per chunk and not per timeout: one allocation per 32 futures instead of one per future
+/// (which the worker would free, across threads), and 24 bytes a future. Timeouts of tasks
+/// never pay for it: their chunks have no slots, and a shard hands out futures' timeouts from
+/// chunks of their own (`ProducerShard::wake_cursor`).
+pub(crate) type WakerSlots = [Mutex<Option<Waker>>; CHUNK];
+
 impl Chunk {
-    fn new(shared: &Arc<Shared>, shard: u8) -> Arc<Chunk> {
+    fn new(shared: &Arc<Shared>, shard: u8, wakers: bool) -> Arc<Chunk> {
         Arc::new(Chunk {
             timer: TimerHandle {
                 shared: Arc::clone(shared),
             },
             shard,
             cells: fresh_cells(),
+            wakers: wakers.then(|| Box::new(std::array::from_fn(|_| Mutex::new(None)))),
         })
     }
 }
@@ -120,8 +141,10 @@ pub(crate) struct ChunkCursor {
     chunk: Option<Arc<Chunk>>,
     next: u8,
     /// Chunks of this shard the worker has finished with, their cells reset, to be used
-    /// before allocating (see [`SpareChunk`]).
+    /// before allocating (see [`SpareChunk`]). Only chunks without waker slots come back.
     spares: Vec<SpareChunk>,
+    /// Whether this cursor's chunks carry waker slots (futures' timeouts).
+    wakers: bool,
 }
 
 /// Spare chunks a shard's cursor keeps, at most, and as many the worker keeps for it (176
@@ -134,6 +157,14 @@ pub(crate) struct ChunkCursor {
 pub(crate) const SPARE_CHUNKS: usize = 4096;
 
 impl ChunkCursor {
+    /// A cursor whose chunks carry waker slots, for futures' timeouts.
+    pub(crate) fn with_wakers() -> ChunkCursor {
+        ChunkCursor {
+            wakers: true,
+            ..ChunkCursor::default()
+        }
+    }
+
     /// A fresh state (QUEUED, no slot) for a timeout of `shared`'s timer, from the current
     /// chunk (a new one when it is used up), for the timeout at position `at` of the queued
     /// batch whose runs are `runs`: a new chunk, or a batch that has none yet, starts a run.
@@ -142,7 +173,8 @@ impl ChunkCursor {
     /// The batch's timeouts take this cursor's cells one after another (the cursor and the
     /// batch are under the same shard lock, and every state handed out is pushed), so a run
     /// records where it starts and nothing is kept per timeout: the cell of each queued
-    /// timeout follows from its position ([`Run`]).
+    /// timeout follows from its position ([`Run`]). A shard has two cursors (tasks' and
+    /// futures'): when the batch's last run is another chunk, a new run starts too.
     ///
     /// One reference count per timeout (the handle's), not two: the queued timeouts of a chunk
     /// share their run's one reference to it. A second count per `new_timeout` on the same
@@ -157,16 +189,21 @@ impl ChunkCursor {
     ) -> TimeoutState {
         let next = &mut self.next;
         let spares = &mut self.spares;
+        let wakers = self.wakers;
         let chunk = self.chunk.get_or_insert_with(|| {
             *next = 0;
             match spares.pop() {
                 Some(SpareChunk(chunk)) => chunk,
-                None => Chunk::new(shared, shard),
+                None => Chunk::new(shared, shard, wakers),
             }
         });
         let idx = *next;
         *next += 1;
-        if idx == 0 || runs.is_empty() {
+        if idx == 0
+            || runs
+                .last()
+                .is_none_or(|run| !Arc::ptr_eq(&run.chunk.0, chunk))
+        {
             runs.push(Run {
                 chunk: ChunkRef(Arc::clone(chunk)),
                 first: at,
@@ -306,8 +343,27 @@ impl ChunkRef {
     pub(crate) fn into_spare(self) -> Option<SpareChunk> {
         let mut chunk = self.0;
         let inner = Arc::get_mut(&mut chunk)?;
+        if inner.wakers.is_some() {
+            // Futures' chunks are freed: a spare goes back to the tasks' cursor.
+            return None;
+        }
         inner.cells = fresh_cells();
         Some(SpareChunk(chunk))
+    }
+
+    /// Whether the chunk's timeouts are futures' (their cells have waker slots).
+    #[inline]
+    pub(crate) fn has_wakers(&self) -> bool {
+        self.0.wakers.is_some()
+    }
+
+    /// Worker only, once cell `idx`'s timeout is cancelled and its entry gone: drops the waker
+    /// its future may have left (the future is gone or will not wait on it).
+    #[inline]
+    pub(crate) fn clear_waker(&self, idx: u8) {
+        if let Some(slots) = &self.0.wakers {
+            drop(lock(&slots[usize::from(idx)]).take());
+        }
     }
 
     /// A handle's reference to cell `idx`.
@@ -387,6 +443,75 @@ impl TimeoutState {
     #[inline]
     pub(crate) fn clear_slot(&self) {
         self.cell().clear_slot()
+    }
+
+    /// Worker only: see [`ChunkRef::clear_waker`].
+    #[inline]
+    pub(crate) fn clear_waker(&self) {
+        if let Some(slot) = self.waker_slot() {
+            drop(lock(slot).take());
+        }
+    }
+
+    /// Whether this is a future's timeout (its cell has a waker slot).
+    #[inline]
+    pub(crate) fn has_waker(&self) -> bool {
+        self.chunk.wakers.is_some()
+    }
+
+    fn waker_slot(&self) -> Option<&Mutex<Option<Waker>>> {
+        Some(&self.chunk.wakers.as_ref()?[usize::from(self.idx)])
+    }
+
+    /// A future's `poll`: whether the timeout has ended, expired (`Some(true)`) or cancelled
+    /// (`Some(false)`: its future's drop, or `stop()`); else leaves `waker` to be woken when it
+    /// ends (replacing one that would not wake the same task). See [`WakerSlots`].
+    pub(crate) fn poll_end(&self, waker: &Waker) -> Option<bool> {
+        if let Some(ended) = self.end() {
+            return Some(ended);
+        }
+        let slot = self
+            .waker_slot()
+            .expect("a future's timeout has a waker slot");
+        {
+            let mut stored = lock(slot);
+            if !stored.as_ref().is_some_and(|w| w.will_wake(waker)) {
+                *stored = Some(waker.clone());
+            }
+        }
+        // After the store (the lock orders it): an end that took the slot before we stored
+        // moved the state before that, and we see it here.
+        let ended = self.end()?;
+        // Ended meanwhile: whoever ended it may have found the slot empty; take back what we
+        // left, so that it does not keep the task alive.
+        drop(lock(slot).take());
+        Some(ended)
+    }
+
+    /// Expired (`Some(true)`), cancelled (`Some(false)`) or neither.
+    #[inline]
+    fn end(&self) -> Option<bool> {
+        match state_of(self.cell().load()) {
+            EXPIRED => Some(true),
+            CANCELLED => Some(false),
+            _ => None,
+        }
+    }
+
+    /// The waker a future left, taken out (a `Sleep` moving to a new timeout takes it along).
+    pub(crate) fn take_waker(&self) -> Option<Waker> {
+        lock(self.waker_slot()?).take()
+    }
+
+    /// Wakes the future of an ended timeout (its expiry, or `stop()`), if it left a waker.
+    pub(crate) fn wake(&self) {
+        if let Some(slot) = self.waker_slot() {
+            // Taken under the lock, woken after it: a waker may take its time.
+            let waker = lock(slot).take();
+            if let Some(waker) = waker {
+                waker.wake();
+            }
+        }
     }
 }
 

@@ -65,6 +65,16 @@ pub(crate) trait Job: Send + 'static {
 /// A queued or wheeled task.
 pub(crate) type BoxedJob = Box<dyn Job>;
 
+/// The job of a future's timeout: wake the future. Zero-sized, so its box allocates nothing.
+struct WakeJob;
+
+impl Job for WakeJob {
+    #[inline]
+    fn run(self: Box<Self>, state: TimeoutState) {
+        state.wake()
+    }
+}
+
 /// The worker while no thread runs it (before start, in manual mode, after stop), and what its
 /// thread returns. Its type belongs to the worker's room, which this one does not import; the
 /// owner's room (`timer::lifecycle`), which starts and stops it, takes it back as a `Worker`.
@@ -268,6 +278,29 @@ impl Shared {
         deadline: u64,
         now: u64,
     ) -> Result<TimeoutState, TimerError> {
+        self.push(job, deadline, now, false)
+    }
+
+    /// A future's timeout (the owner's room's `Sleep`), due at `deadline` (as in
+    /// [`Shared::schedule_at`]): its state has a waker slot, and its expiry wakes what the
+    /// future left there (see `cells::WakerSlots`). Nothing is allocated for its job.
+    #[inline]
+    pub(crate) fn schedule_wake_at(
+        self: &Arc<Self>,
+        deadline: u64,
+        now: u64,
+    ) -> Result<TimeoutState, TimerError> {
+        self.push(Box::new(WakeJob), deadline, now, true)
+    }
+
+    #[inline]
+    fn push(
+        self: &Arc<Self>,
+        job: BoxedJob,
+        deadline: u64,
+        now: u64,
+        wakes: bool,
+    ) -> Result<TimeoutState, TimerError> {
         let limited = self.max_pending != 0;
         if limited {
             self.reserve_limited()?;
@@ -291,7 +324,12 @@ impl Shared {
                 }
                 producer.credit -= 1;
             }
-            items.push(&mut producer.cursor, self, shard_index, job, deadline)
+            let cursor = if wakes {
+                &mut producer.wake_cursor
+            } else {
+                &mut producer.cursor
+            };
+            items.push(cursor, self, shard_index, job, deadline)
         };
         // Nothing to re-check against `stop()`: it sets SHUTDOWN before it takes each shard,
         // so a push either came before its take (and `stop()` returns this timeout, cancelled,

@@ -114,9 +114,14 @@ pub(super) fn stop(shared: &Arc<Shared>) -> Result<Vec<Timeout>, TimerError> {
         None => lock(&shared.idle_worker).take(),
     };
     let mut out = Vec::new();
+    // Futures' timeouts are not returned: their futures complete with `Stopped`.
     let mut give_back = |state: TimeoutState| {
         if state.try_cancel() {
-            out.push(Timeout { state });
+            if state.has_waker() {
+                state.wake();
+            } else {
+                out.push(Timeout { state });
+            }
         }
     };
     if let Some(worker) = worker {
@@ -131,7 +136,7 @@ pub(super) fn stop(shared: &Arc<Shared>) -> Result<Vec<Timeout>, TimerError> {
     // The shards' current and spare chunks hold handles on this timer: let them go (a
     // producer that locks a shard after this sees SHUTDOWN and starts no chunk; the worker,
     // handing spares over under the same lock, sees it too and hands none).
-    shared.timeouts.for_each_data(|p| p.cursor.clear());
+    shared.timeouts.for_each_data(|p| p.clear_cursors());
     for state in queued.into_states() {
         give_back(state);
     }
@@ -155,8 +160,10 @@ pub(super) fn shutdown_from_worker(shared: &Shared) {
     // Nobody will drain the queues: do it now, so that queued tasks holding a handle on
     // this timer do not keep it alive in a cycle.
     for state in shared.timeouts.take_all().into_states() {
-        state.try_cancel();
+        if state.try_cancel() {
+            state.wake();
+        }
     }
-    shared.timeouts.for_each_data(|p| p.cursor.clear());
+    shared.timeouts.for_each_data(|p| p.clear_cursors());
     drop(shared.cancelled.take_all());
 }

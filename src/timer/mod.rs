@@ -11,11 +11,13 @@ mod builder;
 mod driver;
 mod lifecycle;
 mod periodic;
+mod sleep;
 
 pub use builder::Builder;
 pub use driver::ManualDriver;
 pub use lifecycle::INSTANCE_COUNT_LIMIT;
 pub use periodic::{MissedRuns, PeriodicTimeout};
+pub use sleep::{Deadline, Sleep};
 
 use crate::shared::cells::TimeoutState;
 use crate::shared::{BoxedJob, Shared, TimerHandle};

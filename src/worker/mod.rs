@@ -283,6 +283,7 @@ impl Worker {
             let slot = state.slot();
             if slot != NO_SLOT {
                 state.clear_slot();
+                state.clear_waker();
                 let (entry, _) = self.wheel.remove(slot);
                 self.chunks.settle(entry.chunk);
             }
@@ -340,6 +341,7 @@ impl Worker {
                 let key = self.wheel.next_key();
                 if !runs[run].chunk.cell(idx).try_enter_wheel(key) {
                     // Cancelled while queued: account for it here, and drop the task now.
+                    runs[run].chunk.clear_waker(idx);
                     cancelled += 1;
                     self.chunks.settle(id);
                     continue;
@@ -381,6 +383,8 @@ impl Worker {
                 // task can schedule again even at the pending limit.
                 shared.pending.fetch_sub(1, Ordering::Relaxed);
                 let state = chunk.state(idx);
+                // A future's wake-up runs here: handing it to an executor would cost more.
+                let executor = executor.filter(|_| !chunk.has_wakers());
                 chunks.settle(entry.chunk);
                 tally.fired(now.saturating_sub(deadline), tick_nanos);
                 let start = match (executor, mark) {
@@ -401,6 +405,7 @@ impl Worker {
                 // cancellation queue decrements pending (finding NO_SLOT); the task is dropped
                 // here.
                 cell.clear_slot();
+                chunk.clear_waker(idx);
                 chunks.settle(entry.chunk);
             }
         });
@@ -464,7 +469,9 @@ impl Drop for Worker {
             return;
         }
         for state in self.drain() {
-            state.try_cancel();
+            if state.try_cancel() {
+                state.wake();
+            }
         }
     }
 }

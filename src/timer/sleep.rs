@@ -1,0 +1,399 @@
+//! Futures on the wheel: a sleep for a delay or until an `Instant`, and a deadline around any
+//! future, that any executor can drive (no runtime, no thread of their own).
+//!
+//! Owns [`Sleep`] and [`Deadline`]. A `Sleep` is an ordinary timeout of the timer whose job is
+//! to wake the future: scheduled when the `Sleep` is made, cancelled when it is dropped, and
+//! its waker left in a slot beside its state (`shared::cells::WakerSlots`, with the protocol
+//! and loom model 12). Touches the owner's room (scheduling), the shared room's cells and
+//! clock.
+
+use super::{accepted, start};
+use crate::clock::duration_to_nanos;
+use crate::shared::{Shared, TimerHandle};
+use crate::sync::Arc;
+use crate::{DeadlineError, HashedWheelTimer, Timeout, TimerError};
+use std::fmt;
+use std::future::{Future, IntoFuture};
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+/// A future that completes at a deadline on a [`HashedWheelTimer`]'s wheel (tokio's `Sleep`).
+///
+/// Made by [`HashedWheelTimer::sleep`] and [`HashedWheelTimer::sleep_until`] (or the same
+/// methods of a [`TimerHandle`]). It is scheduled at once, like a `new_timeout`, and completes
+/// with `Ok(())` when its timeout expires: never before its deadline, at most about a tick
+/// after it. Any executor can poll it (tokio, `futures`' `block_on`, smol...): the timer's own
+/// worker thread wakes it.
+///
+/// - **Dropping** it cancels its timeout; the timer frees the entry within about a tick, as
+///   for [`Timeout::cancel`].
+/// - **Polled from another task**, it wakes that task (the last poll's waker is the one kept).
+/// - **When the timer stops** (or its owner is dropped) before the deadline, it completes with
+///   `Err(`[`TimerError::Stopped`]`)`: it never hangs. A timer at its pending limit refuses it:
+///   it completes at once with `Err(TimerError::TooManyPending { .. })`.
+/// - It is `Unpin`: `&mut sleep` is itself a future, for `select!` in a loop, and
+///   [`reset`](Sleep::reset) moves its deadline.
+///
+/// It counts in [`pending_timeouts()`](HashedWheelTimer::pending_timeouts) while it waits, and
+/// in [`stats()`](HashedWheelTimer::stats) as any timeout; `stop()` does not return it (nothing
+/// can run it: its future completes with `Stopped` instead).
+///
+/// ```
+/// use hashed_timer_wheel::HashedWheelTimer;
+/// use std::time::{Duration, Instant};
+///
+/// let timer = HashedWheelTimer::new(Duration::from_millis(1), 512);
+/// let start = Instant::now();
+/// futures::executor::block_on(async {
+///     timer.sleep(Duration::from_millis(20)).await.unwrap();
+/// });
+/// assert!(start.elapsed() >= Duration::from_millis(20), "never early");
+/// ```
+#[must_use = "a Sleep does nothing unless awaited, and its drop cancels it"]
+pub struct Sleep {
+    entry: Entry,
+    /// Nanoseconds since the timer's origin.
+    deadline: u64,
+}
+
+enum Entry {
+    /// Scheduled: the timeout whose end completes the future.
+    Armed(Timeout),
+    /// Refused when made (boxed: a cold path that should not grow every `Sleep`).
+    Refused(Box<Refused>),
+}
+
+struct Refused {
+    error: TimerError,
+    /// For `reset`, which schedules again.
+    timer: TimerHandle,
+}
+
+impl Sleep {
+    /// Schedules a sleep on `shared`'s timer, due at `deadline` (nanoseconds since its
+    /// origin); `now` is the producers' clock, read by the caller.
+    fn at(shared: &Arc<Shared>, deadline: u64, now: u64) -> Sleep {
+        Sleep {
+            entry: arm(shared, deadline, now),
+            deadline,
+        }
+    }
+
+    fn after(shared: &Arc<Shared>, delay: Duration) -> Sleep {
+        let now = shared.clock.now_upper();
+        Sleep::at(shared, now.saturating_add(duration_to_nanos(delay)), now)
+    }
+
+    fn until(shared: &Arc<Shared>, deadline: Instant) -> Sleep {
+        // Never early: a deadline at or before now is due at once, and the producers' clock
+        // is never behind the worker's.
+        let now = shared.clock.now_upper();
+        Sleep::at(shared, shared.clock.nanos_at(deadline).max(now), now)
+    }
+
+    fn shared(&self) -> &Arc<Shared> {
+        match &self.entry {
+            Entry::Armed(timeout) => &timeout.timer().shared,
+            Entry::Refused(refused) => &refused.timer.shared,
+        }
+    }
+
+    /// When the sleep is due: the deadline it was made with, or the last
+    /// [`reset`](Sleep::reset). (On a timer with a manual clock, an `Instant` counted from the
+    /// moment of the call.)
+    ///
+    /// ```
+    /// # use hashed_timer_wheel::HashedWheelTimer;
+    /// # use std::time::{Duration, Instant};
+    /// let timer = HashedWheelTimer::default();
+    /// let sleep = timer.sleep(Duration::from_secs(5));
+    /// assert!(sleep.deadline() > Instant::now() + Duration::from_secs(4));
+    /// ```
+    pub fn deadline(&self) -> Instant {
+        self.shared().clock.instant_at(self.deadline)
+    }
+
+    /// Whether the timeout has expired: polling now returns `Ready(Ok(()))`.
+    ///
+    /// ```
+    /// # use hashed_timer_wheel::HashedWheelTimer;
+    /// # use std::time::Duration;
+    /// let timer = HashedWheelTimer::default();
+    /// assert!(!timer.sleep(Duration::from_secs(5)).is_elapsed());
+    /// ```
+    pub fn is_elapsed(&self) -> bool {
+        matches!(&self.entry, Entry::Armed(timeout) if timeout.is_expired())
+    }
+
+    /// Moves the deadline to `deadline` (earlier or later), whether or not the sleep had
+    /// completed: its timeout is cancelled and a new one scheduled. A task waiting on the sleep
+    /// is woken at the new deadline (its waker moves with it). For idle detection: reset on
+    /// every message, and the sleep completes only after a quiet period.
+    ///
+    /// On a stopped timer the sleep completes with `Stopped`; at the pending limit, with
+    /// `TooManyPending`.
+    ///
+    /// ```
+    /// # use hashed_timer_wheel::HashedWheelTimer;
+    /// # use std::time::{Duration, Instant};
+    /// let timer = HashedWheelTimer::new(Duration::from_millis(1), 64);
+    /// let mut idle = timer.sleep(Duration::from_secs(3600));
+    /// idle.reset(Instant::now() + Duration::from_millis(10));
+    /// futures::executor::block_on(&mut idle).unwrap();
+    /// ```
+    pub fn reset(&mut self, deadline: Instant) {
+        let shared = Arc::clone(self.shared());
+        let now = shared.clock.now_upper();
+        self.rearm(&shared, shared.clock.nanos_at(deadline).max(now), now);
+    }
+
+    /// [`reset`](Sleep::reset) to `delay` from now, read from the timer's own clock (cheaper
+    /// than `Instant::now()` where the TSC is used).
+    ///
+    /// ```
+    /// # use hashed_timer_wheel::HashedWheelTimer;
+    /// # use std::time::Duration;
+    /// let timer = HashedWheelTimer::new(Duration::from_millis(1), 64);
+    /// let mut idle = timer.sleep(Duration::from_secs(3600));
+    /// idle.reset_after(Duration::from_millis(10));
+    /// futures::executor::block_on(&mut idle).unwrap();
+    /// ```
+    pub fn reset_after(&mut self, delay: Duration) {
+        let shared = Arc::clone(self.shared());
+        let now = shared.clock.now_upper();
+        self.rearm(&shared, now.saturating_add(duration_to_nanos(delay)), now);
+    }
+
+    fn rearm(&mut self, shared: &Arc<Shared>, deadline: u64, now: u64) {
+        let old = std::mem::replace(&mut self.entry, arm(shared, deadline, now));
+        self.deadline = deadline;
+        if let Entry::Armed(old) = old {
+            old.cancel();
+            // The task waiting on the old timeout now waits on the new one.
+            if let (Some(waker), Entry::Armed(new)) = (old.state.take_waker(), &self.entry) {
+                if new.state.poll_end(&waker).is_some() {
+                    waker.wake();
+                }
+            }
+        }
+    }
+}
+
+fn arm(shared: &Arc<Shared>, deadline: u64, now: u64) -> Entry {
+    let scheduled = start(shared).and_then(|()| shared.schedule_wake_at(deadline, now));
+    match accepted(shared, scheduled) {
+        Ok(timeout) => Entry::Armed(timeout),
+        Err(error) => Entry::Refused(Box::new(Refused {
+            error,
+            timer: TimerHandle {
+                shared: Arc::clone(shared),
+            },
+        })),
+    }
+}
+
+impl Future for Sleep {
+    type Output = Result<(), TimerError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match &self.entry {
+            Entry::Armed(timeout) => match timeout.state.poll_end(cx.waker()) {
+                None => Poll::Pending,
+                Some(true) => Poll::Ready(Ok(())),
+                // Only `stop()` cancels a sleep's timeout: the sleep's own drop and `reset`
+                // are the only other cancels, and neither leaves it to be polled.
+                Some(false) => Poll::Ready(Err(TimerError::Stopped)),
+            },
+            Entry::Refused(refused) => Poll::Ready(Err(refused.error.clone())),
+        }
+    }
+}
+
+impl Drop for Sleep {
+    fn drop(&mut self) {
+        if let Entry::Armed(timeout) = &self.entry {
+            // Expired already: nothing to do (false). Else the worker unlinks the entry, and
+            // drops the waker left in its slot, within about a tick.
+            timeout.cancel();
+        }
+    }
+}
+
+impl fmt::Debug for Sleep {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut d = f.debug_struct("Sleep");
+        d.field("deadline", &self.deadline());
+        match &self.entry {
+            Entry::Armed(timeout) => d.field("timeout", timeout),
+            Entry::Refused(refused) => d.field("refused", &refused.error),
+        };
+        d.finish()
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// A future with a deadline: its output, or [`DeadlineError::Elapsed`] if the deadline
+    /// passes first (tokio's `Timeout`; named apart from this crate's [`Timeout`] handle).
+    ///
+    /// Made by [`HashedWheelTimer::timeout`] and [`HashedWheelTimer::timeout_at`]. Each poll
+    /// polls the inner future first, so a future that is ready by the deadline's poll wins.
+    /// The deadline is a [`Sleep`], with all its guarantees: dropping the `Deadline` (the
+    /// request-timeout pattern: the response came first) cancels its timeout; a stopped timer
+    /// completes it with [`DeadlineError::Timer`].
+    ///
+    /// ```
+    /// use hashed_timer_wheel::{DeadlineError, HashedWheelTimer};
+    /// use std::time::Duration;
+    ///
+    /// let timer = HashedWheelTimer::new(Duration::from_millis(1), 512);
+    /// futures::executor::block_on(async {
+    ///     let fast = async { 42 };
+    ///     assert_eq!(timer.timeout(Duration::from_secs(1), fast).await, Ok(42));
+    ///     let slow = timer.sleep(Duration::from_secs(60));
+    ///     let result = timer.timeout(Duration::from_millis(5), slow).await;
+    ///     assert_eq!(result, Err(DeadlineError::Elapsed));
+    /// });
+    /// ```
+    #[must_use = "a Deadline does nothing unless awaited"]
+    pub struct Deadline<F> {
+        #[pin]
+        future: F,
+        sleep: Sleep,
+    }
+}
+
+impl<F> Deadline<F> {
+    /// The inner future.
+    pub fn get_ref(&self) -> &F {
+        &self.future
+    }
+
+    /// The inner future.
+    pub fn get_mut(&mut self) -> &mut F {
+        &mut self.future
+    }
+
+    /// The inner future; the deadline is cancelled.
+    pub fn into_inner(self) -> F {
+        self.future
+    }
+
+    /// When the deadline is ([`Sleep::deadline`]).
+    pub fn deadline(&self) -> Instant {
+        self.sleep.deadline()
+    }
+}
+
+impl<F: Future> Future for Deadline<F> {
+    type Output = Result<F::Output, DeadlineError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.project();
+        if let Poll::Ready(output) = this.future.poll(cx) {
+            return Poll::Ready(Ok(output));
+        }
+        match Pin::new(this.sleep).poll(cx) {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(Ok(())) => Poll::Ready(Err(DeadlineError::Elapsed)),
+            Poll::Ready(Err(e)) => Poll::Ready(Err(DeadlineError::Timer(e))),
+        }
+    }
+}
+
+impl<F: fmt::Debug> fmt::Debug for Deadline<F> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Deadline")
+            .field("future", &self.future)
+            .field("sleep", &self.sleep)
+            .finish()
+    }
+}
+
+fn deadline<F: IntoFuture>(sleep: Sleep, future: F) -> Deadline<F::IntoFuture> {
+    Deadline {
+        future: future.into_future(),
+        sleep,
+    }
+}
+
+macro_rules! future_methods {
+    ($ty:ty, $example:literal) => {
+        impl $ty {
+            /// A future that completes `delay` from now (see [`Sleep`]).
+            ///
+            /// The timeout is scheduled now (the worker thread starts with the first one), so
+            /// a refusal shows when the future is polled: `Err(Stopped)` or
+            /// `Err(TooManyPending { .. })`.
+            ///
+            /// ```
+            /// # use hashed_timer_wheel::HashedWheelTimer;
+            /// # use std::time::Duration;
+            /// let timer = HashedWheelTimer::new(Duration::from_millis(1), 64);
+            #[doc = $example]
+            /// futures::executor::block_on(t.sleep(Duration::from_millis(2))).unwrap();
+            /// ```
+            pub fn sleep(&self, delay: Duration) -> Sleep {
+                Sleep::after(&self.shared, delay)
+            }
+
+            /// A future that completes at `deadline` (see [`Sleep`]); at once (on the next
+            /// tick) if it has passed.
+            ///
+            /// ```
+            /// # use hashed_timer_wheel::HashedWheelTimer;
+            /// # use std::time::{Duration, Instant};
+            /// let timer = HashedWheelTimer::new(Duration::from_millis(1), 64);
+            #[doc = $example]
+            /// let at = Instant::now() + Duration::from_millis(2);
+            /// futures::executor::block_on(t.sleep_until(at)).unwrap();
+            /// assert!(Instant::now() >= at);
+            /// ```
+            pub fn sleep_until(&self, deadline: Instant) -> Sleep {
+                Sleep::until(&self.shared, deadline)
+            }
+
+            /// `future` with a deadline `limit` from now: its output, or
+            /// [`DeadlineError::Elapsed`] (see [`Deadline`]).
+            ///
+            /// ```
+            /// # use hashed_timer_wheel::{DeadlineError, HashedWheelTimer};
+            /// # use std::time::Duration;
+            /// let timer = HashedWheelTimer::new(Duration::from_millis(1), 64);
+            #[doc = $example]
+            /// let slow = std::future::pending::<u32>();
+            /// let result = futures::executor::block_on(t.timeout(Duration::from_millis(2), slow));
+            /// assert_eq!(result, Err(DeadlineError::Elapsed));
+            /// ```
+            pub fn timeout<F: IntoFuture>(
+                &self,
+                limit: Duration,
+                future: F,
+            ) -> Deadline<F::IntoFuture> {
+                deadline(Sleep::after(&self.shared, limit), future)
+            }
+
+            /// `future` with a deadline at `deadline`: its output, or
+            /// [`DeadlineError::Elapsed`] (see [`Deadline`]).
+            ///
+            /// ```
+            /// # use hashed_timer_wheel::HashedWheelTimer;
+            /// # use std::time::{Duration, Instant};
+            /// let timer = HashedWheelTimer::new(Duration::from_millis(1), 64);
+            #[doc = $example]
+            /// let at = Instant::now() + Duration::from_secs(1);
+            /// assert_eq!(futures::executor::block_on(t.timeout_at(at, async { 7 })), Ok(7));
+            /// ```
+            pub fn timeout_at<F: IntoFuture>(
+                &self,
+                deadline: Instant,
+                future: F,
+            ) -> Deadline<F::IntoFuture> {
+                self::deadline(Sleep::until(&self.shared, deadline), future)
+            }
+        }
+    };
+}
+
+future_methods!(HashedWheelTimer, "let t = &timer;");
+future_methods!(TimerHandle, "let t = timer.handle();");

@@ -1,0 +1,421 @@
+//! The futures on the wheel (`Sleep`, `Deadline`): on the manual clock, polled by hand with
+//! counting wakers (never early, at most a tick late, one wake-up; drop cancels; the last
+//! poll's waker is the one woken; `stop()` and a dropped owner complete them with an error;
+//! `reset`; refusals), mixed with tasks' timeouts in one queue; and driven for real by tokio
+//! (current-thread and multi-thread), `futures`' `block_on` and smol.
+
+use hashed_timer_wheel::{
+    DeadlineError, HashedWheelTimer, ManualDriver, Sleep, Timeout, TimerError,
+};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Wake, Waker};
+use std::time::{Duration, Instant};
+
+const TICK: Duration = Duration::from_millis(10);
+
+fn manual() -> (HashedWheelTimer, ManualDriver) {
+    HashedWheelTimer::builder()
+        .tick_duration(TICK)
+        .ticks_per_wheel(8)
+        .build_manual()
+        .unwrap()
+}
+
+/// A waker that counts its wake-ups.
+#[derive(Default)]
+struct Counter(AtomicUsize);
+
+impl Wake for Counter {
+    fn wake(self: Arc<Self>) {
+        self.0.fetch_add(1, SeqCst);
+    }
+}
+
+fn counter() -> (Arc<Counter>, Waker) {
+    let c = Arc::new(Counter::default());
+    (c.clone(), Waker::from(c))
+}
+
+fn wakes(c: &Counter) -> usize {
+    c.0.load(SeqCst)
+}
+
+fn poll<F: Future + Unpin>(f: &mut F, waker: &Waker) -> Poll<F::Output> {
+    Pin::new(f).poll(&mut Context::from_waker(waker))
+}
+
+/// Advances the manual clock one tick at a time up to `to`.
+fn step_to(driver: &ManualDriver, to: Duration) {
+    while driver.now() < to {
+        driver.advance(TICK.min(to - driver.now()));
+    }
+}
+
+#[test]
+fn a_sleep_completes_at_its_deadline_with_one_wake_up() {
+    let (timer, driver) = manual();
+    let (count, waker) = counter();
+    let mut sleep = timer.sleep(Duration::from_millis(35));
+    assert_eq!(poll(&mut sleep, &waker), Poll::Pending);
+    assert_eq!(timer.pending_timeouts(), 1);
+    // Tick by tick: nothing before the deadline.
+    while driver.now() < Duration::from_millis(35) {
+        assert_eq!(wakes(&count), 0, "woken early, at {:?}", driver.now());
+        assert_eq!(poll(&mut sleep, &waker), Poll::Pending);
+        assert!(!sleep.is_elapsed());
+        driver.advance(TICK);
+    }
+    // The tick that holds the deadline ends at 40 ms: Netty's firing tick.
+    assert_eq!(driver.now(), Duration::from_millis(40));
+    assert_eq!(wakes(&count), 1);
+    assert!(sleep.is_elapsed());
+    assert_eq!(poll(&mut sleep, &waker), Poll::Ready(Ok(())));
+    assert_eq!(
+        poll(&mut sleep, &waker),
+        Poll::Ready(Ok(())),
+        "ready stays ready"
+    );
+    driver.advance(TICK * 3);
+    assert_eq!(wakes(&count), 1, "one wake-up only");
+    assert_eq!(timer.pending_timeouts(), 0);
+    assert_eq!(timer.stats().expired, 1);
+    drop(sleep);
+    assert_eq!(
+        Arc::strong_count(&count),
+        2,
+        "the waker was not kept: ours and `waker`"
+    );
+}
+
+#[test]
+fn dropping_a_sleep_cancels_its_timeout_and_lets_go_of_its_waker() {
+    let (timer, driver) = manual();
+    let (count, waker) = counter();
+    let mut in_wheel = timer.sleep(Duration::from_millis(50));
+    assert_eq!(poll(&mut in_wheel, &waker), Poll::Pending);
+    driver.advance(TICK); // transferred into the wheel
+    let mut queued = timer.sleep(Duration::from_millis(50));
+    assert_eq!(poll(&mut queued, &waker), Poll::Pending);
+    assert_eq!(timer.pending_timeouts(), 2);
+    assert_eq!(Arc::strong_count(&count), 4, "two slots hold the waker");
+    drop(in_wheel);
+    drop(queued);
+    driver.advance(TICK);
+    assert_eq!(timer.pending_timeouts(), 0, "freed within a tick");
+    assert_eq!(timer.stats().cancelled, 2);
+    assert_eq!(
+        Arc::strong_count(&count),
+        2,
+        "the worker dropped both wakers"
+    );
+    driver.advance(TICK * 10);
+    assert_eq!(wakes(&count), 0);
+}
+
+#[test]
+fn the_last_poll_s_waker_is_the_one_woken() {
+    let (timer, driver) = manual();
+    let (first, first_waker) = counter();
+    let (second, second_waker) = counter();
+    let mut sleep = timer.sleep(TICK);
+    assert_eq!(poll(&mut sleep, &first_waker), Poll::Pending);
+    assert_eq!(poll(&mut sleep, &second_waker), Poll::Pending);
+    assert_eq!(poll(&mut sleep, &second_waker), Poll::Pending);
+    assert_eq!(
+        Arc::strong_count(&first),
+        2,
+        "the replaced waker is dropped"
+    );
+    step_to(&driver, TICK * 3);
+    assert_eq!((wakes(&first), wakes(&second)), (0, 1));
+    assert_eq!(poll(&mut sleep, &first_waker), Poll::Ready(Ok(())));
+}
+
+#[test]
+fn stop_completes_waiting_sleeps_with_stopped_and_does_not_return_them() {
+    let (timer, driver) = manual();
+    let (count, waker) = counter();
+    let mut in_wheel = timer.sleep(Duration::from_secs(1));
+    assert_eq!(poll(&mut in_wheel, &waker), Poll::Pending);
+    driver.advance(TICK);
+    let mut queued = timer.sleep(Duration::from_secs(1));
+    assert_eq!(poll(&mut queued, &waker), Poll::Pending);
+    let task = timer
+        .new_timeout(|_: &Timeout| {}, Duration::from_secs(1))
+        .unwrap();
+    let returned = timer.stop().unwrap();
+    assert_eq!(returned, vec![task], "only the task's timeout comes back");
+    assert_eq!(wakes(&count), 2, "both sleeps woken");
+    assert_eq!(
+        poll(&mut in_wheel, &waker),
+        Poll::Ready(Err(TimerError::Stopped))
+    );
+    assert_eq!(
+        poll(&mut queued, &waker),
+        Poll::Ready(Err(TimerError::Stopped))
+    );
+    assert_eq!(Arc::strong_count(&count), 2, "no slot keeps the waker");
+    // Made after the stop: refused at once.
+    let mut late = timer.sleep(Duration::ZERO);
+    assert_eq!(
+        poll(&mut late, &waker),
+        Poll::Ready(Err(TimerError::Stopped))
+    );
+}
+
+#[test]
+fn dropping_the_owner_completes_waiting_sleeps_with_stopped() {
+    let timer = HashedWheelTimer::new(TICK, 8);
+    let handle = timer.handle();
+    let (count, waker) = counter();
+    let mut sleep = handle.sleep(Duration::from_secs(60));
+    assert_eq!(poll(&mut sleep, &waker), Poll::Pending);
+    drop(timer);
+    assert_eq!(wakes(&count), 1);
+    assert_eq!(
+        poll(&mut sleep, &waker),
+        Poll::Ready(Err(TimerError::Stopped))
+    );
+}
+
+#[test]
+fn the_pending_limit_refuses_a_sleep_until_room_is_made() {
+    let (timer, driver) = HashedWheelTimer::builder()
+        .tick_duration(TICK)
+        .max_pending_timeouts(1)
+        .build_manual()
+        .unwrap();
+    let (_, waker) = counter();
+    let first = timer.sleep(Duration::from_secs(1));
+    let mut refused = timer.sleep(Duration::from_secs(1));
+    assert_eq!(
+        poll(&mut refused, &waker),
+        Poll::Ready(Err(TimerError::TooManyPending { pending: 1, max: 1 }))
+    );
+    assert_eq!(timer.stats().refused, 1);
+    drop(first);
+    driver.advance(TICK);
+    // A reset schedules again: now there is room.
+    refused.reset_after(TICK);
+    assert_eq!(poll(&mut refused, &waker), Poll::Pending);
+    step_to(&driver, TICK * 4);
+    assert_eq!(poll(&mut refused, &waker), Poll::Ready(Ok(())));
+}
+
+#[test]
+fn reset_moves_the_deadline_and_the_waiting_waker_with_it() {
+    let (timer, driver) = manual();
+    let (count, waker) = counter();
+    let mut sleep = timer.sleep(Duration::from_millis(15));
+    assert_eq!(poll(&mut sleep, &waker), Poll::Pending);
+    // Later: not at the old deadline, at the new one; no poll in between.
+    sleep.reset_after(Duration::from_millis(55));
+    step_to(&driver, Duration::from_millis(50));
+    assert_eq!(wakes(&count), 0, "the old deadline fired");
+    step_to(&driver, Duration::from_millis(60));
+    assert_eq!(
+        wakes(&count),
+        1,
+        "the new deadline did not wake the waiting task"
+    );
+    assert_eq!(poll(&mut sleep, &waker), Poll::Ready(Ok(())));
+    // An elapsed sleep starts again; an earlier deadline fires earlier.
+    sleep.reset_after(Duration::from_secs(5));
+    assert_eq!(poll(&mut sleep, &waker), Poll::Pending);
+    sleep.reset_after(Duration::ZERO);
+    driver.advance(TICK);
+    assert_eq!(wakes(&count), 2);
+    assert_eq!(poll(&mut sleep, &waker), Poll::Ready(Ok(())));
+    driver.advance(Duration::from_secs(6));
+    assert_eq!(
+        timer.pending_timeouts(),
+        0,
+        "each reset cancelled the timeout before it"
+    );
+    assert_eq!(wakes(&count), 2);
+}
+
+#[test]
+fn deadlines_in_the_past_are_due_at_once_and_deadline_reports_the_instant() {
+    let (timer, driver) = manual();
+    let (count, waker) = counter();
+    let mut past = timer.sleep_until(Instant::now() - Duration::from_secs(1));
+    assert_eq!(poll(&mut past, &waker), Poll::Pending);
+    driver.advance(TICK);
+    assert_eq!(wakes(&count), 1);
+    assert_eq!(poll(&mut past, &waker), Poll::Ready(Ok(())));
+    let sleep = HashedWheelTimer::default().sleep(Duration::from_secs(30));
+    let ahead = sleep.deadline() - Instant::now();
+    assert!(
+        ahead > Duration::from_secs(29) && ahead <= Duration::from_secs(30),
+        "{ahead:?}"
+    );
+}
+
+#[test]
+fn deadline_yields_the_output_or_elapsed_and_cancels_its_timeout() {
+    let (timer, driver) = manual();
+    let (_, waker) = counter();
+    // The inner future wins: its output, and the deadline's timeout is cancelled.
+    let (tx, rx) = futures::channel::oneshot::channel::<u32>();
+    let mut call = timer.timeout(Duration::from_secs(1), rx);
+    assert_eq!(poll(&mut call, &waker), Poll::Pending);
+    tx.send(7).unwrap();
+    assert_eq!(poll(&mut call, &waker), Poll::Ready(Ok(Ok(7))));
+    drop(call);
+    driver.advance(TICK);
+    assert_eq!(timer.pending_timeouts(), 0);
+    assert_eq!(timer.stats().cancelled, 1);
+    // The deadline wins.
+    let (_tx, rx) = futures::channel::oneshot::channel::<u32>();
+    let mut call = timer.timeout(Duration::from_millis(20), rx);
+    assert_eq!(poll(&mut call, &waker), Poll::Pending);
+    step_to(&driver, Duration::from_millis(40));
+    assert_eq!(
+        poll(&mut call, &waker),
+        Poll::Ready(Err(DeadlineError::Elapsed))
+    );
+    // The timer stops first.
+    let mut call = timer.timeout(Duration::from_secs(1), std::future::pending::<()>());
+    assert_eq!(poll(&mut call, &waker), Poll::Pending);
+    timer.stop().unwrap();
+    assert_eq!(
+        poll(&mut call, &waker),
+        Poll::Ready(Err(DeadlineError::Timer(TimerError::Stopped)))
+    );
+}
+
+/// Tasks' and futures' timeouts take their states from two chunk cursors of one queue shard,
+/// interleaved in one batch: each still fires on its own tick, and the worker keeps the two
+/// kinds apart (a task runs, a future is woken).
+#[test]
+fn tasks_and_sleeps_interleaved_in_one_batch_each_fire_on_their_tick() {
+    let (timer, driver) = manual();
+    let fired: Arc<Mutex<Vec<(usize, u64)>>> = Arc::default();
+    let mut sleeps: Vec<(usize, Sleep, Arc<Counter>, Waker)> = Vec::new();
+    let mut pattern = 0u32;
+    for i in 0..200usize {
+        let delay = TICK * (1 + (i % 13) as u32);
+        // Runs of both kinds, of lengths 1 to 4, so that runs of cells start mid-chunk.
+        pattern = pattern.wrapping_mul(1_103_515_245).wrapping_add(12_345);
+        if pattern >> 16 & 1 == 0 {
+            let (f, d) = (fired.clone(), driver.clone());
+            timer
+                .new_timeout(
+                    move |_: &Timeout| f.lock().unwrap().push((i, d.current_tick())),
+                    delay,
+                )
+                .unwrap();
+        } else {
+            let (count, waker) = counter();
+            let mut sleep = timer.sleep(delay);
+            assert_eq!(poll(&mut sleep, &waker), Poll::Pending);
+            sleeps.push((i, sleep, count, waker));
+        }
+    }
+    for tick in 1..=15u64 {
+        driver.advance(TICK);
+        for (i, sleep, count, waker) in &mut sleeps {
+            // Due on a tick boundary: the tick that starts there ends a tick later.
+            let due = 2 + (*i % 13) as u64;
+            assert_eq!(
+                wakes(count),
+                usize::from(tick >= due),
+                "sleep {i} at tick {tick}"
+            );
+            assert_eq!(poll(sleep, waker).is_ready(), tick >= due, "sleep {i}");
+        }
+    }
+    let fired = fired.lock().unwrap();
+    assert_eq!(fired.len() + sleeps.len(), 200);
+    for &(i, tick) in fired.iter() {
+        // Run in the same tick as a sleep of the same delay is woken in: the tick numbered
+        // one less than the count of advances that end it.
+        assert_eq!(tick + 1, 2 + (i % 13) as u64, "task {i}");
+    }
+}
+
+#[test]
+fn an_executor_never_runs_a_sleep_s_wake_up() {
+    let handed = Arc::new(AtomicUsize::new(0));
+    let h = handed.clone();
+    let timer = HashedWheelTimer::builder()
+        .tick_duration(Duration::from_millis(1))
+        .executor(move |job: Box<dyn FnOnce() + Send>| {
+            h.fetch_add(1, SeqCst);
+            job()
+        })
+        .build()
+        .unwrap();
+    futures::executor::block_on(timer.sleep(Duration::from_millis(3))).unwrap();
+    assert_eq!(handed.load(SeqCst), 0);
+}
+
+/// Real time: every sleep completes, none before its deadline.
+async fn many_sleeps(timer: hashed_timer_wheel::TimerHandle, n: u64) -> Vec<Duration> {
+    let mut early = Vec::new();
+    for i in 0..n {
+        let delay = Duration::from_micros(500 * (i % 7));
+        let start = Instant::now();
+        timer.sleep(delay).await.unwrap();
+        if start.elapsed() < delay {
+            early.push(start.elapsed());
+        }
+    }
+    early
+}
+
+#[test]
+fn tokio_current_thread_and_multi_thread_drive_the_futures() {
+    let timer = HashedWheelTimer::new(Duration::from_millis(1), 64);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let early = rt.block_on(many_sleeps(timer.handle(), 20));
+    assert!(early.is_empty(), "{early:?}");
+
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .build()
+        .unwrap();
+    let tasks: Vec<_> = (0..50)
+        .map(|_| rt.spawn(many_sleeps(timer.handle(), 8)))
+        .collect();
+    rt.block_on(async {
+        for t in tasks {
+            assert!(t.await.unwrap().is_empty());
+        }
+        // The request-timeout pattern: the response comes first.
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        tokio::spawn(async move { tx.send(5).unwrap() });
+        assert_eq!(timer.timeout(Duration::from_secs(5), rx).await, Ok(Ok(5)));
+        // A sleep polled from one task, then moved to another: the second is woken.
+        let mut sleep = timer.sleep(Duration::from_millis(5));
+        std::future::poll_fn(|cx| {
+            assert!(Pin::new(&mut sleep).poll(cx).is_pending());
+            Poll::Ready(())
+        })
+        .await;
+        tokio::spawn(sleep).await.unwrap()
+    })
+    .unwrap();
+}
+
+#[test]
+fn futures_block_on_and_smol_drive_the_futures() {
+    let timer = HashedWheelTimer::new(Duration::from_millis(1), 64);
+    assert!(futures::executor::block_on(many_sleeps(timer.handle(), 20)).is_empty());
+    assert!(smol::block_on(many_sleeps(timer.handle(), 20)).is_empty());
+    let ex = smol::Executor::new();
+    let tasks: Vec<_> = (0..20)
+        .map(|_| ex.spawn(many_sleeps(timer.handle(), 5)))
+        .collect();
+    smol::block_on(ex.run(async {
+        for t in tasks {
+            assert!(t.await.is_empty());
+        }
+    }));
+}
