@@ -6,7 +6,7 @@
 //! (the queue's `Batch` trait) and the cells; producers fill a batch under their shard's lock,
 //! the worker takes it whole and drains it.
 
-use super::cells::{ChunkCursor, ChunkRef, Run, RunCursor, TimeoutState};
+use super::cells::{ChunkCursor, ChunkRef, Run, RunCursor, SpareChunk, TimeoutState};
 use super::{BoxedJob, Shared};
 use crate::sync::{Arc, Batch};
 
@@ -164,5 +164,27 @@ impl ProducerShard {
     pub(crate) fn clear_cursors(&mut self) {
         self.cursor.clear();
         self.wake_cursor.clear();
+    }
+
+    /// Takes the worker's spare chunks of this shard: tasks' and futures'.
+    pub(crate) fn add_spares(
+        &mut self,
+        tasks: &mut Vec<SpareChunk>,
+        futures: &mut Vec<SpareChunk>,
+    ) {
+        self.cursor.add_spares(tasks);
+        self.wake_cursor.add_spares(futures);
+    }
+
+    /// Lets go of both cursors' spare chunks (an idle timer gives their memory back).
+    pub(crate) fn clear_spares(&mut self) {
+        self.cursor.clear_spares();
+        self.wake_cursor.clear_spares();
+    }
+
+    /// Spare chunks held by both cursors.
+    #[cfg(test)]
+    pub(crate) fn spare_count(&self) -> usize {
+        self.cursor.spare_count() + self.wake_cursor.spare_count()
     }
 }

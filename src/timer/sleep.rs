@@ -169,8 +169,10 @@ impl Sleep {
         let old = std::mem::replace(&mut self.entry, arm(shared, deadline, now));
         self.deadline = deadline;
         if let Entry::Armed(old) = old {
+            // Whether or not the cancel wins (the old timeout may have expired), the waker we
+            // left there is ours to take: the task waiting on the old timeout now waits on the
+            // new one.
             old.cancel();
-            // The task waiting on the old timeout now waits on the new one.
             if let (Some(waker), Entry::Armed(new)) = (old.state.take_waker(), &self.entry) {
                 if new.state.poll_end(&waker).is_some() {
                     waker.wake();
@@ -213,9 +215,12 @@ impl Future for Sleep {
 impl Drop for Sleep {
     fn drop(&mut self) {
         if let Entry::Armed(timeout) = &self.entry {
-            // Expired already: nothing to do (false). Else the worker unlinks the entry, and
-            // drops the waker left in its slot, within about a tick.
-            timeout.cancel();
+            // Expired already: nothing to do. Else the worker unlinks the entry within about
+            // a tick, and the waker we may have left is ours to take back (see
+            // `shared::cells::WakerSlots`).
+            if timeout.cancel() {
+                drop(timeout.state.take_waker());
+            }
         }
     }
 }

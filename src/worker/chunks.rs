@@ -29,15 +29,19 @@ pub(super) struct ChunkTable {
     /// The first free id, or `NONE`.
     free: u32,
     /// Ids holding a chunk.
-    held: usize,
-    /// Per queue shard, the id of the chunk of that shard registered last: the only one a batch
-    /// can refer to again (a shard hands its chunks out one after the other, and the worker
-    /// takes each shard's batches in order), so the only one to look for.
-    latest: [u32; SHARDS],
+    pub(super) held: usize,
+    /// Per queue shard and kind (tasks', futures'), the id of the chunk of that cursor
+    /// registered last: the only one a batch can refer to again (each of a shard's two cursors
+    /// hands its chunks out one after the other, and the worker takes each shard's batches in
+    /// order), so the only one to look for. One per shard was not enough once a batch could
+    /// alternate between two chunks: a chunk seen again after the other kind's was registered
+    /// twice, neither id ever settled, and the table held it for good.
+    latest: [[u32; 2]; SHARDS],
     /// Per queue shard, chunks let go of with nothing else holding them, for the shard's
-    /// cursor to use again (see `SpareChunk`); handed over when the worker next takes the
-    /// shard's batch.
+    /// cursors to use again (see `SpareChunk`); handed over when the worker next takes the
+    /// shard's batch. Tasks' chunks, and futures' (with waker slots).
     pub(super) spares: [Vec<SpareChunk>; SHARDS],
+    pub(super) wake_spares: [Vec<SpareChunk>; SHARDS],
 }
 
 const NONE: u32 = u32::MAX;
@@ -49,15 +53,20 @@ impl ChunkTable {
             meta: Vec::new(),
             free: NONE,
             held: 0,
-            latest: [NONE; SHARDS],
+            latest: [[NONE; 2]; SHARDS],
             spares: std::array::from_fn(|_| Vec::new()),
+            wake_spares: std::array::from_fn(|_| Vec::new()),
         }
     }
 
     /// A chunk let go of by the worker: kept as a spare if that was its last reference.
     #[inline]
     pub(super) fn release(&mut self, chunk: ChunkRef) {
-        let spares = &mut self.spares[chunk.shard()];
+        let spares = if chunk.has_wakers() {
+            &mut self.wake_spares[chunk.shard()]
+        } else {
+            &mut self.spares[chunk.shard()]
+        };
         if spares.len() < SPARE_CHUNKS {
             if let Some(spare) = chunk.into_spare() {
                 spares.push(spare);
@@ -67,8 +76,8 @@ impl ChunkTable {
 
     /// The id of `chunk`, registering it if it is new.
     pub(super) fn id_of(&mut self, chunk: &ChunkRef) -> u32 {
-        let shard = chunk.shard();
-        let latest = self.latest[shard];
+        let (shard, kind) = (chunk.shard(), usize::from(chunk.has_wakers()));
+        let latest = self.latest[shard][kind];
         let known = self
             .chunks
             .get(latest as usize)
@@ -89,7 +98,7 @@ impl ChunkTable {
             id
         };
         self.held += 1;
-        self.latest[shard] = id;
+        self.latest[shard][kind] = id;
         id
     }
 
@@ -107,6 +116,7 @@ impl ChunkTable {
             *self = ChunkTable::new();
         } else {
             self.spares = std::array::from_fn(|_| Vec::new());
+            self.wake_spares = std::array::from_fn(|_| Vec::new());
         }
     }
 

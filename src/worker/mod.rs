@@ -283,7 +283,6 @@ impl Worker {
             let slot = state.slot();
             if slot != NO_SLOT {
                 state.clear_slot();
-                state.clear_waker();
                 let (entry, _) = self.wheel.remove(slot);
                 self.chunks.settle(entry.chunk);
             }
@@ -308,6 +307,7 @@ impl Worker {
         let inbox = &mut self.inbox;
         let mut took = false;
         let chunk_spares = &mut self.chunks.spares;
+        let wake_spares = &mut self.chunks.wake_spares;
         shared.timeouts.take_each(|items, producer, i| {
             // With no spare, room for as many as came this time (up to KEEP): a producer that
             // starts again from an empty `Vec` regrows it, copying and faulting pages in.
@@ -320,8 +320,9 @@ impl Worker {
             // clears the cursors. It does so after joining (or taking) the worker, so this runs
             // before; and should that ever change, the check under the same lock keeps it so:
             // once `stop()` has cleared this shard, we see SHUTDOWN here.
-            if !chunk_spares[i].is_empty() && !shared.is_shutdown() {
-                producer.cursor.add_spares(&mut chunk_spares[i]);
+            let any = !chunk_spares[i].is_empty() || !wake_spares[i].is_empty();
+            if any && !shared.is_shutdown() {
+                producer.add_spares(&mut chunk_spares[i], &mut wake_spares[i]);
             }
         });
         self.busy |= took;
@@ -341,7 +342,6 @@ impl Worker {
                 let key = self.wheel.next_key();
                 if !runs[run].chunk.cell(idx).try_enter_wheel(key) {
                     // Cancelled while queued: account for it here, and drop the task now.
-                    runs[run].chunk.clear_waker(idx);
                     cancelled += 1;
                     self.chunks.settle(id);
                     continue;
@@ -405,7 +405,6 @@ impl Worker {
                 // cancellation queue decrements pending (finding NO_SLOT); the task is dropped
                 // here.
                 cell.clear_slot();
-                chunk.clear_waker(idx);
                 chunks.settle(entry.chunk);
             }
         });
@@ -429,7 +428,7 @@ impl Worker {
         }
         self.spare = Vec::new();
         self.chunks.release_idle();
-        shared.timeouts.for_each_data(|p| p.cursor.clear_spares());
+        shared.timeouts.for_each_data(|p| p.clear_spares());
         // Pushed since we looked, if anything: kept (in order) for the next transfer.
         let late = shared.timeouts.take_all();
         if !late.is_empty() {
@@ -518,6 +517,7 @@ mod tests {
     use super::Worker;
     use crate::shared::cells::CHUNK;
     use crate::{HashedWheelTimer, Timeout};
+    use std::future::Future;
     use std::time::Duration;
 
     fn noop(_: &Timeout) {}
@@ -530,10 +530,14 @@ mod tests {
             .as_ref()
             .and_then(|w| w.downcast_ref::<Worker>())
             .expect("a manual timer keeps its worker here");
-        let held = worker.chunks.spares.iter().map(Vec::len).sum();
-        let handed = shared
-            .timeouts
-            .fold_data(0, |n, p| n + p.cursor.spare_count());
+        let held = worker.chunks.spares.iter().map(Vec::len).sum::<usize>()
+            + worker
+                .chunks
+                .wake_spares
+                .iter()
+                .map(Vec::len)
+                .sum::<usize>();
+        let handed = shared.timeouts.fold_data(0, |n, p| n + p.spare_count());
         (held, handed)
     }
 
@@ -584,6 +588,58 @@ mod tests {
         assert_eq!(spares(&timer), (0, 0));
     }
 
+    /// Tasks' and futures' timeouts interleaved in one batch, so that the batch's runs go back
+    /// and forth between a chunk of each kind: once all have ended, the worker's chunk table
+    /// holds no chunk (each was registered once, and settled to the last cell), and the
+    /// chunks came back as spares of their own kind.
+    #[test]
+    fn interleaved_tasks_and_futures_settle_every_chunk() {
+        let (timer, driver) = HashedWheelTimer::builder()
+            .tick_duration(TICK)
+            .build_manual()
+            .unwrap();
+        let waker = std::task::Waker::noop();
+        let mut sleeps = Vec::new();
+        // Whole chunks of each kind (a cursor's current chunk stays held until used up).
+        for i in 0..4 * CHUNK {
+            timer.new_timeout(noop, TICK).unwrap();
+            if i % 2 == 0 {
+                let mut sleep = timer.sleep(TICK);
+                let mut cx = std::task::Context::from_waker(waker);
+                assert!(std::pin::Pin::new(&mut sleep).poll(&mut cx).is_pending());
+                sleeps.push(sleep);
+            }
+        }
+        driver.advance(TICK * 3);
+        assert_eq!(timer.pending_timeouts(), 0);
+        let table = |timer: &HashedWheelTimer| {
+            let worker = crate::sync::lock(&timer.shared.idle_worker);
+            let worker = worker
+                .as_ref()
+                .and_then(|w| w.downcast_ref::<Worker>())
+                .unwrap();
+            let spares = |s: &[Vec<_>]| s.iter().map(Vec::len).sum::<usize>();
+            (
+                worker.chunks.held,
+                spares(&worker.chunks.spares),
+                spares(&worker.chunks.wake_spares),
+            )
+        };
+        assert_eq!(table(&timer).0, 0, "chunks still held by the table");
+        drop(sleeps);
+        // Futures dropped before the worker is done with their chunks (the request-timeout
+        // pattern): their chunks come back as futures' spares.
+        for _ in 0..2 * CHUNK {
+            drop(timer.sleep(TICK));
+        }
+        driver.advance(TICK);
+        assert_eq!(
+            table(&timer),
+            (0, 0, 2),
+            "(held, tasks' spares, futures' spares)"
+        );
+    }
+
     /// A spare chunk holds a handle on its timer: `stop()` lets go of every spare, the
     /// shards' and the worker's, or the timer would keep itself alive.
     #[test]
@@ -598,7 +654,7 @@ mod tests {
         let handed = timer
             .shared
             .timeouts
-            .fold_data(0, |n, p| n + p.cursor.spare_count());
+            .fold_data(0, |n, p| n + p.spare_count());
         assert_eq!(handed, 0);
         // The owner and the driver: no chunk holds the timer any more.
         assert_eq!(std::sync::Arc::strong_count(&timer.shared), 2);

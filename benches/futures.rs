@@ -1,0 +1,245 @@
+//! This crate's futures (`Sleep`, `Deadline`) against tokio's (`tokio::time::sleep`,
+//! `tokio::time::timeout`), in the same tokio runtime, printing RESULT lines as the other
+//! harnesses do (`impl=hashed-timer-wheel` and `impl=tokio`).
+//!
+//! - `request_timeout` (current-thread runtime) and `request_timeout_mt` (multi-thread, two
+//!   workers, two tasks): N calls of `timeout(5 s, response)`, where the response is pending
+//!   once (it wakes its task, as a reply from another task would) and then ready, so that both
+//!   timers register the deadline on the first poll and cancel it when the response wins: the
+//!   request-timeout pattern. `ns_per_call` is wall time per call; `cpu_ns_per_call` the
+//!   process's CPU time per call (this crate's worker thread frees the cancelled entries off
+//!   the caller's path; tokio does it inline); `allocs_per_call` the allocation calls. The
+//!   same calls without a deadline run too (`impl=no-timer`): the executor's and the
+//!   response's share of each call.
+//! - `pending_sleeps`: N sleeps due in 30-31 s, each polled once (registered) and held in a
+//!   `Vec<Pin<Box<_>>>`, as a service holding one per connection would; `bytes_per_sleep` is
+//!   every byte live on the heap per sleep, the `Vec`'s slot and the box included, once this
+//!   crate's worker has moved them into its wheel; `size_of` is the future's own size.
+//!
+//! The two run alternately within each repetition, and each figure is the median of REPS.
+//!
+//! ```text
+//! cargo bench --bench futures                          # everything, N = 1 000 000
+//! cargo bench --bench futures -- request_timeout       # one workload
+//! N=100000 REPS=3 cargo bench --bench futures          # a quick run
+//! ```
+
+mod common;
+
+use common::{far_delay, median, nanos_per, result, Counting, CountingAlloc};
+use hashed_timer_wheel::HashedWheelTimer;
+use std::future::Future;
+use std::hint::black_box;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, Wake, Waker};
+use std::time::{Duration, Instant};
+
+#[global_allocator]
+static ALLOC: CountingAlloc = CountingAlloc;
+
+const OURS: &str = "hashed-timer-wheel";
+const TOKIO: &str = "tokio";
+const NO_TIMER: &str = "no-timer";
+const WORKLOADS: &[&str] = &["request_timeout", "request_timeout_mt", "pending_sleeps"];
+const LIMIT: Duration = Duration::from_secs(5);
+
+/// A response that arrives after one trip through the executor: pending once (waking its own
+/// task), then ready.
+struct Response(bool);
+
+impl Future for Response {
+    type Output = u64;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<u64> {
+        if self.0 {
+            Poll::Ready(1)
+        } else {
+            self.0 = true;
+            cx.waker().wake_by_ref();
+            Poll::Pending
+        }
+    }
+}
+
+fn timer() -> HashedWheelTimer {
+    HashedWheelTimer::builder()
+        .tick_duration(Duration::from_millis(1))
+        .ticks_per_wheel(512)
+        .build()
+        .expect("a timer")
+}
+
+fn process_cpu() -> Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec; the call only writes it.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) };
+    assert_eq!(rc, 0);
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
+/// (ns per call, CPU ns per call, allocations per call) of `calls` tasks of `per_task` calls,
+/// spawned on `rt`, with `deadline` wrapping each response.
+fn calls<F, D>(rt: &tokio::runtime::Runtime, tasks: usize, per_task: usize, deadline: F) -> [f64; 3]
+where
+    F: Fn() -> D + Send + Sync + Clone + 'static,
+    D: Future<Output = bool> + Send,
+{
+    let n = tasks * per_task;
+    rt.block_on(async {
+        // Let the previous run's leftovers (a worker's cancellations) settle.
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let counting = Counting::start();
+        let (t0, c0) = (Instant::now(), process_cpu());
+        let handles: Vec<_> = (0..tasks)
+            .map(|_| {
+                let deadline = deadline.clone();
+                tokio::spawn(async move {
+                    let mut ok = 0usize;
+                    for _ in 0..per_task {
+                        ok += usize::from(black_box(deadline().await));
+                    }
+                    ok
+                })
+            })
+            .collect();
+        let mut ok = 0;
+        for h in handles {
+            ok += h.await.expect("a task");
+        }
+        let (wall, cpu) = (t0.elapsed(), process_cpu() - c0);
+        assert_eq!(ok, n, "every response beats its deadline");
+        let allocs = counting.calls() as f64 / n as f64;
+        [nanos_per(wall, n), nanos_per(cpu, n), allocs]
+    })
+}
+
+fn request_timeout(rt: &tokio::runtime::Runtime, tasks: usize, n: usize, reps: usize, name: &str) {
+    let timer = timer();
+    let handle = timer.handle();
+    let ours = move || {
+        let handle = handle.clone();
+        async move { handle.timeout(LIMIT, Response(false)).await.is_ok() }
+    };
+    let tokio = || async { tokio::time::timeout(LIMIT, Response(false)).await.is_ok() };
+    // The same calls with no deadline: what the executor and the response cost by themselves.
+    let bare = || async { Response(false).await == 1 };
+    // For profiles: `ONLY=hashed-timer-wheel` (or `tokio`) runs that one alone, printing
+    // nothing.
+    if let Ok(only) = std::env::var("ONLY") {
+        for _ in 0..reps {
+            match only.as_str() {
+                OURS => black_box(calls(rt, tasks, n / tasks, ours.clone())),
+                _ => black_box(calls(rt, tasks, n / tasks, tokio)),
+            };
+        }
+        return;
+    }
+    // Warm-up, then alternate.
+    calls(rt, tasks, n / tasks, ours.clone());
+    calls(rt, tasks, n / tasks, tokio);
+    let (mut a, mut b, mut c) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..reps {
+        a.push(calls(rt, tasks, n / tasks, ours.clone()));
+        b.push(calls(rt, tasks, n / tasks, tokio));
+        c.push(calls(rt, tasks, n / tasks, bare));
+    }
+    for (imp, runs) in [(OURS, &a), (TOKIO, &b), (NO_TIMER, &c)] {
+        for (k, metric) in ["ns_per_call", "cpu_ns_per_call", "allocs_per_call"]
+            .iter()
+            .enumerate()
+        {
+            result(
+                imp,
+                name,
+                metric,
+                median(&runs.iter().map(|r| r[k]).collect::<Vec<_>>()),
+            );
+        }
+    }
+    drop(timer.stop());
+}
+
+struct Noop;
+
+impl Wake for Noop {
+    fn wake(self: Arc<Self>) {}
+}
+
+/// Live heap bytes per pending sleep, `n` of them made by `make` and polled once.
+fn pending<S: Future>(n: usize, settle: Duration, make: impl Fn(usize) -> S) -> (f64, f64) {
+    let waker = Waker::from(Arc::new(Noop));
+    let mut cx = Context::from_waker(&waker);
+    let counting = Counting::start();
+    let mut held: Vec<Pin<Box<S>>> = Vec::with_capacity(n);
+    for i in 0..n {
+        let mut sleep = Box::pin(make(i));
+        assert!(sleep.as_mut().poll(&mut cx).is_pending());
+        held.push(sleep);
+    }
+    // This crate's worker moves at most 100 000 a tick into the wheel.
+    std::thread::sleep(settle);
+    let per = (
+        counting.live_bytes() as f64 / n as f64,
+        counting.calls() as f64 / n as f64,
+    );
+    drop(counting);
+    drop(held);
+    per
+}
+
+fn pending_sleeps(n: usize) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .expect("a runtime");
+    let _entered = rt.enter();
+    // Both timers started (and their first allocations made) before counting.
+    let _hour = Box::pin(tokio::time::sleep(Duration::from_secs(3600)));
+    let timer = timer();
+    let _first = timer.sleep(Duration::from_secs(3600));
+    std::thread::sleep(Duration::from_millis(100));
+    // tokio's first: this crate's worker frees what the other run held in the background,
+    // which would count against whatever is measured next.
+    let (tokio, tokio_allocs) = pending(n, Duration::ZERO, |i| tokio::time::sleep(far_delay(i)));
+    let (ours, ours_allocs) = pending(n, Duration::from_millis(300), |i| timer.sleep(far_delay(i)));
+    let size_ours = std::mem::size_of::<hashed_timer_wheel::Sleep>() as f64;
+    let size_tokio = std::mem::size_of::<tokio::time::Sleep>() as f64;
+    for (imp, bytes, allocs, size) in [
+        (OURS, ours, ours_allocs, size_ours),
+        (TOKIO, tokio, tokio_allocs, size_tokio),
+    ] {
+        result(imp, "pending_sleeps", "bytes_per_sleep", bytes);
+        result(imp, "pending_sleeps", "allocs_per_sleep", allocs);
+        result(imp, "pending_sleeps", "size_of", size);
+    }
+    drop(timer.stop());
+}
+
+fn main() {
+    let workload = common::selected_workload(WORKLOADS);
+    let n = common::env_usize("N", 1_000_000);
+    let reps = common::env_usize("REPS", 5);
+    let picked = |w: &str| workload == "all" || workload == w;
+    if picked("request_timeout") {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .expect("a runtime");
+        request_timeout(&rt, 1, n, reps, "request_timeout");
+    }
+    if picked("request_timeout_mt") {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_time()
+            .build()
+            .expect("a runtime");
+        request_timeout(&rt, 2, n, reps, "request_timeout_mt");
+    }
+    if picked("pending_sleeps") {
+        pending_sleeps(n);
+    }
+}
