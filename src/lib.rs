@@ -97,6 +97,28 @@
 //!   `remaining_rounds == 0` (see [`HashedWheelTimer`]'s design notes in the source, `wheel.rs`).
 //!
 //! # Beyond Netty
+//! - **Futures on the same wheel**, for async code, with no runtime dependency and no thread
+//!   of their own: [`HashedWheelTimer::sleep`] and [`sleep_until`](HashedWheelTimer::sleep_until)
+//!   give a [`Sleep`]; [`HashedWheelTimer::timeout`] puts a deadline on any future
+//!   ([`Deadline`], failing with [`DeadlineError::Elapsed`]). Any executor drives them (tokio,
+//!   `futures`' `block_on`, smol); the timer's worker wakes them. Dropping one cancels its
+//!   timeout; a stopped timer completes them with an error, so they never hang.
+//!
+//!   ```
+//!   use hashed_timer_wheel::{DeadlineError, HashedWheelTimer};
+//!   use std::time::Duration;
+//!
+//!   let timer = HashedWheelTimer::new(Duration::from_millis(1), 512);
+//!   let reply = futures::executor::block_on(async {
+//!       let request = async {
+//!           timer.sleep(Duration::from_millis(2)).await.unwrap();
+//!           "pong"
+//!       };
+//!       timer.timeout(Duration::from_secs(1), request).await
+//!   });
+//!   assert_eq!(reply, Ok("pong"));
+//!   # let _: Result<&str, DeadlineError> = reply;
+//!   ```
 //! - **Periodic tasks** on the same wheel: [`HashedWheelTimer::schedule_at_fixed_rate`] (Java's
 //!   `scheduleAtFixedRate`: deadlines fixed from the first, no drift, and a [`MissedRuns`]
 //!   policy for runs the worker could not make on time) and
