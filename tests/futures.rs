@@ -238,6 +238,40 @@ fn reset_moves_the_deadline_and_the_waiting_waker_with_it() {
     assert_eq!(wakes(&count), 2);
 }
 
+/// A reset the timer refuses completes the sleep with the error, and wakes the task waiting on
+/// it: another task may be the one that reset it.
+#[test]
+fn a_refused_reset_wakes_the_waiting_task() {
+    let (timer, driver) = HashedWheelTimer::builder()
+        .tick_duration(TICK)
+        .max_pending_timeouts(1)
+        .build_manual()
+        .unwrap();
+    let (count, waker) = counter();
+    let mut sleep = timer.sleep(Duration::from_secs(1));
+    assert_eq!(poll(&mut sleep, &waker), Poll::Pending);
+    // The old timeout still counts until the worker processes its cancel: refused.
+    sleep.reset_after(Duration::from_secs(2));
+    assert_eq!(wakes(&count), 1);
+    assert_eq!(
+        poll(&mut sleep, &waker),
+        Poll::Ready(Err(TimerError::TooManyPending { pending: 1, max: 1 }))
+    );
+    driver.advance(TICK);
+    assert_eq!(timer.pending_timeouts(), 0);
+    // On a stopped timer, likewise.
+    sleep.reset_after(Duration::from_secs(2));
+    assert_eq!(poll(&mut sleep, &waker), Poll::Pending);
+    timer.stop().unwrap();
+    assert_eq!(wakes(&count), 2);
+    sleep.reset_after(Duration::from_secs(2));
+    assert_eq!(
+        poll(&mut sleep, &waker),
+        Poll::Ready(Err(TimerError::Stopped))
+    );
+    assert_eq!(Arc::strong_count(&count), 2, "no slot keeps the waker");
+}
+
 #[test]
 fn deadlines_in_the_past_are_due_at_once_and_deadline_reports_the_instant() {
     let (timer, driver) = manual();

@@ -173,8 +173,14 @@ impl Sleep {
             // left there is ours to take: the task waiting on the old timeout now waits on the
             // new one.
             old.cancel();
-            if let (Some(waker), Entry::Armed(new)) = (old.state.take_waker(), &self.entry) {
-                if new.state.poll_end(&waker).is_some() {
+            if let Some(waker) = old.state.take_waker() {
+                let wait = match &self.entry {
+                    Entry::Armed(new) => new.state.poll_end(&waker).is_none(),
+                    // Refused: the sleep is complete (with the error), and its task must
+                    // hear so.
+                    Entry::Refused(_) => false,
+                };
+                if !wait {
                     waker.wake();
                 }
             }
