@@ -103,6 +103,8 @@
 //!   ([`Deadline`], failing with [`DeadlineError::Elapsed`]). Any executor drives them (tokio,
 //!   `futures`' `block_on`, smol); the timer's worker wakes them. Dropping one cancels its
 //!   timeout; a stopped timer completes them with an error, so they never hang.
+//!   [`HashedWheelTimer::interval`] gives an [`Interval`], ticks at a fixed rate awaited one by
+//!   one, with the periodic tasks' [`MissedRuns`] policy.
 //!
 //!   ```
 //!   use hashed_timer_wheel::{DeadlineError, HashedWheelTimer};
@@ -160,8 +162,8 @@ pub use shared::TimerHandle;
 pub use task::TimerTask;
 pub use timeout::Timeout;
 pub use timer::{
-    Builder, Deadline, HashedWheelTimer, ManualDriver, MissedRuns, PeriodicTimeout, Sleep, Timer,
-    TimerStats, INSTANCE_COUNT_LIMIT, MAX_TICKS_PER_WHEEL,
+    Builder, Deadline, HashedWheelTimer, Interval, ManualDriver, MissedRuns, PeriodicTimeout,
+    Sleep, Timer, TimerStats, INSTANCE_COUNT_LIMIT, MAX_TICKS_PER_WHEEL,
 };
 
 #[cfg(test)]

@@ -453,3 +453,131 @@ fn futures_block_on_and_smol_drive_the_futures() {
         }
     }));
 }
+
+/// Polls `interval` after each step of the manual clock up to `to`; the clock times at which a
+/// tick completed.
+fn ticks_until(
+    interval: &mut hashed_timer_wheel::Interval,
+    driver: &ManualDriver,
+    waker: &Waker,
+    to: Duration,
+) -> Vec<Duration> {
+    let mut at = Vec::new();
+    let mut cx = Context::from_waker(waker);
+    loop {
+        while let Poll::Ready(r) = interval.poll_tick(&mut cx) {
+            r.unwrap();
+            at.push(driver.now());
+        }
+        if driver.now() >= to {
+            return at;
+        }
+        driver.advance(TICK);
+    }
+}
+
+/// Ticks at `k * period` with no drift over 1 000 periods (25 ms on a 10 ms tick, so that
+/// deadlines fall inside ticks and on their boundaries): each completes at the first clock
+/// step at or after its deadline, never before.
+#[test]
+fn an_interval_ticks_on_schedule_without_drift() {
+    let (timer, driver) = manual();
+    let (count, waker) = counter();
+    let mut interval = timer.interval(Duration::from_millis(25));
+    let at = ticks_until(
+        &mut interval,
+        &driver,
+        &waker,
+        Duration::from_millis(25_000),
+    );
+    assert_eq!(at.len(), 1_001);
+    for (k, t) in at.iter().enumerate() {
+        let due = Duration::from_millis(25 * k as u64);
+        let expected = TICK * (due.as_nanos().div_ceil(TICK.as_nanos()) as u32);
+        assert_eq!(*t, expected, "tick {k}");
+    }
+    assert!(wakes(&count) >= 400, "the wheel woke the waiting task");
+    drop(interval);
+    driver.advance(TICK);
+    assert_eq!(
+        timer.pending_timeouts(),
+        0,
+        "dropping the interval cancels its timeout"
+    );
+}
+
+/// A stall of the task (no polls for 5.5 periods), under each policy.
+#[test]
+fn an_interval_catches_up_as_its_policy_says() {
+    use hashed_timer_wheel::MissedRuns;
+    let period = Duration::from_millis(100);
+    for (missed, expected) in [
+        // Burst: the missed ticks at once (at 550 ms), then the schedule as it was.
+        (
+            MissedRuns::Burst,
+            vec![0, 550, 550, 550, 550, 550, 600, 700],
+        ),
+        // Skip: one at once, then the schedule's next deadline after now.
+        (MissedRuns::Skip, vec![0, 550, 600, 700]),
+        // Delay: one at once, then a period after it.
+        (MissedRuns::Delay, vec![0, 550, 650, 750]),
+    ] {
+        let (timer, driver) = manual();
+        let (_, waker) = counter();
+        let mut interval = timer.interval(period);
+        interval.set_missed_runs(missed);
+        let mut cx = Context::from_waker(&waker);
+        assert!(interval.poll_tick(&mut cx).is_ready()); // the first, at once
+        driver.advance(Duration::from_millis(550)); // the stall
+        let mut at = vec![Duration::ZERO];
+        at.extend(ticks_until(
+            &mut interval,
+            &driver,
+            &waker,
+            Duration::from_millis(790),
+        ));
+        let ms: Vec<u64> = at.iter().map(|d| d.as_millis() as u64).collect();
+        assert_eq!(ms, expected, "{missed:?}");
+    }
+}
+
+#[test]
+fn an_interval_ends_with_stopped_when_the_timer_stops() {
+    let (timer, driver) = manual();
+    let (count, waker) = counter();
+    let mut interval = timer.handle().interval(Duration::from_millis(50));
+    let mut cx = Context::from_waker(&waker);
+    assert!(interval.poll_tick(&mut cx).is_ready());
+    assert!(interval.poll_tick(&mut cx).is_pending());
+    driver.advance(TICK);
+    assert!(timer.stop().unwrap().is_empty());
+    assert_eq!(wakes(&count), 1);
+    assert_eq!(
+        interval.poll_tick(&mut cx),
+        Poll::Ready(Err(TimerError::Stopped))
+    );
+    assert_eq!(
+        interval.poll_tick(&mut cx),
+        Poll::Ready(Err(TimerError::Stopped))
+    );
+}
+
+#[test]
+fn an_interval_in_tokio_is_never_early() {
+    let timer = HashedWheelTimer::new(Duration::from_millis(1), 64);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let start = Instant::now();
+        let mut interval = timer.interval_at(start, Duration::from_millis(3));
+        for k in 0..10u32 {
+            let due = interval.tick().await.unwrap();
+            assert!(due >= start + Duration::from_millis(3) * k);
+            assert!(
+                Instant::now() >= start + Duration::from_millis(3) * k,
+                "tick {k} early"
+            );
+        }
+    });
+}

@@ -9,12 +9,14 @@
 
 mod builder;
 mod driver;
+mod interval;
 mod lifecycle;
 mod periodic;
 mod sleep;
 
 pub use builder::Builder;
 pub use driver::ManualDriver;
+pub use interval::Interval;
 pub use lifecycle::INSTANCE_COUNT_LIMIT;
 pub use periodic::{MissedRuns, PeriodicTimeout};
 pub use sleep::{Deadline, Sleep};

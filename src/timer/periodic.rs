@@ -43,6 +43,22 @@ pub enum MissedRuns {
     Delay,
 }
 
+/// The deadline after `due` on a fixed-rate schedule of `period` (nanoseconds), as of `now`:
+/// `due + period` if that is still ahead, else what `missed` says.
+pub(super) fn next_due(due: u64, period: u64, missed: MissedRuns, now: u64) -> u64 {
+    let on_time = due.saturating_add(period);
+    match missed {
+        _ if on_time > now => on_time,
+        MissedRuns::Burst => on_time,
+        // The first of `due + m * period` after now.
+        MissedRuns::Skip => {
+            let m = (now - due) / period + 1;
+            due.saturating_add(m.saturating_mul(period))
+        }
+        MissedRuns::Delay => now.saturating_add(period),
+    }
+}
+
 #[derive(Debug, Clone, Copy)]
 enum Schedule {
     Rate { period: u64, missed: MissedRuns },
@@ -173,20 +189,7 @@ where
         let shared = &periodic.inner.timer.shared;
         let next = match schedule {
             Schedule::Delay { delay } => shared.clock.now_upper().saturating_add(delay),
-            Schedule::Rate { period, missed } => {
-                let on_time = due.saturating_add(period);
-                let now = shared.clock.now();
-                match missed {
-                    _ if on_time > now => on_time,
-                    MissedRuns::Burst => on_time,
-                    // The first of `due + m * period` after now.
-                    MissedRuns::Skip => {
-                        let m = (now - due) / period + 1;
-                        due.saturating_add(m.saturating_mul(period))
-                    }
-                    MissedRuns::Delay => now.saturating_add(period),
-                }
-            }
+            Schedule::Rate { period, missed } => next_due(due, period, missed, shared.clock.now()),
         };
         let mut current = lock(&periodic.inner.current);
         // Relaxed: under the lock (see `Periodic::current`).

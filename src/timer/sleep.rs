@@ -54,7 +54,7 @@ use std::time::{Duration, Instant};
 pub struct Sleep {
     entry: Entry,
     /// Nanoseconds since the timer's origin.
-    deadline: u64,
+    pub(super) deadline: u64,
 }
 
 enum Entry {
@@ -73,7 +73,7 @@ struct Refused {
 impl Sleep {
     /// Schedules a sleep on `shared`'s timer, due at `deadline` (nanoseconds since its
     /// origin); `now` is the producers' clock, read by the caller.
-    fn at(shared: &Arc<Shared>, deadline: u64, now: u64) -> Sleep {
+    pub(super) fn at(shared: &Arc<Shared>, deadline: u64, now: u64) -> Sleep {
         Sleep {
             entry: arm(shared, deadline, now),
             deadline,
@@ -92,7 +92,7 @@ impl Sleep {
         Sleep::at(shared, shared.clock.nanos_at(deadline).max(now), now)
     }
 
-    fn shared(&self) -> &Arc<Shared> {
+    pub(super) fn shared(&self) -> &Arc<Shared> {
         match &self.entry {
             Entry::Armed(timeout) => &timeout.timer().shared,
             Entry::Refused(refused) => &refused.timer.shared,
@@ -165,7 +165,12 @@ impl Sleep {
         self.rearm(&shared, now.saturating_add(duration_to_nanos(delay)), now);
     }
 
-    fn rearm(&mut self, shared: &Arc<Shared>, deadline: u64, now: u64) {
+    /// Whether the timer accepted the sleep's timeout (else polling gives the refusal).
+    pub(super) fn is_armed(&self) -> bool {
+        matches!(self.entry, Entry::Armed(_))
+    }
+
+    pub(super) fn rearm(&mut self, shared: &Arc<Shared>, deadline: u64, now: u64) {
         let old = std::mem::replace(&mut self.entry, arm(shared, deadline, now));
         self.deadline = deadline;
         if let Entry::Armed(old) = old {

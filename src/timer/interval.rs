@@ -1,0 +1,206 @@
+//! An async interval on the wheel: ticks at `start + k * period`, each awaited (tokio's
+//! `Interval`), with the periodic tasks' policy for missed ticks.
+//!
+//! Owns [`Interval`]. Each tick is a [`Sleep`] re-armed at the next deadline when the tick
+//! completes (`periodic::next_due`, shared with the periodic tasks). Touches the owner's room
+//! (`Sleep`, the periodic schedule) and the shared room's clock.
+
+use super::periodic::next_due;
+use super::sleep::Sleep;
+use crate::clock::duration_to_nanos;
+use crate::shared::{Shared, TimerHandle};
+use crate::sync::Arc;
+use crate::{HashedWheelTimer, MissedRuns, TimerError};
+use std::fmt;
+use std::future::{poll_fn, Future};
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+/// Ticks at a fixed rate on a [`HashedWheelTimer`]'s wheel, for async code (tokio's
+/// `Interval`): deadlines at `start + k * period`, never early, at most about a tick late, with
+/// no drift. Made by [`HashedWheelTimer::interval`] (first tick at once) and
+/// [`HashedWheelTimer::interval_at`].
+///
+/// [`tick`](Interval::tick) completes at the next deadline with the `Instant` it was due at.
+/// Ticks the task could not take on time (it was busy, or the worker late) follow the
+/// [`MissedRuns`] policy, [`MissedRuns::Burst`] by default as in tokio: missed ticks complete
+/// at once, one per call, until the schedule has caught up. `tick` is cancel-safe: in a
+/// `select!`, a tick not taken is taken by the next call.
+///
+/// Dropping the interval cancels its pending timeout. When the timer stops, `tick` completes
+/// with `Err(`[`TimerError::Stopped`]`)`.
+///
+/// ```
+/// use hashed_timer_wheel::HashedWheelTimer;
+/// use std::time::{Duration, Instant};
+///
+/// let timer = HashedWheelTimer::new(Duration::from_millis(1), 64);
+/// let start = Instant::now();
+/// let mut heartbeat = timer.interval(Duration::from_millis(5));
+/// futures::executor::block_on(async {
+///     for _ in 0..3 {
+///         heartbeat.tick().await.unwrap(); // at once, then 5 and 10 ms after the start
+///     }
+/// });
+/// assert!(start.elapsed() >= Duration::from_millis(10));
+/// ```
+#[must_use = "an Interval does nothing unless its ticks are awaited"]
+pub struct Interval {
+    /// Armed at the next tick's deadline.
+    sleep: Sleep,
+    period: u64,
+    missed: MissedRuns,
+}
+
+impl Interval {
+    fn new(shared: &Arc<Shared>, start: u64, period: Duration) -> Interval {
+        let period = duration_to_nanos(period);
+        assert!(period > 0, "the period of an interval must not be zero");
+        let now = shared.clock.now_upper();
+        Interval {
+            sleep: Sleep::at(shared, start, now),
+            period,
+            missed: MissedRuns::Burst,
+        }
+    }
+
+    /// Completes at the next tick's deadline, with that deadline. A tick whose deadline has
+    /// passed completes at once.
+    ///
+    /// # Errors
+    /// [`TimerError::Stopped`] once the timer has stopped; [`TimerError::TooManyPending`] if
+    /// the timer refused the tick's timeout (at its pending limit: the next call tries again).
+    pub async fn tick(&mut self) -> Result<Instant, TimerError> {
+        poll_fn(|cx| self.poll_tick(cx)).await
+    }
+
+    /// [`tick`](Interval::tick) as a poll, for hand-written futures and streams.
+    ///
+    /// # Errors
+    /// As [`tick`](Interval::tick).
+    pub fn poll_tick(&mut self, cx: &mut Context<'_>) -> Poll<Result<Instant, TimerError>> {
+        let due = self.sleep.deadline;
+        let passed = due <= self.sleep.shared().clock.now();
+        if !passed || !self.sleep.is_armed() {
+            match Pin::new(&mut self.sleep).poll(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(Ok(())) => {}
+                Poll::Ready(Err(e)) => {
+                    if matches!(e, TimerError::TooManyPending { .. }) {
+                        // Try again at the next call.
+                        self.rearm(due);
+                    }
+                    return Poll::Ready(Err(e));
+                }
+            }
+        }
+        // The tick is due (the wheel fired it, or the clock has passed it): the next one.
+        let shared = Arc::clone(self.sleep.shared());
+        let next = next_due(due, self.period, self.missed, shared.clock.now());
+        self.rearm(next);
+        Poll::Ready(Ok(shared.clock.instant_at(due)))
+    }
+
+    fn rearm(&mut self, deadline: u64) {
+        let shared = Arc::clone(self.sleep.shared());
+        let now = shared.clock.now_upper();
+        self.sleep.rearm(&shared, deadline, now);
+    }
+
+    /// Starts the schedule again: the next tick a period from now.
+    ///
+    /// ```
+    /// # use hashed_timer_wheel::HashedWheelTimer;
+    /// # use std::time::Duration;
+    /// let timer = HashedWheelTimer::new(Duration::from_millis(1), 64);
+    /// let mut interval = timer.interval(Duration::from_secs(60));
+    /// interval.reset();
+    /// ```
+    pub fn reset(&mut self) {
+        let now = self.sleep.shared().clock.now_upper();
+        self.rearm(now.saturating_add(self.period));
+    }
+
+    /// The period.
+    pub fn period(&self) -> Duration {
+        Duration::from_nanos(self.period)
+    }
+
+    /// What a tick taken late does to the schedule (see [`MissedRuns`]).
+    pub fn missed_runs(&self) -> MissedRuns {
+        self.missed
+    }
+
+    /// Sets the policy for missed ticks.
+    ///
+    /// ```
+    /// # use hashed_timer_wheel::{HashedWheelTimer, MissedRuns};
+    /// # use std::time::Duration;
+    /// let timer = HashedWheelTimer::new(Duration::from_millis(1), 64);
+    /// let mut interval = timer.interval(Duration::from_secs(1));
+    /// interval.set_missed_runs(MissedRuns::Skip);
+    /// assert_eq!(interval.missed_runs(), MissedRuns::Skip);
+    /// ```
+    pub fn set_missed_runs(&mut self, missed: MissedRuns) {
+        self.missed = missed;
+    }
+}
+
+impl fmt::Debug for Interval {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Interval")
+            .field("period", &self.period())
+            .field("missed_runs", &self.missed)
+            .field("next", &self.sleep)
+            .finish()
+    }
+}
+
+macro_rules! interval_methods {
+    ($ty:ty, $example:literal) => {
+        impl $ty {
+            /// Ticks every `period`, the first at once (see [`Interval`]).
+            ///
+            /// # Panics
+            /// If `period` is zero.
+            ///
+            /// ```
+            /// # use hashed_timer_wheel::HashedWheelTimer;
+            /// # use std::time::Duration;
+            /// let timer = HashedWheelTimer::new(Duration::from_millis(1), 64);
+            #[doc = $example]
+            /// let mut interval = t.interval(Duration::from_millis(2));
+            /// futures::executor::block_on(async {
+            ///     interval.tick().await.unwrap();
+            ///     interval.tick().await.unwrap();
+            /// });
+            /// ```
+            pub fn interval(&self, period: Duration) -> Interval {
+                Interval::new(&self.shared, self.shared.clock.now_upper(), period)
+            }
+
+            /// Ticks every `period`, the first at `start` (see [`Interval`]).
+            ///
+            /// # Panics
+            /// If `period` is zero.
+            ///
+            /// ```
+            /// # use hashed_timer_wheel::HashedWheelTimer;
+            /// # use std::time::{Duration, Instant};
+            /// let timer = HashedWheelTimer::new(Duration::from_millis(1), 64);
+            #[doc = $example]
+            /// let start = Instant::now() + Duration::from_millis(3);
+            /// let mut interval = t.interval_at(start, Duration::from_secs(1));
+            /// let first = futures::executor::block_on(interval.tick()).unwrap();
+            /// assert!(first >= start && Instant::now() >= start);
+            /// ```
+            pub fn interval_at(&self, start: Instant, period: Duration) -> Interval {
+                Interval::new(&self.shared, self.shared.clock.nanos_at(start), period)
+            }
+        }
+    };
+}
+
+interval_methods!(HashedWheelTimer, "let t = &timer;");
+interval_methods!(TimerHandle, "let t = timer.handle();");
