@@ -560,6 +560,16 @@ fn an_interval_ends_with_stopped_when_the_timer_stops() {
         interval.poll_tick(&mut cx),
         Poll::Ready(Err(TimerError::Stopped))
     );
+    // Stopped with a deadline already passed on the clock: no tick after the stop.
+    let (timer, driver) = manual();
+    let mut interval = timer.interval(Duration::from_millis(50));
+    assert!(interval.poll_tick(&mut cx).is_ready());
+    timer.stop().unwrap();
+    driver.advance(Duration::from_millis(100));
+    assert_eq!(
+        interval.poll_tick(&mut cx),
+        Poll::Ready(Err(TimerError::Stopped))
+    );
 }
 
 #[test]

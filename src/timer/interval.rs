@@ -81,18 +81,17 @@ impl Interval {
     /// As [`tick`](Interval::tick).
     pub fn poll_tick(&mut self, cx: &mut Context<'_>) -> Poll<Result<Instant, TimerError>> {
         let due = self.sleep.deadline;
-        let passed = due <= self.sleep.shared().clock.now();
-        if !passed || !self.sleep.is_armed() {
-            match Pin::new(&mut self.sleep).poll(cx) {
-                Poll::Pending => return Poll::Pending,
-                Poll::Ready(Ok(())) => {}
-                Poll::Ready(Err(e)) => {
-                    if matches!(e, TimerError::TooManyPending { .. }) {
-                        // Try again at the next call.
-                        self.rearm(due);
-                    }
-                    return Poll::Ready(Err(e));
+        match Pin::new(&mut self.sleep).poll(cx) {
+            Poll::Ready(Ok(())) => {}
+            // The clock has passed the deadline before the wheel's tick: due now.
+            Poll::Pending if due <= self.sleep.shared().clock.now() => {}
+            Poll::Pending => return Poll::Pending,
+            Poll::Ready(Err(e)) => {
+                if matches!(e, TimerError::TooManyPending { .. }) {
+                    // Try again at the next call.
+                    self.rearm(due);
                 }
+                return Poll::Ready(Err(e));
             }
         }
         // The tick is due (the wheel fired it, or the clock has passed it): the next one.

@@ -165,11 +165,6 @@ impl Sleep {
         self.rearm(&shared, now.saturating_add(duration_to_nanos(delay)), now);
     }
 
-    /// Whether the timer accepted the sleep's timeout (else polling gives the refusal).
-    pub(super) fn is_armed(&self) -> bool {
-        matches!(self.entry, Entry::Armed(_))
-    }
-
     pub(super) fn rearm(&mut self, shared: &Arc<Shared>, deadline: u64, now: u64) {
         let old = std::mem::replace(&mut self.entry, arm(shared, deadline, now));
         self.deadline = deadline;
