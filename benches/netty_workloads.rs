@@ -27,10 +27,10 @@ mod common;
 
 use common::{
     expire_due_ns, far_delay, held_delay, held_due_ns, held_record, held_reset, held_runs, median,
-    millis, nanos_per, process_cpu_time, report_expire, report_held, result, selected_workload,
-    Counting, CountingAlloc, Held, HeldWindow, Lateness,
+    millis, nanos_per, process_cpu_time, report_expire, report_expire_as, report_held, result,
+    selected_workload, Counting, CountingAlloc, Held, HeldWindow, Lateness,
 };
-use hashed_timer_wheel::{HashedWheelTimer, Timeout};
+use hashed_timer_wheel::{HashedWheelTimer, Timeout, TypedTask};
 use std::hint::black_box;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::thread;
@@ -46,6 +46,8 @@ const WORKLOADS: &[&str] = &[
     "schedule_cancel",
     "multi_producer",
     "expire",
+    "schedule_capture_typed",
+    "expire_typed",
     "memory",
     "idle",
     "held",
@@ -116,6 +118,84 @@ fn schedule_capture(p: &Params) -> f64 {
     let elapsed = t0.elapsed();
     drop(timer.stop());
     nanos_per(elapsed, p.n)
+}
+
+/// The typed timer's `schedule_capture` task: the same 16 bytes, stored in place.
+struct Capture {
+    id: u64,
+    sink: &'static AtomicU64,
+}
+
+/// The typed timer's `expire` task: the same 24 bytes as the closure's.
+struct Record {
+    i: usize,
+    due_ns: u64,
+    run: &'static Lateness,
+}
+
+impl TypedTask for Capture {
+    fn run(self, _: &Timeout<Self>) {
+        // Relaxed: as `capture_task`.
+        self.sink.fetch_add(self.id, Ordering::Relaxed);
+    }
+}
+
+impl TypedTask for Record {
+    fn run(self, _: &Timeout<Self>) {
+        self.run.record(self.i, self.due_ns)
+    }
+}
+
+/// [`timer`] for tasks of type `T`, started by `hour`, an hour away.
+fn typed_timer<T: TypedTask>(hour: T) -> HashedWheelTimer<T> {
+    let timer: HashedWheelTimer<T> = HashedWheelTimer::builder()
+        .tick_duration(Duration::from_millis(1))
+        .ticks_per_wheel(512)
+        .thread_name("wheel")
+        .build_typed()
+        .expect("valid configuration");
+    timer
+        .new_timeout(hour, Duration::from_secs(3600))
+        .expect("a fresh timer accepts work");
+    timer
+}
+
+/// `schedule_capture` on a typed timer: the task stored in place, no allocation.
+fn schedule_capture_typed(p: &Params) -> f64 {
+    assert_eq!(std::mem::size_of::<Capture>(), 16);
+    let timer = typed_timer(Capture { id: 0, sink: &SINK });
+    let t0 = Instant::now();
+    for i in 0..p.n {
+        let task = Capture {
+            id: i as u64,
+            sink: &SINK,
+        };
+        black_box(timer.new_timeout(task, far_delay(i)).expect("accepted"));
+    }
+    let elapsed = t0.elapsed();
+    drop(timer.stop());
+    nanos_per(elapsed, p.n)
+}
+
+/// `expire` on a typed timer.
+fn expire_typed(p: &Params) -> [f64; 4] {
+    let n = p.n;
+    let run = Lateness::start(n);
+    let timer = typed_timer(Record {
+        i: 0,
+        due_ns: u64::MAX,
+        run,
+    });
+    for i in 0..n {
+        let due_ns = expire_due_ns(i, n);
+        let delay = Duration::from_nanos(due_ns.saturating_sub(run.now_ns()));
+        timer
+            .new_timeout(Record { i, due_ns, run }, delay)
+            .expect("accepted");
+    }
+    let end = run.wait();
+    drop(timer.stop());
+    run.summary(end)
 }
 
 /// `new_timeout` then `cancel`. (ns per pair, ms until pending is back to 1).
@@ -281,6 +361,16 @@ fn main() {
         expire(&p);
         let runs: Vec<[f64; 4]> = (0..3).map(|_| expire(&p)).collect();
         report_expire(IMPL, &runs);
+    }
+    if runs("schedule_capture_typed") {
+        schedule_capture_typed(&p);
+        let r: Vec<f64> = (0..p.reps).map(|_| schedule_capture_typed(&p)).collect();
+        result(IMPL, "schedule_capture_typed", "ns_per_op", median(&r));
+    }
+    if runs("expire_typed") {
+        expire_typed(&p);
+        let runs: Vec<[f64; 4]> = (0..3).map(|_| expire_typed(&p)).collect();
+        report_expire_as(IMPL, "expire_typed", &runs);
     }
     if runs("memory") {
         let (bytes, calls) = memory(&p);

@@ -158,8 +158,8 @@ pub mod loom_hooks {
 }
 
 pub use error::{BuildError, DeadlineError, TimerError};
-pub use shared::TimerHandle;
-pub use task::TimerTask;
+pub use shared::{BoxedTask, Stored, TimerHandle};
+pub use task::{TimerTask, TypedTask};
 pub use timeout::Timeout;
 pub use timer::{
     Builder, Deadline, HashedWheelTimer, Interval, ManualDriver, MissedRuns, PeriodicTimeout,

@@ -5,7 +5,7 @@
 //! and the shared room's `Job` trait, which it implements for every task.
 
 use crate::shared::cells::TimeoutState;
-use crate::shared::Job;
+use crate::shared::{sealed, Job, Stored};
 use crate::Timeout;
 
 /// A task run once when its [`Timeout`] expires (Netty's `TimerTask`).
@@ -65,5 +65,55 @@ impl<T: TimerTask> Job for T {
     #[inline]
     fn run(self: Box<Self>, state: TimeoutState) {
         TimerTask::run(self, &Timeout { state })
+    }
+}
+
+/// A task of a typed timer (`HashedWheelTimer<T>`): stored in place in the timer's queue and
+/// wheel, so scheduling it allocates nothing, and nothing is freed when it runs. For tasks
+/// that carry data (an id, a channel) scheduled at a high rate; a timer of boxed tasks
+/// ([`TimerTask`]) takes any closure.
+///
+/// A typed timer holds one task type: make it an enum for several kinds of work. It is built
+/// with [`Builder::build_typed`](crate::Builder::build_typed).
+///
+/// ```
+/// use hashed_timer_wheel::{HashedWheelTimer, Timeout, TypedTask};
+/// use std::sync::mpsc;
+/// use std::time::Duration;
+///
+/// struct RequestTimeout {
+///     id: u64,
+///     expired: mpsc::Sender<u64>,
+/// }
+///
+/// impl TypedTask for RequestTimeout {
+///     fn run(self, _: &Timeout<Self>) {
+///         let _ = self.expired.send(self.id);
+///     }
+/// }
+///
+/// let timer: HashedWheelTimer<RequestTimeout> = HashedWheelTimer::builder()
+///     .tick_duration(Duration::from_millis(1))
+///     .build_typed()
+///     .unwrap();
+/// let (tx, rx) = mpsc::channel();
+/// let answered = timer.new_timeout(RequestTimeout { id: 1, expired: tx.clone() }, Duration::from_secs(5))?;
+/// timer.new_timeout(RequestTimeout { id: 2, expired: tx }, Duration::from_millis(5))?;
+/// answered.cancel(); // request 1 was answered in time
+/// assert_eq!(rx.recv()?, 2);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub trait TypedTask: Send + Sized + 'static {
+    /// Runs the task. Called at most once, on the worker thread (or on the configured
+    /// executor). A panic is caught and logged at warn level, as for [`TimerTask`].
+    fn run(self, timeout: &Timeout<Self>);
+}
+
+impl<T: TypedTask> Stored for T {}
+
+impl<T: TypedTask> sealed::Run for T {
+    #[inline]
+    fn run_stored(self, state: TimeoutState<Self>) {
+        TypedTask::run(self, &Timeout { state })
     }
 }

@@ -5,7 +5,7 @@
 //! file only calls it. Touches the shared room and, through [`TimerHandle`], the owner's room.
 
 use crate::shared::cells::TimeoutState;
-use crate::shared::TimerHandle;
+use crate::shared::{BoxedTask, Stored, TimerHandle};
 use std::fmt;
 
 /// A handle on a scheduled task (Netty's `Timeout`).
@@ -31,12 +31,19 @@ use std::fmt;
 /// assert!(timeout.is_cancelled());
 /// assert!(!timeout.cancel(), "only the first cancel wins");
 /// ```
-#[derive(Clone)]
-pub struct Timeout {
-    pub(crate) state: TimeoutState,
+pub struct Timeout<J: Stored = BoxedTask> {
+    pub(crate) state: TimeoutState<J>,
 }
 
-impl Timeout {
+impl<J: Stored> Clone for Timeout<J> {
+    fn clone(&self) -> Self {
+        Timeout {
+            state: self.state.clone(),
+        }
+    }
+}
+
+impl<J: Stored> Timeout<J> {
     /// Cancels the timeout so that its task never runs.
     ///
     /// Returns `true` for the one call that cancelled it; `false` if it had already been
@@ -114,26 +121,26 @@ impl Timeout {
     ///     .unwrap();
     /// ```
     #[inline]
-    pub fn timer(&self) -> &TimerHandle {
+    pub fn timer(&self) -> &TimerHandle<J> {
         self.state.timer()
     }
 }
 
-impl PartialEq for Timeout {
+impl<J: Stored> PartialEq for Timeout<J> {
     fn eq(&self, other: &Self) -> bool {
         self.state.same(&other.state)
     }
 }
 
-impl Eq for Timeout {}
+impl<J: Stored> Eq for Timeout<J> {}
 
-impl std::hash::Hash for Timeout {
+impl<J: Stored> std::hash::Hash for Timeout<J> {
     fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
         self.state.address().hash(state)
     }
 }
 
-impl fmt::Debug for Timeout {
+impl<J: Stored> fmt::Debug for Timeout<J> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Timeout")
             .field("state", &self.state.state_name())

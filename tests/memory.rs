@@ -306,3 +306,72 @@ fn schedule_cancel_pairs_allocate_nothing_once_warm() {
     assert_eq!(allocations, 0, "over 20 rounds of {PAIRS} pairs");
     assert_eq!(timer.pending_timeouts(), 0);
 }
+
+/// A typed timer stores its tasks in place: scheduling and running tasks that carry data
+/// allocates nothing once warm (the boxed timer allocates one box per such task, freed by the
+/// worker).
+#[test]
+fn a_typed_timer_schedules_and_runs_data_carrying_tasks_without_allocating() {
+    use hashed_timer_wheel::TypedTask;
+    struct Carry {
+        id: u64,
+        sum: &'static std::sync::atomic::AtomicU64,
+    }
+    impl TypedTask for Carry {
+        fn run(self, _: &Timeout<Self>) {
+            self.sum.fetch_add(self.id, Ordering::Relaxed);
+        }
+    }
+    static SUM: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    const TASKS: u64 = 20_000;
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let tick = Duration::from_millis(1);
+    let (timer, driver) = HashedWheelTimer::builder()
+        .tick_duration(tick)
+        .build_manual_typed::<Carry>()
+        .unwrap();
+    let round = || {
+        for id in 0..TASKS {
+            let delay = Duration::from_millis(1 + (id & 7));
+            timer.new_timeout(Carry { id, sum: &SUM }, delay).unwrap();
+        }
+        driver.advance(tick * 10); // all of them run
+    };
+    for _ in 0..3 {
+        round();
+    }
+    let before = (mine(), SUM.load(Ordering::Relaxed));
+    for _ in 0..20 {
+        round();
+    }
+    assert_eq!(timer.pending_timeouts(), 0);
+    let ran = SUM.load(Ordering::Relaxed) - before.1;
+    assert_eq!(
+        ran,
+        20 * TASKS * (TASKS - 1) / 2,
+        "every task ran once, with its data"
+    );
+    // What is left is the wheel's pages of 1 024 nodes, let go of as they empty.
+    let typed = mine() - before.0;
+    assert!(
+        typed as u64 * 100 < 20 * TASKS,
+        "{typed} allocations for {} tasks",
+        20 * TASKS
+    );
+
+    // The same tasks boxed: one allocation each.
+    let (timer, driver) = HashedWheelTimer::builder()
+        .tick_duration(tick)
+        .build_manual()
+        .unwrap();
+    let before = mine();
+    for id in 0..TASKS {
+        let delay = Duration::from_millis(1 + (id & 7));
+        let task = move |_: &Timeout| {
+            SUM.fetch_add(id, Ordering::Relaxed);
+        };
+        timer.new_timeout(task, delay).unwrap();
+    }
+    driver.advance(tick * 10);
+    assert!(mine() - before >= TASKS as usize);
+}

@@ -300,11 +300,16 @@ pub(crate) fn expire_due_ns(i: usize, n: usize) -> u64 {
 
 /// Prints the four `expire` figures: the median of each over the runs.
 pub(crate) fn report_expire(imp: &str, runs: &[[f64; 4]]) {
+    report_expire_as(imp, "expire", runs)
+}
+
+/// [`report_expire`] under another workload name.
+pub(crate) fn report_expire_as(imp: &str, workload: &str, runs: &[[f64; 4]]) {
     let col = |k: usize| median(&runs.iter().map(|x| x[k]).collect::<Vec<_>>());
-    result(imp, "expire", "lag_ms", col(0));
-    result(imp, "expire", "late_p50_ms", col(1));
-    result(imp, "expire", "late_p99_ms", col(2));
-    result(imp, "expire", "late_max_ms", col(3));
+    result(imp, workload, "lag_ms", col(0));
+    result(imp, workload, "late_p50_ms", col(1));
+    result(imp, workload, "late_p99_ms", col(2));
+    result(imp, workload, "late_max_ms", col(3));
 }
 
 /// Process CPU time (user + system, all threads), from `getrusage(RUSAGE_SELF)`.

@@ -7,7 +7,7 @@
 //! the worker takes it whole and drains it.
 
 use super::cells::{ChunkCursor, ChunkRef, Run, RunCursor, SpareChunk, TimeoutState};
-use super::{BoxedJob, Shared};
+use super::{BoxedJob, Shared, Stored};
 use crate::sync::{Arc, Batch};
 
 /// Timeouts on their way from producers to the worker: task and deadline of each, in two
@@ -18,12 +18,11 @@ use crate::sync::{Arc, Batch};
 /// (its drop on unwinding needs an address) and then copied with 16-byte loads over 8-byte
 /// stores, which the CPU cannot forward; that stall was about 5 ns of a 23 ns `new_timeout`
 /// here. Each field of its own is pushed straight from registers.
-#[derive(Default)]
-pub(crate) struct PendingBatch {
-    tasks: Vec<BoxedJob>,
+pub(crate) struct PendingBatch<J = BoxedJob> {
+    tasks: Vec<J>,
     deadlines: Vec<u64>,
     /// The runs of the queued timeouts' cells, in order, one chunk reference each.
-    runs: Vec<Run>,
+    runs: Vec<Run<J>>,
     /// Timeouts the worker has taken from the front ([`PendingBatch::drain_front`]): positions
     /// in `runs` count them.
     drained: usize,
@@ -31,7 +30,19 @@ pub(crate) struct PendingBatch {
     chunk_ids: Vec<u32>,
 }
 
-impl PendingBatch {
+impl<J: Stored> Default for PendingBatch<J> {
+    fn default() -> Self {
+        PendingBatch {
+            tasks: Vec::new(),
+            deadlines: Vec::new(),
+            runs: Vec::new(),
+            drained: 0,
+            chunk_ids: Vec::new(),
+        }
+    }
+}
+
+impl<J: Stored> PendingBatch<J> {
     pub(crate) fn with_capacity(n: usize) -> Self {
         PendingBatch {
             tasks: Vec::with_capacity(n),
@@ -45,12 +56,12 @@ impl PendingBatch {
     #[inline]
     pub(super) fn push(
         &mut self,
-        cursor: &mut ChunkCursor,
-        shared: &Arc<Shared>,
+        cursor: &mut ChunkCursor<J>,
+        shared: &Arc<Shared<J>>,
         shard: u8,
-        task: BoxedJob,
+        task: J,
         deadline: u64,
-    ) -> TimeoutState {
+    ) -> TimeoutState<J> {
         // A shard's batch is never partly taken: the worker swaps it out whole.
         debug_assert_eq!(self.drained, 0);
         let at = self.tasks.len();
@@ -70,7 +81,7 @@ impl PendingBatch {
 
     /// Gives each run its chunk id, in push order (a chunk may recur), unless done already.
     /// The ids' vector keeps its room across the batch's uses: nothing is allocated.
-    pub(crate) fn assign_chunk_ids(&mut self, mut id_of: impl FnMut(&ChunkRef) -> u32) {
+    pub(crate) fn assign_chunk_ids(&mut self, mut id_of: impl FnMut(&ChunkRef<J>) -> u32) {
         if self.chunk_ids.len() != self.runs.len() {
             debug_assert!(self.chunk_ids.is_empty());
             self.chunk_ids
@@ -85,8 +96,8 @@ impl PendingBatch {
         &mut self,
         n: usize,
     ) -> (
-        impl Iterator<Item = (BoxedJob, (usize, u8), u64)> + '_,
-        &[Run],
+        impl Iterator<Item = (J, (usize, u8), u64)> + '_,
+        &[Run<J>],
         &[u32],
     ) {
         let cells = RunCursor::new(&self.runs, self.drained);
@@ -101,7 +112,7 @@ impl PendingBatch {
     }
 
     /// Once every timeout is out: hands the runs' chunks to `release`, keeping the room.
-    pub(crate) fn clear_runs(&mut self, release: impl FnMut(ChunkRef)) {
+    pub(crate) fn clear_runs(&mut self, release: impl FnMut(ChunkRef<J>)) {
         debug_assert!(self.tasks.is_empty());
         self.runs.drain(..).map(|run| run.chunk).for_each(release);
         self.chunk_ids.clear();
@@ -109,7 +120,7 @@ impl PendingBatch {
     }
 
     /// The states, in order; the tasks are dropped.
-    pub(crate) fn into_states(self) -> Vec<TimeoutState> {
+    pub(crate) fn into_states(self) -> Vec<TimeoutState<J>> {
         RunCursor::new(&self.runs, self.drained)
             .take(self.tasks.len())
             .map(|(run, idx)| self.runs[run].chunk.state(idx))
@@ -117,7 +128,7 @@ impl PendingBatch {
     }
 }
 
-impl Batch for PendingBatch {
+impl<J: Stored> Batch for PendingBatch<J> {
     #[inline]
     fn is_empty(&self) -> bool {
         self.tasks.is_empty()
@@ -139,17 +150,17 @@ impl Batch for PendingBatch {
 }
 
 /// What a shard of the `timeouts` queue keeps for its producers, under its lock.
-pub(crate) struct ProducerShard {
+pub(crate) struct ProducerShard<J = BoxedJob> {
     /// Pending-count credit (see `Shared::refill_credit`).
     pub(super) credit: usize,
     /// Where the shard's tasks' timeouts get their states (and the spare chunks the worker
     /// hands back).
-    pub(crate) cursor: ChunkCursor,
+    pub(crate) cursor: ChunkCursor<J>,
     /// Where the shard's futures' timeouts get theirs: chunks with waker slots.
-    pub(super) wake_cursor: ChunkCursor,
+    pub(super) wake_cursor: ChunkCursor<J>,
 }
 
-impl Default for ProducerShard {
+impl<J: Stored> Default for ProducerShard<J> {
     fn default() -> Self {
         ProducerShard {
             credit: 0,
@@ -159,7 +170,7 @@ impl Default for ProducerShard {
     }
 }
 
-impl ProducerShard {
+impl<J: Stored> ProducerShard<J> {
     /// Lets go of both cursors' chunks and spares (`stop()`: they hold handles on the timer).
     pub(crate) fn clear_cursors(&mut self) {
         self.cursor.clear();
@@ -169,8 +180,8 @@ impl ProducerShard {
     /// Takes the worker's spare chunks of this shard: tasks' and futures'.
     pub(crate) fn add_spares(
         &mut self,
-        tasks: &mut Vec<SpareChunk>,
-        futures: &mut Vec<SpareChunk>,
+        tasks: &mut Vec<SpareChunk<J>>,
+        futures: &mut Vec<SpareChunk<J>>,
     ) {
         self.cursor.add_spares(tasks);
         self.wake_cursor.add_spares(futures);

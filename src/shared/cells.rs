@@ -37,7 +37,7 @@
 //! shard's cursor to use instead of a new allocation. A cell is reused only that way, once
 //! nothing can refer to it any more (no handle, no batch, no table entry).
 
-use super::{Shared, TimerHandle};
+use super::{BoxedJob, Shared, Stored, TimerHandle};
 use crate::sync::{lock, Arc, AtomicU32, Mutex, Ordering};
 use crate::wheel::MAX_ENTRIES;
 use std::sync::PoisonError;
@@ -81,10 +81,10 @@ pub(crate) const CHUNK: usize = 1;
 // A cell's index travels in a wheel node's tag.
 const _: () = assert!(CHUNK - 1 <= crate::wheel::MAX_TAG as usize);
 
-struct Chunk {
+struct Chunk<J = BoxedJob> {
     /// The timer every cell's timeout belongs to: a `Timeout` reaches its timer through its
     /// chunk, so handles cost one reference count between them, not one per timeout.
-    timer: TimerHandle,
+    timer: TimerHandle<J>,
     /// The queue shard whose cursor hands the cells out (the worker's chunk table keeps it).
     shard: u8,
     cells: [Cell; CHUNK],
@@ -113,8 +113,8 @@ struct Chunk {
 /// chunks of their own (`ProducerShard::wake_cursor`).
 pub(crate) type WakerSlots = [Mutex<Option<Waker>>; CHUNK];
 
-impl Chunk {
-    fn new(shared: &Arc<Shared>, shard: u8, wakers: bool) -> Arc<Chunk> {
+impl<J: Stored> Chunk<J> {
+    fn new(shared: &Arc<Shared<J>>, shard: u8, wakers: bool) -> Arc<Chunk<J>> {
         Arc::new(Chunk {
             timer: TimerHandle {
                 shared: Arc::clone(shared),
@@ -141,15 +141,25 @@ fn fresh_cells() -> [Cell; CHUNK] {
 /// current here the two keep each other alive. `stop()` breaks the cycle by clearing every
 /// shard's cursor ([`ChunkCursor::clear`]), and a producer never starts a chunk on a stopped
 /// timer.
-#[derive(Default)]
-pub(crate) struct ChunkCursor {
-    chunk: Option<Arc<Chunk>>,
+pub(crate) struct ChunkCursor<J = BoxedJob> {
+    chunk: Option<Arc<Chunk<J>>>,
     next: u8,
     /// Chunks of this shard the worker has finished with, their cells reset, to be used
     /// before allocating (see [`SpareChunk`]); of this cursor's kind (waker slots or none).
-    spares: Vec<SpareChunk>,
+    spares: Vec<SpareChunk<J>>,
     /// Whether this cursor's chunks carry waker slots (futures' timeouts).
     wakers: bool,
+}
+
+impl<J: Stored> Default for ChunkCursor<J> {
+    fn default() -> Self {
+        ChunkCursor {
+            chunk: None,
+            next: 0,
+            spares: Vec::new(),
+            wakers: false,
+        }
+    }
 }
 
 /// Spare chunks a shard's cursor keeps, at most, and as many the worker keeps for it (176
@@ -161,9 +171,9 @@ pub(crate) struct ChunkCursor {
 /// idle worker lets every spare go.
 pub(crate) const SPARE_CHUNKS: usize = 4096;
 
-impl ChunkCursor {
+impl<J: Stored> ChunkCursor<J> {
     /// A cursor whose chunks carry waker slots, for futures' timeouts.
-    pub(crate) fn with_wakers() -> ChunkCursor {
+    pub(crate) fn with_wakers() -> ChunkCursor<J> {
         ChunkCursor {
             wakers: true,
             ..ChunkCursor::default()
@@ -187,11 +197,11 @@ impl ChunkCursor {
     #[inline]
     pub(crate) fn next_state(
         &mut self,
-        shared: &Arc<Shared>,
+        shared: &Arc<Shared<J>>,
         shard: u8,
-        runs: &mut Vec<Run>,
+        runs: &mut Vec<Run<J>>,
         at: usize,
-    ) -> TimeoutState {
+    ) -> TimeoutState<J> {
         let next = &mut self.next;
         let spares = &mut self.spares;
         let wakers = self.wakers;
@@ -247,7 +257,7 @@ impl ChunkCursor {
 
     /// Takes spare chunks from `from` (the worker's, all of this cursor's shard), up to
     /// [`SPARE_CHUNKS`] in all.
-    pub(crate) fn add_spares(&mut self, from: &mut Vec<SpareChunk>) {
+    pub(crate) fn add_spares(&mut self, from: &mut Vec<SpareChunk<J>>) {
         let room = SPARE_CHUNKS.saturating_sub(self.spares.len());
         if self.spares.is_empty() && from.len() <= room {
             std::mem::swap(&mut self.spares, from);
@@ -266,18 +276,18 @@ impl ChunkCursor {
 /// each one between the two threads under its arena lock: `schedule + cancel` ran 20.5 ns a
 /// pair, 18.6 with mimalloc, 17.9 with these spares, and 13.3 with no worker thread running
 /// at all (on a manual clock, so without the TSC read either).
-pub(crate) struct SpareChunk(Arc<Chunk>);
+pub(crate) struct SpareChunk<J = BoxedJob>(Arc<Chunk<J>>);
 
 /// Consecutive timeouts of a queued batch whose cells are consecutive cells of one chunk: the
 /// timeout at position `first + k` of the batch has cell `start + k` of `chunk`. Positions
 /// count from the batch's first timeout, including those the worker has taken out since.
-pub(crate) struct Run {
-    pub(crate) chunk: ChunkRef,
+pub(crate) struct Run<J = BoxedJob> {
+    pub(crate) chunk: ChunkRef<J>,
     pub(crate) first: usize,
     start: u8,
 }
 
-impl Run {
+impl<J: Stored> Run<J> {
     /// The cell index of the timeout at batch position `at` (within this run).
     #[inline]
     pub(crate) fn idx(&self, at: usize) -> u8 {
@@ -289,21 +299,21 @@ impl Run {
 
 /// Walks a batch's positions from `at` on, one step per timeout: each step gives the index of
 /// its run and its cell index.
-pub(crate) struct RunCursor<'a> {
-    runs: &'a [Run],
+pub(crate) struct RunCursor<'a, J = BoxedJob> {
+    runs: &'a [Run<J>],
     run: usize,
     at: usize,
 }
 
-impl<'a> RunCursor<'a> {
+impl<'a, J: Stored> RunCursor<'a, J> {
     /// From position `at` (which must belong to one of `runs`).
-    pub(crate) fn new(runs: &'a [Run], at: usize) -> Self {
+    pub(crate) fn new(runs: &'a [Run<J>], at: usize) -> Self {
         let run = runs.partition_point(|r| r.first <= at).saturating_sub(1);
         RunCursor { runs, run, at }
     }
 }
 
-impl Iterator for RunCursor<'_> {
+impl<J: Stored> Iterator for RunCursor<'_, J> {
     type Item = (usize, u8);
 
     #[inline]
@@ -322,10 +332,15 @@ impl Iterator for RunCursor<'_> {
 }
 
 /// A chunk of timeout states, as a queued batch and the worker's chunk table hold it.
-#[derive(Clone)]
-pub(crate) struct ChunkRef(Arc<Chunk>);
+pub(crate) struct ChunkRef<J = BoxedJob>(Arc<Chunk<J>>);
 
-impl ChunkRef {
+impl<J: Stored> Clone for ChunkRef<J> {
+    fn clone(&self) -> Self {
+        ChunkRef(Arc::clone(&self.0))
+    }
+}
+
+impl<J: Stored> ChunkRef<J> {
     /// The queue shard the chunk's cells were handed out by.
     #[inline]
     pub(crate) fn shard(&self) -> usize {
@@ -333,7 +348,7 @@ impl ChunkRef {
     }
 
     #[inline]
-    pub(crate) fn same(&self, other: &ChunkRef) -> bool {
+    pub(crate) fn same(&self, other: &ChunkRef<J>) -> bool {
         Arc::ptr_eq(&self.0, &other.0)
     }
 
@@ -345,7 +360,7 @@ impl ChunkRef {
     /// The chunk as a spare, its cells fresh, if this was the last reference to it (no handle,
     /// no batch, no table holds it: nobody can see its cells any more).
     #[inline]
-    pub(crate) fn into_spare(self) -> Option<SpareChunk> {
+    pub(crate) fn into_spare(self) -> Option<SpareChunk<J>> {
         let mut chunk = self.0;
         let inner = Arc::get_mut(&mut chunk)?;
         if let Some(wakers) = &mut inner.wakers {
@@ -366,7 +381,7 @@ impl ChunkRef {
 
     /// A handle's reference to cell `idx`.
     #[inline]
-    pub(crate) fn state(&self, idx: u8) -> TimeoutState {
+    pub(crate) fn state(&self, idx: u8) -> TimeoutState<J> {
         TimeoutState {
             chunk: Arc::clone(&self.0),
             idx,
@@ -377,19 +392,35 @@ impl ChunkRef {
 /// What a `Timeout` handle shares with the worker: a reference to one cell of a chunk. The
 /// chunk is freed (or, by the worker, kept as a spare) when the last reference to any of its
 /// cells goes: a cell is reused only once nothing can see it.
-#[derive(Clone)]
-pub(crate) struct TimeoutState {
-    chunk: Arc<Chunk>,
+/// A timeout's state, as a handle and the worker hold it (see the module's state table).
+#[allow(unreachable_pub)]
+pub struct TimeoutState<J = BoxedJob> {
+    chunk: Arc<Chunk<J>>,
     idx: u8,
 }
 
-impl TimeoutState {
+impl<J: Stored> std::fmt::Debug for TimeoutState<J> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.cell().state_name())
+    }
+}
+
+impl<J: Stored> Clone for TimeoutState<J> {
+    fn clone(&self) -> Self {
+        TimeoutState {
+            chunk: Arc::clone(&self.chunk),
+            idx: self.idx,
+        }
+    }
+}
+
+impl<J: Stored> TimeoutState<J> {
     #[inline]
     fn cell(&self) -> &Cell {
         &self.chunk.cells[usize::from(self.idx)]
     }
 
-    pub(crate) fn same(&self, other: &TimeoutState) -> bool {
+    pub(crate) fn same(&self, other: &TimeoutState<J>) -> bool {
         Arc::ptr_eq(&self.chunk, &other.chunk) && self.idx == other.idx
     }
 
@@ -400,7 +431,7 @@ impl TimeoutState {
 
     /// The timer the timeout belongs to.
     #[inline]
-    pub(crate) fn timer(&self) -> &TimerHandle {
+    pub(crate) fn timer(&self) -> &TimerHandle<J> {
         &self.chunk.timer
     }
 

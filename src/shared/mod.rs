@@ -62,8 +62,45 @@ pub(crate) trait Job: Send + 'static {
     fn run(self: Box<Self>, state: TimeoutState);
 }
 
-/// A queued or wheeled task.
-pub(crate) type BoxedJob = Box<dyn Job>;
+/// A task boxed: what a timer of boxed tasks (the default, [`HashedWheelTimer`]) stores per
+/// timeout. Opaque; it appears only as that default type parameter.
+///
+/// [`HashedWheelTimer`]: crate::HashedWheelTimer
+pub struct BoxedTask(pub(crate) Box<dyn Job>);
+
+impl std::fmt::Debug for BoxedTask {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("BoxedTask")
+    }
+}
+
+/// The stored task of the default timer.
+pub(crate) type BoxedJob = BoxedTask;
+
+/// What a timer stores per timeout: [`BoxedTask`] on the timer most code uses, or a typed
+/// timer's own task type ([`TypedTask`](crate::TypedTask)), stored in place with no
+/// allocation. Sealed: implemented by those two only.
+pub trait Stored: sealed::Run + Send + 'static {}
+
+pub(crate) mod sealed {
+    use super::cells::TimeoutState;
+
+    /// How the worker runs a stored task with its timeout's state (the door through which the
+    /// task room's types are run without this room importing them).
+    #[allow(unreachable_pub)]
+    pub trait Run: Sized {
+        fn run_stored(self, state: TimeoutState<Self>);
+    }
+}
+
+impl Stored for BoxedTask {}
+
+impl sealed::Run for BoxedTask {
+    #[inline]
+    fn run_stored(self, state: TimeoutState) {
+        self.0.run(state)
+    }
+}
 
 /// The job of a future's timeout: wake the future. Zero-sized, so its box allocates nothing.
 struct WakeJob;
@@ -104,9 +141,16 @@ pub(crate) type ParkedWorker = Box<dyn std::any::Any + Send>;
 /// [`Timeout::timer`]: crate::Timeout::timer
 /// [`HashedWheelTimer`]: crate::HashedWheelTimer
 /// [`HashedWheelTimer::handle`]: crate::HashedWheelTimer::handle
-#[derive(Clone)]
-pub struct TimerHandle {
-    pub(crate) shared: Arc<Shared>,
+pub struct TimerHandle<J = BoxedJob> {
+    pub(crate) shared: Arc<Shared<J>>,
+}
+
+impl<J: Stored> Clone for TimerHandle<J> {
+    fn clone(&self) -> Self {
+        TimerHandle {
+            shared: Arc::clone(&self.shared),
+        }
+    }
 }
 
 /// Lateness classes of fired timeouts, in ticks: under 1, 1 to 2, 2 to 4, ... 64 and more.
@@ -145,14 +189,14 @@ impl Counters {
 }
 
 /// What the owner, the handles, the timeouts and the worker share.
-pub(crate) struct Shared {
+pub(crate) struct Shared<J = BoxedJob> {
     /// Accepted timeouts not yet expired and whose cancellation is not processed yet. Written
     /// by every producer and the worker: on a cache line of its own, away from the read-mostly
     /// fields below and from the `Arc`'s reference counts.
     pub(crate) pending: CachePadded<AtomicUsize>,
     /// Each shard's data: its pending-count credit, its chunk of timeout states and spares.
-    pub(crate) timeouts: Queue<PendingBatch, ProducerShard>,
-    pub(crate) cancelled: Queue<Vec<TimeoutState>>,
+    pub(crate) timeouts: Queue<PendingBatch<J>, ProducerShard<J>>,
+    pub(crate) cancelled: Queue<Vec<TimeoutState<J>>>,
     state: AtomicU8,
     /// The tick at whose end the worker will next wake by itself; `AWAKE` while it runs,
     /// `u64::MAX` when it parks with no deadline. See `worker::run`.
@@ -191,7 +235,7 @@ pub(crate) struct Control {
     pub(crate) worker_id: Option<thread::ThreadId>,
 }
 
-impl Shared {
+impl<J: Stored> Shared<J> {
     /// A timer's shared state, not started.
     pub(crate) fn new(
         tick_nanos: u64,
@@ -201,7 +245,7 @@ impl Shared {
         worker: ParkedWorker,
         thread_name: String,
         manual: bool,
-    ) -> Shared {
+    ) -> Shared<J> {
         Shared {
             pending: CachePadded::new(AtomicUsize::new(0)),
             timeouts: Queue::new(),
@@ -262,9 +306,9 @@ impl Shared {
     #[inline]
     pub(crate) fn schedule(
         self: &Arc<Self>,
-        job: BoxedJob,
+        job: J,
         delay: Duration,
-    ) -> Result<TimeoutState, TimerError> {
+    ) -> Result<TimeoutState<J>, TimerError> {
         let now = self.clock.now_upper();
         self.schedule_at(job, now.saturating_add(duration_to_nanos(delay)), now)
     }
@@ -274,33 +318,21 @@ impl Shared {
     #[inline]
     pub(crate) fn schedule_at(
         self: &Arc<Self>,
-        job: BoxedJob,
+        job: J,
         deadline: u64,
         now: u64,
-    ) -> Result<TimeoutState, TimerError> {
+    ) -> Result<TimeoutState<J>, TimerError> {
         self.push(job, deadline, now, false)
-    }
-
-    /// A future's timeout (the owner's room's `Sleep`), due at `deadline` (as in
-    /// [`Shared::schedule_at`]): its state has a waker slot, and its expiry wakes what the
-    /// future left there (see `cells::WakerSlots`). Nothing is allocated for its job.
-    #[inline]
-    pub(crate) fn schedule_wake_at(
-        self: &Arc<Self>,
-        deadline: u64,
-        now: u64,
-    ) -> Result<TimeoutState, TimerError> {
-        self.push(Box::new(WakeJob), deadline, now, true)
     }
 
     #[inline]
     fn push(
         self: &Arc<Self>,
-        job: BoxedJob,
+        job: J,
         deadline: u64,
         now: u64,
         wakes: bool,
-    ) -> Result<TimeoutState, TimerError> {
+    ) -> Result<TimeoutState<J>, TimerError> {
         let limited = self.max_pending != 0;
         if limited {
             self.reserve_limited()?;
@@ -405,7 +437,7 @@ impl Shared {
     /// A successful `cancel()`: queue the state for the worker and make sure it runs by the end
     /// of its current tick.
     #[inline]
-    pub(crate) fn cancelled(&self, state: TimeoutState) {
+    pub(crate) fn cancelled(&self, state: TimeoutState<J>) {
         // No fence: as in `new_timeout`, the queue's lock orders the push before the load of
         // the worker's plan.
         self.cancelled.push(state);
@@ -482,5 +514,19 @@ impl Shared {
         let credit = self.timeouts.fold_data(0, |sum, p| sum + p.credit);
         // Relaxed: see `reserve_limited`.
         self.pending.load(Ordering::Relaxed).saturating_sub(credit)
+    }
+}
+
+impl Shared {
+    /// A future's timeout (the owner's room's `Sleep`), due at `deadline` (as in
+    /// [`Shared::schedule_at`]): its state has a waker slot, and its expiry wakes what the
+    /// future left there (see `cells::WakerSlots`). Nothing is allocated for its job.
+    #[inline]
+    pub(crate) fn schedule_wake_at(
+        self: &Arc<Self>,
+        deadline: u64,
+        now: u64,
+    ) -> Result<TimeoutState, TimerError> {
+        self.push(BoxedTask(Box::new(WakeJob)), deadline, now, true)
     }
 }

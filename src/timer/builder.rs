@@ -7,10 +7,11 @@
 use super::{lifecycle, HashedWheelTimer, ManualDriver, MAX_TICKS_PER_WHEEL};
 use crate::clock::Clock;
 use crate::error::BuildError;
-use crate::shared::{Executor, Shared};
+use crate::shared::{Executor, Shared, Stored};
 use crate::sync::Arc;
 use crate::wheel::normalize_ticks_per_wheel;
 use crate::worker::Worker;
+use crate::TypedTask;
 use std::fmt;
 use std::time::Duration;
 
@@ -173,6 +174,52 @@ impl Builder {
     /// # Ok::<(), hashed_timer_wheel::BuildError>(())
     /// ```
     pub fn build_manual(self) -> Result<(HashedWheelTimer, ManualDriver), BuildError> {
+        self.manual()
+    }
+
+    /// Builds a typed timer: one whose tasks are all of type `T`, stored in place in its
+    /// queue and wheel, so that scheduling one allocates nothing (see [`TypedTask`]). The same
+    /// options, limits and errors as [`build`](Builder::build).
+    ///
+    /// # Errors
+    /// As [`build`](Builder::build).
+    ///
+    /// ```
+    /// use hashed_timer_wheel::{HashedWheelTimer, Timeout, TypedTask};
+    /// use std::time::Duration;
+    ///
+    /// struct Expire(u64);
+    /// impl TypedTask for Expire {
+    ///     fn run(self, _: &Timeout<Self>) {
+    ///         println!("session {} expired", self.0);
+    ///     }
+    /// }
+    ///
+    /// let timer: HashedWheelTimer<Expire> = HashedWheelTimer::builder().build_typed()?;
+    /// let session = timer.new_timeout(Expire(7), Duration::from_secs(1800)).unwrap();
+    /// session.cancel();
+    /// # Ok::<(), hashed_timer_wheel::BuildError>(())
+    /// ```
+    pub fn build_typed<T: TypedTask>(self) -> Result<HashedWheelTimer<T>, BuildError> {
+        #[cfg(not(loom))]
+        let clock = Clock::system();
+        #[cfg(loom)]
+        let clock = Clock::manual();
+        self.build_with(clock, false)
+            .map(|shared| HashedWheelTimer { shared })
+    }
+
+    /// [`build_manual`](Builder::build_manual) for a typed timer ([`build_typed`](Builder::build_typed)).
+    ///
+    /// # Errors
+    /// As [`build`](Builder::build).
+    pub fn build_manual_typed<T: TypedTask>(
+        self,
+    ) -> Result<(HashedWheelTimer<T>, ManualDriver<T>), BuildError> {
+        self.manual()
+    }
+
+    fn manual<J: Stored>(self) -> Result<(HashedWheelTimer<J>, ManualDriver<J>), BuildError> {
         let shared = self.build_with(Clock::manual(), true)?;
         let driver = ManualDriver {
             shared: Arc::clone(&shared),
@@ -180,7 +227,11 @@ impl Builder {
         Ok((HashedWheelTimer { shared }, driver))
     }
 
-    fn build_with(self, clock: Clock, manual: bool) -> Result<Arc<Shared>, BuildError> {
+    fn build_with<J: Stored>(
+        self,
+        clock: Clock,
+        manual: bool,
+    ) -> Result<Arc<Shared<J>>, BuildError> {
         if self.tick.is_zero() {
             return Err(BuildError::ZeroTickDuration);
         }
@@ -207,7 +258,7 @@ impl Builder {
             })?;
 
         lifecycle::count_instance();
-        let worker = Worker::new(tick_nanos, wheel_len, self.executor);
+        let worker: Worker<J> = Worker::new(tick_nanos, wheel_len, self.executor);
         Ok(Arc::new(Shared::new(
             tick_nanos,
             wheel_len,

@@ -6,7 +6,7 @@
 
 use super::lifecycle;
 use crate::clock::duration_to_nanos;
-use crate::shared::Shared;
+use crate::shared::{BoxedTask, Shared, Stored};
 use crate::sync::{lock, thread, Arc, Ordering};
 use std::fmt;
 use std::time::Duration;
@@ -16,12 +16,19 @@ use std::time::Duration;
 ///
 /// Each advance runs, for every tick whose end has been reached, Netty's tick in Netty's order:
 /// process cancellations, move queued timeouts into buckets, expire the tick's bucket.
-#[derive(Clone)]
-pub struct ManualDriver {
-    pub(super) shared: Arc<Shared>,
+pub struct ManualDriver<J: Stored = BoxedTask> {
+    pub(super) shared: Arc<Shared<J>>,
 }
 
-impl ManualDriver {
+impl<J: Stored> Clone for ManualDriver<J> {
+    fn clone(&self) -> Self {
+        ManualDriver {
+            shared: Arc::clone(&self.shared),
+        }
+    }
+}
+
+impl<J: Stored> ManualDriver<J> {
     /// Moves the clock forward by `by` and runs everything that became due.
     ///
     /// ```
@@ -72,7 +79,7 @@ impl ManualDriver {
         if !self.shared.is_started() {
             return; // nothing scheduled yet
         }
-        let worker = lifecycle::parked_mut(parked);
+        let worker = lifecycle::parked_mut::<J>(parked);
         self.shared.set_worker_id(Some(thread::current().id()));
         let now = self.shared.clock.now();
         worker.advance(&self.shared, now);
@@ -119,7 +126,7 @@ impl ManualDriver {
     }
 }
 
-impl fmt::Debug for ManualDriver {
+impl<J: Stored> fmt::Debug for ManualDriver<J> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ManualDriver")
             .field("now", &self.now())

@@ -7,7 +7,7 @@
 //! the worker (to spawn, join and drain it) and the public `Timeout`.
 
 use crate::shared::cells::TimeoutState;
-use crate::shared::{ParkedWorker, Shared};
+use crate::shared::{ParkedWorker, Shared, Stored};
 use crate::sync::{lock, process, thread, Arc, Ordering};
 use crate::worker::{self, Worker};
 use crate::{Timeout, TimerError};
@@ -35,35 +35,35 @@ pub(super) fn count_instance() {
     }
 }
 
-fn uncount(shared: &Shared) {
+fn uncount<J: Stored>(shared: &Shared<J>) {
     if shared.counted.swap(false, Ordering::Relaxed) {
         INSTANCES.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
 /// The worker as the shared room keeps it.
-pub(super) fn park(worker: Worker) -> ParkedWorker {
+pub(super) fn park<J: Stored>(worker: Worker<J>) -> ParkedWorker {
     Box::new(worker)
 }
 
 /// The worker back from the shared room's slot (only this room puts one there).
-pub(super) fn unpark(parked: ParkedWorker) -> Worker {
+pub(super) fn unpark<J: Stored>(parked: ParkedWorker) -> Worker<J> {
     *parked
-        .downcast::<Worker>()
+        .downcast::<Worker<J>>()
         .expect("the shared room keeps only workers in its slot")
 }
 
 /// The parked worker, borrowed.
-pub(super) fn parked_mut(parked: &mut ParkedWorker) -> &mut Worker {
+pub(super) fn parked_mut<J: Stored>(parked: &mut ParkedWorker) -> &mut Worker<J> {
     parked
-        .downcast_mut::<Worker>()
+        .downcast_mut::<Worker<J>>()
         .expect("the shared room keeps only workers in its slot")
 }
 
 /// The first `new_timeout` (or `start()`): starts the worker thread, once, unless a
 /// `ManualDriver` runs the worker.
 #[cold]
-pub(super) fn start_slow(shared: &Arc<Shared>) -> Result<(), TimerError> {
+pub(super) fn start_slow<J: Stored>(shared: &Arc<Shared<J>>) -> Result<(), TimerError> {
     let mut control = lock(&shared.control);
     if shared.is_started() {
         return Ok(());
@@ -75,7 +75,7 @@ pub(super) fn start_slow(shared: &Arc<Shared>) -> Result<(), TimerError> {
         let parked = lock(&shared.idle_worker)
             .take()
             .expect("an unstarted timer holds its worker");
-        let mut worker = unpark(parked);
+        let mut worker: Worker<J> = unpark(parked);
         worker.set_tick(shared.clock.now() / shared.tick_nanos);
         let for_thread = Arc::clone(shared);
         let join = thread::Builder::new()
@@ -91,7 +91,7 @@ pub(super) fn start_slow(shared: &Arc<Shared>) -> Result<(), TimerError> {
 }
 
 /// `stop()`: see `HashedWheelTimer::stop`.
-pub(super) fn stop(shared: &Arc<Shared>) -> Result<Vec<Timeout>, TimerError> {
+pub(super) fn stop<J: Stored>(shared: &Arc<Shared<J>>) -> Result<Vec<Timeout<J>>, TimerError> {
     if shared.on_worker_thread() {
         return Err(TimerError::StopFromWorker);
     }
@@ -115,7 +115,7 @@ pub(super) fn stop(shared: &Arc<Shared>) -> Result<Vec<Timeout>, TimerError> {
     };
     let mut out = Vec::new();
     // Futures' timeouts are not returned: their futures complete with `Stopped`.
-    let mut give_back = |state: TimeoutState| {
+    let mut give_back = |state: TimeoutState<J>| {
         if state.try_cancel() {
             if state.has_waker() {
                 state.wake();
@@ -125,7 +125,7 @@ pub(super) fn stop(shared: &Arc<Shared>) -> Result<Vec<Timeout>, TimerError> {
         }
     };
     if let Some(worker) = worker {
-        for state in unpark(worker).drain() {
+        for state in unpark::<J>(worker).drain() {
             give_back(state);
         }
     }
@@ -146,7 +146,7 @@ pub(super) fn stop(shared: &Arc<Shared>) -> Result<Vec<Timeout>, TimerError> {
 
 /// Dropping the owner on the worker thread (inside a task): stop without waiting for
 /// ourselves. The worker leaves its loop after the running task and drops its wheel.
-pub(super) fn shutdown_from_worker(shared: &Shared) {
+pub(super) fn shutdown_from_worker<J: Stored>(shared: &Shared<J>) {
     let join = {
         let mut control = lock(&shared.control);
         shared.mark_shutdown();

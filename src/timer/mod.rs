@@ -22,9 +22,9 @@ pub use periodic::{MissedRuns, PeriodicTimeout};
 pub use sleep::{Deadline, Sleep};
 
 use crate::shared::cells::TimeoutState;
-use crate::shared::{BoxedJob, Shared, TimerHandle};
+use crate::shared::{BoxedTask, Shared, Stored, TimerHandle};
 use crate::sync::{Arc, Ordering};
-use crate::{Timeout, TimerError, TimerTask};
+use crate::{Timeout, TimerError, TimerTask, TypedTask};
 use std::fmt;
 use std::time::Duration;
 
@@ -59,11 +59,11 @@ pub fn advance_clock(timer: &HashedWheelTimer, to: Duration) {
 
 /// Every `new_timeout`: starts the worker on the first call, then queues the job.
 #[inline]
-fn new_timeout(
-    shared: &Arc<Shared>,
-    job: BoxedJob,
+fn new_timeout<J: Stored>(
+    shared: &Arc<Shared<J>>,
+    job: J,
     delay: Duration,
-) -> Result<Timeout, TimerError> {
+) -> Result<Timeout<J>, TimerError> {
     accepted(
         shared,
         start(shared).and_then(|()| shared.schedule(job, delay)),
@@ -71,11 +71,11 @@ fn new_timeout(
 }
 
 /// As [`new_timeout`], due at `deadline` (nanoseconds since the timer's origin).
-fn new_timeout_at(
-    shared: &Arc<Shared>,
-    job: BoxedJob,
+fn new_timeout_at<J: Stored>(
+    shared: &Arc<Shared<J>>,
+    job: J,
     deadline: u64,
-) -> Result<Timeout, TimerError> {
+) -> Result<Timeout<J>, TimerError> {
     accepted(
         shared,
         start(shared).and_then(|()| shared.schedule_at(job, deadline, shared.clock.now_upper())),
@@ -83,7 +83,7 @@ fn new_timeout_at(
 }
 
 #[inline]
-fn start(shared: &Arc<Shared>) -> Result<(), TimerError> {
+fn start<J: Stored>(shared: &Arc<Shared<J>>) -> Result<(), TimerError> {
     if shared.is_started() {
         Ok(())
     } else {
@@ -92,10 +92,10 @@ fn start(shared: &Arc<Shared>) -> Result<(), TimerError> {
 }
 
 #[inline]
-fn accepted(
-    shared: &Shared,
-    scheduled: Result<TimeoutState, TimerError>,
-) -> Result<Timeout, TimerError> {
+fn accepted<J: Stored>(
+    shared: &Shared<J>,
+    scheduled: Result<TimeoutState<J>, TimerError>,
+) -> Result<Timeout<J>, TimerError> {
     match scheduled {
         Ok(state) => Ok(Timeout { state }),
         Err(e) => Err(refused(shared, e)),
@@ -103,7 +103,7 @@ fn accepted(
 }
 
 #[cold]
-fn refused(shared: &Shared, e: TimerError) -> TimerError {
+fn refused<J: Stored>(shared: &Shared<J>, e: TimerError) -> TimerError {
     shared.counters.refused.fetch_add(1, Ordering::Relaxed);
     e
 }
@@ -128,9 +128,11 @@ impl TimerHandle {
         task: T,
         delay: Duration,
     ) -> Result<Timeout, TimerError> {
-        new_timeout(&self.shared, Box::new(task), delay)
+        new_timeout(&self.shared, BoxedTask(Box::new(task)), delay)
     }
+}
 
+impl<J: Stored> TimerHandle<J> {
     /// Stops the timer. See [`HashedWheelTimer::stop`].
     ///
     /// # Errors
@@ -142,7 +144,7 @@ impl TimerHandle {
     /// assert!(timer.handle().stop().unwrap().is_empty());
     /// assert!(timer.is_stopped());
     /// ```
-    pub fn stop(&self) -> Result<Vec<Timeout>, TimerError> {
+    pub fn stop(&self) -> Result<Vec<Timeout<J>>, TimerError> {
         lifecycle::stop(&self.shared)
     }
 
@@ -172,13 +174,13 @@ impl TimerHandle {
     }
 }
 
-impl fmt::Debug for TimerHandle {
+impl<J: Stored> fmt::Debug for TimerHandle<J> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         debug_shared(&self.shared, f.debug_struct("TimerHandle"))
     }
 }
 
-fn debug_shared(s: &Shared, mut d: fmt::DebugStruct<'_, '_>) -> fmt::Result {
+fn debug_shared<J: Stored>(s: &Shared<J>, mut d: fmt::DebugStruct<'_, '_>) -> fmt::Result {
     d.field("state", &s.state_name())
         .field("tick_duration", &Duration::from_nanos(s.tick_nanos))
         .field("wheel_len", &s.wheel_len)
@@ -230,7 +232,7 @@ impl Timer for TimerHandle {
         task: Box<dyn TimerTask>,
         delay: Duration,
     ) -> Result<Timeout, TimerError> {
-        new_timeout(&self.shared, Box::new(task), delay)
+        new_timeout(&self.shared, BoxedTask(Box::new(task)), delay)
     }
     fn stop(&self) -> Result<Vec<Timeout>, TimerError> {
         lifecycle::stop(&self.shared)
@@ -246,7 +248,7 @@ impl Timer for HashedWheelTimer {
         task: Box<dyn TimerTask>,
         delay: Duration,
     ) -> Result<Timeout, TimerError> {
-        new_timeout(&self.shared, Box::new(task), delay)
+        new_timeout(&self.shared, BoxedTask(Box::new(task)), delay)
     }
     fn stop(&self) -> Result<Vec<Timeout>, TimerError> {
         lifecycle::stop(&self.shared)
@@ -318,8 +320,8 @@ pub struct TimerStats {
 /// assert_eq!(rx.recv().unwrap(), "fired");
 /// # Ok::<(), hashed_timer_wheel::TimerError>(())
 /// ```
-pub struct HashedWheelTimer {
-    pub(crate) shared: Arc<Shared>,
+pub struct HashedWheelTimer<J: Stored = BoxedTask> {
+    pub(crate) shared: Arc<Shared<J>>,
 }
 
 impl HashedWheelTimer {
@@ -395,9 +397,11 @@ impl HashedWheelTimer {
         task: T,
         delay: Duration,
     ) -> Result<Timeout, TimerError> {
-        new_timeout(&self.shared, Box::new(task), delay)
+        new_timeout(&self.shared, BoxedTask(Box::new(task)), delay)
     }
+}
 
+impl<J: Stored> HashedWheelTimer<J> {
     /// Starts the worker thread now rather than on the first `new_timeout`. Starting a started
     /// timer does nothing.
     ///
@@ -443,7 +447,7 @@ impl HashedWheelTimer {
     /// assert!(t.is_cancelled());
     /// ```
     #[must_use = "the returned timeouts never ran; ignore them explicitly if that is intended"]
-    pub fn stop(&self) -> Result<Vec<Timeout>, TimerError> {
+    pub fn stop(&self) -> Result<Vec<Timeout<J>>, TimerError> {
         lifecycle::stop(&self.shared)
     }
 
@@ -475,7 +479,7 @@ impl HashedWheelTimer {
     /// let handle = timer.handle();
     /// assert!(!handle.is_stopped());
     /// ```
-    pub fn handle(&self) -> TimerHandle {
+    pub fn handle(&self) -> TimerHandle<J> {
         TimerHandle {
             shared: Arc::clone(&self.shared),
         }
@@ -562,7 +566,7 @@ impl Default for HashedWheelTimer {
     }
 }
 
-impl Drop for HashedWheelTimer {
+impl<J: Stored> Drop for HashedWheelTimer<J> {
     fn drop(&mut self) {
         if self.shared.on_worker_thread() {
             lifecycle::shutdown_from_worker(&self.shared);
@@ -573,8 +577,35 @@ impl Drop for HashedWheelTimer {
     }
 }
 
-impl fmt::Debug for HashedWheelTimer {
+impl<J: Stored> fmt::Debug for HashedWheelTimer<J> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         debug_shared(&self.shared, f.debug_struct("HashedWheelTimer"))
+    }
+}
+
+/// A typed timer's scheduling: its tasks are all of type `T`, stored in place (see
+/// [`TypedTask`]).
+impl<T: TypedTask> HashedWheelTimer<T> {
+    /// Schedules `task` to run once after `delay`, with no allocation: see
+    /// [`HashedWheelTimer::new_timeout`] for the contract, and [`TypedTask`] for an example.
+    ///
+    /// # Errors
+    /// [`TimerError::Stopped`] after `stop()`; [`TimerError::TooManyPending`] at the pending
+    /// limit. The task is dropped.
+    #[inline]
+    pub fn new_timeout(&self, task: T, delay: Duration) -> Result<Timeout<T>, TimerError> {
+        new_timeout(&self.shared, task, delay)
+    }
+}
+
+impl<T: TypedTask> TimerHandle<T> {
+    /// Schedules `task` to run once after `delay` (see [`HashedWheelTimer::new_timeout`] on a
+    /// typed timer).
+    ///
+    /// # Errors
+    /// As [`HashedWheelTimer::new_timeout`].
+    #[inline]
+    pub fn new_timeout(&self, task: T, delay: Duration) -> Result<Timeout<T>, TimerError> {
+        new_timeout(&self.shared, task, delay)
     }
 }

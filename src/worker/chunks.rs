@@ -6,6 +6,7 @@
 //! worker uses it.
 
 use crate::shared::cells::{ChunkRef, SpareChunk, CHUNK, SPARE_CHUNKS};
+use crate::shared::{BoxedJob, Stored};
 use crate::sync::SHARDS;
 
 /// The chunks of the timeouts the worker holds, one reference each.
@@ -20,8 +21,8 @@ use crate::sync::SHARDS;
 /// a task per timeout, and an allocation of a growing free list there made glibc consolidate
 /// those frees at each doubling, ~1.3 ms at once with a million timeouts (the `expire`
 /// workload's p99 went from 1.1 to 2.3 ms).
-pub(super) struct ChunkTable {
-    chunks: Vec<Option<ChunkRef>>,
+pub(super) struct ChunkTable<J = BoxedJob> {
+    chunks: Vec<Option<ChunkRef<J>>>,
     /// Per id: the cells not settled yet while the id holds a chunk; the next free id (or
     /// `NONE`) while it is free. Separate from `chunks` to keep the two at 12 bytes per chunk,
     /// not 16.
@@ -40,14 +41,14 @@ pub(super) struct ChunkTable {
     /// Per queue shard, chunks let go of with nothing else holding them, for the shard's
     /// cursors to use again (see `SpareChunk`); handed over when the worker next takes the
     /// shard's batch. Tasks' chunks, and futures' (with waker slots).
-    pub(super) spares: [Vec<SpareChunk>; SHARDS],
-    pub(super) wake_spares: [Vec<SpareChunk>; SHARDS],
+    pub(super) spares: [Vec<SpareChunk<J>>; SHARDS],
+    pub(super) wake_spares: [Vec<SpareChunk<J>>; SHARDS],
 }
 
 const NONE: u32 = u32::MAX;
 
-impl ChunkTable {
-    pub(super) fn new() -> ChunkTable {
+impl<J: Stored> ChunkTable<J> {
+    pub(super) fn new() -> ChunkTable<J> {
         ChunkTable {
             chunks: Vec::new(),
             meta: Vec::new(),
@@ -61,7 +62,7 @@ impl ChunkTable {
 
     /// A chunk let go of by the worker: kept as a spare if that was its last reference.
     #[inline]
-    pub(super) fn release(&mut self, chunk: ChunkRef) {
+    pub(super) fn release(&mut self, chunk: ChunkRef<J>) {
         let spares = if chunk.has_wakers() {
             &mut self.wake_spares[chunk.shard()]
         } else {
@@ -75,7 +76,7 @@ impl ChunkTable {
     }
 
     /// The id of `chunk`, registering it if it is new.
-    pub(super) fn id_of(&mut self, chunk: &ChunkRef) -> u32 {
+    pub(super) fn id_of(&mut self, chunk: &ChunkRef<J>) -> u32 {
         let (shard, kind) = (chunk.shard(), usize::from(chunk.has_wakers()));
         let latest = self.latest[shard][kind];
         let known = self
@@ -103,7 +104,7 @@ impl ChunkTable {
     }
 
     #[inline]
-    pub(super) fn get(&self, id: u32) -> &ChunkRef {
+    pub(super) fn get(&self, id: u32) -> &ChunkRef<J> {
         self.chunks[id as usize]
             .as_ref()
             .expect("a chunk with unsettled cells")

@@ -50,7 +50,7 @@ pub(crate) use run::run;
 
 use crate::shared::batch::PendingBatch;
 use crate::shared::cells::{TimeoutState, NO_SLOT};
-use crate::shared::{BoxedJob, Counters, Executor, Shared, LATENESS_CLASSES};
+use crate::shared::{sealed, BoxedJob, Counters, Executor, Shared, Stored, LATENESS_CLASSES};
 use crate::sync::{Arc, Batch, Ordering};
 use crate::wheel::Wheel;
 use chunks::ChunkTable;
@@ -149,24 +149,24 @@ impl Tally {
 /// What the wheel holds per timeout: the task and the id of its state's chunk in the
 /// [`ChunkTable`]; the wheel keeps the index of the state's cell in the node's tag, so that a
 /// node is 40 bytes.
-pub(crate) struct Entry {
-    task: BoxedJob,
+pub(crate) struct Entry<J = BoxedJob> {
+    task: J,
     chunk: u32,
 }
 
 /// The worker's state: the wheel and the next tick to process.
-pub(crate) struct Worker {
-    wheel: Wheel<Entry>,
+pub(crate) struct Worker<J: Stored = BoxedJob> {
+    wheel: Wheel<Entry<J>>,
     tick: u64,
     /// Timeouts taken from the `timeouts` queue and not yet moved into buckets (beyond the
     /// per-tick cap): one batch per shard taken, oldest first, none empty.
-    inbox: VecDeque<PendingBatch>,
+    inbox: VecDeque<PendingBatch<J>>,
     /// Emptied batches, kept with their room to hand to the queue's shards in exchange for
     /// full ones: in a steady state no buffer grows, and nothing is copied.
-    spare: Vec<PendingBatch>,
+    spare: Vec<PendingBatch<J>>,
     /// Reused buffer for the cancellation queue.
-    cancelled: Vec<TimeoutState>,
-    chunks: ChunkTable,
+    cancelled: Vec<TimeoutState<J>>,
+    chunks: ChunkTable<J>,
     tally: Tally,
     /// Owned by the worker, so that it is dropped with it when the timer stops.
     executor: Option<Executor>,
@@ -174,7 +174,7 @@ pub(crate) struct Worker {
     busy: bool,
 }
 
-impl std::fmt::Debug for Worker {
+impl<J: Stored> std::fmt::Debug for Worker<J> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Worker")
             .field("tick", &self.tick)
@@ -183,8 +183,8 @@ impl std::fmt::Debug for Worker {
     }
 }
 
-impl Worker {
-    pub(crate) fn new(tick_nanos: u64, wheel_len: usize, executor: Option<Executor>) -> Worker {
+impl<J: Stored> Worker<J> {
+    pub(crate) fn new(tick_nanos: u64, wheel_len: usize, executor: Option<Executor>) -> Worker<J> {
         Worker {
             wheel: Wheel::new(tick_nanos, wheel_len),
             tick: 0,
@@ -210,7 +210,7 @@ impl Worker {
     /// order for each: process cancellations, transfer queued timeouts into buckets (at most
     /// 100 000 per tick), expire the tick's bucket. Ticks with nothing to do are skipped in O(1)
     /// each (via the wheel's occupancy bitmap). Returns whether any tick was due.
-    pub(crate) fn advance(&mut self, shared: &Arc<Shared>, now: u64) -> bool {
+    pub(crate) fn advance(&mut self, shared: &Arc<Shared<J>>, now: u64) -> bool {
         let due = now / shared.tick_nanos; // ticks before `due` have ended
         if due <= self.tick {
             return false;
@@ -259,7 +259,7 @@ impl Worker {
 
     /// The next tick with work: the current one if a queue holds something, else the wheel's
     /// earliest fire tick; `None` when nothing is pending.
-    pub(crate) fn next_work_tick(&self, shared: &Shared) -> Option<u64> {
+    pub(crate) fn next_work_tick(&self, shared: &Shared<J>) -> Option<u64> {
         if !self.inbox.is_empty() || !shared.timeouts.is_empty() || !shared.cancelled.is_empty() {
             return Some(self.tick);
         }
@@ -273,7 +273,7 @@ impl Worker {
 
     /// Unlinks the timeouts cancelled while in the wheel (a cancel of a queued timeout never
     /// comes here: the transfer accounts for it).
-    fn process_cancelled(&mut self, shared: &Shared) {
+    fn process_cancelled(&mut self, shared: &Shared<J>) {
         // Unbounded, as in Netty: each is an unlink, and the queue only holds cancellations of
         // timeouts already in the wheel.
         shared.cancelled.take_into(&mut self.cancelled);
@@ -296,7 +296,7 @@ impl Worker {
     }
 
     /// Moves up to `cap` queued timeouts, oldest first, into the buckets, as of `tick`.
-    fn transfer(&mut self, shared: &Shared, tick: u64, cap: u64) {
+    fn transfer(&mut self, shared: &Shared<J>, tick: u64, cap: u64) {
         // What is queued now, taken once (after what an earlier tick left over). Netty polls
         // until the queue is empty, so it also takes what producers push while it transfers;
         // chasing them here had the worker touch the cells of the timeouts producers were
@@ -367,7 +367,7 @@ impl Worker {
         }
     }
 
-    fn expire(&mut self, shared: &Shared, tick: u64, now: u64) {
+    fn expire(&mut self, shared: &Shared<J>, tick: u64, now: u64) {
         let executor = self.executor.as_ref();
         let chunks = &mut self.chunks;
         let tally = &mut self.tally;
@@ -385,7 +385,6 @@ impl Worker {
                 let state = chunk.state(idx);
                 // A future's wake-up runs here: handing it to an executor would cost more.
                 let executor = executor.filter(|_| !chunk.has_wakers());
-                chunks.settle(entry.chunk);
                 tally.fired(now.saturating_sub(deadline), tick_nanos);
                 let start = match (executor, mark) {
                     (Some(_), _) => None,
@@ -395,6 +394,10 @@ impl Worker {
                 if !run_task(executor, entry.task, state) {
                     tally.panicked += 1;
                 }
+                // Settled after the run: the run's reference to the chunk is gone by now (unless
+                // an executor holds it), so a chunk whose timeouts all ran comes back as a spare
+                // instead of being freed with the last task's reference.
+                chunks.settle(entry.chunk);
                 if let Some(start) = start {
                     let end = shared.clock.now_upper();
                     tally.ran(end.saturating_sub(start), end, tick_nanos);
@@ -422,7 +425,7 @@ impl Worker {
     /// When nothing is queued, gives back the queue buffers kept for reuse, the spare chunks
     /// (the worker's and the shards') and the chunk table's room, so that an idle timer does
     /// not hold a past burst's worth of memory.
-    pub(crate) fn release_idle_buffers(&mut self, shared: &Shared) {
+    pub(crate) fn release_idle_buffers(&mut self, shared: &Shared<J>) {
         if !self.inbox.is_empty() {
             return;
         }
@@ -441,9 +444,9 @@ impl Worker {
     }
 
     /// Empties the wheel and the inbox (for `stop`): the states of everything still in them.
-    pub(crate) fn drain(&mut self) -> Vec<TimeoutState> {
+    pub(crate) fn drain(&mut self) -> Vec<TimeoutState<J>> {
         let chunks = &self.chunks;
-        let mut out: Vec<TimeoutState> = self
+        let mut out: Vec<TimeoutState<J>> = self
             .wheel
             .drain()
             .into_iter()
@@ -456,7 +459,7 @@ impl Worker {
     }
 }
 
-impl Drop for Worker {
+impl<J: Stored> Drop for Worker<J> {
     /// A worker dropped with timeouts still in it is a shutdown that nobody drains (the owner
     /// was dropped inside a task, so no `stop()` returns them): they will never run, and end
     /// cancelled, like the timeouts `stop()` returns. After a `stop()` this finds nothing.
@@ -493,16 +496,17 @@ fn recycle<T>(buf: &mut Vec<T>) {
 
 /// Runs an expired timeout's task, inline or on the executor; a panic is logged, never
 /// propagated. False if the task panicked on this thread.
-fn run_task(executor: Option<&Executor>, task: BoxedJob, state: TimeoutState) -> bool {
+fn run_task<J: Stored>(executor: Option<&Executor>, task: J, state: TimeoutState<J>) -> bool {
     match executor {
         None => {
-            if catch_unwind(AssertUnwindSafe(|| task.run(state))).is_err() {
+            if catch_unwind(AssertUnwindSafe(|| sealed::Run::run_stored(task, state))).is_err() {
                 log::warn!("a TimerTask panicked; the timer goes on");
                 return false;
             }
         }
         Some(executor) => {
-            let job: Box<dyn FnOnce() + Send> = Box::new(move || task.run(state));
+            let job: Box<dyn FnOnce() + Send> =
+                Box::new(move || sealed::Run::run_stored(task, state));
             if catch_unwind(AssertUnwindSafe(|| executor(job))).is_err() {
                 log::warn!(
                     "the executor panicked (refused a TimerTask); the timeout stays expired"

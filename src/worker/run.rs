@@ -6,13 +6,13 @@
 //! and joins it.
 
 use super::Worker;
-use crate::shared::{Shared, AWAKE};
+use crate::shared::{Shared, Stored, AWAKE};
 #[cfg(loom)]
 use crate::sync::fence;
 use crate::sync::{thread, Arc, Ordering};
 
 /// The worker thread's loop. Returns the worker (with whatever it still holds) at shutdown.
-pub(crate) fn run(mut worker: Worker, shared: Arc<Shared>) -> Worker {
+pub(crate) fn run<J: Stored>(mut worker: Worker<J>, shared: Arc<Shared<J>>) -> Worker<J> {
     loop {
         let now = shared.clock.now();
         worker.advance(&shared, now);
@@ -56,7 +56,7 @@ pub(crate) fn run(mut worker: Worker, shared: Arc<Shared>) -> Worker {
 /// Sleeps until the end of `tick` (`u64::MAX`: until unparked). May return early (unpark,
 /// spurious wake-up); the loop re-plans.
 #[cfg(not(loom))]
-fn sleep_until_end_of(shared: &Shared, tick: u64) {
+fn sleep_until_end_of<J: Stored>(shared: &Shared<J>, tick: u64) {
     if tick == u64::MAX {
         thread::park();
         return;
@@ -76,7 +76,7 @@ fn sleep_until_end_of(shared: &Shared, tick: u64) {
 /// (`loom_hooks::advance_clock`) once the planned tick is over. A wake-up the worker needed
 /// earlier and did not get is then a deadlock as well.
 #[cfg(loom)]
-fn sleep_until_end_of(shared: &Shared, tick: u64) {
+fn sleep_until_end_of<J: Stored>(shared: &Shared<J>, tick: u64) {
     if tick == u64::MAX {
         thread::park();
         return;
