@@ -4,6 +4,8 @@
 # machines here drift from one minute to the next; a whole Netty pass first and ours after put
 # a minute between the two figures of a ratio).
 # Usage: benches/side_by_side.sh [workload]   (from the crate root; output: RESULT lines + notes)
+# schedule_capture and expire also run on a typed timer (schedule_capture_typed, expire_typed:
+# this crate only; compare with Netty's schedule_capture and expire).
 # Env: N, REPS (passed to the Rust harnesses; Netty always runs its defaults), CARGO_TARGET_DIR,
 # HELD_NS (the N of each held run, default "100000 1000000 10000000").
 # held runs at each N of HELD_NS, and memory once more at N = 10 000 000, for Netty, this crate
@@ -50,6 +52,13 @@ for w in "${workloads[@]}"; do
   note "$w: netty took $((SECONDS - t)) s"; t=$SECONDS; note "$w: hashed-timer-wheel"
   cargo bench -q --bench netty_workloads -- "$w" 2>/dev/null | grep '^RESULT'
   note "$w: hashed-timer-wheel took $((SECONDS - t)) s"
+  case "$w" in
+    schedule_capture|expire)  # the same tasks on a typed timer, stored in place
+      t=$SECONDS; note "${w}_typed: hashed-timer-wheel"
+      cargo bench -q --bench netty_workloads -- "${w}_typed" 2>/dev/null | grep '^RESULT'
+      note "${w}_typed: hashed-timer-wheel took $((SECONDS - t)) s" ;;
+    *) ;;
+  esac
   case "$w" in
     schedule|schedule_cancel|expire|memory)
       t=$SECONDS; note "$w: peers"

@@ -121,6 +121,11 @@
 //!   assert_eq!(reply, Ok("pong"));
 //!   # let _: Result<&str, DeadlineError> = reply;
 //!   ```
+//! - **Typed timers** for tasks that carry data at a high rate: a
+//!   `HashedWheelTimer<T>` built by [`Builder::build_typed`] takes tasks of one type
+//!   `T:`[`TypedTask`] and stores each in place in its queue and wheel, where the timer most code
+//!   uses boxes each task (an allocation on the scheduling thread, a free on the worker's). The
+//!   same contract, handles and counters; periodic tasks and the futures are on boxed timers.
 //! - **Periodic tasks** on the same wheel: [`HashedWheelTimer::schedule_at_fixed_rate`] (Java's
 //!   `scheduleAtFixedRate`: deadlines fixed from the first, no drift, and a [`MissedRuns`]
 //!   policy for runs the worker could not make on time) and

@@ -1,8 +1,11 @@
-//! The work a timeout runs: the `TimerTask` trait, and how a task becomes the shared room's
-//! `Job`.
+//! The work a timeout runs: the `TimerTask` trait (boxed tasks, any closure) and the
+//! `TypedTask` trait (a typed timer's tasks, stored in place), and how each becomes what the
+//! shared room stores and runs.
 //!
-//! Owns [`TimerTask`] (and its impls for closures and boxed tasks). Touches the `Timeout` handle
-//! and the shared room's `Job` trait, which it implements for every task.
+//! Owns [`TimerTask`] (and its impls for closures and boxed tasks) and [`TypedTask`]. Touches
+//! the `Timeout` handle and the shared room's doors: `Job` (a boxed task), implemented for every
+//! `TimerTask`, and `Stored` (what a timer stores per timeout), implemented for every
+//! `TypedTask`.
 
 use crate::shared::cells::TimeoutState;
 use crate::shared::{sealed, Job, Stored};

@@ -7,7 +7,12 @@
 //! worker. Touches `sync`, `clock`, `wheel` (its key bounds) and `error`; never the worker nor
 //! the owner, which sit above it: what they need to keep here (the worker while no thread runs
 //! it, how to run a user's task) is kept behind types this room defines ([`ParkedWorker`],
-//! [`Job`]).
+//! [`Job`], [`Stored`]).
+//!
+//! Every type here is generic over `J`, what the timer stores per timeout: [`BoxedTask`] (a
+//! boxed `Job`) for the timer most code uses, the default of every type parameter, or a typed
+//! timer's own task type, stored in place (`task::TypedTask`). The queues and the wheel hold
+//! `J` by value; nothing here looks inside it.
 //!
 //! # Ground rules
 //! - Producers (`schedule`, `cancelled`) never touch the wheel. They push on one of two MPSC
