@@ -140,12 +140,7 @@ impl Builder {
     /// );
     /// ```
     pub fn build(self) -> Result<HashedWheelTimer, BuildError> {
-        #[cfg(not(loom))]
-        let clock = Clock::system();
-        #[cfg(loom)]
-        let clock = Clock::manual();
-        self.build_with(clock, false)
-            .map(|shared| HashedWheelTimer { shared })
+        self.threaded()
     }
 
     /// Builds a timer driven by hand, for deterministic tests: no worker thread, and time moves
@@ -191,16 +186,21 @@ impl Builder {
     /// struct Expire(u64);
     /// impl TypedTask for Expire {
     ///     fn run(self, _: &Timeout<Self>) {
-    ///         println!("session {} expired", self.0);
+    ///         println!("lease {} expired", self.0);
     ///     }
     /// }
     ///
     /// let timer: HashedWheelTimer<Expire> = HashedWheelTimer::builder().build_typed()?;
-    /// let session = timer.new_timeout(Expire(7), Duration::from_secs(1800)).unwrap();
-    /// session.cancel();
+    /// let lease = timer.new_timeout(Expire(7), Duration::from_secs(1800)).unwrap();
+    /// lease.cancel();
     /// # Ok::<(), hashed_timer_wheel::BuildError>(())
     /// ```
     pub fn build_typed<T: TypedTask>(self) -> Result<HashedWheelTimer<T>, BuildError> {
+        self.threaded()
+    }
+
+    /// A timer with a worker thread (started by its first timeout), on the system clock.
+    fn threaded<J: Stored>(self) -> Result<HashedWheelTimer<J>, BuildError> {
         #[cfg(not(loom))]
         let clock = Clock::system();
         #[cfg(loom)]

@@ -97,14 +97,14 @@ impl Interval {
         // The tick is due (the wheel fired it, or the clock has passed it): the next one.
         let shared = Arc::clone(self.sleep.shared());
         let next = next_due(due, self.period, self.missed, shared.clock.now());
-        self.rearm(next);
+        self.sleep.rearm(&shared, next, shared.clock.now_upper());
         Poll::Ready(Ok(shared.clock.instant_at(due)))
     }
 
     fn rearm(&mut self, deadline: u64) {
         let shared = Arc::clone(self.sleep.shared());
-        let now = shared.clock.now_upper();
-        self.sleep.rearm(&shared, deadline, now);
+        self.sleep
+            .rearm(&shared, deadline, shared.clock.now_upper());
     }
 
     /// Starts the schedule again: the next tick a period from now.
