@@ -464,6 +464,7 @@ mod tests {
         let modules = [
             ("clock.rs", include_str!("clock.rs")),
             ("error.rs", include_str!("error.rs")),
+            ("hint.rs", include_str!("hint.rs")),
             ("lib.rs", include_str!("lib.rs")),
             ("task.rs", include_str!("task.rs")),
             ("timeout.rs", include_str!("timeout.rs")),

@@ -8,6 +8,7 @@
 
 use super::cells::{ChunkCursor, ChunkRef, Run, RunCursor, SpareChunk, TimeoutState};
 use super::{BoxedJob, Shared, Stored};
+use crate::hint::prefetch_write_ahead;
 use crate::sync::{Arc, Batch};
 
 /// Timeouts on their way from producers to the worker: task and deadline of each, in two
@@ -66,6 +67,10 @@ impl<J: Stored> PendingBatch<J> {
         debug_assert_eq!(self.drained, 0);
         let at = self.tasks.len();
         let state = cursor.next_state(shared, shard, &mut self.runs, at);
+        // The worker's core read these buffers last: own their lines before the stores reach
+        // them (see `hint`).
+        prefetch_write_ahead(&self.tasks);
+        prefetch_write_ahead(&self.deadlines);
         self.tasks.push(task);
         self.deadlines.push(deadline);
         state
