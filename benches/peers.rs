@@ -9,6 +9,10 @@
 //! the timer and frees what it holds (dropping the queue; shutting the thread down), to be read
 //! against this crate's `stop_ms` + `drop_ms`.
 //!
+//! `held` also runs `wake-floor`: no timer, one thread that sleeps until each 1 ms tick on which
+//! a `held` timeout falls due and does nothing else. It is the least any timer that fires within
+//! a tick spends on `held`: the wake-ups themselves.
+//!
 //! ```text
 //! cargo bench --bench peers                               # everything
 //! cargo bench --bench peers -- schedule                   # one workload, every peer
@@ -494,7 +498,10 @@ fn main() {
         .filter(|a| !a.starts_with('-'))
         .collect();
     for a in &args {
-        if !WORKLOADS.contains(&a.as_str()) && !PEERS.iter().any(|p| p.name == a) {
+        if !WORKLOADS.contains(&a.as_str())
+            && !PEERS.iter().any(|p| p.name == a)
+            && a != wake_floor::NAME
+        {
             let names: Vec<&str> = PEERS.iter().map(|p| p.name).collect();
             eprintln!("unknown argument {a:?}; workloads: {WORKLOADS:?}, peers: {names:?}");
             std::process::exit(2);
@@ -504,7 +511,8 @@ fn main() {
         let named: Vec<&String> = args.iter().filter(|a| list.contains(&a.as_str())).collect();
         named.is_empty() || named.iter().any(|a| *a == name)
     };
-    let peer_names: Vec<&str> = PEERS.iter().map(|p| p.name).collect();
+    let mut peer_names: Vec<&str> = PEERS.iter().map(|p| p.name).collect();
+    peer_names.push(wake_floor::NAME);
     let n = common::env_usize("N", 1_000_000);
     let reps = common::env_usize("REPS", 5);
     let idle_s = common::env_usize("IDLE_S", 5) as u64;
@@ -533,5 +541,63 @@ fn main() {
         if let (true, Some(held)) = (picked("held", WORKLOADS), peer.held) {
             report_held(imp, held(n, idle_s));
         }
+    }
+    if picked("held", WORKLOADS) && picked(wake_floor::NAME, &peer_names) {
+        report_held(wake_floor::NAME, wake_floor::held(n, idle_s));
+    }
+}
+
+/// The wake-ups `held` needs and nothing else: what a timer that fires within a tick cannot
+/// save. A thread sleeps (`park_timeout`, as this crate's worker does) until the end of each
+/// 1 ms tick on which a `held` timeout falls due, and records each such timeout as run; no
+/// wheel, no queue, no tasks.
+mod wake_floor {
+    use super::common::{held_delay, held_due_ns, held_record, held_reset, Held, HeldWindow};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    use std::thread;
+    use std::time::{Duration, Instant};
+
+    pub(crate) const NAME: &str = "wake-floor";
+    const TICK_NS: u64 = 1_000_000;
+
+    pub(crate) fn held(n: usize, seconds: u64) -> Held {
+        held_reset();
+        let done = Arc::new(AtomicBool::new(false));
+        let start = Instant::now();
+        // The deadline of timeout `i`, in the epoch's ns, as `held`'s tasks carry it.
+        let base_ns = held_due_ns(Duration::ZERO);
+        let sleeper = {
+            let done = Arc::clone(&done);
+            thread::spawn(move || {
+                let mut i = 0;
+                while i < n && !done.load(Ordering::Relaxed) {
+                    let delay = held_delay(i, n).as_nanos() as u64;
+                    // The end of the tick the deadline falls in: when a timer would run it.
+                    let tick_end = delay.div_ceil(TICK_NS) * TICK_NS;
+                    let wake_at = start + Duration::from_nanos(tick_end);
+                    loop {
+                        let now = Instant::now();
+                        if now >= wake_at || done.load(Ordering::Relaxed) {
+                            break;
+                        }
+                        thread::park_timeout(wake_at - now);
+                    }
+                    // Every timeout due by the end of this tick, in one wake-up.
+                    while i < n && held_delay(i, n).as_nanos() as u64 <= tick_end {
+                        held_record(base_ns + held_delay(i, n).as_nanos() as u64);
+                        i += 1;
+                    }
+                }
+            })
+        };
+        thread::sleep(Duration::from_secs(2));
+        let window = HeldWindow::open(seconds);
+        thread::sleep(Duration::from_secs(seconds));
+        let figures = window.close();
+        done.store(true, Ordering::Relaxed);
+        sleeper.thread().unpark();
+        sleeper.join().expect("the sleeper does not panic");
+        figures
     }
 }
