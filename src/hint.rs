@@ -5,27 +5,29 @@
 //! own core) when it last took a batch. Each store into such a line waits for the other core's
 //! copy to be invalidated, and the shard unlock's locked exchange waits for every store before
 //! it: on a host where the two cores are far apart, that made `new_timeout` twice as slow
-//! (`schedule` 54-60 ns against 28 with the hint, alternating runs; `benches/README.md`).
+//! (`schedule` 54-62 ns against 28.6-29.7 with the hint, alternating runs; `benches/README.md`,
+//! "Known limits").
 //! Asking for the line in the writable state a few entries ahead (`prefetchw`) takes that wait
 //! off the path.
 #![allow(unsafe_code)]
 
-#[cfg(all(target_arch = "x86_64", not(loom)))]
+#[cfg(all(target_arch = "x86_64", not(loom), not(miri), not(target_env = "sgx")))]
 use crate::sync::AtomicU8;
-#[cfg(all(target_arch = "x86_64", not(loom)))]
+#[cfg(all(target_arch = "x86_64", not(loom), not(miri), not(target_env = "sgx")))]
 use std::sync::atomic::Ordering;
 
 /// How far ahead of the next write [`prefetch_write_ahead`] asks for: four cache lines, so the
 /// line is owned before the producer reaches it at tens of nanoseconds a call.
-#[cfg(all(target_arch = "x86_64", not(loom)))]
+#[cfg(all(target_arch = "x86_64", not(loom), not(miri), not(target_env = "sgx")))]
 const AHEAD_BYTES: usize = 256;
 
 /// Asks the CPU to fetch, for writing, the cache line `AHEAD_BYTES` past where `vec`'s next push
-/// goes, if that is still inside its buffer. Only a hint: it changes no memory and no result;
-/// on targets without `prefetchw` it does nothing.
+/// goes, if that is still inside its buffer. Only a hint: it changes no memory and no result.
+/// It does nothing on CPUs without `prefetchw`, on other architectures, and under loom, Miri
+/// and SGX (no inline assembly or no CPUID there).
 #[inline(always)]
 pub(crate) fn prefetch_write_ahead<T>(vec: &Vec<T>) {
-    #[cfg(all(target_arch = "x86_64", not(loom)))]
+    #[cfg(all(target_arch = "x86_64", not(loom), not(miri), not(target_env = "sgx")))]
     {
         let size = std::mem::size_of::<T>();
         if size == 0 {
@@ -48,13 +50,13 @@ pub(crate) fn prefetch_write_ahead<T>(vec: &Vec<T>) {
             }
         }
     }
-    #[cfg(not(all(target_arch = "x86_64", not(loom))))]
+    #[cfg(not(all(target_arch = "x86_64", not(loom), not(miri), not(target_env = "sgx"))))]
     let _ = vec;
 }
 
 /// Whether this CPU has `prefetchw`: CPUID once, then a cached answer (0 not asked yet, 1 no,
 /// 2 yes). Every x86-64 CPU of AMD has it, Intel's from Broadwell on.
-#[cfg(all(target_arch = "x86_64", not(loom)))]
+#[cfg(all(target_arch = "x86_64", not(loom), not(miri), not(target_env = "sgx")))]
 #[inline(always)]
 fn has_prefetchw() -> bool {
     static ANSWER: AtomicU8 = AtomicU8::new(0);
