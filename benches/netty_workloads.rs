@@ -47,6 +47,7 @@ const WORKLOADS: &[&str] = &[
     "multi_producer",
     "expire",
     "schedule_capture_typed",
+    "schedule_detached",
     "expire_typed",
     "memory",
     "idle",
@@ -86,6 +87,21 @@ fn schedule(p: &Params) -> f64 {
     let t0 = Instant::now();
     for i in 0..p.n {
         black_box(timer.new_timeout(noop, far_delay(i)).expect("accepted"));
+    }
+    let elapsed = t0.elapsed();
+    drop(timer.stop());
+    nanos_per(elapsed, p.n)
+}
+
+/// As `schedule`, through `new_timeout_detached`: no handle (Netty's `schedule` ignores the
+/// one it gets). ns per call.
+fn schedule_detached(p: &Params) -> f64 {
+    let timer = timer();
+    let t0 = Instant::now();
+    for i in 0..p.n {
+        timer
+            .new_timeout_detached(noop, far_delay(i))
+            .expect("accepted");
     }
     let elapsed = t0.elapsed();
     drop(timer.stop());
@@ -339,6 +355,11 @@ fn main() {
         schedule(&p); // warm-up
         let r: Vec<f64> = (0..p.reps).map(|_| schedule(&p)).collect();
         result(IMPL, "schedule", "ns_per_op", median(&r));
+    }
+    if runs("schedule_detached") {
+        schedule_detached(&p);
+        let r: Vec<f64> = (0..p.reps).map(|_| schedule_detached(&p)).collect();
+        result(IMPL, "schedule_detached", "ns_per_op", median(&r));
     }
     if runs("schedule_capture") {
         schedule_capture(&p);

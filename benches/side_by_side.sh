@@ -5,7 +5,8 @@
 # a minute between the two figures of a ratio).
 # Usage: benches/side_by_side.sh [workload]   (from the crate root; output: RESULT lines + notes)
 # schedule_capture and expire also run on a typed timer (schedule_capture_typed, expire_typed:
-# this crate only; compare with Netty's schedule_capture and expire).
+# this crate only; compare with Netty's schedule_capture and expire), and schedule also through
+# new_timeout_detached (schedule_detached: no handle; compare with Netty's schedule).
 # Env: N, REPS (passed to the Rust harnesses; Netty always runs its defaults), CARGO_TARGET_DIR,
 # HELD_NS (the N of each held run, default "100000 1000000 10000000").
 # held runs at each N of HELD_NS, and memory once more at N = 10 000 000, for Netty, this crate
@@ -57,6 +58,10 @@ for w in "${workloads[@]}"; do
       t=$SECONDS; note "${w}_typed: hashed-timer-wheel"
       cargo bench -q --bench netty_workloads -- "${w}_typed" 2>/dev/null | grep '^RESULT'
       note "${w}_typed: hashed-timer-wheel took $((SECONDS - t)) s" ;;
+    schedule)  # the same calls with no handle (new_timeout_detached)
+      t=$SECONDS; note "schedule_detached: hashed-timer-wheel"
+      cargo bench -q --bench netty_workloads -- schedule_detached 2>/dev/null | grep '^RESULT'
+      note "schedule_detached: hashed-timer-wheel took $((SECONDS - t)) s" ;;
     *) ;;
   esac
   case "$w" in

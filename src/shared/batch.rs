@@ -53,20 +53,20 @@ impl<J: Stored> PendingBatch<J> {
     }
 
     /// Queues a timeout: its task, its deadline, and a fresh state from `cursor` (returned,
-    /// for the handle).
+    /// for the handle, when `HANDLE`).
     #[inline]
-    pub(super) fn push(
+    pub(super) fn push<const HANDLE: bool>(
         &mut self,
         cursor: &mut ChunkCursor<J>,
         shared: &Arc<Shared<J>>,
         shard: u8,
         task: J,
         deadline: u64,
-    ) -> TimeoutState<J> {
+    ) -> Option<TimeoutState<J>> {
         // A shard's batch is never partly taken: the worker swaps it out whole.
         debug_assert_eq!(self.drained, 0);
         let at = self.tasks.len();
-        let state = cursor.next_state(shared, shard, &mut self.runs, at);
+        let state = cursor.next_state::<HANDLE>(shared, shard, &mut self.runs, at);
         // The worker's core read these buffers last: own their lines before the stores reach
         // them (see `hint`).
         prefetch_write_ahead(&self.tasks);
