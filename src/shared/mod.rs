@@ -314,8 +314,15 @@ impl<J: Stored> Shared<J> {
         job: J,
         delay: Duration,
     ) -> Result<TimeoutState<J>, TimerError> {
+        let (deadline, now) = self.due_after(delay);
+        self.schedule_at(job, deadline, now)
+    }
+
+    /// The deadline `delay` from now on the producers' clock (never early), and that now.
+    #[inline]
+    fn due_after(&self, delay: Duration) -> (u64, u64) {
         let now = self.clock.now_upper();
-        self.schedule_at(job, now.saturating_add(duration_to_nanos(delay)), now)
+        (now.saturating_add(duration_to_nanos(delay)), now)
     }
 
     /// As [`Shared::schedule`], due at `deadline` (nanoseconds since the origin; `now` is the
@@ -340,14 +347,8 @@ impl<J: Stored> Shared<J> {
         job: J,
         delay: Duration,
     ) -> Result<(), TimerError> {
-        let now = self.clock.now_upper();
-        self.push::<false>(
-            job,
-            now.saturating_add(duration_to_nanos(delay)),
-            now,
-            false,
-        )
-        .map(|_| ())
+        let (deadline, now) = self.due_after(delay);
+        self.push::<false>(job, deadline, now, false).map(|_| ())
     }
 
     /// Queues a timeout; its state for the handle when `HANDLE`.

@@ -142,6 +142,7 @@ impl TimerHandle {
     ) -> Result<Timeout, TimerError> {
         new_timeout(&self.shared, BoxedTask(Box::new(task)), delay)
     }
+
     /// As [`TimerHandle::new_timeout`], with no handle returned. See
     /// [`HashedWheelTimer::new_timeout_detached`].
     ///
@@ -432,12 +433,13 @@ impl HashedWheelTimer {
     ) -> Result<Timeout, TimerError> {
         new_timeout(&self.shared, BoxedTask(Box::new(task)), delay)
     }
+
     /// Schedules `task` as [`new_timeout`](HashedWheelTimer::new_timeout) does, with the same
     /// timing, and returns no [`Timeout`]: for work nobody cancels (a retry, a delayed write, a
     /// lease renewal that schedules the next one). Without a handle the call takes no reference
     /// to the timeout's state: one locked instruction fewer here, and one fewer when the handle
-    /// would have been dropped (`schedule` 0.3-0.35 of Netty's `newTimeout` where
-    /// `new_timeout` is about 0.5; `benches/README.md`). The task still gets a `&Timeout`
+    /// would have been dropped (`schedule` 0.22-0.31 of Netty's `newTimeout` where
+    /// `new_timeout` is 0.34-0.50, per sitting on one machine; `benches/README.md`). The task still gets a `&Timeout`
     /// when it runs, and [`stop`](HashedWheelTimer::stop) returns the timeout if it never ran.
     ///
     /// # Errors
@@ -662,6 +664,7 @@ impl<T: TypedTask> HashedWheelTimer<T> {
     pub fn new_timeout(&self, task: T, delay: Duration) -> Result<Timeout<T>, TimerError> {
         new_timeout(&self.shared, task, delay)
     }
+
     /// As [`new_timeout`](Self::new_timeout), with no handle returned: see
     /// [`HashedWheelTimer::new_timeout_detached`].
     ///
@@ -683,6 +686,7 @@ impl<T: TypedTask> TimerHandle<T> {
     pub fn new_timeout(&self, task: T, delay: Duration) -> Result<Timeout<T>, TimerError> {
         new_timeout(&self.shared, task, delay)
     }
+
     /// As [`new_timeout`](Self::new_timeout), with no handle returned: see
     /// [`HashedWheelTimer::new_timeout_detached`].
     ///
