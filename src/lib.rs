@@ -39,10 +39,12 @@
 //!   worker swaps the buffers out once per tick) and flip one atomic state per timeout. Only the
 //!   worker touches buckets. A cancel of a timeout not yet moved into a bucket is that one
 //!   atomic flip and nothing else.
-//! - Timeout states are allocated 32 at a time per producer thread, so `new_timeout` does not
-//!   call the allocator (a capturing closure is boxed, a zero-sized one is not); while producers
-//!   are busy the worker hands the chunks of settled timeouts back to them for reuse, so the
-//!   schedule-then-cancel pattern allocates nothing once warm.
+//! - Timeout states are allocated 32 at a time per producer thread, and a task of up to 32
+//!   bytes (a closure capturing an id, a deadline and a reference, say) is stored in place, so
+//!   `new_timeout` does not call the allocator and the worker frees nothing when the task has
+//!   run; a larger task is boxed. While producers are busy the worker hands the chunks of
+//!   settled timeouts back to them for reuse, so the schedule-then-cancel pattern allocates
+//!   nothing once warm.
 //! - The time is read from the TSC where the kernel trusts it (see the `clock` module), rounded
 //!   up so that a deadline is never early. The TSC is calibrated once per process, on a
 //!   short-lived thread (`hashed-timer-wheel-tsc`, about a millisecond) that the first timer
@@ -126,9 +128,10 @@
 //!   ```
 //! - **Typed timers** for tasks that carry data at a high rate: a
 //!   `HashedWheelTimer<T>` built by [`Builder::build_typed`] takes tasks of one type
-//!   `T:`[`TypedTask`] and stores each in place in its queue and wheel, where the timer most code
-//!   uses boxes each task (an allocation on the scheduling thread, a free on the worker's). The
-//!   same contract, handles and counters; periodic tasks and the futures are on boxed timers.
+//!   `T:`[`TypedTask`] and stores each whole in its queue and wheel, where the timer most code
+//!   uses erases each task's type (stored in place up to 32 bytes, boxed beyond) and keeps its
+//!   words aside while it waits. The same contract, handles and counters; periodic tasks and the
+//!   futures are on the default timer.
 //! - **Periodic tasks** on the same wheel: [`HashedWheelTimer::schedule_at_fixed_rate`] (Java's
 //!   `scheduleAtFixedRate`: deadlines fixed from the first, no drift, and a [`MissedRuns`]
 //!   policy for runs the worker could not make on time) and

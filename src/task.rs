@@ -1,4 +1,4 @@
-//! The work a timeout runs: the `TimerTask` trait (boxed tasks, any closure) and the
+//! The work a timeout runs: the `TimerTask` trait (any closure, type-erased) and the
 //! `TypedTask` trait (a typed timer's tasks, stored in place), and how each becomes what the
 //! shared room stores and runs.
 //!
@@ -17,6 +17,11 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 /// Every `FnOnce(&Timeout) + Send + 'static` closure is a `TimerTask`, so most code never names
 /// this trait. Implement it by hand for a named type, or when the task is a struct you want to
 /// inspect in tests.
+///
+/// The timer stores a task of up to 32 bytes (aligned to at most 8) in place: scheduling a
+/// closure that captures, say, an id, a deadline and a reference allocates nothing, and nothing
+/// is freed when it has run. A larger task is boxed when it is scheduled. A task of your own
+/// type is boxed for [`run`](TimerTask::run) when it runs, on the thread that runs it.
 ///
 /// The task receives its own timeout, from which it can reach the timer
 /// ([`Timeout::timer`]) and schedule again.
@@ -101,10 +106,10 @@ impl<T: TimerTask> Job for T {
     }
 }
 
-/// A task of a typed timer (`HashedWheelTimer<T>`): stored in place in the timer's queue and
-/// wheel, so scheduling it allocates nothing, and nothing is freed when it runs. For tasks
-/// that carry data (an id, a channel) scheduled at a high rate; a timer of boxed tasks
-/// ([`TimerTask`]) takes any closure.
+/// A task of a typed timer (`HashedWheelTimer<T>`): stored whole in the timer's queue and
+/// wheel, whatever its size, so scheduling it allocates nothing, and nothing is freed when it
+/// runs. For tasks that carry data (an id, a channel) scheduled at a high rate; the default
+/// timer ([`TimerTask`]) takes any closure, and stores those of up to 32 bytes in place too.
 ///
 /// A typed timer holds one task type: make it an enum for several kinds of work. It is built
 /// with [`Builder::build_typed`](crate::Builder::build_typed).
