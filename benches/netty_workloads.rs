@@ -1,6 +1,8 @@
-//! The eight workloads of `../shared/bench/netty/NettyBench.java` (`schedule`,
-//! `schedule_capture`, `schedule_cancel`, `multi_producer`, `expire`, `memory`, `idle`, `held`),
-//! run on this crate with its parameters and output lines, so that one run of both gives ratios.
+//! The workloads of the Netty harness (`schedule`, `schedule_capture`, `schedule_cancel`,
+//! `multi_producer`, `expire`, `expire_rate`, `memory`, `memory_capture`, `idle`, `held`), run on
+//! this crate with its parameters and output lines, so that one run of both gives ratios; and
+//! the same on a typed timer (`schedule_capture_typed`, `expire_typed`, `expire_rate_typed`) and
+//! through `new_timeout_detached` (`schedule_detached`).
 //!
 //! ```text
 //! cargo bench --bench netty_workloads                 # all eight
@@ -17,8 +19,15 @@
 //! 8-byte deadline where Netty's share one no-op, so they cost an allocation each, freed in
 //! `drop_ms`.
 //!
+//! `expire_rate` is the worker's capacity: for each rate R in `RATES` (millions of timeouts a
+//! second, default `5,10,15,20,25,30,40`), N = R x 100 ms timeouts, all scheduled before the first
+//! deadline (`LEAD_MS` = 2 500 after the start), due evenly over 100 ms, the `expire` task; the
+//! median p99 of 3 runs after a warm-up per rate, and the highest rate whose p99 is at most
+//! 2.5 ms (`capacity_per_s`).
+//!
 //! Environment overrides (Netty's system properties): `N` (1 000 000), `REPS` (5), `THREADS`
-//! (2, for `multi_producer`), `IDLE_S` (5, `idle` and `held`). See `benches/README.md`.
+//! (2, for `multi_producer`), `IDLE_S` (5, `idle` and `held`), `RATES` and `LEAD_MS`
+//! (`expire_rate`). See `benches/README.md`.
 //! Diagnostics for `expire` on stderr: `DEBUG_EXPIRE=1` (when the scheduling loop ended),
 //! `DEBUG_LATE=1` (where in the window the timeouts more than 1.5 ms late were, by percent of the
 //! window).
@@ -28,7 +37,7 @@ mod common;
 use common::{
     expire_due_ns, far_delay, held_delay, held_due_ns, held_record, held_reset, held_runs, median,
     millis, nanos_per, process_cpu_time, report_expire, report_expire_as, report_held, result,
-    selected_workload, Counting, CountingAlloc, Held, HeldWindow, Lateness,
+    selected_workload, Counting, CountingAlloc, Held, HeldWindow, Lateness, RateSweep,
 };
 use hashed_timer_wheel::{HashedWheelTimer, Timeout, TypedTask};
 use std::hint::black_box;
@@ -49,7 +58,10 @@ const WORKLOADS: &[&str] = &[
     "schedule_capture_typed",
     "schedule_detached",
     "expire_typed",
+    "expire_rate",
+    "expire_rate_typed",
     "memory",
+    "memory_capture",
     "idle",
     "held",
 ];
@@ -285,6 +297,46 @@ fn expire(p: &Params) -> [f64; 4] {
     run.summary(end)
 }
 
+/// One run of `expire_rate` at `n` timeouts (100 ms of them at the rate): all scheduled before
+/// the first deadline, `sweep.lead_ns` after the base, deadlines evenly over 100 ms; the `expire`
+/// task. [p99 late ms, ms after the first deadline when scheduling ended (negative: before)].
+fn expire_rate(sweep: &RateSweep, n: usize) -> [f64; 2] {
+    let timer = timer();
+    let run = Lateness::start(n);
+    for i in 0..n {
+        let due_ns = sweep.due_ns(i, n);
+        let delay = Duration::from_nanos(due_ns.saturating_sub(run.now_ns()));
+        timer
+            .new_timeout(move |_: &Timeout| run.record(i, due_ns), delay)
+            .expect("accepted");
+    }
+    let scheduled = (run.now_ns() as f64 - sweep.lead_ns as f64) / 1e6;
+    run.wait();
+    drop(timer.stop());
+    [run.late_p99_ms(), scheduled]
+}
+
+/// `expire_rate` on a typed timer.
+fn expire_rate_typed(sweep: &RateSweep, n: usize) -> [f64; 2] {
+    let run = Lateness::start(n);
+    let timer = typed_timer(Record {
+        i: 0,
+        due_ns: u64::MAX,
+        run,
+    });
+    for i in 0..n {
+        let due_ns = sweep.due_ns(i, n);
+        let delay = Duration::from_nanos(due_ns.saturating_sub(run.now_ns()));
+        timer
+            .new_timeout(Record { i, due_ns, run }, delay)
+            .expect("accepted");
+    }
+    let scheduled = (run.now_ns() as f64 - sweep.lead_ns as f64) / 1e6;
+    run.wait();
+    drop(timer.stop());
+    [run.late_p99_ms(), scheduled]
+}
+
 /// Bytes held per pending timeout (zero-sized task, handle dropped, after the worker has moved
 /// them into buckets), and allocation calls per timeout.
 fn memory(p: &Params) -> (f64, f64) {
@@ -301,6 +353,38 @@ fn memory(p: &Params) -> (f64, f64) {
     drop(counting);
     drop(timer.stop());
     (bytes, calls)
+}
+
+/// As [`memory`], with the `schedule_capture` task (an id and a reference, 16 bytes).
+fn memory_capture(p: &Params) -> (f64, f64) {
+    let timer = timer();
+    thread::sleep(Duration::from_millis(200));
+    let counting = Counting::start();
+    for i in 0..p.n {
+        let task = capture_task(i as u64, &SINK);
+        drop(timer.new_timeout(task, far_delay(i)).expect("accepted"));
+    }
+    thread::sleep(Duration::from_millis(200));
+    let bytes = counting.live_bytes() as f64 / p.n as f64;
+    let calls = counting.calls() as f64 / p.n as f64;
+    drop(counting);
+    drop(timer.stop());
+    (bytes, calls)
+}
+
+/// Allocation calls per `new_timeout` of `schedule_capture`, from one more run with the
+/// allocator counting (outside the timed runs: counting costs a shared increment per call).
+fn schedule_capture_allocs(p: &Params) -> f64 {
+    let timer = timer();
+    let counting = Counting::start();
+    for i in 0..p.n {
+        let task = capture_task(i as u64, &SINK);
+        black_box(timer.new_timeout(task, far_delay(i)).expect("accepted"));
+    }
+    let calls = counting.calls() as f64 / p.n as f64;
+    drop(counting);
+    drop(timer.stop());
+    calls
 }
 
 /// Process CPU ms per second while the timer holds one timeout an hour away.
@@ -365,6 +449,8 @@ fn main() {
         schedule_capture(&p);
         let r: Vec<f64> = (0..p.reps).map(|_| schedule_capture(&p)).collect();
         result(IMPL, "schedule_capture", "ns_per_op", median(&r));
+        let allocs = schedule_capture_allocs(&p);
+        result(IMPL, "schedule_capture", "allocs_per_timeout", allocs);
     }
     if runs("schedule_cancel") {
         schedule_cancel(&p);
@@ -393,10 +479,23 @@ fn main() {
         let runs: Vec<[f64; 4]> = (0..3).map(|_| expire_typed(&p)).collect();
         report_expire_as(IMPL, "expire_typed", &runs);
     }
+    if runs("expire_rate") {
+        let sweep = RateSweep::from_env();
+        sweep.report(IMPL, "expire_rate", |n| expire_rate(&sweep, n));
+    }
+    if runs("expire_rate_typed") {
+        let sweep = RateSweep::from_env();
+        sweep.report(IMPL, "expire_rate_typed", |n| expire_rate_typed(&sweep, n));
+    }
     if runs("memory") {
         let (bytes, calls) = memory(&p);
         result(IMPL, "memory", "bytes_per_timeout", bytes);
         result(IMPL, "memory", "allocs_per_timeout", calls);
+    }
+    if runs("memory_capture") {
+        let (bytes, calls) = memory_capture(&p);
+        result(IMPL, "memory_capture", "bytes_per_timeout", bytes);
+        result(IMPL, "memory_capture", "allocs_per_timeout", calls);
     }
     if runs("idle") {
         let seconds = common::env_usize("IDLE_S", 5) as u64;

@@ -173,7 +173,9 @@ pub(crate) fn late_percentiles(late_ns: &mut [i64]) -> [f64; 3] {
 pub(crate) struct Lateness {
     /// Nanoseconds from `EPOCH` to this run's base.
     base_ns: AtomicU64,
+    /// Room for the largest run of the process; this run uses the first `n`.
     late_ns: Box<[AtomicI64]>,
+    n: AtomicUsize,
     /// On its own cache line: written by the timer thread while the producer reads the rest.
     done: CacheLine<AtomicUsize>,
     waiter: Mutex<Option<Waiter>>,
@@ -196,16 +198,22 @@ fn epoch() -> Instant {
 
 impl Lateness {
     /// The bookkeeping for a run of `n` timeouts, reset; deadlines count from now. The previous
-    /// run must have finished (every task ran). `n` must be the same for every run.
+    /// run must have finished (every task ran). The first call fixes the room: no later run may
+    /// be larger (`expire_rate` starts with its largest).
     pub(crate) fn start(n: usize) -> &'static Lateness {
         let run = LATENESS.get_or_init(|| Lateness {
             base_ns: AtomicU64::new(0),
             late_ns: (0..n).map(|_| AtomicI64::new(0)).collect(),
+            n: AtomicUsize::new(n),
             done: CacheLine(AtomicUsize::new(0)),
             waiter: Mutex::new(None),
         });
-        assert_eq!(run.late_ns.len(), n, "one N per process");
-        for l in run.late_ns.iter() {
+        assert!(
+            n <= run.late_ns.len(),
+            "the first run of a process is its largest"
+        );
+        run.n.store(n, Ordering::SeqCst);
+        for l in run.late_ns[..n].iter() {
             l.store(0, Ordering::Relaxed);
         }
         run.done.0.store(0, Ordering::SeqCst);
@@ -232,7 +240,8 @@ impl Lateness {
         let late = self.now_ns() as i64 - due_ns as i64;
         // Relaxed: read after `done` reaches n (AcqRel there).
         self.late_ns[i].store(late, Ordering::Relaxed);
-        if self.done.0.fetch_add(1, Ordering::AcqRel) + 1 == self.late_ns.len() {
+        // Relaxed: `n` is written before the run's timeouts are scheduled.
+        if self.done.0.fetch_add(1, Ordering::AcqRel) + 1 == self.n.load(Ordering::Relaxed) {
             match self.waiter.lock().unwrap().take() {
                 Some(Waiter::Thread(t)) => t.unpark(),
                 Some(Waiter::Task(w)) => w.wake(),
@@ -242,7 +251,16 @@ impl Lateness {
     }
 
     fn all_done(&self) -> bool {
-        self.done.0.load(Ordering::Acquire) == self.late_ns.len()
+        self.done.0.load(Ordering::Acquire) == self.n.load(Ordering::Relaxed)
+    }
+
+    /// Every timeout's lateness in ns, in timeout order.
+    fn late(&self) -> Vec<i64> {
+        let n = self.n.load(Ordering::Relaxed);
+        self.late_ns[..n]
+            .iter()
+            .map(|l| l.load(Ordering::Relaxed))
+            .collect()
     }
 
     /// Blocks the calling thread until every timeout has run; returns when that was seen.
@@ -271,11 +289,7 @@ impl Lateness {
     /// [lag ms (last deadline at 200 ms to `end`), p50, p99, max lateness ms].
     pub(crate) fn summary(&self, end: Instant) -> [f64; 4] {
         let lag = end.saturating_duration_since(self.base() + Duration::from_millis(200));
-        let mut late: Vec<i64> = self
-            .late_ns
-            .iter()
-            .map(|l| l.load(Ordering::Relaxed))
-            .collect();
+        let mut late = self.late();
         if std::env::var_os("DEBUG_LATE").is_some() {
             // A late stretch shows up as a few consecutive percents (one tick is 1 %).
             let mut hist = std::collections::BTreeMap::new();
@@ -288,6 +302,82 @@ impl Lateness {
         }
         let [p50, p99, max] = late_percentiles(&mut late);
         [millis(lag), p50, p99, max]
+    }
+}
+
+impl Lateness {
+    /// The p99 lateness of the run, in ms (`expire_rate`).
+    pub(crate) fn late_p99_ms(&self) -> f64 {
+        late_percentiles(&mut self.late())[1]
+    }
+}
+
+/// The `expire_rate` workload's parameters: the rates (millions of timeouts a second, `RATES`,
+/// default `5,10,15,20,25,30,40`) and the first deadline (`LEAD_MS` after the base, 2 500).
+pub(crate) struct RateSweep {
+    pub(crate) rates: Vec<f64>,
+    pub(crate) lead_ns: u64,
+}
+
+/// The highest `expire_rate` p99 (ms) at which a rate counts as sustained: 2.5 ticks, as Netty's
+/// harness (a timeout fires at the end of its tick, so about 2 ms p99 is on time at 1 ms).
+pub(crate) const SUSTAINED_P99_MS: f64 = 2.5;
+
+impl RateSweep {
+    pub(crate) fn from_env() -> RateSweep {
+        let rates = std::env::var("RATES")
+            .unwrap_or_else(|_| "5,10,15,20,25,30,40".to_owned())
+            .split(',')
+            .map(|r| {
+                r.trim()
+                    .parse::<f64>()
+                    .unwrap_or_else(|_| panic!("RATES: {r:?} is not a number"))
+            })
+            .collect();
+        RateSweep {
+            rates,
+            lead_ns: env_usize("LEAD_MS", 2500) as u64 * 1_000_000,
+        }
+    }
+
+    /// Timeouts per run at `rate` (millions a second): 100 ms of them.
+    pub(crate) fn n(rate: f64) -> usize {
+        (rate * 1e6) as usize / 10
+    }
+
+    /// The deadline of timeout `i` of `n`: evenly over 100 ms from the lead, in ns after the base.
+    #[inline]
+    pub(crate) fn due_ns(&self, i: usize, n: usize) -> u64 {
+        self.lead_ns + (i as u64) * 100_000_000 / n as u64
+    }
+
+    /// Runs `run(n)` (which returns [p99 ms, ms after the first deadline when scheduling
+    /// ended]) once to warm up and three times more at each rate, and prints Netty's lines: per
+    /// rate the median p99 and the latest end of scheduling, then the capacity.
+    pub(crate) fn report(&self, imp: &str, workload: &str, mut run: impl FnMut(usize) -> [f64; 2]) {
+        // The bookkeeping's room is fixed by the first run: the largest.
+        let largest = self.rates.iter().copied().fold(0.0, f64::max);
+        Lateness::start(RateSweep::n(largest));
+        let mut capacity = 0.0f64;
+        for &rate in &self.rates {
+            let n = RateSweep::n(rate);
+            run(n);
+            let runs: Vec<[f64; 2]> = (0..3).map(|_| run(n)).collect();
+            let p99 = median(&runs.iter().map(|r| r[0]).collect::<Vec<_>>());
+            let scheduled = runs.iter().map(|r| r[1]).fold(f64::NEG_INFINITY, f64::max);
+            let label = if rate.fract() == 0.0 {
+                format!("{rate:.0}")
+            } else {
+                format!("{rate}")
+            };
+            let name = format!("{workload}_{label}M");
+            result(imp, &name, "late_p99_ms", p99);
+            result(imp, &name, "scheduled_after_first_deadline_ms", scheduled);
+            if p99 <= SUSTAINED_P99_MS {
+                capacity = capacity.max(rate * 1e6);
+            }
+        }
+        result(imp, workload, "capacity_per_s", capacity);
     }
 }
 
