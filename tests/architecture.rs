@@ -356,8 +356,7 @@ fn root_reexports(lib: &Source, modules: &BTreeSet<String>) -> BTreeMap<String, 
                     .find(|&k| is_punct(t.get(k), ';'))
                     .unwrap_or(t.len());
                 let mut path = &t[i + 1..end];
-                if matches!(path.first(), Some(Token { tok: Tok::Ident(w), .. }) if w == "crate" || w == "self")
-                {
+                if is_ident(path.first(), "crate") || is_ident(path.first(), "self") {
                     path = &path[2.min(path.len())..];
                 }
                 if let Some(Token {
@@ -603,7 +602,8 @@ fn check(sources: &[Source], table: &[Row]) -> Vec<String> {
         for m in &row.may_import {
             if position.get(m.as_str()).is_none_or(|&p| p >= k) {
                 failures.push(format!(
-                    "ARCHITECTURE.md's module table lets `{}` import `{m}`, which is not a row below it",
+                    "ARCHITECTURE.md's module table lets `{}` import `{m}`, which is not a row \
+                     below it",
                     row.module
                 ));
             }
@@ -634,7 +634,8 @@ fn check(sources: &[Source], table: &[Row]) -> Vec<String> {
             ));
         } else if !table[from].may_import.contains(&import.to) {
             failures.push(format!(
-                "{}: `{}` imports `{}`, which its row of ARCHITECTURE.md's module table does not list",
+                "{}: `{}` imports `{}`, which its row of ARCHITECTURE.md's module table does \
+                 not list",
                 import.at(),
                 import.from,
                 import.to
@@ -884,7 +885,10 @@ fn the_row_lists_what_may_be_imported() {
     let failures = check(&fixture(), &module_table(&table));
     assert_eq!(
         failures,
-        ["src/mid/mod.rs:1: `use crate::low::Low;`: `mid` imports `low`, which its row of ARCHITECTURE.md's module table does not list"]
+        [
+            "src/mid/mod.rs:1: `use crate::low::Low;`: `mid` imports `low`, which its row of \
+          ARCHITECTURE.md's module table does not list"
+        ]
     );
 }
 
