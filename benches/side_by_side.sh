@@ -48,7 +48,9 @@ at_n() {
     note "$name: peers took $((SECONDS - t)) s"
   fi
 }
+t=$SECONDS; note "building the Rust harnesses"
 cargo bench --bench netty_workloads --bench peers --no-run >/dev/null 2>&1
+note "built in $((SECONDS - t)) s"
 if [ "${1:-all}" = all ]; then
   workloads=(schedule schedule_capture schedule_cancel multi_producer expire expire_rate memory
     memory_capture idle held)
