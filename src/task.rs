@@ -10,6 +10,7 @@
 use crate::shared::cells::TimeoutState;
 use crate::shared::{sealed, Job, Stored};
 use crate::Timeout;
+use std::panic::{catch_unwind, AssertUnwindSafe};
 
 /// A task run once when its [`Timeout`] expires (Netty's `TimerTask`).
 ///
@@ -43,6 +44,17 @@ pub trait TimerTask: Send + 'static {
     ///
     /// A panic is caught and logged at warn level; the worker goes on with the next task.
     fn run(self: Box<Self>, timeout: &Timeout);
+
+    /// Runs the task from where the timer stored it, without a box: a closure is called in
+    /// place; any other task is boxed for [`TimerTask::run`] here, on the thread that runs it.
+    #[doc(hidden)]
+    #[inline]
+    fn run_unboxed(self, timeout: &Timeout)
+    where
+        Self: Sized,
+    {
+        TimerTask::run(Box::new(self), timeout)
+    }
 }
 
 impl<F> TimerTask for F
@@ -53,6 +65,11 @@ where
     fn run(self: Box<Self>, timeout: &Timeout) {
         (*self)(timeout)
     }
+
+    #[inline]
+    fn run_unboxed(self, timeout: &Timeout) {
+        self(timeout)
+    }
 }
 
 /// A boxed task is a task: what the [`Timer`](crate::Timer) trait passes.
@@ -60,14 +77,27 @@ impl TimerTask for Box<dyn TimerTask> {
     fn run(self: Box<Self>, timeout: &Timeout) {
         (*self).run(timeout)
     }
+
+    fn run_unboxed(self, timeout: &Timeout) {
+        self.run(timeout)
+    }
 }
 
 /// How a user's task travels through the queues and the wheel: as a job the worker runs with
 /// its timeout's state, which becomes the `Timeout` the task receives.
 impl<T: TimerTask> Job for T {
     #[inline]
-    fn run(self: Box<Self>, state: TimeoutState) {
-        TimerTask::run(self, &Timeout { state })
+    fn run(self, state: TimeoutState) -> (TimeoutState, bool) {
+        let timeout = Timeout { state };
+        let ran = catch_unwind(AssertUnwindSafe(|| self.run_unboxed(&timeout))).is_ok();
+        (timeout.state, ran)
+    }
+
+    #[inline]
+    fn run_boxed(self: Box<Self>, state: TimeoutState) -> (TimeoutState, bool) {
+        let timeout = Timeout { state };
+        let ran = catch_unwind(AssertUnwindSafe(|| TimerTask::run(self, &timeout))).is_ok();
+        (timeout.state, ran)
     }
 }
 
@@ -115,8 +145,28 @@ pub trait TypedTask: Send + Sized + 'static {
 impl<T: TypedTask> Stored for T {}
 
 impl<T: TypedTask> sealed::Run for T {
+    type Entry = sealed::Whole<T>;
+    type Store = ();
+
     #[inline]
-    fn run_stored(self, state: TimeoutState<Self>) {
-        TypedTask::run(self, &Timeout { state })
+    fn park(self, chunk: u32, _: &mut ()) -> sealed::Whole<T> {
+        sealed::Whole { task: self, chunk }
+    }
+
+    #[inline]
+    fn unpark(entry: sealed::Whole<T>, _: &mut ()) -> T {
+        entry.task
+    }
+
+    #[inline]
+    fn chunk(entry: &sealed::Whole<T>) -> u32 {
+        entry.chunk
+    }
+
+    #[inline]
+    fn run_stored(self, state: TimeoutState<Self>) -> (TimeoutState<Self>, bool) {
+        let timeout = Timeout { state };
+        let ran = catch_unwind(AssertUnwindSafe(|| TypedTask::run(self, &timeout))).is_ok();
+        (timeout.state, ran)
     }
 }

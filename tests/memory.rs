@@ -337,11 +337,11 @@ fn schedule_cancel_pairs_allocate_nothing_once_warm() {
     assert_eq!(timer.pending_timeouts(), 0);
 }
 
-/// A typed timer stores its tasks in place: scheduling and running tasks that carry data
-/// allocates nothing once warm (the boxed timer allocates one box per such task, freed by the
-/// worker).
+/// A typed timer stores its tasks in place, and so does the default timer for closures of up to
+/// 32 bytes: scheduling and running tasks that carry data allocates nothing once warm; a larger
+/// closure is boxed, one allocation each.
 #[test]
-fn a_typed_timer_schedules_and_runs_data_carrying_tasks_without_allocating() {
+fn data_carrying_tasks_are_scheduled_and_run_without_allocating() {
     use hashed_timer_wheel::TypedTask;
     struct Carry {
         id: u64,
@@ -389,19 +389,55 @@ fn a_typed_timer_schedules_and_runs_data_carrying_tasks_without_allocating() {
         20 * TASKS
     );
 
-    // The same tasks boxed: one allocation each.
+    // The same data in closures on the default timer: 16 bytes, stored in place as well.
     let (timer, driver) = HashedWheelTimer::builder()
         .tick_duration(tick)
         .build_manual()
         .unwrap();
-    let before = mine();
-    for id in 0..TASKS {
-        let delay = Duration::from_millis(1 + (id & 7));
-        let task = move |_: &Timeout| {
-            SUM.fetch_add(id, Ordering::Relaxed);
-        };
-        timer.new_timeout(task, delay).unwrap();
+    let round = |pad: [u64; 3]| {
+        for id in 0..TASKS {
+            let delay = Duration::from_millis(1 + (id & 7));
+            let sum = &SUM;
+            if pad[0] == 0 {
+                timer
+                    .new_timeout(
+                        move |_: &Timeout| {
+                            sum.fetch_add(id, Ordering::Relaxed);
+                        },
+                        delay,
+                    )
+                    .unwrap();
+            } else {
+                // 40 bytes: too large to store in place, so boxed.
+                timer
+                    .new_timeout(
+                        move |_: &Timeout| {
+                            sum.fetch_add(id + pad.iter().sum::<u64>(), Ordering::Relaxed);
+                        },
+                        delay,
+                    )
+                    .unwrap();
+            }
+        }
+        driver.advance(tick * 10);
+    };
+    for _ in 0..3 {
+        round([0; 3]);
     }
-    driver.advance(tick * 10);
-    assert!(mine() - before >= TASKS as usize);
+    let before = mine();
+    for _ in 0..20 {
+        round([0; 3]);
+    }
+    let small = mine() - before;
+    assert!(
+        small as u64 * 100 < 20 * TASKS,
+        "{small} allocations for {} closures of 16 bytes",
+        20 * TASKS
+    );
+    let before = mine();
+    round([1; 3]);
+    assert!(
+        mine() - before >= TASKS as usize,
+        "a closure over 32 bytes is boxed"
+    );
 }

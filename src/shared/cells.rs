@@ -388,6 +388,13 @@ impl<J: Stored> ChunkRef<J> {
         self.0.wakers.is_some()
     }
 
+    /// Cell `idx` as a timeout's state, holding this reference (see
+    /// [`TimeoutState::into_chunk`] for the way back).
+    #[inline]
+    pub(crate) fn into_state(self, idx: u8) -> TimeoutState<J> {
+        TimeoutState { chunk: self.0, idx }
+    }
+
     /// A handle's reference to cell `idx`.
     #[inline]
     pub(crate) fn state(&self, idx: u8) -> TimeoutState<J> {
@@ -436,6 +443,12 @@ impl<J: Stored> TimeoutState<J> {
     /// Where the state lives: equal for two references to the same timeout.
     pub(crate) fn address(&self) -> usize {
         self.cell() as *const Cell as usize
+    }
+
+    /// The reference to the timeout's chunk this state holds.
+    #[inline]
+    pub(crate) fn into_chunk(self) -> ChunkRef<J> {
+        ChunkRef(self.chunk)
     }
 
     /// The timer the timeout belongs to.

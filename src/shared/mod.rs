@@ -29,6 +29,7 @@
 
 pub(crate) mod batch;
 pub(crate) mod cells;
+pub(crate) mod small_task;
 
 use crate::clock::{duration_to_nanos, Clock};
 use crate::error::TimerError;
@@ -39,6 +40,7 @@ use crate::sync::{
 use crate::wheel::MAX_ENTRIES;
 use batch::{PendingBatch, ProducerShard};
 use cells::TimeoutState;
+use small_task::{ParkedTask, SmallTask, TaskSlabs};
 use std::time::Duration;
 
 /// Pending-count credit a producer's shard takes at once when there is no pending limit (see
@@ -62,16 +64,31 @@ pub(crate) type Executor = Arc<dyn Fn(Box<dyn FnOnce() + Send>) + Send + Sync>;
 /// A timeout's task as the queues and the worker carry it: the owner's room turns a user's
 /// `TimerTask` into one (`task.rs`), the worker runs it with its timeout's state, and nothing
 /// in between needs to know what it is.
-pub(crate) trait Job: Send + 'static {
-    /// Runs the task of the timeout whose state this is.
-    fn run(self: Box<Self>, state: TimeoutState);
+pub(crate) trait Job: Send + Sized + 'static {
+    /// Runs the task of the timeout whose state this is, catching a panic; gives the state
+    /// back, and whether the task returned (false: it panicked).
+    fn run(self, state: TimeoutState) -> (TimeoutState, bool);
+
+    /// As [`Job::run`], for a task too large to be stored in place.
+    fn run_boxed(self: Box<Self>, state: TimeoutState) -> (TimeoutState, bool) {
+        (*self).run(state)
+    }
 }
 
-/// A task boxed: what a timer of boxed tasks (the default, [`HashedWheelTimer`]) stores per
-/// timeout. Opaque; it appears only as that default type parameter.
+/// Any task, type-erased: what a timer of boxed tasks (the default, [`HashedWheelTimer`])
+/// stores per timeout. A task of up to 32 bytes is stored in place (no allocation); a larger
+/// one is boxed. Opaque; it appears only as that default type parameter.
 ///
 /// [`HashedWheelTimer`]: crate::HashedWheelTimer
-pub struct BoxedTask(pub(crate) Box<dyn Job>);
+pub struct BoxedTask(SmallTask);
+
+impl BoxedTask {
+    /// Stores `task` (in place when it fits).
+    #[inline]
+    pub(crate) fn new<F: Job>(task: F) -> BoxedTask {
+        BoxedTask(SmallTask::new(task))
+    }
+}
 
 impl std::fmt::Debug for BoxedTask {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -90,30 +107,73 @@ pub trait Stored: sealed::Run + Send + 'static {}
 pub(crate) mod sealed {
     use super::cells::TimeoutState;
 
-    /// How the worker runs a stored task with its timeout's state (the door through which the
-    /// task room's types are run without this room importing them).
+    /// How the worker keeps and runs a stored task (the door through which the task room's
+    /// types are run without this room importing them).
     #[allow(unreachable_pub)]
     pub trait Run: Sized {
-        fn run_stored(self, state: TimeoutState<Self>);
+        /// What the wheel holds per timeout: the task, parked, and the worker's id of the
+        /// chunk of its cell.
+        type Entry: Send + 'static;
+        /// Where the worker keeps what of a parked task its entry does not hold.
+        type Store: Default + Send + 'static;
+
+        /// Runs the task, catching a panic; gives the state back (the worker lent it), and
+        /// whether the task returned (false: it panicked).
+        fn run_stored(self, state: TimeoutState<Self>) -> (TimeoutState<Self>, bool);
+
+        /// The wheel's entry for this task, whose cell is in chunk `chunk`.
+        fn park(self, chunk: u32, store: &mut Self::Store) -> Self::Entry;
+
+        /// The task of an entry taken out of the wheel.
+        fn unpark(entry: Self::Entry, store: &mut Self::Store) -> Self;
+
+        /// The chunk id an entry was parked with.
+        fn chunk(entry: &Self::Entry) -> u32;
+    }
+
+    /// The wheel's entry for a task kept whole in the wheel (a typed timer's).
+    #[allow(unreachable_pub, missing_debug_implementations)]
+    pub struct Whole<T> {
+        pub(crate) task: T,
+        pub(crate) chunk: u32,
     }
 }
 
 impl Stored for BoxedTask {}
 
 impl sealed::Run for BoxedTask {
+    type Entry = ParkedTask;
+    type Store = TaskSlabs;
+
     #[inline]
-    fn run_stored(self, state: TimeoutState) {
+    fn run_stored(self, state: TimeoutState) -> (TimeoutState, bool) {
         self.0.run(state)
+    }
+
+    #[inline]
+    fn park(self, chunk: u32, store: &mut TaskSlabs) -> ParkedTask {
+        store.park(self.0, chunk)
+    }
+
+    #[inline]
+    fn unpark(entry: ParkedTask, store: &mut TaskSlabs) -> BoxedTask {
+        BoxedTask(store.unpark(entry))
+    }
+
+    #[inline]
+    fn chunk(entry: &ParkedTask) -> u32 {
+        entry.chunk()
     }
 }
 
-/// The job of a future's timeout: wake the future. Zero-sized, so its box allocates nothing.
+/// The job of a future's timeout: wake the future. Zero-sized: stored in no words at all.
 struct WakeJob;
 
 impl Job for WakeJob {
     #[inline]
-    fn run(self: Box<Self>, state: TimeoutState) {
-        state.wake()
+    fn run(self, state: TimeoutState) -> (TimeoutState, bool) {
+        state.wake();
+        (state, true)
     }
 }
 
@@ -195,10 +255,14 @@ impl Counters {
 
 /// What the owner, the handles, the timeouts and the worker share.
 pub(crate) struct Shared<J = BoxedJob> {
-    /// Accepted timeouts not yet expired and whose cancellation is not processed yet. Written
-    /// by every producer and the worker: on a cache line of its own, away from the read-mostly
-    /// fields below and from the `Arc`'s reference counts.
-    pub(crate) pending: CachePadded<AtomicUsize>,
+    /// Timeouts accepted (and credit taken for more: see `refill_credit`), counted by the
+    /// producers; wraps. Pending is this less `ended`. On a cache line of its own, away from
+    /// the read-mostly fields below and from the `Arc`'s reference counts.
+    accepted: CachePadded<AtomicUsize>,
+    /// Timeouts ended by the worker (expired, or their cancellation processed); wraps. Only the
+    /// worker writes it (see [`Shared::set_ended`]), with a plain store of its own running
+    /// total: ending a timeout takes no locked instruction.
+    ended: CachePadded<AtomicUsize>,
     /// Each shard's data: its pending-count credit, its chunk of timeout states and spares.
     pub(crate) timeouts: Queue<PendingBatch<J>, ProducerShard<J>>,
     pub(crate) cancelled: Queue<Vec<TimeoutState<J>>>,
@@ -252,7 +316,8 @@ impl<J: Stored> Shared<J> {
         manual: bool,
     ) -> Shared<J> {
         Shared {
-            pending: CachePadded::new(AtomicUsize::new(0)),
+            accepted: CachePadded::new(AtomicUsize::new(0)),
+            ended: CachePadded::new(AtomicUsize::new(0)),
             timeouts: Queue::new(),
             cancelled: Queue::new(),
             state: AtomicU8::new(INIT),
@@ -373,7 +438,7 @@ impl<J: Stored> Shared<J> {
             // nothing (it would never be drained) and start no chunk (see `ChunkCursor`).
             if self.state.load(Ordering::Relaxed) == SHUTDOWN {
                 if limited {
-                    self.pending.fetch_sub(1, Ordering::Relaxed);
+                    self.accepted.fetch_sub(1, Ordering::Relaxed);
                 }
                 return Err(TimerError::Stopped);
             }
@@ -404,15 +469,16 @@ impl<J: Stored> Shared<J> {
     #[inline]
     fn reserve_limited(&self) -> Result<(), TimerError> {
         // Relaxed: a pure counter; whoever needs to see it settle synchronises through its own
-        // means (a task's side effect, a join).
-        let mut cur = self.pending.load(Ordering::Relaxed);
+        // means (a task's side effect, a join). A stale `ended` only refuses more eagerly.
+        let mut cur = self.accepted.load(Ordering::Relaxed);
         loop {
-            if cur >= self.max_pending {
-                return Err(self.too_many(cur));
+            let pending = cur.wrapping_sub(self.ended.load(Ordering::Relaxed));
+            if pending >= self.max_pending {
+                return Err(self.too_many(pending));
             }
-            match self.pending.compare_exchange_weak(
+            match self.accepted.compare_exchange_weak(
                 cur,
-                cur + 1,
+                cur.wrapping_add(1),
                 Ordering::Relaxed,
                 Ordering::Relaxed,
             ) {
@@ -429,9 +495,10 @@ impl<J: Stored> Shared<J> {
     #[cold]
     fn refill_credit(&self) -> Result<usize, TimerError> {
         // Relaxed: see `reserve_limited`.
-        let mut cur = self.pending.load(Ordering::Relaxed);
+        let mut cur = self.accepted.load(Ordering::Relaxed);
         loop {
-            let room = MAX_ENTRIES.saturating_sub(cur);
+            let pending = cur.wrapping_sub(self.ended.load(Ordering::Relaxed));
+            let room = MAX_ENTRIES.saturating_sub(pending);
             if room == 0 {
                 // The wheel's key space (2^27 - 1 entries, ~6 GB of them): never reached in
                 // practice, but refused rather than overflowed.
@@ -441,9 +508,9 @@ impl<J: Stored> Shared<J> {
                 });
             }
             let take = room.min(CREDIT_BATCH);
-            match self.pending.compare_exchange_weak(
+            match self.accepted.compare_exchange_weak(
                 cur,
-                cur + take,
+                cur.wrapping_add(take),
                 Ordering::Relaxed,
                 Ordering::Relaxed,
             ) {
@@ -532,15 +599,30 @@ impl<J: Stored> Shared<J> {
         }
     }
 
-    /// Timeouts counted as pending: `pending` less the credit the queue's shards hold. Exact
-    /// when nothing runs concurrently; under concurrent scheduling it can be off by what is in
-    /// flight, as Netty's counter is.
+    /// Timeouts counted as pending: `accepted` less `ended` and less the credit the queue's
+    /// shards hold. Exact when nothing runs concurrently; under concurrent scheduling it can be
+    /// off by what is in flight, as Netty's counter is.
     pub(crate) fn counted(&self) -> usize {
-        // Credit first: a refill seen in a shard is then seen in `pending` too (the refill's
-        // increment is made under the shard's lock, which our read took after it).
+        // `ended` first, then credit, then `accepted`, so that each later read counts at least
+        // what the earlier ones imply. Acquire: pairs with the Release in `set_ended`; the
+        // worker ended those timeouts after taking them from the queue under their shard locks,
+        // so their acceptance is seen below.
+        let ended = self.ended.load(Ordering::Acquire);
+        // A refill seen in a shard is then seen in `accepted` too (the refill's increment is
+        // made under the shard's lock, which our read took after it).
         let credit = self.timeouts.fold_data(0, |sum, p| sum + p.credit);
         // Relaxed: see `reserve_limited`.
-        self.pending.load(Ordering::Relaxed).saturating_sub(credit)
+        let accepted = self.accepted.load(Ordering::Relaxed);
+        accepted.wrapping_sub(ended).saturating_sub(credit)
+    }
+
+    /// The worker's running total of timeouts it has ended (expired, or cancelled and
+    /// accounted for): stored before each task runs, so that a task can schedule again even at
+    /// the pending limit. Called only by whoever holds the worker.
+    #[inline]
+    pub(crate) fn set_ended(&self, total: usize) {
+        // Release: pairs with the Acquire in `counted`.
+        self.ended.store(total, Ordering::Release);
     }
 }
 
@@ -554,7 +636,7 @@ impl Shared {
         deadline: u64,
         now: u64,
     ) -> Result<TimeoutState, TimerError> {
-        self.push::<true>(BoxedTask(Box::new(WakeJob)), deadline, now, true)
+        self.push::<true>(BoxedTask::new(WakeJob), deadline, now, true)
             .map(|state| state.expect("a state for the handle"))
     }
 }

@@ -138,7 +138,7 @@ impl TimerHandle {
         task: T,
         delay: Duration,
     ) -> Result<Timeout, TimerError> {
-        new_timeout(&self.shared, BoxedTask(Box::new(task)), delay)
+        new_timeout(&self.shared, BoxedTask::new(task), delay)
     }
 
     /// As [`TimerHandle::new_timeout`], with no handle returned. See
@@ -160,7 +160,7 @@ impl TimerHandle {
         task: T,
         delay: Duration,
     ) -> Result<(), TimerError> {
-        new_timeout_detached(&self.shared, BoxedTask(Box::new(task)), delay)
+        new_timeout_detached(&self.shared, BoxedTask::new(task), delay)
     }
 }
 
@@ -249,7 +249,7 @@ impl Timer for TimerHandle {
         task: Box<dyn TimerTask>,
         delay: Duration,
     ) -> Result<Timeout, TimerError> {
-        new_timeout(&self.shared, BoxedTask(Box::new(task)), delay)
+        new_timeout(&self.shared, BoxedTask::new(task), delay)
     }
     fn stop(&self) -> Result<Vec<Timeout>, TimerError> {
         lifecycle::stop(&self.shared)
@@ -265,7 +265,7 @@ impl Timer for HashedWheelTimer {
         task: Box<dyn TimerTask>,
         delay: Duration,
     ) -> Result<Timeout, TimerError> {
-        new_timeout(&self.shared, BoxedTask(Box::new(task)), delay)
+        new_timeout(&self.shared, BoxedTask::new(task), delay)
     }
     fn stop(&self) -> Result<Vec<Timeout>, TimerError> {
         lifecycle::stop(&self.shared)
@@ -369,7 +369,7 @@ impl HashedWheelTimer {
         task: T,
         delay: Duration,
     ) -> Result<Timeout, TimerError> {
-        new_timeout(&self.shared, BoxedTask(Box::new(task)), delay)
+        new_timeout(&self.shared, BoxedTask::new(task), delay)
     }
 
     /// Schedules `task` as [`new_timeout`](HashedWheelTimer::new_timeout) does, with the same
@@ -403,7 +403,7 @@ impl HashedWheelTimer {
         task: T,
         delay: Duration,
     ) -> Result<(), TimerError> {
-        new_timeout_detached(&self.shared, BoxedTask(Box::new(task)), delay)
+        new_timeout_detached(&self.shared, BoxedTask::new(task), delay)
     }
 }
 

@@ -203,7 +203,7 @@ where
             schedule,
         };
         // A refusal (the timer stopped, or the pending limit) ends the schedule.
-        *current = new_timeout_at(shared, BoxedTask(Box::new(run)), next).ok();
+        *current = new_timeout_at(shared, BoxedTask::new(run), next).ok();
     }
 }
 
@@ -305,7 +305,7 @@ impl TimerHandle {
         // Under the lock: the first run may start before the timeout is stored, and it
         // reschedules under the same lock.
         let mut current = lock(&periodic.inner.current);
-        *current = Some(new_timeout_at(shared, BoxedTask(Box::new(run)), first)?);
+        *current = Some(new_timeout_at(shared, BoxedTask::new(run), first)?);
         drop(current);
         Ok(periodic)
     }

@@ -494,17 +494,20 @@ impl<T> Wheel<T> {
         }
         let mut cursor = self.buckets[b].ends.head;
         let mut min_fire = u64::MAX;
+        // `calculated(deadline) <= tick` without a division per entry: the deadline is before
+        // the end of `tick`.
+        let tick_end = tick.saturating_add(1).saturating_mul(self.tick_nanos);
         while cursor != NIL {
             let node = &self.nodes[cursor as usize];
             let next = node.next;
             let deadline = node.deadline;
-            let calculated = self.calculated(deadline);
-            if calculated <= tick && deadline <= now {
+            let due = deadline < tick_end || tick_end == u64::MAX;
+            if due && deadline <= now {
                 let (item, tag) = self.unlink(cursor, Some(b));
                 f(item, tag, deadline);
             } else {
                 // Survivors are rounds away (or, with a clock that lags the tick, not yet due).
-                let fire = if calculated <= tick { tick } else { calculated };
+                let fire = if due { tick } else { self.calculated(deadline) };
                 min_fire = min_fire.min(fire);
             }
             cursor = next;

@@ -5,7 +5,7 @@
 //! producers' shards. Touches the shared room's cells and `sync` (the shard count); only the
 //! worker uses it.
 
-use crate::shared::cells::{ChunkRef, SpareChunk, CHUNK, SPARE_CHUNKS};
+use crate::shared::cells::{ChunkRef, SpareChunk, TimeoutState, CHUNK, SPARE_CHUNKS};
 use crate::shared::{BoxedJob, Stored};
 use crate::sync::SHARDS;
 
@@ -101,6 +101,23 @@ impl<J: Stored> ChunkTable<J> {
         self.held += 1;
         self.latest[shard][kind] = id;
         id
+    }
+
+    /// The table's reference to chunk `id`, as the state of its cell `idx`: lent for a task's
+    /// run, and given back with [`ChunkTable::take_back`] before anything else asks for the id.
+    #[inline]
+    pub(super) fn lend(&mut self, id: u32, idx: u8) -> TimeoutState<J> {
+        self.chunks[id as usize]
+            .take()
+            .expect("a chunk with unsettled cells")
+            .into_state(idx)
+    }
+
+    /// Takes back what [`ChunkTable::lend`] lent.
+    #[inline]
+    pub(super) fn take_back(&mut self, id: u32, state: TimeoutState<J>) {
+        debug_assert!(self.chunks[id as usize].is_none());
+        self.chunks[id as usize] = Some(state.into_chunk());
     }
 
     #[inline]

@@ -146,17 +146,13 @@ impl Tally {
     }
 }
 
-/// What the wheel holds per timeout: the task and the id of its state's chunk in the
-/// [`ChunkTable`]; the wheel keeps the index of the state's cell in the node's tag, so that a
-/// node is 40 bytes.
-pub(crate) struct Entry<J = BoxedJob> {
-    task: J,
-    chunk: u32,
-}
-
 /// The worker's state: the wheel and the next tick to process.
 pub(crate) struct Worker<J: Stored = BoxedJob> {
-    wheel: Wheel<Entry<J>>,
+    /// Per timeout, the task parked (`sealed::Run::park`) with the id of its state's chunk in
+    /// the [`ChunkTable`]; the wheel keeps the index of the state's cell in the node's tag.
+    wheel: Wheel<J::Entry>,
+    /// What the parked tasks keep outside the wheel (a boxed timer's task words).
+    tasks: J::Store,
     tick: u64,
     /// Timeouts taken from the `timeouts` queue and not yet moved into buckets (beyond the
     /// per-tick cap): one batch per shard taken, oldest first, none empty.
@@ -172,6 +168,9 @@ pub(crate) struct Worker<J: Stored = BoxedJob> {
     executor: Option<Executor>,
     /// The last ticks run took something from the queues: producers are active.
     busy: bool,
+    /// Timeouts ended here (expired, or cancelled and accounted for), a running total that
+    /// wraps: published in `Shared::set_ended`.
+    ended: usize,
 }
 
 impl<J: Stored> std::fmt::Debug for Worker<J> {
@@ -187,6 +186,7 @@ impl<J: Stored> Worker<J> {
     pub(crate) fn new(tick_nanos: u64, wheel_len: usize, executor: Option<Executor>) -> Worker<J> {
         Worker {
             wheel: Wheel::new(tick_nanos, wheel_len),
+            tasks: J::Store::default(),
             tick: 0,
             inbox: VecDeque::new(),
             spare: Vec::new(),
@@ -195,6 +195,7 @@ impl<J: Stored> Worker<J> {
             tally: Tally::default(),
             executor,
             busy: false,
+            ended: 0,
         }
     }
 
@@ -284,12 +285,12 @@ impl<J: Stored> Worker<J> {
             if slot != NO_SLOT {
                 state.clear_slot();
                 let (entry, _) = self.wheel.remove(slot);
-                self.chunks.settle(entry.chunk);
+                self.chunks.settle(J::chunk(&entry));
+                drop(J::unpark(entry, &mut self.tasks));
             }
         }
         if n > 0 {
-            // Relaxed: see `Shared::reserve_limited`.
-            shared.pending.fetch_sub(n, Ordering::Relaxed);
+            self.end(shared, n);
             self.tally.cancelled += n as u64;
         }
         recycle(&mut self.cancelled);
@@ -346,7 +347,7 @@ impl<J: Stored> Worker<J> {
                     self.chunks.settle(id);
                     continue;
                 }
-                let entry = Entry { task, chunk: id };
+                let entry = task.park(id, &mut self.tasks);
                 let inserted = self.wheel.insert(entry, idx, deadline, tick);
                 debug_assert_eq!(inserted, key);
             }
@@ -361,56 +362,60 @@ impl<J: Stored> Worker<J> {
             }
         }
         if cancelled > 0 {
-            // Relaxed: see `Shared::reserve_limited`.
-            shared.pending.fetch_sub(cancelled, Ordering::Relaxed);
+            self.end(shared, cancelled);
             self.tally.cancelled += cancelled as u64;
         }
+    }
+
+    /// `n` more timeouts have ended: no longer pending.
+    #[inline]
+    fn end(&mut self, shared: &Shared<J>, n: usize) {
+        self.ended = self.ended.wrapping_add(n);
+        shared.set_ended(self.ended);
     }
 
     fn expire(&mut self, shared: &Shared<J>, tick: u64, now: u64) {
         let executor = self.executor.as_ref();
         let chunks = &mut self.chunks;
+        let tasks = &mut self.tasks;
         let tally = &mut self.tally;
+        let ended = &mut self.ended;
         let tick_nanos = shared.tick_nanos;
-        // The end of the last inline run, the start of the next: one clock read per task
-        // (the producers' clock, from the TSC where there is one).
-        let mut mark: Option<u64> = None;
+        let mut timing = RunTiming::new(executor.is_none());
         self.wheel.expire(tick, now, |entry, idx, deadline| {
-            let chunk = chunks.get(entry.chunk);
-            let cell = chunk.cell(idx);
+            let id = J::chunk(&entry);
+            let task = J::unpark(entry, tasks);
+            let cell = chunks.get(id).cell(idx);
             if cell.try_expire() {
-                // Relaxed: see `Shared::reserve_limited`. Decremented before the task runs, so that a
-                // task can schedule again even at the pending limit.
-                shared.pending.fetch_sub(1, Ordering::Relaxed);
-                let state = chunk.state(idx);
-                // A future's wake-up runs here: handing it to an executor would cost more.
-                let executor = executor.filter(|_| !chunk.has_wakers());
+                // Ended before the task runs, so that a task can schedule again even at the
+                // pending limit.
+                *ended = ended.wrapping_add(1);
+                shared.set_ended(*ended);
                 tally.fired(now.saturating_sub(deadline), tick_nanos);
-                let start = match (executor, mark) {
-                    (Some(_), _) => None,
-                    (None, Some(end)) => Some(end),
-                    (None, None) => Some(shared.clock.now_upper()),
-                };
-                if !run_task(executor, entry.task, state) {
+                // The table lends its reference to the chunk for the task's `Timeout`, and
+                // takes it back after the run: no reference count moves.
+                let state = chunks.lend(id, idx);
+                // A future's wake-up runs here: handing it to an executor would cost more.
+                let executor = executor.filter(|_| !state.has_waker());
+                timing.before_run(shared);
+                let (state, ran) = run_task(executor, task, state);
+                if !ran {
                     tally.panicked += 1;
                 }
-                // Settled after the run: the run's reference to the chunk is gone by now (unless
-                // an executor holds it), so a chunk whose timeouts all ran comes back as a spare
-                // instead of being freed with the last task's reference.
-                chunks.settle(entry.chunk);
-                if let Some(start) = start {
-                    let end = shared.clock.now_upper();
-                    tally.ran(end.saturating_sub(start), end, tick_nanos);
-                    mark = Some(end);
-                }
+                timing.after_run(shared, tally);
+                chunks.take_back(id, state);
+                // Settled after the run, so that a chunk whose timeouts all ran comes back as a
+                // spare (unless an executor or the task still holds a reference to it).
+                chunks.settle(id);
             } else {
                 // Cancelled after this tick's cancellations were processed: its entry on the
-                // cancellation queue decrements pending (finding NO_SLOT); the task is dropped
-                // here.
+                // cancellation queue ends it (finding NO_SLOT); the task is dropped here.
                 cell.clear_slot();
-                chunks.settle(entry.chunk);
+                chunks.settle(id);
+                drop(task);
             }
         });
+        timing.finish(shared, tally);
     }
 
     /// Gives the chunks of the batches just taken their ids (in the order the batches were
@@ -446,11 +451,16 @@ impl<J: Stored> Worker<J> {
     /// Empties the wheel and the inbox (for `stop`): the states of everything still in them.
     pub(crate) fn drain(&mut self) -> Vec<TimeoutState<J>> {
         let chunks = &self.chunks;
+        let tasks = &mut self.tasks;
         let mut out: Vec<TimeoutState<J>> = self
             .wheel
             .drain()
             .into_iter()
-            .map(|(e, idx)| chunks.get(e.chunk).state(idx))
+            .map(|(entry, idx)| {
+                let state = chunks.get(J::chunk(&entry)).state(idx);
+                drop(J::unpark(entry, tasks));
+                state
+            })
             .collect();
         for batch in self.inbox.drain(..) {
             out.extend(batch.into_states());
@@ -495,27 +505,100 @@ fn recycle<T>(buf: &mut Vec<T>) {
 }
 
 /// Runs an expired timeout's task, inline or on the executor; a panic is logged, never
-/// propagated. False if the task panicked on this thread.
-fn run_task<J: Stored>(executor: Option<&Executor>, task: J, state: TimeoutState<J>) -> bool {
+/// propagated. Returns the state it was lent, and false if the task panicked on this thread.
+fn run_task<J: Stored>(
+    executor: Option<&Executor>,
+    task: J,
+    state: TimeoutState<J>,
+) -> (TimeoutState<J>, bool) {
     match executor {
         None => {
-            if catch_unwind(AssertUnwindSafe(|| sealed::Run::run_stored(task, state))).is_err() {
+            let (state, ran) = sealed::Run::run_stored(task, state);
+            if !ran {
                 log::warn!("a TimerTask panicked; the timer goes on");
-                return false;
             }
+            (state, ran)
         }
         Some(executor) => {
-            let job: Box<dyn FnOnce() + Send> =
-                Box::new(move || sealed::Run::run_stored(task, state));
+            // The executor's job outlives this call: it takes a reference of its own.
+            let owned = state.clone();
+            let job: Box<dyn FnOnce() + Send> = Box::new(move || {
+                let _ = sealed::Run::run_stored(task, owned);
+            });
             if catch_unwind(AssertUnwindSafe(|| executor(job))).is_err() {
                 log::warn!(
                     "the executor panicked (refused a TimerTask); the timeout stays expired"
                 );
             }
+            (state, true)
         }
     }
-    true
 }
+
+/// Times the tasks run inline, for `TimerStats::longest_run` and `slow_runs`, reading the clock
+/// once per stretch of consecutive tasks rather than once per task: a stretch is one task after
+/// a long one, and doubles (up to `MAX_STRETCH`) while tasks stay short (a stretch under
+/// `tick / 64`), so that a burst of short tasks costs a clock read per 32 of them, and a slow
+/// task is timed with at most the short tasks run just before it.
+struct RunTiming {
+    on: bool,
+    /// When the current stretch started (the end of the previous one), if it has.
+    start: Option<u64>,
+    tasks: u32,
+    stretch: u32,
+}
+
+const MAX_STRETCH: u32 = 32;
+
+impl RunTiming {
+    fn new(on: bool) -> RunTiming {
+        RunTiming {
+            on,
+            start: None,
+            tasks: 0,
+            stretch: 1,
+        }
+    }
+
+    #[inline]
+    fn before_run<J: Stored>(&mut self, shared: &Shared<J>) {
+        if self.on && self.start.is_none() {
+            self.start = Some(shared.clock.now_upper());
+        }
+    }
+
+    #[inline]
+    fn after_run<J: Stored>(&mut self, shared: &Shared<J>, tally: &mut Tally) {
+        if self.on {
+            self.tasks += 1;
+            if self.tasks >= self.stretch {
+                self.close(shared, tally);
+            }
+        }
+    }
+
+    /// Ends a stretch left open at the end of a bucket.
+    fn finish<J: Stored>(&mut self, shared: &Shared<J>, tally: &mut Tally) {
+        if self.on && self.tasks > 0 {
+            self.close(shared, tally);
+        }
+    }
+
+    fn close<J: Stored>(&mut self, shared: &Shared<J>, tally: &mut Tally) {
+        let Some(start) = self.start else { return };
+        let end = shared.clock.now_upper();
+        let took = end.saturating_sub(start);
+        tally.ran(took, end, shared.tick_nanos);
+        self.stretch = if took < shared.tick_nanos / 64 {
+            (self.stretch * 2).min(MAX_STRETCH)
+        } else {
+            1
+        };
+        self.start = Some(end);
+        self.tasks = 0;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::Worker;

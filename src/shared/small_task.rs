@@ -1,0 +1,493 @@
+//! A boxed timer's tasks without a heap allocation: a task of up to 32 bytes is stored in
+//! place, in the queue and then, while its timeout waits in the wheel, in the worker's slabs of
+//! task words.
+//!
+//! Owns [`SmallTask`] (a task of any `Job` type, erased: its words and a table of the
+//! functions that run and drop it) and [`TaskSlabs`] (the worker's store of the words of the
+//! tasks in the wheel, by size class, so that a wheel node stays 32 bytes whatever the task).
+//! Touches the cells (`TimeoutState`, which a task runs with) and nothing else.
+//!
+//! The crate's `unsafe` for tasks is here and only here; no thread meets another in it: a
+//! `SmallTask` is a value, moved between threads as any `Send` value is (through the queue's
+//! locks), and the slabs belong to the worker.
+//!
+//! # Invariants
+//! 1. A `SmallTask`'s `words` hold one live value of the type its `vtable` was made for
+//!    (`VTable::of::<F>`), written by [`SmallTask::new`]; that type is `Send + 'static`, at
+//!    most 32 bytes, aligned to at most 8 (a larger one is boxed, and the box is what is
+//!    stored).
+//! 2. The value is consumed exactly once: by `vtable.run` (which moves it out), or by
+//!    `vtable.drop` (the `SmallTask`'s `Drop`), or moved whole into a slab
+//!    ([`TaskSlabs::park`], which forgets the `SmallTask`) and back out
+//!    ([`TaskSlabs::unpark`]). Only the words that `vtable.words` counts are copied: the rest
+//!    never held any byte of the value.
+//! 3. A slab slot holds a value exactly while a [`ParkedTask`] names it; `unpark` takes the
+//!    key by value, so a slot is read once. A `ParkedTask` dropped without `unpark` leaks its
+//!    value, never drops it twice: the worker unparks every task it takes out of the wheel.
+#![allow(unsafe_code)]
+
+use super::cells::TimeoutState;
+use super::Job;
+use std::marker::PhantomData;
+use std::mem::{align_of, size_of, ManuallyDrop, MaybeUninit};
+use std::ptr;
+
+/// Bytes of a task stored in place; a larger task is boxed.
+pub(crate) const INLINE_BYTES: usize = 32;
+
+/// The place a task's words are kept: eight-byte words, so that a task aligned to at most 8
+/// is read and written in place.
+type Word = MaybeUninit<u64>;
+const WORDS: usize = INLINE_BYTES / size_of::<Word>();
+
+/// How the task in a `SmallTask`'s words runs and drops: one table per task type.
+pub(crate) struct VTable {
+    /// Moves the task out of the words and runs it with its timeout's state.
+    run: unsafe fn(*const Word, TimeoutState) -> (TimeoutState, bool),
+    /// Drops the task in the words.
+    drop: unsafe fn(*mut Word),
+    /// The words the task occupies: 0, 2 or 4 (its size class).
+    words: usize,
+}
+
+impl std::fmt::Debug for VTable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "VTable({} words)", self.words)
+    }
+}
+
+/// The size class of a task of `bytes` bytes: 0, 2 or 4 words.
+const fn class_words(bytes: usize) -> usize {
+    match bytes {
+        0 => 0,
+        1..=16 => 2,
+        _ => WORDS,
+    }
+}
+
+/// A task type `F` stored in place.
+struct InPlace<F>(PhantomData<F>);
+
+impl<F: Job> InPlace<F> {
+    const FITS: bool = size_of::<F>() <= INLINE_BYTES && align_of::<F>() <= align_of::<Word>();
+    const VTABLE: VTable = VTable {
+        run: run_in_place::<F>,
+        drop: drop_in_place::<F>,
+        words: class_words(size_of::<F>()),
+    };
+}
+
+/// A task type `F` too large (or too aligned) to store in place: its box is stored.
+struct Boxed<F>(PhantomData<F>);
+
+impl<F: Job> Boxed<F> {
+    const VTABLE: VTable = VTable {
+        run: run_boxed::<F>,
+        drop: drop_in_place::<Box<F>>,
+        words: class_words(size_of::<Box<F>>()),
+    };
+}
+
+/// # Safety
+/// `words` holds a live `F` (invariant 1), which this consumes (invariant 2).
+unsafe fn run_in_place<F: Job>(words: *const Word, state: TimeoutState) -> (TimeoutState, bool) {
+    // SAFETY: the caller's: `words` holds a live `F`, suitably aligned (invariant 1: `F`
+    // fits in place), and nobody reads it again.
+    let task = unsafe { ptr::read(words.cast::<F>()) };
+    task.run(state)
+}
+
+/// # Safety
+/// `words` holds a live `Box<F>`, which this consumes.
+unsafe fn run_boxed<F: Job>(words: *const Word, state: TimeoutState) -> (TimeoutState, bool) {
+    // SAFETY: as `run_in_place`, for the box.
+    let task = unsafe { ptr::read(words.cast::<Box<F>>()) };
+    task.run_boxed(state)
+}
+
+/// # Safety
+/// `words` holds a live `T`, which this drops; nobody reads it again.
+unsafe fn drop_in_place<T>(words: *mut Word) {
+    // SAFETY: the caller's.
+    unsafe { ptr::drop_in_place(words.cast::<T>()) }
+}
+
+/// A task of any type, stored in place when it fits in 32 bytes (else boxed). See the module
+/// docs for its invariants.
+pub(crate) struct SmallTask {
+    vtable: &'static VTable,
+    words: [Word; WORDS],
+    /// `Send` (the task types are), not `Sync`: nothing is shared by reference.
+    _send: PhantomData<Box<dyn Send>>,
+}
+
+impl SmallTask {
+    /// Stores `task`: in place if it fits, else in a box.
+    #[inline]
+    pub(crate) fn new<F: Job>(task: F) -> SmallTask {
+        if InPlace::<F>::FITS {
+            let mut words = [Word::uninit(); WORDS];
+            // SAFETY: `F` fits in the words and is aligned to at most a word (`FITS`);
+            // the words now hold a live `F` for `InPlace::<F>::VTABLE` (invariant 1).
+            unsafe { ptr::write(words.as_mut_ptr().cast::<F>(), task) };
+            SmallTask {
+                vtable: &InPlace::<F>::VTABLE,
+                words,
+                _send: PhantomData,
+            }
+        } else {
+            let mut words = [Word::uninit(); WORDS];
+            // SAFETY: a box is one word, aligned to a word.
+            unsafe { ptr::write(words.as_mut_ptr().cast::<Box<F>>(), Box::new(task)) };
+            SmallTask {
+                vtable: &Boxed::<F>::VTABLE,
+                words,
+                _send: PhantomData,
+            }
+        }
+    }
+
+    /// Runs the task (see `Job::run`).
+    #[inline]
+    pub(crate) fn run(self, state: TimeoutState) -> (TimeoutState, bool) {
+        let this = ManuallyDrop::new(self);
+        // SAFETY: the words hold the live task the vtable was made for (invariant 1); `this`
+        // is never dropped, so the task is consumed once, here (invariant 2).
+        unsafe { (this.vtable.run)(this.words.as_ptr(), state) }
+    }
+
+    #[inline]
+    fn words(&self) -> usize {
+        self.vtable.words
+    }
+}
+
+impl Drop for SmallTask {
+    fn drop(&mut self) {
+        // SAFETY: the words hold the live task (invariant 1), dropped once, here: `run` and
+        // `TaskSlabs::park` take the task without running this (invariant 2).
+        unsafe { (self.vtable.drop)(self.words.as_mut_ptr()) }
+    }
+}
+
+impl std::fmt::Debug for SmallTask {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SmallTask")
+            .field("words", &self.words())
+            .finish()
+    }
+}
+
+/// A task parked in the worker's [`TaskSlabs`] while its timeout waits in the wheel: its table
+/// and, if it has words, their key in the slab of its size class; with the chunk id of its
+/// timeout's cell, this is the wheel's entry for the timeout. 16 bytes.
+// `pub` in a crate-private module: the entry type of a public (sealed) trait's impl.
+#[derive(Debug)]
+#[allow(unreachable_pub)]
+pub struct ParkedTask {
+    vtable: &'static VTable,
+    key: u32,
+    chunk: u32,
+}
+
+impl ParkedTask {
+    /// The worker's id of the chunk of the timeout's cell.
+    #[inline]
+    pub(crate) fn chunk(&self) -> u32 {
+        self.chunk
+    }
+}
+
+/// Slots per page of a slab (the slabs grow by pages, never by copying what they hold).
+const PAGE: usize = 1024;
+
+/// A slab of `N`-word slots, by pages, with a stack of free keys.
+struct WordSlab<const N: usize> {
+    pages: Vec<Box<[[Word; N]; PAGE]>>,
+    /// Slots handed out so far (live or free).
+    len: usize,
+    free: Vec<u32>,
+}
+
+impl<const N: usize> WordSlab<N> {
+    const fn new() -> Self {
+        WordSlab {
+            pages: Vec::new(),
+            len: 0,
+            free: Vec::new(),
+        }
+    }
+
+    #[inline]
+    fn insert(&mut self, words: &[Word; WORDS]) -> u32 {
+        let key = match self.free.pop() {
+            Some(key) => key,
+            None => {
+                if self.len.is_multiple_of(PAGE) {
+                    self.pages.push(Box::new([[Word::uninit(); N]; PAGE]));
+                }
+                self.len += 1;
+                u32::try_from(self.len - 1).expect("fewer tasks than wheel keys")
+            }
+        };
+        self.slot(key).copy_from_slice(&words[..N]);
+        key
+    }
+
+    #[inline]
+    fn remove(&mut self, key: u32, into: &mut [Word; WORDS]) {
+        into[..N].copy_from_slice(self.slot(key));
+        self.free.push(key);
+        if self.free.len() == self.len {
+            // Nothing live: give the memory back rather than keep a burst's worth.
+            *self = WordSlab::new();
+        }
+    }
+
+    #[inline]
+    fn slot(&mut self, key: u32) -> &mut [Word; N] {
+        let key = key as usize;
+        &mut self.pages[key / PAGE][key % PAGE]
+    }
+
+    fn live(&self) -> usize {
+        self.len - self.free.len()
+    }
+}
+
+/// The worker's store of the words of parked tasks (see [`ParkedTask`]), one slab per size
+/// class; tasks of no words need none.
+#[allow(unreachable_pub)]
+pub struct TaskSlabs {
+    two: WordSlab<2>,
+    four: WordSlab<WORDS>,
+    /// `Send` (the tasks are), not `Sync`.
+    _send: PhantomData<Box<dyn Send>>,
+}
+
+impl Default for TaskSlabs {
+    fn default() -> Self {
+        TaskSlabs {
+            two: WordSlab::new(),
+            four: WordSlab::new(),
+            _send: PhantomData,
+        }
+    }
+}
+
+impl std::fmt::Debug for TaskSlabs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TaskSlabs")
+            .field("two_words", &self.two.live())
+            .field("four_words", &self.four.live())
+            .finish()
+    }
+}
+
+impl TaskSlabs {
+    /// Moves `task`'s words into the slab of its class; `chunk` goes along with the key.
+    #[inline]
+    pub(crate) fn park(&mut self, task: SmallTask, chunk: u32) -> ParkedTask {
+        let task = ManuallyDrop::new(task);
+        // The words move to the slab (invariant 2): `task` is forgotten, never dropped.
+        let key = match task.words() {
+            0 => 0,
+            2 => self.two.insert(&task.words),
+            _ => self.four.insert(&task.words),
+        };
+        ParkedTask {
+            vtable: task.vtable,
+            key,
+            chunk,
+        }
+    }
+
+    /// Takes a parked task's words back out of its slab.
+    #[inline]
+    pub(crate) fn unpark(&mut self, parked: ParkedTask) -> SmallTask {
+        let mut words = [Word::uninit(); WORDS];
+        match parked.vtable.words {
+            0 => {}
+            2 => self.two.remove(parked.key, &mut words),
+            _ => self.four.remove(parked.key, &mut words),
+        }
+        // The words are the ones `park` moved in under this key (invariant 3).
+        SmallTask {
+            vtable: parked.vtable,
+            words,
+            _send: PhantomData,
+        }
+    }
+
+    /// Tasks parked (with words) right now.
+    #[cfg(test)]
+    fn live(&self) -> usize {
+        self.two.live() + self.four.live()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Timeout;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+
+    /// Counts its drops and runs.
+    struct Probe<const PAD: usize> {
+        runs: Arc<AtomicUsize>,
+        drops: Arc<AtomicUsize>,
+        _pad: [u8; PAD],
+    }
+
+    impl<const PAD: usize> Drop for Probe<PAD> {
+        fn drop(&mut self) {
+            self.drops.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    fn probe<const PAD: usize>() -> (Probe<PAD>, Arc<AtomicUsize>, Arc<AtomicUsize>) {
+        let (runs, drops) = (Arc::default(), Arc::default());
+        let p = Probe {
+            runs: Arc::clone(&runs),
+            drops: Arc::clone(&drops),
+            _pad: [0; PAD],
+        };
+        (p, runs, drops)
+    }
+
+    fn as_task<const PAD: usize>(p: Probe<PAD>) -> impl FnOnce(&Timeout) + Send + 'static {
+        move |_: &Timeout| {
+            p.runs.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    /// A state to run tasks with: one from a manual timer.
+    fn state() -> (crate::HashedWheelTimer, TimeoutState) {
+        let (timer, _driver) = crate::HashedWheelTimer::builder().build_manual().unwrap();
+        let t = timer
+            .new_timeout(|_: &Timeout| {}, std::time::Duration::from_secs(1))
+            .unwrap();
+        (timer, t.state)
+    }
+
+    #[test]
+    fn classes_by_size() {
+        assert_eq!(class_words(0), 0);
+        assert_eq!(class_words(1), 2);
+        assert_eq!(class_words(16), 2);
+        assert_eq!(class_words(17), 4);
+        assert_eq!(class_words(32), 4);
+        assert_eq!(size_of::<ParkedTask>(), 16);
+        assert_eq!(size_of::<SmallTask>(), 40);
+    }
+
+    /// Every path a task takes, for a task of each class and a boxed one: run, dropped
+    /// unrun, parked and run, parked and dropped, and dropped with the slabs.
+    #[test]
+    fn every_task_is_run_or_dropped_exactly_once() {
+        fn check<const PAD: usize>(words: usize) {
+            let (_timer, st) = state();
+            // Run.
+            let (p, runs, drops) = probe::<PAD>();
+            let task = SmallTask::new(as_task(p));
+            assert_eq!(task.words(), words);
+            let (st, ran) = task.run(st);
+            assert!(ran);
+            assert_eq!(
+                (runs.load(Ordering::SeqCst), drops.load(Ordering::SeqCst)),
+                (1, 1)
+            );
+            // Dropped unrun.
+            let (p, runs, drops) = probe::<PAD>();
+            drop(SmallTask::new(as_task(p)));
+            assert_eq!(
+                (runs.load(Ordering::SeqCst), drops.load(Ordering::SeqCst)),
+                (0, 1)
+            );
+            // Parked, then run; parked, then dropped; parked and left in the slabs.
+            let mut slabs = TaskSlabs::default();
+            let (p, runs, drops) = probe::<PAD>();
+            let parked = slabs.park(SmallTask::new(as_task(p)), 0);
+            let (p2, runs2, drops2) = probe::<PAD>();
+            let parked2 = slabs.park(SmallTask::new(as_task(p2)), 0);
+            let (p3, _, drops3) = probe::<PAD>();
+            let parked3 = slabs.park(SmallTask::new(as_task(p3)), 0);
+            assert_eq!(drops.load(Ordering::SeqCst), 0);
+            let (_st, ran) = slabs.unpark(parked).run(st);
+            assert!(ran);
+            assert_eq!(
+                (runs.load(Ordering::SeqCst), drops.load(Ordering::SeqCst)),
+                (1, 1)
+            );
+            drop(slabs.unpark(parked2));
+            assert_eq!(
+                (runs2.load(Ordering::SeqCst), drops2.load(Ordering::SeqCst)),
+                (0, 1)
+            );
+            let _leaked: ParkedTask = parked3;
+            drop(slabs);
+            // A parked task dropped without unpark leaks (invariant 3): never a double drop.
+            assert_eq!(drops3.load(Ordering::SeqCst), 0);
+        }
+        // Probe: two Arcs (16 bytes) plus padding; the closure captures the probe.
+        check::<0>(2);
+        check::<8>(4);
+        check::<16>(4);
+        check::<17>(2); // boxed: the box's one word
+    }
+
+    /// A zero-sized task needs no slot; a slab gives its memory back when it empties, and
+    /// reuses freed slots meanwhile.
+    #[test]
+    fn slabs_reuse_and_release() {
+        let mut slabs = TaskSlabs::default();
+        let zst = slabs.park(SmallTask::new(|_: &Timeout| {}), 0);
+        assert_eq!(slabs.live(), 0);
+        drop(slabs.unpark(zst));
+        let big = [7u64; 3];
+        let parked: Vec<ParkedTask> = (0..PAGE + 1)
+            .map(|_| {
+                slabs.park(
+                    SmallTask::new(move |_: &Timeout| {
+                        std::hint::black_box(big);
+                    }),
+                    0,
+                )
+            })
+            .collect();
+        assert_eq!(slabs.live(), PAGE + 1);
+        assert_eq!(slabs.four.pages.len(), 2);
+        let mut parked = parked.into_iter();
+        let first = parked.next().unwrap();
+        let key = first.key;
+        drop(slabs.unpark(first));
+        let again = slabs.park(
+            SmallTask::new(move |_: &Timeout| {
+                std::hint::black_box(big);
+            }),
+            0,
+        );
+        assert_eq!(again.key, key, "a freed slot is used first");
+        drop(slabs.unpark(again));
+        for p in parked {
+            drop(slabs.unpark(p));
+        }
+        assert_eq!((slabs.live(), slabs.four.pages.len()), (0, 0));
+    }
+
+    /// A task that panics is caught by the job (its state comes back) and dropped once.
+    #[test]
+    fn a_panicking_task_gives_its_state_back() {
+        let (_timer, st) = state();
+        let (p, _, drops) = probe::<0>();
+        let task = SmallTask::new(move |_: &Timeout| {
+            let _p = p;
+            panic!("task panics");
+        });
+        let (st, ran) = task.run(st);
+        assert!(!ran);
+        assert_eq!(drops.load(Ordering::SeqCst), 1);
+        assert!(!st.is_cancelled());
+    }
+}
