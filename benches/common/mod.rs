@@ -99,12 +99,12 @@ impl Drop for Counting {
     }
 }
 
-/// Prints one figure in the shape `NettyBench.java` prints.
+/// Prints one figure in the shape the Netty harness prints (`benches/netty/NettyWorkloads.java`).
 pub(crate) fn result(imp: &str, workload: &str, metric: &str, value: f64) {
     println!("RESULT impl={imp} workload={workload} metric={metric} value={value:.3}");
 }
 
-/// The upper median, as `NettyBench.median` (`c[c.length / 2]` of the sorted copy).
+/// The upper median, as the Netty harness takes it (`sorted[length / 2]`).
 pub(crate) fn median(xs: &[f64]) -> f64 {
     let mut c = xs.to_vec();
     c.sort_by(f64::total_cmp);
@@ -151,8 +151,8 @@ pub(crate) fn far_delay(i: usize) -> Duration {
     Duration::from_millis(30_000 + (i & 1023) as u64)
 }
 
-/// Lateness percentiles in the shape of `NettyBench.expire`: p50, p99, max, in ms. Signed, as
-/// Netty's: a timer that fires early shows negative figures.
+/// Lateness percentiles in the shape of the Netty harness's `expire`: p50, p99, max, in ms.
+/// Signed, as Netty's: a timer that fires early shows negative figures.
 pub(crate) fn late_percentiles(late_ns: &mut [i64]) -> [f64; 3] {
     late_ns.sort_unstable();
     let n = late_ns.len();
@@ -435,7 +435,7 @@ fn epoch_ns() -> u64 {
 }
 
 /// The `held` workload's delay for timeout `i` of `n`: deadlines evenly over [1 s, 1 h), computed
-/// as `NettyBench.held` computes them (`1 s + span / n * i`, the division in integers first).
+/// as the Netty harness computes them (`1 s + span / n * i`, the division in integers first).
 #[inline]
 pub(crate) fn held_delay(i: usize, n: usize) -> Duration {
     const SECOND: u64 = 1_000_000_000;

@@ -1,9 +1,9 @@
 //! The owner's room: the public timer types, how they start, drive and stop the worker.
 //!
 //! Owns [`HashedWheelTimer`] (the owner), the methods of [`TimerHandle`], the [`Timer`] trait,
-//! [`TimerStats`], the [`Builder`] (`builder.rs`), the [`ManualDriver`] (`driver.rs`), periodic
-//! tasks (`periodic.rs`) and the lifecycle (`lifecycle.rs`: lazy start, `stop()`, the live-timer
-//! count). Touches every room
+//! [`TimerStats`] and the `Debug` output (`stats.rs`), the [`Builder`] (`builder.rs`), the
+//! [`ManualDriver`] (`driver.rs`), periodic tasks (`periodic.rs`) and the lifecycle
+//! (`lifecycle.rs`: lazy start, `stop()`, the live-timer count). Touches every room
 //! below it: the shared state, the worker, the clock, the wheel's limits; and the other public
 //! handle types (`Timeout`, `TimerTask`), which refer back to it as Netty's interfaces do.
 
@@ -13,6 +13,7 @@ mod interval;
 mod lifecycle;
 mod periodic;
 mod sleep;
+mod stats;
 
 pub use builder::Builder;
 pub use driver::ManualDriver;
@@ -20,12 +21,12 @@ pub use interval::Interval;
 pub use lifecycle::INSTANCE_COUNT_LIMIT;
 pub use periodic::{MissedRuns, PeriodicTimeout};
 pub use sleep::{Deadline, Sleep};
+pub use stats::TimerStats;
 
 use crate::shared::cells::TimeoutState;
 use crate::shared::{BoxedTask, Shared, Stored, TimerHandle};
 use crate::sync::{Arc, Ordering};
 use crate::{Timeout, TimerError, TimerTask, TypedTask};
-use std::fmt;
 use std::time::Duration;
 
 /// The largest wheel: `ticks_per_wheel` above this is an error (as in Netty before 4.1.107).
@@ -36,9 +37,6 @@ use std::time::Duration;
 /// assert!(HashedWheelTimer::builder().ticks_per_wheel(MAX_TICKS_PER_WHEEL + 1).build().is_err());
 /// ```
 pub const MAX_TICKS_PER_WHEEL: usize = 1 << 30;
-
-// `TimerStats::lateness` has one field per class the worker counts.
-const _: () = assert!(crate::shared::LATENESS_CLASSES == 8);
 
 /// With the clock held (`loom_hooks::hold_clock`): moves `timer`'s clock to `to` (never back)
 /// and, as the OS timer of a `park_timeout` would, unparks the worker if the tick it planned to
@@ -208,21 +206,6 @@ impl<J: Stored> TimerHandle<J> {
     }
 }
 
-impl<J: Stored> fmt::Debug for TimerHandle<J> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        debug_shared(&self.shared, f.debug_struct("TimerHandle"))
-    }
-}
-
-fn debug_shared<J: Stored>(s: &Shared<J>, mut d: fmt::DebugStruct<'_, '_>) -> fmt::Result {
-    d.field("state", &s.state_name())
-        .field("tick_duration", &Duration::from_nanos(s.tick_nanos))
-        .field("wheel_len", &s.wheel_len)
-        .field("pending", &s.counted())
-        .field("max_pending", &s.max_pending)
-        .finish_non_exhaustive()
-}
-
 /// Netty's `Timer` interface: code that takes "any timer" takes `&dyn Timer` or `impl Timer`.
 ///
 /// Implemented by [`HashedWheelTimer`] and [`TimerHandle`]; implement it for a fake to test code
@@ -289,51 +272,6 @@ impl Timer for HashedWheelTimer {
     fn pending_timeouts(&self) -> usize {
         self.shared.pending_timeouts()
     }
-}
-
-/// Counters about the worker, for monitoring and for tests that check it sleeps when idle.
-///
-/// ```
-/// use hashed_timer_wheel::{HashedWheelTimer, Timeout};
-/// use std::time::Duration;
-///
-/// let timer = HashedWheelTimer::new(Duration::from_millis(1), 512);
-/// timer.new_timeout(|_: &Timeout| {}, Duration::from_secs(3600)).unwrap();
-/// std::thread::sleep(Duration::from_millis(100));
-/// // Netty's worker would have woken about 100 times by now; this one woke to move the timeout
-/// // into its bucket, and sleeps until the hour is up.
-/// assert!(timer.stats().wakeups < 10);
-/// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-#[non_exhaustive]
-pub struct TimerStats {
-    /// Times the worker thread woke from sleeping (timer elapsed or unparked).
-    pub wakeups: u64,
-    /// The worker's current tick: the next tick it will process (or the one it is processing).
-    pub tick: u64,
-    /// Timeouts that expired: their tasks ran (or were handed to the executor).
-    pub expired: u64,
-    /// Cancellations the worker has processed (a timeout `stop()` returned is not counted).
-    pub cancelled: u64,
-    /// `new_timeout` calls refused ([`TimerError::Stopped`] or
-    /// [`TimerError::TooManyPending`]).
-    pub refused: u64,
-    /// Tasks run on the worker thread that panicked (caught and logged).
-    pub panicked: u64,
-    /// The latest a timeout has fired after its deadline (as the worker's clock saw it when it
-    /// processed the timeout's tick).
-    pub late_max: Duration,
-    /// Expired timeouts by lateness, in ticks: under 1, 1 to 2, 2 to 4, 4 to 8, ..., 64 and
-    /// more. Netty's contract is the first two classes; the rest is a worker that fell behind
-    /// (slow tasks, a starved thread).
-    pub lateness: [u64; 8],
-    /// The longest a task has held the worker thread (tasks run on an executor are not
-    /// timed). Measured with the producers' clock, so its resolution is tens of nanoseconds.
-    pub longest_run: Duration,
-    /// Tasks that held the worker thread longer than a tick: each delays every timeout due
-    /// meanwhile. One that holds it four ticks or more is also warned about in the log, at
-    /// most once every ten seconds.
-    pub slow_runs: u64,
 }
 
 /// A hashed wheel timer: Netty's `HashedWheelTimer`, with the same contract and timing.
@@ -586,44 +524,6 @@ impl<J: Stored> HashedWheelTimer<J> {
     pub fn wheel_len(&self) -> usize {
         self.shared.wheel_len
     }
-
-    /// Counters about the worker and the timeouts' outcomes: wake-ups, current tick, expired,
-    /// cancelled, refused and panicked counts, and how late timeouts fired. Each is read with a
-    /// relaxed load, so a snapshot taken while the timer works may be a few timeouts apart
-    /// between fields; the worker publishes its counts after each run of ticks.
-    ///
-    /// ```
-    /// use hashed_timer_wheel::{HashedWheelTimer, Timeout};
-    /// use std::time::Duration;
-    ///
-    /// let (timer, driver) = HashedWheelTimer::builder()
-    ///     .tick_duration(Duration::from_millis(10))
-    ///     .build_manual()?;
-    /// assert_eq!(timer.stats().wakeups, 0, "not started: never woke");
-    /// timer.new_timeout(|_: &Timeout| {}, Duration::from_millis(5)).unwrap();
-    /// timer.new_timeout(|_: &Timeout| {}, Duration::from_millis(5)).unwrap().cancel();
-    /// driver.advance(Duration::from_millis(10));
-    /// let stats = timer.stats();
-    /// assert_eq!((stats.expired, stats.cancelled), (1, 1));
-    /// assert_eq!(stats.lateness[0], 1, "fired within a tick of its deadline");
-    /// # Ok::<(), hashed_timer_wheel::BuildError>(())
-    /// ```
-    pub fn stats(&self) -> TimerStats {
-        let c = &self.shared.counters;
-        let load = |a: &crate::sync::process::AtomicU64| a.load(Ordering::Relaxed);
-        TimerStats {
-            wakeups: self.shared.wakeups.load(Ordering::Relaxed),
-            tick: self.shared.tick.load(Ordering::Relaxed),
-            expired: load(&c.expired),
-            cancelled: load(&c.cancelled),
-            refused: load(&c.refused),
-            panicked: load(&c.panicked),
-            late_max: Duration::from_nanos(load(&c.late_max)),
-            lateness: std::array::from_fn(|i| load(&c.lateness[i])),
-            longest_run: Duration::from_nanos(load(&c.longest_run)),
-            slow_runs: load(&c.slow_runs),
-        }
-    }
 }
 
 impl Default for HashedWheelTimer {
@@ -641,12 +541,6 @@ impl<J: Stored> Drop for HashedWheelTimer<J> {
             // Cannot fail off the worker thread; what never ran is dropped.
             let _ = lifecycle::stop(&self.shared);
         }
-    }
-}
-
-impl<J: Stored> fmt::Debug for HashedWheelTimer<J> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        debug_shared(&self.shared, f.debug_struct("HashedWheelTimer"))
     }
 }
 
