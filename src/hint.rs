@@ -1,5 +1,5 @@
-//! Cache hints: the crate's one `unsafe` (an instruction that only tells the CPU what memory is
-//! about to be written). Imports only `sync`.
+//! Cache hints: one of the crate's two `unsafe` modules (an instruction that only tells the CPU
+//! what memory is about to be written; the other is `shared::small_task`). Imports only `sync`.
 //!
 //! A producer appends each new timeout to its shard's batch, in buffers the worker read (on its
 //! own core) when it last took a batch. Each store into such a line waits for the other core's
