@@ -146,7 +146,9 @@
 #![deny(unsafe_code)]
 
 // The rooms, bottom up (ARCHITECTURE.md): each imports only rooms above it in this list, but
-// for the public handle types at the end, which refer to each other as Netty's interfaces do.
+// for the public handle types at the end, which refer to each other as Netty's interfaces do;
+// `adapters` sits on top of them all.
+mod adapters;
 mod clock;
 mod error;
 mod hint;
@@ -167,6 +169,11 @@ pub mod loom_hooks {
     pub use crate::timer::advance_clock;
 }
 
+pub use adapters::delay_queue::{self, DelayQueue};
+#[cfg(feature = "hyper")]
+pub use adapters::hyper::{self, HyperTimer};
+#[cfg(feature = "tower")]
+pub use adapters::tower::{self, TimeoutLayer};
 pub use error::{BuildError, DeadlineError, TimerError};
 pub use shared::{BoxedTask, Stored, TimerHandle};
 pub use task::{TimerTask, TypedTask};
