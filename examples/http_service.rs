@@ -167,6 +167,7 @@ impl Client {
     }
 
     async fn get(&mut self, path: &str) -> (StatusCode, String) {
+        self.0.ready().await.expect("the connection is ready");
         let request = Request::get(path)
             .header("host", "localhost")
             .body(Full::new(Bytes::new()))

@@ -138,6 +138,36 @@
 //!   and panicked counts and how late timeouts fired ([`TimerStats`]), at no cost to
 //!   `new_timeout` and `cancel`.
 //!
+//! # In the Rust service stack
+//! The wheel plugs in where services reach for a timer, one timer serving all of them:
+//! - [`DelayQueue`] ([`delay_queue`]): tokio-util's queue of values that come back at their
+//!   deadlines, with its method names (`insert`, `remove`, `reset`, `peek`, `poll_expired`...),
+//!   on a wheel of its own woken by one [`Sleep`]. Any `Duration` is accepted; an empty queue
+//!   returns `Ready(None)`; `remove`, `clear` and a reset into the past wake the waiting task.
+//! - `HyperTimer` (feature `hyper`): `hyper::rt::Timer` for hyper 1.x, so that hyper's
+//!   connection timeouts (header read, keep-alive) are sleeps on the wheel.
+//! - `TimeoutLayer` (feature `tower`): a tower 0.5 `Layer` in the shape of
+//!   `tower::timeout`; a call past its limit fails with `tower::Elapsed` in a `BoxError`.
+//!
+//! ```
+//! use hashed_timer_wheel::{DelayQueue, HashedWheelTimer};
+//! use std::time::Duration;
+//!
+//! let timer = HashedWheelTimer::new(Duration::from_millis(1), 512);
+//! let mut idle = DelayQueue::new(timer.handle());
+//! let session = idle.insert("session 42", Duration::from_millis(3));
+//! idle.reset(&session, Duration::from_millis(5)); // it was used: idle from now
+//! let closed = futures::executor::block_on(std::future::poll_fn(|cx| idle.poll_expired(cx)));
+//! assert_eq!(closed.unwrap().into_inner(), "session 42");
+//! ```
+//!
+//! # Cargo features
+//! None is on by default, and the default build depends on none of their crates.
+//! - `hyper`: `HyperTimer` and `hyper::HyperSleep` (depends on `hyper` 1.x, no features).
+//! - `tower`: `TimeoutLayer` and the rest of the `tower` module (depends on `tower-layer` and
+//!   `tower-service`, what `tower` itself builds on).
+//! - `stream`: `futures_core::Stream` for [`DelayQueue`] (depends on `futures-core`).
+//!
 //! # Testing code that uses a timer
 //! [`Builder::build_manual`] gives a timer with no thread and a [`ManualDriver`] that moves its
 //! clock: tests run due tasks deterministically, with no sleeps.

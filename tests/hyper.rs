@@ -129,6 +129,7 @@ fn keep_alive_serves_several_requests_on_one_connection() {
                     .header("host", "local")
                     .body(Full::new(Bytes::new()))
                     .unwrap();
+                sender.ready().await.unwrap();
                 let response = tokio::time::timeout(BOUND, sender.send_request(request))
                     .await
                     .expect("bounded")
