@@ -22,7 +22,8 @@
 //! - `hyper_req_ct`, `hyper_req_mt`: the same server, one keep-alive connection, R requests one
 //!   after another. `us_per_req`.
 //!
-//! Each figure is the median of REPS runs (after a warm-up of each), the two sides alternating.
+//! Each figure is the median of REPS runs (after a warm-up of each), the two sides alternating
+//! (ABBA: each side runs first in every other repetition).
 //!
 //! ```text
 //! cargo bench --bench adapters --features hyper,tower              # everything
@@ -71,7 +72,7 @@ const EARLIER: Duration = Duration::from_secs(10);
 
 fn timer() -> HashedWheelTimer {
     HashedWheelTimer::builder()
-        .tick_duration(Duration::from_millis(1))
+        .tick_duration(Duration::from_millis(common::env_usize("TICK_MS", 1) as u64))
         .ticks_per_wheel(512)
         .build()
         .expect("a timer")
@@ -116,9 +117,15 @@ fn side_by_side<const M: usize>(
     ours();
     theirs();
     let (mut a, mut b) = (vec![], vec![]);
-    for _ in 0..reps {
-        a.push(ours());
-        b.push(theirs());
+    // ABBA: neither side always runs first.
+    for rep in 0..reps {
+        if rep % 2 == 0 {
+            a.push(ours());
+            b.push(theirs());
+        } else {
+            b.push(theirs());
+            a.push(ours());
+        }
     }
     for (imp, runs) in [(OURS, &a), (theirs_name, &b)] {
         for (k, metric) in metrics.iter().enumerate() {
@@ -437,6 +444,14 @@ fn hyper(rt: &tokio::runtime::Runtime, name: &str, per_conn: bool, count: usize,
         || hyper_run(rt, HyperTimer::new(handle.clone()), per_conn, count),
         || hyper_run(rt, TokioTimer::new(), per_conn, count),
     );
+    // The timer's worker thread: how often it woke, per connection or request made.
+    let made = (count * (reps + 1)) as f64;
+    let per = if per_conn {
+        "worker_wakeups_per_conn"
+    } else {
+        "worker_wakeups_per_req"
+    };
+    result(OURS, name, per, timer.stats().wakeups as f64 / made);
     drop(timer.stop());
 }
 

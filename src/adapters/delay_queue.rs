@@ -467,6 +467,9 @@ impl<T> DelayQueue<T> {
     /// An item due at `deadline` has just been placed: the task waiting on the queue must hear
     /// of it by then.
     fn wake_for(&mut self, deadline: u64) {
+        if self.sleep.is_none() && self.waker.is_none() {
+            return; // nobody waits: the next poll looks at the wheel
+        }
         let fire = (deadline / self.tick_nanos).max(self.tick);
         if fire >= self.armed {
             return; // the `Sleep` comes first
