@@ -23,7 +23,8 @@
 //!   after another. `us_per_req`.
 //!
 //! Each figure is the median of REPS runs (after a warm-up of each), the two sides alternating
-//! (ABBA: each side runs first in every other repetition).
+//! (ABBA: each side runs first in every other repetition). For profiles, `ONLY=<impl>` runs one
+//! side alone.
 //!
 //! ```text
 //! cargo bench --bench adapters --features hyper,tower              # everything
@@ -114,6 +115,17 @@ fn side_by_side<const M: usize>(
     mut ours: impl FnMut() -> [f64; M],
     mut theirs: impl FnMut() -> [f64; M],
 ) {
+    // For profiles: `ONLY=hashed-timer-wheel` (or the other side's name) runs that side alone.
+    if let Ok(only) = std::env::var("ONLY") {
+        let runs: Vec<[f64; M]> = (0..=reps)
+            .map(|_| if only == OURS { ours() } else { theirs() })
+            .collect();
+        for (k, metric) in metrics.iter().enumerate() {
+            let col: Vec<f64> = runs[1..].iter().map(|r| r[k]).collect();
+            result(&only, workload, metric, median(&col));
+        }
+        return;
+    }
     ours();
     theirs();
     let (mut a, mut b) = (vec![], vec![]);
