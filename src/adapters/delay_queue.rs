@@ -12,15 +12,16 @@
 //!   for the start of fire tick `t` completes once the timer's worker has passed the end of
 //!   `t`, when every entry firing on `t` is due: each wake-up finds work.
 //! - Every tick before `tick` has been processed; inserts go in at `tick`.
-//! - A key is a slab index and a stamp given at insertion: a removed or expired key never
-//!   names a later value, even after its slot is reused.
+//! - A key is a slab index and a stamp given at insertion (a 32-bit count of the queue's
+//!   inserts): a removed or expired key never names a later value, even after its slot is
+//!   reused, short of 2^32 inserts landing a new value in the same slot with the same stamp.
 //! - Whatever makes the queue empty drops the `Sleep` (its timeout is cancelled) and wakes the
 //!   task that waits on the queue, which then sees `Ready(None)`; whatever makes an item due
 //!   at once wakes it too. A move to an earlier fire tick re-arms the `Sleep`, whose waker moves
 //!   with it.
 
 use crate::clock::duration_to_nanos;
-use crate::wheel::Wheel;
+use crate::wheel::{Wheel, MAX_ENTRIES};
 use crate::{Sleep, TimerError, TimerHandle};
 use std::collections::VecDeque;
 use std::fmt;
@@ -225,7 +226,7 @@ impl<T> DelayQueue<T> {
     /// Inserts `value`, due `timeout` from now, and returns its key.
     ///
     /// # Panics
-    /// When the queue already holds 134 217 727 (2^27 - 1) items.
+    /// When 134 217 727 (2^27 - 1) items already wait in the queue.
     ///
     /// ```
     /// # use hashed_timer_wheel::{DelayQueue, HashedWheelTimer};
@@ -244,7 +245,7 @@ impl<T> DelayQueue<T> {
     /// once.
     ///
     /// # Panics
-    /// When the queue already holds 134 217 727 (2^27 - 1) items.
+    /// When 134 217 727 (2^27 - 1) items already wait in the queue.
     ///
     /// ```
     /// # use hashed_timer_wheel::{DelayQueue, HashedWheelTimer};
@@ -260,9 +261,11 @@ impl<T> DelayQueue<T> {
         self.insert_nanos(value, deadline)
     }
 
+    #[track_caller]
     fn insert_nanos(&mut self, value: T, deadline: u64) -> Key {
+        self.room();
         let index = self.vacant_index();
-        let wheel_key = self.wheel.insert(index, 0, deadline, self.tick);
+        let wheel_key = self.wait(index, deadline);
         let stamp = self.stamp;
         self.stamp = stamp.wrapping_add(1);
         let slot = Slot::Waiting {
@@ -279,6 +282,21 @@ impl<T> DelayQueue<T> {
         Key { index, stamp }
     }
 
+    /// Puts slot `index` in the wheel, due at `deadline`; its wheel key. The caller has checked
+    /// [`room`](DelayQueue::room).
+    fn wait(&mut self, index: u32, deadline: u64) -> u32 {
+        self.wheel.insert(index, 0, deadline, self.tick)
+    }
+
+    /// Panics, before anything changes, if the wheel holds as many items as it can.
+    #[track_caller]
+    fn room(&self) {
+        assert!(
+            self.wheel.len() < MAX_ENTRIES,
+            "DelayQueue: at most 2^27 - 1 items wait at once"
+        );
+    }
+
     /// The slot the next value goes in: the free list's head, or a new one at the end.
     fn vacant_index(&mut self) -> u32 {
         if self.free != NONE {
@@ -288,8 +306,8 @@ impl<T> DelayQueue<T> {
             }
             return index;
         }
-        // The wheel refuses more than 2^27 - 1 live entries first.
-        u32::try_from(self.slots.len()).expect("at most 2^27 - 1 items")
+        // Items take 24 bytes and more: memory runs out long before 2^32 slots.
+        u32::try_from(self.slots.len()).expect("a slab index fits 32 bits")
     }
 
     /// The deadline `timeout` from now, never early (the producers' clock rounds up).
@@ -436,10 +454,11 @@ impl<T> DelayQueue<T> {
 
     #[track_caller]
     fn reset_nanos(&mut self, key: &Key, deadline: u64) {
-        assert!(
-            self.slot_of(key).is_some(),
-            "DelayQueue::reset: the key names no item"
-        );
+        match self.slot_of(key) {
+            Some(Slot::Waiting { .. }) => {}
+            Some(_) => self.room(), // an expired item goes back into the wheel
+            None => panic!("DelayQueue::reset: the key names no item"),
+        }
         let slot = &mut self.slots[key.index as usize];
         let taken = std::mem::replace(slot, Slot::Vacant { next: NONE });
         let (stamp, value) = match taken {
@@ -455,7 +474,7 @@ impl<T> DelayQueue<T> {
             Slot::Ready { stamp, value, .. } => (stamp, value),
             Slot::Vacant { .. } => unreachable!("reset: the slot was checked"),
         };
-        let wheel_key = self.wheel.insert(key.index, 0, deadline, self.tick);
+        let wheel_key = self.wait(key.index, deadline);
         self.slots[key.index as usize] = Slot::Waiting {
             stamp,
             wheel_key,
