@@ -474,11 +474,11 @@ fn main() {
     let requests = common::env_usize("R", 20_000);
     let reps = common::env_usize("REPS", 5);
     let picked = |w: &str| workload == "all" || workload == w;
-    if picked("dq_churn") {
-        dq_churn(n, reps);
-    }
     if picked("dq_held") {
         dq_held(n, reps);
+    }
+    if picked("dq_churn") {
+        dq_churn(n, reps);
     }
     if picked("dq_expire") {
         dq_expire(n, reps.min(3));
