@@ -482,7 +482,10 @@ mod tests {
             ("worker/chunks.rs", include_str!("worker/chunks.rs")),
             ("worker/run.rs", include_str!("worker/run.rs")),
             ("adapters/mod.rs", include_str!("adapters/mod.rs")),
-            ("adapters/delay_queue.rs", include_str!("adapters/delay_queue.rs")),
+            (
+                "adapters/delay_queue.rs",
+                include_str!("adapters/delay_queue.rs"),
+            ),
             ("adapters/hyper.rs", include_str!("adapters/hyper.rs")),
             ("adapters/tower.rs", include_str!("adapters/tower.rs")),
         ];
