@@ -141,6 +141,36 @@
 //!   and panicked counts and how late timeouts fired ([`TimerStats`]), at no cost to
 //!   `new_timeout` and `cancel`.
 //!
+//! # In the Rust service stack
+//! The wheel plugs in where services reach for a timer, one timer serving all of them:
+//! - [`DelayQueue`] ([`delay_queue`]): tokio-util's queue of values that come back at their
+//!   deadlines, with its method names (`insert`, `remove`, `reset`, `peek`, `poll_expired`...),
+//!   on a wheel of its own woken by one [`Sleep`]. Any `Duration` is accepted; an empty queue
+//!   returns `Ready(None)`; `remove`, `clear` and a reset into the past wake the waiting task.
+//! - `HyperTimer` (feature `hyper`): `hyper::rt::Timer` for hyper 1.x, so that hyper's
+//!   connection timeouts (header read, keep-alive) are sleeps on the wheel.
+//! - `TimeoutLayer` (feature `tower`): a tower 0.5 `Layer` in the shape of
+//!   `tower::timeout`; a call past its limit fails with `tower::Elapsed` in a `BoxError`.
+//!
+//! ```
+//! use hashed_timer_wheel::{DelayQueue, HashedWheelTimer};
+//! use std::time::Duration;
+//!
+//! let timer = HashedWheelTimer::new(Duration::from_millis(1), 512);
+//! let mut idle = DelayQueue::new(timer.handle());
+//! let session = idle.insert("session 42", Duration::from_millis(3));
+//! idle.reset(&session, Duration::from_millis(5)); // it was used: idle from now
+//! let closed = futures::executor::block_on(std::future::poll_fn(|cx| idle.poll_expired(cx)));
+//! assert_eq!(closed.unwrap().into_inner(), "session 42");
+//! ```
+//!
+//! # Cargo features
+//! None is on by default, and the default build depends on none of their crates.
+//! - `hyper`: `HyperTimer` and `hyper::HyperSleep` (depends on `hyper` 1.x, no features).
+//! - `tower`: `TimeoutLayer` and the rest of the `tower` module (depends on `tower-layer` and
+//!   `tower-service`, what `tower` itself builds on).
+//! - `stream`: `futures_core::Stream` for [`DelayQueue`] (depends on `futures-core`).
+//!
 //! # Testing code that uses a timer
 //! [`Builder::build_manual`] gives a timer with no thread and a [`ManualDriver`] that moves its
 //! clock: tests run due tasks deterministically, with no sleeps.
@@ -149,7 +179,9 @@
 #![deny(unsafe_code)]
 
 // The rooms, bottom up (ARCHITECTURE.md): each imports only rooms above it in this list, but
-// for the public handle types at the end, which refer to each other as Netty's interfaces do.
+// for the public handle types at the end, which refer to each other as Netty's interfaces do;
+// `adapters` sits on top of them all.
+mod adapters;
 mod clock;
 mod error;
 mod hint;
@@ -170,6 +202,11 @@ pub mod loom_hooks {
     pub use crate::timer::advance_clock;
 }
 
+pub use adapters::delay_queue::{self, DelayQueue};
+#[cfg(feature = "hyper")]
+pub use adapters::hyper::{self, HyperTimer};
+#[cfg(feature = "tower")]
+pub use adapters::tower::{self, TimeoutLayer};
 pub use error::{BuildError, DeadlineError, TimerError};
 pub use shared::{BoxedTask, Stored, TimerHandle};
 pub use task::{TimerTask, TypedTask};

@@ -481,6 +481,13 @@ mod tests {
             ("worker/mod.rs", include_str!("worker/mod.rs")),
             ("worker/chunks.rs", include_str!("worker/chunks.rs")),
             ("worker/run.rs", include_str!("worker/run.rs")),
+            ("adapters/mod.rs", include_str!("adapters/mod.rs")),
+            (
+                "adapters/delay_queue.rs",
+                include_str!("adapters/delay_queue.rs"),
+            ),
+            ("adapters/hyper.rs", include_str!("adapters/hyper.rs")),
+            ("adapters/tower.rs", include_str!("adapters/tower.rs")),
         ];
         let forbidden = [
             "std::sync::atomic::Atomic",

@@ -73,7 +73,7 @@ struct Refused {
 impl Sleep {
     /// Schedules a sleep on `shared`'s timer, due at `deadline` (nanoseconds since its
     /// origin); `now` is the producers' clock, read by the caller.
-    pub(super) fn at(shared: &Arc<Shared>, deadline: u64, now: u64) -> Sleep {
+    pub(crate) fn at(shared: &Arc<Shared>, deadline: u64, now: u64) -> Sleep {
         Sleep {
             entry: arm(shared, deadline, now),
             deadline,
@@ -165,7 +165,7 @@ impl Sleep {
         self.rearm(&shared, now.saturating_add(duration_to_nanos(delay)), now);
     }
 
-    pub(super) fn rearm(&mut self, shared: &Arc<Shared>, deadline: u64, now: u64) {
+    pub(crate) fn rearm(&mut self, shared: &Arc<Shared>, deadline: u64, now: u64) {
         let old = std::mem::replace(&mut self.entry, arm(shared, deadline, now));
         self.deadline = deadline;
         if let Entry::Armed(old) = old {

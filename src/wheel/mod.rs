@@ -517,6 +517,86 @@ impl<T> Wheel<T> {
         }
     }
 
+    /// The deadline of the live entry under `key`.
+    ///
+    /// # Panics
+    /// If `key` is not live.
+    pub(crate) fn deadline(&self, key: u32) -> u64 {
+        let node = &self.nodes[key as usize];
+        assert!(node.item.is_some(), "wheel: key is not live");
+        node.deadline
+    }
+
+    /// The key of the entry that [`Wheel::expire`] hands out first, ticks `>= from` visited in
+    /// order (every tick before `from` has been processed): the least fire tick, and among
+    /// entries of that tick the first in bucket order. Read-only; walks the buckets up to the
+    /// first that holds it, or the earliest far slot.
+    pub(crate) fn peek(&self, from: u64) -> Option<u32> {
+        if self.len == 0 {
+            return None;
+        }
+        // A bucket's entries fire in rounds up to the horizon, before any far entry.
+        self.peek_buckets(from)
+            .or_else(|| self.first_far_slot().map(|b| self.first_of(b, 0).1))
+    }
+
+    fn peek_buckets(&self, from: u64) -> Option<u32> {
+        let mut best: Option<(u64, u32)> = None;
+        for offset in 0..self.wheel_len() {
+            let visit = from.saturating_add(offset);
+            if best.is_some_and(|(fire, _)| visit >= fire) {
+                break;
+            }
+            let b = (visit & self.mask) as usize;
+            if self.occupied[b / 64] & (1 << (b % 64)) == 0 {
+                continue;
+            }
+            let first = self.first_of(b, visit);
+            if best.is_none_or(|(fire, _)| first.0 < fire) {
+                best = Some(first);
+            }
+        }
+        best.map(|(_, key)| key)
+    }
+
+    /// (fire tick, key) of list `b`'s first entry with the least fire tick, the list first
+    /// visited on tick `visit`; the list is not empty.
+    fn first_of(&self, b: usize, visit: u64) -> (u64, u32) {
+        let mut cursor = self.list(b).head;
+        let mut best = (u64::MAX, NIL);
+        while cursor != NIL {
+            let node = &self.nodes[cursor as usize];
+            let fire = self.calculated(node.deadline).max(visit);
+            if fire < best.0 || best.1 == NIL {
+                best = (fire, cursor);
+            }
+            cursor = node.next;
+        }
+        best
+    }
+
+    /// The list index of the occupied far slot whose range starts first (it holds the
+    /// earliest far entries: a round waits in one slot only).
+    fn first_far_slot(&self) -> Option<usize> {
+        let mut best: Option<(u64, usize)> = None;
+        for (level, &word) in self.far_occupied.iter().enumerate() {
+            if word == 0 {
+                continue;
+            }
+            let shift = LEVEL_BITS * level as u32;
+            let slot = word.trailing_zeros() as usize;
+            let group = self
+                .horizon
+                .checked_shr(shift + LEVEL_BITS)
+                .map_or(0, |g| g << (shift + LEVEL_BITS));
+            let start = group + ((slot as u64) << shift);
+            if best.is_none_or(|(s, _)| start < s) {
+                best = Some((start, self.buckets.len() + level * LEVEL_SLOTS + slot));
+            }
+        }
+        best.map(|(_, b)| b)
+    }
+
     /// Removes every entry, in slot order (about the order of insertion: freed slots are
     /// reused first). One pass over the slab's pages: walking each bucket's list instead visits
     /// nodes scattered over the whole slab, a cache miss each (32 ms for a million here).
@@ -783,6 +863,74 @@ mod tests {
         );
         assert_eq!(w.len(), 0);
         assert!(w.nodes.pages.is_empty(), "an empty wheel keeps no page");
+    }
+
+    /// `peek` names the key `expire` hands out first: in buckets, in far slots (two deadlines
+    /// in one far slot, the later inserted first), with ties in bucket order, and after
+    /// removals.
+    #[test]
+    fn peek_names_the_first_entry_expire_hands_out() {
+        let mut w = Wheel::new(MS, 64);
+        assert_eq!(w.peek(0), None);
+        let late = w.insert(1, 0, 120 * MS, 0);
+        let early = w.insert(0, 0, 100 * MS, 0);
+        assert_eq!(w.peek(0), Some(early), "far slot: the earliest deadline");
+        let near = w.insert(2, 0, 30 * MS, 0);
+        let tie = w.insert(3, 0, 30 * MS, 0);
+        assert_eq!(
+            w.peek(0),
+            Some(near),
+            "a bucket before any far slot; ties in order"
+        );
+        w.remove(near);
+        assert_eq!(w.peek(0), Some(tie));
+        w.remove(tie);
+        assert_eq!(w.peek(0), Some(early));
+        let mut order = vec![];
+        let mut tick = 0;
+        while let Some(t) = w.next_fire_tick(tick) {
+            let peeked = w.peek(t);
+            let mut got = vec![];
+            w.expire(t, (t + 1) * MS, |i, _, _| got.push(i));
+            if let (Some(first), Some(key)) = (got.first(), peeked) {
+                assert_eq!(
+                    *first,
+                    [early, late].iter().position(|&k| k == key).unwrap()
+                );
+            }
+            order.extend(got);
+            tick = t + 1;
+        }
+        assert_eq!(order, vec![0, 1]);
+    }
+
+    #[test]
+    fn peek_agrees_with_expire_on_random_deadlines() {
+        let mut w = Wheel::new(MS, 8);
+        let mut seed = 7u64;
+        let mut item_of = std::collections::HashMap::new();
+        for i in 0..300u64 {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let deadline = (seed >> 33) % (5_000 * MS);
+            let key = w.insert(i, 0, deadline, 0);
+            assert_eq!(w.deadline(key), deadline);
+            item_of.insert(key, i);
+        }
+        let mut tick = 0;
+        while let Some(t) = w.next_fire_tick(tick) {
+            let peeked = item_of[&w.peek(t).unwrap()];
+            let mut first = None;
+            w.expire(t, (t + 1) * MS, |i, _, _| {
+                first.get_or_insert(i);
+            });
+            if let Some(first) = first {
+                assert_eq!(first, peeked, "tick {t}");
+            }
+            tick = t + 1;
+        }
+        assert_eq!(w.len(), 0);
     }
 
     #[test]

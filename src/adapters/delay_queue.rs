@@ -1,0 +1,842 @@
+//! A queue of values that come back at their deadlines: tokio-util's `DelayQueue`, on this
+//! crate's wheel, with the same method names where the meaning is the same.
+//!
+//! Owns [`DelayQueue`], [`Key`] and [`Expired`]. The queue keeps its values in a slab of its own
+//! and their deadlines in a private `wheel::Wheel` keyed by slab index (the pure wheel the
+//! timer's worker uses, driven here by the queue's owner, on the owner's task); one [`Sleep`] on
+//! the timer is armed for the wheel's next fire tick and wakes the task that polls the queue.
+//! Touches the wheel, the timer's clock and tick (through its handle) and `Sleep`.
+//!
+//! # Ground rules
+//! - The queue's wheel ticks on the timer's grid (same tick, same origin), so a `Sleep` armed
+//!   for the start of fire tick `t` completes once the timer's worker has passed the end of
+//!   `t`, when every entry firing on `t` is due: each wake-up finds work.
+//! - Every tick before `tick` has been processed; inserts go in at `tick`.
+//! - A key is a slab index and a stamp given at insertion (a 32-bit count of the queue's
+//!   inserts): a removed or expired key never names a later value, even after its slot is
+//!   reused, short of 2^32 inserts landing a new value in the same slot with the same stamp.
+//! - Whatever makes the queue empty drops the `Sleep` (its timeout is cancelled) and wakes the
+//!   task that waits on the queue, which then sees `Ready(None)`; whatever makes an item due
+//!   at once wakes it too. A move to an earlier fire tick re-arms the `Sleep`, whose waker moves
+//!   with it.
+
+use crate::clock::duration_to_nanos;
+use crate::wheel::{Wheel, MAX_ENTRIES};
+use crate::{Sleep, TimerError, TimerHandle};
+use std::collections::VecDeque;
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll, Waker};
+use std::time::{Duration, Instant};
+
+/// Buckets of the queue's wheel: one far level's worth (entries further than 64 ticks wait in
+/// far slots, moved down once per level). 1.5 KB per queue.
+const BUCKETS: usize = 64;
+/// No slot (end of the free list).
+const NONE: u32 = u32::MAX;
+/// No fire tick armed.
+const UNARMED: u64 = u64::MAX;
+
+/// A queue of values, each returned once its deadline has passed (tokio-util's `DelayQueue`,
+/// on a [`HashedWheelTimer`](crate::HashedWheelTimer)'s clock).
+///
+/// [`insert`](DelayQueue::insert) and [`insert_at`](DelayQueue::insert_at) give a [`Key`];
+/// with it, [`remove`](DelayQueue::remove) takes the value back and
+/// [`reset`](DelayQueue::reset) moves its deadline. [`poll_expired`](DelayQueue::poll_expired)
+/// (or the `Stream` under the `stream` feature) yields each value once its deadline has passed,
+/// as an [`Expired`]: never early, about a tick late at most (the timer's tick), each value
+/// once. Items come back in the order of their fire ticks, and in insertion order within a
+/// tick.
+///
+/// The queue is single-owner (`&mut self`), as tokio-util's; any executor polls it. It costs
+/// the timer one pending timeout (its `Sleep`) while it holds items and a task waits on it,
+/// none when it is empty.
+///
+/// - **Any `Duration`** is accepted: a deadline past what 64-bit nanoseconds represent (about
+///   584 years) never fires.
+/// - **Empty:** `poll_expired` returns `Ready(None)`, and a task waiting on the queue is woken
+///   when `remove` or `clear` empties it. An insert after that makes it yield again.
+/// - **A stopped timer** ends the queue: `poll_expired` returns what is already due, then
+///   `Ready(None)`; the values stay in the queue until removed.
+///
+/// Porting from tokio-util: build it with the timer's handle (`DelayQueue::new(timer.handle())`
+/// instead of `DelayQueue::new()` in a runtime); the methods keep their names and meaning.
+///
+/// ```
+/// use hashed_timer_wheel::{DelayQueue, HashedWheelTimer};
+/// use std::time::Duration;
+///
+/// let timer = HashedWheelTimer::new(Duration::from_millis(1), 512);
+/// let mut queue = DelayQueue::new(timer.handle());
+/// let idle = queue.insert("connection 7", Duration::from_millis(5));
+/// queue.insert("connection 8", Duration::from_millis(2));
+/// queue.reset(&idle, Duration::from_millis(10)); // traffic on connection 7
+/// futures::executor::block_on(async {
+///     let first = std::future::poll_fn(|cx| queue.poll_expired(cx)).await.unwrap();
+///     assert_eq!(first.into_inner(), "connection 8");
+///     let next = std::future::poll_fn(|cx| queue.poll_expired(cx)).await.unwrap();
+///     assert_eq!(next.key(), idle);
+/// });
+/// ```
+pub struct DelayQueue<T> {
+    slots: Vec<Slot<T>>,
+    /// Head of the vacant slots' list.
+    free: u32,
+    /// Items held: waiting in the wheel, or expired and not yet yielded.
+    len: usize,
+    /// The next key's stamp.
+    stamp: u32,
+    /// Waiting items' slab indices, by deadline.
+    wheel: Wheel<u32>,
+    /// Every tick before this one has been processed.
+    tick: u64,
+    tick_nanos: u64,
+    /// Expired items in the order they are yielded; an entry whose slot changed since is
+    /// skipped.
+    ready: VecDeque<Key>,
+    /// Armed for the start of fire tick `armed`.
+    sleep: Option<Sleep>,
+    armed: u64,
+    /// The task that last saw `Pending`.
+    waker: Option<Waker>,
+    timer: TimerHandle,
+}
+
+enum Slot<T> {
+    Vacant {
+        next: u32,
+    },
+    Waiting {
+        stamp: u32,
+        wheel_key: u32,
+        value: T,
+    },
+    Ready {
+        stamp: u32,
+        deadline: u64,
+        value: T,
+    },
+}
+
+/// Names a value in a [`DelayQueue`], from its insertion until it is removed or yielded.
+///
+/// A key that no longer names a value (removed, yielded, cleared) names no other either:
+/// [`DelayQueue::try_remove`] returns `None` for it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Key {
+    index: u32,
+    stamp: u32,
+}
+
+/// A value whose deadline has passed, taken out of its [`DelayQueue`] (or removed from it).
+///
+/// ```
+/// # use hashed_timer_wheel::{DelayQueue, HashedWheelTimer};
+/// # use std::time::Duration;
+/// let timer = HashedWheelTimer::new(Duration::from_millis(1), 64);
+/// let mut queue = DelayQueue::new(timer.handle());
+/// let key = queue.insert(7, Duration::from_secs(60));
+/// let removed = queue.remove(&key);
+/// assert_eq!((removed.key(), *removed.get_ref()), (key, 7));
+/// ```
+pub struct Expired<T> {
+    value: T,
+    deadline: Instant,
+    key: Key,
+}
+
+impl<T> Expired<T> {
+    /// The value.
+    pub fn get_ref(&self) -> &T {
+        &self.value
+    }
+
+    /// The value, mutably.
+    pub fn get_mut(&mut self) -> &mut T {
+        &mut self.value
+    }
+
+    /// The value, taken out.
+    pub fn into_inner(self) -> T {
+        self.value
+    }
+
+    /// The deadline the value had.
+    pub fn deadline(&self) -> Instant {
+        self.deadline
+    }
+
+    /// The key the value had.
+    pub fn key(&self) -> Key {
+        self.key
+    }
+}
+
+impl<T: fmt::Debug> fmt::Debug for Expired<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Expired")
+            .field("value", &self.value)
+            .field("deadline", &self.deadline)
+            .field("key", &self.key)
+            .finish()
+    }
+}
+
+impl<T> DelayQueue<T> {
+    /// An empty queue on `timer`'s clock: deadlines are measured, and the queue woken, by that
+    /// timer.
+    ///
+    /// ```
+    /// # use hashed_timer_wheel::{DelayQueue, HashedWheelTimer};
+    /// let timer = HashedWheelTimer::default();
+    /// let queue: DelayQueue<u64> = DelayQueue::new(timer.handle());
+    /// assert!(queue.is_empty());
+    /// ```
+    pub fn new(timer: TimerHandle) -> Self {
+        DelayQueue::with_capacity(timer, 0)
+    }
+
+    /// An empty queue with room for `capacity` items before it allocates.
+    ///
+    /// ```
+    /// # use hashed_timer_wheel::{DelayQueue, HashedWheelTimer};
+    /// let timer = HashedWheelTimer::default();
+    /// let queue: DelayQueue<u64> = DelayQueue::with_capacity(timer.handle(), 1000);
+    /// assert!(queue.capacity() >= 1000);
+    /// ```
+    pub fn with_capacity(timer: TimerHandle, capacity: usize) -> Self {
+        let tick_nanos = timer.shared.tick_nanos;
+        DelayQueue {
+            slots: Vec::with_capacity(capacity),
+            free: NONE,
+            len: 0,
+            stamp: 0,
+            wheel: Wheel::new(tick_nanos, BUCKETS),
+            tick: timer.shared.clock.now() / tick_nanos,
+            tick_nanos,
+            ready: VecDeque::new(),
+            sleep: None,
+            armed: UNARMED,
+            waker: None,
+            timer,
+        }
+    }
+
+    /// Inserts `value`, due `timeout` from now, and returns its key.
+    ///
+    /// # Panics
+    /// When 134 217 727 (2^27 - 1) items already wait in the queue.
+    ///
+    /// ```
+    /// # use hashed_timer_wheel::{DelayQueue, HashedWheelTimer};
+    /// # use std::time::Duration;
+    /// let timer = HashedWheelTimer::default();
+    /// let mut queue = DelayQueue::new(timer.handle());
+    /// queue.insert("never", Duration::MAX); // accepted; never fires
+    /// assert_eq!(queue.len(), 1);
+    /// ```
+    pub fn insert(&mut self, value: T, timeout: Duration) -> Key {
+        let deadline = self.deadline_after(timeout);
+        self.insert_nanos(value, deadline)
+    }
+
+    /// Inserts `value`, due at `when`, and returns its key. A `when` that has passed is due at
+    /// once.
+    ///
+    /// # Panics
+    /// When 134 217 727 (2^27 - 1) items already wait in the queue.
+    ///
+    /// ```
+    /// # use hashed_timer_wheel::{DelayQueue, HashedWheelTimer};
+    /// # use std::time::{Duration, Instant};
+    /// let timer = HashedWheelTimer::default();
+    /// let mut queue = DelayQueue::new(timer.handle());
+    /// let at = Instant::now() + Duration::from_secs(30);
+    /// let key = queue.insert_at("lease", at);
+    /// assert!(queue.deadline(&key) >= at);
+    /// ```
+    pub fn insert_at(&mut self, value: T, when: Instant) -> Key {
+        let deadline = self.timer.shared.clock.nanos_at(when);
+        self.insert_nanos(value, deadline)
+    }
+
+    #[track_caller]
+    fn insert_nanos(&mut self, value: T, deadline: u64) -> Key {
+        self.room();
+        let index = self.vacant_index();
+        let wheel_key = self.wait(index, deadline);
+        let stamp = self.stamp;
+        self.stamp = stamp.wrapping_add(1);
+        let slot = Slot::Waiting {
+            stamp,
+            wheel_key,
+            value,
+        };
+        match self.slots.get_mut(index as usize) {
+            Some(vacant) => *vacant = slot,
+            None => self.slots.push(slot),
+        }
+        self.len += 1;
+        self.wake_for(deadline);
+        Key { index, stamp }
+    }
+
+    /// Puts slot `index` in the wheel, due at `deadline`; its wheel key. The caller has checked
+    /// [`room`](DelayQueue::room).
+    fn wait(&mut self, index: u32, deadline: u64) -> u32 {
+        self.wheel.insert(index, 0, deadline, self.tick)
+    }
+
+    /// Panics, before anything changes, if the wheel holds as many items as it can.
+    #[track_caller]
+    fn room(&self) {
+        assert!(
+            self.wheel.len() < MAX_ENTRIES,
+            "DelayQueue: at most 2^27 - 1 items wait at once"
+        );
+    }
+
+    /// The slot the next value goes in: the free list's head, or a new one at the end.
+    fn vacant_index(&mut self) -> u32 {
+        if self.free != NONE {
+            let index = self.free;
+            if let Slot::Vacant { next } = self.slots[index as usize] {
+                self.free = next;
+            }
+            return index;
+        }
+        // Items take 24 bytes and more: memory runs out long before 2^32 slots.
+        u32::try_from(self.slots.len()).expect("a slab index fits 32 bits")
+    }
+
+    /// The deadline `timeout` from now, never early (the producers' clock rounds up).
+    fn deadline_after(&self, timeout: Duration) -> u64 {
+        let now = self.timer.shared.clock.now_upper();
+        now.saturating_add(duration_to_nanos(timeout))
+    }
+
+    /// The item under `key`, if it names one: its slot.
+    fn slot_of(&self, key: &Key) -> Option<&Slot<T>> {
+        match self.slots.get(key.index as usize)? {
+            slot @ (Slot::Waiting { stamp, .. } | Slot::Ready { stamp, .. })
+                if *stamp == key.stamp =>
+            {
+                Some(slot)
+            }
+            _ => None,
+        }
+    }
+
+    /// Removes the item under `key` and returns it, whether or not its deadline has passed.
+    ///
+    /// # Panics
+    /// If `key` names no item (it was removed, yielded or cleared), as tokio-util's does; see
+    /// [`try_remove`](DelayQueue::try_remove).
+    ///
+    /// ```
+    /// # use hashed_timer_wheel::{DelayQueue, HashedWheelTimer};
+    /// # use std::time::Duration;
+    /// let timer = HashedWheelTimer::default();
+    /// let mut queue = DelayQueue::new(timer.handle());
+    /// let key = queue.insert("request 1", Duration::from_secs(5));
+    /// assert_eq!(queue.remove(&key).into_inner(), "request 1"); // the reply came
+    /// assert!(queue.is_empty());
+    /// ```
+    #[track_caller]
+    pub fn remove(&mut self, key: &Key) -> Expired<T> {
+        self.try_remove(key)
+            .expect("DelayQueue::remove: the key names no item")
+    }
+
+    /// Removes the item under `key` and returns it, or `None` if `key` names no item.
+    ///
+    /// ```
+    /// # use hashed_timer_wheel::{DelayQueue, HashedWheelTimer};
+    /// # use std::time::Duration;
+    /// let timer = HashedWheelTimer::default();
+    /// let mut queue = DelayQueue::new(timer.handle());
+    /// let key = queue.insert((), Duration::from_secs(5));
+    /// assert!(queue.try_remove(&key).is_some());
+    /// assert!(queue.try_remove(&key).is_none());
+    /// ```
+    pub fn try_remove(&mut self, key: &Key) -> Option<Expired<T>> {
+        self.slot_of(key)?;
+        let (value, deadline) = self.vacate(key.index);
+        if self.len == 0 {
+            self.emptied();
+        }
+        Some(Expired {
+            value,
+            deadline: self.timer.shared.clock.instant_at(deadline),
+            key: *key,
+        })
+    }
+
+    /// Takes the item out of its (occupied) slot and the wheel; the slot joins the free list.
+    fn vacate(&mut self, index: u32) -> (T, u64) {
+        let slot = &mut self.slots[index as usize];
+        let taken = std::mem::replace(slot, Slot::Vacant { next: self.free });
+        self.free = index;
+        self.len -= 1;
+        match taken {
+            Slot::Waiting {
+                wheel_key, value, ..
+            } => {
+                let deadline = self.wheel.deadline(wheel_key);
+                self.wheel.remove(wheel_key);
+                (value, deadline)
+            }
+            // Its entry in `ready` is skipped from now on.
+            Slot::Ready {
+                deadline, value, ..
+            } => (value, deadline),
+            Slot::Vacant { .. } => unreachable!("vacate: the caller checked the slot"),
+        }
+    }
+
+    /// The queue has just become empty: its `Sleep` goes (its timeout is cancelled), the slab
+    /// starts again from index 0 (keys' stamps keep old keys apart), and the task waiting on
+    /// the queue is woken to see `Ready(None)`.
+    fn emptied(&mut self) {
+        self.sleep = None;
+        self.armed = UNARMED;
+        self.slots.clear();
+        self.free = NONE;
+        self.ready.clear();
+        if let Some(waker) = self.waker.take() {
+            waker.wake();
+        }
+    }
+
+    /// Moves the deadline of the item under `key` to `timeout` from now, whether or not it had
+    /// expired (an expired item not yet yielded waits again). The old deadline no longer counts.
+    ///
+    /// # Panics
+    /// If `key` names no item.
+    ///
+    /// ```
+    /// # use hashed_timer_wheel::{DelayQueue, HashedWheelTimer};
+    /// # use std::time::{Duration, Instant};
+    /// let timer = HashedWheelTimer::default();
+    /// let mut queue = DelayQueue::new(timer.handle());
+    /// let key = queue.insert("idle", Duration::from_secs(5));
+    /// queue.reset(&key, Duration::from_secs(60)); // traffic: idle for another minute
+    /// assert!(queue.deadline(&key) > Instant::now() + Duration::from_secs(59));
+    /// ```
+    #[track_caller]
+    pub fn reset(&mut self, key: &Key, timeout: Duration) {
+        let deadline = self.deadline_after(timeout);
+        self.reset_nanos(key, deadline);
+    }
+
+    /// Moves the deadline of the item under `key` to `when` (see
+    /// [`reset`](DelayQueue::reset)); a `when` that has passed makes it due at once.
+    ///
+    /// # Panics
+    /// If `key` names no item.
+    ///
+    /// ```
+    /// # use hashed_timer_wheel::{DelayQueue, HashedWheelTimer};
+    /// # use std::time::{Duration, Instant};
+    /// let timer = HashedWheelTimer::new(Duration::from_millis(1), 64);
+    /// let mut queue = DelayQueue::new(timer.handle());
+    /// let key = queue.insert("retry", Duration::from_secs(60));
+    /// queue.reset_at(&key, Instant::now()); // due now
+    /// let item = futures::executor::block_on(std::future::poll_fn(|cx| queue.poll_expired(cx)));
+    /// assert_eq!(item.unwrap().into_inner(), "retry");
+    /// ```
+    #[track_caller]
+    pub fn reset_at(&mut self, key: &Key, when: Instant) {
+        let deadline = self.timer.shared.clock.nanos_at(when);
+        self.reset_nanos(key, deadline);
+    }
+
+    #[track_caller]
+    fn reset_nanos(&mut self, key: &Key, deadline: u64) {
+        match self.slot_of(key) {
+            Some(Slot::Waiting { .. }) => {}
+            Some(_) => self.room(), // an expired item goes back into the wheel
+            None => panic!("DelayQueue::reset: the key names no item"),
+        }
+        let slot = &mut self.slots[key.index as usize];
+        let taken = std::mem::replace(slot, Slot::Vacant { next: NONE });
+        let (stamp, value) = match taken {
+            Slot::Waiting {
+                stamp,
+                wheel_key,
+                value,
+            } => {
+                self.wheel.remove(wheel_key);
+                (stamp, value)
+            }
+            // Its entry in `ready` is skipped from now on.
+            Slot::Ready { stamp, value, .. } => (stamp, value),
+            Slot::Vacant { .. } => unreachable!("reset: the slot was checked"),
+        };
+        let wheel_key = self.wait(key.index, deadline);
+        self.slots[key.index as usize] = Slot::Waiting {
+            stamp,
+            wheel_key,
+            value,
+        };
+        self.wake_for(deadline);
+    }
+
+    /// An item due at `deadline` has just been placed: the task waiting on the queue must hear
+    /// of it by then.
+    fn wake_for(&mut self, deadline: u64) {
+        if self.sleep.is_none() && self.waker.is_none() {
+            return; // nobody waits: the next poll looks at the wheel
+        }
+        let fire = (deadline / self.tick_nanos).max(self.tick);
+        if fire >= self.armed {
+            return; // the `Sleep` comes first
+        }
+        let Some(sleep) = self.sleep.as_mut() else {
+            // Nothing armed: no poll has waited yet, or a refusal is being retried; the next
+            // poll looks at the wheel.
+            if let Some(waker) = self.waker.take() {
+                waker.wake();
+            }
+            return;
+        };
+        let shared = &self.timer.shared;
+        if deadline <= shared.clock.now() {
+            // Due already: the waiting task expires it on its next poll.
+            if let Some(waker) = self.waker.take() {
+                waker.wake();
+            }
+            return;
+        }
+        sleep.rearm(
+            shared,
+            fire.saturating_mul(self.tick_nanos),
+            shared.clock.now_upper(),
+        );
+        self.armed = fire;
+    }
+
+    /// When the item under `key` is due.
+    ///
+    /// # Panics
+    /// If `key` names no item.
+    ///
+    /// ```
+    /// # use hashed_timer_wheel::{DelayQueue, HashedWheelTimer};
+    /// # use std::time::{Duration, Instant};
+    /// let timer = HashedWheelTimer::default();
+    /// let mut queue = DelayQueue::new(timer.handle());
+    /// let key = queue.insert((), Duration::from_secs(5));
+    /// assert!(queue.deadline(&key) > Instant::now());
+    /// ```
+    #[track_caller]
+    pub fn deadline(&self, key: &Key) -> Instant {
+        let nanos = match self.slot_of(key) {
+            Some(Slot::Waiting { wheel_key, .. }) => self.wheel.deadline(*wheel_key),
+            Some(Slot::Ready { deadline, .. }) => *deadline,
+            _ => panic!("DelayQueue::deadline: the key names no item"),
+        };
+        self.timer.shared.clock.instant_at(nanos)
+    }
+
+    /// The key of the item [`poll_expired`](DelayQueue::poll_expired) yields next, if any
+    /// (the earliest fire tick; within a tick, the first inserted).
+    ///
+    /// ```
+    /// # use hashed_timer_wheel::{DelayQueue, HashedWheelTimer};
+    /// # use std::time::Duration;
+    /// let timer = HashedWheelTimer::default();
+    /// let mut queue = DelayQueue::new(timer.handle());
+    /// let later = queue.insert("b", Duration::from_secs(120));
+    /// let sooner = queue.insert("a", Duration::from_secs(100));
+    /// assert_eq!(queue.peek(), Some(sooner));
+    /// ```
+    pub fn peek(&self) -> Option<Key> {
+        let ready = self
+            .ready
+            .iter()
+            .find(|key| matches!(self.slot_of(key), Some(Slot::Ready { .. })));
+        if let Some(key) = ready {
+            return Some(*key);
+        }
+        let index = self.wheel.peek(self.tick)?;
+        match self.slots[index as usize] {
+            Slot::Waiting { stamp, .. } => Some(Key { index, stamp }),
+            _ => unreachable!("peek: the wheel holds only waiting items"),
+        }
+    }
+
+    /// Yields the next item whose deadline has passed; `Pending` (and the task is woken when
+    /// one is due) if none has yet; `Ready(None)` when the queue is empty, or its timer has
+    /// stopped and nothing more is due.
+    ///
+    /// ```
+    /// # use hashed_timer_wheel::{DelayQueue, HashedWheelTimer};
+    /// # use std::time::Duration;
+    /// use std::future::poll_fn;
+    ///
+    /// let timer = HashedWheelTimer::new(Duration::from_millis(1), 64);
+    /// let mut queue = DelayQueue::new(timer.handle());
+    /// queue.insert(1, Duration::from_millis(3));
+    /// futures::executor::block_on(async {
+    ///     let item = poll_fn(|cx| queue.poll_expired(cx)).await.unwrap();
+    ///     assert_eq!(item.into_inner(), 1);
+    ///     assert!(poll_fn(|cx| queue.poll_expired(cx)).await.is_none(), "empty: None");
+    /// });
+    /// ```
+    pub fn poll_expired(&mut self, cx: &mut Context<'_>) -> Poll<Option<Expired<T>>> {
+        loop {
+            if let Some(item) = self.pop_ready() {
+                return Poll::Ready(Some(item));
+            }
+            if self.len == 0 {
+                return Poll::Ready(None);
+            }
+            if self.expire_due() {
+                continue;
+            }
+            let Some(fire) = self.wheel.next_fire_tick(self.tick) else {
+                unreachable!("items held, none ready: the wheel holds them");
+            };
+            self.arm(fire);
+            let Some(sleep) = self.sleep.as_mut() else {
+                unreachable!("armed just now");
+            };
+            match Pin::new(sleep).poll(cx) {
+                Poll::Pending => {
+                    if !self.waker.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+                        self.waker = Some(cx.waker().clone());
+                    }
+                    return Poll::Pending;
+                }
+                // Tick `fire` has ended on the timer's clock: expire it.
+                Poll::Ready(Ok(())) => continue,
+                Poll::Ready(Err(TimerError::Stopped)) => {
+                    // Nothing will wake the queue again; what was due has been yielded.
+                    return Poll::Ready(None);
+                }
+                Poll::Ready(Err(_)) => {
+                    // A transient refusal (the timer's pending limit): try again on the next
+                    // poll, which comes at once.
+                    self.sleep = None;
+                    self.armed = UNARMED;
+                    cx.waker().wake_by_ref();
+                    return Poll::Pending;
+                }
+            }
+        }
+    }
+
+    /// Arms the `Sleep` for the start of fire tick `fire` (it completes once the timer has
+    /// passed the tick's end).
+    fn arm(&mut self, fire: u64) {
+        if self.sleep.is_some() && self.armed == fire {
+            return;
+        }
+        let shared = &self.timer.shared;
+        let deadline = fire.saturating_mul(self.tick_nanos);
+        let now = shared.clock.now_upper();
+        match self.sleep.as_mut() {
+            Some(sleep) => sleep.rearm(shared, deadline, now),
+            None => self.sleep = Some(Sleep::at(shared, deadline, now)),
+        }
+        self.armed = fire;
+    }
+
+    /// Moves every item now due from the wheel to `ready`; whether any moved.
+    fn expire_due(&mut self) -> bool {
+        let now = self.timer.shared.clock.now();
+        let now_tick = now / self.tick_nanos;
+        let mut moved = false;
+        while let Some(tick) = self.wheel.next_fire_tick(self.tick) {
+            if tick > now_tick {
+                break;
+            }
+            let (slots, ready) = (&mut self.slots, &mut self.ready);
+            self.wheel.expire(tick, now, |index, _, deadline| {
+                let slot = &mut slots[index as usize];
+                if let Slot::Waiting { stamp, value, .. } =
+                    std::mem::replace(slot, Slot::Vacant { next: NONE })
+                {
+                    *slot = Slot::Ready {
+                        stamp,
+                        deadline,
+                        value,
+                    };
+                    ready.push_back(Key { index, stamp });
+                    moved = true;
+                }
+            });
+            if tick == now_tick {
+                // The current tick: what is not yet due stays for a later poll.
+                self.tick = tick;
+                break;
+            }
+            self.tick = tick + 1;
+        }
+        moved
+    }
+
+    /// Takes the first expired item still in its slot out of `ready`.
+    fn pop_ready(&mut self) -> Option<Expired<T>> {
+        while let Some(key) = self.ready.pop_front() {
+            if !matches!(self.slot_of(&key), Some(Slot::Ready { .. })) {
+                continue; // removed or reset since
+            }
+            let (value, deadline) = self.vacate(key.index);
+            let deadline = self.timer.shared.clock.instant_at(deadline);
+            if self.len == 0 {
+                self.emptied();
+            }
+            return Some(Expired {
+                value,
+                deadline,
+                key,
+            });
+        }
+        None
+    }
+
+    /// Drops every item. A task waiting on the queue is woken (it sees `Ready(None)`).
+    ///
+    /// ```
+    /// # use hashed_timer_wheel::{DelayQueue, HashedWheelTimer};
+    /// # use std::time::Duration;
+    /// let timer = HashedWheelTimer::default();
+    /// let mut queue = DelayQueue::new(timer.handle());
+    /// let key = queue.insert(1, Duration::from_secs(5));
+    /// queue.clear();
+    /// assert!(queue.is_empty());
+    /// assert!(queue.try_remove(&key).is_none());
+    /// ```
+    pub fn clear(&mut self) {
+        let had_items = self.len > 0;
+        self.wheel = Wheel::new(self.tick_nanos, BUCKETS);
+        self.len = 0;
+        if had_items {
+            self.emptied();
+        }
+        self.slots.clear();
+    }
+
+    /// Items the queue holds (waiting, or expired and not yet yielded).
+    ///
+    /// ```
+    /// # use hashed_timer_wheel::{DelayQueue, HashedWheelTimer};
+    /// # use std::time::Duration;
+    /// let timer = HashedWheelTimer::default();
+    /// let mut queue = DelayQueue::new(timer.handle());
+    /// queue.insert((), Duration::from_secs(5));
+    /// assert_eq!(queue.len(), 1);
+    /// ```
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the queue holds no item.
+    ///
+    /// ```
+    /// # use hashed_timer_wheel::{DelayQueue, HashedWheelTimer};
+    /// let timer = HashedWheelTimer::default();
+    /// assert!(DelayQueue::<()>::new(timer.handle()).is_empty());
+    /// ```
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Items the slab holds room for without allocating.
+    ///
+    /// ```
+    /// # use hashed_timer_wheel::{DelayQueue, HashedWheelTimer};
+    /// let timer = HashedWheelTimer::default();
+    /// assert_eq!(DelayQueue::<()>::with_capacity(timer.handle(), 16).capacity(), 16);
+    /// ```
+    pub fn capacity(&self) -> usize {
+        self.slots.capacity()
+    }
+
+    /// Makes room for at least `additional` more items.
+    ///
+    /// ```
+    /// # use hashed_timer_wheel::{DelayQueue, HashedWheelTimer};
+    /// let timer = HashedWheelTimer::default();
+    /// let mut queue = DelayQueue::<()>::new(timer.handle());
+    /// queue.reserve(100);
+    /// assert!(queue.capacity() >= 100);
+    /// ```
+    pub fn reserve(&mut self, additional: usize) {
+        self.slots.reserve(additional);
+    }
+
+    /// Gives back the memory a burst left: the slab is cut after its last item (keys stay
+    /// valid; free slots below it stay, lowest reused first) and the wheel is rebuilt with only
+    /// the waiting items, so its nodes shrink too. O(items). Within a tick, items keep their
+    /// fire tick, but may come back in slab order rather than insertion order. An empty queue
+    /// holds no slab memory after it.
+    ///
+    /// ```
+    /// # use hashed_timer_wheel::{DelayQueue, HashedWheelTimer};
+    /// # use std::time::Duration;
+    /// let timer = HashedWheelTimer::default();
+    /// let mut queue = DelayQueue::new(timer.handle());
+    /// let keys: Vec<_> = (0..10_000).map(|i| queue.insert(i, Duration::from_secs(5))).collect();
+    /// for key in &keys[10..] {
+    ///     queue.remove(key);
+    /// }
+    /// queue.shrink_to_fit();
+    /// assert!(queue.capacity() < 100);
+    /// assert_eq!(queue.remove(&keys[3]).into_inner(), 3);
+    /// ```
+    pub fn shrink_to_fit(&mut self) {
+        while matches!(self.slots.last(), Some(Slot::Vacant { .. })) {
+            self.slots.pop();
+        }
+        self.free = NONE;
+        for (index, slot) in self.slots.iter_mut().enumerate().rev() {
+            if let Slot::Vacant { next } = slot {
+                *next = self.free;
+                self.free = index as u32;
+            }
+        }
+        self.slots.shrink_to_fit();
+        self.ready.shrink_to_fit();
+        let mut wheel = Wheel::new(self.tick_nanos, BUCKETS);
+        for (index, slot) in self.slots.iter_mut().enumerate() {
+            if let Slot::Waiting { wheel_key, .. } = slot {
+                let deadline = self.wheel.deadline(*wheel_key);
+                *wheel_key = wheel.insert(index as u32, 0, deadline, self.tick);
+            }
+        }
+        self.wheel = wheel;
+    }
+}
+
+// Values are never pinned: the queue moves them in and out of its slab.
+impl<T> Unpin for DelayQueue<T> {}
+
+impl<T> fmt::Debug for DelayQueue<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DelayQueue")
+            .field("len", &self.len)
+            .field("capacity", &self.slots.capacity())
+            .field("tick", &self.tick)
+            .field("armed", &(self.armed != UNARMED).then_some(self.armed))
+            .finish_non_exhaustive()
+    }
+}
+
+#[cfg(feature = "stream")]
+impl<T> futures_core::Stream for DelayQueue<T> {
+    type Item = Expired<T>;
+
+    /// [`DelayQueue::poll_expired`]: the stream ends (`None`) while the queue is empty, and
+    /// yields again after an insert.
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Expired<T>>> {
+        self.get_mut().poll_expired(cx)
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        (0, Some(self.len))
+    }
+}

@@ -1,0 +1,122 @@
+//! `hyper::rt::Timer` on the wheel (hyper 1.x): what hyper's connections time with (header
+//! read timeout, keep-alive) becomes the crate's [`Sleep`].
+//!
+//! Owns [`HyperTimer`] and [`HyperSleep`]. Touches the crate's public futures and the timer's
+//! clock (through its handle).
+
+use crate::{Sleep, TimerHandle};
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+/// A `hyper::rt::Timer` whose sleeps are the timer's [`Sleep`]s: give it to hyper's connection
+/// builders (`.timer(HyperTimer::new(timer.handle()))`).
+///
+/// - `sleep` and `sleep_until` box a [`HyperSleep`] (one allocation, as hyper's own timers);
+/// - `reset` moves the deadline of that same sleep ([`Sleep::reset`]): no new box;
+/// - `now` reads the timer's clock, the one its deadlines are measured on.
+///
+/// When the timer stops, every sleep completes at once: hyper's timeouts on its connections
+/// fire (the connections close with a timeout error) rather than hang.
+///
+/// ```
+/// use hashed_timer_wheel::{HashedWheelTimer, HyperTimer};
+/// use hyper::rt::Timer;
+/// use std::time::Duration;
+///
+/// let timer = HashedWheelTimer::new(Duration::from_millis(1), 512);
+/// let hyper_timer = HyperTimer::new(timer.handle());
+/// futures::executor::block_on(hyper_timer.sleep(Duration::from_millis(2)));
+/// // With hyper: hyper::server::conn::http1::Builder::new().timer(hyper_timer)
+/// ```
+#[derive(Clone, Debug)]
+pub struct HyperTimer {
+    timer: TimerHandle,
+}
+
+impl HyperTimer {
+    /// A hyper timer on `timer`.
+    ///
+    /// ```
+    /// # use hashed_timer_wheel::{HashedWheelTimer, HyperTimer};
+    /// let timer = HashedWheelTimer::default();
+    /// let hyper_timer = HyperTimer::new(timer.handle());
+    /// # let _ = hyper_timer;
+    /// ```
+    pub fn new(timer: TimerHandle) -> Self {
+        HyperTimer { timer }
+    }
+}
+
+impl hyper::rt::Timer for HyperTimer {
+    fn sleep(&self, duration: Duration) -> Pin<Box<dyn hyper::rt::Sleep>> {
+        Box::pin(HyperSleep {
+            sleep: self.timer.sleep(duration),
+        })
+    }
+
+    fn sleep_until(&self, deadline: Instant) -> Pin<Box<dyn hyper::rt::Sleep>> {
+        Box::pin(HyperSleep {
+            sleep: self.timer.sleep_until(deadline),
+        })
+    }
+
+    fn now(&self) -> Instant {
+        // The producers' clock: what `sleep`'s deadlines count from (never behind the
+        // monotonic clock).
+        let clock = &self.timer.shared.clock;
+        clock.instant_at(clock.now_upper())
+    }
+
+    fn reset(&self, sleep: &mut Pin<Box<dyn hyper::rt::Sleep>>, new_deadline: Instant) {
+        match sleep.as_mut().downcast_mut_pin::<HyperSleep>() {
+            Some(ours) => ours.get_mut().sleep.reset(new_deadline),
+            // Another timer's sleep: replace it.
+            None => *sleep = self.sleep_until(new_deadline),
+        }
+    }
+}
+
+/// The future [`HyperTimer`] gives hyper: a [`Sleep`] that completes with `()`, at its
+/// deadline or when the timer stops (or refuses it), so that no connection waits forever.
+///
+/// ```
+/// # use hashed_timer_wheel::{HashedWheelTimer, HyperTimer};
+/// # use hyper::rt::Timer;
+/// # use std::time::Duration;
+/// let timer = HashedWheelTimer::new(Duration::from_millis(1), 64);
+/// let sleep = HyperTimer::new(timer.handle()).sleep(Duration::from_secs(60));
+/// drop(timer.stop());
+/// futures::executor::block_on(sleep); // completes: the timer stopped
+/// ```
+pub struct HyperSleep {
+    sleep: Sleep,
+}
+
+impl HyperSleep {
+    /// The crate's [`Sleep`] inside.
+    pub fn get_ref(&self) -> &Sleep {
+        &self.sleep
+    }
+}
+
+impl Future for HyperSleep {
+    type Output = ();
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        // Ok (the deadline) and Err (stopped, refused) alike: hyper's timeout fires.
+        Pin::new(&mut self.sleep).poll(cx).map(|_| ())
+    }
+}
+
+impl hyper::rt::Sleep for HyperSleep {}
+
+impl fmt::Debug for HyperSleep {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HyperSleep")
+            .field("sleep", &self.sleep)
+            .finish()
+    }
+}

@@ -1,0 +1,56 @@
+//! The adapters: the wheel where the Rust service stack expects a timer. Each owns one public
+//! type family and builds only on the public futures (`Sleep`) and, for `DelayQueue`, on the
+//! pure wheel; nothing below looks up here.
+//!
+//! - `delay_queue`: [`DelayQueue`](crate::DelayQueue), tokio-util's queue of expiring values,
+//!   on a `wheel::Wheel` of its own and one `Sleep` on the timer (always built; its `Stream`
+//!   behind the `stream` feature).
+//! - `tower` (feature `tower`): a timeout layer in the shape of `tower::timeout`.
+//! - `hyper` (feature `hyper`): `hyper::rt::Timer` on the wheel.
+
+pub mod delay_queue;
+#[cfg(feature = "hyper")]
+pub mod hyper;
+#[cfg(feature = "tower")]
+pub mod tower;
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    /// The adapters sit on top: no module outside `adapters/` imports them (`lib.rs` only
+    /// declares and re-exports them). Read from the source tree, not from a hand-kept list;
+    /// `../shared/tools/modgraph.py` shows the whole graph.
+    #[test]
+    fn nothing_below_imports_the_adapters() {
+        fn visit(dir: &Path, found: &mut Vec<String>) {
+            for entry in std::fs::read_dir(dir).unwrap() {
+                let path = entry.unwrap().path();
+                if path.is_dir() {
+                    if path.file_name().is_some_and(|n| n != "adapters") {
+                        visit(&path, found);
+                    }
+                } else if path.extension().is_some_and(|e| e == "rs")
+                    && path.file_name().is_some_and(|n| n != "lib.rs")
+                {
+                    let text = std::fs::read_to_string(&path).unwrap();
+                    let names = ["DelayQueue", "HyperTimer", "TimeoutLayer"];
+                    let imports = text.lines().any(|line| {
+                        line.contains("adapters::")
+                            || (line.contains("crate::") && names.iter().any(|n| line.contains(n)))
+                    });
+                    if imports {
+                        found.push(path.display().to_string());
+                    }
+                }
+            }
+        }
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+        let mut found = vec![];
+        visit(&src, &mut found);
+        assert!(
+            found.is_empty(),
+            "modules below the adapters name them: {found:?}"
+        );
+    }
+}

@@ -1,0 +1,581 @@
+//! `DelayQueue` on the wheel: on the manual clock, polled by hand with counting wakers (never
+//! early, at most a tick late, each item once; removed and reset keys; wake-ups; memory given
+//! back; far deadlines), one regression test per tokio-util and downstream bug report, and
+//! driven for real by tokio (both flavours), `futures`' `block_on` and smol.
+
+use hashed_timer_wheel::delay_queue::{Expired, Key};
+use hashed_timer_wheel::{DelayQueue, HashedWheelTimer, ManualDriver};
+use std::collections::HashSet;
+use std::future::poll_fn;
+use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+use std::sync::Arc;
+use std::task::{Context, Poll, Wake, Waker};
+use std::time::{Duration, Instant};
+
+const TICK: Duration = Duration::from_millis(1);
+
+fn manual() -> (HashedWheelTimer, ManualDriver) {
+    HashedWheelTimer::builder()
+        .tick_duration(TICK)
+        .ticks_per_wheel(64)
+        .build_manual()
+        .unwrap()
+}
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+/// A waker that counts its wake-ups.
+#[derive(Default)]
+struct Counter(AtomicUsize);
+
+impl Wake for Counter {
+    fn wake(self: Arc<Self>) {
+        self.0.fetch_add(1, SeqCst);
+    }
+}
+
+fn counter() -> (Arc<Counter>, Waker) {
+    let c = Arc::new(Counter::default());
+    (c.clone(), Waker::from(c))
+}
+
+fn wakes(c: &Counter) -> usize {
+    c.0.load(SeqCst)
+}
+
+fn poll<T>(queue: &mut DelayQueue<T>, waker: &Waker) -> Poll<Option<Expired<T>>> {
+    queue.poll_expired(&mut Context::from_waker(waker))
+}
+
+/// Everything the queue yields now, without waiting.
+fn drain_ready<T>(queue: &mut DelayQueue<T>, waker: &Waker) -> Vec<T> {
+    let mut out = vec![];
+    while let Poll::Ready(Some(item)) = poll(queue, waker) {
+        out.push(item.into_inner());
+    }
+    out
+}
+
+/// Advances the manual clock one tick at a time up to `to`.
+fn step_to(driver: &ManualDriver, to: Duration) {
+    while driver.now() < to {
+        driver.advance(TICK.min(to - driver.now()));
+    }
+}
+
+#[test]
+fn never_early_at_most_a_tick_late_each_item_once() {
+    let (timer, driver) = manual();
+    let mut queue = DelayQueue::new(timer.handle());
+    let (_count, waker) = counter();
+    // Deadlines from 0 to 3 s, some far beyond the wheel's 64 buckets, some sharing a tick.
+    let mut seed = 11u64;
+    let mut due = vec![];
+    for i in 0..2_000u64 {
+        seed = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        let at = Duration::from_micros((seed >> 33) % 3_000_000);
+        queue.insert(i, at);
+        due.push(at);
+    }
+    assert!(poll(&mut queue, &waker).is_pending());
+    let mut seen = HashSet::new();
+    let mut step = Duration::ZERO;
+    while !queue.is_empty() {
+        step += Duration::from_micros(250);
+        step_to(&driver, step);
+        let now = driver.now();
+        for i in drain_ready(&mut queue, &waker) {
+            let deadline = due[i as usize];
+            assert!(now >= deadline, "item {i} early: {now:?} < {deadline:?}");
+            assert!(
+                now <= deadline + 2 * TICK,
+                "item {i} late: {now:?}, due {deadline:?}"
+            );
+            assert!(seen.insert(i), "item {i} yielded twice");
+        }
+    }
+    assert_eq!(seen.len(), 2_000);
+    assert!(poll(&mut queue, &waker).is_ready());
+}
+
+#[test]
+fn items_come_back_in_fire_tick_order_then_insertion_order() {
+    let (timer, driver) = manual();
+    let mut queue = DelayQueue::new(timer.handle());
+    let (_count, waker) = counter();
+    for (v, at) in [(3, 30), (1, 10), (4, 30), (2, 20), (0, 5), (5, 200)] {
+        queue.insert(v, ms(at));
+    }
+    step_to(&driver, ms(300));
+    assert_eq!(drain_ready(&mut queue, &waker), vec![0, 1, 2, 3, 4, 5]);
+}
+
+#[test]
+fn a_removed_key_never_expires_and_names_nothing_after() {
+    let (timer, driver) = manual();
+    let mut queue = DelayQueue::new(timer.handle());
+    let (_count, waker) = counter();
+    let a = queue.insert("a", ms(10));
+    queue.insert("b", ms(100));
+    assert!(poll(&mut queue, &waker).is_pending());
+    assert_eq!(queue.remove(&a).into_inner(), "a");
+    step_to(&driver, ms(50));
+    assert!(poll(&mut queue, &waker).is_pending(), "a is gone");
+    assert!(queue.try_remove(&a).is_none());
+    // Its slot is reused: the old key still names nothing.
+    let c = queue.insert("c", ms(200));
+    assert_ne!(a, c);
+    assert!(queue.try_remove(&a).is_none());
+    assert_eq!(queue.len(), 2);
+    step_to(&driver, ms(250));
+    assert_eq!(drain_ready(&mut queue, &waker), vec!["b", "c"]);
+}
+
+#[test]
+fn a_reset_key_never_expires_under_its_old_deadline() {
+    let (timer, driver) = manual();
+    let mut queue = DelayQueue::new(timer.handle());
+    let (_count, waker) = counter();
+    let later = queue.insert("later", ms(10));
+    let sooner = queue.insert("sooner", ms(80));
+    assert!(poll(&mut queue, &waker).is_pending());
+    queue.reset(&later, ms(50));
+    queue.reset(&sooner, ms(5));
+    step_to(&driver, ms(20));
+    assert_eq!(drain_ready(&mut queue, &waker), vec!["sooner"]);
+    step_to(&driver, ms(49));
+    assert!(
+        poll(&mut queue, &waker).is_pending(),
+        "not at the old deadline"
+    );
+    step_to(&driver, ms(51));
+    let item = poll(&mut queue, &waker);
+    let Poll::Ready(Some(item)) = item else {
+        panic!("due at 50 ms: {item:?}")
+    };
+    assert_eq!((item.key(), item.into_inner()), (later, "later"));
+}
+
+#[test]
+fn an_expired_item_not_yet_yielded_can_be_reset_or_removed() {
+    let (timer, driver) = manual();
+    let mut queue = DelayQueue::new(timer.handle());
+    let (_count, waker) = counter();
+    let a = queue.insert("a", ms(5));
+    let b = queue.insert("b", ms(5));
+    let c = queue.insert("c", ms(5));
+    step_to(&driver, ms(10));
+    let Poll::Ready(Some(first)) = poll(&mut queue, &waker) else {
+        panic!("a is due")
+    };
+    assert_eq!(first.key(), a);
+    // b and c have expired and wait to be yielded.
+    queue.reset(&b, ms(20));
+    assert_eq!(queue.remove(&c).into_inner(), "c");
+    assert!(poll(&mut queue, &waker).is_pending());
+    step_to(&driver, ms(31));
+    assert_eq!(drain_ready(&mut queue, &waker), vec!["b"]);
+    assert!(queue.is_empty());
+}
+
+#[test]
+fn an_earlier_insert_wakes_the_waiting_task_on_time() {
+    let (timer, driver) = manual();
+    let mut queue = DelayQueue::new(timer.handle());
+    let (count, waker) = counter();
+    queue.insert("late", ms(500));
+    assert!(poll(&mut queue, &waker).is_pending());
+    queue.insert("early", ms(10));
+    step_to(&driver, ms(9));
+    assert_eq!(wakes(&count), 0, "never early");
+    step_to(&driver, ms(12));
+    assert_eq!(wakes(&count), 1);
+    assert_eq!(drain_ready(&mut queue, &waker), vec!["early"]);
+}
+
+#[test]
+fn the_queue_holds_one_pending_timeout_while_it_waits_and_none_when_empty() {
+    let (timer, driver) = manual();
+    let mut queue = DelayQueue::new(timer.handle());
+    let (_count, waker) = counter();
+    let keys: Vec<Key> = (0..100).map(|i| queue.insert(i, ms(10 + i))).collect();
+    assert_eq!(timer.pending_timeouts(), 0, "nothing armed before a poll");
+    assert!(poll(&mut queue, &waker).is_pending());
+    assert_eq!(timer.pending_timeouts(), 1);
+    for key in &keys {
+        queue.remove(key);
+    }
+    driver.advance(TICK);
+    assert_eq!(
+        timer.pending_timeouts(),
+        0,
+        "emptied: its Sleep is cancelled"
+    );
+    drop(queue);
+}
+
+/// tokio-rs/tokio#6751: removing the last item did not wake the task waiting in
+/// `poll_expired`, which then slept until an unrelated wake-up.
+#[test]
+fn tokio_6751_removing_the_last_item_wakes_the_waiting_task() {
+    let (timer, _driver) = manual();
+    let mut queue = DelayQueue::new(timer.handle());
+    let (count, waker) = counter();
+    let key = queue.insert("foo", Duration::from_secs(100));
+    assert!(poll(&mut queue, &waker).is_pending());
+    queue.remove(&key);
+    assert_eq!(wakes(&count), 1);
+    assert!(matches!(poll(&mut queue, &waker), Poll::Ready(None)));
+}
+
+/// tokio-rs/tokio#8320: `clear` left the task waiting in `poll_expired` asleep.
+#[test]
+fn tokio_8320_clear_wakes_the_waiting_task() {
+    let (timer, _driver) = manual();
+    let mut queue = DelayQueue::new(timer.handle());
+    let (count, waker) = counter();
+    queue.insert(1, Duration::from_secs(100));
+    queue.insert(2, Duration::from_secs(200));
+    assert!(poll(&mut queue, &waker).is_pending());
+    queue.clear();
+    assert_eq!(wakes(&count), 1);
+    assert!(matches!(poll(&mut queue, &waker), Poll::Ready(None)));
+    assert_eq!(queue.len(), 0);
+}
+
+/// tokio-rs/tokio#8274: a reset to a deadline in the past made the item due without waking
+/// the task waiting in `poll_expired`.
+#[test]
+fn tokio_8274_a_reset_to_the_past_wakes_the_waiting_task() {
+    let (timer, driver) = manual();
+    let mut queue = DelayQueue::new(timer.handle());
+    let (count, waker) = counter();
+    driver.advance(ms(50));
+    let key = queue.insert("foo", Duration::from_secs(100));
+    queue.insert("bar", Duration::from_secs(200));
+    assert!(poll(&mut queue, &waker).is_pending());
+    queue.reset_at(&key, Instant::now() - ms(20));
+    assert_eq!(wakes(&count), 1);
+    // Due without the clock moving.
+    let Poll::Ready(Some(item)) = poll(&mut queue, &waker) else {
+        panic!("foo is due")
+    };
+    assert_eq!(item.into_inner(), "foo");
+}
+
+/// tokio-rs/tokio#4161: `poll_expired` returned `Pending` on an empty queue, where
+/// tokio-util's documentation says `Ready(None)` ("if no items are in the queue, i.e.
+/// `is_empty()` returns `true`, then `poll` returns `Poll::Ready(None)`").
+#[test]
+fn tokio_4161_poll_expired_on_an_empty_queue_is_ready_none() {
+    let (timer, _driver) = manual();
+    let mut queue = DelayQueue::new(timer.handle());
+    let (_count, waker) = counter();
+    assert!(matches!(poll(&mut queue, &waker), Poll::Ready(None)));
+    let key = queue.insert(0, Duration::from_secs(10));
+    assert!(poll(&mut queue, &waker).is_pending());
+    queue.remove(&key);
+    assert!(matches!(poll(&mut queue, &waker), Poll::Ready(None)));
+    // And it yields again after an insert.
+    queue.insert(1, Duration::ZERO);
+    assert!(matches!(poll(&mut queue, &waker), Poll::Ready(Some(_))));
+}
+
+/// tokio-rs/tokio#8402: `peek` named the last inserted of two entries sharing a wheel slot
+/// above level zero, not the earliest. Here: every pair of deadlines in 1..=90 ms, both
+/// insertion orders, and pairs a few seconds out (far slots); `peek` names the key
+/// `poll_expired` yields first.
+#[test]
+fn tokio_8402_peek_names_the_key_poll_expired_yields_next() {
+    let (timer, _driver) = manual();
+    let (_count, waker) = counter();
+    let mut pairs: Vec<(u64, u64)> = vec![];
+    for a in 1..=90 {
+        for b in (1..=90).filter(|&b| b != a) {
+            pairs.push((a, b));
+        }
+    }
+    pairs.extend([(5_000, 5_020), (5_020, 5_000), (70, 4_000), (4_000, 70)]);
+    for (a, b) in pairs {
+        let mut queue = DelayQueue::new(timer.handle());
+        let ka = queue.insert(a, ms(a));
+        let kb = queue.insert(b, ms(b));
+        let earliest = if a < b { ka } else { kb };
+        assert_eq!(queue.peek(), Some(earliest), "pair ({a}, {b})");
+        assert!(poll(&mut queue, &waker).is_pending());
+        assert_eq!(queue.peek(), Some(earliest), "pair ({a}, {b}) after a poll");
+    }
+}
+
+#[test]
+fn tokio_8402_peek_agrees_with_poll_expired_end_to_end() {
+    let (timer, driver) = manual();
+    let mut queue = DelayQueue::new(timer.handle());
+    let (_count, waker) = counter();
+    for (i, at) in [130, 65, 64, 190, 100, 120, 2_000, 66]
+        .into_iter()
+        .enumerate()
+    {
+        queue.insert(i, ms(at));
+    }
+    let mut to = Duration::ZERO;
+    while !queue.is_empty() {
+        let peeked = queue.peek().expect("not empty");
+        to += TICK;
+        step_to(&driver, to);
+        if let Poll::Ready(Some(item)) = poll(&mut queue, &waker) {
+            assert_eq!(item.key(), peeked);
+            for rest in drain_ready(&mut queue, &waker) {
+                let _ = rest;
+            }
+        }
+    }
+}
+
+/// tokio-rs/tokio#4170 (and #3590): a burst left the queue's slab at its high-water mark;
+/// `shrink_to_fit` gives it back without changing any key, and a queue that empties lets go
+/// of its slab by itself.
+#[test]
+fn tokio_4170_shrink_to_fit_gives_back_a_burst() {
+    let (timer, driver) = manual();
+    let mut queue = DelayQueue::new(timer.handle());
+    let (_count, waker) = counter();
+    let keys: Vec<Key> = (0..100_000u32)
+        .map(|i| queue.insert(i, ms(100 + u64::from(i % 1_000))))
+        .collect();
+    assert!(queue.capacity() >= 100_000);
+    for key in &keys[10..] {
+        queue.remove(key);
+    }
+    queue.shrink_to_fit();
+    assert!(queue.capacity() <= 16, "capacity {}", queue.capacity());
+    // Keys survive, and the items still expire on time.
+    assert_eq!(*queue.remove(&keys[3]).get_ref(), 3);
+    queue.reset(&keys[4], ms(50));
+    step_to(&driver, ms(60));
+    assert_eq!(drain_ready(&mut queue, &waker), vec![4]);
+    step_to(&driver, ms(120));
+    assert_eq!(
+        drain_ready(&mut queue, &waker),
+        vec![0, 1, 2, 5, 6, 7, 8, 9]
+    );
+    // Empty: the next burst starts from the first slot.
+    assert!(queue.is_empty());
+    queue.insert(0, ms(1));
+    queue.shrink_to_fit();
+    assert!(queue.capacity() <= 1);
+}
+
+/// kube-rs/kube#1772, restatedev/restate#5017: tokio-util's wheel panicked ("invalid
+/// deadline") for a deadline more than 2^36 ms (about 2.2 years) ahead. Any `Duration` is
+/// accepted here; one past 64-bit nanoseconds never fires.
+#[test]
+fn kube_1772_restate_5017_deadlines_past_2_pow_36_ms_are_accepted() {
+    let (timer, driver) = manual();
+    let mut queue = DelayQueue::new(timer.handle());
+    let (_count, waker) = counter();
+    let far = Duration::from_millis(1 << 36) + ms(5);
+    let far_key = queue.insert("far", far);
+    let never = queue.insert("never", Duration::MAX);
+    let years = queue.insert("years", Duration::from_secs(1 << 40));
+    queue.reset(&years, Duration::from_secs(u64::MAX));
+    queue.insert_at(
+        "instant",
+        Instant::now() + Duration::from_secs(100 * 365 * 86_400),
+    );
+    assert!(poll(&mut queue, &waker).is_pending());
+    assert_eq!(queue.peek(), Some(far_key));
+    driver.advance(Duration::from_millis(1 << 36));
+    assert!(poll(&mut queue, &waker).is_pending(), "never early");
+    step_to(&driver, far + TICK);
+    let Poll::Ready(Some(item)) = poll(&mut queue, &waker) else {
+        panic!("due after 2^36 ms")
+    };
+    assert_eq!(item.into_inner(), "far");
+    assert!(queue.deadline(&never) > Instant::now());
+    assert_eq!(queue.remove(&never).into_inner(), "never");
+    assert_eq!(queue.len(), 2);
+}
+
+#[test]
+fn a_stopped_timer_ends_the_queue_after_what_is_due() {
+    let (timer, driver) = manual();
+    let mut queue = DelayQueue::new(timer.handle());
+    let (count, waker) = counter();
+    queue.insert("due", ms(5));
+    queue.insert("later", ms(500));
+    assert!(poll(&mut queue, &waker).is_pending());
+    step_to(&driver, ms(10));
+    drop(timer.stop());
+    assert!(wakes(&count) >= 1);
+    assert_eq!(drain_ready(&mut queue, &waker), vec!["due"]);
+    assert!(matches!(poll(&mut queue, &waker), Poll::Ready(None)));
+    assert_eq!(queue.len(), 1, "the rest stays in the queue");
+}
+
+#[test]
+fn expired_items_carry_their_key_and_deadline() {
+    let (timer, driver) = manual();
+    let mut queue = DelayQueue::new(timer.handle());
+    let (_count, waker) = counter();
+    let key = queue.insert(9, ms(20));
+    let deadline = queue.deadline(&key);
+    step_to(&driver, ms(25));
+    let Poll::Ready(Some(mut item)) = poll(&mut queue, &waker) else {
+        panic!("due")
+    };
+    *item.get_mut() += 1;
+    assert_eq!(item.key(), key);
+    // The manual clock's instants count from the call: within a few ms of the first reading.
+    assert!(item.deadline() <= deadline + ms(100));
+    assert_eq!(item.into_inner(), 10);
+}
+
+/// A real timer (1 ms tick) under an executor: `n` items due over 40 ms, each yielded once,
+/// never before its deadline, in deadline order up to the tick.
+async fn expire_for_real(timer: &HashedWheelTimer) {
+    let mut queue = DelayQueue::new(timer.handle());
+    let start = Instant::now();
+    let mut due = vec![];
+    for i in 0..200u64 {
+        let at = start + Duration::from_micros((i * 7_919) % 40_000);
+        queue.insert_at(i, at);
+        due.push(at);
+    }
+    let mut seen = HashSet::new();
+    let mut last_due = start;
+    while let Some(item) = poll_fn(|cx| queue.poll_expired(cx)).await {
+        let now = Instant::now();
+        let i = item.into_inner();
+        let at = due[i as usize];
+        assert!(now >= at, "item {i} early");
+        assert!(at + TICK >= last_due, "order holds to the tick");
+        last_due = last_due.max(at);
+        assert!(seen.insert(i));
+    }
+    assert_eq!(seen.len(), 200);
+}
+
+fn real_timer() -> HashedWheelTimer {
+    HashedWheelTimer::new(TICK, 64)
+}
+
+#[test]
+fn under_tokio_current_thread() {
+    let timer = real_timer();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        tokio::time::timeout(Duration::from_secs(10), expire_for_real(&timer))
+            .await
+            .expect("bounded")
+    });
+}
+
+#[test]
+fn under_tokio_multi_thread() {
+    let timer = real_timer();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_time()
+        .build()
+        .unwrap();
+    let handle = timer.handle();
+    rt.block_on(async move {
+        let task = tokio::spawn(async move {
+            let timer = handle;
+            let mut queue = DelayQueue::new(timer);
+            for i in 0..50u64 {
+                queue.insert(i, Duration::from_micros(i * 300));
+            }
+            let mut n = 0;
+            while poll_fn(|cx| queue.poll_expired(cx)).await.is_some() {
+                n += 1;
+            }
+            n
+        });
+        let n = tokio::time::timeout(Duration::from_secs(10), task)
+            .await
+            .expect("bounded")
+            .unwrap();
+        assert_eq!(n, 50);
+    });
+    drop(timer);
+}
+
+#[test]
+fn under_futures_block_on() {
+    let timer = real_timer();
+    futures::executor::block_on(expire_for_real(&timer));
+}
+
+#[test]
+fn under_smol() {
+    let timer = real_timer();
+    smol::block_on(expire_for_real(&timer));
+}
+
+/// Another task removes the last item while the consumer waits (the shape of #6751's report,
+/// for real): the consumer wakes and sees the end.
+#[test]
+fn a_remove_from_another_task_ends_the_wait_under_tokio() {
+    let timer = real_timer();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_time()
+        .build()
+        .unwrap();
+    let handle = timer.handle();
+    rt.block_on(async move {
+        let mut queue = DelayQueue::new(handle);
+        let key = queue.insert("foo", Duration::from_secs(100));
+        let queue = Arc::new(std::sync::Mutex::new(queue));
+        let consumer = {
+            let queue = queue.clone();
+            tokio::spawn(async move { poll_fn(|cx| queue.lock().unwrap().poll_expired(cx)).await })
+        };
+        tokio::time::sleep(ms(20)).await;
+        queue.lock().unwrap().remove(&key);
+        let out = tokio::time::timeout(Duration::from_secs(5), consumer)
+            .await
+            .expect("woken, not hung")
+            .unwrap();
+        assert!(out.is_none());
+    });
+}
+
+#[cfg(feature = "stream")]
+#[test]
+fn the_stream_yields_then_ends_when_empty() {
+    use futures::StreamExt;
+    let timer = real_timer();
+    let mut queue = DelayQueue::new(timer.handle());
+    for i in 0..5 {
+        queue.insert(i, ms(5 - i));
+    }
+    let got: Vec<u64> =
+        futures::executor::block_on((&mut queue).map(Expired::into_inner).collect::<Vec<_>>());
+    assert_eq!(got, vec![4, 3, 2, 1, 0]);
+    queue.insert(9, ms(1));
+    assert_eq!(
+        futures::executor::block_on(queue.next()).map(Expired::into_inner),
+        Some(9)
+    );
+}
+
+#[test]
+fn a_queue_is_send_and_sync_and_its_types_debug() {
+    fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<DelayQueue<String>>();
+    let timer = HashedWheelTimer::default();
+    let mut queue = DelayQueue::new(timer.handle());
+    let key = queue.insert("x", Duration::from_secs(1));
+    assert!(format!("{queue:?}").contains("len: 1"));
+    assert!(format!("{key:?}").contains("Key"));
+}

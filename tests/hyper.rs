@@ -1,0 +1,233 @@
+//! `HyperTimer` under a real hyper 1.x HTTP/1 server and client on 127.0.0.1 (hyper-util's
+//! `TokioIo`), on both tokio runtime flavours: a client that sends half a request head and then
+//! nothing is cut off by `header_read_timeout` close to its deadline and never before it;
+//! keep-alive serves several requests on one connection; a stopped timer fails the
+//! connection's timeouts at once, with no hang and no panic. Also `reset` (the same box, the
+//! deadline moved) and `now`. Every network wait is bounded by a timeout.
+#![cfg(feature = "hyper")]
+
+use bytes::Bytes;
+use hashed_timer_wheel::hyper::HyperSleep;
+use hashed_timer_wheel::{HashedWheelTimer, HyperTimer};
+use http_body_util::{BodyExt, Full};
+use hyper::rt::Timer;
+use hyper::{Request, Response};
+use hyper_util::rt::TokioIo;
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::mpsc;
+
+const TICK: Duration = Duration::from_millis(1);
+const BOUND: Duration = Duration::from_secs(10);
+
+fn runtimes() -> [tokio::runtime::Runtime; 2] {
+    [
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap(),
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap(),
+    ]
+}
+
+/// What each served connection ended with: `Ok`, or whether its error was a timeout.
+type Outcomes = mpsc::UnboundedReceiver<Result<(), bool>>;
+
+/// A hello-world HTTP/1 server on 127.0.0.1 with `timer` as hyper's timer; returns its
+/// address, the connections' outcomes and the number accepted.
+async fn serve(
+    timer: HyperTimer,
+    header_timeout: Duration,
+) -> (SocketAddr, Outcomes, Arc<AtomicUsize>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (tx, rx) = mpsc::unbounded_channel();
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let count = accepted.clone();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            count.fetch_add(1, SeqCst);
+            let (timer, tx) = (timer.clone(), tx.clone());
+            tokio::spawn(async move {
+                let hello = hyper::service::service_fn(|_: Request<hyper::body::Incoming>| async {
+                    Ok::<_, Infallible>(Response::new(Full::new(Bytes::from_static(b"hello"))))
+                });
+                let result = hyper::server::conn::http1::Builder::new()
+                    .timer(timer)
+                    .header_read_timeout(header_timeout)
+                    .keep_alive(true)
+                    .serve_connection(TokioIo::new(stream), hello)
+                    .await;
+                let _ = tx.send(result.map_err(|e| e.is_timeout()));
+            });
+        }
+    });
+    (addr, rx, accepted)
+}
+
+/// Connects, sends half a request head, and waits for the server to close: how long that took
+/// from before the connect.
+async fn half_a_head(addr: SocketAddr) -> Duration {
+    let start = Instant::now();
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    stream
+        .write_all(b"GET / HTTP/1.1\r\nHost: local")
+        .await
+        .unwrap();
+    let mut buf = Vec::new();
+    let _ = tokio::time::timeout(BOUND, stream.read_to_end(&mut buf))
+        .await
+        .expect("the server closes the connection");
+    start.elapsed()
+}
+
+#[test]
+fn a_half_sent_head_is_cut_off_at_header_read_timeout_never_before() {
+    let timeout = Duration::from_millis(200);
+    for rt in runtimes() {
+        let timer = HashedWheelTimer::new(TICK, 512);
+        rt.block_on(async {
+            let (addr, mut outcomes, _) = serve(HyperTimer::new(timer.handle()), timeout).await;
+            for _ in 0..3 {
+                let took = half_a_head(addr).await;
+                assert!(took >= timeout, "cut off early: {took:?}");
+                assert!(
+                    took < timeout + Duration::from_millis(250),
+                    "late: {took:?}"
+                );
+                let outcome = tokio::time::timeout(BOUND, outcomes.recv()).await.unwrap();
+                assert_eq!(outcome, Some(Err(true)), "a header read timeout");
+            }
+        });
+    }
+}
+
+#[test]
+fn keep_alive_serves_several_requests_on_one_connection() {
+    for rt in runtimes() {
+        let timer = HashedWheelTimer::new(TICK, 512);
+        rt.block_on(async {
+            let hyper_timer = HyperTimer::new(timer.handle());
+            let (addr, mut outcomes, accepted) =
+                serve(hyper_timer, Duration::from_millis(500)).await;
+            let stream = TcpStream::connect(addr).await.unwrap();
+            let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+                .await
+                .unwrap();
+            let conn = tokio::spawn(conn);
+            for i in 0..5 {
+                let request = Request::get(format!("/{i}"))
+                    .header("host", "local")
+                    .body(Full::new(Bytes::new()))
+                    .unwrap();
+                sender.ready().await.unwrap();
+                let response = tokio::time::timeout(BOUND, sender.send_request(request))
+                    .await
+                    .expect("bounded")
+                    .unwrap();
+                assert_eq!(response.status(), 200);
+                let body = response.into_body().collect().await.unwrap().to_bytes();
+                assert_eq!(&body[..], b"hello");
+                // Idle between requests for less than the header read timeout.
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            assert_eq!(accepted.load(SeqCst), 1, "one connection");
+            drop(sender);
+            let _ = tokio::time::timeout(BOUND, conn).await.expect("bounded");
+            let outcome = tokio::time::timeout(BOUND, outcomes.recv()).await.unwrap();
+            assert_eq!(outcome, Some(Ok(())));
+        });
+    }
+}
+
+#[test]
+fn a_stopped_timer_fails_the_connections_timeouts_at_once() {
+    for rt in runtimes() {
+        let timer = HashedWheelTimer::new(TICK, 512);
+        rt.block_on(async {
+            let long = Duration::from_secs(30);
+            let (addr, mut outcomes, _) = serve(HyperTimer::new(timer.handle()), long).await;
+            // One connection waiting on its header read timeout when the timer stops...
+            let waiting = tokio::spawn(half_a_head(addr));
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            drop(timer.stop());
+            let took = tokio::time::timeout(BOUND, waiting)
+                .await
+                .expect("no hang")
+                .unwrap();
+            assert!(
+                took < Duration::from_secs(5),
+                "closed at the stop, not at 30 s: {took:?}"
+            );
+            // ... and one made after it.
+            let took = half_a_head(addr).await;
+            assert!(took < Duration::from_secs(5), "{took:?}");
+            for _ in 0..2 {
+                let outcome = tokio::time::timeout(BOUND, outcomes.recv()).await.unwrap();
+                assert_eq!(outcome, Some(Err(true)));
+            }
+        });
+    }
+}
+
+#[test]
+fn reset_moves_the_same_sleep() {
+    let timer = HashedWheelTimer::new(TICK, 64);
+    let hyper_timer = HyperTimer::new(timer.handle());
+    let mut sleep = hyper_timer.sleep(Duration::from_secs(3600));
+    let before: *const HyperSleep = sleep
+        .as_mut()
+        .downcast_mut_pin::<HyperSleep>()
+        .map(|s| &*s as *const HyperSleep)
+        .unwrap();
+    let soon = Instant::now() + Duration::from_millis(5);
+    hyper_timer.reset(&mut sleep, soon);
+    let ours = sleep.as_mut().downcast_mut_pin::<HyperSleep>().unwrap();
+    assert_eq!(&*ours as *const HyperSleep, before, "the same box");
+    assert!(ours.get_ref().deadline() <= soon + TICK);
+    let start = Instant::now();
+    futures::executor::block_on(sleep);
+    assert!(Instant::now() >= soon, "never early");
+    assert!(start.elapsed() < Duration::from_secs(5));
+    assert_eq!(timer.pending_timeouts(), 0);
+}
+
+#[test]
+fn reset_replaces_another_timers_sleep() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let timer = HashedWheelTimer::new(TICK, 64);
+        let hyper_timer = HyperTimer::new(timer.handle());
+        let mut foreign = hyper_util::rt::TokioTimer::new().sleep(Duration::from_secs(3600));
+        hyper_timer.reset(&mut foreign, Instant::now() + Duration::from_millis(2));
+        assert!(foreign.as_mut().downcast_mut_pin::<HyperSleep>().is_some());
+        tokio::time::timeout(BOUND, foreign).await.expect("bounded");
+    });
+}
+
+#[test]
+fn now_agrees_with_the_timers_clock() {
+    let timer = HashedWheelTimer::new(TICK, 64);
+    let hyper_timer = HyperTimer::new(timer.handle());
+    let before = Instant::now();
+    let now = hyper_timer.now();
+    let after = Instant::now();
+    assert!(now >= before, "never behind the monotonic clock");
+    assert!(now <= after + Duration::from_millis(1));
+    // A deadline counted from it is one the timer's sleeps keep.
+    let at = hyper_timer.now() + Duration::from_millis(3);
+    futures::executor::block_on(hyper_timer.sleep_until(at));
+    assert!(Instant::now() >= at);
+}

@@ -1,0 +1,221 @@
+//! The tower timeout layer: in `ServiceBuilder` stacks and through `ServiceExt::oneshot`, on
+//! the manual clock where time matters (the deadline wins, never early; a dropped response
+//! cancels its timeout) and under tokio: the inner response wins, inner errors and
+//! `poll_ready` pass through, a stopped timer fails the call.
+#![cfg(feature = "tower")]
+
+use hashed_timer_wheel::tower::{BoxError, Elapsed, TimeoutService};
+use hashed_timer_wheel::{HashedWheelTimer, ManualDriver, TimeoutLayer, TimerError};
+use std::convert::Infallible;
+use std::future::{pending, Future};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+use std::sync::Arc;
+use std::task::{Context, Poll, Wake, Waker};
+use std::time::Duration;
+use tower::{service_fn, Service, ServiceBuilder, ServiceExt};
+
+const TICK: Duration = Duration::from_millis(1);
+
+fn manual() -> (HashedWheelTimer, ManualDriver) {
+    HashedWheelTimer::builder()
+        .tick_duration(TICK)
+        .ticks_per_wheel(64)
+        .build_manual()
+        .unwrap()
+}
+
+#[derive(Default)]
+struct Counter(AtomicUsize);
+
+impl Wake for Counter {
+    fn wake(self: Arc<Self>) {
+        self.0.fetch_add(1, SeqCst);
+    }
+}
+
+fn poll<F: Future>(f: Pin<&mut F>, waker: &Waker) -> Poll<F::Output> {
+    f.poll(&mut Context::from_waker(waker))
+}
+
+fn never(_: u32) -> impl Future<Output = Result<u32, Infallible>> {
+    pending()
+}
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_time()
+        .build()
+        .unwrap()
+}
+
+#[test]
+fn the_deadline_wins_never_early() {
+    let (timer, driver) = manual();
+    let service = ServiceBuilder::new()
+        .layer(TimeoutLayer::new(timer.handle(), Duration::from_millis(50)))
+        .service(service_fn(never));
+    let counter = Arc::new(Counter::default());
+    let waker = Waker::from(counter.clone());
+    let mut call = Box::pin(service.oneshot(1));
+    assert!(poll(call.as_mut(), &waker).is_pending());
+    driver.advance(Duration::from_millis(49));
+    assert!(poll(call.as_mut(), &waker).is_pending(), "never early");
+    assert_eq!(counter.0.load(SeqCst), 0);
+    driver.advance(Duration::from_millis(2));
+    assert_eq!(counter.0.load(SeqCst), 1, "woken once at the deadline");
+    let Poll::Ready(Err(error)) = poll(call.as_mut(), &waker) else {
+        panic!("the deadline passed")
+    };
+    assert!(error.is::<Elapsed>(), "{error}");
+    assert_eq!(timer.pending_timeouts(), 0);
+}
+
+#[test]
+fn a_dropped_response_future_cancels_its_timeout() {
+    let (timer, driver) = manual();
+    let mut service = ServiceBuilder::new()
+        .layer(TimeoutLayer::new(timer.handle(), Duration::from_secs(30)))
+        .service(service_fn(never));
+    let calls: Vec<_> = (0..10).map(|i| service.call(i)).collect();
+    assert_eq!(timer.pending_timeouts(), 10);
+    drop(calls);
+    driver.advance(TICK);
+    assert_eq!(timer.pending_timeouts(), 0);
+}
+
+#[test]
+fn the_inner_response_wins_and_its_timeout_goes() {
+    let timer = HashedWheelTimer::new(TICK, 512);
+    let service = ServiceBuilder::new()
+        .layer(TimeoutLayer::new(timer.handle(), Duration::from_secs(1)))
+        .map_response(|x: u32| x * 2)
+        .service(service_fn(
+            |x: u32| async move { Ok::<_, Infallible>(x + 1) },
+        ));
+    let (handle, layer_handle) = (timer.handle(), timer.handle());
+    let out = rt().block_on(async move {
+        let slow_enough = service_fn(move |x: u32| {
+            let sleep = handle.sleep(Duration::from_millis(5));
+            async move {
+                sleep.await.unwrap();
+                Ok::<_, Infallible>(x)
+            }
+        });
+        let delayed = ServiceBuilder::new()
+            .layer(TimeoutLayer::new(layer_handle, Duration::from_secs(1)))
+            .service(slow_enough);
+        let a = tokio::time::timeout(Duration::from_secs(5), service.oneshot(20)).await;
+        let b = tokio::time::timeout(Duration::from_secs(5), delayed.oneshot(7)).await;
+        (a.expect("bounded").unwrap(), b.expect("bounded").unwrap())
+    });
+    assert_eq!(out, (42, 7));
+    // The deadlines were cancelled when the responses won.
+    let start = std::time::Instant::now();
+    while timer.pending_timeouts() > 0 {
+        assert!(start.elapsed() < Duration::from_secs(5));
+        std::thread::sleep(TICK);
+    }
+}
+
+#[test]
+fn the_inner_errors_pass_through_boxed() {
+    let timer = HashedWheelTimer::new(TICK, 64);
+    let service = ServiceBuilder::new()
+        .layer(TimeoutLayer::new(timer.handle(), Duration::from_secs(1)))
+        .service(service_fn(|_: ()| async {
+            Err::<(), _>(std::io::Error::other("backend down"))
+        }));
+    let error = futures::executor::block_on(service.oneshot(())).unwrap_err();
+    let io = error
+        .downcast_ref::<std::io::Error>()
+        .expect("the inner error");
+    assert_eq!(io.to_string(), "backend down");
+    assert!(!error.is::<Elapsed>());
+}
+
+/// A service that is not ready once, then fails `poll_ready`.
+struct Flaky(usize);
+
+impl Service<()> for Flaky {
+    type Response = ();
+    type Error = BoxError;
+    type Future = std::future::Ready<Result<(), BoxError>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        self.0 += 1;
+        match self.0 {
+            1 => {
+                cx.waker().wake_by_ref();
+                Poll::Pending
+            }
+            2 => Poll::Ready(Ok(())),
+            _ => Poll::Ready(Err("overloaded".into())),
+        }
+    }
+
+    fn call(&mut self, (): ()) -> Self::Future {
+        std::future::ready(Ok(()))
+    }
+}
+
+#[test]
+fn poll_ready_passes_through() {
+    let timer = HashedWheelTimer::new(TICK, 64);
+    let mut service = TimeoutService::new(Flaky(0), timer.handle(), Duration::from_secs(1));
+    let waker = Waker::from(Arc::new(Counter::default()));
+    let mut cx = Context::from_waker(&waker);
+    assert!(service.poll_ready(&mut cx).is_pending());
+    assert!(matches!(service.poll_ready(&mut cx), Poll::Ready(Ok(()))));
+    let Poll::Ready(Err(error)) = service.poll_ready(&mut cx) else {
+        panic!("the inner service's error")
+    };
+    assert_eq!(error.to_string(), "overloaded");
+    assert_eq!(service.get_ref().0, 3);
+    assert_eq!(timer.pending_timeouts(), 0, "poll_ready schedules nothing");
+}
+
+#[test]
+fn nested_layers_the_tighter_limit_fires() {
+    let timer = HashedWheelTimer::new(TICK, 512);
+    let service = ServiceBuilder::new()
+        .layer(TimeoutLayer::new(timer.handle(), Duration::from_secs(10)))
+        .layer(TimeoutLayer::new(timer.handle(), Duration::from_millis(20)))
+        .service(service_fn(never));
+    let start = std::time::Instant::now();
+    let error = rt()
+        .block_on(async {
+            tokio::time::timeout(Duration::from_secs(5), service.oneshot(0))
+                .await
+                .expect("bounded")
+        })
+        .unwrap_err();
+    assert!(start.elapsed() >= Duration::from_millis(20), "never early");
+    assert!(error.is::<Elapsed>());
+}
+
+#[test]
+fn a_stopped_timer_fails_the_call_with_its_error() {
+    let (timer, _driver) = manual();
+    let service = ServiceBuilder::new()
+        .layer(TimeoutLayer::new(timer.handle(), Duration::from_secs(1)))
+        .service(service_fn(never));
+    let waker = Waker::from(Arc::new(Counter::default()));
+    let mut call = Box::pin(service.oneshot(0));
+    assert!(poll(call.as_mut(), &waker).is_pending());
+    drop(timer.stop());
+    let Poll::Ready(Err(error)) = poll(call.as_mut(), &waker) else {
+        panic!("stopped: no hang")
+    };
+    assert_eq!(
+        error.downcast_ref::<TimerError>(),
+        Some(&TimerError::Stopped)
+    );
+    // A call made after the stop fails at once.
+    let service = ServiceBuilder::new()
+        .layer(TimeoutLayer::new(timer.handle(), Duration::from_secs(1)))
+        .service(service_fn(never));
+    let error = futures::executor::block_on(service.oneshot(0)).unwrap_err();
+    assert!(error.is::<TimerError>());
+}
