@@ -164,6 +164,15 @@ impl<T: TypedTask> sealed::Run for T {
     }
 
     #[inline]
+    fn run_parked(
+        entry: sealed::Whole<T>,
+        _: &mut (),
+        state: TimeoutState<T>,
+    ) -> (TimeoutState<T>, bool) {
+        sealed::Run::run_stored(entry.task, state)
+    }
+
+    #[inline]
     fn chunk(entry: &sealed::Whole<T>) -> u32 {
         entry.chunk
     }

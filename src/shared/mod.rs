@@ -127,6 +127,13 @@ pub(crate) mod sealed {
         /// The task of an entry taken out of the wheel.
         fn unpark(entry: Self::Entry, store: &mut Self::Store) -> Self;
 
+        /// [`Run::unpark`], then [`Run::run_stored`], without moving the task in between.
+        fn run_parked(
+            entry: Self::Entry,
+            store: &mut Self::Store,
+            state: TimeoutState<Self>,
+        ) -> (TimeoutState<Self>, bool);
+
         /// The chunk id an entry was parked with.
         fn chunk(entry: &Self::Entry) -> u32;
     }
@@ -158,6 +165,15 @@ impl sealed::Run for BoxedTask {
     #[inline]
     fn unpark(entry: ParkedTask, store: &mut TaskSlabs) -> BoxedTask {
         BoxedTask(store.unpark(entry))
+    }
+
+    #[inline]
+    fn run_parked(
+        entry: ParkedTask,
+        store: &mut TaskSlabs,
+        state: TimeoutState,
+    ) -> (TimeoutState, bool) {
+        store.run_parked(entry, state)
     }
 
     #[inline]

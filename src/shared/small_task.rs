@@ -237,6 +237,12 @@ impl<const N: usize> WordSlab<N> {
     #[inline]
     fn remove(&mut self, key: u32, into: &mut [Word; WORDS]) {
         into[..N].copy_from_slice(self.slot(key));
+        self.release(key);
+    }
+
+    /// Frees slot `key` (its value moved out already).
+    #[inline]
+    fn release(&mut self, key: u32) {
         self.free.push(key);
         if self.free.len() == self.len {
             // Nothing live: give the memory back rather than keep a burst's worth.
@@ -317,6 +323,33 @@ impl TaskSlabs {
             words,
             _send: PhantomData,
         }
+    }
+
+    /// Runs a parked task where its words are (`unpark` then `SmallTask::run`, without copying
+    /// the words out); the slot is free after.
+    #[inline]
+    pub(crate) fn run_parked(
+        &mut self,
+        parked: ParkedTask,
+        state: TimeoutState,
+    ) -> (TimeoutState, bool) {
+        let vtable = parked.vtable;
+        let zero: [Word; 0] = [];
+        let words = match vtable.words {
+            0 => zero.as_ptr(),
+            2 => self.two.slot(parked.key).as_ptr(),
+            _ => self.four.slot(parked.key).as_ptr(),
+        };
+        // SAFETY: the slot holds the live task `parked` names (invariant 3; no words for a
+        // zero-sized task, whose read needs only an aligned pointer), consumed here once
+        // (invariant 2): `parked` is gone, and the slot is freed below without being read.
+        let out = unsafe { (vtable.run)(words, state) };
+        match vtable.words {
+            0 => {}
+            2 => self.two.release(parked.key),
+            _ => self.four.release(parked.key),
+        }
+        out
     }
 
     /// Tasks parked (with words) right now.
@@ -414,7 +447,7 @@ mod tests {
             let (p3, _, drops3) = probe::<PAD>();
             let parked3 = slabs.park(SmallTask::new(as_task(p3)), 0);
             assert_eq!(drops.load(Ordering::SeqCst), 0);
-            let (_st, ran) = slabs.unpark(parked).run(st);
+            let (st, ran) = slabs.unpark(parked).run(st);
             assert!(ran);
             assert_eq!(
                 (runs.load(Ordering::SeqCst), drops.load(Ordering::SeqCst)),
@@ -424,6 +457,15 @@ mod tests {
             assert_eq!(
                 (runs2.load(Ordering::SeqCst), drops2.load(Ordering::SeqCst)),
                 (0, 1)
+            );
+            // Run where it is parked.
+            let (p4, runs4, drops4) = probe::<PAD>();
+            let parked4 = slabs.park(SmallTask::new(as_task(p4)), 0);
+            let (_st, ran) = slabs.run_parked(parked4, st);
+            assert!(ran);
+            assert_eq!(
+                (runs4.load(Ordering::SeqCst), drops4.load(Ordering::SeqCst)),
+                (1, 1)
             );
             // A parked task dropped without unpark leaks (invariant 3): never a double drop.
             // (Under Miri, which reports leaks, it is unparked instead.)

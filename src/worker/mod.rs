@@ -384,7 +384,6 @@ impl<J: Stored> Worker<J> {
         let mut timing = RunTiming::new(executor.is_none());
         self.wheel.expire(tick, now, |entry, idx, deadline| {
             let id = J::chunk(&entry);
-            let task = J::unpark(entry, tasks);
             let cell = chunks.get(id).cell(idx);
             if cell.try_expire() {
                 // Ended before the task runs, so that a task can schedule again even at the
@@ -398,7 +397,7 @@ impl<J: Stored> Worker<J> {
                 // A future's wake-up runs here: handing it to an executor would cost more.
                 let executor = executor.filter(|_| !state.has_waker());
                 timing.before_run(shared);
-                let (state, ran) = run_task(executor, task, state);
+                let (state, ran) = run_task(executor, entry, tasks, state);
                 if !ran {
                     tally.panicked += 1;
                 }
@@ -412,7 +411,7 @@ impl<J: Stored> Worker<J> {
                 // cancellation queue ends it (finding NO_SLOT); the task is dropped here.
                 cell.clear_slot();
                 chunks.settle(id);
-                drop(task);
+                drop(J::unpark(entry, tasks));
             }
         });
         timing.finish(shared, tally);
@@ -508,18 +507,21 @@ fn recycle<T>(buf: &mut Vec<T>) {
 /// propagated. Returns the state it was lent, and false if the task panicked on this thread.
 fn run_task<J: Stored>(
     executor: Option<&Executor>,
-    task: J,
+    entry: J::Entry,
+    tasks: &mut J::Store,
     state: TimeoutState<J>,
 ) -> (TimeoutState<J>, bool) {
     match executor {
         None => {
-            let (state, ran) = sealed::Run::run_stored(task, state);
+            // Run from where it is parked: no copy of the task's words.
+            let (state, ran) = J::run_parked(entry, tasks, state);
             if !ran {
                 log::warn!("a TimerTask panicked; the timer goes on");
             }
             (state, ran)
         }
         Some(executor) => {
+            let task = J::unpark(entry, tasks);
             // The executor's job outlives this call: it takes a reference of its own.
             let owned = state.clone();
             let job: Box<dyn FnOnce() + Send> = Box::new(move || {
