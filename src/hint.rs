@@ -54,6 +54,41 @@ pub(crate) fn prefetch_write_ahead<T>(vec: &Vec<T>) {
     let _ = vec;
 }
 
+/// Asks the CPU to fetch the cache line at `ptr`: for writing (`prefetchw`) when `write` and the
+/// CPU has it, else for reading (`prefetcht0`). Only a hint, as [`prefetch_write_ahead`]; the
+/// worker asks for the lines of the timeouts it is about to expire (their cells and tasks),
+/// a few timeouts ahead.
+#[inline(always)]
+pub(crate) fn prefetch<T>(ptr: *const T, write: bool) {
+    #[cfg(all(target_arch = "x86_64", not(loom), not(miri), not(target_env = "sgx")))]
+    {
+        if write && has_prefetchw() {
+            // SAFETY: as in `prefetch_write_ahead`: a hint that never faults, whatever the
+            // address, and runs only where CPUID reports it.
+            unsafe {
+                std::arch::asm!(
+                    "prefetchw [{addr}]",
+                    addr = in(reg) ptr,
+                    options(nostack, preserves_flags, readonly)
+                );
+            }
+        } else {
+            // SAFETY: `prefetcht0` (SSE, on every x86-64 CPU) is a hint as well: it reads
+            // nothing the program sees and never faults, whatever the address (Intel SDM,
+            // "PREFETCHh").
+            unsafe {
+                std::arch::asm!(
+                    "prefetcht0 [{addr}]",
+                    addr = in(reg) ptr,
+                    options(nostack, preserves_flags, readonly)
+                );
+            }
+        }
+    }
+    #[cfg(not(all(target_arch = "x86_64", not(loom), not(miri), not(target_env = "sgx"))))]
+    let _ = (ptr, write);
+}
+
 /// Whether this CPU has `prefetchw`: CPUID once, then a cached answer (0 not asked yet, 1 no,
 /// 2 yes). Every x86-64 CPU of AMD has it, Intel's from Broadwell on.
 #[cfg(all(target_arch = "x86_64", not(loom), not(miri), not(target_env = "sgx")))]

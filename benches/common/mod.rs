@@ -384,6 +384,9 @@ impl RateSweep {
             let n = RateSweep::n(rate);
             run(n);
             let runs: Vec<[f64; 2]> = (0..3).map(|_| run(n)).collect();
+            if std::env::var_os("DEBUG_RATE").is_some() {
+                eprintln!("{workload} at {rate} M/s, each run [p99 ms, scheduled ms]: {runs:?}");
+            }
             let p99 = median(&runs.iter().map(|r| r[0]).collect::<Vec<_>>());
             let scheduled = runs.iter().map(|r| r[1]).fold(f64::NEG_INFINITY, f64::max);
             let label = if rate.fract() == 0.0 {

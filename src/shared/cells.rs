@@ -366,6 +366,12 @@ impl<J: Stored> ChunkRef<J> {
         &self.0.cells[usize::from(idx)]
     }
 
+    /// Asks for cell `idx`'s line, writable: the worker is about to move its state.
+    #[inline]
+    pub(crate) fn prefetch_cell(&self, idx: u8) {
+        crate::hint::prefetch(self.cell(idx), true);
+    }
+
     /// The chunk as a spare, its cells fresh, if this was the last reference to it (no handle,
     /// no batch, no table holds it: nobody can see its cells any more).
     #[inline]

@@ -201,35 +201,49 @@ impl ParkedTask {
 /// Slots per page of a slab (the slabs grow by pages, never by copying what they hold).
 const PAGE: usize = 1024;
 
-/// A slab of `N`-word slots, by pages, with a stack of free keys.
+/// No free slot.
+const NO_FREE: u32 = u32::MAX;
+
+/// A slab of `N`-word slots, by pages, the free ones linked through their first word (so that
+/// freeing a slot writes only the slot, and nothing grows while tasks run).
 struct WordSlab<const N: usize> {
     pages: Vec<Box<[[Word; N]; PAGE]>>,
     /// Slots handed out so far (live or free).
     len: usize,
-    free: Vec<u32>,
+    /// Slots holding a task's words.
+    live: usize,
+    /// The first free slot, or `NO_FREE`; each free slot's first word holds the next.
+    free: u32,
 }
 
 impl<const N: usize> WordSlab<N> {
     const fn new() -> Self {
+        // A free slot links the next through its first word.
+        const { assert!(N >= 1) };
         WordSlab {
             pages: Vec::new(),
             len: 0,
-            free: Vec::new(),
+            live: 0,
+            free: NO_FREE,
         }
     }
 
     #[inline]
     fn insert(&mut self, words: &[Word; WORDS]) -> u32 {
-        let key = match self.free.pop() {
-            Some(key) => key,
-            None => {
-                if self.len.is_multiple_of(PAGE) {
-                    self.pages.push(Box::new([[Word::uninit(); N]; PAGE]));
-                }
-                self.len += 1;
-                u32::try_from(self.len - 1).expect("fewer tasks than wheel keys")
+        let key = if self.free != NO_FREE {
+            let key = self.free;
+            // SAFETY: a free slot's first word was written by `release`, as a whole `u64`.
+            let next = unsafe { self.slot(key)[0].assume_init() };
+            self.free = next as u32;
+            key
+        } else {
+            if self.len.is_multiple_of(PAGE) {
+                self.pages.push(Box::new([[Word::uninit(); N]; PAGE]));
             }
+            self.len += 1;
+            u32::try_from(self.len - 1).expect("fewer tasks than wheel keys")
         };
+        self.live += 1;
         self.slot(key).copy_from_slice(&words[..N]);
         key
     }
@@ -243,10 +257,23 @@ impl<const N: usize> WordSlab<N> {
     /// Frees slot `key` (its value moved out already).
     #[inline]
     fn release(&mut self, key: u32) {
-        self.free.push(key);
-        if self.free.len() == self.len {
+        self.live -= 1;
+        if self.live == 0 {
             // Nothing live: give the memory back rather than keep a burst's worth.
             *self = WordSlab::new();
+            return;
+        }
+        let next = self.free;
+        self.slot(key)[0] = Word::new(u64::from(next));
+        self.free = key;
+    }
+
+    /// Asks for slot `key`'s line (a hint; see `hint::prefetch`).
+    #[inline]
+    fn prefetch(&self, key: u32) {
+        let key = key as usize;
+        if let Some(page) = self.pages.get(key / PAGE) {
+            crate::hint::prefetch(&page[key % PAGE], false);
         }
     }
 
@@ -257,7 +284,7 @@ impl<const N: usize> WordSlab<N> {
     }
 
     fn live(&self) -> usize {
-        self.len - self.free.len()
+        self.live
     }
 }
 
@@ -322,6 +349,16 @@ impl TaskSlabs {
             vtable: parked.vtable,
             words,
             _send: PhantomData,
+        }
+    }
+
+    /// Asks for the line of a parked task's words: it is about to run.
+    #[inline]
+    pub(crate) fn prefetch(&self, parked: &ParkedTask) {
+        match parked.vtable.words {
+            0 => {}
+            2 => self.two.prefetch(parked.key),
+            _ => self.four.prefetch(parked.key),
         }
     }
 

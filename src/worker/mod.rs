@@ -57,6 +57,10 @@ use chunks::ChunkTable;
 use std::collections::VecDeque;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
+/// How many timeouts ahead of the one it expires the worker asks for the lines of a timeout's
+/// cell and task: about the time a few short tasks take, against a miss to memory.
+const PREFETCH_AHEAD: usize = 4;
+
 /// Timeouts moved from the `timeouts` queue into buckets per tick, at most (Netty's cap).
 pub(crate) const TRANSFER_CAP: u64 = 100_000;
 
@@ -162,6 +166,8 @@ pub(crate) struct Worker<J: Stored = BoxedJob> {
     spare: Vec<PendingBatch<J>>,
     /// Reused buffer for the cancellation queue.
     cancelled: Vec<TimeoutState<J>>,
+    /// Reused buffer for the entries of a bucket being expired (see [`Worker::expire`]).
+    due: Vec<(J::Entry, u8, u64)>,
     chunks: ChunkTable<J>,
     tally: Tally,
     /// Owned by the worker, so that it is dropped with it when the timer stops.
@@ -191,6 +197,7 @@ impl<J: Stored> Worker<J> {
             inbox: VecDeque::new(),
             spare: Vec::new(),
             cancelled: Vec::new(),
+            due: Vec::new(),
             chunks: ChunkTable::new(),
             tally: Tally::default(),
             executor,
@@ -374,7 +381,15 @@ impl<J: Stored> Worker<J> {
         shared.set_ended(self.ended);
     }
 
+    /// Expires the bucket of `tick`: first takes every due entry out of the wheel, in bucket
+    /// order (a walk with no locked instruction and no clock read in it, so that the CPU can
+    /// fetch the entries' lines side by side), then settles them in that order, asking a few
+    /// timeouts ahead for the lines of their cells and tasks.
     fn expire(&mut self, shared: &Shared<J>, tick: u64, now: u64) {
+        let due = &mut self.due;
+        self.wheel.expire(tick, now, |entry, idx, deadline| {
+            due.push((entry, idx, deadline))
+        });
         let executor = self.executor.as_ref();
         let chunks = &mut self.chunks;
         let tasks = &mut self.tasks;
@@ -382,7 +397,12 @@ impl<J: Stored> Worker<J> {
         let ended = &mut self.ended;
         let tick_nanos = shared.tick_nanos;
         let mut timing = RunTiming::new(executor.is_none());
-        self.wheel.expire(tick, now, |entry, idx, deadline| {
+        let mut entries = due.drain(..);
+        while let Some((entry, idx, deadline)) = entries.next() {
+            if let Some((ahead, ahead_idx, _)) = entries.as_slice().get(PREFETCH_AHEAD) {
+                chunks.get(J::chunk(ahead)).prefetch_cell(*ahead_idx);
+                J::prefetch(ahead, tasks);
+            }
             let id = J::chunk(&entry);
             let cell = chunks.get(id).cell(idx);
             if cell.try_expire() {
@@ -407,13 +427,14 @@ impl<J: Stored> Worker<J> {
                 // spare (unless an executor or the task still holds a reference to it).
                 chunks.settle(id);
             } else {
-                // Cancelled after this tick's cancellations were processed: its entry on the
+                // Cancelled since it was taken out of the wheel (by a task of this bucket, or
+                // after this tick's cancellations were processed): its entry on the
                 // cancellation queue ends it (finding NO_SLOT); the task is dropped here.
                 cell.clear_slot();
                 chunks.settle(id);
                 drop(J::unpark(entry, tasks));
             }
-        });
+        }
         timing.finish(shared, tally);
     }
 
@@ -434,6 +455,7 @@ impl<J: Stored> Worker<J> {
             return;
         }
         self.spare = Vec::new();
+        self.due = Vec::new();
         self.chunks.release_idle();
         shared.timeouts.for_each_data(|p| p.clear_spares());
         // Pushed since we looked, if anything: kept (in order) for the next transfer.
