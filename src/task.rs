@@ -152,6 +152,17 @@ impl<T: TypedTask> Stored for T {}
 impl<T: TypedTask> sealed::Run for T {
     type Entry = sealed::Whole<T>;
     type Store = ();
+    type Queued = T;
+
+    #[inline]
+    fn enqueue(self, _: &mut Vec<crate::shared::small_task::Word>) -> T {
+        self
+    }
+
+    #[inline]
+    fn dequeue(queued: T, _: &[crate::shared::small_task::Word], _: &mut usize) -> T {
+        queued
+    }
 
     #[inline]
     fn park(self, chunk: u32, _: &mut ()) -> sealed::Whole<T> {

@@ -7,7 +7,8 @@
 //! the worker takes it whole and drains it.
 
 use super::cells::{ChunkCursor, ChunkRef, Run, RunCursor, SpareChunk, TimeoutState};
-use super::{BoxedJob, Shared, Stored};
+use super::small_task::Word;
+use super::{sealed, BoxedJob, Shared, Stored};
 use crate::hint::prefetch_write_ahead;
 use crate::sync::{Arc, Batch};
 
@@ -19,8 +20,14 @@ use crate::sync::{Arc, Batch};
 /// (its drop on unwinding needs an address) and then copied with 16-byte loads over 8-byte
 /// stores, which the CPU cannot forward; that stall was about 5 ns of a 23 ns `new_timeout`
 /// here. Each field of its own is pushed straight from registers.
-pub(crate) struct PendingBatch<J = BoxedJob> {
-    tasks: Vec<J>,
+pub(crate) struct PendingBatch<J: crate::shared::sealed::Run = BoxedJob> {
+    /// Per timeout, what the stored task queues (`sealed::Run::enqueue`): the task itself on a
+    /// typed timer, its table on the default one, whose words follow in `words`.
+    tasks: Vec<J::Queued>,
+    /// The queued tasks' words, in push order (none on a typed timer).
+    words: Vec<Word>,
+    /// Where the next task taken from the front finds its words.
+    words_read: usize,
     deadlines: Vec<u64>,
     /// The runs of the queued timeouts' cells, in order, one chunk reference each.
     runs: Vec<Run<J>>,
@@ -35,6 +42,8 @@ impl<J: Stored> Default for PendingBatch<J> {
     fn default() -> Self {
         PendingBatch {
             tasks: Vec::new(),
+            words: Vec::new(),
+            words_read: 0,
             deadlines: Vec::new(),
             runs: Vec::new(),
             drained: 0,
@@ -45,11 +54,10 @@ impl<J: Stored> Default for PendingBatch<J> {
 
 impl<J: Stored> PendingBatch<J> {
     pub(crate) fn with_capacity(n: usize) -> Self {
-        PendingBatch {
-            tasks: Vec::with_capacity(n),
-            deadlines: Vec::with_capacity(n),
-            ..PendingBatch::default()
-        }
+        let mut batch = PendingBatch::default();
+        batch.tasks.reserve_exact(n);
+        batch.deadlines.reserve_exact(n);
+        batch
     }
 
     /// Queues a timeout: its task, its deadline, and a fresh state from `cursor` (returned,
@@ -66,12 +74,14 @@ impl<J: Stored> PendingBatch<J> {
         // A shard's batch is never partly taken: the worker swaps it out whole.
         debug_assert_eq!(self.drained, 0);
         let at = self.tasks.len();
+        let queued = sealed::Run::enqueue(task, &mut self.words);
         let state = cursor.next_state::<HANDLE>(shared, shard, &mut self.runs, at);
         // The worker's core read these buffers last: own their lines before the stores reach
         // them (see `hint`).
         prefetch_write_ahead(&self.tasks);
+        prefetch_write_ahead(&self.words);
         prefetch_write_ahead(&self.deadlines);
-        self.tasks.push(task);
+        self.tasks.push(queued);
         self.deadlines.push(deadline);
         state
     }
@@ -107,9 +117,11 @@ impl<J: Stored> PendingBatch<J> {
     ) {
         let cells = RunCursor::new(&self.runs, self.drained);
         self.drained += n;
+        let (words, at) = (&self.words, &mut self.words_read);
         let drained = self
             .tasks
             .drain(..n)
+            .map(move |queued| sealed::Run::dequeue(queued, words, at))
             .zip(cells)
             .zip(self.deadlines.drain(..n))
             .map(|((task, cell), deadline)| (task, cell, deadline));
@@ -119,17 +131,41 @@ impl<J: Stored> PendingBatch<J> {
     /// Once every timeout is out: hands the runs' chunks to `release`, keeping the room.
     pub(crate) fn clear_runs(&mut self, release: impl FnMut(ChunkRef<J>)) {
         debug_assert!(self.tasks.is_empty());
+        self.words.clear();
+        self.words_read = 0;
         self.runs.drain(..).map(|run| run.chunk).for_each(release);
         self.chunk_ids.clear();
         self.drained = 0;
     }
 
     /// The states, in order; the tasks are dropped.
-    pub(crate) fn into_states(self) -> Vec<TimeoutState<J>> {
-        RunCursor::new(&self.runs, self.drained)
+    pub(crate) fn into_states(mut self) -> Vec<TimeoutState<J>> {
+        let states = RunCursor::new(&self.runs, self.drained)
             .take(self.tasks.len())
             .map(|(run, idx)| self.runs[run].chunk.state(idx))
-            .collect()
+            .collect();
+        self.drop_tasks();
+        states
+    }
+
+    /// Drops the tasks still queued (each once, from its words).
+    fn drop_tasks(&mut self) {
+        let (words, at) = (&self.words, &mut self.words_read);
+        for queued in self.tasks.drain(..) {
+            drop(<J as sealed::Run>::dequeue(queued, words, at));
+        }
+        self.words.clear();
+        self.words_read = 0;
+    }
+}
+
+impl<J: sealed::Run> Drop for PendingBatch<J> {
+    /// A batch dropped with timeouts in it (a queue let go of whole) drops their tasks.
+    fn drop(&mut self) {
+        let (words, at) = (&self.words, &mut self.words_read);
+        for queued in self.tasks.drain(..) {
+            drop(J::dequeue(queued, words, at));
+        }
     }
 }
 
@@ -144,8 +180,10 @@ impl<J: Stored> Batch for PendingBatch<J> {
         debug_assert!(
             other.drained == 0 && self.chunk_ids.is_empty() && other.chunk_ids.is_empty()
         );
+        debug_assert_eq!(other.words_read, 0);
         let offset = self.drained + self.tasks.len();
         self.tasks.append(&mut other.tasks);
+        self.words.append(&mut other.words);
         self.deadlines.append(&mut other.deadlines);
         self.runs.extend(other.runs.drain(..).map(|mut run| {
             run.first += offset;
@@ -155,7 +193,7 @@ impl<J: Stored> Batch for PendingBatch<J> {
 }
 
 /// What a shard of the `timeouts` queue keeps for its producers, under its lock.
-pub(crate) struct ProducerShard<J = BoxedJob> {
+pub(crate) struct ProducerShard<J: crate::shared::sealed::Run = BoxedJob> {
     /// Pending-count credit (see `Shared::refill_credit`).
     pub(super) credit: usize,
     /// Where the shard's tasks' timeouts get their states (and the spare chunks the worker

@@ -81,7 +81,7 @@ pub(crate) const CHUNK: usize = 1;
 // A cell's index travels in a wheel node's tag.
 const _: () = assert!(CHUNK - 1 <= crate::wheel::MAX_TAG as usize);
 
-struct Chunk<J = BoxedJob> {
+struct Chunk<J: crate::shared::sealed::Run = BoxedJob> {
     /// The timer every cell's timeout belongs to: a `Timeout` reaches its timer through its
     /// chunk, so handles cost one reference count between them, not one per timeout.
     timer: TimerHandle<J>,
@@ -141,7 +141,7 @@ fn fresh_cells() -> [Cell; CHUNK] {
 /// current here the two keep each other alive. `stop()` breaks the cycle by clearing every
 /// shard's cursor ([`ChunkCursor::clear`]), and a producer never starts a chunk on a stopped
 /// timer.
-pub(crate) struct ChunkCursor<J = BoxedJob> {
+pub(crate) struct ChunkCursor<J: crate::shared::sealed::Run = BoxedJob> {
     chunk: Option<Arc<Chunk<J>>>,
     next: u8,
     /// Chunks of this shard the worker has finished with, their cells reset, to be used
@@ -285,12 +285,12 @@ impl<J: Stored> ChunkCursor<J> {
 /// each one between the two threads under its arena lock: `schedule + cancel` ran 20.5 ns a
 /// pair, 18.6 with mimalloc, 17.9 with these spares, and 13.3 with no worker thread running
 /// at all (on a manual clock, so without the TSC read either).
-pub(crate) struct SpareChunk<J = BoxedJob>(Arc<Chunk<J>>);
+pub(crate) struct SpareChunk<J: crate::shared::sealed::Run = BoxedJob>(Arc<Chunk<J>>);
 
 /// Consecutive timeouts of a queued batch whose cells are consecutive cells of one chunk: the
 /// timeout at position `first + k` of the batch has cell `start + k` of `chunk`. Positions
 /// count from the batch's first timeout, including those the worker has taken out since.
-pub(crate) struct Run<J = BoxedJob> {
+pub(crate) struct Run<J: crate::shared::sealed::Run = BoxedJob> {
     pub(crate) chunk: ChunkRef<J>,
     pub(crate) first: usize,
     start: u8,
@@ -308,7 +308,7 @@ impl<J: Stored> Run<J> {
 
 /// Walks a batch's positions from `at` on, one step per timeout: each step gives the index of
 /// its run and its cell index.
-pub(crate) struct RunCursor<'a, J = BoxedJob> {
+pub(crate) struct RunCursor<'a, J: crate::shared::sealed::Run = BoxedJob> {
     runs: &'a [Run<J>],
     run: usize,
     at: usize,
@@ -341,7 +341,7 @@ impl<J: Stored> Iterator for RunCursor<'_, J> {
 }
 
 /// A chunk of timeout states, as a queued batch and the worker's chunk table hold it.
-pub(crate) struct ChunkRef<J = BoxedJob>(Arc<Chunk<J>>);
+pub(crate) struct ChunkRef<J: crate::shared::sealed::Run = BoxedJob>(Arc<Chunk<J>>);
 
 impl<J: Stored> Clone for ChunkRef<J> {
     fn clone(&self) -> Self {
@@ -416,7 +416,7 @@ impl<J: Stored> ChunkRef<J> {
 /// cells goes: a cell is reused only once nothing can see it.
 /// A timeout's state, as a handle and the worker hold it (see the module's state table).
 #[allow(unreachable_pub)]
-pub struct TimeoutState<J = BoxedJob> {
+pub struct TimeoutState<J: crate::shared::sealed::Run = BoxedJob> {
     chunk: Arc<Chunk<J>>,
     idx: u8,
 }

@@ -40,7 +40,7 @@ use crate::sync::{
 use crate::wheel::MAX_ENTRIES;
 use batch::{PendingBatch, ProducerShard};
 use cells::TimeoutState;
-use small_task::{ParkedTask, SmallTask, TaskSlabs};
+use small_task::{ParkedTask, QueuedTask, SmallTask, TaskSlabs, Word};
 use std::time::Duration;
 
 /// Pending-count credit a producer's shard takes at once when there is no pending limit (see
@@ -116,6 +116,17 @@ pub(crate) mod sealed {
         type Entry: Send + 'static;
         /// Where the worker keeps what of a parked task its entry does not hold.
         type Store: Default + Send + 'static;
+        /// What a queued batch holds per timeout (its words, if any, follow in the batch's
+        /// vector of words).
+        type Queued: Send + 'static;
+
+        /// Queues the task: what the batch holds for it, its words appended to `words`.
+        fn enqueue(self, words: &mut Vec<super::small_task::Word>) -> Self::Queued;
+
+        /// The task `enqueue` queued; its words read at `*at`, which moves past them. Each
+        /// queued task is taken out once, in push order.
+        fn dequeue(queued: Self::Queued, words: &[super::small_task::Word], at: &mut usize)
+            -> Self;
 
         /// Runs the task, catching a panic; gives the state back (the worker lent it), and
         /// whether the task returned (false: it panicked).
@@ -158,6 +169,17 @@ impl Stored for BoxedTask {}
 impl sealed::Run for BoxedTask {
     type Entry = ParkedTask;
     type Store = TaskSlabs;
+    type Queued = QueuedTask;
+
+    #[inline]
+    fn enqueue(self, words: &mut Vec<Word>) -> QueuedTask {
+        self.0.enqueue(words)
+    }
+
+    #[inline]
+    fn dequeue(queued: QueuedTask, words: &[Word], at: &mut usize) -> BoxedTask {
+        BoxedTask(SmallTask::dequeue(queued, words, at))
+    }
 
     #[inline]
     fn run_stored(self, state: TimeoutState) -> (TimeoutState, bool) {
@@ -234,7 +256,7 @@ pub(crate) type ParkedWorker = Box<dyn std::any::Any + Send>;
 /// [`Timeout::timer`]: crate::Timeout::timer
 /// [`HashedWheelTimer`]: crate::HashedWheelTimer
 /// [`HashedWheelTimer::handle`]: crate::HashedWheelTimer::handle
-pub struct TimerHandle<J = BoxedJob> {
+pub struct TimerHandle<J: crate::shared::sealed::Run = BoxedJob> {
     pub(crate) shared: Arc<Shared<J>>,
 }
 
@@ -282,7 +304,7 @@ impl Counters {
 }
 
 /// What the owner, the handles, the timeouts and the worker share.
-pub(crate) struct Shared<J = BoxedJob> {
+pub(crate) struct Shared<J: crate::shared::sealed::Run = BoxedJob> {
     /// Timeouts accepted (and credit taken for more: see `refill_credit`), counted by the
     /// producers; wraps. Pending is this less `ended`. On a cache line of its own, away from
     /// the read-mostly fields below and from the `Arc`'s reference counts.

@@ -21,7 +21,9 @@
 //!    ([`TaskSlabs::park`], which forgets the `SmallTask`) and back out
 //!    ([`TaskSlabs::unpark`]). Only the words that `vtable.words` counts are copied: the rest
 //!    never held any byte of the value.
-//! 3. A slab slot holds a value exactly while a [`ParkedTask`] names it; `unpark` takes the
+//! 3. Queued, a task is its table ([`QueuedTask`]) and its words in the batch's vector of words,
+//!    in push order; the batch takes each out once, in that order, or drops it.
+//!    A slab slot holds a value exactly while a [`ParkedTask`] names it; `unpark` takes the
 //!    key by value, so a slot is read once. A `ParkedTask` dropped without `unpark` leaks its
 //!    value, never drops it twice: the worker unparks every task it takes out of the wheel.
 #![allow(unsafe_code)]
@@ -37,7 +39,7 @@ pub(crate) const INLINE_BYTES: usize = 32;
 
 /// The place a task's words are kept: eight-byte words, so that a task aligned to at most 8
 /// is read and written in place.
-type Word = MaybeUninit<u64>;
+pub(crate) type Word = MaybeUninit<u64>;
 const WORDS: usize = INLINE_BYTES / size_of::<Word>();
 
 /// How the task in a `SmallTask`'s words runs and drops: one table per task type.
@@ -175,6 +177,40 @@ impl std::fmt::Debug for SmallTask {
         f.debug_struct("SmallTask")
             .field("words", &self.words())
             .finish()
+    }
+}
+
+/// A task on its way through the queue: its table; its words follow, in the batch's vector of
+/// words, in push order (see [`SmallTask::enqueue`]). 8 bytes.
+#[derive(Debug)]
+#[allow(unreachable_pub)]
+pub struct QueuedTask(&'static VTable);
+
+impl SmallTask {
+    /// Appends the task's words (as many as its class has: 0, 2 or 4) to `words`, and returns
+    /// its table: a zero-sized task queues 8 bytes, not 40.
+    #[inline]
+    pub(crate) fn enqueue(self, words: &mut Vec<Word>) -> QueuedTask {
+        let task = ManuallyDrop::new(self);
+        // The words move to `words` (invariant 2): `task` is forgotten, never dropped.
+        words.extend_from_slice(&task.words[..task.words()]);
+        QueuedTask(task.vtable)
+    }
+
+    /// The task `enqueue` queued, its words read from `words` at `*at` (moved on past them).
+    /// Each queued task is taken out once, in push order, with the same `words`.
+    #[inline]
+    pub(crate) fn dequeue(queued: QueuedTask, words: &[Word], at: &mut usize) -> SmallTask {
+        let n = queued.0.words;
+        let mut own = [Word::uninit(); WORDS];
+        own[..n].copy_from_slice(&words[*at..*at + n]);
+        *at += n;
+        // The words `enqueue` moved out for this table (invariant 3).
+        SmallTask {
+            vtable: queued.0,
+            words: own,
+            _send: PhantomData,
+        }
     }
 }
 

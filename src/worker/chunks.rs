@@ -21,7 +21,7 @@ use crate::sync::SHARDS;
 /// a task per timeout, and an allocation of a growing free list there made glibc consolidate
 /// those frees at each doubling, ~1.3 ms at once with a million timeouts (the `expire`
 /// workload's p99 went from 1.1 to 2.3 ms).
-pub(super) struct ChunkTable<J = BoxedJob> {
+pub(super) struct ChunkTable<J: crate::shared::sealed::Run = BoxedJob> {
     chunks: Vec<Option<ChunkRef<J>>>,
     /// Per id: the cells not settled yet while the id holds a chunk; the next free id (or
     /// `NONE`) while it is free. Separate from `chunks` to keep the two at 12 bytes per chunk,
