@@ -531,6 +531,18 @@ mod tests {
                 (runs2.load(Ordering::SeqCst), drops2.load(Ordering::SeqCst)),
                 (0, 1)
             );
+            // Queued (table and words apart), then run.
+            let mut queue = Vec::new();
+            let (p5, runs5, drops5) = probe::<PAD>();
+            let queued = SmallTask::new(as_task(p5)).enqueue(&mut queue);
+            assert_eq!(queue.len(), words);
+            let mut at = 0;
+            let (st, ran) = SmallTask::dequeue(queued, &queue, &mut at).run(st);
+            assert!(ran && at == queue.len());
+            assert_eq!(
+                (runs5.load(Ordering::SeqCst), drops5.load(Ordering::SeqCst)),
+                (1, 1)
+            );
             // Run where it is parked.
             let (p4, runs4, drops4) = probe::<PAD>();
             let parked4 = slabs.park(SmallTask::new(as_task(p4)), 0);
