@@ -74,6 +74,23 @@ const EMPTY_BUCKET: Bucket = Bucket {
     min_fire: u64::MAX,
 };
 
+/// A bucket's expiry in progress (see [`Wheel::begin_expiry`]).
+#[derive(Debug)]
+pub(crate) struct Expiry {
+    bucket: usize,
+    tick: u64,
+    now: u64,
+    tick_end: u64,
+    /// The next node to look at, or `NIL` when the walk is over.
+    cursor: u32,
+    /// The last entry walked that stays in the bucket, or `NIL`.
+    kept: u32,
+    /// Whether the bucket is walked at all (some entry of it may fire on `tick`).
+    walk: bool,
+    /// The least fire tick among the entries that stay.
+    min_fire: u64,
+}
+
 /// Bits of a round number per far level (64 slots a level).
 const LEVEL_BITS: u32 = 6;
 const LEVEL_SLOTS: usize = 1 << LEVEL_BITS;
@@ -401,13 +418,17 @@ impl<T> Wheel<T> {
         }
         self.len -= 1;
         if self.len == 0 {
-            // Nothing live: give the slab and the far slots back rather than keep a burst's
-            // worth of memory.
-            self.nodes = Slab::new();
-            self.free = NIL;
-            self.clear_far();
+            self.let_go_of_room();
         }
         (item, tag)
+    }
+
+    /// Nothing live: gives the slab and the far slots back rather than keep a burst's worth of
+    /// memory.
+    fn let_go_of_room(&mut self) {
+        self.nodes = Slab::new();
+        self.free = NIL;
+        self.clear_far();
     }
 
     /// The bucket of which `key` (whose deadline this is) is the head or the tail.
@@ -485,35 +506,127 @@ impl<T> Wheel<T> {
     /// and whose deadline is `<= now` is unlinked and handed to `f`, in bucket order. The others
     /// stay.
     pub(crate) fn expire(&mut self, tick: u64, now: u64, mut f: impl FnMut(T, u8, u64)) {
+        let mut expiry = self.begin_expiry(tick, now);
+        let mut due = Vec::new();
+        loop {
+            self.take_due(&mut expiry, &mut due, 64);
+            if due.is_empty() {
+                break;
+            }
+            for (item, tag, deadline) in due.drain(..) {
+                f(item, tag, deadline);
+            }
+        }
+        self.end_expiry(expiry);
+    }
+
+    /// Starts [`Wheel::expire`] for a caller that takes the due entries a batch at a time
+    /// ([`Wheel::take_due`]) and does something between batches; [`Wheel::end_expiry`] ends it.
+    /// Between the two, nothing else may change the wheel.
+    pub(crate) fn begin_expiry(&mut self, tick: u64, now: u64) -> Expiry {
         self.catch_up(tick);
         let b = (tick & self.mask) as usize;
-        if self.buckets[b].min_fire > tick {
-            // Every entry is rounds away: Netty would walk the bucket to decrement
-            // `remaining_rounds`; with absolute fire ticks there is nothing to do.
+        // With no entry of the bucket firing yet (all rounds away), nothing is walked: Netty
+        // would walk the bucket to decrement `remaining_rounds`; with absolute fire ticks there
+        // is nothing to do.
+        let walk = self.buckets[b].min_fire <= tick;
+        Expiry {
+            bucket: b,
+            tick,
+            now,
+            // `calculated(deadline) <= tick` without a division per entry: the deadline is
+            // before the end of `tick`.
+            tick_end: tick.saturating_add(1).saturating_mul(self.tick_nanos),
+            cursor: if walk { self.buckets[b].ends.head } else { NIL },
+            kept: NIL,
+            walk,
+            min_fire: u64::MAX,
+        }
+    }
+
+    /// Unlinks the next due entries of the bucket `expiry` walks, up to `max` of them, and
+    /// appends them to `out` (entry, tag, deadline), in bucket order; fewer than `max` when
+    /// the bucket has no more.
+    ///
+    /// The walk goes from the head, so the bucket is the entries kept so far (ending at
+    /// `expiry.kept`) followed by those not walked yet (from `expiry.cursor`): a due entry goes
+    /// straight to the free list, its neighbours' links are mended once per batch.
+    #[inline]
+    pub(crate) fn take_due(
+        &mut self,
+        expiry: &mut Expiry,
+        out: &mut Vec<(T, u8, u64)>,
+        max: usize,
+    ) {
+        let b = expiry.bucket;
+        let mut cursor = expiry.cursor;
+        if cursor == NIL {
             return;
         }
-        let mut cursor = self.buckets[b].ends.head;
-        let mut min_fire = u64::MAX;
-        // `calculated(deadline) <= tick` without a division per entry: the deadline is before
-        // the end of `tick`.
-        let tick_end = tick.saturating_add(1).saturating_mul(self.tick_nanos);
-        while cursor != NIL {
-            let node = &self.nodes[cursor as usize];
+        let mut kept = expiry.kept;
+        let mut taken = 0;
+        let tick_nanos = self.tick_nanos;
+        while cursor != NIL && taken < max {
+            let node = &mut self.nodes[cursor as usize];
             let next = node.next;
             let deadline = node.deadline;
-            let due = deadline < tick_end || tick_end == u64::MAX;
-            if due && deadline <= now {
-                let (item, tag) = self.unlink(cursor, Some(b));
-                f(item, tag, deadline);
+            let due = deadline < expiry.tick_end || expiry.tick_end == u64::MAX;
+            if due && deadline <= expiry.now {
+                let item = node.item.take().expect("wheel: a linked node is live");
+                let tag = node.tag();
+                node.next = self.free;
+                node.prev_tag = PREV_MASK;
+                self.free = cursor;
+                out.push((item, tag, deadline));
+                taken += 1;
             } else {
                 // Survivors are rounds away (or, with a clock that lags the tick, not yet due).
-                let fire = if due { tick } else { self.calculated(deadline) };
-                min_fire = min_fire.min(fire);
+                // (`calculated`, on the borrowed node's deadline.)
+                let fire = if due {
+                    expiry.tick
+                } else {
+                    deadline / tick_nanos
+                };
+                expiry.min_fire = expiry.min_fire.min(fire);
+                node.set_prev(kept);
+                if kept == NIL {
+                    self.buckets[b].ends.head = cursor;
+                } else {
+                    self.nodes[kept as usize].next = cursor;
+                }
+                kept = cursor;
             }
             cursor = next;
         }
-        if self.buckets[b].ends.head != NIL {
-            self.buckets[b].min_fire = min_fire;
+        // Mend the links between what is kept and what is left to walk.
+        if kept == NIL {
+            self.buckets[b].ends.head = cursor;
+        } else {
+            self.nodes[kept as usize].next = cursor;
+        }
+        if cursor == NIL {
+            self.buckets[b].ends.tail = kept;
+        } else {
+            self.nodes[cursor as usize].set_prev(kept);
+        }
+        expiry.cursor = cursor;
+        expiry.kept = kept;
+        self.len -= taken;
+        if self.buckets[b].ends.head == NIL {
+            self.buckets[b] = EMPTY_BUCKET;
+            self.set_occupied(b, false);
+        }
+        if self.len == 0 {
+            self.let_go_of_room();
+        }
+    }
+
+    /// Ends what [`Wheel::begin_expiry`] started: the bucket's survivors set its lower bound of
+    /// fire ticks.
+    pub(crate) fn end_expiry(&mut self, expiry: Expiry) {
+        debug_assert!(expiry.cursor == NIL, "every due entry taken");
+        if expiry.walk && self.buckets[expiry.bucket].ends.head != NIL {
+            self.buckets[expiry.bucket].min_fire = expiry.min_fire;
         }
     }
 

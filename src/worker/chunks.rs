@@ -5,7 +5,7 @@
 //! producers' shards. Touches the shared room's cells and `sync` (the shard count); only the
 //! worker uses it.
 
-use crate::shared::cells::{ChunkRef, SpareChunk, TimeoutState, CHUNK, SPARE_CHUNKS};
+use crate::shared::cells::{ChunkRef, SpareChunk, CHUNK, SPARE_CHUNKS};
 use crate::shared::{BoxedJob, Stored};
 use crate::sync::SHARDS;
 
@@ -103,21 +103,40 @@ impl<J: Stored> ChunkTable<J> {
         id
     }
 
-    /// The table's reference to chunk `id`, as the state of its cell `idx`: lent for a task's
-    /// run, and given back with [`ChunkTable::take_back`] before anything else asks for the id.
+    /// The table's reference to chunk `id`, taken out for one of its cells to be settled (the
+    /// task's `Timeout` borrows it while the task runs): given back with
+    /// [`ChunkTable::put_back_settled`] before anything else asks for the id.
     #[inline]
-    pub(super) fn lend(&mut self, id: u32, idx: u8) -> TimeoutState<J> {
+    pub(super) fn take(&mut self, id: u32) -> ChunkRef<J> {
         self.chunks[id as usize]
             .take()
             .expect("a chunk with unsettled cells")
-            .into_state(idx)
     }
 
-    /// Takes back what [`ChunkTable::lend`] lent.
+    /// Gives back what [`ChunkTable::take`] took, with one more of its cells settled: the last
+    /// one lets the chunk go.
     #[inline]
-    pub(super) fn take_back(&mut self, id: u32, state: TimeoutState<J>) {
-        debug_assert!(self.chunks[id as usize].is_none());
-        self.chunks[id as usize] = Some(state.into_chunk());
+    pub(super) fn put_back_settled(&mut self, id: u32, chunk: ChunkRef<J>) {
+        let unsettled = &mut self.meta[id as usize];
+        *unsettled -= 1;
+        if *unsettled == 0 {
+            self.let_go(id, Some(chunk));
+        } else {
+            debug_assert!(self.chunks[id as usize].is_none());
+            self.chunks[id as usize] = Some(chunk);
+        }
+    }
+
+    /// Frees id `id`, whose cells are all settled, and lets its chunk go (once per chunk of
+    /// 32 timeouts: out of the settling loop's way).
+    #[inline(never)]
+    fn let_go(&mut self, id: u32, chunk: Option<ChunkRef<J>>) {
+        if let Some(chunk) = chunk {
+            self.release(chunk);
+        }
+        self.meta[id as usize] = self.free;
+        self.free = id;
+        self.held -= 1;
     }
 
     #[inline]
@@ -144,12 +163,8 @@ impl<J: Stored> ChunkTable<J> {
         let unsettled = &mut self.meta[id as usize];
         *unsettled -= 1;
         if *unsettled == 0 {
-            if let Some(chunk) = self.chunks[id as usize].take() {
-                self.release(chunk);
-            }
-            self.meta[id as usize] = self.free;
-            self.free = id;
-            self.held -= 1;
+            let chunk = self.chunks[id as usize].take();
+            self.let_go(id, chunk);
         }
     }
 }

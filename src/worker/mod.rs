@@ -61,6 +61,10 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 /// cell and task: about the time a few short tasks take, against a miss to memory.
 const PREFETCH_AHEAD: usize = 4;
 
+/// Due timeouts taken out of the wheel at a time (see [`Worker::expire`]): 2 KB of entries for
+/// a boxed timer.
+const DUE_BATCH: usize = 64;
+
 /// Timeouts moved from the `timeouts` queue into buckets per tick, at most (Netty's cap).
 pub(crate) const TRANSFER_CAP: u64 = 100_000;
 
@@ -381,39 +385,52 @@ impl<J: Stored> Worker<J> {
         shared.set_ended(self.ended);
     }
 
-    /// Expires the bucket of `tick`: first takes every due entry out of the wheel, in bucket
-    /// order (a walk with no locked instruction and no clock read in it, so that the CPU can
-    /// fetch the entries' lines side by side), then settles them in that order, asking a few
-    /// timeouts ahead for the lines of their cells and tasks.
+    /// Expires the bucket of `tick`, `DUE_BATCH` timeouts at a time: first takes the batch's
+    /// due entries out of the wheel, in bucket order (a walk with no locked instruction and no
+    /// clock read in it, so that the CPU can fetch the entries' lines side by side), then
+    /// settles them in that order, asking a few timeouts ahead for the lines of their cells and
+    /// tasks. The batch stays in the core's nearest cache between the two passes.
     fn expire(&mut self, shared: &Shared<J>, tick: u64, now: u64) {
-        let due = &mut self.due;
-        self.wheel.expire(tick, now, |entry, idx, deadline| {
-            due.push((entry, idx, deadline))
-        });
+        let mut expiry = self.wheel.begin_expiry(tick, now);
+        let mut timing = RunTiming::new(self.executor.is_none());
+        loop {
+            self.wheel.take_due(&mut expiry, &mut self.due, DUE_BATCH);
+            if self.due.is_empty() {
+                break;
+            }
+            self.settle_due(shared, now, &mut timing);
+        }
+        self.wheel.end_expiry(expiry);
+        timing.finish(shared, &mut self.tally);
+    }
+
+    /// Settles the entries in `due` (taken out of the wheel, due at `now`): runs each task whose
+    /// timeout is still in the wheel, drops the others.
+    #[inline]
+    fn settle_due(&mut self, shared: &Shared<J>, now: u64, timing: &mut RunTiming) {
         let executor = self.executor.as_ref();
         let chunks = &mut self.chunks;
         let tasks = &mut self.tasks;
         let tally = &mut self.tally;
-        let ended = &mut self.ended;
+        let mut ended = self.ended;
         let tick_nanos = shared.tick_nanos;
-        let mut timing = RunTiming::new(executor.is_none());
-        let mut entries = due.drain(..);
+        let mut entries = self.due.drain(..);
         while let Some((entry, idx, deadline)) = entries.next() {
             if let Some((ahead, ahead_idx, _)) = entries.as_slice().get(PREFETCH_AHEAD) {
                 chunks.get(J::chunk(ahead)).prefetch_cell(*ahead_idx);
                 J::prefetch(ahead, tasks);
             }
             let id = J::chunk(&entry);
-            let cell = chunks.get(id).cell(idx);
-            if cell.try_expire() {
+            let chunk = chunks.take(id);
+            if chunk.cell(idx).try_expire() {
                 // Ended before the task runs, so that a task can schedule again even at the
                 // pending limit.
-                *ended = ended.wrapping_add(1);
-                shared.set_ended(*ended);
+                ended = ended.wrapping_add(1);
+                shared.set_ended(ended);
                 tally.fired(now.saturating_sub(deadline), tick_nanos);
-                // The table lends its reference to the chunk for the task's `Timeout`, and
-                // takes it back after the run: no reference count moves.
-                let state = chunks.lend(id, idx);
+                // The task's `Timeout` borrows the table's reference to the chunk, which the
+                // table takes back after the run: no reference count moves.
+                let state = chunk.into_state(idx);
                 // A future's wake-up runs here: handing it to an executor would cost more.
                 let executor = executor.filter(|_| !state.has_waker());
                 timing.before_run(shared);
@@ -422,20 +439,19 @@ impl<J: Stored> Worker<J> {
                     tally.panicked += 1;
                 }
                 timing.after_run(shared, tally);
-                chunks.take_back(id, state);
                 // Settled after the run, so that a chunk whose timeouts all ran comes back as a
                 // spare (unless an executor or the task still holds a reference to it).
-                chunks.settle(id);
+                chunks.put_back_settled(id, state.into_chunk());
             } else {
                 // Cancelled since it was taken out of the wheel (by a task of this bucket, or
                 // after this tick's cancellations were processed): its entry on the
                 // cancellation queue ends it (finding NO_SLOT); the task is dropped here.
-                cell.clear_slot();
-                chunks.settle(id);
+                chunk.cell(idx).clear_slot();
+                chunks.put_back_settled(id, chunk);
                 drop(J::unpark(entry, tasks));
             }
         }
-        timing.finish(shared, tally);
+        self.ended = ended;
     }
 
     /// Gives the chunks of the batches just taken their ids (in the order the batches were
