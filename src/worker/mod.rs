@@ -99,7 +99,17 @@ impl Tally {
         self.late_max = self.late_max.max(late);
         // Class k >= 1 holds [2^(k-1), 2^k) ticks, the last one everything beyond; no
         // division on the common path (under a tick).
-        let mut class = 0;
+        if late < tick_nanos {
+            self.lateness[0] += 1;
+        } else {
+            self.late_class(late, tick_nanos);
+        }
+    }
+
+    /// Counts a timeout a tick or more late in its class.
+    #[inline(never)]
+    fn late_class(&mut self, late: u64, tick_nanos: u64) {
+        let mut class = 1;
         while class < LATENESS_CLASSES - 1 && late >= tick_nanos.saturating_mul(1 << class) {
             class += 1;
         }
