@@ -16,10 +16,9 @@ use crate::sync::{Arc, Batch};
 /// parallel vectors, and the runs of chunk cells their states are in (a timeout's cell follows
 /// from its position: see [`Run`]).
 ///
-/// Not one vector of structs: a 40-byte struct pushed into a `Vec` is built on the stack first
-/// (its drop on unwinding needs an address) and then copied with 16-byte loads over 8-byte
-/// stores, which the CPU cannot forward; that stall was about 5 ns of a 23 ns `new_timeout`
-/// here. Each field of its own is pushed straight from registers.
+/// Not one vector of structs: a struct pushed into a `Vec` is built on the stack first (its
+/// drop on unwinding needs an address) and then copied with wide loads over narrower stores,
+/// which the CPU cannot forward. Each field of its own is pushed straight from registers.
 pub(crate) struct PendingBatch<J: crate::shared::sealed::Run = BoxedJob> {
     /// Per timeout, what the stored task queues (`sealed::Run::enqueue`): the task itself on a
     /// typed timer, its table on the default one, whose words follow in `words`.

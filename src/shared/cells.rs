@@ -162,13 +162,11 @@ impl<J: Stored> Default for ChunkCursor<J> {
     }
 }
 
-/// Spare chunks a shard's cursor keeps, at most, and as many the worker keeps for it (176
-/// bytes each: 720 KB). The worker hands over once a tick what it let go of in the last one,
-/// so this must cover a tick's traffic: a producer at 55 million timeouts a second (one thread
-/// here, schedule + cancel) uses 1 720 chunks per 1 ms tick; with a cap of 1 024 the rest were
-/// freed and allocated again (0.007 allocations per pair), with 4 096 none are in a steady
-/// state. The same order as the queue's kept buffers (`worker::KEEP`, 128 Ki timeouts). An
-/// idle worker lets every spare go.
+/// Spare chunks a shard's cursor keeps, at most, and as many the worker keeps for it. The
+/// worker hands over once a tick what it let go of in the last one, so this covers a tick's
+/// traffic of a producer that schedules and cancels as fast as one thread can (4 096 chunks
+/// are 128 Ki timeouts, the same order as the queue's kept buffers, `worker::KEEP`). An idle
+/// worker lets every spare go.
 pub(crate) const SPARE_CHUNKS: usize = 4096;
 
 impl<J: Stored> ChunkCursor<J> {
@@ -192,8 +190,7 @@ impl<J: Stored> ChunkCursor<J> {
     /// futures'): when the batch's last run is another chunk, a new run starts too.
     ///
     /// One reference count per timeout (the handle's), not two: the queued timeouts of a chunk
-    /// share their run's one reference to it. A second count per `new_timeout` on the same
-    /// line as the first cost about 5 ns of a 17 ns call in isolation.
+    /// share their run's one reference to it.
     ///
     /// With `HANDLE` false (a detached timeout: nobody holds a handle) no reference is taken
     /// for it: `None`, and no locked instruction but the chunk's last cell's hand-over.
@@ -280,11 +277,9 @@ impl<J: Stored> ChunkCursor<J> {
 /// A chunk nobody refers to any more, its cells reset: a cursor of its shard hands its cells
 /// out again instead of allocating a new chunk.
 ///
-/// Why: under the request-timeout pattern (schedule, then cancel) the worker let go of about
-/// a chunk per 32 timeouts while the producer allocated as many, and glibc's allocator passed
-/// each one between the two threads under its arena lock: `schedule + cancel` ran 20.5 ns a
-/// pair, 18.6 with mimalloc, 17.9 with these spares, and 13.3 with no worker thread running
-/// at all (on a manual clock, so without the TSC read either).
+/// Under the request-timeout pattern (schedule, then cancel) the worker lets go of about a
+/// chunk per 32 timeouts while the producer needs as many: reusing them keeps the allocator,
+/// and its passing of blocks between the two threads, out of that loop.
 pub(crate) struct SpareChunk<J: crate::shared::sealed::Run = BoxedJob>(Arc<Chunk<J>>);
 
 /// Consecutive timeouts of a queued batch whose cells are consecutive cells of one chunk: the

@@ -12,9 +12,8 @@
 //! Entries live in one slab and are linked into their bucket by `u32` indices: no allocation
 //! per entry beyond the slab's pages, O(1) unlink on cancel, and a free list that reuses slots.
 //! Each bucket is a doubly linked list kept in insertion order (Netty's bucket order = transfer
-//! order). The slab grows by fixed pages of `PAGE` nodes, never by reallocating: a growing
-//! `Vec` copied its whole content at each doubling (20 MB at a time for a million pending
-//! timeouts), faulting in twice the memory it kept while producers were scheduling.
+//! order). The slab grows by fixed pages of `PAGE` nodes, never by reallocating, so that a
+//! growing wheel neither copies its nodes nor faults in twice the memory it keeps.
 //!
 //! # Rounds without decrementing
 //! Netty stores `remaining_rounds = (calculated - tick) / wheel_len` and decrements it each time
@@ -367,7 +366,7 @@ impl<T> Wheel<T> {
             let key = u32::try_from(self.nodes.len())
                 .ok()
                 .filter(|&k| k < PREV_MASK)
-                .expect("more than 2^27 - 1 timeouts in one wheel (Shared::reserve caps pending)");
+                .expect("more than 2^27 - 1 timeouts in one wheel (new_timeout refuses beyond MAX_ENTRIES: Shared::refill_credit)");
             self.nodes.push(node);
             key
         }
@@ -711,8 +710,8 @@ impl<T> Wheel<T> {
     }
 
     /// Removes every entry, in slot order (about the order of insertion: freed slots are
-    /// reused first). One pass over the slab's pages: walking each bucket's list instead visits
-    /// nodes scattered over the whole slab, a cache miss each (32 ms for a million here).
+    /// reused first). One pass over the slab's pages, in memory order, rather than a walk of
+    /// each bucket's list over nodes scattered across the slab.
     pub(crate) fn drain(&mut self) -> Vec<(T, u8)> {
         let mut out = Vec::with_capacity(self.len);
         for page in std::mem::replace(&mut self.nodes, Slab::new()).pages {

@@ -1,13 +1,13 @@
 //! The wheel's nodes: one slab of fixed pages, indexed by `u32` keys, each node linked into a
 //! list (a bucket's or a far slot's) by its neighbours' keys.
 //!
-//! Owns the node layout (40 bytes for the worker's entries: the `prev` link shares a word with
+//! Owns the node layout (32 bytes for the worker's entries: the `prev` link shares a word with
 //! a 5-bit tag) and the slab's growth. Touches nothing of the crate.
 
 pub(super) const NIL: u32 = u32::MAX;
 
 /// Bits of a key: keys are below `2^KEY_BITS - 1`, so that a node's `prev` link and a 5-bit tag
-/// share one `u32` (keeping a node at 40 bytes for the worker's entries).
+/// share one `u32` (keeping a node at 32 bytes for the worker's entries).
 pub(super) const KEY_BITS: u32 = 27;
 pub(super) const PREV_MASK: u32 = (1 << KEY_BITS) - 1;
 
@@ -50,7 +50,7 @@ impl<T> Node<T> {
     }
 }
 
-/// Nodes per slab page (40 KB for the worker's 40-byte nodes: room for one page is all a slab
+/// Nodes per slab page (32 KB for the worker's 32-byte nodes: room for one page is all a slab
 /// holds beyond its high-water mark). A power of two (see `Slab::push`).
 pub(super) const PAGE_BITS: u32 = 10;
 pub(super) const PAGE: usize = 1 << PAGE_BITS;
@@ -107,5 +107,18 @@ impl<T> std::ops::IndexMut<usize> for Slab<T> {
     #[inline]
     fn index_mut(&mut self, key: usize) -> &mut Node<T> {
         &mut self.pages[key >> PAGE_BITS][key & (PAGE - 1)]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Node;
+
+    #[test]
+    fn a_node_of_a_parked_task_is_32_bytes() {
+        // A parked task is 16 bytes with a reference first (`Option` of it costs nothing).
+        type Parked = (&'static u8, u32, u32);
+        assert_eq!(std::mem::size_of::<Parked>(), 16);
+        assert_eq!(std::mem::size_of::<Node<Parked>>(), 32);
     }
 }

@@ -17,10 +17,8 @@ use crate::sync::SHARDS;
 /// queue cancelled, or expired, or unlinked after a cancel. Cells a stopped timer never handed
 /// out keep their chunk until the worker is dropped.
 ///
-/// Settling allocates nothing (the free ids are linked through `meta`): the expiry loop frees
-/// a task per timeout, and an allocation of a growing free list there made glibc consolidate
-/// those frees at each doubling, ~1.3 ms at once with a million timeouts (the `expire`
-/// workload's p99 went from 1.1 to 2.3 ms).
+/// Settling allocates nothing (the free ids are linked through `meta`), so that nothing in
+/// the expiry loop calls the allocator.
 pub(super) struct ChunkTable<J: crate::shared::sealed::Run = BoxedJob> {
     chunks: Vec<Option<ChunkRef<J>>>,
     /// Per id: the cells not settled yet while the id holds a chunk; the next free id (or
@@ -34,9 +32,9 @@ pub(super) struct ChunkTable<J: crate::shared::sealed::Run = BoxedJob> {
     /// Per queue shard and kind (tasks', futures'), the id of the chunk of that cursor
     /// registered last: the only one a batch can refer to again (each of a shard's two cursors
     /// hands its chunks out one after the other, and the worker takes each shard's batches in
-    /// order), so the only one to look for. One per shard was not enough once a batch could
-    /// alternate between two chunks: a chunk seen again after the other kind's was registered
-    /// twice, neither id ever settled, and the table held it for good.
+    /// order), so the only one to look for. Kept per kind as well as per shard because a batch
+    /// can alternate between its shard's two chunks (see the regression test
+    /// `interleaved_tasks_and_futures_settle_every_chunk`).
     latest: [[u32; 2]; SHARDS],
     /// Per queue shard, chunks let go of with nothing else holding them, for the shard's
     /// cursors to use again (see `SpareChunk`); handed over when the worker next takes the

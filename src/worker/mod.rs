@@ -317,22 +317,28 @@ impl<J: Stored> Worker<J> {
         recycle(&mut self.cancelled);
     }
 
-    /// Moves up to `cap` queued timeouts, oldest first, into the buckets, as of `tick`.
+    /// Moves up to `cap` queued timeouts, oldest first, into the buckets, as of `tick`: takes
+    /// what the queue holds, then moves it.
     fn transfer(&mut self, shared: &Shared<J>, tick: u64, cap: u64) {
-        // What is queued now, taken once (after what an earlier tick left over). Netty polls
-        // until the queue is empty, so it also takes what producers push while it transfers;
-        // chasing them here had the worker touch the cells of the timeouts producers were
-        // just then creating and cancelling, and the cache lines went back and forth (schedule
-        // + cancel ran 1.5-2x slower). What arrives during the transfer waits for the next
-        // tick, as if it had been pushed a moment later.
+        self.take_queued(shared);
+        self.move_into_buckets(shared, tick, cap);
+    }
+
+    /// Takes each shard's batch into the inbox (after what an earlier tick left over), handing
+    /// the shard an emptied batch and its spare chunks in exchange.
+    ///
+    /// What is queued now is taken once: what producers push meanwhile waits for the next tick,
+    /// as if pushed a moment later. (Netty polls until the queue is empty; here that would have
+    /// the worker touch the cells producers are creating and cancelling at that moment.)
+    fn take_queued(&mut self, shared: &Shared<J>) {
         let spare = &mut self.spare;
         let inbox = &mut self.inbox;
         let mut took = false;
         let chunk_spares = &mut self.chunks.spares;
         let wake_spares = &mut self.chunks.wake_spares;
         shared.timeouts.take_each(|items, producer, i| {
-            // With no spare, room for as many as came this time (up to KEEP): a producer that
-            // starts again from an empty `Vec` regrows it, copying and faulting pages in.
+            // With no spare, room for as many as came this time (up to KEEP), so that the
+            // producer does not regrow its batch from nothing.
             let empty = spare
                 .pop()
                 .unwrap_or_else(|| PendingBatch::with_capacity(items.len().min(KEEP)));
@@ -349,6 +355,11 @@ impl<J: Stored> Worker<J> {
         });
         self.busy |= took;
         self.register_new_batches();
+    }
+
+    /// Moves up to `cap` timeouts from the inbox, oldest first, into their buckets as of
+    /// `tick`; the ones cancelled while queued end here.
+    fn move_into_buckets(&mut self, shared: &Shared<J>, tick: u64, cap: u64) {
         let mut left = usize::try_from(cap).unwrap_or(usize::MAX);
         let mut cancelled = 0;
         while left > 0 {
@@ -373,18 +384,23 @@ impl<J: Stored> Worker<J> {
                 debug_assert_eq!(inserted, key);
             }
             if batch.is_empty() {
-                let mut empty = self.inbox.pop_front().expect("the front batch");
-                let chunks = &mut self.chunks;
-                empty.clear_runs(|chunk| chunks.release(chunk));
-                // Room for a burst is kept, a few batches' worth; beyond, memory goes back.
-                if empty.capacity() <= KEEP && self.spare.len() < SPARE_BATCHES {
-                    self.spare.push(empty);
-                }
+                self.retire_front_batch();
             }
         }
         if cancelled > 0 {
             self.end(shared, cancelled);
             self.tally.cancelled += cancelled as u64;
+        }
+    }
+
+    /// The inbox's front batch is empty: its chunks are let go of, and the batch is kept as a
+    /// spare for a shard unless there are enough or it grew large.
+    fn retire_front_batch(&mut self) {
+        let mut empty = self.inbox.pop_front().expect("the front batch");
+        let chunks = &mut self.chunks;
+        empty.clear_runs(|chunk| chunks.release(chunk));
+        if empty.capacity() <= KEEP && self.spare.len() < SPARE_BATCHES {
+            self.spare.push(empty);
         }
     }
 
@@ -542,9 +558,9 @@ const KEEP: usize = 128 * 1024;
 /// shard count, is what a steady state needs).
 const SPARE_BATCHES: usize = 8;
 
-/// Keeps a drained buffer's allocation for reuse unless a burst made it very large. (Buffers a
-/// busy timer keeps are given back when it goes idle: `release_idle_buffers`.) Growing a buffer
-/// again every tick showed up as page faults and copies on the producers.
+/// Keeps a drained buffer's allocation for reuse unless a burst made it very large, so that a
+/// steady load does not regrow it every tick. (Buffers a busy timer keeps are given back when
+/// it goes idle: `release_idle_buffers`.)
 fn recycle<T>(buf: &mut Vec<T>) {
     if buf.capacity() > KEEP {
         *buf = Vec::new();
