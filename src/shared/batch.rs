@@ -94,7 +94,7 @@ impl<J: Stored> PendingBatch<J> {
     }
 
     /// Gives each run its chunk id, in push order (a chunk may recur), unless done already.
-    /// The ids' vector keeps its room across the batch's uses: nothing is allocated.
+    /// The ids' vector keeps its capacity across the batch's uses: nothing is allocated.
     pub(crate) fn assign_chunk_ids(&mut self, mut id_of: impl FnMut(&ChunkRef<J>) -> u32) {
         if self.chunk_ids.len() != self.runs.len() {
             debug_assert!(self.chunk_ids.is_empty());
@@ -127,7 +127,7 @@ impl<J: Stored> PendingBatch<J> {
         (drained, &self.runs, &self.chunk_ids)
     }
 
-    /// Once every timeout is out: hands the runs' chunks to `release`, keeping the room.
+    /// Once every timeout is out: hands the runs' chunks to `release`, keeping the capacity.
     pub(crate) fn clear_runs(&mut self, release: impl FnMut(ChunkRef<J>)) {
         debug_assert!(self.tasks.is_empty());
         self.words.clear();

@@ -92,7 +92,7 @@ struct Chunk<J: crate::shared::sealed::Run = BoxedJob> {
     wakers: Option<Box<WakerSlots>>,
 }
 
-/// Where the futures of a chunk's timeouts leave their wakers (`Sleep` in the owner's room):
+/// Where the futures of a chunk's timeouts leave their wakers (`Sleep` in the `timer` module):
 /// one slot per cell, written by the future's `poll`, emptied by whoever ends the timeout:
 /// the worker's expiry and `stop()` take the waker and wake it; the future's own cancel (its
 /// drop, a `reset`) takes it back. So a slot is empty once its timeout has ended and its

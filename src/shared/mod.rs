@@ -6,7 +6,7 @@
 //! ([`Shared::schedule`]), cancelling ([`Shared::cancelled`]), the pending count and waking the
 //! worker. Touches `sync`, `clock`, `wheel` (its key bounds) and `error`; never the worker nor
 //! the owner, which sit above it: what they need to keep here (the worker while no thread runs
-//! it, how to run a user's task) is kept behind types this room defines ([`ParkedWorker`],
+//! it, how to run a user's task) is kept behind types this module defines ([`ParkedWorker`],
 //! [`Job`], [`Stored`]).
 //!
 //! Every type here is generic over `J`, what the timer stores per timeout: [`BoxedTask`] (a
@@ -18,7 +18,7 @@
 //! - Producers (`schedule`, `cancelled`) never touch the wheel. They push on one of two MPSC
 //!   queues and, rarely, unpark the worker.
 //! - `state` moves `INIT -> STARTED -> SHUTDOWN` or `INIT -> SHUTDOWN`, both under the `control`
-//!   lock (the owner's room makes those moves), so that starting and stopping are serialised;
+//!   lock (the `timer` module makes those moves), so that starting and stopping are serialised;
 //!   readers on the hot path load it without the lock.
 //!
 //! | `state`    | entered by                         | meaning                                   |
@@ -61,7 +61,7 @@ pub(crate) const AWAKE: u64 = u64::MAX - 1;
 /// Runs expired tasks somewhere other than the worker thread.
 pub(crate) type Executor = Arc<dyn Fn(Box<dyn FnOnce() + Send>) + Send + Sync>;
 
-/// A timeout's task as the queues and the worker carry it: the owner's room turns a user's
+/// A timeout's task as the queues and the worker carry it: the `timer` module turns a user's
 /// `TimerTask` into one (`task.rs`), the worker runs it with its timeout's state, and nothing
 /// in between needs to know what it is.
 pub(crate) trait Job: Send + Sized + 'static {
@@ -107,8 +107,8 @@ pub trait Stored: sealed::Run + Send + 'static {}
 pub(crate) mod sealed {
     use super::cells::TimeoutState;
 
-    /// How the worker keeps and runs a stored task (the door through which the task room's
-    /// types are run without this room importing them).
+    /// How the worker keeps and runs a stored task (the interface through which the `task`
+    /// module's types are run without this module importing them).
     #[allow(unreachable_pub)]
     pub trait Run: Sized {
         /// What the wheel holds per timeout: the task, parked, and the worker's id of the
@@ -228,8 +228,8 @@ impl Job for WakeJob {
 }
 
 /// The worker while no thread runs it (before start, in manual mode, after stop), and what its
-/// thread returns. Its type belongs to the worker's room, which this one does not import; the
-/// owner's room (`timer::lifecycle`), which starts and stops it, takes it back as a `Worker`.
+/// thread returns. Its type belongs to the `worker` module, which this one does not import; the
+/// `timer` module (`timer::lifecycle`), which starts and stops it, takes it back as a `Worker`.
 pub(crate) type ParkedWorker = Box<dyn std::any::Any + Send>;
 
 /// A cheap, cloneable reference to a timer, as returned by [`Timeout::timer`] and
@@ -250,7 +250,7 @@ pub(crate) type ParkedWorker = Box<dyn std::any::Any + Send>;
 /// assert_eq!(handle.new_timeout(|_: &_| {}, Duration::ZERO).unwrap_err(), TimerError::Stopped);
 /// ```
 ///
-/// (Defined in this room because every chunk of timeout states holds one: a `Timeout` reaches
+/// (Defined in this module because every chunk of timeout states holds one: a `Timeout` reaches
 /// its timer through its chunk. Its methods are the owner's, in `timer`.)
 ///
 /// [`Timeout::timer`]: crate::Timeout::timer
@@ -332,7 +332,7 @@ pub(crate) struct Shared<J: crate::shared::sealed::Run = BoxedJob> {
     pub(crate) control: Mutex<Control>,
     /// The worker while no thread runs it: before start, in manual mode, after stop.
     pub(crate) idle_worker: Mutex<Option<ParkedWorker>>,
-    /// The rest is the owner's room's bookkeeping (`timer::lifecycle`). The worker thread's
+    /// The rest is the `timer` module's bookkeeping (`timer::lifecycle`). The worker thread's
     /// name.
     pub(crate) thread_name: String,
     /// Whether a `ManualDriver` runs the worker (no thread is ever started).
@@ -344,7 +344,7 @@ pub(crate) struct Shared<J: crate::shared::sealed::Run = BoxedJob> {
     pub(crate) counted: crate::sync::process::AtomicBool,
 }
 
-/// The worker's thread, kept under `Shared::control`: the owner's room starts and joins it,
+/// The worker's thread, kept under `Shared::control`: the `timer` module starts and joins it,
 /// producers unpark it.
 #[derive(Default)]
 pub(crate) struct Control {
@@ -422,7 +422,7 @@ impl<J: Stored> Shared<J> {
     }
 
     /// Queues a timeout of a started timer: its job, due `delay` from now. The producer's
-    /// half of `new_timeout` (the owner's room starts the worker first).
+    /// half of `new_timeout` (the `timer` module starts the worker first).
     #[inline]
     pub(crate) fn schedule(
         self: &Arc<Self>,
@@ -674,10 +674,35 @@ impl<J: Stored> Shared<J> {
         // Release: pairs with the Acquire in `counted`.
         self.ended.store(total, Ordering::Release);
     }
+
+    /// The worker's current tick, as the worker publishes it (diagnostics, and the cancel
+    /// path's wake-up check: a stale value only makes it wake the worker more eagerly).
+    #[inline]
+    pub(crate) fn set_tick(&self, tick: u64) {
+        self.tick.store(tick, Ordering::Relaxed);
+    }
+
+    /// The worker's plan: it will next wake by itself at the end of `tick` (`u64::MAX`: only
+    /// when unparked). See `worker::run`.
+    pub(crate) fn publish_plan(&self, tick: u64) {
+        self.planned.store(tick, Ordering::SeqCst);
+    }
+
+    /// The plan as it stands: the worker's, or lower if a producer lowered it since.
+    pub(crate) fn plan(&self) -> u64 {
+        self.planned.load(Ordering::SeqCst)
+    }
+
+    /// The worker woke and runs (`AWAKE`): producers need not wake it. Counted as a wake-up.
+    pub(crate) fn mark_awake(&self) {
+        self.planned.store(AWAKE, Ordering::SeqCst);
+        // Relaxed: a statistic.
+        self.wakeups.fetch_add(1, Ordering::Relaxed);
+    }
 }
 
 impl Shared {
-    /// A future's timeout (the owner's room's `Sleep`), due at `deadline` (as in
+    /// A future's timeout (the `timer` module's `Sleep`), due at `deadline` (as in
     /// [`Shared::schedule_at`]): its state has a waker slot, and its expiry wakes what the
     /// future left there (see `cells::WakerSlots`). Nothing is allocated for its job.
     #[inline]

@@ -417,14 +417,14 @@ impl<T> Wheel<T> {
         }
         self.len -= 1;
         if self.len == 0 {
-            self.let_go_of_room();
+            self.release_memory();
         }
         (item, tag)
     }
 
     /// Nothing live: gives the slab and the far slots back rather than keep a burst's worth of
     /// memory.
-    fn let_go_of_room(&mut self) {
+    fn release_memory(&mut self) {
         self.nodes = Slab::new();
         self.free = NIL;
         self.clear_far();
@@ -616,7 +616,7 @@ impl<T> Wheel<T> {
             self.set_occupied(b, false);
         }
         if self.len == 0 {
-            self.let_go_of_room();
+            self.release_memory();
         }
     }
 

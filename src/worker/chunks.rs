@@ -2,7 +2,7 @@
 //!
 //! Owns [`ChunkTable`]: one reference per chunk whose cells are in the wheel or queued, the
 //! ids the wheel's entries name them by, and the spare chunks the worker hands back to the
-//! producers' shards. Touches the shared room's cells and `sync` (the shard count); only the
+//! producers' shards. Touches the `shared` module's cells and `sync` (the shard count); only the
 //! worker uses it.
 
 use crate::shared::cells::{ChunkRef, SpareChunk, CHUNK, SPARE_CHUNKS};
@@ -144,7 +144,7 @@ impl<J: Stored> ChunkTable<J> {
             .expect("a chunk with unsettled cells")
     }
 
-    /// For an idle worker: lets the spares go, and the table's room too if it holds no chunk
+    /// For an idle worker: lets the spares go, and the table's capacity too if it holds no chunk
     /// (a busy worker keeps it: it would regrow it in the next tick).
     pub(super) fn release_idle(&mut self) {
         if self.held == 0 {

@@ -3,7 +3,7 @@
 //!
 //! Owns the `Worker` (the wheel, the batches taken from the queue, the chunk table) and every
 //! move a timeout makes once it leaves the producers: transfer into a bucket, unlink after a
-//! cancel, expiry and the task's run. Touches the shared room (queues, counters, cells, the
+//! cancel, expiry and the task's run. Touches the `shared` module (queues, counters, cells, the
 //! plan), the wheel and `sync`; never the owner (`timer`), which starts, drives and stops it.
 //!
 //! # Ground rules
@@ -175,7 +175,7 @@ pub(crate) struct Worker<J: Stored = BoxedJob> {
     /// Timeouts taken from the `timeouts` queue and not yet moved into buckets (beyond the
     /// per-tick cap): one batch per shard taken, oldest first, none empty.
     inbox: VecDeque<PendingBatch<J>>,
-    /// Emptied batches, kept with their room to hand to the queue's shards in exchange for
+    /// Emptied batches, kept with their capacity to hand to the queue's shards in exchange for
     /// full ones: in a steady state no buffer grows, and nothing is copied.
     spare: Vec<PendingBatch<J>>,
     /// Reused buffer for the cancellation queue.
@@ -244,9 +244,7 @@ impl<J: Stored> Worker<J> {
         let mut cap = TRANSFER_CAP.saturating_mul(due - self.tick);
         let mut tick = self.tick;
         loop {
-            // Relaxed: diagnostics and a hint for `cancel`'s wake-up check (a stale value only
-            // makes it wake the worker more eagerly).
-            shared.tick.store(tick, Ordering::Relaxed);
+            shared.set_tick(tick);
             self.process_cancelled(shared);
             self.transfer(shared, tick, cap);
             cap = TRANSFER_CAP;
@@ -255,7 +253,7 @@ impl<J: Stored> Worker<J> {
                 // Like Netty's loop, which checks its state after every tick: a stop (or the
                 // owner dropped by a task) ends the run after the current tick.
                 self.tick = tick + 1;
-                shared.tick.store(self.tick, Ordering::Relaxed);
+                shared.set_tick(self.tick);
                 self.tally.publish(&shared.counters);
                 return true;
             }
@@ -274,7 +272,7 @@ impl<J: Stored> Worker<J> {
             }
         }
         self.tick = due;
-        shared.tick.store(due, Ordering::Relaxed);
+        shared.set_tick(due);
         self.tally.publish(&shared.counters);
         true
     }
@@ -337,7 +335,7 @@ impl<J: Stored> Worker<J> {
         let chunk_spares = &mut self.chunks.spares;
         let wake_spares = &mut self.chunks.wake_spares;
         shared.timeouts.take_each(|items, producer, i| {
-            // With no spare, room for as many as came this time (up to KEEP), so that the
+            // With no spare, capacity for as many as came this time (up to KEEP), so that the
             // producer does not regrow its batch from nothing.
             let empty = spare
                 .pop()
@@ -490,7 +488,7 @@ impl<J: Stored> Worker<J> {
     }
 
     /// When nothing is queued, gives back the queue buffers kept for reuse, the spare chunks
-    /// (the worker's and the shards') and the chunk table's room, so that an idle timer does
+    /// (the worker's and the shards') and the chunk table's capacity, so that an idle timer does
     /// not hold a past burst's worth of memory.
     pub(crate) fn release_idle_buffers(&mut self, shared: &Shared<J>) {
         if !self.inbox.is_empty() {
@@ -551,7 +549,7 @@ impl<J: Stored> Drop for Worker<J> {
     }
 }
 
-/// Items a drained buffer may keep room for.
+/// Items a drained buffer may keep capacity for.
 const KEEP: usize = 128 * 1024;
 
 /// Emptied batches the worker keeps for the queue's shards (one per producer thread, up to the

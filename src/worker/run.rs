@@ -1,15 +1,15 @@
 //! The worker thread: the loop that runs due ticks, publishes its plan and sleeps until the
-//! next tick with work (see the worker room's docs, "Sleeping").
+//! next tick with work (see the `worker` module's docs, "Sleeping").
 //!
-//! Owns the thread's loop and its sleep; touches the worker ([`Worker`]), the shared room (the
-//! plan, the queues, the clock) and `sync`. Never the owner: the owner's room spawns this loop
-//! and joins it.
+//! Owns the thread's loop and its sleep; touches the worker ([`Worker`]), the `shared` module
+//! (the plan, the queues, the clock) and `sync`. Never the owner: the `timer` module spawns
+//! this loop and joins it.
 
 use super::Worker;
-use crate::shared::{Shared, Stored, AWAKE};
+use crate::shared::{Shared, Stored};
 #[cfg(loom)]
-use crate::sync::fence;
-use crate::sync::{thread, Arc, Ordering};
+use crate::sync::{fence, Ordering};
+use crate::sync::{thread, Arc};
 
 /// The worker thread's loop. Returns the worker (with whatever it still holds) at shutdown.
 pub(crate) fn run<J: Stored>(mut worker: Worker<J>, shared: Arc<Shared<J>>) -> Worker<J> {
@@ -28,13 +28,13 @@ pub(crate) fn run<J: Stored>(mut worker: Worker<J>, shared: Arc<Shared<J>>) -> W
             // wake-up after a burst ends; an idle timer still never wakes.
             plan = worker.tick;
         }
-        shared.planned.store(plan, Ordering::SeqCst);
+        shared.publish_plan(plan);
         if plan > worker.tick && (!shared.timeouts.is_empty() || !shared.cancelled.is_empty()) {
             plan = worker.tick;
-            shared.planned.store(plan, Ordering::SeqCst);
+            shared.publish_plan(plan);
         }
         // A producer may have lowered the plan since: honour the lower of the two.
-        plan = plan.min(shared.planned.load(Ordering::SeqCst));
+        plan = plan.min(shared.plan());
         if shared.is_shutdown() {
             break;
         }
@@ -43,9 +43,7 @@ pub(crate) fn run<J: Stored>(mut worker: Worker<J>, shared: Arc<Shared<J>>) -> W
             worker.release_idle_buffers(&shared);
         }
         sleep_until_end_of(&shared, plan);
-        shared.planned.store(AWAKE, Ordering::SeqCst);
-        // Relaxed: a statistic.
-        shared.wakeups.fetch_add(1, Ordering::Relaxed);
+        shared.mark_awake();
         if shared.is_shutdown() {
             break;
         }
