@@ -19,11 +19,11 @@
 //! in the `timeouts` queue (the request-timeout pattern: schedule, then cancel on the response)
 //! costs that one compare-and-swap and nothing else.
 //!
-//! The state shares one `u32` with the entry's *slot*, its key in the wheel's slab (`NO_SLOT`
-//! while the entry is in the `timeouts` queue or gone): the worker sets the slot in the same
+//! The state shares one `u32` with the entry's *wheel key*, its key in the wheel's slab (`NO_KEY`
+//! while the entry is in the `timeouts` queue or gone): the worker sets the key in the same
 //! compare-and-swap that moves the state to `IN_WHEEL`, and clears it in the one that moves it to
 //! `EXPIRED` (or with a plain store once the state is the terminal `CANCELLED`: nobody else
-//! writes a terminal word). A `cancel()` keeps the slot, which the worker then reads to unlink
+//! writes a terminal word). A `cancel()` keeps the key, which the worker then reads to unlink
 //! the entry. Four bytes per timeout.
 //!
 //! # Who holds a chunk
@@ -49,14 +49,14 @@ const CANCELLED: u8 = 2;
 const EXPIRED: u8 = 3;
 
 /// No wheel key (keys are below `MAX_ENTRIES`).
-pub(crate) const NO_SLOT: u32 = MAX_ENTRIES as u32;
+pub(crate) const NO_KEY: u32 = MAX_ENTRIES as u32;
 
 const STATE_BITS: u32 = 3;
 const STATE_MASK: u32 = (1 << STATE_BITS) - 1;
 
 #[inline]
-const fn word(slot: u32, state: u8) -> u32 {
-    (slot << STATE_BITS) | state as u32
+const fn word(key: u32, state: u8) -> u32 {
+    (key << STATE_BITS) | state as u32
 }
 
 #[inline]
@@ -64,7 +64,7 @@ const fn state_of(word: u32) -> u8 {
     (word & STATE_MASK) as u8
 }
 
-/// One timeout's shared state: no task, no deadline. `(slot << 3) | state`.
+/// One timeout's shared state: no task, no deadline. `(wheel key << 3) | state`.
 pub(crate) struct Cell {
     word: AtomicU32,
 }
@@ -126,11 +126,11 @@ impl<J: Stored> Chunk<J> {
     }
 }
 
-/// A chunk's cells as they are handed out: QUEUED, no slot.
+/// A chunk's cells as they are handed out: QUEUED, no wheel key.
 #[inline]
 fn fresh_cells() -> [Cell; CHUNK] {
     std::array::from_fn(|_| Cell {
-        word: AtomicU32::new(word(NO_SLOT, QUEUED)),
+        word: AtomicU32::new(word(NO_KEY, QUEUED)),
     })
 }
 
@@ -178,7 +178,7 @@ impl<J: Stored> ChunkCursor<J> {
         }
     }
 
-    /// A fresh state (QUEUED, no slot) for a timeout of `shared`'s timer, from the current
+    /// A fresh state (QUEUED, no wheel key) for a timeout of `shared`'s timer, from the current
     /// chunk (a new one when it is used up), for the timeout at position `at` of the queued
     /// batch whose runs are `runs`: a new chunk, or a batch that has none yet, starts a run.
     /// `shard` is the queue shard this cursor belongs to.
@@ -485,16 +485,16 @@ impl<J: Stored> TimeoutState<J> {
         state_of(self.cell().load()) == EXPIRED
     }
 
-    /// Worker only: see [`Cell::slot`].
+    /// Worker only: see [`Cell::wheel_key`].
     #[inline]
-    pub(crate) fn slot(&self) -> u32 {
-        self.cell().slot()
+    pub(crate) fn wheel_key(&self) -> u32 {
+        self.cell().wheel_key()
     }
 
-    /// Worker only: see [`Cell::clear_slot`].
+    /// Worker only: see [`Cell::clear_wheel_key`].
     #[inline]
-    pub(crate) fn clear_slot(&self) {
-        self.cell().clear_slot()
+    pub(crate) fn clear_wheel_key(&self) {
+        self.cell().clear_wheel_key()
     }
 
     /// Whether this is a future's timeout (its cell has a waker slot).
@@ -575,7 +575,7 @@ impl Cell {
             .map(drop)
     }
 
-    /// QUEUED or IN_WHEEL -> CANCELLED (the slot kept), for `cancel()`. `None` if the timeout
+    /// QUEUED or IN_WHEEL -> CANCELLED (the wheel key kept), for `cancel()`. `None` if the timeout
     /// had already ended; else whether it was in the wheel (and so needs the worker to unlink
     /// it).
     #[inline]
@@ -593,39 +593,39 @@ impl Cell {
         }
     }
 
-    /// QUEUED -> IN_WHEEL at wheel key `slot`; the worker only. False if it was cancelled while
+    /// QUEUED -> IN_WHEEL at wheel key `key`; the worker only. False if it was cancelled while
     /// queued (the worker then accounts for it).
     #[inline]
-    pub(crate) fn try_enter_wheel(&self, slot: u32) -> bool {
+    pub(crate) fn try_enter_wheel(&self, key: u32) -> bool {
         // A plain load first: most of what the request-timeout pattern queues is cancelled by
         // the time it is transferred, and a failing compare-and-swap costs as much as one that
         // succeeds (it too takes the line exclusively).
         let cur = self.load();
         debug_assert!(matches!(state_of(cur), QUEUED | CANCELLED));
-        cur == word(NO_SLOT, QUEUED) && self.transition(cur, word(slot, IN_WHEEL)).is_ok()
+        cur == word(NO_KEY, QUEUED) && self.transition(cur, word(key, IN_WHEEL)).is_ok()
     }
 
-    /// IN_WHEEL -> EXPIRED (the slot cleared); the worker only. False if it was cancelled.
+    /// IN_WHEEL -> EXPIRED (the wheel key cleared); the worker only. False if it was cancelled.
     #[inline]
     pub(crate) fn try_expire(&self) -> bool {
         let cur = self.load();
-        state_of(cur) == IN_WHEEL && self.transition(cur, word(NO_SLOT, EXPIRED)).is_ok()
+        state_of(cur) == IN_WHEEL && self.transition(cur, word(NO_KEY, EXPIRED)).is_ok()
     }
 
-    /// Worker only: the entry's wheel key (`NO_SLOT` if none).
+    /// Worker only: the entry's wheel key (`NO_KEY` if none).
     #[inline]
-    pub(crate) fn slot(&self) -> u32 {
-        // Relaxed: the slot bits are written only by the worker (a cancel copies them).
+    pub(crate) fn wheel_key(&self) -> u32 {
+        // Relaxed: the key bits are written only by the worker (a cancel copies them).
         self.word.load(Ordering::Relaxed) >> STATE_BITS
     }
 
     /// Worker only, on a CANCELLED state whose entry it has removed from the wheel.
     #[inline]
-    pub(crate) fn clear_slot(&self) {
+    pub(crate) fn clear_wheel_key(&self) {
         debug_assert_eq!(state_of(self.load()), CANCELLED);
         // Relaxed: the word is terminal, so no other thread writes it; readers only look at
         // the state bits, which do not change.
-        self.word.store(word(NO_SLOT, CANCELLED), Ordering::Relaxed)
+        self.word.store(word(NO_KEY, CANCELLED), Ordering::Relaxed)
     }
 
     fn state_name(&self) -> &'static str {

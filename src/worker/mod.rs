@@ -49,7 +49,7 @@ mod run;
 pub(crate) use run::run;
 
 use crate::shared::batch::PendingBatch;
-use crate::shared::cells::{TimeoutState, NO_SLOT};
+use crate::shared::cells::{TimeoutState, NO_KEY};
 use crate::shared::{sealed, BoxedJob, Counters, Executor, Shared, Stored, LATENESS_CLASSES};
 use crate::sync::{Arc, Batch, Ordering};
 use crate::wheel::Wheel;
@@ -300,10 +300,10 @@ impl<J: Stored> Worker<J> {
         let n = self.cancelled.len();
         self.busy |= n > 0;
         for state in self.cancelled.drain(..) {
-            let slot = state.slot();
-            if slot != NO_SLOT {
-                state.clear_slot();
-                let (entry, _) = self.wheel.remove(slot);
+            let key = state.wheel_key();
+            if key != NO_KEY {
+                state.clear_wheel_key();
+                let (entry, _) = self.wheel.remove(key);
                 self.chunks.settle(J::chunk(&entry));
                 drop(J::unpark(entry, &mut self.tasks));
             }
@@ -469,8 +469,8 @@ impl<J: Stored> Worker<J> {
             } else {
                 // Cancelled since it was taken out of the wheel (by a task of this bucket, or
                 // after this tick's cancellations were processed): its entry on the
-                // cancellation queue ends it (finding NO_SLOT); the task is dropped here.
-                chunk.cell(idx).clear_slot();
+                // cancellation queue ends it (finding NO_KEY); the task is dropped here.
+                chunk.cell(idx).clear_wheel_key();
                 chunks.put_back_settled(id, chunk);
                 drop(J::unpark(entry, tasks));
             }
