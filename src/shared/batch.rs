@@ -4,9 +4,10 @@
 //! Owns [`PendingBatch`] (a shard's queued timeouts: jobs, deadlines, the runs of their states)
 //! and [`ProducerShard`] (a shard's pending-count credit and its chunk cursor). Touches `sync`
 //! (the queue's `Batch` trait) and the cells; producers fill a batch under their shard's lock,
-//! the worker takes it whole and drains it.
+//! the worker takes it whole and drains it. The rules of chunks, runs and spares they follow:
+//! `shared::cells`, "Chunks, runs and spares: the protocol".
 
-use super::cells::{ChunkCursor, ChunkRef, Run, RunCursor, SpareChunk, TimeoutState};
+use super::cells::{CellRun, CellRunCursor, ChunkCursor, ChunkRef, SpareChunk, TimeoutState};
 use super::small_task::Word;
 use super::{sealed, BoxedJob, Shared, Stored};
 use crate::hint::prefetch_write_ahead;
@@ -14,7 +15,7 @@ use crate::sync::{Arc, Batch};
 
 /// Timeouts on their way from producers to the worker: task and deadline of each, in two
 /// parallel vectors, and the runs of chunk cells their states are in (a timeout's cell follows
-/// from its position: see [`Run`]).
+/// from its position: see [`CellRun`]).
 ///
 /// Not one vector of structs: a struct pushed into a `Vec` is built on the stack first (its
 /// drop on unwinding needs an address) and then copied with wide loads over narrower stores,
@@ -29,7 +30,7 @@ pub(crate) struct PendingBatch<J: crate::shared::sealed::Run = BoxedJob> {
     words_read: usize,
     deadlines: Vec<u64>,
     /// The runs of the queued timeouts' cells, in order, one chunk reference each.
-    runs: Vec<Run<J>>,
+    runs: Vec<CellRun<J>>,
     /// Timeouts the worker has taken from the front ([`PendingBatch::drain_front`]): positions
     /// in `runs` count them.
     drained: usize,
@@ -111,10 +112,10 @@ impl<J: Stored> PendingBatch<J> {
         n: usize,
     ) -> (
         impl Iterator<Item = (J, (usize, u8), u64)> + '_,
-        &[Run<J>],
+        &[CellRun<J>],
         &[u32],
     ) {
-        let cells = RunCursor::new(&self.runs, self.drained);
+        let cells = CellRunCursor::new(&self.runs, self.drained);
         self.drained += n;
         let (words, at) = (&self.words, &mut self.words_read);
         let drained = self
@@ -139,7 +140,7 @@ impl<J: Stored> PendingBatch<J> {
 
     /// The states, in order; the tasks are dropped.
     pub(crate) fn into_states(mut self) -> Vec<TimeoutState<J>> {
-        let states = RunCursor::new(&self.runs, self.drained)
+        let states = CellRunCursor::new(&self.runs, self.drained)
             .take(self.tasks.len())
             .map(|(run, idx)| self.runs[run].chunk.state(idx))
             .collect();

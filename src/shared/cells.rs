@@ -26,16 +26,36 @@
 //! writes a terminal word). A `cancel()` keeps the key, which the worker then reads to unlink
 //! the entry. Four bytes per timeout.
 //!
-//! # Who holds a chunk
-//! States live in chunks of [`CHUNK`] cells, reference-counted as a whole. A chunk is held by
-//! each `Timeout` handle on one of its cells, by its queue shard's cursor while it hands cells
-//! out, by each queued batch that holds some of its cells (once per batch, not per cell), and
-//! by the worker's chunk table while any of its cells is in the wheel or not yet taken from the
-//! queue (the worker's chunk table). So a `new_timeout` costs one reference-count increment, the
-//! handle's. A chunk is freed with its last holder, unless that holder is the worker: then it
-//! becomes a *spare* ([`SpareChunk`]), its cells reset, which the worker hands back to its
-//! shard's cursor to use instead of a new allocation. A cell is reused only that way, once
-//! nothing can refer to it any more (no handle, no batch, no table entry).
+//! # Chunks, runs and spares: the protocol
+//!
+//! This section is the one statement of these rules; `shared::batch`, `worker::chunks`,
+//! `Worker::transfer` and `timer::lifecycle` follow it and point here.
+//!
+//! States live in chunks of [`CHUNK`] cells, reference-counted as a whole. Who holds a
+//! reference to a chunk, from when to when:
+//!
+//! | holder | takes its reference | lets go |
+//! |--------|---------------------|---------|
+//! | a `Timeout` handle on one of its cells | `new_timeout` (detached timeouts take none) | the handle's drop |
+//! | its shard's [`ChunkCursor`] | when it starts handing the chunk's cells out | when the last cell is handed out |
+//! | a queued [`PendingBatch`](super::batch::PendingBatch), once per [`CellRun`] | the run's first timeout | the batch, once the worker has taken every timeout out (`clear_runs`) |
+//! | the worker's chunk table (`worker::chunks`), under an id | the first batch naming the chunk, when the worker takes it | the last of its cells *settled*: taken from the queue cancelled, expired, or unlinked after a cancel |
+//! | a task's `Timeout` while it runs | borrowed from the table (no count moves) | given back to the table after the run |
+//!
+//! - **Runs.** A batch records, per run, the position of its first timeout (`first`, counted
+//!   from the batch's first timeout, including those already taken out) and its first cell
+//!   (`start`): the timeout at position `first + k` has cell `start + k`. Nothing is kept per
+//!   timeout. A shard has two cursors (tasks' chunks, and futures' with waker slots); a new
+//!   chunk, or a switch between the two, starts a new run.
+//! - **Ids.** The wheel's entries name their chunk by its id in the worker's table, which keeps
+//!   per id the count of cells not yet settled (`CHUNK` when registered). An id is registered
+//!   when a batch is taken (`ChunkTable::id_of`); only the last chunk registered per shard and
+//!   kind can be named again by a later batch.
+//! - **Spares.** A chunk is freed with its last holder, unless that holder is the worker: then it
+//!   becomes a [`SpareChunk`], its cells reset, and the worker hands it back to its shard's
+//!   cursor (when it next takes that shard's batch) to use instead of a new allocation. A cell
+//!   is reused only that way, once nothing can refer to it (no handle, no batch, no table
+//!   entry). An idle worker, and `stop()`, let every spare go.
 
 use super::{BoxedJob, Shared, Stored, TimerHandle};
 use crate::sync::{lock, Arc, AtomicU32, Mutex, Ordering};
@@ -186,7 +206,7 @@ impl<J: Stored> ChunkCursor<J> {
     /// The batch's timeouts take this cursor's cells one after another (the cursor and the
     /// batch are under the same shard lock, and every state handed out is pushed), so a run
     /// records where it starts and nothing is kept per timeout: the cell of each queued
-    /// timeout follows from its position ([`Run`]). A shard has two cursors (tasks' and
+    /// timeout follows from its position ([`CellRun`]). A shard has two cursors (tasks' and
     /// futures'): when the batch's last run is another chunk, a new run starts too.
     ///
     /// One reference count per timeout (the handle's), not two: the queued timeouts of a chunk
@@ -199,7 +219,7 @@ impl<J: Stored> ChunkCursor<J> {
         &mut self,
         shared: &Arc<Shared<J>>,
         shard: u8,
-        runs: &mut Vec<Run<J>>,
+        runs: &mut Vec<CellRun<J>>,
         at: usize,
     ) -> Option<TimeoutState<J>> {
         let next = &mut self.next;
@@ -219,7 +239,7 @@ impl<J: Stored> ChunkCursor<J> {
                 .last()
                 .is_none_or(|run| !Arc::ptr_eq(&run.chunk.0, chunk))
         {
-            runs.push(Run {
+            runs.push(CellRun {
                 chunk: ChunkRef(Arc::clone(chunk)),
                 first: at,
                 start: idx,
@@ -285,13 +305,13 @@ pub(crate) struct SpareChunk<J: crate::shared::sealed::Run = BoxedJob>(Arc<Chunk
 /// Consecutive timeouts of a queued batch whose cells are consecutive cells of one chunk: the
 /// timeout at position `first + k` of the batch has cell `start + k` of `chunk`. Positions
 /// count from the batch's first timeout, including those the worker has taken out since.
-pub(crate) struct Run<J: crate::shared::sealed::Run = BoxedJob> {
+pub(crate) struct CellRun<J: crate::shared::sealed::Run = BoxedJob> {
     pub(crate) chunk: ChunkRef<J>,
     pub(crate) first: usize,
     start: u8,
 }
 
-impl<J: Stored> Run<J> {
+impl<J: Stored> CellRun<J> {
     /// The cell index of the timeout at batch position `at` (within this run).
     #[inline]
     pub(crate) fn idx(&self, at: usize) -> u8 {
@@ -303,21 +323,21 @@ impl<J: Stored> Run<J> {
 
 /// Walks a batch's positions from `at` on, one step per timeout: each step gives the index of
 /// its run and its cell index.
-pub(crate) struct RunCursor<'a, J: crate::shared::sealed::Run = BoxedJob> {
-    runs: &'a [Run<J>],
+pub(crate) struct CellRunCursor<'a, J: crate::shared::sealed::Run = BoxedJob> {
+    runs: &'a [CellRun<J>],
     run: usize,
     at: usize,
 }
 
-impl<'a, J: Stored> RunCursor<'a, J> {
+impl<'a, J: Stored> CellRunCursor<'a, J> {
     /// From position `at` (which must belong to one of `runs`).
-    pub(crate) fn new(runs: &'a [Run<J>], at: usize) -> Self {
+    pub(crate) fn new(runs: &'a [CellRun<J>], at: usize) -> Self {
         let run = runs.partition_point(|r| r.first <= at).saturating_sub(1);
-        RunCursor { runs, run, at }
+        CellRunCursor { runs, run, at }
     }
 }
 
-impl<J: Stored> Iterator for RunCursor<'_, J> {
+impl<J: Stored> Iterator for CellRunCursor<'_, J> {
     type Item = (usize, u8);
 
     #[inline]

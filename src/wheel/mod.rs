@@ -22,7 +22,7 @@
 //! *fire tick*. We keep the deadline only and compare `calculated <= tick` when the bucket comes
 //! round, which is `remaining_rounds == 0` without the per-round write, and stays exact when the
 //! worker sleeps through ticks that have no work (a decrement per visit would need every skipped
-//! visit replayed). [`Wheel::remaining_rounds`] gives Netty's figure for any tick.
+//! visit replayed). `Wheel::remaining_rounds` (in tests) gives Netty's figure for any tick.
 //! The `deadline <= now` guard is kept as well, as in Netty.
 //!
 //! # Occupancy

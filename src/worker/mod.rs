@@ -1,5 +1,5 @@
 //! The worker: one Netty tick as a pure step (`Worker::advance(now)`), and the thread loop that
-//! sleeps between the ticks that have work ([`run`]).
+//! sleeps between the ticks that have work ([`run()`]).
 //!
 //! Owns the `Worker` (the wheel, the batches taken from the queue, the chunk table) and every
 //! move a timeout makes once it leaves the producers: transfer into a bucket, unlink after a
@@ -316,7 +316,8 @@ impl<J: Stored> Worker<J> {
     }
 
     /// Moves up to `cap` queued timeouts, oldest first, into the buckets, as of `tick`: takes
-    /// what the queue holds, then moves it.
+    /// what the queue holds, then moves it. (Chunks and runs: `shared::cells`, "Chunks, runs
+    /// and spares: the protocol".)
     fn transfer(&mut self, shared: &Shared<J>, tick: u64, cap: u64) {
         self.take_queued(shared);
         self.move_into_buckets(shared, tick, cap);
