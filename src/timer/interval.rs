@@ -201,5 +201,4 @@ macro_rules! interval_methods {
     };
 }
 
-interval_methods!(HashedWheelTimer, "let t = &timer;");
-interval_methods!(TimerHandle, "let t = timer.handle();");
+for_owner_and_handle!(interval_methods);

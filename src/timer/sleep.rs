@@ -406,5 +406,4 @@ macro_rules! future_methods {
     };
 }
 
-future_methods!(HashedWheelTimer, "let t = &timer;");
-future_methods!(TimerHandle, "let t = timer.handle();");
+for_owner_and_handle!(future_methods);
