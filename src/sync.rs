@@ -390,7 +390,7 @@ impl<B: Batch, S> Queue<B, S> {
 
     /// Hands each non-empty shard's batch to `take`, under the shard's lock, in shard order,
     /// with the shard's data and index: `take` moves the batch out (leaving an empty batch,
-    /// ideally one with room, for the next pushes). Each thread's pushes are in one batch, in
+    /// ideally one with capacity, for the next pushes). Each thread's pushes are in one batch, in
     /// order.
     #[inline]
     pub(crate) fn take_each(&self, mut take: impl FnMut(&mut B, &mut S, usize)) {

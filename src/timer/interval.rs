@@ -2,8 +2,8 @@
 //! `Interval`), with the periodic tasks' policy for missed ticks.
 //!
 //! Owns [`Interval`]. Each tick is a [`Sleep`] re-armed at the next deadline when the tick
-//! completes (`periodic::next_due`, shared with the periodic tasks). Touches the owner's room
-//! (`Sleep`, the periodic schedule) and the shared room's clock.
+//! completes (`periodic::next_due`, shared with the periodic tasks). Uses `Sleep`, the periodic
+//! schedule and the shared state's clock.
 
 use super::periodic::next_due;
 use super::sleep::Sleep;
