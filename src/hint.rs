@@ -9,7 +9,8 @@
 //! entries ahead (`prefetchw`) takes that wait off the path.
 //!
 //! The instructions are emitted where `cfg_prefetch!` holds (x86-64, not under loom, Miri or
-//! SGX); elsewhere both functions do nothing.
+//! SGX); elsewhere both functions do nothing. Sources: Intel's SDM, vol. 2, "PREFETCHW" and
+//! "PREFETCHh"; AMD's APM, vol. 3, "PREFETCHW"; CPUID leaf `0x8000_0001`, ECX bit 8.
 #![allow(unsafe_code)]
 
 pub(crate) use imp::{prefetch, prefetch_write_ahead};
@@ -37,10 +38,10 @@ cfg_prefetch! {
             if ahead < vec.capacity() && has_prefetchw() {
                 let addr = vec.as_ptr().wrapping_add(ahead);
                 // SAFETY: `prefetchw` is a hint: it neither reads nor writes memory as the program
-                // sees it and never faults, whatever the address (Intel SDM, "PREFETCHW"; AMD APM
-                // vol. 3, "PREFETCHW"); the address is inside `vec`'s buffer all the same. It runs
-                // only where CPUID reports it (`prfchw`), so it cannot be an undefined opcode. It
-                // uses no stack and leaves the flags as they were, as the options say.
+                // sees it and never faults, whatever the address; the address is inside `vec`'s
+                // buffer all the same. It runs only where CPUID reports it (`prfchw`), so it
+                // cannot be an undefined opcode. It uses no stack and leaves the flags as they
+                // were, as the options say.
                 unsafe {
                     std::arch::asm!(
                         "prefetchw [{addr}]",
@@ -69,8 +70,7 @@ cfg_prefetch! {
                 }
             } else {
                 // SAFETY: `prefetcht0` (SSE, on every x86-64 CPU) is a hint as well: it reads
-                // nothing the program sees and never faults, whatever the address (Intel SDM,
-                // "PREFETCHh").
+                // nothing the program sees and never faults, whatever the address.
                 unsafe {
                     std::arch::asm!(
                         "prefetcht0 [{addr}]",
