@@ -1,4 +1,4 @@
-// The crate root: the crate's documentation, the list of its rooms and the public names they
+// The crate root: the crate's documentation, the list of its modules and the public names they
 // export. It owns no code of its own; ARCHITECTURE.md is the map.
 
 //! A Rust port of Netty's `HashedWheelTimer`: the same contract and the same timing, for Java
@@ -96,12 +96,12 @@
 //!   the order within a tick are Netty's.
 //! - `remaining_rounds` is not decremented in place: each entry keeps its deadline, and the
 //!   worker compares `calculated <= tick` when the bucket comes round, which is Netty's
-//!   `remaining_rounds == 0` (see [`HashedWheelTimer`]'s design notes in the source, `wheel.rs`).
+//!   `remaining_rounds == 0` (see the design notes in the source, `wheel/mod.rs`).
 //!
 //! # Beyond Netty
 //! - **Timeouts without a handle**: [`HashedWheelTimer::new_timeout_detached`] schedules work
 //!   nobody cancels with the same timing and no [`Timeout`] returned, so no reference is taken
-//!   for one (a third cheaper than `new_timeout`).
+//!   for one.
 //! - **Futures on the same wheel**, for async code, with no runtime dependency and no thread
 //!   of their own: [`HashedWheelTimer::sleep`] and [`sleep_until`](HashedWheelTimer::sleep_until)
 //!   give a [`Sleep`]; [`HashedWheelTimer::timeout`] puts a deadline on any future
@@ -175,23 +175,37 @@
 //! [`Builder::build_manual`] gives a timer with no thread and a [`ManualDriver`] that moves its
 //! clock: tests run due tasks deterministically, with no sleeps.
 #![warn(missing_docs)]
-// The one exception is `hint` (a prefetch-for-write instruction), which allows it.
+// The two exceptions allow it: `hint` (prefetch instructions) and `shared::small_task` (a task's
+// words stored in place).
 #![deny(unsafe_code)]
 
-// The rooms, bottom up (ARCHITECTURE.md): each imports only rooms above it in this list, but
-// for the public handle types at the end, which refer to each other as Netty's interfaces do;
-// `adapters` sits on top of them all.
-mod adapters;
-mod clock;
-mod error;
-mod hint;
-mod shared;
+// The modules, bottom up by layer, in the order of ARCHITECTURE.md's module table: each
+// imports only modules listed before it (`tests/architecture.rs` checks the table's order
+// against the imports). `macros` comes first so that every module can use its `cfg_*!` macros.
+#[macro_use]
+mod macros;
+// Concurrency primitives (std or loom) and the producers' queue.
 mod sync;
-mod task;
-mod timeout;
-mod timer;
+// Cache hints.
+mod hint;
+// Time since a timer's origin.
+mod clock;
+// The error enums.
+mod error;
+// The pure wheel: buckets, far slots, its slab.
 mod wheel;
+// What producers and the worker share.
+mod shared;
+// The worker: one tick as a pure step, and its thread's loop.
 mod worker;
+// The `Timeout` handle.
+mod timeout;
+// The task traits.
+mod task;
+// The owner, its handles' methods, the builder, the futures, the lifecycle.
+mod timer;
+// Adapters to other crates' timer interfaces.
+mod adapters;
 
 /// What the loom models observe and drive beyond the public API. Compiled only under
 /// `--cfg loom`.

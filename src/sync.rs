@@ -224,11 +224,12 @@ pub(crate) mod process {
     /// either (loom would explore their every store for nothing).
     pub(crate) use std::sync::atomic::AtomicU64;
     pub(crate) use std::sync::atomic::{AtomicBool, AtomicUsize};
-    #[cfg(all(not(loom), target_os = "linux", target_arch = "x86_64"))]
-    pub(crate) use std::{
-        sync::{Once, OnceLock},
-        thread::Builder as ThreadBuilder,
-    };
+    cfg_tsc! {
+        pub(crate) use std::{
+            sync::{Once, OnceLock},
+            thread::Builder as ThreadBuilder,
+        };
+    }
 }
 
 /// Locks a mutex, ignoring poisoning: every critical section in this crate leaves its data
@@ -280,12 +281,10 @@ impl<T> Batch for Vec<T> {
 /// side needs a fence. (A lock-free queue would need a `SeqCst` fence on both sides. Under
 /// loom the queue is the same code with loom's mutex, so the models check this argument.)
 ///
-/// Why not crossbeam's lock-free `SegQueue` (the first version used it): it allocates a 1.5 KB
-/// block every 31 pushes on the producer and frees it on the worker after popping; those
-/// cross-thread frees made glibc consolidate its free lists on the producer's side. Replacing it
-/// took `schedule` from 73 to 26 ns per `new_timeout` and `expire`'s lateness p99 from 29 to
-/// 1 ms on the same machine in the same sitting (`benches/README.md`). The locks are held for a
-/// push; producers on different threads use different shards.
+/// A lock-free queue that allocates blocks (crossbeam's `SegQueue`) has the producer allocate
+/// what the worker frees, on another thread; these buffers move whole instead, and the locks
+/// are held for a push (`benches/README.md` has the comparison). Producers on different threads
+/// use different shards.
 pub(crate) struct Queue<B, S = ()> {
     /// Each producer thread pushes to one shard (so its pushes stay in order), chosen round
     /// robin when the thread first pushes: producers on different threads rarely share a lock.
@@ -391,7 +390,7 @@ impl<B: Batch, S> Queue<B, S> {
 
     /// Hands each non-empty shard's batch to `take`, under the shard's lock, in shard order,
     /// with the shard's data and index: `take` moves the batch out (leaving an empty batch,
-    /// ideally one with room, for the next pushes). Each thread's pushes are in one batch, in
+    /// ideally one with capacity, for the next pushes). Each thread's pushes are in one batch, in
     /// order.
     #[inline]
     pub(crate) fn take_each(&self, mut take: impl FnMut(&mut B, &mut S, usize)) {
@@ -457,38 +456,29 @@ impl<B, S> std::fmt::Debug for Queue<B, S> {
 
 #[cfg(test)]
 mod tests {
+    use std::path::{Path, PathBuf};
+
+    /// Every `.rs` file under `dir`, recursively.
+    fn sources(dir: &Path, out: &mut Vec<PathBuf>) {
+        for entry in std::fs::read_dir(dir).expect("src/ is readable") {
+            let path = entry.expect("a directory entry").path();
+            if path.is_dir() {
+                sources(&path, out);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                out.push(path);
+            }
+        }
+    }
+
     /// Every module but this one must take its concurrency primitives from here, or `--cfg loom`
-    /// would miss them.
+    /// would miss them. Reads every file under `src/`, so a new module is checked too.
     #[test]
     fn only_the_shim_names_concurrency_primitives() {
-        let modules = [
-            ("clock.rs", include_str!("clock.rs")),
-            ("error.rs", include_str!("error.rs")),
-            ("hint.rs", include_str!("hint.rs")),
-            ("lib.rs", include_str!("lib.rs")),
-            ("task.rs", include_str!("task.rs")),
-            ("timeout.rs", include_str!("timeout.rs")),
-            ("timer/mod.rs", include_str!("timer/mod.rs")),
-            ("timer/builder.rs", include_str!("timer/builder.rs")),
-            ("timer/driver.rs", include_str!("timer/driver.rs")),
-            ("timer/lifecycle.rs", include_str!("timer/lifecycle.rs")),
-            ("timer/periodic.rs", include_str!("timer/periodic.rs")),
-            ("shared/mod.rs", include_str!("shared/mod.rs")),
-            ("shared/batch.rs", include_str!("shared/batch.rs")),
-            ("shared/cells.rs", include_str!("shared/cells.rs")),
-            ("wheel/mod.rs", include_str!("wheel/mod.rs")),
-            ("wheel/slab.rs", include_str!("wheel/slab.rs")),
-            ("worker/mod.rs", include_str!("worker/mod.rs")),
-            ("worker/chunks.rs", include_str!("worker/chunks.rs")),
-            ("worker/run.rs", include_str!("worker/run.rs")),
-            ("adapters/mod.rs", include_str!("adapters/mod.rs")),
-            (
-                "adapters/delay_queue.rs",
-                include_str!("adapters/delay_queue.rs"),
-            ),
-            ("adapters/hyper.rs", include_str!("adapters/hyper.rs")),
-            ("adapters/tower.rs", include_str!("adapters/tower.rs")),
-        ];
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+        let mut files = Vec::new();
+        sources(&src, &mut files);
+        files.retain(|f| f != &src.join("sync.rs"));
+        assert!(files.len() > 10, "src/ read: {} files", files.len());
         let forbidden = [
             "std::sync::atomic::Atomic",
             "std::sync::Mutex",
@@ -500,8 +490,14 @@ mod tests {
             "crossbeam_utils",
             "loom::",
         ];
-        for (name, text) in modules {
-            let code = text.split("#[cfg(test)]").next().unwrap_or(text);
+        for file in files {
+            let name = file
+                .strip_prefix(&src)
+                .unwrap_or(&file)
+                .display()
+                .to_string();
+            let text = std::fs::read_to_string(&file).expect("a UTF-8 source file");
+            let code = text.split("#[cfg(test)]").next().unwrap_or(&text);
             // Doc examples may use std freely: they are user code.
             for line in code.lines().filter(|l| !l.trim_start().starts_with("//")) {
                 for f in forbidden {

@@ -1,11 +1,11 @@
 //! The work a timeout runs: the `TimerTask` trait (any closure, type-erased) and the
 //! `TypedTask` trait (a typed timer's tasks, stored in place), and how each becomes what the
-//! shared room stores and runs.
+//! shared state stores and runs.
 //!
-//! Owns [`TimerTask`] (and its impls for closures and boxed tasks) and [`TypedTask`]. Touches
-//! the `Timeout` handle and the shared room's doors: `Job` (a boxed task), implemented for every
-//! `TimerTask`, and `Stored` (what a timer stores per timeout), implemented for every
-//! `TypedTask`.
+//! Owns [`TimerTask`] (and its impls for closures and boxed tasks) and [`TypedTask`]. Uses the
+//! `Timeout` handle and the two traits `shared` defines for the layers above it to fill: `Job`
+//! (a boxed task), implemented for every `TimerTask`, and `Stored` (what a timer stores per
+//! timeout), implemented for every `TypedTask`.
 
 use crate::shared::cells::TimeoutState;
 use crate::shared::{sealed, Job, Stored};

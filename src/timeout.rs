@@ -1,8 +1,9 @@
 //! The `Timeout` handle (Netty's `Timeout`): what `new_timeout` returns and a task receives.
 //!
 //! Owns the public face of one timeout: `cancel`, `is_cancelled`, `is_expired`, `timer`. The
-//! state machine behind it is the shared room's (`shared::cells`, with its state table); this
-//! file only calls it. Touches the shared room and, through [`TimerHandle`], the owner's room.
+//! state machine behind it is `shared`'s (`shared::cells`, with its state table); this module
+//! only calls it. Uses the shared state and, through [`TimerHandle`], reaches the owner's
+//! methods without importing `timer`.
 
 use crate::shared::cells::TimeoutState;
 use crate::shared::{BoxedTask, Stored, TimerHandle};

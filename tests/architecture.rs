@@ -2,6 +2,9 @@
 //! to top with what each may import; this test reads that table and every file under `src/`
 //! (walking the directory) and fails on:
 //! - a module under `src/` that the table does not list, or a row naming no module;
+//! - a file of a module directory (`src/wheel/slab.rs`) that its module's row does not name
+//!   (`` `slab.rs` ``);
+//! - a `lib.rs` whose `mod` declarations are not in the table's order;
 //! - an import that points up the table, or one the importing module's row does not list;
 //! - a cycle of imports between modules;
 //! - a file other than `src/sync.rs` naming a concurrency primitive (`--cfg loom` would miss it).
@@ -45,6 +48,8 @@ impl Import {
 #[derive(Debug)]
 struct Row {
     module: String,
+    /// The row's whole text, where the files of a module directory are named.
+    text: String,
     /// The modules the row's last column names ("everything below" names every row above).
     may_import: BTreeSet<String>,
 }
@@ -426,6 +431,33 @@ fn root_reexports(lib: &Source, modules: &BTreeSet<String>) -> BTreeMap<String, 
     names
 }
 
+/// The modules the crate root declares from files (`mod x;`), in its order.
+fn declared_modules(lib: &Source) -> Vec<String> {
+    let t = tokenize(&strip(&lib.text));
+    let mut names = Vec::new();
+    let mut depth = 0;
+    for (i, tok) in t.iter().enumerate() {
+        match &tok.tok {
+            Tok::Punct('{') => depth += 1,
+            Tok::Punct('}') => depth -= 1,
+            Tok::Ident(w) if w == "mod" && depth == 0 => {
+                if let (
+                    Some(Token {
+                        tok: Tok::Ident(name),
+                        ..
+                    }),
+                    true,
+                ) = (t.get(i + 1), is_punct(t.get(i + 2), ';'))
+                {
+                    names.push(name.clone());
+                }
+            }
+            _ => {}
+        }
+    }
+    names
+}
+
 fn is_path_sep(t: Option<&Token>) -> bool {
     matches!(
         t,
@@ -610,7 +642,11 @@ fn module_table(markdown: &str) -> Vec<Row> {
         if last.contains("everything below") {
             may_import.extend(rows.iter().map(|r| r.module.clone()));
         }
-        rows.push(Row { module, may_import });
+        rows.push(Row {
+            module,
+            text: line.to_string(),
+            may_import,
+        });
     }
     rows
 }
@@ -667,6 +703,34 @@ fn check(sources: &[Source], table: &[Row]) -> Vec<String> {
                     row.module
                 ));
             }
+        }
+    }
+    for src in sources.iter().filter(|s| s.module.len() > 1) {
+        let Some(row) = table.iter().find(|r| r.module == src.module[0]) else {
+            continue; // reported above as missing from the table
+        };
+        // The file's path inside its module's directory: `slab.rs` for `src/wheel/slab.rs`.
+        let prefix = format!("src/{}/", src.module[0]);
+        let file = src.path.strip_prefix(&prefix).unwrap_or(&src.path);
+        if !row.text.contains(&format!("`{file}`")) {
+            failures.push(format!(
+                "{}: ARCHITECTURE.md's row for `{}` does not name `{file}`",
+                src.path, row.module
+            ));
+        }
+    }
+    if let Some(lib) = sources.iter().find(|s| s.module.is_empty()) {
+        let declared = declared_modules(lib);
+        let listed: Vec<String> = table
+            .iter()
+            .map(|r| r.module.clone())
+            .filter(|m| declared.contains(m))
+            .collect();
+        if declared != listed {
+            failures.push(format!(
+                "src/lib.rs declares its modules in the order {declared:?}, not the order of \
+                 ARCHITECTURE.md's module table {listed:?}"
+            ));
         }
     }
     let reexports = sources
@@ -852,7 +916,7 @@ const TABLE: &str = "\
 | module | owns | may import |
 |---|---|---|
 | `low` | the bottom | nothing |
-| `mid/` | the middle | `low` |
+| `mid/` | the middle (`other.rs`) | `low` |
 | `top` | the top | everything below |
 ";
 
@@ -864,6 +928,7 @@ fn fixture() -> Vec<Source> {
         ),
         source("src/low.rs", "pub struct Low;\n"),
         source("src/mid/mod.rs", "use crate::low::Low;\nmod other;\n"),
+        source("src/mid/other.rs", "pub struct Thing;\n"),
         source("src/top.rs", "use crate::{low::Low, Middle};\n"),
     ]
 }
@@ -951,7 +1016,7 @@ mod tests { use crate::top::Top; }
 
 #[test]
 fn the_row_lists_what_may_be_imported() {
-    let table = TABLE.replace("| the middle | `low` |", "| the middle | nothing |");
+    let table = TABLE.replace("(`other.rs`) | `low` |", "(`other.rs`) | nothing |");
     let failures = check(&fixture(), &module_table(&table));
     assert_eq!(
         failures,
@@ -980,6 +1045,34 @@ fn the_table_and_the_directory_list_the_same_modules() {
                 .to_string()
         ),
         "{failures:#?}"
+    );
+}
+
+#[test]
+fn a_file_of_a_module_directory_is_named_in_its_row() {
+    let failures = check(
+        &with("src/mid/new.rs", "pub struct New;\n"),
+        &module_table(TABLE),
+    );
+    assert_eq!(
+        failures,
+        ["src/mid/new.rs: ARCHITECTURE.md's row for `mid` does not name `new.rs`"]
+    );
+}
+
+#[test]
+fn lib_declares_the_modules_in_the_table_order() {
+    let sources = with(
+        "src/lib.rs",
+        "mod mid;\nmod low;\nmod top;\n#[cfg(loom)]\npub mod hooks {}\n",
+    );
+    let failures = check(&sources, &module_table(TABLE));
+    assert_eq!(
+        failures,
+        [
+            "src/lib.rs declares its modules in the order [\"mid\", \"low\", \"top\"], not the \
+             order of ARCHITECTURE.md's module table [\"low\", \"mid\", \"top\"]"
+        ]
     );
 }
 

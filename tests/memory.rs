@@ -307,7 +307,7 @@ fn a_few_pending_timeouts_hold_little_memory() {
 /// Under the request-timeout pattern (schedule, then cancel) the timer allocates nothing once
 /// warm: the queue's buffers go round between the producers and the worker, and so do the
 /// chunks of timeout states (the worker hands those of settled timeouts back as spares); the
-/// worker's table of chunks keeps its room while it is busy. On a manual timer everything runs
+/// worker's table of chunks keeps its capacity while it is busy. On a manual timer everything runs
 /// on this thread, so its own count is exact.
 #[test]
 fn schedule_cancel_pairs_allocate_nothing_once_warm() {

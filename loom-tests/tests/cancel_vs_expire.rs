@@ -1,4 +1,4 @@
-//! Model 2: `cancel` racing the expiry of the same timeout.
+//! `cancel` racing the expiry of the same timeout.
 //!
 //! A due timeout is cancelled by two threads while the main thread runs its tick. Exactly one
 //! of the three decides its fate (a CAS to `CANCELLED` or to `EXPIRED`): at most one `cancel()`

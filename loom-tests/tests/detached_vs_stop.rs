@@ -1,4 +1,4 @@
-//! Model 13: `new_timeout_detached` racing `stop()` and a tick. A detached timeout takes no
+//! `new_timeout_detached` racing `stop()` and a tick. A detached timeout takes no
 //! reference to its cell for a handle: the queue's run and the worker's chunk table are all
 //! that keep its chunk, and whoever ends the timeout (expiry, or `stop()` draining the queue
 //! or the wheel) must find it. Checked: the call is refused with `Stopped` and the task is

@@ -1,4 +1,4 @@
-//! Model 10 (beyond the issue's nine): the last owner dropped inside a task, racing a producer.
+//! The last owner dropped inside a task, racing a producer.
 //!
 //! Dropping the owner on the worker thread cannot wait for the worker (it is the worker), so it
 //! shuts the timer down without a `stop()` to return what is left: "a stop whose returned

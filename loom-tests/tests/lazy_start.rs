@@ -1,4 +1,4 @@
-//! Model 6: lazy start.
+//! Lazy start.
 //!
 //! The worker thread starts on the first `new_timeout` (or `start()`), exactly once even when
 //! two callers race to be first: both are accepted, the library spawns one thread, and both

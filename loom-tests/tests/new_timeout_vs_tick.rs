@@ -1,4 +1,4 @@
-//! Model 1: `new_timeout` racing the worker's tick.
+//! `new_timeout` racing the worker's tick.
 //!
 //! Two producers schedule while the model's main thread runs tick 0 through the manual driver
 //! (the worker's real `advance`: process cancellations, transfer the `timeouts` queue into

@@ -1,4 +1,4 @@
-//! Model 7: the pending limit under concurrent `new_timeout`.
+//! The pending limit under concurrent `new_timeout`.
 //!
 //! With `max_pending_timeouts(1)`, never more than one timeout is pending: of two racing
 //! producers exactly one is accepted and the other is refused with

@@ -1,4 +1,4 @@
-//! Model 11: a periodic task's run, rescheduling the next under the task's lock, racing a
+//! A periodic task's run, rescheduling the next under the task's lock, racing a
 //! `cancel()` of the schedule from another thread.
 //!
 //! The worker (the manual driver) runs the first run of a fixed-rate task, which schedules the

@@ -1,4 +1,4 @@
-//! Model 3: `new_timeout` and `cancel` from two producers while the worker ticks.
+//! `new_timeout` and `cancel` from two producers while the worker ticks.
 //!
 //! Each producer schedules a timeout and cancels it at once; the main thread runs tick 0
 //! meanwhile. The two queues (`timeouts`, `cancelled`) interleave in every order with the

@@ -1,4 +1,4 @@
-//! Model 9: a task rescheduling itself from inside the tick while another thread cancels it.
+//! A task rescheduling itself from inside the tick while another thread cancels it.
 //!
 //! The task of `first` schedules `second` through `Timeout::timer()` while the worker is in the
 //! middle of its tick, at the pending limit of 1 (expiry frees the slot before the task runs,

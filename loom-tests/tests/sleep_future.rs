@@ -1,4 +1,4 @@
-//! Model 12: a `Sleep`'s waker hand-over (`shared::cells::WakerSlots`) racing the end of its
+//! A `Sleep`'s waker hand-over (`shared::cells::WakerSlots`) racing the end of its
 //! timeout.
 //!
 //! A `poll` stores its waker under the slot's lock and then loads the timeout's state; whoever

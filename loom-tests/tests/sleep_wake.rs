@@ -1,4 +1,4 @@
-//! Model 8: the worker's sleep and wake-up, with the real thread loop (`worker::run`).
+//! The worker's sleep and wake-up, with the real thread loop (`worker::run`).
 //!
 //! With nothing pending the worker parks with no deadline (a loom park); a producer must wake
 //! it, through the store-fence-load handshake on `planned` (see `worker.rs`): either the worker

@@ -1,4 +1,4 @@
-//! Model 5: `stop()` racing `cancel()`.
+//! `stop()` racing `cancel()`.
 //!
 //! Both move a timeout out of `INIT` to `CANCELLED`; exactly one wins. If `cancel()` returned
 //! true the timeout is not in `stop()`'s list; otherwise `stop()` returned it (or it had

@@ -1,4 +1,4 @@
-//! Model 4: `stop()` racing `new_timeout` (the race Netty loses).
+//! `stop()` racing `new_timeout` (the race Netty loses).
 //!
 //! A producer schedules while the main thread stops the timer. The new timeout is either
 //! refused with `Stopped` (and never runs) or accepted, and then it ran or `stop()` returned it;

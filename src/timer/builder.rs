@@ -1,8 +1,8 @@
 //! The builder: every option, checked once, and the two ways to build (a worker thread, or a
 //! `ManualDriver`).
 //!
-//! Owns argument checking and defaults. Touches the shared room (to create the state), the
-//! worker (to create it), the clock and the wheel's size rule; never anything after `build`.
+//! Owns argument checking and defaults. Uses the shared state (to create it), the worker (to
+//! create it), the clock and the wheel's size rule; never anything after `build`.
 
 use super::{lifecycle, HashedWheelTimer, ManualDriver, MAX_TICKS_PER_WHEEL};
 use crate::clock::Clock;
@@ -205,7 +205,7 @@ impl Builder {
         let clock = Clock::system();
         #[cfg(loom)]
         let clock = Clock::manual();
-        self.build_with(clock, false)
+        self.build_with(clock, DrivenBy::WorkerThread)
             .map(|shared| HashedWheelTimer { shared })
     }
 
@@ -220,7 +220,7 @@ impl Builder {
     }
 
     fn manual<J: Stored>(self) -> Result<(HashedWheelTimer<J>, ManualDriver<J>), BuildError> {
-        let shared = self.build_with(Clock::manual(), true)?;
+        let shared = self.build_with(Clock::manual(), DrivenBy::ManualDriver)?;
         let driver = ManualDriver {
             shared: Arc::clone(&shared),
         };
@@ -230,7 +230,7 @@ impl Builder {
     fn build_with<J: Stored>(
         self,
         clock: Clock,
-        manual: bool,
+        driven_by: DrivenBy,
     ) -> Result<Arc<Shared<J>>, BuildError> {
         if self.tick.is_zero() {
             return Err(BuildError::ZeroTickDuration);
@@ -264,11 +264,20 @@ impl Builder {
             wheel_len,
             self.max_pending,
             clock,
-            lifecycle::park(worker),
+            lifecycle::erase_worker(worker),
             self.thread_name,
-            manual,
+            driven_by == DrivenBy::ManualDriver,
         )))
     }
+}
+
+/// What runs a timer's worker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum DrivenBy {
+    /// A thread of its own, started by the first timeout.
+    WorkerThread,
+    /// The caller's thread, through a [`ManualDriver`].
+    ManualDriver,
 }
 
 impl fmt::Debug for Builder {

@@ -1,8 +1,8 @@
 //! The manual driver: a timer's worker run on the caller's thread, on a clock moved by hand,
 //! for deterministic tests.
 //!
-//! Owns [`ManualDriver`]. Touches the shared room (the clock, the worker's slot), the worker
-//! (its `advance`) and the lifecycle's parking of the worker.
+//! Owns [`ManualDriver`]. Uses the shared state (the clock, `Shared::idle_worker`), the worker
+//! (its `advance`) and the lifecycle's type erasure of the worker (`lifecycle::worker_mut`).
 
 use super::lifecycle;
 use crate::clock::duration_to_nanos;
@@ -62,9 +62,9 @@ impl<J: Stored> ManualDriver<J> {
     }
 
     fn advance_to_nanos(&self, nanos: u64) {
-        let mut slot = lock(&self.shared.idle_worker);
+        let mut idle = lock(&self.shared.idle_worker);
         self.shared.clock.advance_to(nanos);
-        let Some(parked) = slot.as_mut() else {
+        let Some(idle_worker) = idle.as_mut() else {
             return; // stopped
         };
         if self.shared.is_shutdown() {
@@ -72,14 +72,14 @@ impl<J: Stored> ManualDriver<J> {
             // it. Only when nobody will (the owner was dropped inside a task) drop it here.
             // Acquire: pairs with the Release in `shutdown_from_worker`.
             if self.shared.drained.load(Ordering::Acquire) {
-                drop(slot.take());
+                drop(idle.take());
             }
             return;
         }
         if !self.shared.is_started() {
             return; // nothing scheduled yet
         }
-        let worker = lifecycle::parked_mut::<J>(parked);
+        let worker = lifecycle::worker_mut::<J>(idle_worker);
         self.shared.set_worker_id(Some(thread::current().id()));
         let now = self.shared.clock.now();
         worker.advance(&self.shared, now);
@@ -93,7 +93,7 @@ impl<J: Stored> ManualDriver<J> {
         if self.shared.is_shutdown() && self.shared.drained.load(Ordering::Acquire) {
             // A task dropped the owner: nobody else will drop the worker, whose entries may
             // hold handles on this timer.
-            drop(slot.take());
+            drop(idle.take());
         }
     }
 

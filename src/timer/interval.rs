@@ -2,8 +2,8 @@
 //! `Interval`), with the periodic tasks' policy for missed ticks.
 //!
 //! Owns [`Interval`]. Each tick is a [`Sleep`] re-armed at the next deadline when the tick
-//! completes (`periodic::next_due`, shared with the periodic tasks). Touches the owner's room
-//! (`Sleep`, the periodic schedule) and the shared room's clock.
+//! completes (`periodic::next_due`, shared with the periodic tasks). Uses `Sleep`, the periodic
+//! schedule and the shared state's clock.
 
 use super::periodic::next_due;
 use super::sleep::Sleep;
@@ -201,5 +201,4 @@ macro_rules! interval_methods {
     };
 }
 
-interval_methods!(HashedWheelTimer, "let t = &timer;");
-interval_methods!(TimerHandle, "let t = timer.handle();");
+for_owner_and_handle!(interval_methods);

@@ -2,9 +2,11 @@
 //! the worker thread, and the process's live-timer count.
 //!
 //! Owns the moves of the shared run state (`INIT -> STARTED -> SHUTDOWN`, under the `control`
-//! lock) and the worker's hand-overs: from its idle slot to a thread, and back out of the
-//! thread (or the slot) at `stop()`, when what never ran is returned. Touches the shared room,
-//! the worker (to spawn, join and drain it) and the public `Timeout`.
+//! lock) and the worker's hand-overs: from `Shared::idle_worker` to a thread, and back out of
+//! the thread (or `idle_worker`) at `stop()`, when what never ran is returned. While no thread
+//! runs it, the worker is kept type-erased (`shared::ParkedWorker`, a `Box<dyn Any>`, because
+//! `shared` is below `worker`); only this module erases it and downcasts it back. Uses the
+//! shared state, the worker (to spawn, join and drain it) and the public `Timeout`.
 
 use crate::shared::cells::TimeoutState;
 use crate::shared::{ParkedWorker, Shared, Stored};
@@ -41,23 +43,38 @@ fn uncount<J: Stored>(shared: &Shared<J>) {
     }
 }
 
-/// The worker as the shared room keeps it.
-pub(super) fn park<J: Stored>(worker: Worker<J>) -> ParkedWorker {
+/// The worker, type-erased, as `Shared::idle_worker` keeps it.
+pub(super) fn erase_worker<J: Stored>(worker: Worker<J>) -> ParkedWorker {
     Box::new(worker)
 }
 
-/// The worker back from the shared room's slot (only this room puts one there).
-pub(super) fn unpark<J: Stored>(parked: ParkedWorker) -> Worker<J> {
-    *parked
+/// The worker back from `Shared::idle_worker` (only this module puts one there).
+pub(super) fn worker_from<J: Stored>(idle: ParkedWorker) -> Worker<J> {
+    *idle
         .downcast::<Worker<J>>()
-        .expect("the shared room keeps only workers in its slot")
+        .expect("`Shared::idle_worker` holds only this timer's worker")
 }
 
-/// The parked worker, borrowed.
-pub(super) fn parked_mut<J: Stored>(parked: &mut ParkedWorker) -> &mut Worker<J> {
-    parked
-        .downcast_mut::<Worker<J>>()
-        .expect("the shared room keeps only workers in its slot")
+/// The worker in `Shared::idle_worker`, borrowed.
+pub(super) fn worker_mut<J: Stored>(idle: &mut ParkedWorker) -> &mut Worker<J> {
+    idle.downcast_mut::<Worker<J>>()
+        .expect("`Shared::idle_worker` holds only this timer's worker")
+}
+
+/// Ends a timeout that never ran and never will (the timer is shutting down), unless it has
+/// ended already: cancels it and wakes its future, if it is a future's; else gives it back,
+/// for `stop()` to return.
+fn cancel_never_run<J: Stored>(state: TimeoutState<J>) -> Option<Timeout<J>> {
+    if !state.try_cancel() {
+        return None;
+    }
+    if state.has_waker() {
+        // A future's timeout is not returned: its future completes with `Stopped`.
+        state.wake();
+        None
+    } else {
+        Some(Timeout { state })
+    }
 }
 
 /// The first `new_timeout` (or `start()`): starts the worker thread, once, unless a
@@ -72,15 +89,15 @@ pub(super) fn start_slow<J: Stored>(shared: &Arc<Shared<J>>) -> Result<(), Timer
         return Err(TimerError::Stopped);
     }
     if !shared.manual {
-        let parked = lock(&shared.idle_worker)
+        let idle = lock(&shared.idle_worker)
             .take()
             .expect("an unstarted timer holds its worker");
-        let mut worker: Worker<J> = unpark(parked);
+        let mut worker: Worker<J> = worker_from(idle);
         worker.set_tick(shared.clock.now() / shared.tick_nanos);
         let for_thread = Arc::clone(shared);
         let join = thread::Builder::new()
             .name(shared.thread_name.clone())
-            .spawn(move || park(worker::run(worker, for_thread)))
+            .spawn(move || erase_worker(worker::run(worker, for_thread)))
             .unwrap_or_else(|e| panic!("hashed-timer-wheel: cannot spawn the worker thread: {e}"));
         control.worker_thread = Some(join.thread().clone());
         control.worker_id = Some(join.thread().id());
@@ -114,20 +131,9 @@ pub(super) fn stop<J: Stored>(shared: &Arc<Shared<J>>) -> Result<Vec<Timeout<J>>
         None => lock(&shared.idle_worker).take(),
     };
     let mut out = Vec::new();
-    // Futures' timeouts are not returned: their futures complete with `Stopped`.
-    let mut give_back = |state: TimeoutState<J>| {
-        if state.try_cancel() {
-            if state.has_waker() {
-                state.wake();
-            } else {
-                out.push(Timeout { state });
-            }
-        }
-    };
     if let Some(worker) = worker {
-        for state in unpark::<J>(worker).drain() {
-            give_back(state);
-        }
+        let mut worker = worker_from::<J>(worker);
+        out.extend(worker.drain().into_iter().filter_map(cancel_never_run));
     }
     // Take the buffers themselves, so that their memory goes too. A producer that locks a
     // shard after this take sees SHUTDOWN (set above) and pushes nothing: nothing stays
@@ -137,9 +143,12 @@ pub(super) fn stop<J: Stored>(shared: &Arc<Shared<J>>) -> Result<Vec<Timeout<J>>
     // producer that locks a shard after this sees SHUTDOWN and starts no chunk; the worker,
     // handing spares over under the same lock, sees it too and hands none).
     shared.timeouts.for_each_data(|p| p.clear_cursors());
-    for state in queued.into_states() {
-        give_back(state);
-    }
+    out.extend(
+        queued
+            .into_states()
+            .into_iter()
+            .filter_map(cancel_never_run),
+    );
     drop(shared.cancelled.take_all());
     Ok(out)
 }
@@ -160,9 +169,7 @@ pub(super) fn shutdown_from_worker<J: Stored>(shared: &Shared<J>) {
     // Nobody will drain the queues: do it now, so that queued tasks holding a handle on
     // this timer do not keep it alive in a cycle.
     for state in shared.timeouts.take_all().into_states() {
-        if state.try_cancel() {
-            state.wake();
-        }
+        drop(cancel_never_run(state));
     }
     shared.timeouts.for_each_data(|p| p.clear_cursors());
     drop(shared.cancelled.take_all());

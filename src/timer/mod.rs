@@ -1,11 +1,26 @@
-//! The owner's room: the public timer types, how they start, drive and stop the worker.
+//! The owner's layer: the public timer types, and how they start, drive and stop the worker.
 //!
 //! Owns [`HashedWheelTimer`] (the owner), the methods of [`TimerHandle`], the [`Timer`] trait,
 //! [`TimerStats`] and the `Debug` output (`stats.rs`), the [`Builder`] (`builder.rs`), the
-//! [`ManualDriver`] (`driver.rs`), periodic tasks (`periodic.rs`) and the lifecycle
-//! (`lifecycle.rs`: lazy start, `stop()`, the live-timer count). Touches every room
-//! below it: the shared state, the worker, the clock, the wheel's limits; and the other public
-//! handle types (`Timeout`, `TimerTask`), which refer back to it as Netty's interfaces do.
+//! [`ManualDriver`] (`driver.rs`), periodic tasks (`periodic.rs`), the futures (`sleep.rs`,
+//! `interval.rs`) and the lifecycle (`lifecycle.rs`: lazy start, `stop()`, the live-timer
+//! count). Uses every module below it: the shared state, the worker, the clock, the wheel's
+//! limits; and the other public handle types (`Timeout`, `TimerTask`), which refer back to it
+//! as Netty's interfaces do.
+//!
+//! The owner and its handles offer the same scheduling methods. Each such method is written
+//! once, in a `macro_rules!` of its file that takes the type and a doc-example line, and
+//! `for_owner_and_handle!` implements it for both.
+
+/// Implements the methods a macro `$methods` defines for the owner ([`HashedWheelTimer`]) and for
+/// its handles ([`TimerHandle`]). `$methods` takes the type and a line for the doc examples that
+/// binds `t` to a value of that type, made from a `timer`.
+macro_rules! for_owner_and_handle {
+    ($methods:ident) => {
+        $methods!(HashedWheelTimer, "let t = &timer;");
+        $methods!(TimerHandle, "let t = timer.handle();");
+    };
+}
 
 mod builder;
 mod driver;
@@ -118,94 +133,6 @@ fn refused<J: Stored>(shared: &Shared<J>, e: TimerError) -> TimerError {
     e
 }
 
-impl TimerHandle {
-    /// Schedules `task` to run once after `delay`. See [`HashedWheelTimer::new_timeout`].
-    ///
-    /// # Errors
-    /// [`TimerError::Stopped`] after `stop()` or once the owner is dropped;
-    /// [`TimerError::TooManyPending`] at the pending limit.
-    ///
-    /// ```
-    /// # use hashed_timer_wheel::HashedWheelTimer;
-    /// # use std::time::Duration;
-    /// let timer = HashedWheelTimer::default();
-    /// let t = timer.handle().new_timeout(|_: &_| {}, Duration::from_secs(1)).unwrap();
-    /// t.cancel();
-    /// ```
-    #[inline]
-    pub fn new_timeout<T: TimerTask>(
-        &self,
-        task: T,
-        delay: Duration,
-    ) -> Result<Timeout, TimerError> {
-        new_timeout(&self.shared, BoxedTask::new(task), delay)
-    }
-
-    /// As [`TimerHandle::new_timeout`], with no handle returned. See
-    /// [`HashedWheelTimer::new_timeout_detached`].
-    ///
-    /// # Errors
-    /// As [`HashedWheelTimer::new_timeout`].
-    ///
-    /// ```
-    /// # use hashed_timer_wheel::HashedWheelTimer;
-    /// # use std::time::Duration;
-    /// let timer = HashedWheelTimer::default();
-    /// timer.handle().new_timeout_detached(|_: &_| {}, Duration::from_secs(1)).unwrap();
-    /// assert_eq!(timer.pending_timeouts(), 1);
-    /// ```
-    #[inline]
-    pub fn new_timeout_detached<T: TimerTask>(
-        &self,
-        task: T,
-        delay: Duration,
-    ) -> Result<(), TimerError> {
-        new_timeout_detached(&self.shared, BoxedTask::new(task), delay)
-    }
-}
-
-impl<J: Stored> TimerHandle<J> {
-    /// Stops the timer. See [`HashedWheelTimer::stop`].
-    ///
-    /// # Errors
-    /// [`TimerError::StopFromWorker`] when called from inside a task on the worker thread.
-    ///
-    /// ```
-    /// # use hashed_timer_wheel::HashedWheelTimer;
-    /// let timer = HashedWheelTimer::default();
-    /// assert!(timer.handle().stop().unwrap().is_empty());
-    /// assert!(timer.is_stopped());
-    /// ```
-    pub fn stop(&self) -> Result<Vec<Timeout<J>>, TimerError> {
-        lifecycle::stop(&self.shared)
-    }
-
-    /// Timeouts accepted and neither expired nor processed as cancelled. See
-    /// [`HashedWheelTimer::pending_timeouts`].
-    ///
-    /// ```
-    /// # use hashed_timer_wheel::HashedWheelTimer;
-    /// let timer = HashedWheelTimer::default();
-    /// assert_eq!(timer.handle().pending_timeouts(), 0);
-    /// ```
-    pub fn pending_timeouts(&self) -> usize {
-        self.shared.pending_timeouts()
-    }
-
-    /// Whether the timer has been stopped (or its owner dropped).
-    ///
-    /// ```
-    /// # use hashed_timer_wheel::HashedWheelTimer;
-    /// let timer = HashedWheelTimer::default();
-    /// let handle = timer.handle();
-    /// drop(timer);
-    /// assert!(handle.is_stopped());
-    /// ```
-    pub fn is_stopped(&self) -> bool {
-        self.shared.is_shutdown()
-    }
-}
-
 /// Netty's `Timer` interface: code that takes "any timer" takes `&dyn Timer` or `impl Timer`.
 ///
 /// Implemented by [`HashedWheelTimer`] and [`TimerHandle`]; implement it for a fake to test code
@@ -242,37 +169,195 @@ pub trait Timer: Send + Sync {
     fn pending_timeouts(&self) -> usize;
 }
 
-impl Timer for TimerHandle {
-    fn new_timeout(
-        &self,
-        task: Box<dyn TimerTask>,
-        delay: Duration,
-    ) -> Result<Timeout, TimerError> {
-        new_timeout(&self.shared, BoxedTask::new(task), delay)
-    }
-    fn stop(&self) -> Result<Vec<Timeout>, TimerError> {
-        lifecycle::stop(&self.shared)
-    }
-    fn pending_timeouts(&self) -> usize {
-        self.shared.pending_timeouts()
-    }
+macro_rules! scheduling_methods {
+    ($ty:ident, $example:literal) => {
+        impl $ty {
+            /// Schedules `task` to run once, on the worker thread (or the executor), after
+            /// `delay`.
+            ///
+            /// The task runs no earlier than `delay` from now and, unless the worker is
+            /// overloaded, at most about one tick later. `Duration::ZERO` runs it on the next
+            /// tick; `Duration::MAX` never (the deadline saturates, it does not wrap). The first
+            /// call starts the worker thread.
+            ///
+            /// # Errors
+            /// [`TimerError::Stopped`] once the timer is stopped or its owner dropped (checked
+            /// first); [`TimerError::TooManyPending`] when `max_pending_timeouts` timeouts are
+            /// pending. A refused call changes nothing.
+            ///
+            /// ```
+            /// use hashed_timer_wheel::{HashedWheelTimer, Timeout};
+            /// use std::time::Duration;
+            ///
+            /// let timer = HashedWheelTimer::new(Duration::from_millis(10), 64);
+            #[doc = $example]
+            /// let request_timeout = t.new_timeout(
+            ///     |_: &Timeout| eprintln!("request timed out"),
+            ///     Duration::from_secs(5),
+            /// )?;
+            /// // The response arrived in time:
+            /// request_timeout.cancel();
+            /// # Ok::<(), hashed_timer_wheel::TimerError>(())
+            /// ```
+            #[inline]
+            pub fn new_timeout<T: TimerTask>(
+                &self,
+                task: T,
+                delay: Duration,
+            ) -> Result<Timeout, TimerError> {
+                new_timeout(&self.shared, BoxedTask::new(task), delay)
+            }
+
+            /// Schedules `task` as [`new_timeout`](Self::new_timeout) does, with the same
+            /// timing, and returns no [`Timeout`]: for work nobody cancels (a retry, a delayed
+            /// write, a lease renewal that schedules the next one). Without a handle the call
+            /// takes no reference to the timeout's state: one locked instruction fewer here,
+            /// and one fewer when the handle would have been dropped. The task still gets a
+            /// `&Timeout` when it runs, and [`stop`](Self::stop) returns the timeout if it
+            /// never ran.
+            ///
+            /// # Errors
+            /// As [`new_timeout`](Self::new_timeout); the task is dropped.
+            ///
+            /// ```
+            /// use hashed_timer_wheel::{HashedWheelTimer, Timeout};
+            /// use std::sync::mpsc;
+            /// use std::time::Duration;
+            ///
+            /// let timer = HashedWheelTimer::new(Duration::from_millis(1), 64);
+            #[doc = $example]
+            /// let (tx, rx) = mpsc::channel();
+            /// t.new_timeout_detached(
+            ///     move |t: &Timeout| tx.send(t.is_expired()).unwrap(),
+            ///     Duration::from_millis(5),
+            /// )?;
+            /// assert!(rx.recv().unwrap());
+            /// # Ok::<(), hashed_timer_wheel::TimerError>(())
+            /// ```
+            #[inline]
+            pub fn new_timeout_detached<T: TimerTask>(
+                &self,
+                task: T,
+                delay: Duration,
+            ) -> Result<(), TimerError> {
+                new_timeout_detached(&self.shared, BoxedTask::new(task), delay)
+            }
+        }
+
+        impl<J: Stored> $ty<J> {
+            /// Stops the timer for good and returns every timeout that had neither expired nor
+            /// been cancelled, each now cancelled (their tasks are dropped), in no particular
+            /// order (as Netty's `Set`).
+            ///
+            /// Wakes the worker and waits for the task it is running, if any. Before start, or
+            /// when already stopped, returns an empty list. Afterwards `new_timeout` and `start`
+            /// return [`TimerError::Stopped`] and `pending_timeouts()` is 0.
+            ///
+            /// # Errors
+            /// [`TimerError::StopFromWorker`] when called from a task running on the worker
+            /// thread (it would wait for itself). The timer keeps running.
+            ///
+            /// ```
+            /// use hashed_timer_wheel::HashedWheelTimer;
+            /// use std::time::Duration;
+            ///
+            /// let timer = HashedWheelTimer::new(Duration::from_millis(10), 64);
+            #[doc = $example]
+            /// let timeout = t.new_timeout(|_: &_| {}, Duration::from_secs(60)).unwrap();
+            /// let never_ran = t.stop().unwrap();
+            /// assert_eq!(never_ran, vec![timeout.clone()]);
+            /// assert!(timeout.is_cancelled());
+            /// assert!(timer.is_stopped());
+            /// ```
+            #[must_use = "the returned timeouts never ran; ignore them explicitly if that is intended"]
+            pub fn stop(&self) -> Result<Vec<Timeout<J>>, TimerError> {
+                lifecycle::stop(&self.shared)
+            }
+
+            /// Timeouts accepted that have neither expired nor had their cancellation
+            /// processed: the memory the timer holds, which `max_pending_timeouts` bounds. 0
+            /// after `stop()`.
+            ///
+            /// Exact whenever no other thread is scheduling at that moment; while others are,
+            /// it may count a few of their timeouts early or late (as Netty's counter may).
+            /// Without a pending limit producers count in batches (see the performance notes
+            /// in `benches/README.md`), so this call takes a lock per queue shard: a statistic,
+            /// not a hot-path call.
+            ///
+            /// ```
+            /// # use hashed_timer_wheel::HashedWheelTimer;
+            /// # use std::time::Duration;
+            /// let timer = HashedWheelTimer::default();
+            #[doc = $example]
+            /// assert_eq!(t.pending_timeouts(), 0);
+            /// let _timeout = t.new_timeout(|_: &_| {}, Duration::from_secs(60)).unwrap();
+            /// assert_eq!(t.pending_timeouts(), 1);
+            /// ```
+            #[inline]
+            pub fn pending_timeouts(&self) -> usize {
+                self.shared.pending_timeouts()
+            }
+
+            /// Whether the timer has been stopped (or its owner dropped).
+            ///
+            /// ```
+            /// # use hashed_timer_wheel::HashedWheelTimer;
+            /// let timer = HashedWheelTimer::default();
+            #[doc = $example]
+            /// assert!(!t.is_stopped());
+            /// let _ = timer.stop();
+            /// assert!(t.is_stopped());
+            /// ```
+            pub fn is_stopped(&self) -> bool {
+                self.shared.is_shutdown()
+            }
+        }
+
+        /// A typed timer's scheduling: its tasks are all of type `T`, stored in place (see
+        /// [`TypedTask`]).
+        impl<T: TypedTask> $ty<T> {
+            /// Schedules `task` to run once after `delay`, with no allocation: see
+            /// [`HashedWheelTimer::new_timeout`] for the contract, and [`TypedTask`] for an
+            /// example.
+            ///
+            /// # Errors
+            /// [`TimerError::Stopped`] after `stop()`; [`TimerError::TooManyPending`] at the
+            /// pending limit. The task is dropped.
+            #[inline]
+            pub fn new_timeout(&self, task: T, delay: Duration) -> Result<Timeout<T>, TimerError> {
+                new_timeout(&self.shared, task, delay)
+            }
+
+            /// As [`new_timeout`](Self::new_timeout), with no handle returned: see
+            /// [`HashedWheelTimer::new_timeout_detached`].
+            ///
+            /// # Errors
+            /// As [`new_timeout`](Self::new_timeout); the task is dropped.
+            #[inline]
+            pub fn new_timeout_detached(&self, task: T, delay: Duration) -> Result<(), TimerError> {
+                new_timeout_detached(&self.shared, task, delay)
+            }
+        }
+
+        impl Timer for $ty {
+            fn new_timeout(
+                &self,
+                task: Box<dyn TimerTask>,
+                delay: Duration,
+            ) -> Result<Timeout, TimerError> {
+                <$ty>::new_timeout(self, task, delay)
+            }
+            fn stop(&self) -> Result<Vec<Timeout>, TimerError> {
+                <$ty>::stop(self)
+            }
+            fn pending_timeouts(&self) -> usize {
+                <$ty>::pending_timeouts(self)
+            }
+        }
+    };
 }
 
-impl Timer for HashedWheelTimer {
-    fn new_timeout(
-        &self,
-        task: Box<dyn TimerTask>,
-        delay: Duration,
-    ) -> Result<Timeout, TimerError> {
-        new_timeout(&self.shared, BoxedTask::new(task), delay)
-    }
-    fn stop(&self) -> Result<Vec<Timeout>, TimerError> {
-        lifecycle::stop(&self.shared)
-    }
-    fn pending_timeouts(&self) -> usize {
-        self.shared.pending_timeouts()
-    }
-}
+for_owner_and_handle!(scheduling_methods);
 
 /// A hashed wheel timer: Netty's `HashedWheelTimer`, with the same contract and timing.
 ///
@@ -336,74 +421,6 @@ impl HashedWheelTimer {
     pub fn builder() -> Builder {
         Builder::new()
     }
-
-    /// Schedules `task` to run once, on the worker thread (or the executor), after `delay`.
-    ///
-    /// The task runs no earlier than `delay` from now and, unless the worker is overloaded,
-    /// at most about one tick later. `Duration::ZERO` runs it on the next tick;
-    /// `Duration::MAX` never (the deadline saturates, it does not wrap). The first call starts
-    /// the worker thread.
-    ///
-    /// # Errors
-    /// [`TimerError::Stopped`] once the timer is stopped (checked first);
-    /// [`TimerError::TooManyPending`] when `max_pending_timeouts` timeouts are pending. A refused
-    /// call changes nothing.
-    ///
-    /// ```
-    /// use hashed_timer_wheel::{HashedWheelTimer, Timeout};
-    /// use std::time::Duration;
-    ///
-    /// let timer = HashedWheelTimer::new(Duration::from_millis(10), 64);
-    /// let request_timeout = timer.new_timeout(
-    ///     |_: &Timeout| eprintln!("request timed out"),
-    ///     Duration::from_secs(5),
-    /// )?;
-    /// // The response arrived in time:
-    /// request_timeout.cancel();
-    /// # Ok::<(), hashed_timer_wheel::TimerError>(())
-    /// ```
-    #[inline]
-    pub fn new_timeout<T: TimerTask>(
-        &self,
-        task: T,
-        delay: Duration,
-    ) -> Result<Timeout, TimerError> {
-        new_timeout(&self.shared, BoxedTask::new(task), delay)
-    }
-
-    /// Schedules `task` as [`new_timeout`](HashedWheelTimer::new_timeout) does, with the same
-    /// timing, and returns no [`Timeout`]: for work nobody cancels (a retry, a delayed write, a
-    /// lease renewal that schedules the next one). Without a handle the call takes no reference
-    /// to the timeout's state: one locked instruction fewer here, and one fewer when the handle
-    /// would have been dropped (`schedule` 0.22-0.31 of Netty's `newTimeout` where
-    /// `new_timeout` is 0.34-0.50, per sitting on one machine; `benches/README.md`). The task still gets a `&Timeout`
-    /// when it runs, and [`stop`](HashedWheelTimer::stop) returns the timeout if it never ran.
-    ///
-    /// # Errors
-    /// As [`HashedWheelTimer::new_timeout`]; the task is dropped.
-    ///
-    /// ```
-    /// use hashed_timer_wheel::{HashedWheelTimer, Timeout};
-    /// use std::sync::mpsc;
-    /// use std::time::Duration;
-    ///
-    /// let timer = HashedWheelTimer::new(Duration::from_millis(1), 64);
-    /// let (tx, rx) = mpsc::channel();
-    /// timer.new_timeout_detached(
-    ///     move |t: &Timeout| tx.send(t.is_expired()).unwrap(),
-    ///     Duration::from_millis(5),
-    /// )?;
-    /// assert!(rx.recv().unwrap());
-    /// # Ok::<(), hashed_timer_wheel::TimerError>(())
-    /// ```
-    #[inline]
-    pub fn new_timeout_detached<T: TimerTask>(
-        &self,
-        task: T,
-        delay: Duration,
-    ) -> Result<(), TimerError> {
-        new_timeout_detached(&self.shared, BoxedTask::new(task), delay)
-    }
 }
 
 impl<J: Stored> HashedWheelTimer<J> {
@@ -423,57 +440,7 @@ impl<J: Stored> HashedWheelTimer<J> {
     /// timer.start().unwrap();
     /// ```
     pub fn start(&self) -> Result<(), TimerError> {
-        if self.shared.is_started() {
-            return Ok(());
-        }
-        lifecycle::start_slow(&self.shared)
-    }
-
-    /// Stops the timer for good and returns every timeout that had neither expired nor been
-    /// cancelled, each now cancelled (their tasks are dropped), in no particular order (as
-    /// Netty's `Set`).
-    ///
-    /// Wakes the worker and waits for the task it is running, if any. Before start, or when
-    /// already stopped, returns an empty list. Afterwards `new_timeout` and `start` return
-    /// [`TimerError::Stopped`] and `pending_timeouts()` is 0.
-    ///
-    /// # Errors
-    /// [`TimerError::StopFromWorker`] when called from a task running on the worker thread (it
-    /// would wait for itself). The timer keeps running.
-    ///
-    /// ```
-    /// use hashed_timer_wheel::HashedWheelTimer;
-    /// use std::time::Duration;
-    ///
-    /// let timer = HashedWheelTimer::new(Duration::from_millis(10), 64);
-    /// let t = timer.new_timeout(|_: &_| {}, Duration::from_secs(60)).unwrap();
-    /// let never_ran = timer.stop().unwrap();
-    /// assert_eq!(never_ran, vec![t.clone()]);
-    /// assert!(t.is_cancelled());
-    /// ```
-    #[must_use = "the returned timeouts never ran; ignore them explicitly if that is intended"]
-    pub fn stop(&self) -> Result<Vec<Timeout<J>>, TimerError> {
-        lifecycle::stop(&self.shared)
-    }
-
-    /// Timeouts accepted that have neither expired nor had their cancellation processed: the
-    /// memory the timer holds, which `max_pending_timeouts` bounds. 0 after `stop()`.
-    ///
-    /// Exact whenever no other thread is scheduling at that moment; while others are, it may
-    /// count a few of their timeouts early or late (as Netty's counter may). Without a pending
-    /// limit producers count in batches (see the performance notes in `benches/README.md`), so
-    /// this call takes a lock per queue shard: a statistic, not a hot-path call.
-    ///
-    /// ```
-    /// # use hashed_timer_wheel::HashedWheelTimer;
-    /// # use std::time::Duration;
-    /// let timer = HashedWheelTimer::default();
-    /// let t = timer.new_timeout(|_: &_| {}, Duration::from_secs(60)).unwrap();
-    /// assert_eq!(timer.pending_timeouts(), 1);
-    /// ```
-    #[inline]
-    pub fn pending_timeouts(&self) -> usize {
-        self.shared.pending_timeouts()
+        start(&self.shared)
     }
 
     /// A cheap handle that schedules on this timer without owning it.
@@ -488,18 +455,6 @@ impl<J: Stored> HashedWheelTimer<J> {
         TimerHandle {
             shared: Arc::clone(&self.shared),
         }
-    }
-
-    /// Whether the timer has been stopped.
-    ///
-    /// ```
-    /// # use hashed_timer_wheel::HashedWheelTimer;
-    /// let timer = HashedWheelTimer::default();
-    /// let _ = timer.stop();
-    /// assert!(timer.is_stopped());
-    /// ```
-    pub fn is_stopped(&self) -> bool {
-        self.shared.is_shutdown()
     }
 
     /// The tick duration in use (after the 1 ms clamp).
@@ -541,52 +496,5 @@ impl<J: Stored> Drop for HashedWheelTimer<J> {
             // Cannot fail off the worker thread; what never ran is dropped.
             let _ = lifecycle::stop(&self.shared);
         }
-    }
-}
-
-/// A typed timer's scheduling: its tasks are all of type `T`, stored in place (see
-/// [`TypedTask`]).
-impl<T: TypedTask> HashedWheelTimer<T> {
-    /// Schedules `task` to run once after `delay`, with no allocation: see
-    /// [`HashedWheelTimer::new_timeout`] for the contract, and [`TypedTask`] for an example.
-    ///
-    /// # Errors
-    /// [`TimerError::Stopped`] after `stop()`; [`TimerError::TooManyPending`] at the pending
-    /// limit. The task is dropped.
-    #[inline]
-    pub fn new_timeout(&self, task: T, delay: Duration) -> Result<Timeout<T>, TimerError> {
-        new_timeout(&self.shared, task, delay)
-    }
-
-    /// As [`new_timeout`](Self::new_timeout), with no handle returned: see
-    /// [`HashedWheelTimer::new_timeout_detached`].
-    ///
-    /// # Errors
-    /// As [`new_timeout`](Self::new_timeout); the task is dropped.
-    #[inline]
-    pub fn new_timeout_detached(&self, task: T, delay: Duration) -> Result<(), TimerError> {
-        new_timeout_detached(&self.shared, task, delay)
-    }
-}
-
-impl<T: TypedTask> TimerHandle<T> {
-    /// Schedules `task` to run once after `delay` (see [`HashedWheelTimer::new_timeout`] on a
-    /// typed timer).
-    ///
-    /// # Errors
-    /// As [`HashedWheelTimer::new_timeout`].
-    #[inline]
-    pub fn new_timeout(&self, task: T, delay: Duration) -> Result<Timeout<T>, TimerError> {
-        new_timeout(&self.shared, task, delay)
-    }
-
-    /// As [`new_timeout`](Self::new_timeout), with no handle returned: see
-    /// [`HashedWheelTimer::new_timeout_detached`].
-    ///
-    /// # Errors
-    /// As [`new_timeout`](Self::new_timeout); the task is dropped.
-    #[inline]
-    pub fn new_timeout_detached(&self, task: T, delay: Duration) -> Result<(), TimerError> {
-        new_timeout_detached(&self.shared, task, delay)
     }
 }

@@ -2,14 +2,15 @@
 //! `start + k * period`, no drift) or with a fixed delay between runs, and one handle that
 //! cancels every future run.
 //!
-//! Owns [`PeriodicTimeout`], [`MissedRuns`] and the run that reschedules itself. Each run is an
-//! ordinary timeout on an absolute deadline; the next is scheduled when the run has returned,
-//! so runs of one task never overlap, and one timeout per task is pending at a time. Touches
-//! the owner's room (scheduling at a deadline), the shared room's clock and `sync`.
+//! Owns [`PeriodicTimeout`], [`MissedRuns`] and `PeriodicRun`, the task that runs the user's
+//! task and reschedules itself. Each run is an ordinary timeout on an absolute deadline; the
+//! next is scheduled when the run has returned, so runs of one task never overlap, and one
+//! timeout per task is pending at a time. Uses the owner's scheduling at a deadline
+//! (`new_timeout_at`), the shared state's clock and `sync`.
 
 use super::new_timeout_at;
 use crate::clock::duration_to_nanos;
-use crate::shared::{BoxedTask, TimerHandle};
+use crate::shared::{BoxedTask, Shared, TimerHandle};
 use crate::sync::{lock, Arc, AtomicBool, AtomicU64, Mutex, Ordering};
 use crate::{HashedWheelTimer, Timeout, TimerError, TimerTask};
 use std::fmt;
@@ -157,8 +158,8 @@ impl fmt::Debug for PeriodicTimeout {
     }
 }
 
-/// One run: the task, the handle, and this run's deadline.
-struct Run<F> {
+/// The task of one run's timeout: the user's task, its handle, and this run's deadline.
+struct PeriodicRun<F> {
     periodic: PeriodicTimeout,
     task: F,
     /// This run's deadline, nanoseconds since the timer's origin.
@@ -166,12 +167,12 @@ struct Run<F> {
     schedule: Schedule,
 }
 
-impl<F> TimerTask for Run<F>
+impl<F> TimerTask for PeriodicRun<F>
 where
     F: FnMut(&PeriodicTimeout) + Send + 'static,
 {
     fn run(self: Box<Self>, _timeout: &Timeout) {
-        let Run {
+        let PeriodicRun {
             periodic,
             mut task,
             due,
@@ -196,7 +197,7 @@ where
         if periodic.inner.cancelled.load(Ordering::Relaxed) {
             return;
         }
-        let run = Run {
+        let run = PeriodicRun {
             periodic: periodic.clone(),
             task,
             due: next,
@@ -207,193 +208,139 @@ where
     }
 }
 
-impl TimerHandle {
-    /// Runs `task` first after `initial_delay`, then every `period`, on deadlines fixed from
-    /// the first (`first + k * period`: no drift); `missed` says what to do about runs the
-    /// worker could not make on time. Like Java's `scheduleAtFixedRate`. See
-    /// [`HashedWheelTimer::schedule_at_fixed_rate`].
-    ///
-    /// # Errors
-    /// As [`HashedWheelTimer::new_timeout`], for the first run.
-    ///
-    /// # Panics
-    /// If `period` is zero.
-    ///
-    /// ```
-    /// # use hashed_timer_wheel::{HashedWheelTimer, MissedRuns};
-    /// # use std::time::Duration;
-    /// let timer = HashedWheelTimer::default();
-    /// let every_second = timer
-    ///     .handle()
-    ///     .schedule_at_fixed_rate(|_: &_| {}, Duration::ZERO, Duration::from_secs(1), MissedRuns::Burst)
-    ///     .unwrap();
-    /// assert!(every_second.cancel());
-    /// ```
-    pub fn schedule_at_fixed_rate<F>(
-        &self,
-        task: F,
-        initial_delay: Duration,
-        period: Duration,
-        missed: MissedRuns,
-    ) -> Result<PeriodicTimeout, TimerError>
-    where
-        F: FnMut(&PeriodicTimeout) + Send + 'static,
-    {
-        let period = duration_to_nanos(period);
-        assert!(period > 0, "the period of a periodic task must not be zero");
-        self.schedule_periodic(task, initial_delay, Schedule::Rate { period, missed })
-    }
-
-    /// Runs `task` first after `initial_delay`, then again `delay` after each run has
-    /// returned. Like Java's `scheduleWithFixedDelay`. See
-    /// [`HashedWheelTimer::schedule_with_fixed_delay`].
-    ///
-    /// # Errors
-    /// As [`HashedWheelTimer::new_timeout`], for the first run.
-    ///
-    /// ```
-    /// # use hashed_timer_wheel::HashedWheelTimer;
-    /// # use std::time::Duration;
-    /// let timer = HashedWheelTimer::default();
-    /// let poll = timer
-    ///     .handle()
-    ///     .schedule_with_fixed_delay(|_: &_| {}, Duration::ZERO, Duration::from_millis(500))
-    ///     .unwrap();
-    /// assert!(poll.cancel());
-    /// ```
-    pub fn schedule_with_fixed_delay<F>(
-        &self,
-        task: F,
-        initial_delay: Duration,
-        delay: Duration,
-    ) -> Result<PeriodicTimeout, TimerError>
-    where
-        F: FnMut(&PeriodicTimeout) + Send + 'static,
-    {
-        let delay = duration_to_nanos(delay);
-        self.schedule_periodic(task, initial_delay, Schedule::Delay { delay })
-    }
-
-    fn schedule_periodic<F>(
-        &self,
-        task: F,
-        initial_delay: Duration,
-        schedule: Schedule,
-    ) -> Result<PeriodicTimeout, TimerError>
-    where
-        F: FnMut(&PeriodicTimeout) + Send + 'static,
-    {
-        let periodic = PeriodicTimeout {
-            inner: Arc::new(Periodic {
-                timer: self.clone(),
-                current: Mutex::new(None),
-                cancelled: AtomicBool::new(false),
-                runs: AtomicU64::new(0),
-            }),
-        };
-        let shared = &self.shared;
-        let first = shared
-            .clock
-            .now_upper()
-            .saturating_add(duration_to_nanos(initial_delay));
-        let run = Run {
-            periodic: periodic.clone(),
-            task,
-            due: first,
-            schedule,
-        };
-        // Under the lock: the first run may start before the timeout is stored, and it
-        // reschedules under the same lock.
-        let mut current = lock(&periodic.inner.current);
-        *current = Some(new_timeout_at(shared, BoxedTask::new(run), first)?);
-        drop(current);
-        Ok(periodic)
-    }
+/// Schedules the first run of a periodic task on `shared`'s timer.
+fn schedule_periodic<F>(
+    shared: &Arc<Shared>,
+    task: F,
+    initial_delay: Duration,
+    schedule: Schedule,
+) -> Result<PeriodicTimeout, TimerError>
+where
+    F: FnMut(&PeriodicTimeout) + Send + 'static,
+{
+    let periodic = PeriodicTimeout {
+        inner: Arc::new(Periodic {
+            timer: TimerHandle {
+                shared: Arc::clone(shared),
+            },
+            current: Mutex::new(None),
+            cancelled: AtomicBool::new(false),
+            runs: AtomicU64::new(0),
+        }),
+    };
+    let first = shared
+        .clock
+        .now_upper()
+        .saturating_add(duration_to_nanos(initial_delay));
+    let run = PeriodicRun {
+        periodic: periodic.clone(),
+        task,
+        due: first,
+        schedule,
+    };
+    // Under the lock: the first run may start before the timeout is stored, and it
+    // reschedules under the same lock.
+    let mut current = lock(&periodic.inner.current);
+    *current = Some(new_timeout_at(shared, BoxedTask::new(run), first)?);
+    drop(current);
+    Ok(periodic)
 }
 
-impl HashedWheelTimer {
-    /// Runs `task` first after `initial_delay`, then every `period`, on deadlines fixed from
-    /// the first (`first + k * period`: no drift). Like Java's `scheduleAtFixedRate`, with a
-    /// choice of what to do about missed runs ([`MissedRuns`]).
-    ///
-    /// Each run is a timeout on the wheel: never before its deadline, at most about a tick
-    /// after it. The next run is scheduled when this one has returned, so runs never overlap
-    /// (with an executor too), and `pending_timeouts()` counts the task once.
-    ///
-    /// # Errors
-    /// As [`HashedWheelTimer::new_timeout`], for the first run; a later refusal (the timer
-    /// stopped) ends the schedule.
-    ///
-    /// # Panics
-    /// If `period` is zero.
-    ///
-    /// ```
-    /// use hashed_timer_wheel::{HashedWheelTimer, MissedRuns};
-    /// use std::sync::atomic::{AtomicU32, Ordering};
-    /// use std::sync::Arc;
-    /// use std::time::Duration;
-    ///
-    /// let (timer, driver) = HashedWheelTimer::builder()
-    ///     .tick_duration(Duration::from_millis(10))
-    ///     .build_manual()?;
-    /// let runs = Arc::new(AtomicU32::new(0));
-    /// let r = runs.clone();
-    /// let task = timer
-    ///     .schedule_at_fixed_rate(
-    ///         move |_: &_| {
-    ///             r.fetch_add(1, Ordering::SeqCst);
-    ///         },
-    ///         Duration::from_millis(50),
-    ///         Duration::from_millis(100),
-    ///         MissedRuns::Burst,
-    ///     )
-    ///     .unwrap();
-    /// driver.advance(Duration::from_millis(360)); // due at 50, 150, 250, 350 ms
-    /// assert_eq!(runs.load(Ordering::SeqCst), 4);
-    /// assert_eq!(timer.pending_timeouts(), 1, "one timeout pending per periodic task");
-    /// task.cancel();
-    /// # Ok::<(), hashed_timer_wheel::BuildError>(())
-    /// ```
-    pub fn schedule_at_fixed_rate<F>(
-        &self,
-        task: F,
-        initial_delay: Duration,
-        period: Duration,
-        missed: MissedRuns,
-    ) -> Result<PeriodicTimeout, TimerError>
-    where
-        F: FnMut(&PeriodicTimeout) + Send + 'static,
-    {
-        self.handle()
-            .schedule_at_fixed_rate(task, initial_delay, period, missed)
-    }
+macro_rules! periodic_methods {
+    ($ty:ident, $example:literal) => {
+        impl $ty {
+            /// Runs `task` first after `initial_delay`, then every `period`, on deadlines fixed
+            /// from the first (`first + k * period`: no drift). Like Java's
+            /// `scheduleAtFixedRate`, with a choice of what to do about missed runs
+            /// ([`MissedRuns`]).
+            ///
+            /// Each run is a timeout on the wheel: never before its deadline, at most about a
+            /// tick after it. The next run is scheduled when this one has returned, so runs
+            /// never overlap (with an executor too), and `pending_timeouts()` counts the task
+            /// once.
+            ///
+            /// # Errors
+            /// As [`HashedWheelTimer::new_timeout`], for the first run; a later refusal (the
+            /// timer stopped) ends the schedule.
+            ///
+            /// # Panics
+            /// If `period` is zero.
+            ///
+            /// ```
+            /// use hashed_timer_wheel::{HashedWheelTimer, MissedRuns};
+            /// use std::sync::atomic::{AtomicU32, Ordering};
+            /// use std::sync::Arc;
+            /// use std::time::Duration;
+            ///
+            /// let (timer, driver) = HashedWheelTimer::builder()
+            ///     .tick_duration(Duration::from_millis(10))
+            ///     .build_manual()?;
+            #[doc = $example]
+            /// let runs = Arc::new(AtomicU32::new(0));
+            /// let r = runs.clone();
+            /// let task = t
+            ///     .schedule_at_fixed_rate(
+            ///         move |_: &_| {
+            ///             r.fetch_add(1, Ordering::SeqCst);
+            ///         },
+            ///         Duration::from_millis(50),
+            ///         Duration::from_millis(100),
+            ///         MissedRuns::Burst,
+            ///     )
+            ///     .unwrap();
+            /// driver.advance(Duration::from_millis(360)); // due at 50, 150, 250, 350 ms
+            /// assert_eq!(runs.load(Ordering::SeqCst), 4);
+            /// assert_eq!(timer.pending_timeouts(), 1, "one timeout pending per periodic task");
+            /// assert!(task.cancel());
+            /// # Ok::<(), hashed_timer_wheel::BuildError>(())
+            /// ```
+            pub fn schedule_at_fixed_rate<F>(
+                &self,
+                task: F,
+                initial_delay: Duration,
+                period: Duration,
+                missed: MissedRuns,
+            ) -> Result<PeriodicTimeout, TimerError>
+            where
+                F: FnMut(&PeriodicTimeout) + Send + 'static,
+            {
+                let period = duration_to_nanos(period);
+                assert!(period > 0, "the period of a periodic task must not be zero");
+                let schedule = Schedule::Rate { period, missed };
+                schedule_periodic(&self.shared, task, initial_delay, schedule)
+            }
 
-    /// Runs `task` first after `initial_delay`, then again `delay` after each run has
-    /// returned. Like Java's `scheduleWithFixedDelay`.
-    ///
-    /// # Errors
-    /// As [`HashedWheelTimer::new_timeout`], for the first run; a later refusal (the timer
-    /// stopped) ends the schedule.
-    ///
-    /// ```
-    /// # use hashed_timer_wheel::HashedWheelTimer;
-    /// # use std::time::Duration;
-    /// let timer = HashedWheelTimer::default();
-    /// let poll = timer
-    ///     .schedule_with_fixed_delay(|_: &_| {}, Duration::ZERO, Duration::from_millis(500))
-    ///     .unwrap();
-    /// assert!(poll.cancel());
-    /// ```
-    pub fn schedule_with_fixed_delay<F>(
-        &self,
-        task: F,
-        initial_delay: Duration,
-        delay: Duration,
-    ) -> Result<PeriodicTimeout, TimerError>
-    where
-        F: FnMut(&PeriodicTimeout) + Send + 'static,
-    {
-        self.handle()
-            .schedule_with_fixed_delay(task, initial_delay, delay)
-    }
+            /// Runs `task` first after `initial_delay`, then again `delay` after each run has
+            /// returned. Like Java's `scheduleWithFixedDelay`.
+            ///
+            /// # Errors
+            /// As [`HashedWheelTimer::new_timeout`], for the first run; a later refusal (the
+            /// timer stopped) ends the schedule.
+            ///
+            /// ```
+            /// # use hashed_timer_wheel::HashedWheelTimer;
+            /// # use std::time::Duration;
+            /// let timer = HashedWheelTimer::default();
+            #[doc = $example]
+            /// let poll = t
+            ///     .schedule_with_fixed_delay(|_: &_| {}, Duration::ZERO, Duration::from_millis(500))
+            ///     .unwrap();
+            /// assert!(poll.cancel());
+            /// ```
+            pub fn schedule_with_fixed_delay<F>(
+                &self,
+                task: F,
+                initial_delay: Duration,
+                delay: Duration,
+            ) -> Result<PeriodicTimeout, TimerError>
+            where
+                F: FnMut(&PeriodicTimeout) + Send + 'static,
+            {
+                let delay = duration_to_nanos(delay);
+                schedule_periodic(&self.shared, task, initial_delay, Schedule::Delay { delay })
+            }
+        }
+    };
 }
+
+for_owner_and_handle!(periodic_methods);

@@ -3,9 +3,9 @@
 //!
 //! Owns [`Sleep`] and [`Deadline`]. A `Sleep` is an ordinary timeout of the timer whose job is
 //! to wake the future: scheduled when the `Sleep` is made, cancelled when it is dropped, and
-//! its waker left in a slot beside its state (`shared::cells::WakerSlots`, with the protocol
-//! and loom model 12). Touches the owner's room (scheduling), the shared room's cells and
-//! clock.
+//! its waker left in a slot beside its state (`shared::cells::WakerSlots`, with the protocol;
+//! the loom model `loom-tests/tests/sleep_future.rs`). Uses the owner's scheduling, the shared
+//! state's cells and clock.
 
 use super::{accepted, start};
 use crate::clock::duration_to_nanos;
@@ -52,13 +52,14 @@ use std::time::{Duration, Instant};
 /// ```
 #[must_use = "a Sleep does nothing unless awaited, and its drop cancels it"]
 pub struct Sleep {
-    entry: Entry,
+    scheduled: Scheduled,
     /// Nanoseconds since the timer's origin.
     pub(super) deadline: u64,
 }
 
-enum Entry {
-    /// Scheduled: the timeout whose end completes the future.
+/// What scheduling a sleep's timeout gave.
+enum Scheduled {
+    /// Accepted: the timeout whose end completes the future.
     Armed(Timeout),
     /// Refused when made (boxed: a cold path that should not grow every `Sleep`).
     Refused(Box<Refused>),
@@ -75,7 +76,7 @@ impl Sleep {
     /// origin); `now` is the producers' clock, read by the caller.
     pub(crate) fn at(shared: &Arc<Shared>, deadline: u64, now: u64) -> Sleep {
         Sleep {
-            entry: arm(shared, deadline, now),
+            scheduled: arm(shared, deadline, now),
             deadline,
         }
     }
@@ -93,9 +94,9 @@ impl Sleep {
     }
 
     pub(super) fn shared(&self) -> &Arc<Shared> {
-        match &self.entry {
-            Entry::Armed(timeout) => &timeout.timer().shared,
-            Entry::Refused(refused) => &refused.timer.shared,
+        match &self.scheduled {
+            Scheduled::Armed(timeout) => &timeout.timer().shared,
+            Scheduled::Refused(refused) => &refused.timer.shared,
         }
     }
 
@@ -123,7 +124,7 @@ impl Sleep {
     /// assert!(!timer.sleep(Duration::from_secs(5)).is_elapsed());
     /// ```
     pub fn is_elapsed(&self) -> bool {
-        matches!(&self.entry, Entry::Armed(timeout) if timeout.is_expired())
+        matches!(&self.scheduled, Scheduled::Armed(timeout) if timeout.is_expired())
     }
 
     /// Moves the deadline to `deadline` (earlier or later), whether or not the sleep had
@@ -166,19 +167,19 @@ impl Sleep {
     }
 
     pub(crate) fn rearm(&mut self, shared: &Arc<Shared>, deadline: u64, now: u64) {
-        let old = std::mem::replace(&mut self.entry, arm(shared, deadline, now));
+        let old = std::mem::replace(&mut self.scheduled, arm(shared, deadline, now));
         self.deadline = deadline;
-        if let Entry::Armed(old) = old {
+        if let Scheduled::Armed(old) = old {
             // Whether or not the cancel wins (the old timeout may have expired), the waker we
             // left there is ours to take: the task waiting on the old timeout now waits on the
             // new one.
             old.cancel();
             if let Some(waker) = old.state.take_waker() {
-                let wait = match &self.entry {
-                    Entry::Armed(new) => new.state.poll_end(&waker).is_none(),
+                let wait = match &self.scheduled {
+                    Scheduled::Armed(new) => new.state.poll_end(&waker).is_none(),
                     // Refused: the sleep is complete (with the error), and its task must
                     // hear so.
-                    Entry::Refused(_) => false,
+                    Scheduled::Refused(_) => false,
                 };
                 if !wait {
                     waker.wake();
@@ -188,11 +189,11 @@ impl Sleep {
     }
 }
 
-fn arm(shared: &Arc<Shared>, deadline: u64, now: u64) -> Entry {
+fn arm(shared: &Arc<Shared>, deadline: u64, now: u64) -> Scheduled {
     let scheduled = start(shared).and_then(|()| shared.schedule_wake_at(deadline, now));
     match accepted(shared, scheduled) {
-        Ok(timeout) => Entry::Armed(timeout),
-        Err(error) => Entry::Refused(Box::new(Refused {
+        Ok(timeout) => Scheduled::Armed(timeout),
+        Err(error) => Scheduled::Refused(Box::new(Refused {
             error,
             timer: TimerHandle {
                 shared: Arc::clone(shared),
@@ -205,22 +206,22 @@ impl Future for Sleep {
     type Output = Result<(), TimerError>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        match &self.entry {
-            Entry::Armed(timeout) => match timeout.state.poll_end(cx.waker()) {
+        match &self.scheduled {
+            Scheduled::Armed(timeout) => match timeout.state.poll_end(cx.waker()) {
                 None => Poll::Pending,
                 Some(true) => Poll::Ready(Ok(())),
                 // Only `stop()` cancels a sleep's timeout: the sleep's own drop and `reset`
                 // are the only other cancels, and neither leaves it to be polled.
                 Some(false) => Poll::Ready(Err(TimerError::Stopped)),
             },
-            Entry::Refused(refused) => Poll::Ready(Err(refused.error.clone())),
+            Scheduled::Refused(refused) => Poll::Ready(Err(refused.error.clone())),
         }
     }
 }
 
 impl Drop for Sleep {
     fn drop(&mut self) {
-        if let Entry::Armed(timeout) = &self.entry {
+        if let Scheduled::Armed(timeout) = &self.scheduled {
             // Expired already: nothing to do. Else the worker unlinks the entry within about
             // a tick, and the waker we may have left is ours to take back (see
             // `shared::cells::WakerSlots`).
@@ -235,9 +236,9 @@ impl fmt::Debug for Sleep {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut d = f.debug_struct("Sleep");
         d.field("deadline", &self.deadline());
-        match &self.entry {
-            Entry::Armed(timeout) => d.field("timeout", timeout),
-            Entry::Refused(refused) => d.field("refused", &refused.error),
+        match &self.scheduled {
+            Scheduled::Armed(timeout) => d.field("timeout", timeout),
+            Scheduled::Refused(refused) => d.field("refused", &refused.error),
         };
         d.finish()
     }
@@ -406,5 +407,4 @@ macro_rules! future_methods {
     };
 }
 
-future_methods!(HashedWheelTimer, "let t = &timer;");
-future_methods!(TimerHandle, "let t = timer.handle();");
+for_owner_and_handle!(future_methods);

@@ -7,17 +7,16 @@
 //!
 //! # The producers' clock
 //! `new_timeout` needs the time to compute a deadline, and reading the monotonic clock
-//! (`clock_gettime` through the vDSO) was measured at 25 to 50 ns here, about half of the whole
-//! call. Where the kernel itself keeps time with the TSC, producers read the TSC instead
-//! (through `quanta`, about 10 ns) and interpolate from an anchor: a pair (monotonic time, TSC)
-//! taken by the same thread at most 1 ms earlier. The result is rounded *up* by a margin that
-//! covers the TSC's calibration error, clock slewing and cross-core skew over such a short
-//! window, so it is never earlier than the monotonic clock: a deadline computed from it is never
-//! early, and at most about a microsecond later than one computed from `Instant::now()`. The
-//! worker, which decides what has expired, always reads the monotonic clock. The TSC's
-//! calibration (quanta's: 0.6 ms here, up to 200 ms on a loaded machine) runs once per process
-//! on a thread of its own, started by the first timer; until it is done, producers read the
-//! monotonic clock.
+//! (`clock_gettime` through the vDSO) is a large part of the call (`benches/README.md`). Where
+//! the kernel itself keeps time with the TSC, producers read the TSC instead (through `quanta`)
+//! and interpolate from an anchor: a pair (monotonic time, TSC) taken by the same thread at most
+//! 1 ms earlier. The result is rounded *up* by a margin that covers the TSC's calibration error,
+//! clock slewing and cross-core skew over such a short window, so it is never earlier than the
+//! monotonic clock: a deadline computed from it is never early, and at most about a microsecond
+//! later than one computed from `Instant::now()`. The worker, which decides what has expired,
+//! always reads the monotonic clock. The TSC's calibration (quanta's, which can take up to a
+//! few hundred milliseconds on a loaded machine) runs once per process on a thread of its own,
+//! started by the first timer; until it is done, producers read the monotonic clock.
 
 use crate::sync::{Arc, AtomicU64, Ordering};
 use std::time::Instant;
@@ -30,7 +29,6 @@ pub(crate) enum Clock {
     System {
         origin: Instant,
         /// The origin in the fast clock's time base (nanoseconds since its `base`).
-        #[cfg(all(not(loom), target_os = "linux", target_arch = "x86_64"))]
         origin_from_base: u64,
     },
     /// Starts at 0 and moves only when told to.
@@ -42,14 +40,11 @@ impl Clock {
     pub(crate) fn system() -> Clock {
         // The fast clock's base is fixed (once per process) before any origin, so that an
         // origin is never before it; its calibration runs in the background.
-        #[cfg(all(not(loom), target_os = "linux", target_arch = "x86_64"))]
         let base = fast::base();
         let origin = Instant::now();
-        #[cfg(all(not(loom), target_os = "linux", target_arch = "x86_64"))]
         fast::prepare();
         Clock::System {
             origin,
-            #[cfg(all(not(loom), target_os = "linux", target_arch = "x86_64"))]
             origin_from_base: duration_to_nanos(origin.saturating_duration_since(base)),
         }
     }
@@ -62,7 +57,6 @@ impl Clock {
     /// moment (and at most a few microseconds more): what producers use for deadlines.
     #[inline]
     pub(crate) fn now_upper(&self) -> u64 {
-        #[cfg(all(not(loom), target_os = "linux", target_arch = "x86_64"))]
         if let Clock::System {
             origin_from_base, ..
         } = self
@@ -146,124 +140,31 @@ pub(crate) fn duration_to_nanos(d: std::time::Duration) -> u64 {
         .unwrap_or(u64::MAX)
 }
 
-#[cfg(all(not(loom), target_os = "linux", target_arch = "x86_64"))]
-mod fast {
-    use super::duration_to_nanos;
-    use crate::sync::process::{Once, OnceLock, ThreadBuilder};
-    use std::cell::Cell;
-    use std::time::Instant;
+cfg_tsc! {
+    mod fast;
+}
 
-    /// An anchor older than this (in TSC units) is renewed from the monotonic clock.
-    const WINDOW_NS: u64 = 1_000_000;
-    /// Fixed part of the rounding up (cross-core TSC skew, the anchor's own read).
-    const MARGIN_NS: u64 = 512;
+cfg_not_tsc! {
+    /// No fast clock on this target: producers read the monotonic clock.
+    mod fast {
+        use std::time::Instant;
 
-    pub(super) struct Fast {
-        tsc: quanta::Clock,
-        window_raw: u64,
-        /// Nanoseconds per 2^32 TSC units, rounded up: a delta of at most `window_raw` units
-        /// is `delta * ns_per_2_32 >> 32` nanoseconds, in 64-bit arithmetic (the product is
-        /// about `WINDOW_NS << 32`, below 2^53, whatever the TSC's frequency).
-        ns_per_2_32: u64,
-    }
+        pub(super) enum Fast {}
 
-    std::thread_local! {
-        /// (nanoseconds since `base`, TSC) read together by this thread; (0, 0) before the first.
-        static ANCHOR: Cell<(u64, u64)> = const { Cell::new((0, 0)) };
-    }
-
-    static BASE: OnceLock<Instant> = OnceLock::new();
-    /// Set once the calibration has run: `Some` if the fast clock is usable.
-    static FAST: OnceLock<Option<Fast>> = OnceLock::new();
-    static PREPARE: Once = Once::new();
-
-    /// The instant every fast reading counts from: the first call's.
-    pub(super) fn base() -> Instant {
-        *BASE.get_or_init(Instant::now)
-    }
-
-    /// Starts the fast clock's set-up, once per process, on a thread of its own: quanta
-    /// calibrates the TSC against the monotonic clock for 0.6 ms here, and up to 200 ms on a
-    /// loaded machine, which the first `HashedWheelTimer::new` used to wait for.
-    pub(super) fn prepare() {
-        PREPARE.call_once(|| {
-            let spawned = ThreadBuilder::new()
-                .name("hashed-timer-wheel-tsc".into())
-                .spawn(|| {
-                    // A new thread tends to start on its parent's CPU, and this one spins for
-                    // the whole calibration: step aside first, so that the thread building the
-                    // timer goes on rather than waiting for it.
-                    std::thread::sleep(std::time::Duration::from_millis(1));
-                    FAST.get_or_init(calibrate);
-                });
-            if spawned.is_err() {
-                // No thread to spare: stay on the monotonic clock.
-                let _ = FAST.set(None);
+        impl Fast {
+            pub(super) fn since_base_upper(&self) -> u64 {
+                match *self {}
             }
-        });
-    }
-
-    /// The fast clock, once calibrated, if the kernel keeps time with the TSC (so the TSC is
-    /// invariant and synchronised across CPUs: the kernel checks both before it uses it).
-    #[inline]
-    pub(super) fn get() -> Option<&'static Fast> {
-        FAST.get()?.as_ref()
-    }
-
-    /// Whether the set-up has finished (with or without a usable fast clock).
-    #[cfg(test)]
-    pub(super) fn settled() -> bool {
-        FAST.get().is_some()
-    }
-
-    fn calibrate() -> Option<Fast> {
-        let source = std::fs::read_to_string(
-            "/sys/devices/system/clocksource/clocksource0/current_clocksource",
-        )
-        .ok()?;
-        if source.trim() != "tsc" {
-            return None;
         }
-        let tsc = quanta::Clock::new();
-        // TSC units per window, from quanta's calibration.
-        let probe = 1u64 << 32;
-        let probe_ns = tsc.delta_as_nanos(0, probe).max(1);
-        let window_raw =
-            u64::try_from(u128::from(probe) * u128::from(WINDOW_NS) / u128::from(probe_ns)).ok()?;
-        let ns_per_2_32 = probe_ns + 1;
-        // The interpolation below stays in 64 bits (checked once here, not per read).
-        window_raw.checked_mul(ns_per_2_32)?;
-        Some(Fast {
-            tsc,
-            window_raw,
-            ns_per_2_32,
-        })
-    }
 
-    impl Fast {
-        /// An upper bound of `base().elapsed()` in nanoseconds (see the module docs); every
-        /// anchor counts from `base()`.
-        #[inline]
-        pub(super) fn since_base_upper(&self) -> u64 {
-            let raw = self.tsc.raw();
-            ANCHOR.with(|anchor| {
-                let (ns, raw0) = anchor.get();
-                let delta = raw.wrapping_sub(raw0);
-                if raw0 != 0 && delta <= self.window_raw {
-                    // quanta's own conversion multiplies in 128 bits by a variable shift; a
-                    // delta this short needs only 64 (see `ns_per_2_32`).
-                    let d = (delta * self.ns_per_2_32) >> 32;
-                    // Round up by 1/1024 of the interval (covers up to ~1000 ppm of calibration
-                    // error and slewing) plus a fixed margin.
-                    ns + d + (d >> 10) + MARGIN_NS
-                } else {
-                    // The TSC was read first, so this anchor's time is at or after the TSC
-                    // reading: interpolating from it can only overestimate.
-                    let ns = duration_to_nanos(base().elapsed());
-                    anchor.set((ns, raw));
-                    ns
-                }
-            })
+        pub(super) fn base() -> Instant {
+            Instant::now()
+        }
+
+        pub(super) fn prepare() {}
+
+        pub(super) fn get() -> Option<&'static Fast> {
+            None
         }
     }
 }

@@ -1,0 +1,44 @@
+//! The `cfg` conditions the crate repeats, each written once under a name (tokio's `cfg_*!`):
+//! a macro that keeps the items it wraps only where its condition holds, and its `cfg_not_*!`
+//! twin for the other targets. Declared first in `lib.rs`, so every module can use them.
+
+/// Where producers read the TSC (`clock`'s fast clock): Linux on x86-64, not under loom.
+macro_rules! cfg_tsc {
+    ($($item:item)*) => {
+        $(
+            #[cfg(all(not(loom), target_os = "linux", target_arch = "x86_64"))]
+            $item
+        )*
+    };
+}
+
+/// Where `cfg_tsc!` does not hold.
+macro_rules! cfg_not_tsc {
+    ($($item:item)*) => {
+        $(
+            #[cfg(not(all(not(loom), target_os = "linux", target_arch = "x86_64")))]
+            $item
+        )*
+    };
+}
+
+/// Where `hint` asks for cache lines: x86-64, not under loom, Miri or SGX (no inline assembly
+/// or no CPUID there).
+macro_rules! cfg_prefetch {
+    ($($item:item)*) => {
+        $(
+            #[cfg(all(target_arch = "x86_64", not(loom), not(miri), not(target_env = "sgx")))]
+            $item
+        )*
+    };
+}
+
+/// Where `cfg_prefetch!` does not hold.
+macro_rules! cfg_not_prefetch {
+    ($($item:item)*) => {
+        $(
+            #[cfg(not(all(target_arch = "x86_64", not(loom), not(miri), not(target_env = "sgx"))))]
+            $item
+        )*
+    };
+}
