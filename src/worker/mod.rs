@@ -109,11 +109,10 @@ impl Tally {
     /// Counts a timeout a tick or more late in its class.
     #[inline(never)]
     fn late_class(&mut self, late: u64, tick_nanos: u64) {
-        let mut class = 1;
-        while class < LATENESS_CLASSES - 1 && late >= tick_nanos.saturating_mul(1 << class) {
-            class += 1;
-        }
-        self.lateness[class] += 1;
+        // Whole ticks late, in [2^(k-1), 2^k) for class k: k is the bit length.
+        let ticks = late / tick_nanos;
+        let class = (u64::BITS - ticks.leading_zeros()) as usize;
+        self.lateness[class.min(LATENESS_CLASSES - 1)] += 1;
     }
 
     /// An inline task run took `took` nanoseconds; the clock read `now` at its end.
@@ -673,6 +672,31 @@ mod tests {
     use std::time::Duration;
 
     fn noop(_: &Timeout) {}
+
+    #[test]
+    fn lateness_classes_are_powers_of_two_ticks() {
+        const TICK: u64 = 1_000;
+        // Class k >= 1 holds [2^(k-1), 2^k) ticks late, the last class everything beyond.
+        let class_by_definition = |late: u64| {
+            (1..super::LATENESS_CLASSES)
+                .filter(|&k| late >= TICK << (k - 1))
+                .max()
+                .unwrap_or(0)
+        };
+        for late in (0..70 * TICK).step_by(7).chain([
+            127 * TICK,
+            128 * TICK,
+            129 * TICK,
+            u64::MAX / 2,
+            u64::MAX,
+        ]) {
+            let mut tally = super::Tally::default();
+            tally.fired(late, TICK);
+            let class = tally.lateness.iter().position(|&n| n == 1);
+            assert_eq!(class, Some(class_by_definition(late)), "{late} ns late");
+            assert_eq!(tally.lateness.iter().sum::<u64>(), 1);
+        }
+    }
 
     /// Spare chunks: (the worker's, the shards' cursors').
     fn spares(timer: &HashedWheelTimer) -> (usize, usize) {
