@@ -9,7 +9,7 @@
 
 use super::cells::{CellRun, CellRunCursor, ChunkCursor, ChunkRef, SpareChunk, TimeoutState};
 use super::small_task::Word;
-use super::{sealed, BoxedJob, Shared, Stored};
+use super::{sealed, BoxedTask, Shared, Stored};
 use crate::hint::prefetch_write_ahead;
 use crate::sync::{Arc, Batch};
 
@@ -20,7 +20,7 @@ use crate::sync::{Arc, Batch};
 /// Not one vector of structs: a struct pushed into a `Vec` is built on the stack first (its
 /// drop on unwinding needs an address) and then copied with wide loads over narrower stores,
 /// which the CPU cannot forward. Each field of its own is pushed straight from registers.
-pub(crate) struct PendingBatch<J: crate::shared::sealed::Run = BoxedJob> {
+pub(crate) struct PendingBatch<J: crate::shared::sealed::Run = BoxedTask> {
     /// Per timeout, what the stored task queues (`sealed::Run::enqueue`): the task itself on a
     /// typed timer, its table on the default one, whose words follow in `words`.
     tasks: Vec<J::Queued>,
@@ -193,7 +193,7 @@ impl<J: Stored> Batch for PendingBatch<J> {
 }
 
 /// What a shard of the `timeouts` queue keeps for its producers, under its lock.
-pub(crate) struct ProducerShard<J: crate::shared::sealed::Run = BoxedJob> {
+pub(crate) struct ProducerShard<J: crate::shared::sealed::Run = BoxedTask> {
     /// Pending-count credit (see `Shared::refill_credit`).
     pub(super) credit: usize,
     /// Where the shard's tasks' timeouts get their states (and the spare chunks the worker

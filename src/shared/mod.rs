@@ -96,9 +96,6 @@ impl std::fmt::Debug for BoxedTask {
     }
 }
 
-/// The stored task of the default timer.
-pub(crate) type BoxedJob = BoxedTask;
-
 /// What a timer stores per timeout: [`BoxedTask`] on the timer most code uses, or a typed
 /// timer's own task type ([`TypedTask`](crate::TypedTask)), stored in place with no
 /// allocation. Sealed: implemented by those two only.
@@ -256,7 +253,7 @@ pub(crate) type ParkedWorker = Box<dyn std::any::Any + Send>;
 /// [`Timeout::timer`]: crate::Timeout::timer
 /// [`HashedWheelTimer`]: crate::HashedWheelTimer
 /// [`HashedWheelTimer::handle`]: crate::HashedWheelTimer::handle
-pub struct TimerHandle<J: crate::shared::sealed::Run = BoxedJob> {
+pub struct TimerHandle<J: crate::shared::sealed::Run = BoxedTask> {
     pub(crate) shared: Arc<Shared<J>>,
 }
 
@@ -304,7 +301,7 @@ impl Counters {
 }
 
 /// What the owner, the handles, the timeouts and the worker share.
-pub(crate) struct Shared<J: crate::shared::sealed::Run = BoxedJob> {
+pub(crate) struct Shared<J: crate::shared::sealed::Run = BoxedTask> {
     /// Timeouts accepted (and credit taken for more: see `refill_credit`), counted by the
     /// producers; wraps. Pending is this less `ended`. On a cache line of its own, away from
     /// the read-mostly fields below and from the `Arc`'s reference counts.

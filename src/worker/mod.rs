@@ -50,7 +50,7 @@ pub(crate) use run::run;
 
 use crate::shared::batch::PendingBatch;
 use crate::shared::cells::{TimeoutState, NO_KEY};
-use crate::shared::{sealed, BoxedJob, Counters, Executor, Shared, Stored, LATENESS_CLASSES};
+use crate::shared::{sealed, BoxedTask, Counters, Executor, Shared, Stored, LATENESS_CLASSES};
 use crate::sync::{Arc, Batch, Ordering};
 use crate::wheel::Wheel;
 use chunks::ChunkTable;
@@ -165,7 +165,7 @@ impl Tally {
 }
 
 /// The worker's state: the wheel and the next tick to process.
-pub(crate) struct Worker<J: Stored = BoxedJob> {
+pub(crate) struct Worker<J: Stored = BoxedTask> {
     /// Per timeout, the task parked (`sealed::Run::park`) with the id of its state's chunk in
     /// the [`ChunkTable`]; the wheel keeps the index of the state's cell in the node's tag.
     wheel: Wheel<J::Entry>,
