@@ -6,7 +6,7 @@
 //! ([`Shared::schedule`]), cancelling ([`Shared::cancelled`]), the pending count and waking the
 //! worker. Touches `sync`, `clock`, `wheel` (its key bounds) and `error`; never the worker nor
 //! the owner, which sit above it: what they need to keep here (the worker while no thread runs
-//! it, how to run a user's task) is kept behind types this module defines ([`ParkedWorker`],
+//! it, how to run a user's task) is kept behind types this module defines ([`IdleWorker`],
 //! [`Job`], [`Stored`]).
 //!
 //! Every type here is generic over `J`, what the timer stores per timeout: [`BoxedTask`] (a
@@ -227,7 +227,7 @@ impl Job for WakeJob {
 /// The worker while no thread runs it (before start, in manual mode, after stop), and what its
 /// thread returns. Its type belongs to the `worker` module, which this one does not import; the
 /// `timer` module (`timer::lifecycle`), which starts and stops it, takes it back as a `Worker`.
-pub(crate) type ParkedWorker = Box<dyn std::any::Any + Send>;
+pub(crate) type IdleWorker = Box<dyn std::any::Any + Send>;
 
 /// A cheap, cloneable reference to a timer, as returned by [`Timeout::timer`] and
 /// [`HashedWheelTimer::handle`].
@@ -325,10 +325,11 @@ pub(crate) struct Shared<J: crate::shared::sealed::Run = BoxedTask> {
     pub(crate) wheel_len: usize,
     pub(crate) max_pending: usize,
     pub(crate) clock: Clock,
-    /// Who runs the worker, and the worker itself while nobody does (see [`Control`]).
+    /// The thread that runs the worker (see [`Control`]). The worker itself, while no thread
+    /// runs it, is in `idle_worker`.
     pub(crate) control: Mutex<Control>,
     /// The worker while no thread runs it: before start, in manual mode, after stop.
-    pub(crate) idle_worker: Mutex<Option<ParkedWorker>>,
+    pub(crate) idle_worker: Mutex<Option<IdleWorker>>,
     /// The rest is the `timer` module's bookkeeping (`timer::lifecycle`). The worker thread's
     /// name.
     pub(crate) thread_name: String,
@@ -345,7 +346,7 @@ pub(crate) struct Shared<J: crate::shared::sealed::Run = BoxedTask> {
 /// producers unpark it.
 #[derive(Default)]
 pub(crate) struct Control {
-    pub(crate) join: Option<thread::JoinHandle<ParkedWorker>>,
+    pub(crate) join: Option<thread::JoinHandle<IdleWorker>>,
     pub(crate) worker_thread: Option<thread::Thread>,
     /// The thread running the worker right now (the worker thread, or a driver's caller).
     pub(crate) worker_id: Option<thread::ThreadId>,
@@ -358,7 +359,7 @@ impl<J: Stored> Shared<J> {
         wheel_len: usize,
         max_pending: usize,
         clock: Clock,
-        worker: ParkedWorker,
+        worker: IdleWorker,
         thread_name: String,
         manual: bool,
     ) -> Shared<J> {

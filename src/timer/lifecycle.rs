@@ -4,12 +4,12 @@
 //! Owns the moves of the shared run state (`INIT -> STARTED -> SHUTDOWN`, under the `control`
 //! lock) and the worker's hand-overs: from `Shared::idle_worker` to a thread, and back out of
 //! the thread (or `idle_worker`) at `stop()`, when what never ran is returned. While no thread
-//! runs it, the worker is kept type-erased (`shared::ParkedWorker`, a `Box<dyn Any>`, because
+//! runs it, the worker is kept type-erased (`shared::IdleWorker`, a `Box<dyn Any>`, because
 //! `shared` is below `worker`); only this module erases it and downcasts it back. Uses the
 //! shared state, the worker (to spawn, join and drain it) and the public `Timeout`.
 
 use crate::shared::cells::TimeoutState;
-use crate::shared::{ParkedWorker, Shared, Stored};
+use crate::shared::{IdleWorker, Shared, Stored};
 use crate::sync::{lock, process, thread, Arc, Ordering};
 use crate::worker::{self, Worker};
 use crate::{Timeout, TimerError};
@@ -44,19 +44,19 @@ fn uncount<J: Stored>(shared: &Shared<J>) {
 }
 
 /// The worker, type-erased, as `Shared::idle_worker` keeps it.
-pub(super) fn erase_worker<J: Stored>(worker: Worker<J>) -> ParkedWorker {
+pub(super) fn erase_worker<J: Stored>(worker: Worker<J>) -> IdleWorker {
     Box::new(worker)
 }
 
 /// The worker back from `Shared::idle_worker` (only this module puts one there).
-pub(super) fn worker_from<J: Stored>(idle: ParkedWorker) -> Worker<J> {
+pub(super) fn worker_from<J: Stored>(idle: IdleWorker) -> Worker<J> {
     *idle
         .downcast::<Worker<J>>()
         .expect("`Shared::idle_worker` holds only this timer's worker")
 }
 
 /// The worker in `Shared::idle_worker`, borrowed.
-pub(super) fn worker_mut<J: Stored>(idle: &mut ParkedWorker) -> &mut Worker<J> {
+pub(super) fn worker_mut<J: Stored>(idle: &mut IdleWorker) -> &mut Worker<J> {
     idle.downcast_mut::<Worker<J>>()
         .expect("`Shared::idle_worker` holds only this timer's worker")
 }
