@@ -495,6 +495,22 @@ impl<J: Stored> TimeoutState<J> {
         self.cell().cancel().is_some()
     }
 
+    /// Ends a timeout that never ran and never will (the timer is shutting down), unless it has
+    /// ended already: cancels it and wakes its future, if it is a future's; else gives it back
+    /// (for `stop()` to return).
+    pub(crate) fn cancel_never_run(self) -> Option<TimeoutState<J>> {
+        if !self.try_cancel() {
+            return None;
+        }
+        if self.has_waker() {
+            // A future's timeout is not returned: its future completes with `Stopped`.
+            self.wake();
+            None
+        } else {
+            Some(self)
+        }
+    }
+
     #[inline]
     pub(crate) fn is_cancelled(&self) -> bool {
         state_of(self.cell().load()) == CANCELLED

@@ -61,20 +61,10 @@ pub(super) fn worker_mut<J: Stored>(idle: &mut IdleWorker) -> &mut Worker<J> {
         .expect("`Shared::idle_worker` holds only this timer's worker")
 }
 
-/// Ends a timeout that never ran and never will (the timer is shutting down), unless it has
-/// ended already: cancels it and wakes its future, if it is a future's; else gives it back,
-/// for `stop()` to return.
+/// A timeout that never ran, ended (see `TimeoutState::cancel_never_run`): its handle, for
+/// `stop()` to return, unless it had ended already or is a future's.
 fn cancel_never_run<J: Stored>(state: TimeoutState<J>) -> Option<Timeout<J>> {
-    if !state.try_cancel() {
-        return None;
-    }
-    if state.has_waker() {
-        // A future's timeout is not returned: its future completes with `Stopped`.
-        state.wake();
-        None
-    } else {
-        Some(Timeout { state })
-    }
+    state.cancel_never_run().map(|state| Timeout { state })
 }
 
 /// The first `new_timeout` (or `start()`): starts the worker thread, once, unless a
@@ -169,7 +159,7 @@ pub(super) fn shutdown_from_worker<J: Stored>(shared: &Shared<J>) {
     // Nobody will drain the queues: do it now, so that queued tasks holding a handle on
     // this timer do not keep it alive in a cycle.
     for state in shared.timeouts.take_all().into_states() {
-        drop(cancel_never_run(state));
+        drop(state.cancel_never_run());
     }
     shared.timeouts.for_each_data(|p| p.clear_cursors());
     drop(shared.cancelled.take_all());

@@ -543,9 +543,7 @@ impl<J: Stored> Drop for Worker<J> {
             return;
         }
         for state in self.drain() {
-            if state.try_cancel() {
-                state.wake();
-            }
+            drop(state.cancel_never_run());
         }
     }
 }
