@@ -85,7 +85,7 @@ impl<J: Stored> ManualDriver<J> {
         worker.advance(&self.shared, now);
         // As the worker thread does: buffers and spare chunks are kept while producers are at
         // work (the ticks just run took something from the queues), given back once idle.
-        if worker.next_work_tick(&self.shared) != Some(worker.tick()) && !worker.was_busy() {
+        if worker.planned_tick(&self.shared) > worker.tick() {
             worker.release_idle_buffers(&self.shared);
         }
         self.shared.set_worker_id(None);

@@ -277,18 +277,31 @@ impl<J: Stored> Worker<J> {
         true
     }
 
+    /// The tick at whose end the worker plans to wake by itself (`u64::MAX`: only when
+    /// unparked); the worker is idle when this is past its current tick.
+    ///
+    /// The next tick with work, or the current tick while producers are active (the last ticks
+    /// took something from the queues) even if the queues look empty at this instant: the
+    /// transfer ran them dry, and producers are likely still at it. Looking again at the end of
+    /// this tick, keeping the buffers, beats parking and having the next producer unpark the
+    /// worker (a system call on its side) and regrow the buffers given back. One wake-up after
+    /// a burst ends; an idle timer still never wakes.
+    pub(crate) fn planned_tick(&self, shared: &Shared<J>) -> u64 {
+        let next = self.next_work_tick(shared);
+        if self.busy && next.is_none_or(|next| next > self.tick) {
+            self.tick
+        } else {
+            next.unwrap_or(u64::MAX)
+        }
+    }
+
     /// The next tick with work: the current one if a queue holds something, else the wheel's
     /// earliest fire tick; `None` when nothing is pending.
-    pub(crate) fn next_work_tick(&self, shared: &Shared<J>) -> Option<u64> {
+    fn next_work_tick(&self, shared: &Shared<J>) -> Option<u64> {
         if !self.inbox.is_empty() || !shared.timeouts.is_empty() || !shared.cancelled.is_empty() {
             return Some(self.tick);
         }
         self.wheel.next_fire_tick(self.tick)
-    }
-
-    /// Whether the ticks last run took anything from the queues (producers are active).
-    pub(crate) fn was_busy(&self) -> bool {
-        self.busy
     }
 
     /// Unlinks the timeouts cancelled while in the wheel (a cancel of a queued timeout never
