@@ -85,6 +85,27 @@ const fn state_of(word: u32) -> u8 {
     (word & STATE_MASK) as u8
 }
 
+/// What a `cancel()` found: the move to `CANCELLED` is the caller's unless the timeout had
+/// ended.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum CancelOutcome {
+    /// The timeout had already ended (expired, or cancelled before): nothing changed.
+    AlreadyEnded,
+    /// Cancelled while in the `timeouts` queue: the worker's transfer drops it.
+    WasQueued,
+    /// Cancelled in the wheel: the worker must unlink it (the canceller queues it for that).
+    WasInWheel,
+}
+
+/// How a timeout ended.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum End {
+    /// Its deadline came and the worker ran its task.
+    Expired,
+    /// A `cancel()` or `stop()` ended it.
+    Cancelled,
+}
+
 /// One timeout's shared state: no task, no deadline. `(wheel key << 3) | state`.
 pub(crate) struct Cell {
     word: AtomicU32,
@@ -486,21 +507,15 @@ impl<J: Stored> TimeoutState<J> {
 
     /// See [`Cell::cancel`].
     #[inline]
-    pub(crate) fn cancel(&self) -> Option<bool> {
+    pub(crate) fn cancel(&self) -> CancelOutcome {
         self.cell().cancel()
-    }
-
-    /// `cancel()` without the report: true for the one caller that wins.
-    #[inline]
-    pub(crate) fn try_cancel(&self) -> bool {
-        self.cell().cancel().is_some()
     }
 
     /// Ends a timeout that never ran and never will (the timer is shutting down), unless it has
     /// ended already: cancels it and wakes its future, if it is a future's; else gives it back
     /// (for `stop()` to return).
     pub(crate) fn cancel_never_run(self) -> Option<TimeoutState<J>> {
-        if !self.try_cancel() {
+        if self.cancel() == CancelOutcome::AlreadyEnded {
             return None;
         }
         if self.has_waker() {
@@ -544,12 +559,12 @@ impl<J: Stored> TimeoutState<J> {
         Some(&self.chunk.wakers.as_ref()?[usize::from(self.idx)])
     }
 
-    /// A future's `poll`: whether the timeout has ended, expired (`Some(true)`) or cancelled
-    /// (`Some(false)`: its future's drop, or `stop()`); else leaves `waker` to be woken when it
-    /// ends (replacing one that would not wake the same task). See [`WakerSlots`].
-    pub(crate) fn poll_end(&self, waker: &Waker) -> Option<bool> {
-        if let Some(ended) = self.end() {
-            return Some(ended);
+    /// A future's `poll`: how the timeout ended, if it has (cancelled: by its future's drop,
+    /// or `stop()`); else leaves `waker` to be woken when it ends (replacing one that would not
+    /// wake the same task). See [`WakerSlots`].
+    pub(crate) fn poll_end(&self, waker: &Waker) -> Option<End> {
+        if let Some(end) = self.end() {
+            return Some(end);
         }
         let slot = self
             .waker_slot()
@@ -562,19 +577,19 @@ impl<J: Stored> TimeoutState<J> {
         }
         // After the store (the lock orders it): an end that took the slot before we stored
         // moved the state before that, and we see it here.
-        let ended = self.end()?;
+        let end = self.end()?;
         // Ended meanwhile: whoever ended it may have found the slot empty; take back what we
         // left, so that it does not keep the task alive.
         drop(lock(slot).take());
-        Some(ended)
+        Some(end)
     }
 
-    /// Expired (`Some(true)`), cancelled (`Some(false)`) or neither.
+    /// How the timeout ended, if it has.
     #[inline]
-    fn end(&self) -> Option<bool> {
+    fn end(&self) -> Option<End> {
         match state_of(self.cell().load()) {
-            EXPIRED => Some(true),
-            CANCELLED => Some(false),
+            EXPIRED => Some(End::Expired),
+            CANCELLED => Some(End::Cancelled),
             _ => None,
         }
     }
@@ -612,19 +627,18 @@ impl Cell {
             .map(drop)
     }
 
-    /// QUEUED or IN_WHEEL -> CANCELLED (the wheel key kept), for `cancel()`. `None` if the timeout
-    /// had already ended; else whether it was in the wheel (and so needs the worker to unlink
-    /// it).
+    /// QUEUED or IN_WHEEL -> CANCELLED (the wheel key kept), for `cancel()`; what it found.
     #[inline]
-    fn cancel(&self) -> Option<bool> {
+    fn cancel(&self) -> CancelOutcome {
         let mut cur = self.load();
         loop {
-            let state = state_of(cur);
-            if state != QUEUED && state != IN_WHEEL {
-                return None;
-            }
+            let outcome = match state_of(cur) {
+                QUEUED => CancelOutcome::WasQueued,
+                IN_WHEEL => CancelOutcome::WasInWheel,
+                _ => return CancelOutcome::AlreadyEnded,
+            };
             match self.transition(cur, (cur & !STATE_MASK) | u32::from(CANCELLED)) {
-                Ok(()) => return Some(state == IN_WHEEL),
+                Ok(()) => return outcome,
                 Err(actual) => cur = actual,
             }
         }
