@@ -312,7 +312,8 @@ pub(crate) struct Shared<J: crate::shared::sealed::Run = BoxedTask> {
     ended: CachePadded<AtomicUsize>,
     /// Each shard's data: its pending-count credit, its chunk of timeout states and spares.
     pub(crate) timeouts: Queue<PendingBatch<J>, ProducerShard<J>>,
-    pub(crate) cancelled: Queue<Vec<TimeoutState<J>>>,
+    /// Timeouts cancelled while in the wheel, for the worker to unlink.
+    pub(crate) cancellations: Queue<Vec<TimeoutState<J>>>,
     state: AtomicU8,
     /// The tick at whose end the worker will next wake by itself; `AWAKE` while it runs,
     /// `u64::MAX` when it parks with no deadline. See `worker::run`.
@@ -337,9 +338,9 @@ pub(crate) struct Shared<J: crate::shared::sealed::Run = BoxedTask> {
     pub(crate) manual: bool,
     /// Set when the owner was dropped on the worker thread (inside a task): nobody will call
     /// `stop()` to take the worker, so a `ManualDriver` may drop it.
-    pub(crate) drained: AtomicBool,
+    owner_dropped_in_task: AtomicBool,
     /// Whether the timer still counts in the process's live-timer count.
-    pub(crate) counted: crate::sync::process::AtomicBool,
+    in_live_timer_count: crate::sync::process::AtomicBool,
 }
 
 /// The worker's thread, kept under `Shared::control`: the `timer` module starts and joins it,
@@ -367,7 +368,7 @@ impl<J: Stored> Shared<J> {
             accepted: CachePadded::new(AtomicUsize::new(0)),
             ended: CachePadded::new(AtomicUsize::new(0)),
             timeouts: Queue::new(),
-            cancelled: Queue::new(),
+            cancellations: Queue::new(),
             state: AtomicU8::new(INIT),
             planned: AtomicU64::new(AWAKE),
             tick: AtomicU64::new(0),
@@ -382,8 +383,8 @@ impl<J: Stored> Shared<J> {
             idle_worker: Mutex::new(Some(worker)),
             thread_name,
             manual,
-            drained: AtomicBool::new(false),
-            counted: crate::sync::process::AtomicBool::new(true),
+            owner_dropped_in_task: AtomicBool::new(false),
+            in_live_timer_count: crate::sync::process::AtomicBool::new(true),
         }
     }
 
@@ -408,6 +409,26 @@ impl<J: Stored> Shared<J> {
     /// was.
     pub(crate) fn mark_shutdown(&self) -> bool {
         self.state.swap(SHUTDOWN, Ordering::SeqCst) == SHUTDOWN
+    }
+
+    /// The owner was dropped on the worker thread (inside a task): nobody will call `stop()`.
+    pub(crate) fn mark_owner_dropped_in_task(&self) {
+        // Release: pairs with the Acquire in `owner_dropped_in_task`.
+        self.owner_dropped_in_task.store(true, Ordering::Release);
+    }
+
+    /// Whether the owner was dropped on the worker thread: then nobody will take the worker
+    /// out of `idle_worker`, and a `ManualDriver` drops it.
+    pub(crate) fn owner_dropped_in_task(&self) -> bool {
+        // Acquire: pairs with the Release in `mark_owner_dropped_in_task`.
+        self.owner_dropped_in_task.load(Ordering::Acquire)
+    }
+
+    /// Takes the timer out of the process's live-timer count; true for the one call that does
+    /// (the timer counts from construction until stopped or dropped).
+    pub(crate) fn leave_live_timer_count(&self) -> bool {
+        // Relaxed: a count for a log message; nothing is published with it.
+        self.in_live_timer_count.swap(false, Ordering::Relaxed)
     }
 
     /// "not started", "started" or "stopped", from a relaxed load (for `Debug`).
@@ -582,7 +603,7 @@ impl<J: Stored> Shared<J> {
     pub(crate) fn cancelled(&self, state: TimeoutState<J>) {
         // No fence: as in `new_timeout`, the queue's lock orders the push before the load of
         // the worker's plan.
-        self.cancelled.push(state);
+        self.cancellations.push(state);
         // Relaxed: a stale (lower) tick only makes us more eager to wake the worker.
         self.wake_by(self.tick.load(Ordering::Relaxed));
     }

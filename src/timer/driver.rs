@@ -70,8 +70,7 @@ impl<J: Stored> ManualDriver<J> {
         if self.shared.is_shutdown() {
             // A `stop()` under way takes the worker next and returns what its wheel holds: leave
             // it. Only when nobody will (the owner was dropped inside a task) drop it here.
-            // Acquire: pairs with the Release in `shutdown_from_worker`.
-            if self.shared.drained.load(Ordering::Acquire) {
+            if self.shared.owner_dropped_in_task() {
                 drop(idle.take());
             }
             return;
@@ -89,8 +88,7 @@ impl<J: Stored> ManualDriver<J> {
             worker.release_idle_buffers(&self.shared);
         }
         self.shared.set_worker_id(None);
-        // Acquire: pairs with the Release in `shutdown_from_worker`.
-        if self.shared.is_shutdown() && self.shared.drained.load(Ordering::Acquire) {
+        if self.shared.is_shutdown() && self.shared.owner_dropped_in_task() {
             // A task dropped the owner: nobody else will drop the worker, whose entries may
             // hold handles on this timer.
             drop(idle.take());

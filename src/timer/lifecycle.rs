@@ -38,7 +38,7 @@ pub(super) fn count_instance() {
 }
 
 fn uncount<J: Stored>(shared: &Shared<J>) {
-    if shared.counted.swap(false, Ordering::Relaxed) {
+    if shared.leave_live_timer_count() {
         INSTANCES.fetch_sub(1, Ordering::Relaxed);
     }
 }
@@ -139,7 +139,7 @@ pub(super) fn stop<J: Stored>(shared: &Arc<Shared<J>>) -> Result<Vec<Timeout<J>>
             .into_iter()
             .filter_map(cancel_never_run),
     );
-    drop(shared.cancelled.take_all());
+    drop(shared.cancellations.take_all());
     Ok(out)
 }
 
@@ -151,8 +151,7 @@ pub(super) fn shutdown_from_worker<J: Stored>(shared: &Shared<J>) {
         shared.mark_shutdown();
         control.join.take()
     };
-    // Release: pairs with the Acquires in `ManualDriver::advance_to_nanos`.
-    shared.drained.store(true, Ordering::Release);
+    shared.mark_owner_dropped_in_task();
     uncount(shared);
     // Detach: the thread's result (its wheel) is dropped when it finishes.
     drop(join);
@@ -162,5 +161,5 @@ pub(super) fn shutdown_from_worker<J: Stored>(shared: &Shared<J>) {
         drop(state.cancel_never_run());
     }
     shared.timeouts.for_each_data(|p| p.clear_cursors());
-    drop(shared.cancelled.take_all());
+    drop(shared.cancellations.take_all());
 }

@@ -179,7 +179,7 @@ pub(crate) struct Worker<J: Stored = BoxedTask> {
     /// full ones: in a steady state no buffer grows, and nothing is copied.
     spare: Vec<PendingBatch<J>>,
     /// Reused buffer for the cancellation queue.
-    cancelled: Vec<TimeoutState<J>>,
+    cancellations: Vec<TimeoutState<J>>,
     /// Reused buffer for the entries of a bucket being expired (see [`Worker::expire`]).
     due: Vec<(J::Entry, u8, u64)>,
     chunks: ChunkTable<J>,
@@ -210,7 +210,7 @@ impl<J: Stored> Worker<J> {
             tick: 0,
             inbox: VecDeque::new(),
             spare: Vec::new(),
-            cancelled: Vec::new(),
+            cancellations: Vec::new(),
             due: Vec::new(),
             chunks: ChunkTable::new(),
             tally: Tally::default(),
@@ -298,7 +298,8 @@ impl<J: Stored> Worker<J> {
     /// The next tick with work: the current one if a queue holds something, else the wheel's
     /// earliest fire tick; `None` when nothing is pending.
     fn next_work_tick(&self, shared: &Shared<J>) -> Option<u64> {
-        if !self.inbox.is_empty() || !shared.timeouts.is_empty() || !shared.cancelled.is_empty() {
+        if !self.inbox.is_empty() || !shared.timeouts.is_empty() || !shared.cancellations.is_empty()
+        {
             return Some(self.tick);
         }
         self.wheel.next_fire_tick(self.tick)
@@ -309,10 +310,10 @@ impl<J: Stored> Worker<J> {
     fn process_cancelled(&mut self, shared: &Shared<J>) {
         // Unbounded, as in Netty: each is an unlink, and the queue only holds cancellations of
         // timeouts already in the wheel.
-        shared.cancelled.take_into(&mut self.cancelled);
-        let n = self.cancelled.len();
+        shared.cancellations.take_into(&mut self.cancellations);
+        let n = self.cancellations.len();
         self.busy |= n > 0;
-        for state in self.cancelled.drain(..) {
+        for state in self.cancellations.drain(..) {
             let key = state.wheel_key();
             if key != NO_KEY {
                 state.clear_wheel_key();
@@ -325,7 +326,7 @@ impl<J: Stored> Worker<J> {
             self.end(shared, n);
             self.tally.cancelled += n as u64;
         }
-        recycle(&mut self.cancelled);
+        recycle(&mut self.cancellations);
     }
 
     /// Moves up to `cap` queued timeouts, oldest first, into the buckets, as of `tick`: takes
@@ -518,9 +519,9 @@ impl<J: Stored> Worker<J> {
             self.inbox.push_back(late);
             self.register_new_batches();
         }
-        let mut cancelled = shared.cancelled.take_all();
-        cancelled.append(&mut self.cancelled);
-        self.cancelled = cancelled;
+        let mut cancellations = shared.cancellations.take_all();
+        cancellations.append(&mut self.cancellations);
+        self.cancellations = cancellations;
     }
 
     /// Empties the wheel and the inbox (for `stop`): the states of everything still in them.

@@ -21,7 +21,7 @@ pub(crate) fn run<J: Stored>(mut worker: Worker<J>, shared: Arc<Shared<J>>) -> W
         // docs).
         let mut plan = worker.planned_tick(&shared);
         shared.publish_plan(plan);
-        if plan > worker.tick && (!shared.timeouts.is_empty() || !shared.cancelled.is_empty()) {
+        if plan > worker.tick && (!shared.timeouts.is_empty() || !shared.cancellations.is_empty()) {
             plan = worker.tick;
             shared.publish_plan(plan);
         }
