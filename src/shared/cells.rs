@@ -123,7 +123,7 @@ pub(crate) const CHUNK: usize = 1;
 // A cell's index travels in a wheel node's tag.
 const _: () = assert!(CHUNK - 1 <= crate::wheel::MAX_TAG as usize);
 
-struct Chunk<J: crate::shared::sealed::Run = BoxedTask> {
+struct Chunk<J: crate::shared::sealed::TaskStorage = BoxedTask> {
     /// The timer every cell's timeout belongs to: a `Timeout` reaches its timer through its
     /// chunk, so handles cost one reference count between them, not one per timeout.
     timer: TimerHandle<J>,
@@ -183,7 +183,7 @@ fn fresh_cells() -> [Cell; CHUNK] {
 /// current here the two keep each other alive. `stop()` breaks the cycle by clearing every
 /// shard's cursor ([`ChunkCursor::clear`]), and a producer never starts a chunk on a stopped
 /// timer.
-pub(crate) struct ChunkCursor<J: crate::shared::sealed::Run = BoxedTask> {
+pub(crate) struct ChunkCursor<J: crate::shared::sealed::TaskStorage = BoxedTask> {
     chunk: Option<Arc<Chunk<J>>>,
     next: u8,
     /// Chunks of this shard the worker has finished with, their cells reset, to be used
@@ -322,12 +322,12 @@ impl<J: Stored> ChunkCursor<J> {
 /// Under the request-timeout pattern (schedule, then cancel) the worker lets go of about a
 /// chunk per 32 timeouts while the producer needs as many: reusing them keeps the allocator,
 /// and its passing of blocks between the two threads, out of that loop.
-pub(crate) struct SpareChunk<J: crate::shared::sealed::Run = BoxedTask>(Arc<Chunk<J>>);
+pub(crate) struct SpareChunk<J: crate::shared::sealed::TaskStorage = BoxedTask>(Arc<Chunk<J>>);
 
 /// Consecutive timeouts of a queued batch whose cells are consecutive cells of one chunk: the
 /// timeout at position `first + k` of the batch has cell `start + k` of `chunk`. Positions
 /// count from the batch's first timeout, including those the worker has taken out since.
-pub(crate) struct CellRun<J: crate::shared::sealed::Run = BoxedTask> {
+pub(crate) struct CellRun<J: crate::shared::sealed::TaskStorage = BoxedTask> {
     pub(crate) chunk: ChunkRef<J>,
     pub(crate) first: usize,
     start: u8,
@@ -345,7 +345,7 @@ impl<J: Stored> CellRun<J> {
 
 /// Walks a batch's positions from `at` on, one step per timeout: each step gives the index of
 /// its run and its cell index.
-pub(crate) struct CellRunCursor<'a, J: crate::shared::sealed::Run = BoxedTask> {
+pub(crate) struct CellRunCursor<'a, J: crate::shared::sealed::TaskStorage = BoxedTask> {
     runs: &'a [CellRun<J>],
     run: usize,
     at: usize,
@@ -378,7 +378,7 @@ impl<J: Stored> Iterator for CellRunCursor<'_, J> {
 }
 
 /// A chunk of timeout states, as a queued batch and the worker's chunk table hold it.
-pub(crate) struct ChunkRef<J: crate::shared::sealed::Run = BoxedTask>(Arc<Chunk<J>>);
+pub(crate) struct ChunkRef<J: crate::shared::sealed::TaskStorage = BoxedTask>(Arc<Chunk<J>>);
 
 impl<J: Stored> Clone for ChunkRef<J> {
     fn clone(&self) -> Self {
@@ -453,7 +453,7 @@ impl<J: Stored> ChunkRef<J> {
 /// cells goes: a cell is reused only once nothing can see it.
 /// A timeout's state, as a handle and the worker hold it (see the module's state table).
 #[allow(unreachable_pub)]
-pub struct TimeoutState<J: crate::shared::sealed::Run = BoxedTask> {
+pub struct TimeoutState<J: crate::shared::sealed::TaskStorage = BoxedTask> {
     chunk: Arc<Chunk<J>>,
     idx: u8,
 }

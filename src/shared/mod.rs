@@ -99,7 +99,7 @@ impl std::fmt::Debug for BoxedTask {
 /// What a timer stores per timeout: [`BoxedTask`] on the timer most code uses, or a typed
 /// timer's own task type ([`TypedTask`](crate::TypedTask)), stored in place with no
 /// allocation. Sealed: implemented by those two only.
-pub trait Stored: sealed::Run + Send + 'static {}
+pub trait Stored: sealed::TaskStorage + Send + 'static {}
 
 pub(crate) mod sealed {
     use super::cells::TimeoutState;
@@ -107,7 +107,7 @@ pub(crate) mod sealed {
     /// How the worker keeps and runs a stored task (the interface through which the `task`
     /// module's types are run without this module importing them).
     #[allow(unreachable_pub)]
-    pub trait Run: Sized {
+    pub trait TaskStorage: Sized {
         /// What the wheel holds per timeout: the task, parked, and the worker's id of the
         /// chunk of its cell.
         type Entry: Send + 'static;
@@ -135,7 +135,8 @@ pub(crate) mod sealed {
         /// The task of an entry taken out of the wheel.
         fn unpark(entry: Self::Entry, store: &mut Self::Store) -> Self;
 
-        /// [`Run::unpark`], then [`Run::run_stored`], without moving the task in between.
+        /// [`TaskStorage::unpark`], then [`TaskStorage::run_stored`], without moving the task in
+        /// between.
         fn run_parked(
             entry: Self::Entry,
             store: &mut Self::Store,
@@ -163,7 +164,7 @@ pub(crate) mod sealed {
 
 impl Stored for BoxedTask {}
 
-impl sealed::Run for BoxedTask {
+impl sealed::TaskStorage for BoxedTask {
     type Entry = ParkedTask;
     type Store = TaskSlabs;
     type Queued = QueuedTask;
@@ -253,7 +254,7 @@ pub(crate) type IdleWorker = Box<dyn std::any::Any + Send>;
 /// [`Timeout::timer`]: crate::Timeout::timer
 /// [`HashedWheelTimer`]: crate::HashedWheelTimer
 /// [`HashedWheelTimer::handle`]: crate::HashedWheelTimer::handle
-pub struct TimerHandle<J: crate::shared::sealed::Run = BoxedTask> {
+pub struct TimerHandle<J: crate::shared::sealed::TaskStorage = BoxedTask> {
     pub(crate) shared: Arc<Shared<J>>,
 }
 
@@ -301,7 +302,7 @@ impl Counters {
 }
 
 /// What the owner, the handles, the timeouts and the worker share.
-pub(crate) struct Shared<J: crate::shared::sealed::Run = BoxedTask> {
+pub(crate) struct Shared<J: crate::shared::sealed::TaskStorage = BoxedTask> {
     /// Timeouts accepted (and credit taken for more: see `refill_credit`), counted by the
     /// producers; wraps. Pending is this less `ended`. On a cache line of its own, away from
     /// the read-mostly fields below and from the `Arc`'s reference counts.

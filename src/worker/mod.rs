@@ -44,9 +44,9 @@
 //! them needs replaying.
 
 mod chunks;
-mod run;
+mod thread;
 
-pub(crate) use run::run;
+pub(crate) use thread::run;
 
 use crate::shared::batch::PendingBatch;
 use crate::shared::cells::{TimeoutState, NO_KEY};
@@ -166,8 +166,9 @@ impl Tally {
 
 /// The worker's state: the wheel and the next tick to process.
 pub(crate) struct Worker<J: Stored = BoxedTask> {
-    /// Per timeout, the task parked (`sealed::Run::park`) with the id of its state's chunk in
-    /// the [`ChunkTable`]; the wheel keeps the index of the state's cell in the node's tag.
+    /// Per timeout, the task parked (`sealed::TaskStorage::park`) with the id of its state's
+    /// chunk in the [`ChunkTable`]; the wheel keeps the index of the state's cell in the node's
+    /// tag.
     wheel: Wheel<J::Entry>,
     /// What the parked tasks keep outside the wheel (a boxed timer's task words).
     tasks: J::Store,
@@ -600,7 +601,7 @@ fn run_task<J: Stored>(
             // The executor's job outlives this call: it takes a reference of its own.
             let owned = state.clone();
             let job: Box<dyn FnOnce() + Send> = Box::new(move || {
-                let _ = sealed::Run::run_stored(task, owned);
+                let _ = sealed::TaskStorage::run_stored(task, owned);
             });
             if catch_unwind(AssertUnwindSafe(|| executor(job))).is_err() {
                 log::warn!(
