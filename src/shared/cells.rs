@@ -306,11 +306,11 @@ impl<J: Stored> ChunkCursor<J> {
     /// Takes spare chunks from `from` (the worker's, all of this cursor's shard), up to
     /// [`SPARE_CHUNKS`] in all.
     pub(crate) fn add_spares(&mut self, from: &mut Vec<SpareChunk<J>>) {
-        let room = SPARE_CHUNKS.saturating_sub(self.spares.len());
-        if self.spares.is_empty() && from.len() <= room {
+        let free = SPARE_CHUNKS.saturating_sub(self.spares.len());
+        if self.spares.is_empty() && from.len() <= free {
             std::mem::swap(&mut self.spares, from);
         } else {
-            let keep = from.len().saturating_sub(room);
+            let keep = from.len().saturating_sub(free);
             self.spares.extend(from.drain(keep..));
         }
     }

@@ -568,8 +568,8 @@ impl<J: Stored> Shared<J> {
         let mut cur = self.accepted.load(Ordering::Relaxed);
         loop {
             let pending = cur.wrapping_sub(self.ended.load(Ordering::Relaxed));
-            let room = MAX_ENTRIES.saturating_sub(pending);
-            if room == 0 {
+            let keys_left = MAX_ENTRIES.saturating_sub(pending);
+            if keys_left == 0 {
                 // The wheel's key space (2^27 - 1 entries, ~6 GB of them): never reached in
                 // practice, but refused rather than overflowed.
                 return Err(TimerError::TooManyPending {
@@ -577,7 +577,7 @@ impl<J: Stored> Shared<J> {
                     max: MAX_ENTRIES,
                 });
             }
-            let take = room.min(CREDIT_BATCH);
+            let take = keys_left.min(CREDIT_BATCH);
             match self.accepted.compare_exchange_weak(
                 cur,
                 cur.wrapping_add(take),
