@@ -143,11 +143,12 @@ struct Chunk<J: crate::shared::sealed::TaskStorage = BoxedTask> {
 /// back and forth between its thread and the caller's (tokio's `drop_waker` was 17 % of the
 /// `request_timeout` profile).
 ///
-/// The protocol (loom model 12): a `poll` stores its waker under the slot's lock and then
-/// loads the cell's state; whoever ends the timeout moves the state first and then takes the
-/// waker under the same lock. Whichever takes the lock second sees the other's work: the waker
-/// stored (and wakes it), or the state moved (and `poll` returns `Ready`). A `poll` that sees
-/// the state end before it stores anything stores nothing.
+/// The protocol (the loom models of `loom-tests/tests/sleep_future.rs`): a `poll` stores its
+/// waker under the slot's lock and then loads the cell's state; whoever ends the timeout moves
+/// the state first and then takes the waker under the same lock. Whichever takes the lock
+/// second sees the other's work: the waker stored (and wakes it), or the state moved (and
+/// `poll` returns `Ready`). A `poll` that sees the state end before it stores anything stores
+/// nothing.
 ///
 /// Why per chunk and not per timeout: one allocation per 32 futures instead of one per future
 /// (which the worker would free, across threads), and 24 bytes a future. Timeouts of tasks
