@@ -138,10 +138,9 @@ struct Chunk<J: crate::shared::sealed::TaskStorage = BoxedTask> {
 /// one slot per cell, written by the future's `poll`, emptied by whoever ends the timeout:
 /// the worker's expiry and `stop()` take the waker and wake it; the future's own cancel (its
 /// drop, a `reset`) takes it back. So a slot is empty once its timeout has ended and its
-/// future is gone, and the worker never touches the slot of a cancelled timeout: when it did
-/// (dropping the waker of each cancelled request timeout), the task's reference count went
-/// back and forth between its thread and the caller's (tokio's `drop_waker` was 17 % of the
-/// `request_timeout` profile).
+/// future is gone, and the worker never touches the slot of a cancelled timeout: dropping a
+/// waker there would move its task's reference count between the worker's thread and the
+/// future's, once per cancelled timeout.
 ///
 /// The protocol (the loom models of `loom-tests/tests/sleep_future.rs`): a `poll` stores its
 /// waker under the slot's lock and then loads the cell's state; whoever ends the timeout moves
