@@ -115,10 +115,7 @@ pub(crate) struct Cell {
 /// the allocator per timeout, and the worker's expiry walks states that sit side by side
 /// (a chunk holds consecutive timeouts of one queue shard, in practice of one producer
 /// thread). Under loom every timeout gets its own chunk, which keeps the models small.
-#[cfg(not(loom))]
-pub(crate) const CHUNK: usize = 32;
-#[cfg(loom)]
-pub(crate) const CHUNK: usize = 1;
+pub(crate) const CHUNK: usize = if cfg!(loom) { 1 } else { 32 };
 
 // A cell's index travels in a wheel node's tag.
 const _: () = assert!(CHUNK - 1 <= crate::wheel::MAX_TAG as usize);

@@ -45,10 +45,7 @@ use std::time::Duration;
 
 /// Pending-count credit a producer's shard takes at once when there is no pending limit (see
 /// `Shared::refill_credit`). Small under loom, so that the models cross refills.
-#[cfg(not(loom))]
-const CREDIT_BATCH: usize = 256;
-#[cfg(loom)]
-const CREDIT_BATCH: usize = 2;
+const CREDIT_BATCH: usize = if cfg!(loom) { 2 } else { 256 };
 
 const INIT: u8 = 0;
 const STARTED: u8 = 1;

@@ -7,8 +7,6 @@
 
 use super::Worker;
 use crate::shared::{Shared, Stored};
-#[cfg(loom)]
-use crate::sync::{fence, Ordering};
 use crate::sync::{thread, Arc};
 
 /// The worker thread's loop. Returns the worker (with whatever it still holds) at shutdown.
@@ -71,6 +69,8 @@ fn sleep_until_end_of<J: Stored>(shared: &Shared<J>, tick: u64) {
         thread::park();
         return;
     }
+    use crate::sync::{fence, Ordering};
+
     let wake_at = tick.saturating_add(1).saturating_mul(shared.tick_nanos);
     if crate::sync::loom_hooks::clock_held() {
         // The model's clock stands for real time, which no memory ordering hides from a sleeping
