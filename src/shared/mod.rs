@@ -211,6 +211,16 @@ impl sealed::TaskStorage for BoxedTask {
     }
 }
 
+/// What a timeout does when it expires, which decides the kind of chunk its cell comes from:
+/// a future's cell has a waker slot (`cells::WakerSlots`).
+#[derive(Clone, Copy)]
+enum OnExpiry {
+    /// Run a task.
+    RunTask,
+    /// Wake a future (its job is a [`WakeJob`]).
+    WakeFuture,
+}
+
 /// The job of a future's timeout: wake the future. Zero-sized: stored in no words at all.
 struct WakeJob;
 
@@ -466,7 +476,7 @@ impl<J: Stored> Shared<J> {
         deadline: u64,
         now: u64,
     ) -> Result<TimeoutState<J>, TimerError> {
-        self.push::<true>(job, deadline, now, false)
+        self.push::<true>(job, deadline, now, OnExpiry::RunTask)
             .map(|state| state.expect("a state for the handle"))
     }
 
@@ -480,17 +490,19 @@ impl<J: Stored> Shared<J> {
         delay: Duration,
     ) -> Result<(), TimerError> {
         let (deadline, now) = self.due_after(delay);
-        self.push::<false>(job, deadline, now, false).map(|_| ())
+        self.push::<false>(job, deadline, now, OnExpiry::RunTask)
+            .map(|_| ())
     }
 
-    /// Queues a timeout; its state for the handle when `HANDLE`.
+    /// Queues a timeout, its cell from the cursor for `on_expiry`; its state for the handle when
+    /// `HANDLE`.
     #[inline]
     fn push<const HANDLE: bool>(
         self: &Arc<Self>,
         job: J,
         deadline: u64,
         now: u64,
-        wakes: bool,
+        on_expiry: OnExpiry,
     ) -> Result<Option<TimeoutState<J>>, TimerError> {
         let limited = self.max_pending != 0;
         if limited {
@@ -515,10 +527,9 @@ impl<J: Stored> Shared<J> {
                 }
                 producer.credit -= 1;
             }
-            let cursor = if wakes {
-                &mut producer.wake_cursor
-            } else {
-                &mut producer.cursor
+            let cursor = match on_expiry {
+                OnExpiry::RunTask => &mut producer.cursor,
+                OnExpiry::WakeFuture => &mut producer.wake_cursor,
             };
             items.push::<HANDLE>(cursor, self, shard_index, job, deadline)
         };
@@ -728,7 +739,7 @@ impl Shared {
         deadline: u64,
         now: u64,
     ) -> Result<TimeoutState, TimerError> {
-        self.push::<true>(BoxedTask::new(WakeJob), deadline, now, true)
+        self.push::<true>(BoxedTask::new(WakeJob), deadline, now, OnExpiry::WakeFuture)
             .map(|state| state.expect("a state for the handle"))
     }
 }
