@@ -15,8 +15,18 @@
 
 pub(crate) use imp::{prefetch, prefetch_write_ahead};
 
+/// What the caller of [`prefetch`] is about to do with the line.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Access {
+    /// Read it: the line is fetched shared.
+    Read,
+    /// Write it: the line is fetched writable, where the CPU can.
+    Write,
+}
+
 cfg_prefetch! {
     mod imp {
+        use super::Access;
         use crate::sync::AtomicU8;
         use std::sync::atomic::Ordering;
 
@@ -52,13 +62,13 @@ cfg_prefetch! {
             }
         }
 
-        /// Asks the CPU to fetch the cache line at `ptr`: for writing (`prefetchw`) when `write`
-        /// and the CPU has it, else for reading (`prefetcht0`). Only a hint, as
-        /// [`prefetch_write_ahead`]; the worker asks for the lines of the timeouts it is about to
-        /// expire (their cells and tasks), a few timeouts ahead.
+        /// Asks the CPU to fetch the cache line at `ptr`: for writing (`prefetchw`) for
+        /// [`Access::Write`] when the CPU has it, else for reading (`prefetcht0`). Only a hint,
+        /// as [`prefetch_write_ahead`]; the worker asks for the lines of the timeouts it is
+        /// about to expire (their cells and tasks), a few timeouts ahead.
         #[inline(always)]
-        pub(crate) fn prefetch<T>(ptr: *const T, write: bool) {
-            if write && has_prefetchw() {
+        pub(crate) fn prefetch<T>(ptr: *const T, access: Access) {
+            if access == Access::Write && has_prefetchw() {
                 // SAFETY: as in `prefetch_write_ahead`: a hint that never faults, whatever the
                 // address, and runs only where CPUID reports it.
                 unsafe {
@@ -107,13 +117,15 @@ cfg_prefetch! {
 
 cfg_not_prefetch! {
     mod imp {
+        use super::Access;
+
         /// Nothing to ask for on this target.
         #[inline(always)]
         pub(crate) fn prefetch_write_ahead<T>(_vec: &Vec<T>) {}
 
         /// Nothing to ask for on this target.
         #[inline(always)]
-        pub(crate) fn prefetch<T>(_ptr: *const T, _write: bool) {}
+        pub(crate) fn prefetch<T>(_ptr: *const T, _access: Access) {}
     }
 }
 

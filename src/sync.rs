@@ -299,10 +299,8 @@ struct Shard<B, S> {
     data: S,
 }
 
-#[cfg(not(loom))]
-pub(crate) const SHARDS: usize = 8;
-#[cfg(loom)]
-pub(crate) const SHARDS: usize = 1;
+/// Shards per `Queue` (see `Queue::shards`).
+pub(crate) const SHARDS: usize = if cfg!(loom) { 1 } else { 8 };
 // A shard's index travels as a `u8` (`ShardGuard::index`, a chunk's shard).
 const _: () = assert!(SHARDS <= 256);
 

@@ -149,7 +149,7 @@ pub trait TypedTask: Send + Sized + 'static {
 
 impl<T: TypedTask> Stored for T {}
 
-impl<T: TypedTask> sealed::Run for T {
+impl<T: TypedTask> sealed::TaskStorage for T {
     type Entry = sealed::Whole<T>;
     type Store = ();
     type Queued = T;
@@ -180,7 +180,7 @@ impl<T: TypedTask> sealed::Run for T {
         _: &mut (),
         state: TimeoutState<T>,
     ) -> (TimeoutState<T>, bool) {
-        sealed::Run::run_stored(entry.task, state)
+        sealed::TaskStorage::run_stored(entry.task, state)
     }
 
     #[inline]

@@ -5,7 +5,7 @@
 //! only calls it. Uses the shared state and, through [`TimerHandle`], reaches the owner's
 //! methods without importing `timer`.
 
-use crate::shared::cells::TimeoutState;
+use crate::shared::cells::{CancelOutcome, TimeoutState};
 use crate::shared::{BoxedTask, Stored, TimerHandle};
 use std::fmt;
 
@@ -61,10 +61,9 @@ impl<J: Stored> Timeout<J> {
     #[inline]
     pub fn cancel(&self) -> bool {
         match self.state.cancel() {
-            None => false,
-            // Still queued: the worker's transfer will drop it.
-            Some(false) => true,
-            Some(true) => {
+            CancelOutcome::AlreadyEnded => false,
+            CancelOutcome::WasQueued => true,
+            CancelOutcome::WasInWheel => {
                 self.state.timer().shared.cancelled(self.state.clone());
                 true
             }

@@ -1,7 +1,7 @@
 //! `new_timeout` and `cancel` from two producers while the worker ticks.
 //!
 //! Each producer schedules a timeout and cancels it at once; the main thread runs tick 0
-//! meanwhile. The two queues (`timeouts`, `cancelled`) interleave in every order with the
+//! meanwhile. The two queues (`timeouts`, `cancellations`) interleave in every order with the
 //! tick's steps: a cancellation may be processed before its timeout is transferred, the
 //! transfer may skip a cancelled timeout, a cancel may land between transfer and expiry. Every
 //! timeout ends once (ran, or its cancel won) and `pending_timeouts()` returns to 0.

@@ -1,7 +1,7 @@
 //! A tower timeout layer on the wheel, in the shape of `tower::timeout` (tower 0.5).
 //!
 //! Owns [`TimeoutLayer`], [`TimeoutService`], [`ResponseFuture`] and [`Elapsed`]. Each call's
-//! deadline is a [`Deadline`](crate::Deadline) around the inner service's response future:
+//! deadline is a [`Deadline`] around the inner service's response future:
 //! scheduled when the call is made, cancelled when the response future completes or is
 //! dropped. Touches only the crate's public futures.
 

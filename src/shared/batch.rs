@@ -9,7 +9,7 @@
 
 use super::cells::{CellRun, CellRunCursor, ChunkCursor, ChunkRef, SpareChunk, TimeoutState};
 use super::small_task::Word;
-use super::{sealed, BoxedJob, Shared, Stored};
+use super::{sealed, BoxedTask, Shared, Stored};
 use crate::hint::prefetch_write_ahead;
 use crate::sync::{Arc, Batch};
 
@@ -20,9 +20,9 @@ use crate::sync::{Arc, Batch};
 /// Not one vector of structs: a struct pushed into a `Vec` is built on the stack first (its
 /// drop on unwinding needs an address) and then copied with wide loads over narrower stores,
 /// which the CPU cannot forward. Each field of its own is pushed straight from registers.
-pub(crate) struct PendingBatch<J: crate::shared::sealed::Run = BoxedJob> {
-    /// Per timeout, what the stored task queues (`sealed::Run::enqueue`): the task itself on a
-    /// typed timer, its table on the default one, whose words follow in `words`.
+pub(crate) struct PendingBatch<J: crate::shared::sealed::TaskStorage = BoxedTask> {
+    /// Per timeout, what the stored task queues (`sealed::TaskStorage::enqueue`): the task
+    /// itself on a typed timer, its table on the default one, whose words follow in `words`.
     tasks: Vec<J::Queued>,
     /// The queued tasks' words, in push order (none on a typed timer).
     words: Vec<Word>,
@@ -74,7 +74,7 @@ impl<J: Stored> PendingBatch<J> {
         // A shard's batch is never partly taken: the worker swaps it out whole.
         debug_assert_eq!(self.drained, 0);
         let at = self.tasks.len();
-        let queued = sealed::Run::enqueue(task, &mut self.words);
+        let queued = sealed::TaskStorage::enqueue(task, &mut self.words);
         let state = cursor.next_state::<HANDLE>(shared, shard, &mut self.runs, at);
         // The worker's core read these buffers last: own their lines before the stores reach
         // them (see `hint`).
@@ -121,7 +121,7 @@ impl<J: Stored> PendingBatch<J> {
         let drained = self
             .tasks
             .drain(..n)
-            .map(move |queued| sealed::Run::dequeue(queued, words, at))
+            .map(move |queued| sealed::TaskStorage::dequeue(queued, words, at))
             .zip(cells)
             .zip(self.deadlines.drain(..n))
             .map(|((task, cell), deadline)| (task, cell, deadline));
@@ -152,14 +152,14 @@ impl<J: Stored> PendingBatch<J> {
     fn drop_tasks(&mut self) {
         let (words, at) = (&self.words, &mut self.words_read);
         for queued in self.tasks.drain(..) {
-            drop(<J as sealed::Run>::dequeue(queued, words, at));
+            drop(<J as sealed::TaskStorage>::dequeue(queued, words, at));
         }
         self.words.clear();
         self.words_read = 0;
     }
 }
 
-impl<J: sealed::Run> Drop for PendingBatch<J> {
+impl<J: sealed::TaskStorage> Drop for PendingBatch<J> {
     /// A batch dropped with timeouts in it (a queue let go of whole) drops their tasks.
     fn drop(&mut self) {
         let (words, at) = (&self.words, &mut self.words_read);
@@ -193,7 +193,7 @@ impl<J: Stored> Batch for PendingBatch<J> {
 }
 
 /// What a shard of the `timeouts` queue keeps for its producers, under its lock.
-pub(crate) struct ProducerShard<J: crate::shared::sealed::Run = BoxedJob> {
+pub(crate) struct ProducerShard<J: crate::shared::sealed::TaskStorage = BoxedTask> {
     /// Pending-count credit (see `Shared::refill_credit`).
     pub(super) credit: usize,
     /// Where the shard's tasks' timeouts get their states (and the spare chunks the worker

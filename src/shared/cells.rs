@@ -57,7 +57,8 @@
 //!   is reused only that way, once nothing can refer to it (no handle, no batch, no table
 //!   entry). An idle worker, and `stop()`, let every spare go.
 
-use super::{BoxedJob, Shared, Stored, TimerHandle};
+use super::{BoxedTask, Shared, Stored, TimerHandle};
+use crate::hint::{self, Access};
 use crate::sync::{lock, Arc, AtomicU32, Mutex, Ordering};
 use crate::wheel::MAX_ENTRIES;
 use std::sync::PoisonError;
@@ -84,6 +85,27 @@ const fn state_of(word: u32) -> u8 {
     (word & STATE_MASK) as u8
 }
 
+/// What a `cancel()` found: the move to `CANCELLED` is the caller's unless the timeout had
+/// ended.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum CancelOutcome {
+    /// The timeout had already ended (expired, or cancelled before): nothing changed.
+    AlreadyEnded,
+    /// Cancelled while in the `timeouts` queue: the worker's transfer drops it.
+    WasQueued,
+    /// Cancelled in the wheel: the worker must unlink it (the canceller queues it for that).
+    WasInWheel,
+}
+
+/// How a timeout ended.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum End {
+    /// Its deadline came and the worker ran its task.
+    Expired,
+    /// A `cancel()` or `stop()` ended it.
+    Cancelled,
+}
+
 /// One timeout's shared state: no task, no deadline. `(wheel key << 3) | state`.
 pub(crate) struct Cell {
     word: AtomicU32,
@@ -93,15 +115,12 @@ pub(crate) struct Cell {
 /// the allocator per timeout, and the worker's expiry walks states that sit side by side
 /// (a chunk holds consecutive timeouts of one queue shard, in practice of one producer
 /// thread). Under loom every timeout gets its own chunk, which keeps the models small.
-#[cfg(not(loom))]
-pub(crate) const CHUNK: usize = 32;
-#[cfg(loom)]
-pub(crate) const CHUNK: usize = 1;
+pub(crate) const CHUNK: usize = if cfg!(loom) { 1 } else { 32 };
 
 // A cell's index travels in a wheel node's tag.
 const _: () = assert!(CHUNK - 1 <= crate::wheel::MAX_TAG as usize);
 
-struct Chunk<J: crate::shared::sealed::Run = BoxedJob> {
+struct Chunk<J: crate::shared::sealed::TaskStorage = BoxedTask> {
     /// The timer every cell's timeout belongs to: a `Timeout` reaches its timer through its
     /// chunk, so handles cost one reference count between them, not one per timeout.
     timer: TimerHandle<J>,
@@ -116,16 +135,16 @@ struct Chunk<J: crate::shared::sealed::Run = BoxedJob> {
 /// one slot per cell, written by the future's `poll`, emptied by whoever ends the timeout:
 /// the worker's expiry and `stop()` take the waker and wake it; the future's own cancel (its
 /// drop, a `reset`) takes it back. So a slot is empty once its timeout has ended and its
-/// future is gone, and the worker never touches the slot of a cancelled timeout: when it did
-/// (dropping the waker of each cancelled request timeout), the task's reference count went
-/// back and forth between its thread and the caller's (tokio's `drop_waker` was 17 % of the
-/// `request_timeout` profile).
+/// future is gone, and the worker never touches the slot of a cancelled timeout: dropping a
+/// waker there would move its task's reference count between the worker's thread and the
+/// future's, once per cancelled timeout.
 ///
-/// The protocol (loom model 12): a `poll` stores its waker under the slot's lock and then
-/// loads the cell's state; whoever ends the timeout moves the state first and then takes the
-/// waker under the same lock. Whichever takes the lock second sees the other's work: the waker
-/// stored (and wakes it), or the state moved (and `poll` returns `Ready`). A `poll` that sees
-/// the state end before it stores anything stores nothing.
+/// The protocol (the loom models of `loom-tests/tests/sleep_future.rs`): a `poll` stores its
+/// waker under the slot's lock and then loads the cell's state; whoever ends the timeout moves
+/// the state first and then takes the waker under the same lock. Whichever takes the lock
+/// second sees the other's work: the waker stored (and wakes it), or the state moved (and
+/// `poll` returns `Ready`). A `poll` that sees the state end before it stores anything stores
+/// nothing.
 ///
 /// Why per chunk and not per timeout: one allocation per 32 futures instead of one per future
 /// (which the worker would free, across threads), and 24 bytes a future. Timeouts of tasks
@@ -161,7 +180,7 @@ fn fresh_cells() -> [Cell; CHUNK] {
 /// current here the two keep each other alive. `stop()` breaks the cycle by clearing every
 /// shard's cursor ([`ChunkCursor::clear`]), and a producer never starts a chunk on a stopped
 /// timer.
-pub(crate) struct ChunkCursor<J: crate::shared::sealed::Run = BoxedJob> {
+pub(crate) struct ChunkCursor<J: crate::shared::sealed::TaskStorage = BoxedTask> {
     chunk: Option<Arc<Chunk<J>>>,
     next: u8,
     /// Chunks of this shard the worker has finished with, their cells reset, to be used
@@ -284,11 +303,11 @@ impl<J: Stored> ChunkCursor<J> {
     /// Takes spare chunks from `from` (the worker's, all of this cursor's shard), up to
     /// [`SPARE_CHUNKS`] in all.
     pub(crate) fn add_spares(&mut self, from: &mut Vec<SpareChunk<J>>) {
-        let room = SPARE_CHUNKS.saturating_sub(self.spares.len());
-        if self.spares.is_empty() && from.len() <= room {
+        let free = SPARE_CHUNKS.saturating_sub(self.spares.len());
+        if self.spares.is_empty() && from.len() <= free {
             std::mem::swap(&mut self.spares, from);
         } else {
-            let keep = from.len().saturating_sub(room);
+            let keep = from.len().saturating_sub(free);
             self.spares.extend(from.drain(keep..));
         }
     }
@@ -300,12 +319,12 @@ impl<J: Stored> ChunkCursor<J> {
 /// Under the request-timeout pattern (schedule, then cancel) the worker lets go of about a
 /// chunk per 32 timeouts while the producer needs as many: reusing them keeps the allocator,
 /// and its passing of blocks between the two threads, out of that loop.
-pub(crate) struct SpareChunk<J: crate::shared::sealed::Run = BoxedJob>(Arc<Chunk<J>>);
+pub(crate) struct SpareChunk<J: crate::shared::sealed::TaskStorage = BoxedTask>(Arc<Chunk<J>>);
 
 /// Consecutive timeouts of a queued batch whose cells are consecutive cells of one chunk: the
 /// timeout at position `first + k` of the batch has cell `start + k` of `chunk`. Positions
 /// count from the batch's first timeout, including those the worker has taken out since.
-pub(crate) struct CellRun<J: crate::shared::sealed::Run = BoxedJob> {
+pub(crate) struct CellRun<J: crate::shared::sealed::TaskStorage = BoxedTask> {
     pub(crate) chunk: ChunkRef<J>,
     pub(crate) first: usize,
     start: u8,
@@ -323,7 +342,7 @@ impl<J: Stored> CellRun<J> {
 
 /// Walks a batch's positions from `at` on, one step per timeout: each step gives the index of
 /// its run and its cell index.
-pub(crate) struct CellRunCursor<'a, J: crate::shared::sealed::Run = BoxedJob> {
+pub(crate) struct CellRunCursor<'a, J: crate::shared::sealed::TaskStorage = BoxedTask> {
     runs: &'a [CellRun<J>],
     run: usize,
     at: usize,
@@ -356,7 +375,7 @@ impl<J: Stored> Iterator for CellRunCursor<'_, J> {
 }
 
 /// A chunk of timeout states, as a queued batch and the worker's chunk table hold it.
-pub(crate) struct ChunkRef<J: crate::shared::sealed::Run = BoxedJob>(Arc<Chunk<J>>);
+pub(crate) struct ChunkRef<J: crate::shared::sealed::TaskStorage = BoxedTask>(Arc<Chunk<J>>);
 
 impl<J: Stored> Clone for ChunkRef<J> {
     fn clone(&self) -> Self {
@@ -384,7 +403,7 @@ impl<J: Stored> ChunkRef<J> {
     /// Asks for cell `idx`'s line, writable: the worker is about to move its state.
     #[inline]
     pub(crate) fn prefetch_cell(&self, idx: u8) {
-        crate::hint::prefetch(self.cell(idx), true);
+        hint::prefetch(self.cell(idx), Access::Write);
     }
 
     /// The chunk as a spare, its cells fresh, if this was the last reference to it (no handle,
@@ -431,7 +450,7 @@ impl<J: Stored> ChunkRef<J> {
 /// cells goes: a cell is reused only once nothing can see it.
 /// A timeout's state, as a handle and the worker hold it (see the module's state table).
 #[allow(unreachable_pub)]
-pub struct TimeoutState<J: crate::shared::sealed::Run = BoxedJob> {
+pub struct TimeoutState<J: crate::shared::sealed::TaskStorage = BoxedTask> {
     chunk: Arc<Chunk<J>>,
     idx: u8,
 }
@@ -485,14 +504,24 @@ impl<J: Stored> TimeoutState<J> {
 
     /// See [`Cell::cancel`].
     #[inline]
-    pub(crate) fn cancel(&self) -> Option<bool> {
+    pub(crate) fn cancel(&self) -> CancelOutcome {
         self.cell().cancel()
     }
 
-    /// `cancel()` without the report: true for the one caller that wins.
-    #[inline]
-    pub(crate) fn try_cancel(&self) -> bool {
-        self.cell().cancel().is_some()
+    /// Ends a timeout that never ran and never will (the timer is shutting down), unless it has
+    /// ended already: cancels it and wakes its future, if it is a future's; else gives it back
+    /// (for `stop()` to return).
+    pub(crate) fn cancel_never_run(self) -> Option<TimeoutState<J>> {
+        if self.cancel() == CancelOutcome::AlreadyEnded {
+            return None;
+        }
+        if self.has_waker() {
+            // A future's timeout is not returned: its future completes with `Stopped`.
+            self.wake();
+            None
+        } else {
+            Some(self)
+        }
     }
 
     #[inline]
@@ -527,12 +556,12 @@ impl<J: Stored> TimeoutState<J> {
         Some(&self.chunk.wakers.as_ref()?[usize::from(self.idx)])
     }
 
-    /// A future's `poll`: whether the timeout has ended, expired (`Some(true)`) or cancelled
-    /// (`Some(false)`: its future's drop, or `stop()`); else leaves `waker` to be woken when it
-    /// ends (replacing one that would not wake the same task). See [`WakerSlots`].
-    pub(crate) fn poll_end(&self, waker: &Waker) -> Option<bool> {
-        if let Some(ended) = self.end() {
-            return Some(ended);
+    /// A future's `poll`: how the timeout ended, if it has (cancelled: by its future's drop,
+    /// or `stop()`); else leaves `waker` to be woken when it ends (replacing one that would not
+    /// wake the same task). See [`WakerSlots`].
+    pub(crate) fn poll_end(&self, waker: &Waker) -> Option<End> {
+        if let Some(end) = self.end() {
+            return Some(end);
         }
         let slot = self
             .waker_slot()
@@ -545,19 +574,19 @@ impl<J: Stored> TimeoutState<J> {
         }
         // After the store (the lock orders it): an end that took the slot before we stored
         // moved the state before that, and we see it here.
-        let ended = self.end()?;
+        let end = self.end()?;
         // Ended meanwhile: whoever ended it may have found the slot empty; take back what we
         // left, so that it does not keep the task alive.
         drop(lock(slot).take());
-        Some(ended)
+        Some(end)
     }
 
-    /// Expired (`Some(true)`), cancelled (`Some(false)`) or neither.
+    /// How the timeout ended, if it has.
     #[inline]
-    fn end(&self) -> Option<bool> {
+    fn end(&self) -> Option<End> {
         match state_of(self.cell().load()) {
-            EXPIRED => Some(true),
-            CANCELLED => Some(false),
+            EXPIRED => Some(End::Expired),
+            CANCELLED => Some(End::Cancelled),
             _ => None,
         }
     }
@@ -595,19 +624,18 @@ impl Cell {
             .map(drop)
     }
 
-    /// QUEUED or IN_WHEEL -> CANCELLED (the wheel key kept), for `cancel()`. `None` if the timeout
-    /// had already ended; else whether it was in the wheel (and so needs the worker to unlink
-    /// it).
+    /// QUEUED or IN_WHEEL -> CANCELLED (the wheel key kept), for `cancel()`; what it found.
     #[inline]
-    fn cancel(&self) -> Option<bool> {
+    fn cancel(&self) -> CancelOutcome {
         let mut cur = self.load();
         loop {
-            let state = state_of(cur);
-            if state != QUEUED && state != IN_WHEEL {
-                return None;
-            }
+            let outcome = match state_of(cur) {
+                QUEUED => CancelOutcome::WasQueued,
+                IN_WHEEL => CancelOutcome::WasInWheel,
+                _ => return CancelOutcome::AlreadyEnded,
+            };
             match self.transition(cur, (cur & !STATE_MASK) | u32::from(CANCELLED)) {
-                Ok(()) => return Some(state == IN_WHEEL),
+                Ok(()) => return outcome,
                 Err(actual) => cur = actual,
             }
         }

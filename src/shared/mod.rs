@@ -6,7 +6,7 @@
 //! ([`Shared::schedule`]), cancelling ([`Shared::cancelled`]), the pending count and waking the
 //! worker. Touches `sync`, `clock`, `wheel` (its key bounds) and `error`; never the worker nor
 //! the owner, which sit above it: what they need to keep here (the worker while no thread runs
-//! it, how to run a user's task) is kept behind types this module defines ([`ParkedWorker`],
+//! it, how to run a user's task) is kept behind types this module defines ([`IdleWorker`],
 //! [`Job`], [`Stored`]).
 //!
 //! Every type here is generic over `J`, what the timer stores per timeout: [`BoxedTask`] (a
@@ -45,10 +45,7 @@ use std::time::Duration;
 
 /// Pending-count credit a producer's shard takes at once when there is no pending limit (see
 /// `Shared::refill_credit`). Small under loom, so that the models cross refills.
-#[cfg(not(loom))]
-const CREDIT_BATCH: usize = 256;
-#[cfg(loom)]
-const CREDIT_BATCH: usize = 2;
+const CREDIT_BATCH: usize = if cfg!(loom) { 2 } else { 256 };
 
 const INIT: u8 = 0;
 const STARTED: u8 = 1;
@@ -96,13 +93,10 @@ impl std::fmt::Debug for BoxedTask {
     }
 }
 
-/// The stored task of the default timer.
-pub(crate) type BoxedJob = BoxedTask;
-
 /// What a timer stores per timeout: [`BoxedTask`] on the timer most code uses, or a typed
 /// timer's own task type ([`TypedTask`](crate::TypedTask)), stored in place with no
 /// allocation. Sealed: implemented by those two only.
-pub trait Stored: sealed::Run + Send + 'static {}
+pub trait Stored: sealed::TaskStorage + Send + 'static {}
 
 pub(crate) mod sealed {
     use super::cells::TimeoutState;
@@ -110,7 +104,7 @@ pub(crate) mod sealed {
     /// How the worker keeps and runs a stored task (the interface through which the `task`
     /// module's types are run without this module importing them).
     #[allow(unreachable_pub)]
-    pub trait Run: Sized {
+    pub trait TaskStorage: Sized {
         /// What the wheel holds per timeout: the task, parked, and the worker's id of the
         /// chunk of its cell.
         type Entry: Send + 'static;
@@ -138,7 +132,8 @@ pub(crate) mod sealed {
         /// The task of an entry taken out of the wheel.
         fn unpark(entry: Self::Entry, store: &mut Self::Store) -> Self;
 
-        /// [`Run::unpark`], then [`Run::run_stored`], without moving the task in between.
+        /// [`TaskStorage::unpark`], then [`TaskStorage::run_stored`], without moving the task in
+        /// between.
         fn run_parked(
             entry: Self::Entry,
             store: &mut Self::Store,
@@ -166,7 +161,7 @@ pub(crate) mod sealed {
 
 impl Stored for BoxedTask {}
 
-impl sealed::Run for BoxedTask {
+impl sealed::TaskStorage for BoxedTask {
     type Entry = ParkedTask;
     type Store = TaskSlabs;
     type Queued = QueuedTask;
@@ -216,6 +211,16 @@ impl sealed::Run for BoxedTask {
     }
 }
 
+/// What a timeout does when it expires, which decides the kind of chunk its cell comes from:
+/// a future's cell has a waker slot (`cells::WakerSlots`).
+#[derive(Clone, Copy)]
+enum OnExpiry {
+    /// Run a task.
+    RunTask,
+    /// Wake a future (its job is a [`WakeJob`]).
+    WakeFuture,
+}
+
 /// The job of a future's timeout: wake the future. Zero-sized: stored in no words at all.
 struct WakeJob;
 
@@ -230,7 +235,7 @@ impl Job for WakeJob {
 /// The worker while no thread runs it (before start, in manual mode, after stop), and what its
 /// thread returns. Its type belongs to the `worker` module, which this one does not import; the
 /// `timer` module (`timer::lifecycle`), which starts and stops it, takes it back as a `Worker`.
-pub(crate) type ParkedWorker = Box<dyn std::any::Any + Send>;
+pub(crate) type IdleWorker = Box<dyn std::any::Any + Send>;
 
 /// A cheap, cloneable reference to a timer, as returned by [`Timeout::timer`] and
 /// [`HashedWheelTimer::handle`].
@@ -256,7 +261,7 @@ pub(crate) type ParkedWorker = Box<dyn std::any::Any + Send>;
 /// [`Timeout::timer`]: crate::Timeout::timer
 /// [`HashedWheelTimer`]: crate::HashedWheelTimer
 /// [`HashedWheelTimer::handle`]: crate::HashedWheelTimer::handle
-pub struct TimerHandle<J: crate::shared::sealed::Run = BoxedJob> {
+pub struct TimerHandle<J: crate::shared::sealed::TaskStorage = BoxedTask> {
     pub(crate) shared: Arc<Shared<J>>,
 }
 
@@ -304,7 +309,7 @@ impl Counters {
 }
 
 /// What the owner, the handles, the timeouts and the worker share.
-pub(crate) struct Shared<J: crate::shared::sealed::Run = BoxedJob> {
+pub(crate) struct Shared<J: crate::shared::sealed::TaskStorage = BoxedTask> {
     /// Timeouts accepted (and credit taken for more: see `refill_credit`), counted by the
     /// producers; wraps. Pending is this less `ended`. On a cache line of its own, away from
     /// the read-mostly fields below and from the `Arc`'s reference counts.
@@ -315,7 +320,8 @@ pub(crate) struct Shared<J: crate::shared::sealed::Run = BoxedJob> {
     ended: CachePadded<AtomicUsize>,
     /// Each shard's data: its pending-count credit, its chunk of timeout states and spares.
     pub(crate) timeouts: Queue<PendingBatch<J>, ProducerShard<J>>,
-    pub(crate) cancelled: Queue<Vec<TimeoutState<J>>>,
+    /// Timeouts cancelled while in the wheel, for the worker to unlink.
+    pub(crate) cancellations: Queue<Vec<TimeoutState<J>>>,
     state: AtomicU8,
     /// The tick at whose end the worker will next wake by itself; `AWAKE` while it runs,
     /// `u64::MAX` when it parks with no deadline. See `worker::run`.
@@ -328,10 +334,11 @@ pub(crate) struct Shared<J: crate::shared::sealed::Run = BoxedJob> {
     pub(crate) wheel_len: usize,
     pub(crate) max_pending: usize,
     pub(crate) clock: Clock,
-    /// Who runs the worker, and the worker itself while nobody does (see [`Control`]).
+    /// The thread that runs the worker (see [`Control`]). The worker itself, while no thread
+    /// runs it, is in `idle_worker`.
     pub(crate) control: Mutex<Control>,
     /// The worker while no thread runs it: before start, in manual mode, after stop.
-    pub(crate) idle_worker: Mutex<Option<ParkedWorker>>,
+    pub(crate) idle_worker: Mutex<Option<IdleWorker>>,
     /// The rest is the `timer` module's bookkeeping (`timer::lifecycle`). The worker thread's
     /// name.
     pub(crate) thread_name: String,
@@ -339,16 +346,16 @@ pub(crate) struct Shared<J: crate::shared::sealed::Run = BoxedJob> {
     pub(crate) manual: bool,
     /// Set when the owner was dropped on the worker thread (inside a task): nobody will call
     /// `stop()` to take the worker, so a `ManualDriver` may drop it.
-    pub(crate) drained: AtomicBool,
+    owner_dropped_in_task: AtomicBool,
     /// Whether the timer still counts in the process's live-timer count.
-    pub(crate) counted: crate::sync::process::AtomicBool,
+    in_live_timer_count: crate::sync::process::AtomicBool,
 }
 
 /// The worker's thread, kept under `Shared::control`: the `timer` module starts and joins it,
 /// producers unpark it.
 #[derive(Default)]
 pub(crate) struct Control {
-    pub(crate) join: Option<thread::JoinHandle<ParkedWorker>>,
+    pub(crate) join: Option<thread::JoinHandle<IdleWorker>>,
     pub(crate) worker_thread: Option<thread::Thread>,
     /// The thread running the worker right now (the worker thread, or a driver's caller).
     pub(crate) worker_id: Option<thread::ThreadId>,
@@ -361,7 +368,7 @@ impl<J: Stored> Shared<J> {
         wheel_len: usize,
         max_pending: usize,
         clock: Clock,
-        worker: ParkedWorker,
+        worker: IdleWorker,
         thread_name: String,
         manual: bool,
     ) -> Shared<J> {
@@ -369,7 +376,7 @@ impl<J: Stored> Shared<J> {
             accepted: CachePadded::new(AtomicUsize::new(0)),
             ended: CachePadded::new(AtomicUsize::new(0)),
             timeouts: Queue::new(),
-            cancelled: Queue::new(),
+            cancellations: Queue::new(),
             state: AtomicU8::new(INIT),
             planned: AtomicU64::new(AWAKE),
             tick: AtomicU64::new(0),
@@ -384,8 +391,8 @@ impl<J: Stored> Shared<J> {
             idle_worker: Mutex::new(Some(worker)),
             thread_name,
             manual,
-            drained: AtomicBool::new(false),
-            counted: crate::sync::process::AtomicBool::new(true),
+            owner_dropped_in_task: AtomicBool::new(false),
+            in_live_timer_count: crate::sync::process::AtomicBool::new(true),
         }
     }
 
@@ -410,6 +417,26 @@ impl<J: Stored> Shared<J> {
     /// was.
     pub(crate) fn mark_shutdown(&self) -> bool {
         self.state.swap(SHUTDOWN, Ordering::SeqCst) == SHUTDOWN
+    }
+
+    /// The owner was dropped on the worker thread (inside a task): nobody will call `stop()`.
+    pub(crate) fn mark_owner_dropped_in_task(&self) {
+        // Release: pairs with the Acquire in `owner_dropped_in_task`.
+        self.owner_dropped_in_task.store(true, Ordering::Release);
+    }
+
+    /// Whether the owner was dropped on the worker thread: then nobody will take the worker
+    /// out of `idle_worker`, and a `ManualDriver` drops it.
+    pub(crate) fn owner_dropped_in_task(&self) -> bool {
+        // Acquire: pairs with the Release in `mark_owner_dropped_in_task`.
+        self.owner_dropped_in_task.load(Ordering::Acquire)
+    }
+
+    /// Takes the timer out of the process's live-timer count; true for the one call that does
+    /// (the timer counts from construction until stopped or dropped).
+    pub(crate) fn leave_live_timer_count(&self) -> bool {
+        // Relaxed: a count for a log message; nothing is published with it.
+        self.in_live_timer_count.swap(false, Ordering::Relaxed)
     }
 
     /// "not started", "started" or "stopped", from a relaxed load (for `Debug`).
@@ -449,7 +476,7 @@ impl<J: Stored> Shared<J> {
         deadline: u64,
         now: u64,
     ) -> Result<TimeoutState<J>, TimerError> {
-        self.push::<true>(job, deadline, now, false)
+        self.push::<true>(job, deadline, now, OnExpiry::RunTask)
             .map(|state| state.expect("a state for the handle"))
     }
 
@@ -463,17 +490,19 @@ impl<J: Stored> Shared<J> {
         delay: Duration,
     ) -> Result<(), TimerError> {
         let (deadline, now) = self.due_after(delay);
-        self.push::<false>(job, deadline, now, false).map(|_| ())
+        self.push::<false>(job, deadline, now, OnExpiry::RunTask)
+            .map(|_| ())
     }
 
-    /// Queues a timeout; its state for the handle when `HANDLE`.
+    /// Queues a timeout, its cell from the cursor for `on_expiry`; its state for the handle when
+    /// `HANDLE`.
     #[inline]
     fn push<const HANDLE: bool>(
         self: &Arc<Self>,
         job: J,
         deadline: u64,
         now: u64,
-        wakes: bool,
+        on_expiry: OnExpiry,
     ) -> Result<Option<TimeoutState<J>>, TimerError> {
         let limited = self.max_pending != 0;
         if limited {
@@ -498,10 +527,9 @@ impl<J: Stored> Shared<J> {
                 }
                 producer.credit -= 1;
             }
-            let cursor = if wakes {
-                &mut producer.wake_cursor
-            } else {
-                &mut producer.cursor
+            let cursor = match on_expiry {
+                OnExpiry::RunTask => &mut producer.cursor,
+                OnExpiry::WakeFuture => &mut producer.wake_cursor,
             };
             items.push::<HANDLE>(cursor, self, shard_index, job, deadline)
         };
@@ -548,8 +576,8 @@ impl<J: Stored> Shared<J> {
         let mut cur = self.accepted.load(Ordering::Relaxed);
         loop {
             let pending = cur.wrapping_sub(self.ended.load(Ordering::Relaxed));
-            let room = MAX_ENTRIES.saturating_sub(pending);
-            if room == 0 {
+            let keys_left = MAX_ENTRIES.saturating_sub(pending);
+            if keys_left == 0 {
                 // The wheel's key space (2^27 - 1 entries, ~6 GB of them): never reached in
                 // practice, but refused rather than overflowed.
                 return Err(TimerError::TooManyPending {
@@ -557,7 +585,7 @@ impl<J: Stored> Shared<J> {
                     max: MAX_ENTRIES,
                 });
             }
-            let take = room.min(CREDIT_BATCH);
+            let take = keys_left.min(CREDIT_BATCH);
             match self.accepted.compare_exchange_weak(
                 cur,
                 cur.wrapping_add(take),
@@ -584,7 +612,7 @@ impl<J: Stored> Shared<J> {
     pub(crate) fn cancelled(&self, state: TimeoutState<J>) {
         // No fence: as in `new_timeout`, the queue's lock orders the push before the load of
         // the worker's plan.
-        self.cancelled.push(state);
+        self.cancellations.push(state);
         // Relaxed: a stale (lower) tick only makes us more eager to wake the worker.
         self.wake_by(self.tick.load(Ordering::Relaxed));
     }
@@ -711,7 +739,7 @@ impl Shared {
         deadline: u64,
         now: u64,
     ) -> Result<TimeoutState, TimerError> {
-        self.push::<true>(BoxedTask::new(WakeJob), deadline, now, true)
+        self.push::<true>(BoxedTask::new(WakeJob), deadline, now, OnExpiry::WakeFuture)
             .map(|state| state.expect("a state for the handle"))
     }
 }

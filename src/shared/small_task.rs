@@ -30,6 +30,7 @@
 
 use super::cells::TimeoutState;
 use super::Job;
+use crate::hint::{self, Access};
 use std::marker::PhantomData;
 use std::mem::{align_of, size_of, ManuallyDrop, MaybeUninit};
 use std::ptr;
@@ -309,7 +310,7 @@ impl<const N: usize> WordSlab<N> {
     fn prefetch(&self, key: u32) {
         let key = key as usize;
         if let Some(page) = self.pages.get(key / PAGE) {
-            crate::hint::prefetch(&page[key % PAGE], false);
+            hint::prefetch(&page[key % PAGE], Access::Read);
         }
     }
 

@@ -70,8 +70,7 @@ impl<J: Stored> ManualDriver<J> {
         if self.shared.is_shutdown() {
             // A `stop()` under way takes the worker next and returns what its wheel holds: leave
             // it. Only when nobody will (the owner was dropped inside a task) drop it here.
-            // Acquire: pairs with the Release in `shutdown_from_worker`.
-            if self.shared.drained.load(Ordering::Acquire) {
+            if self.shared.owner_dropped_in_task() {
                 drop(idle.take());
             }
             return;
@@ -85,12 +84,11 @@ impl<J: Stored> ManualDriver<J> {
         worker.advance(&self.shared, now);
         // As the worker thread does: buffers and spare chunks are kept while producers are at
         // work (the ticks just run took something from the queues), given back once idle.
-        if worker.next_work_tick(&self.shared) != Some(worker.tick()) && !worker.was_busy() {
+        if worker.planned_tick(&self.shared) > worker.tick() {
             worker.release_idle_buffers(&self.shared);
         }
         self.shared.set_worker_id(None);
-        // Acquire: pairs with the Release in `shutdown_from_worker`.
-        if self.shared.is_shutdown() && self.shared.drained.load(Ordering::Acquire) {
+        if self.shared.is_shutdown() && self.shared.owner_dropped_in_task() {
             // A task dropped the owner: nobody else will drop the worker, whose entries may
             // hold handles on this timer.
             drop(idle.take());

@@ -4,12 +4,12 @@
 //! Owns the moves of the shared run state (`INIT -> STARTED -> SHUTDOWN`, under the `control`
 //! lock) and the worker's hand-overs: from `Shared::idle_worker` to a thread, and back out of
 //! the thread (or `idle_worker`) at `stop()`, when what never ran is returned. While no thread
-//! runs it, the worker is kept type-erased (`shared::ParkedWorker`, a `Box<dyn Any>`, because
+//! runs it, the worker is kept type-erased (`shared::IdleWorker`, a `Box<dyn Any>`, because
 //! `shared` is below `worker`); only this module erases it and downcasts it back. Uses the
 //! shared state, the worker (to spawn, join and drain it) and the public `Timeout`.
 
 use crate::shared::cells::TimeoutState;
-use crate::shared::{ParkedWorker, Shared, Stored};
+use crate::shared::{IdleWorker, Shared, Stored};
 use crate::sync::{lock, process, thread, Arc, Ordering};
 use crate::worker::{self, Worker};
 use crate::{Timeout, TimerError};
@@ -38,43 +38,33 @@ pub(super) fn count_instance() {
 }
 
 fn uncount<J: Stored>(shared: &Shared<J>) {
-    if shared.counted.swap(false, Ordering::Relaxed) {
+    if shared.leave_live_timer_count() {
         INSTANCES.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
 /// The worker, type-erased, as `Shared::idle_worker` keeps it.
-pub(super) fn erase_worker<J: Stored>(worker: Worker<J>) -> ParkedWorker {
+pub(super) fn erase_worker<J: Stored>(worker: Worker<J>) -> IdleWorker {
     Box::new(worker)
 }
 
 /// The worker back from `Shared::idle_worker` (only this module puts one there).
-pub(super) fn worker_from<J: Stored>(idle: ParkedWorker) -> Worker<J> {
+pub(super) fn worker_from<J: Stored>(idle: IdleWorker) -> Worker<J> {
     *idle
         .downcast::<Worker<J>>()
         .expect("`Shared::idle_worker` holds only this timer's worker")
 }
 
 /// The worker in `Shared::idle_worker`, borrowed.
-pub(super) fn worker_mut<J: Stored>(idle: &mut ParkedWorker) -> &mut Worker<J> {
+pub(super) fn worker_mut<J: Stored>(idle: &mut IdleWorker) -> &mut Worker<J> {
     idle.downcast_mut::<Worker<J>>()
         .expect("`Shared::idle_worker` holds only this timer's worker")
 }
 
-/// Ends a timeout that never ran and never will (the timer is shutting down), unless it has
-/// ended already: cancels it and wakes its future, if it is a future's; else gives it back,
-/// for `stop()` to return.
+/// A timeout that never ran, ended (see `TimeoutState::cancel_never_run`): its handle, for
+/// `stop()` to return, unless it had ended already or is a future's.
 fn cancel_never_run<J: Stored>(state: TimeoutState<J>) -> Option<Timeout<J>> {
-    if !state.try_cancel() {
-        return None;
-    }
-    if state.has_waker() {
-        // A future's timeout is not returned: its future completes with `Stopped`.
-        state.wake();
-        None
-    } else {
-        Some(Timeout { state })
-    }
+    state.cancel_never_run().map(|state| Timeout { state })
 }
 
 /// The first `new_timeout` (or `start()`): starts the worker thread, once, unless a
@@ -149,7 +139,7 @@ pub(super) fn stop<J: Stored>(shared: &Arc<Shared<J>>) -> Result<Vec<Timeout<J>>
             .into_iter()
             .filter_map(cancel_never_run),
     );
-    drop(shared.cancelled.take_all());
+    drop(shared.cancellations.take_all());
     Ok(out)
 }
 
@@ -161,16 +151,15 @@ pub(super) fn shutdown_from_worker<J: Stored>(shared: &Shared<J>) {
         shared.mark_shutdown();
         control.join.take()
     };
-    // Release: pairs with the Acquires in `ManualDriver::advance_to_nanos`.
-    shared.drained.store(true, Ordering::Release);
+    shared.mark_owner_dropped_in_task();
     uncount(shared);
     // Detach: the thread's result (its wheel) is dropped when it finishes.
     drop(join);
     // Nobody will drain the queues: do it now, so that queued tasks holding a handle on
     // this timer do not keep it alive in a cycle.
     for state in shared.timeouts.take_all().into_states() {
-        drop(cancel_never_run(state));
+        drop(state.cancel_never_run());
     }
     shared.timeouts.for_each_data(|p| p.clear_cursors());
-    drop(shared.cancelled.take_all());
+    drop(shared.cancellations.take_all());
 }

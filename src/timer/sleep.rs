@@ -9,6 +9,7 @@
 
 use super::{accepted, start};
 use crate::clock::duration_to_nanos;
+use crate::shared::cells::End;
 use crate::shared::{Shared, TimerHandle};
 use crate::sync::Arc;
 use crate::{DeadlineError, HashedWheelTimer, Timeout, TimerError};
@@ -209,10 +210,10 @@ impl Future for Sleep {
         match &self.scheduled {
             Scheduled::Armed(timeout) => match timeout.state.poll_end(cx.waker()) {
                 None => Poll::Pending,
-                Some(true) => Poll::Ready(Ok(())),
+                Some(End::Expired) => Poll::Ready(Ok(())),
                 // Only `stop()` cancels a sleep's timeout: the sleep's own drop and `reset`
                 // are the only other cancels, and neither leaves it to be polled.
-                Some(false) => Poll::Ready(Err(TimerError::Stopped)),
+                Some(End::Cancelled) => Poll::Ready(Err(TimerError::Stopped)),
             },
             Scheduled::Refused(refused) => Poll::Ready(Err(refused.error.clone())),
         }

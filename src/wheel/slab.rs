@@ -85,8 +85,8 @@ impl<T> Slab<T> {
             // The first page grows as a `Vec` does (4, 8, ... `PAGE` nodes: a power of two, so
             // it never grows past a page), so that a wheel holding a few entries holds a few
             // nodes' worth; the later ones come whole.
-            let room = if self.pages.is_empty() { 0 } else { PAGE };
-            self.pages.push(Vec::with_capacity(room));
+            let capacity = if self.pages.is_empty() { 0 } else { PAGE };
+            self.pages.push(Vec::with_capacity(capacity));
         }
         let page = self.pages.last_mut().expect("a page with room");
         debug_assert!(page.len() < PAGE);

@@ -6,7 +6,7 @@
 //! worker uses it. The rules it keeps: `shared::cells`, "Chunks, runs and spares: the protocol".
 
 use crate::shared::cells::{ChunkRef, SpareChunk, CHUNK, SPARE_CHUNKS};
-use crate::shared::{BoxedJob, Stored};
+use crate::shared::{BoxedTask, Stored};
 use crate::sync::SHARDS;
 
 /// The chunks of the timeouts the worker holds, one reference each.
@@ -19,7 +19,7 @@ use crate::sync::SHARDS;
 ///
 /// Settling allocates nothing (the free ids are linked through `meta`), so that nothing in
 /// the expiry loop calls the allocator.
-pub(super) struct ChunkTable<J: crate::shared::sealed::Run = BoxedJob> {
+pub(super) struct ChunkTable<J: crate::shared::sealed::TaskStorage = BoxedTask> {
     chunks: Vec<Option<ChunkRef<J>>>,
     /// Per id: the cells not settled yet while the id holds a chunk; the next free id (or
     /// `NONE`) while it is free. Separate from `chunks` to keep the two at 12 bytes per chunk,

@@ -44,13 +44,13 @@
 //! them needs replaying.
 
 mod chunks;
-mod run;
+mod thread;
 
-pub(crate) use run::run;
+pub(crate) use thread::run;
 
 use crate::shared::batch::PendingBatch;
 use crate::shared::cells::{TimeoutState, NO_KEY};
-use crate::shared::{sealed, BoxedJob, Counters, Executor, Shared, Stored, LATENESS_CLASSES};
+use crate::shared::{sealed, BoxedTask, Counters, Executor, Shared, Stored, LATENESS_CLASSES};
 use crate::sync::{Arc, Batch, Ordering};
 use crate::wheel::Wheel;
 use chunks::ChunkTable;
@@ -164,9 +164,10 @@ impl Tally {
 }
 
 /// The worker's state: the wheel and the next tick to process.
-pub(crate) struct Worker<J: Stored = BoxedJob> {
-    /// Per timeout, the task parked (`sealed::Run::park`) with the id of its state's chunk in
-    /// the [`ChunkTable`]; the wheel keeps the index of the state's cell in the node's tag.
+pub(crate) struct Worker<J: Stored = BoxedTask> {
+    /// Per timeout, the task parked (`sealed::TaskStorage::park`) with the id of its state's
+    /// chunk in the [`ChunkTable`]; the wheel keeps the index of the state's cell in the node's
+    /// tag.
     wheel: Wheel<J::Entry>,
     /// What the parked tasks keep outside the wheel (a boxed timer's task words).
     tasks: J::Store,
@@ -178,7 +179,7 @@ pub(crate) struct Worker<J: Stored = BoxedJob> {
     /// full ones: in a steady state no buffer grows, and nothing is copied.
     spare: Vec<PendingBatch<J>>,
     /// Reused buffer for the cancellation queue.
-    cancelled: Vec<TimeoutState<J>>,
+    cancellations: Vec<TimeoutState<J>>,
     /// Reused buffer for the entries of a bucket being expired (see [`Worker::expire`]).
     due: Vec<(J::Entry, u8, u64)>,
     chunks: ChunkTable<J>,
@@ -209,7 +210,7 @@ impl<J: Stored> Worker<J> {
             tick: 0,
             inbox: VecDeque::new(),
             spare: Vec::new(),
-            cancelled: Vec::new(),
+            cancellations: Vec::new(),
             due: Vec::new(),
             chunks: ChunkTable::new(),
             tally: Tally::default(),
@@ -276,18 +277,32 @@ impl<J: Stored> Worker<J> {
         true
     }
 
+    /// The tick at whose end the worker plans to wake by itself (`u64::MAX`: only when
+    /// unparked); the worker is idle when this is past its current tick.
+    ///
+    /// The next tick with work, or the current tick while producers are active (the last ticks
+    /// took something from the queues) even if the queues look empty at this instant: the
+    /// transfer ran them dry, and producers are likely still at it. Looking again at the end of
+    /// this tick, keeping the buffers, beats parking and having the next producer unpark the
+    /// worker (a system call on its side) and regrow the buffers given back. One wake-up after
+    /// a burst ends; an idle timer still never wakes.
+    pub(crate) fn planned_tick(&self, shared: &Shared<J>) -> u64 {
+        let next = self.next_work_tick(shared);
+        if self.busy && next.is_none_or(|next| next > self.tick) {
+            self.tick
+        } else {
+            next.unwrap_or(u64::MAX)
+        }
+    }
+
     /// The next tick with work: the current one if a queue holds something, else the wheel's
     /// earliest fire tick; `None` when nothing is pending.
-    pub(crate) fn next_work_tick(&self, shared: &Shared<J>) -> Option<u64> {
-        if !self.inbox.is_empty() || !shared.timeouts.is_empty() || !shared.cancelled.is_empty() {
+    fn next_work_tick(&self, shared: &Shared<J>) -> Option<u64> {
+        if !self.inbox.is_empty() || !shared.timeouts.is_empty() || !shared.cancellations.is_empty()
+        {
             return Some(self.tick);
         }
         self.wheel.next_fire_tick(self.tick)
-    }
-
-    /// Whether the ticks last run took anything from the queues (producers are active).
-    pub(crate) fn was_busy(&self) -> bool {
-        self.busy
     }
 
     /// Unlinks the timeouts cancelled while in the wheel (a cancel of a queued timeout never
@@ -295,10 +310,10 @@ impl<J: Stored> Worker<J> {
     fn process_cancelled(&mut self, shared: &Shared<J>) {
         // Unbounded, as in Netty: each is an unlink, and the queue only holds cancellations of
         // timeouts already in the wheel.
-        shared.cancelled.take_into(&mut self.cancelled);
-        let n = self.cancelled.len();
+        shared.cancellations.take_into(&mut self.cancellations);
+        let n = self.cancellations.len();
         self.busy |= n > 0;
-        for state in self.cancelled.drain(..) {
+        for state in self.cancellations.drain(..) {
             let key = state.wheel_key();
             if key != NO_KEY {
                 state.clear_wheel_key();
@@ -311,7 +326,7 @@ impl<J: Stored> Worker<J> {
             self.end(shared, n);
             self.tally.cancelled += n as u64;
         }
-        recycle(&mut self.cancelled);
+        recycle(&mut self.cancellations);
     }
 
     /// Moves up to `cap` queued timeouts, oldest first, into the buckets, as of `tick`: takes
@@ -504,9 +519,9 @@ impl<J: Stored> Worker<J> {
             self.inbox.push_back(late);
             self.register_new_batches();
         }
-        let mut cancelled = shared.cancelled.take_all();
-        cancelled.append(&mut self.cancelled);
-        self.cancelled = cancelled;
+        let mut cancellations = shared.cancellations.take_all();
+        cancellations.append(&mut self.cancellations);
+        self.cancellations = cancellations;
     }
 
     /// Empties the wheel and the inbox (for `stop`): the states of everything still in them.
@@ -542,9 +557,7 @@ impl<J: Stored> Drop for Worker<J> {
             return;
         }
         for state in self.drain() {
-            if state.try_cancel() {
-                state.wake();
-            }
+            drop(state.cancel_never_run());
         }
     }
 }
@@ -587,7 +600,7 @@ fn run_task<J: Stored>(
             // The executor's job outlives this call: it takes a reference of its own.
             let owned = state.clone();
             let job: Box<dyn FnOnce() + Send> = Box::new(move || {
-                let _ = sealed::Run::run_stored(task, owned);
+                let _ = sealed::TaskStorage::run_stored(task, owned);
             });
             if catch_unwind(AssertUnwindSafe(|| executor(job))).is_err() {
                 log::warn!(

@@ -7,8 +7,6 @@
 
 use super::Worker;
 use crate::shared::{Shared, Stored};
-#[cfg(loom)]
-use crate::sync::{fence, Ordering};
 use crate::sync::{thread, Arc};
 
 /// The worker thread's loop. Returns the worker (with whatever it still holds) at shutdown.
@@ -19,17 +17,9 @@ pub(crate) fn run<J: Stored>(mut worker: Worker<J>, shared: Arc<Shared<J>>) -> W
 
         // Publish the plan, then look at the queues again, under their locks (see the module
         // docs).
-        let mut plan = worker.next_work_tick(&shared).unwrap_or(u64::MAX);
-        if plan > worker.tick && worker.was_busy() {
-            // The queues gave work in the ticks just run but are empty this instant (the
-            // transfer ran them dry): producers are likely still at it. Look again at the end
-            // of this tick, keeping the buffers, rather than park and have the next producer
-            // unpark us (a system call on its side) and regrow the buffers we gave back. One
-            // wake-up after a burst ends; an idle timer still never wakes.
-            plan = worker.tick;
-        }
+        let mut plan = worker.planned_tick(&shared);
         shared.publish_plan(plan);
-        if plan > worker.tick && (!shared.timeouts.is_empty() || !shared.cancelled.is_empty()) {
+        if plan > worker.tick && (!shared.timeouts.is_empty() || !shared.cancellations.is_empty()) {
             plan = worker.tick;
             shared.publish_plan(plan);
         }
@@ -79,6 +69,8 @@ fn sleep_until_end_of<J: Stored>(shared: &Shared<J>, tick: u64) {
         thread::park();
         return;
     }
+    use crate::sync::{fence, Ordering};
+
     let wake_at = tick.saturating_add(1).saturating_mul(shared.tick_nanos);
     if crate::sync::loom_hooks::clock_held() {
         // The model's clock stands for real time, which no memory ordering hides from a sleeping
