@@ -1,0 +1,89 @@
+//! `hint` on x86-64: `prefetchw` and `prefetcht0`, the former only where CPUID reports it.
+//! Compiled where `cfg_prefetch!` holds.
+
+use super::Access;
+use crate::sync::AtomicU8;
+use std::sync::atomic::Ordering;
+
+/// How far ahead of the next write [`prefetch_write_ahead`] asks for: four cache lines, so
+/// the line is owned before the producer reaches it at tens of nanoseconds a call.
+const AHEAD_BYTES: usize = 256;
+
+/// Asks the CPU to fetch, for writing, the cache line `AHEAD_BYTES` past where `vec`'s next
+/// push goes, if that is still inside its buffer. Only a hint: it changes no memory and no
+/// result. It does nothing on CPUs without `prefetchw`, on other architectures, and under
+/// loom, Miri and SGX (no inline assembly or no CPUID there).
+#[inline(always)]
+pub(crate) fn prefetch_write_ahead<T>(vec: &Vec<T>) {
+    let size = std::mem::size_of::<T>();
+    if size == 0 {
+        return;
+    }
+    let ahead = vec.len() + AHEAD_BYTES.div_ceil(size);
+    if ahead < vec.capacity() && has_prefetchw() {
+        let addr = vec.as_ptr().wrapping_add(ahead);
+        // SAFETY: `prefetchw` is a hint: it neither reads nor writes memory as the program
+        // sees it and never faults, whatever the address; the address is inside `vec`'s
+        // buffer all the same. It runs only where CPUID reports it (`prfchw`), so it
+        // cannot be an undefined opcode. It uses no stack and leaves the flags as they
+        // were, as the options say.
+        unsafe {
+            std::arch::asm!(
+                "prefetchw [{addr}]",
+                addr = in(reg) addr,
+                options(nostack, preserves_flags, readonly)
+            );
+        }
+    }
+}
+
+/// Asks the CPU to fetch the cache line at `ptr`: for writing (`prefetchw`) for
+/// [`Access::Write`] when the CPU has it, else for reading (`prefetcht0`). Only a hint,
+/// as [`prefetch_write_ahead`]; the worker asks for the lines of the timeouts it is
+/// about to expire (their cells and tasks), a few timeouts ahead.
+#[inline(always)]
+pub(crate) fn prefetch<T>(ptr: *const T, access: Access) {
+    if access == Access::Write && has_prefetchw() {
+        // SAFETY: as in `prefetch_write_ahead`: a hint that never faults, whatever the
+        // address, and runs only where CPUID reports it.
+        unsafe {
+            std::arch::asm!(
+                "prefetchw [{addr}]",
+                addr = in(reg) ptr,
+                options(nostack, preserves_flags, readonly)
+            );
+        }
+    } else {
+        // SAFETY: `prefetcht0` (SSE, on every x86-64 CPU) is a hint as well: it reads
+        // nothing the program sees and never faults, whatever the address.
+        unsafe {
+            std::arch::asm!(
+                "prefetcht0 [{addr}]",
+                addr = in(reg) ptr,
+                options(nostack, preserves_flags, readonly)
+            );
+        }
+    }
+}
+
+/// Whether this CPU has `prefetchw`: CPUID once, then a cached answer (0 not asked yet, 1
+/// no, 2 yes). Every x86-64 CPU of AMD has it, Intel's from Broadwell on.
+#[inline(always)]
+fn has_prefetchw() -> bool {
+    static ANSWER: AtomicU8 = AtomicU8::new(0);
+    // Relaxed: the answer is the same whichever thread computes it, and nothing else is
+    // published with it.
+    match ANSWER.load(Ordering::Relaxed) {
+        0 => {
+            // SAFETY: CPUID exists on every x86-64 CPU and only reads identification
+            // registers (an `unsafe` call before Rust 1.89, a safe one after).
+            #[allow(unused_unsafe)]
+            let ids = unsafe { std::arch::x86_64::__cpuid(0x8000_0001) };
+            // ECX bit 8: PRFCHW (3DNowPrefetch), the `prefetchw` instruction.
+            let has = ids.ecx & (1 << 8) != 0;
+            ANSWER.store(if has { 2 } else { 1 }, Ordering::Relaxed);
+            has
+        }
+        answer => answer == 2,
+    }
+}
