@@ -20,7 +20,7 @@
 //!   at once wakes it too. A move to an earlier fire tick re-arms the `Sleep`, whose waker moves
 //!   with it.
 
-use crate::clock::duration_to_nanos;
+use crate::clock::{duration_to_nanos, instant_after};
 use crate::wheel::{Wheel, MAX_ENTRIES};
 use crate::{Sleep, TimerError, TimerHandle};
 use std::collections::VecDeque;
@@ -142,7 +142,9 @@ pub struct Key {
 /// ```
 pub struct Expired<T> {
     value: T,
-    deadline: Instant,
+    /// The deadline in the parts of `Clock::instant_parts`, added up by
+    /// [`deadline`](Expired::deadline): most callers of `remove` never ask for it.
+    deadline: (Instant, u64),
     key: Key,
 }
 
@@ -164,7 +166,7 @@ impl<T> Expired<T> {
 
     /// The deadline the value had.
     pub fn deadline(&self) -> Instant {
-        self.deadline
+        instant_after(self.deadline.0, self.deadline.1)
     }
 
     /// The key the value had.
@@ -177,7 +179,7 @@ impl<T: fmt::Debug> fmt::Debug for Expired<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Expired")
             .field("value", &self.value)
-            .field("deadline", &self.deadline)
+            .field("deadline", &self.deadline())
             .field("key", &self.key)
             .finish()
     }
@@ -368,7 +370,7 @@ impl<T> DelayQueue<T> {
         }
         Some(Expired {
             value,
-            deadline: self.timer.shared.clock.instant_at(deadline),
+            deadline: self.timer.shared.clock.instant_parts(deadline),
             key: *key,
         })
     }
@@ -685,7 +687,7 @@ impl<T> DelayQueue<T> {
                 continue; // removed or reset since
             }
             let (value, deadline) = self.vacate(key.index);
-            let deadline = self.timer.shared.clock.instant_at(deadline);
+            let deadline = self.timer.shared.clock.instant_parts(deadline);
             if self.len == 0 {
                 self.emptied();
             }
