@@ -487,14 +487,24 @@ impl<T> DelayQueue<T> {
 
     /// An item due at `deadline` has just been placed: the task waiting on the queue must hear
     /// of it by then.
+    #[inline]
     fn wake_for(&mut self, deadline: u64) {
         if self.sleep.is_none() && self.waker.is_none() {
             return; // nobody waits: the next poll looks at the wheel
         }
-        let fire = (deadline / self.tick_nanos).max(self.tick);
-        if fire >= self.armed {
+        // The fire tick `max(deadline / tick_nanos, tick)` is at or after `armed`, tested
+        // without a division (the common case: the item comes after the one armed for).
+        if self.tick >= self.armed || deadline >= self.armed.saturating_mul(self.tick_nanos) {
             return; // the `Sleep` comes first
         }
+        self.wake_sooner(deadline);
+    }
+
+    /// [`wake_for`](DelayQueue::wake_for) an item that fires before the tick armed for.
+    #[cold]
+    #[inline(never)]
+    fn wake_sooner(&mut self, deadline: u64) {
+        let fire = (deadline / self.tick_nanos).max(self.tick);
         let Some(sleep) = self.sleep.as_mut() else {
             // Nothing armed: no poll has waited yet, or a refusal is being retried; the next
             // poll looks at the wheel.
