@@ -435,6 +435,59 @@ fn expired_items_carry_their_key_and_deadline() {
     assert_eq!(item.into_inner(), 10);
 }
 
+/// Inserts in a burst go into the wheel before they read the clock, which then checks them:
+/// one whose guessed deadline would be early (the clock moved mid-burst) moves to its own.
+#[test]
+fn an_insert_after_the_clock_moved_mid_burst_is_not_early() {
+    let (timer, driver) = manual();
+    let mut queue = DelayQueue::new(timer.handle());
+    let (_count, waker) = counter();
+    queue.insert("a", ms(10));
+    queue.insert("b", ms(10)); // in a burst: the clock has not moved
+    driver.advance(Duration::from_micros(2_500));
+    queue.insert("c", ms(10)); // guessed at 10 ms, due at 12.5
+    queue.insert("d", ms(10));
+    assert!(poll(&mut queue, &waker).is_pending());
+    step_to(&driver, ms(10));
+    assert_eq!(drain_ready(&mut queue, &waker), vec!["a", "b"]);
+    step_to(&driver, Duration::from_micros(12_499));
+    assert!(
+        drain_ready(&mut queue, &waker).is_empty(),
+        "c and d are due at 12.5 ms"
+    );
+    step_to(&driver, Duration::from_micros(12_500));
+    assert_eq!(drain_ready(&mut queue, &waker), vec!["c", "d"]);
+}
+
+/// Inserts in a tight loop on the real clock (a burst) get deadlines never before `timeout`
+/// from the call and at most microseconds after it, and come back no earlier.
+#[test]
+fn a_burst_of_inserts_is_never_early() {
+    let timer = real_timer();
+    let mut queue = DelayQueue::new(timer.handle());
+    let mut due = vec![];
+    for i in 0..5_000u64 {
+        let timeout = Duration::from_micros((i * 7_919) % 20_000);
+        let before = Instant::now();
+        let key = queue.insert(i, timeout);
+        let after = Instant::now();
+        let deadline = queue.deadline(&key);
+        assert!(deadline >= before + timeout, "item {i} early");
+        let late = deadline.saturating_duration_since(after + timeout);
+        assert!(late < ms(1), "item {i} {late:?} late");
+        due.push(before + timeout);
+    }
+    futures::executor::block_on(async {
+        let mut n = 0;
+        while let Some(item) = poll_fn(|cx| queue.poll_expired(cx)).await {
+            let i = item.into_inner();
+            assert!(Instant::now() >= due[i as usize], "item {i} yielded early");
+            n += 1;
+        }
+        assert_eq!(n, 5_000);
+    });
+}
+
 /// A real timer (1 ms tick) under an executor: `n` items due over 40 ms, each yielded once,
 /// never before its deadline, in deadline order up to the tick.
 async fn expire_for_real(timer: &HashedWheelTimer) {

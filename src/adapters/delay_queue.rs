@@ -19,8 +19,15 @@
 //!   task that waits on the queue, which then sees `Ready(None)`; whatever makes an item due
 //!   at once wakes it too. A move to an earlier fire tick re-arms the `Sleep`, whose waker moves
 //!   with it.
+//! - A deadline is never early: an insert reads the producers' clock, which rounds up. In a
+//!   burst (the last reading within `BURST_NANOS` of the one before, and no poll since) an
+//!   insert goes into the wheel first, at the last reading plus `BURST_NANOS` (plus nothing on
+//!   a manual clock), and its own reading, taken after, checks that this deadline is not
+//!   early, moving the item if it is. So the wheel's work does not wait for the clock (a TSC
+//!   read is slow to return), and a deadline is at most `BURST_NANOS` past the insert's own
+//!   reading.
 
-use crate::clock::duration_to_nanos;
+use crate::clock::{duration_to_nanos, instant_after, Clock};
 use crate::wheel::{Wheel, MAX_ENTRIES};
 use crate::{Sleep, TimerError, TimerHandle};
 use std::collections::VecDeque;
@@ -37,6 +44,10 @@ const BUCKETS: usize = 64;
 const NONE: u32 = u32::MAX;
 /// No fire tick armed.
 const UNARMED: u64 = u64::MAX;
+/// Inserts whose clock readings are within this long of each other come in a burst: each
+/// goes in as if its reading were this long past the last one (see the ground rules). Of the
+/// order of the producers' clock's own rounding up.
+const BURST_NANOS: u64 = 1_000;
 
 /// A queue of values, each returned once its deadline has passed (tokio-util's `DelayQueue`,
 /// on a [`HashedWheelTimer`](crate::HashedWheelTimer)'s clock).
@@ -98,6 +109,15 @@ pub struct DelayQueue<T> {
     /// Armed for the start of fire tick `armed`.
     sleep: Option<Sleep>,
     armed: u64,
+    /// The queue's last reading of the producers' clock.
+    last_read: u64,
+    /// Whether the last reading came within `slack` of the one before and no poll has come
+    /// since: the next insert goes into the wheel before it reads the clock.
+    burst: bool,
+    /// How far past `last_read` an insert in a burst takes its own reading to be:
+    /// `BURST_NANOS`, or 0 on a manual clock (which moves only when told: its deadlines stay
+    /// exact).
+    slack: u64,
     /// The task that last saw `Pending`.
     waker: Option<Waker>,
     timer: TimerHandle,
@@ -142,7 +162,9 @@ pub struct Key {
 /// ```
 pub struct Expired<T> {
     value: T,
-    deadline: Instant,
+    /// The deadline in the parts of `Clock::instant_parts`, added up by
+    /// [`deadline`](Expired::deadline): most callers of `remove` never ask for it.
+    deadline: (Instant, u64),
     key: Key,
 }
 
@@ -164,7 +186,7 @@ impl<T> Expired<T> {
 
     /// The deadline the value had.
     pub fn deadline(&self) -> Instant {
-        self.deadline
+        instant_after(self.deadline.0, self.deadline.1)
     }
 
     /// The key the value had.
@@ -177,7 +199,7 @@ impl<T: fmt::Debug> fmt::Debug for Expired<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Expired")
             .field("value", &self.value)
-            .field("deadline", &self.deadline)
+            .field("deadline", &self.deadline())
             .field("key", &self.key)
             .finish()
     }
@@ -207,17 +229,25 @@ impl<T> DelayQueue<T> {
     /// ```
     pub fn with_capacity(timer: TimerHandle, capacity: usize) -> Self {
         let tick_nanos = timer.shared.tick_nanos;
+        let now = timer.shared.clock.now();
         DelayQueue {
             slots: Vec::with_capacity(capacity),
             free: NONE,
             len: 0,
             stamp: 0,
             wheel: Wheel::new(tick_nanos, BUCKETS),
-            tick: timer.shared.clock.now() / tick_nanos,
+            tick: now / tick_nanos,
             tick_nanos,
             ready: VecDeque::new(),
             sleep: None,
             armed: UNARMED,
+            last_read: now,
+            burst: false,
+            slack: if matches!(timer.shared.clock, Clock::Manual(_)) {
+                0
+            } else {
+                BURST_NANOS
+            },
             waker: None,
             timer,
         }
@@ -236,9 +266,36 @@ impl<T> DelayQueue<T> {
     /// queue.insert("never", Duration::MAX); // accepted; never fires
     /// assert_eq!(queue.len(), 1);
     /// ```
+    #[inline]
     pub fn insert(&mut self, value: T, timeout: Duration) -> Key {
-        let deadline = self.deadline_after(timeout);
-        self.insert_nanos(value, deadline)
+        let timeout = duration_to_nanos(timeout);
+        if !self.burst {
+            let now = self.read_clock();
+            return self.insert_nanos(value, now.saturating_add(timeout));
+        }
+        // In a burst the item goes in first, as if the clock read `slack` past the last
+        // reading; the fresh reading only checks that this is not early (ground rules).
+        let deadline = self
+            .last_read
+            .saturating_add(self.slack)
+            .saturating_add(timeout);
+        let key = self.insert_nanos(value, deadline);
+        let now = self.timer.shared.clock.now_upper();
+        self.last_read = now;
+        if now.saturating_add(timeout) > deadline {
+            self.burst_ended(&key, now, timeout);
+        }
+        key
+    }
+
+    /// The clock moved more than `slack` since the last reading: the item under `key`, just
+    /// inserted at a deadline that would be early, moves to the one the reading `now` gives,
+    /// and the next insert reads first.
+    #[cold]
+    #[inline(never)]
+    fn burst_ended(&mut self, key: &Key, now: u64, timeout: u64) {
+        self.burst = false;
+        self.reset_nanos(key, now.saturating_add(timeout));
     }
 
     /// Inserts `value`, due at `when`, and returns its key. A `when` that has passed is due at
@@ -261,6 +318,7 @@ impl<T> DelayQueue<T> {
         self.insert_nanos(value, deadline)
     }
 
+    #[inline]
     #[track_caller]
     fn insert_nanos(&mut self, value: T, deadline: u64) -> Key {
         self.room();
@@ -311,9 +369,17 @@ impl<T> DelayQueue<T> {
     }
 
     /// The deadline `timeout` from now, never early (the producers' clock rounds up).
-    fn deadline_after(&self, timeout: Duration) -> u64 {
+    fn deadline_after(&mut self, timeout: Duration) -> u64 {
+        self.read_clock().saturating_add(duration_to_nanos(timeout))
+    }
+
+    /// Reads the producers' clock, and notes whether the reading is within `slack` of the
+    /// last one (inserts come in a burst).
+    fn read_clock(&mut self) -> u64 {
         let now = self.timer.shared.clock.now_upper();
-        now.saturating_add(duration_to_nanos(timeout))
+        self.burst = now <= self.last_read.saturating_add(self.slack);
+        self.last_read = now;
+        now
     }
 
     /// The item under `key`, if it names one: its slot.
@@ -368,7 +434,7 @@ impl<T> DelayQueue<T> {
         }
         Some(Expired {
             value,
-            deadline: self.timer.shared.clock.instant_at(deadline),
+            deadline: self.timer.shared.clock.instant_parts(deadline),
             key: *key,
         })
     }
@@ -485,14 +551,24 @@ impl<T> DelayQueue<T> {
 
     /// An item due at `deadline` has just been placed: the task waiting on the queue must hear
     /// of it by then.
+    #[inline]
     fn wake_for(&mut self, deadline: u64) {
         if self.sleep.is_none() && self.waker.is_none() {
             return; // nobody waits: the next poll looks at the wheel
         }
-        let fire = (deadline / self.tick_nanos).max(self.tick);
-        if fire >= self.armed {
+        // The fire tick `max(deadline / tick_nanos, tick)` is at or after `armed`, tested
+        // without a division (the common case: the item comes after the one armed for).
+        if self.tick >= self.armed || deadline >= self.armed.saturating_mul(self.tick_nanos) {
             return; // the `Sleep` comes first
         }
+        self.wake_sooner(deadline);
+    }
+
+    /// [`wake_for`](DelayQueue::wake_for) an item that fires before the tick armed for.
+    #[cold]
+    #[inline(never)]
+    fn wake_sooner(&mut self, deadline: u64) {
+        let fire = (deadline / self.tick_nanos).max(self.tick);
         let Some(sleep) = self.sleep.as_mut() else {
             // Nothing armed: no poll has waited yet, or a refusal is being retried; the next
             // poll looks at the wheel.
@@ -647,6 +723,7 @@ impl<T> DelayQueue<T> {
     /// Moves every item now due from the wheel to `ready`; whether any moved.
     fn expire_due(&mut self) -> bool {
         let now = self.timer.shared.clock.now();
+        self.burst = false; // a poll ends a burst: the next insert reads first
         let now_tick = now / self.tick_nanos;
         let mut moved = false;
         while let Some(tick) = self.wheel.next_fire_tick(self.tick) {
@@ -685,7 +762,7 @@ impl<T> DelayQueue<T> {
                 continue; // removed or reset since
             }
             let (value, deadline) = self.vacate(key.index);
-            let deadline = self.timer.shared.clock.instant_at(deadline);
+            let deadline = self.timer.shared.clock.instant_parts(deadline);
             if self.len == 0 {
                 self.emptied();
             }

@@ -99,8 +99,8 @@ impl Clock {
     /// The `Instant` of `nanos` since the origin (the inverse of [`Clock::nanos_at`]); the
     /// latest `Instant` the platform can represent if it cannot represent that one.
     pub(crate) fn instant_at(&self, nanos: u64) -> Instant {
-        let (base, since) = match self {
-            Clock::System { origin, .. } => (*origin, nanos),
+        match self {
+            Clock::System { origin, .. } => instant_after(*origin, nanos),
             Clock::Manual(_) => {
                 let now = self.now();
                 let base = Instant::now();
@@ -108,16 +108,19 @@ impl Clock {
                     let back = std::time::Duration::from_nanos(now - nanos);
                     return base.checked_sub(back).unwrap_or(base);
                 }
-                (base, nanos - now)
+                instant_after(base, nanos - now)
             }
-        };
-        let mut ahead = std::time::Duration::from_nanos(since);
-        // Halve what does not fit: the result is only ever compared with clock readings.
-        loop {
-            if let Some(at) = base.checked_add(ahead) {
-                return at;
-            }
-            ahead /= 2;
+        }
+    }
+
+    /// [`Clock::instant_at`] in two parts that [`instant_after`] adds up, for a caller that
+    /// may never need the sum: the origin and `nanos` on the system clock; on a manual clock,
+    /// whose instants count from the call, the whole `Instant` and 0.
+    #[inline]
+    pub(crate) fn instant_parts(&self, nanos: u64) -> (Instant, u64) {
+        match self {
+            Clock::System { origin, .. } => (*origin, nanos),
+            Clock::Manual(_) => (self.instant_at(nanos), 0),
         }
     }
 
@@ -127,6 +130,19 @@ impl Clock {
             // Release: pairs with the Acquire in `now`.
             t.fetch_max(nanos, Ordering::Release);
         }
+    }
+}
+
+/// `base` and `nanos` after it; the latest `Instant` the platform can represent if it cannot
+/// represent that one.
+pub(crate) fn instant_after(base: Instant, nanos: u64) -> Instant {
+    let mut ahead = std::time::Duration::from_nanos(nanos);
+    // Halve what does not fit: the result is only ever compared with clock readings.
+    loop {
+        if let Some(at) = base.checked_add(ahead) {
+            return at;
+        }
+        ahead /= 2;
     }
 }
 

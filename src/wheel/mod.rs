@@ -211,6 +211,7 @@ impl<T> Wheel<T> {
 
     /// The list index of the far slot for `round` (past the horizon), allocating the far slots
     /// if this is the first.
+    #[inline]
     fn far_list(&mut self, round: u64) -> usize {
         let b = self.far_index(round);
         let level = &mut self.far[(b - self.buckets.len()) / LEVEL_SLOTS];
@@ -221,6 +222,7 @@ impl<T> Wheel<T> {
     }
 
     /// The list index of the far slot `round` waits in, relative to the current horizon.
+    #[inline]
     fn far_index(&self, round: u64) -> usize {
         debug_assert!(round > self.horizon);
         // The level of the highest base-64 digit in which the round differs from the horizon.
@@ -349,6 +351,7 @@ impl<T> Wheel<T> {
         }
     }
 
+    #[inline]
     fn alloc(&mut self, item: T, tag: u8, deadline: u64) -> u32 {
         let node = Node {
             item: Some(item),
@@ -376,14 +379,15 @@ impl<T> Wheel<T> {
     ///
     /// # Panics
     /// If `key` is not live (a worker bug).
-    #[inline]
+    #[inline(always)]
     pub(crate) fn remove(&mut self, key: u32) -> (T, u8) {
         self.unlink(key, None)
     }
 
     /// Unlinks `key`; `bucket` is its bucket when the caller knows it. The node is looked up
     /// once (each lookup is two indexings: page, then node).
-    #[inline]
+    // `always`: LLVM keeps it out of line otherwise, and a `DelayQueue::remove` is mostly this.
+    #[inline(always)]
     fn unlink(&mut self, key: u32, bucket: Option<usize>) -> (T, u8) {
         let node = &mut self.nodes[key as usize];
         let item = node.item.take().expect("wheel: key is not live");
@@ -431,6 +435,7 @@ impl<T> Wheel<T> {
     }
 
     /// The bucket of which `key` (whose deadline this is) is the head or the tail.
+    #[inline]
     fn bucket_of_end(&self, key: u32, deadline: u64) -> usize {
         let round = self.calculated(deadline) >> self.round_shift;
         if round > self.horizon {
