@@ -263,6 +263,14 @@ impl<T> Batch for Vec<T> {
     }
 }
 
+/// What a drain of every shard does with the shards' buffers: keeps them for the next pushes,
+/// or lets them go.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Buffers {
+    Keep,
+    Free,
+}
+
 /// An unbounded multi-producer queue; the worker is its only consumer, and takes everything
 /// queued at once ([`Queue::take_into`]). The items are held in a [`Batch`] `B` per shard (a
 /// `Vec`, or the timeouts' parallel vectors), and each shard also keeps a little data of type
@@ -383,7 +391,7 @@ impl<B: Batch, S> Queue<B, S> {
     /// `buf` is empty the queue keeps its allocation for the next pushes.
     #[inline]
     pub(crate) fn take_into(&self, buf: &mut B) {
-        self.take(buf, false)
+        self.take(buf, Buffers::Keep)
     }
 
     /// Hands each non-empty shard's batch to `take`, under the shard's lock, in shard order,
@@ -404,11 +412,12 @@ impl<B: Batch, S> Queue<B, S> {
     /// queue holds no memory afterwards (for `stop`, and an idle worker).
     pub(crate) fn take_all(&self) -> B {
         let mut out = B::default();
-        self.take(&mut out, true);
+        self.take(&mut out, Buffers::Free);
         out
     }
 
-    fn take(&self, buf: &mut B, free: bool) {
+    fn take(&self, buf: &mut B, buffers: Buffers) {
+        let free = buffers == Buffers::Free;
         for shard in self.shards.iter() {
             let items = &mut lock(shard).items;
             if items.is_empty() {

@@ -35,9 +35,9 @@ pub(super) fn base() -> Instant {
     *BASE.get_or_init(Instant::now)
 }
 
-/// Starts the fast clock's set-up, once per process, on a thread of its own: quanta
-/// calibrates the TSC against the monotonic clock for 0.6 ms here, and up to 200 ms on a
-/// loaded machine, which the first `HashedWheelTimer::new` used to wait for.
+/// Starts the fast clock's set-up, once per process, on a thread of its own: quanta's
+/// calibration of the TSC against the monotonic clock can take a long while on a loaded
+/// machine, and nobody waits for it (until it is done, the monotonic clock serves).
 pub(super) fn prepare() {
     PREPARE.call_once(|| {
         let spawned = ThreadBuilder::new()

@@ -325,10 +325,11 @@ pub(crate) struct Shared<J: crate::shared::sealed::TaskStorage = BoxedTask> {
     state: AtomicU8,
     /// The tick at whose end the worker will next wake by itself; `AWAKE` while it runs,
     /// `u64::MAX` when it parks with no deadline. See `worker::run`.
-    pub(crate) planned: AtomicU64,
+    planned: AtomicU64,
     /// The worker's current tick (diagnostics, and the cancel path's wake-up check).
-    pub(crate) tick: AtomicU64,
-    pub(crate) wakeups: AtomicU64,
+    tick: AtomicU64,
+    /// The worker's wake-ups so far (a statistic).
+    wakeups: AtomicU64,
     pub(crate) counters: Counters,
     pub(crate) tick_nanos: u64,
     pub(crate) wheel_len: usize,
@@ -719,6 +720,18 @@ impl<J: Stored> Shared<J> {
     /// The plan as it stands: the worker's, or lower if a producer lowered it since.
     pub(crate) fn plan(&self) -> u64 {
         self.planned.load(Ordering::SeqCst)
+    }
+
+    /// The tick the worker last published (see [`Shared::set_tick`]).
+    pub(crate) fn worker_tick(&self) -> u64 {
+        // Relaxed: diagnostics.
+        self.tick.load(Ordering::Relaxed)
+    }
+
+    /// The worker's wake-ups so far.
+    pub(crate) fn wakeups(&self) -> u64 {
+        // Relaxed: a statistic.
+        self.wakeups.load(Ordering::Relaxed)
     }
 
     /// The worker woke and runs (`AWAKE`): producers need not wake it. Counted as a wake-up.

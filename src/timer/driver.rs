@@ -7,7 +7,7 @@
 use super::lifecycle;
 use crate::clock::duration_to_nanos;
 use crate::shared::{BoxedTask, Shared, Stored};
-use crate::sync::{lock, thread, Arc, Ordering};
+use crate::sync::{lock, thread, Arc};
 use std::fmt;
 use std::time::Duration;
 
@@ -120,7 +120,7 @@ impl<J: Stored> ManualDriver<J> {
     /// assert_eq!(driver.current_tick(), 3);
     /// ```
     pub fn current_tick(&self) -> u64 {
-        self.shared.tick.load(Ordering::Relaxed)
+        self.shared.worker_tick()
     }
 }
 

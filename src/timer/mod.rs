@@ -63,7 +63,7 @@ pub fn advance_clock(timer: &HashedWheelTimer, to: Duration) {
     shared.clock.advance_to(now);
     // Pairs with the fence in the worker's `sleep_until_end_of`.
     crate::sync::fence(Ordering::SeqCst);
-    let planned = shared.planned.load(Ordering::SeqCst);
+    let planned = shared.plan();
     let ends = planned.saturating_add(1).saturating_mul(shared.tick_nanos);
     if planned < crate::shared::AWAKE && ends <= now {
         crate::sync::loom_hooks::unpark_worker();

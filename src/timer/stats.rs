@@ -81,8 +81,8 @@ impl<J: Stored> HashedWheelTimer<J> {
         let c = &self.shared.counters;
         let load = |a: &crate::sync::process::AtomicU64| a.load(Ordering::Relaxed);
         TimerStats {
-            wakeups: self.shared.wakeups.load(Ordering::Relaxed),
-            tick: self.shared.tick.load(Ordering::Relaxed),
+            wakeups: self.shared.wakeups(),
+            tick: self.shared.worker_tick(),
             expired: load(&c.expired),
             cancelled: load(&c.cancelled),
             refused: load(&c.refused),
