@@ -51,6 +51,12 @@ const INIT: u8 = 0;
 const STARTED: u8 = 1;
 const SHUTDOWN: u8 = 2;
 
+/// The kinds of `push` (its const parameter, so that neither path tests it at run time): a
+/// timeout with a handle, whose reference to its chunk the handle holds, or a detached one
+/// (`new_timeout_detached`), which takes none.
+const WITH_HANDLE: bool = true;
+const DETACHED: bool = false;
+
 /// `Shared::planned` while the worker is awake: producers never unpark it then. (`u64::MAX`
 /// means parked with no deadline; real ticks stay far below both.)
 pub(crate) const AWAKE: u64 = u64::MAX - 1;
@@ -477,7 +483,7 @@ impl<J: Stored> Shared<J> {
         deadline: u64,
         now: u64,
     ) -> Result<TimeoutState<J>, TimerError> {
-        self.push::<true>(job, deadline, now, OnExpiry::RunTask)
+        self.push::<WITH_HANDLE>(job, deadline, now, OnExpiry::RunTask)
             .map(|state| state.expect("a state for the handle"))
     }
 
@@ -491,7 +497,7 @@ impl<J: Stored> Shared<J> {
         delay: Duration,
     ) -> Result<(), TimerError> {
         let (deadline, now) = self.due_after(delay);
-        self.push::<false>(job, deadline, now, OnExpiry::RunTask)
+        self.push::<DETACHED>(job, deadline, now, OnExpiry::RunTask)
             .map(|_| ())
     }
 
@@ -752,7 +758,7 @@ impl Shared {
         deadline: u64,
         now: u64,
     ) -> Result<TimeoutState, TimerError> {
-        self.push::<true>(BoxedTask::new(WakeJob), deadline, now, OnExpiry::WakeFuture)
+        self.push::<WITH_HANDLE>(BoxedTask::new(WakeJob), deadline, now, OnExpiry::WakeFuture)
             .map(|state| state.expect("a state for the handle"))
     }
 }
