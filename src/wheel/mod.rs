@@ -509,18 +509,9 @@ impl<T> Wheel<T> {
     /// Visits the bucket of `tick`: every entry whose fire tick has come (`remaining_rounds == 0`)
     /// and whose deadline is `<= now` is unlinked and handed to `f`, in bucket order. The others
     /// stay.
-    pub(crate) fn expire(&mut self, tick: u64, now: u64, mut f: impl FnMut(T, u8, u64)) {
+    pub(crate) fn expire(&mut self, tick: u64, now: u64, f: impl FnMut(T, u8, u64)) {
         let mut expiry = self.begin_expiry(tick, now);
-        let mut due = Vec::new();
-        loop {
-            self.take_due(&mut expiry, &mut due, 64);
-            if due.is_empty() {
-                break;
-            }
-            for (item, tag, deadline) in due.drain(..) {
-                f(item, tag, deadline);
-            }
-        }
+        self.take_due(&mut expiry, usize::MAX, f);
         self.end_expiry(expiry);
     }
 
@@ -548,24 +539,25 @@ impl<T> Wheel<T> {
         }
     }
 
-    /// Unlinks the next due entries of the bucket `expiry` walks, up to `max` of them, and
-    /// appends them to `out` (entry, tag, deadline), in bucket order; fewer than `max` when
-    /// the bucket has no more.
+    /// Unlinks the next due entries of the bucket `expiry` walks, up to `max` of them, and hands
+    /// each to `f` (entry, tag, deadline), in bucket order; returns how many: fewer than `max`
+    /// when the bucket has no more. `f` runs while the walk is under way (it cannot reach the
+    /// wheel).
     ///
-    /// The walk goes from the head, so the bucket is the entries kept so far (ending at
-    /// `expiry.kept`) followed by those not walked yet (from `expiry.cursor`): a due entry goes
-    /// straight to the free list, its neighbours' links are mended once per batch.
+    /// The walk goes from the head: a due entry goes straight to the free list, and each kept
+    /// entry is linked after the one kept before it. The bucket's links are whole again when
+    /// the walk is over (nothing may look at the wheel between two batches).
     #[inline]
     pub(crate) fn take_due(
         &mut self,
         expiry: &mut Expiry,
-        out: &mut Vec<(T, u8, u64)>,
         max: usize,
-    ) {
+        mut f: impl FnMut(T, u8, u64),
+    ) -> usize {
         let b = expiry.bucket;
         let mut cursor = expiry.cursor;
         if cursor == NIL {
-            return;
+            return 0;
         }
         let mut kept = expiry.kept;
         let mut taken = 0;
@@ -581,7 +573,7 @@ impl<T> Wheel<T> {
                 node.next = self.free;
                 node.prev_tag = PREV_MASK;
                 self.free = cursor;
-                out.push((item, tag, deadline));
+                f(item, tag, deadline);
                 taken += 1;
             } else {
                 // Survivors are rounds away (or, with a clock that lags the tick, not yet due).
@@ -602,27 +594,24 @@ impl<T> Wheel<T> {
             }
             cursor = next;
         }
-        // Mend the links between what is kept and what is left to walk.
-        if kept == NIL {
-            self.buckets[b].ends.head = cursor;
-        } else {
-            self.nodes[kept as usize].next = cursor;
-        }
         if cursor == NIL {
-            self.buckets[b].ends.tail = kept;
-        } else {
-            self.nodes[cursor as usize].set_prev(kept);
+            // The walk is over: the kept entries are the bucket.
+            if kept == NIL {
+                self.buckets[b] = EMPTY_BUCKET;
+                self.set_occupied(b, false);
+            } else {
+                self.nodes[kept as usize].next = NIL;
+                self.buckets[b].ends.tail = kept;
+            }
         }
         expiry.cursor = cursor;
         expiry.kept = kept;
         self.len -= taken;
-        if self.buckets[b].ends.head == NIL {
-            self.buckets[b] = EMPTY_BUCKET;
-            self.set_occupied(b, false);
-        }
         if self.len == 0 {
+            // Only once the walk is over: nothing is left to walk.
             self.release_memory();
         }
+        taken
     }
 
     /// Ends what [`Wheel::begin_expiry`] started: the bucket's survivors set its lower bound of
@@ -741,6 +730,114 @@ mod tests {
     use super::*;
 
     const MS: u64 = 1_000_000;
+
+    /// A wheel of 8 ticks a round whose bucket 3 mixes entries due on tick 3 and entries a
+    /// round later, and one entry in bucket 5; returns it with the key of a survivor from the
+    /// middle of the bucket, if there is one.
+    fn mixed_bucket(later: impl Fn(u32) -> bool) -> (Wheel<u32>, Option<u32>) {
+        let mut w = Wheel::new(MS, 8);
+        let mut middle = None;
+        for i in 0..40u32 {
+            let tick = if later(i) { 11 } else { 3 };
+            let key = w.insert(i, (i % 32) as u8, tick * MS + u64::from(i), 0);
+            if later(i) && i >= 20 && middle.is_none() {
+                middle = Some(key);
+            }
+        }
+        w.insert(1000, 0, 5 * MS, 0);
+        (w, middle)
+    }
+
+    /// Expires tick 3 of `w` in batches of `max` (`usize::MAX`: one walk); then removes the
+    /// survivor under `middle`, adds an entry due on tick 11, and expires the rest. Everything
+    /// handed out, in order.
+    fn expire_in_batches(
+        mut w: Wheel<u32>,
+        middle: Option<u32>,
+        max: usize,
+    ) -> Vec<(u32, u8, u64)> {
+        let mut got = Vec::new();
+        let mut expiry = w.begin_expiry(3, 4 * MS);
+        loop {
+            let before = got.len();
+            let taken = w.take_due(&mut expiry, max, |i, tag, d| got.push((i, tag, d)));
+            assert_eq!(taken, got.len() - before);
+            assert!(taken <= max);
+            if taken == 0 {
+                break;
+            }
+        }
+        w.end_expiry(expiry);
+        // The bucket is whole: from its head, each node is live and links back to the one
+        // before; the last is its tail.
+        let (mut at, mut before, mut walked) = (w.list(3).head, NIL, 0);
+        while at != NIL {
+            let node = &w.nodes[at as usize];
+            assert!(
+                node.item.is_some() && node.prev() == before,
+                "batches of {max}"
+            );
+            (before, at) = (at, node.next);
+            walked += 1;
+        }
+        assert_eq!(
+            (w.list(3).tail, walked),
+            (before, w.len() - 1),
+            "batches of {max}"
+        );
+        assert_eq!(w.occupied[0] & (1 << 3) != 0, walked > 0);
+        // A survivor in the middle is cancelled (its neighbours' links must be right), and a
+        // new entry joins the bucket's tail.
+        if let Some(key) = middle {
+            let (item, _) = w.remove(key);
+            got.push((item, 99, 0));
+        }
+        w.insert(500, 1, 11 * MS + 500, 4);
+        for tick in 4..12 {
+            w.expire(tick, (tick + 1) * MS, |i, tag, d| got.push((i, tag, d)));
+        }
+        assert_eq!(w.len(), 0);
+        got
+    }
+
+    #[test]
+    fn taking_due_entries_in_batches_gives_what_one_walk_gives_and_keeps_the_rest_linked() {
+        // Due entries at the head, the tail, both, neither; survivors in between; none at all.
+        let patterns: [fn(u32) -> bool; 4] = [
+            |i| (i % 3 == 1 || i % 7 == 0) && (2..37).contains(&i),
+            |i| i % 3 != 0,
+            |i| i % 2 == 0 || i == 20,
+            |_| false,
+        ];
+        for later in patterns {
+            let (whole, middle) = mixed_bucket(later);
+            let expected = expire_in_batches(whole, middle, usize::MAX);
+            // By definition: the entries due on tick 3 in insertion order, the removed survivor,
+            // then bucket 5's entry, then the other survivors and the new entry in order.
+            let mut by_definition: Vec<(u32, u8, u64)> = (0..40u32)
+                .filter(|&i| !later(i))
+                .map(|i| (i, (i % 32) as u8, 3 * MS + u64::from(i)))
+                .collect();
+            let removed = (20..40u32).find(|&i| later(i));
+            by_definition.extend(removed.map(|i| (i, 99, 0)));
+            by_definition.push((1000, 0, 5 * MS));
+            by_definition.extend(
+                (0..40u32)
+                    .filter(|&i| later(i) && Some(i) != removed)
+                    .map(|i| (i, (i % 32) as u8, 11 * MS + u64::from(i))),
+            );
+            by_definition.push((500, 1, 11 * MS + 500));
+            assert_eq!(expected, by_definition);
+            for max in [1, 2, 3, 5, 64] {
+                let (w, middle) = mixed_bucket(later);
+                assert_eq!(
+                    expire_in_batches(w, middle, max),
+                    expected,
+                    "batches of {max}"
+                );
+            }
+        }
+    }
 
     #[test]
     fn rounds_up_to_power_of_two() {

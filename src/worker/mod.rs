@@ -433,8 +433,13 @@ impl<J: Stored> Worker<J> {
         let mut expiry = self.wheel.begin_expiry(tick, now);
         let mut timing = RunTiming::new(self.executor.is_none());
         loop {
-            self.wheel.take_due(&mut expiry, &mut self.due, DUE_BATCH);
-            if self.due.is_empty() {
+            let due = &mut self.due;
+            let taken = self
+                .wheel
+                .take_due(&mut expiry, DUE_BATCH, |entry, idx, deadline| {
+                    due.push((entry, idx, deadline))
+                });
+            if taken == 0 {
                 break;
             }
             self.settle_due(shared, now, &mut timing);
