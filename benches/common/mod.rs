@@ -402,7 +402,23 @@ impl RateSweep {
             }
         }
         result(imp, workload, "capacity_per_s", capacity);
+        let floor = task_only_ns(RateSweep::n(largest));
+        result(imp, workload, "task_only_ns", floor);
+        result(imp, workload, "task_only_rate_per_s", 1e9 / floor);
     }
+}
+
+/// The `expire` task's own cost, in ns a call: `Lateness::record` (a clock read, a store, a
+/// locked add) called `n` times in a row on this thread, with no timer. A timer that runs its
+/// tasks on one thread sustains at most `1e9 / task_only_ns` of them a second, whatever its own
+/// cost: the ceiling for `capacity_per_s`.
+fn task_only_ns(n: usize) -> f64 {
+    let run = Lateness::start(n);
+    let t0 = Instant::now();
+    for i in 0..n {
+        run.record(i, 0);
+    }
+    nanos_per(t0.elapsed(), n)
 }
 
 /// The deadline of timeout `i` of `n` in the `expire` workload: evenly over [100, 200) ms after

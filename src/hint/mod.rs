@@ -13,7 +13,7 @@
 //! "PREFETCHh"; AMD's APM, vol. 3, "PREFETCHW"; CPUID leaf `0x8000_0001`, ECX bit 8.
 #![allow(unsafe_code)]
 
-pub(crate) use imp::{prefetch, prefetch_write_ahead};
+pub(crate) use imp::{prefetch, WriteAhead};
 
 /// What the caller of [`prefetch`] is about to do with the line.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -33,9 +33,21 @@ cfg_not_prefetch! {
     mod imp {
         use super::Access;
 
-        /// Nothing to ask for on this target.
-        #[inline(always)]
-        pub(crate) fn prefetch_write_ahead<T>(_vec: &Vec<T>) {}
+        /// Never had on this target: nothing to ask for.
+        #[derive(Clone, Copy, Debug)]
+        pub(crate) struct WriteAhead(());
+
+        impl WriteAhead {
+            /// Always `None` here.
+            #[inline(always)]
+            pub(crate) fn get() -> Option<WriteAhead> {
+                None
+            }
+
+            /// Unreachable: no `WriteAhead` exists on this target.
+            #[inline(always)]
+            pub(crate) fn ahead<T>(self, _vec: &Vec<T>) {}
+        }
 
         /// Nothing to ask for on this target.
         #[inline(always)]
@@ -56,9 +68,11 @@ mod tests {
             let mut words: Vec<[u64; 3]> = Vec::with_capacity(capacity);
             let mut units: Vec<()> = Vec::with_capacity(capacity);
             for i in 0..capacity + 3 {
-                prefetch_write_ahead(&bytes);
-                prefetch_write_ahead(&words);
-                prefetch_write_ahead(&units);
+                if let Some(hint) = WriteAhead::get() {
+                    hint.ahead(&bytes);
+                    hint.ahead(&words);
+                    hint.ahead(&units);
+                }
                 bytes.push(i as u8);
                 words.push([i as u64; 3]);
                 units.push(());

@@ -5,46 +5,59 @@ use super::Access;
 use crate::sync::AtomicU8;
 use std::sync::atomic::Ordering;
 
-/// How far ahead of the next write [`prefetch_write_ahead`] asks for: four cache lines, so
+/// How far ahead of the next write [`WriteAhead::ahead`] asks for: four cache lines, so
 /// the line is owned before the producer reaches it at tens of nanoseconds a call.
 const AHEAD_BYTES: usize = 256;
 
-/// Asks the CPU to fetch, for writing, the cache line `AHEAD_BYTES` past where `vec`'s next
-/// push goes, if that is still inside its buffer. Only a hint: it changes no memory and no
-/// result. It does nothing on CPUs without `prefetchw`, on other architectures, and under
-/// loom, Miri and SGX (no inline assembly or no CPUID there).
-#[inline(always)]
-pub(crate) fn prefetch_write_ahead<T>(vec: &Vec<T>) {
-    let size = std::mem::size_of::<T>();
-    if size == 0 {
-        return;
+/// Proof that this CPU has `prefetchw`: a caller asks for the lines of several vectors
+/// ([`WriteAhead::ahead`]) with one look at the cached CPUID answer. Only a hint: it changes no
+/// memory and no result. There is none on CPUs without `prefetchw`, on other architectures,
+/// and under loom, Miri and SGX (no inline assembly or no CPUID there).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct WriteAhead(());
+
+impl WriteAhead {
+    /// `Some` where the CPU has `prefetchw`.
+    #[inline(always)]
+    pub(crate) fn get() -> Option<WriteAhead> {
+        has_prefetchw().then_some(WriteAhead(()))
     }
-    let ahead = vec.len() + AHEAD_BYTES.div_ceil(size);
-    if ahead < vec.capacity() && has_prefetchw() {
-        let addr = vec.as_ptr().wrapping_add(ahead);
-        // SAFETY: `prefetchw` is a hint: it neither reads nor writes memory as the program
-        // sees it and never faults, whatever the address; the address is inside `vec`'s
-        // buffer all the same. It runs only where CPUID reports it (`prfchw`), so it
-        // cannot be an undefined opcode. It uses no stack and leaves the flags as they
-        // were, as the options say.
-        unsafe {
-            std::arch::asm!(
-                "prefetchw [{addr}]",
-                addr = in(reg) addr,
-                options(nostack, preserves_flags, readonly)
-            );
+
+    /// Asks the CPU to fetch, for writing, the cache line `AHEAD_BYTES` past where `vec`'s
+    /// next push goes, if that is still inside its buffer.
+    #[inline(always)]
+    pub(crate) fn ahead<T>(self, vec: &Vec<T>) {
+        let size = std::mem::size_of::<T>();
+        if size == 0 {
+            return;
+        }
+        let ahead = vec.len() + AHEAD_BYTES.div_ceil(size);
+        if ahead < vec.capacity() {
+            let addr = vec.as_ptr().wrapping_add(ahead);
+            // SAFETY: `prefetchw` is a hint: it neither reads nor writes memory as the program
+            // sees it and never faults, whatever the address; the address is inside `vec`'s
+            // buffer all the same. `self` exists only where CPUID reports it (`prfchw`), so it
+            // cannot be an undefined opcode. It uses no stack and leaves the flags as they
+            // were, as the options say.
+            unsafe {
+                std::arch::asm!(
+                    "prefetchw [{addr}]",
+                    addr = in(reg) addr,
+                    options(nostack, preserves_flags, readonly)
+                );
+            }
         }
     }
 }
 
 /// Asks the CPU to fetch the cache line at `ptr`: for writing (`prefetchw`) for
 /// [`Access::Write`] when the CPU has it, else for reading (`prefetcht0`). Only a hint,
-/// as [`prefetch_write_ahead`]; the worker asks for the lines of the timeouts it is
+/// as [`WriteAhead::ahead`]; the worker asks for the lines of the timeouts it is
 /// about to expire (their cells and tasks), a few timeouts ahead.
 #[inline(always)]
 pub(crate) fn prefetch<T>(ptr: *const T, access: Access) {
     if access == Access::Write && has_prefetchw() {
-        // SAFETY: as in `prefetch_write_ahead`: a hint that never faults, whatever the
+        // SAFETY: as in `WriteAhead::ahead`: a hint that never faults, whatever the
         // address, and runs only where CPUID reports it.
         unsafe {
             std::arch::asm!(

@@ -10,7 +10,7 @@
 use super::cells::{CellRun, CellRunCursor, ChunkCursor, ChunkRef, SpareChunk, TimeoutState};
 use super::small_task::Word;
 use super::{sealed, BoxedTask, Shared, Stored};
-use crate::hint::prefetch_write_ahead;
+use crate::hint::WriteAhead;
 use crate::sync::{Arc, Batch};
 
 /// Timeouts on their way from producers to the worker: task and deadline of each, in two
@@ -78,9 +78,11 @@ impl<J: Stored> PendingBatch<J> {
         let state = cursor.next_state::<HANDLE>(shared, shard, &mut self.runs, at);
         // The worker's core read these buffers last: own their lines before the stores reach
         // them (see `hint`).
-        prefetch_write_ahead(&self.tasks);
-        prefetch_write_ahead(&self.words);
-        prefetch_write_ahead(&self.deadlines);
+        if let Some(hint) = WriteAhead::get() {
+            hint.ahead(&self.tasks);
+            hint.ahead(&self.words);
+            hint.ahead(&self.deadlines);
+        }
         self.tasks.push(queued);
         self.deadlines.push(deadline);
         state

@@ -193,8 +193,13 @@ impl SmallTask {
     #[inline]
     pub(crate) fn enqueue(self, words: &mut Vec<Word>) -> QueuedTask {
         let task = ManuallyDrop::new(self);
-        // The words move to `words` (invariant 2): `task` is forgotten, never dropped.
-        words.extend_from_slice(&task.words[..task.words()]);
+        // The words move to `words` (invariant 2): `task` is forgotten, never dropped. One
+        // copy of a fixed length per class, not a copy of a length read at run time.
+        match task.words() {
+            0 => {}
+            2 => words.extend_from_slice(&task.words[..2]),
+            _ => words.extend_from_slice(&task.words[..WORDS]),
+        }
         QueuedTask(task.vtable)
     }
 
@@ -204,7 +209,11 @@ impl SmallTask {
     pub(crate) fn dequeue(queued: QueuedTask, words: &[Word], at: &mut usize) -> SmallTask {
         let n = queued.0.words;
         let mut own = [Word::uninit(); WORDS];
-        own[..n].copy_from_slice(&words[*at..*at + n]);
+        match n {
+            0 => {}
+            2 => own[..2].copy_from_slice(&words[*at..*at + 2]),
+            _ => own.copy_from_slice(&words[*at..*at + WORDS]),
+        }
         *at += n;
         // The words `enqueue` moved out for this table (invariant 3).
         SmallTask {
@@ -407,23 +416,30 @@ impl TaskSlabs {
         parked: ParkedTask,
         state: TimeoutState,
     ) -> (TimeoutState, bool) {
-        let vtable = parked.vtable;
-        let zero: [Word; 0] = [];
-        let words = match vtable.words {
-            0 => zero.as_ptr(),
-            2 => self.two.slot(parked.key).as_ptr(),
-            _ => self.four.slot(parked.key).as_ptr(),
-        };
-        // SAFETY: the slot holds the live task `parked` names (invariant 3; no words for a
-        // zero-sized task, whose read needs only an aligned pointer), consumed here once
-        // (invariant 2): `parked` is gone, and the slot is freed below without being read.
-        let out = unsafe { (vtable.run)(words, state) };
+        // One match on the class for the run and the release.
+        let (vtable, key) = (parked.vtable, parked.key);
         match vtable.words {
-            0 => {}
-            2 => self.two.release(parked.key),
-            _ => self.four.release(parked.key),
+            0 => {
+                let zero: [Word; 0] = [];
+                // SAFETY: a zero-sized task (invariant 3), whose read needs only an aligned
+                // pointer, consumed here once (invariant 2): `parked` is gone.
+                unsafe { (vtable.run)(zero.as_ptr(), state) }
+            }
+            2 => {
+                // SAFETY: the slot holds the live task `parked` names (invariant 3), consumed
+                // here once (invariant 2): `parked` is gone, and the slot is freed next
+                // without being read.
+                let out = unsafe { (vtable.run)(self.two.slot(key).as_ptr(), state) };
+                self.two.release(key);
+                out
+            }
+            _ => {
+                // SAFETY: as for two words.
+                let out = unsafe { (vtable.run)(self.four.slot(key).as_ptr(), state) };
+                self.four.release(key);
+                out
+            }
         }
-        out
     }
 
     /// Tasks parked (with words) right now.

@@ -69,13 +69,15 @@ const DUE_BATCH: usize = 64;
 pub(crate) const TRANSFER_CAP: u64 = 100_000;
 
 /// The worker's running totals for `TimerStats`, stored in `Shared::counters` after each run of
-/// ticks: per expiry a few additions here, no shared write.
+/// ticks: per expiry a comparison or two here, no shared write.
 #[derive(Default)]
 struct Tally {
     expired: u64,
     cancelled: u64,
     panicked: u64,
     late_max: u64,
+    /// Per lateness class from 1 on (a tick or more late); class 0, on time, is what the
+    /// expired count leaves (see [`Tally::classes`]).
     lateness: [u64; LATENESS_CLASSES],
     /// The longest inline task run, in nanoseconds; runs longer than a tick.
     longest_run: u64,
@@ -92,18 +94,23 @@ const SLOW_WARNING_TICKS: u64 = 4;
 const WARNING_INTERVAL_NS: u64 = 10_000_000_000;
 
 impl Tally {
-    /// A timeout fired `late` nanoseconds after its deadline.
+    /// A timeout fired `late` nanoseconds after its deadline. (The caller counts it in
+    /// `expired`, a batch at a time.)
     #[inline]
     fn fired(&mut self, late: u64, tick_nanos: u64) {
-        self.expired += 1;
         self.late_max = self.late_max.max(late);
-        // Class k >= 1 holds [2^(k-1), 2^k) ticks, the last one everything beyond; no
-        // division on the common path (under a tick).
-        if late < tick_nanos {
-            self.lateness[0] += 1;
-        } else {
+        // Class k >= 1 holds [2^(k-1), 2^k) ticks, the last one everything beyond; nothing to
+        // count on the common path (under a tick: class 0).
+        if late >= tick_nanos {
             self.late_class(late, tick_nanos);
         }
+    }
+
+    /// The count of each lateness class, class 0 included.
+    fn classes(&self) -> [u64; LATENESS_CLASSES] {
+        let mut classes = self.lateness;
+        classes[0] = self.expired - self.lateness[1..].iter().sum::<u64>();
+        classes
     }
 
     /// Counts a timeout a tick or more late in its class.
@@ -157,7 +164,7 @@ impl Tally {
         counters.late_max.store(self.late_max, r);
         counters.longest_run.store(self.longest_run, r);
         counters.slow_runs.store(self.slow_runs, r);
-        for (total, count) in counters.lateness.iter().zip(self.lateness) {
+        for (total, count) in counters.lateness.iter().zip(self.classes()) {
             total.store(count, r);
         }
     }
@@ -457,6 +464,7 @@ impl<J: Stored> Worker<J> {
         let tasks = &mut self.tasks;
         let tally = &mut self.tally;
         let mut ended = self.ended;
+        let mut expired = 0;
         let tick_nanos = shared.tick_nanos;
         let mut entries = self.due.drain(..);
         while let Some((entry, idx, deadline)) = entries.next() {
@@ -471,6 +479,7 @@ impl<J: Stored> Worker<J> {
                 // pending limit.
                 ended = ended.wrapping_add(1);
                 shared.set_ended(ended);
+                expired += 1;
                 tally.fired(now.saturating_sub(deadline), tick_nanos);
                 // The task's `Timeout` borrows the table's reference to the chunk, which the
                 // table takes back after the run: no reference count moves.
@@ -496,6 +505,7 @@ impl<J: Stored> Worker<J> {
             }
         }
         self.ended = ended;
+        tally.expired += expired;
     }
 
     /// Gives the chunks of the batches just taken their ids (in the order the batches were
@@ -709,10 +719,12 @@ mod tests {
             u64::MAX,
         ]) {
             let mut tally = super::Tally::default();
+            tally.expired += 1;
             tally.fired(late, TICK);
-            let class = tally.lateness.iter().position(|&n| n == 1);
+            let classes = tally.classes();
+            let class = classes.iter().position(|&n| n == 1);
             assert_eq!(class, Some(class_by_definition(late)), "{late} ns late");
-            assert_eq!(tally.lateness.iter().sum::<u64>(), 1);
+            assert_eq!(classes.iter().sum::<u64>(), 1);
         }
     }
 
