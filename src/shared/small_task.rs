@@ -45,8 +45,11 @@ const WORDS: usize = INLINE_BYTES / size_of::<Word>();
 
 /// How the task in a `SmallTask`'s words runs and drops: one table per task type.
 pub(crate) struct VTable {
-    /// Moves the task out of the words and runs it with its timeout's state.
-    run: unsafe fn(*const Word, TimeoutState) -> (TimeoutState, bool),
+    /// Moves the task out of the words and runs it with its timeout's state; gives the state
+    /// back, and sets the flag if the task returned (it stays clear if the task panicked).
+    /// The state comes back alone, in registers: a returned `(TimeoutState, bool)` would go
+    /// through memory, which the caller reads back wider than it was written.
+    run: unsafe fn(*const Word, TimeoutState, &mut bool) -> TimeoutState,
     /// Drops the task in the words.
     drop: unsafe fn(*mut Word),
     /// The words the task occupies: 0, 2 or 4 (its size class).
@@ -93,19 +96,47 @@ impl<F: Job> Boxed<F> {
 
 /// # Safety
 /// `words` holds a live `F` (invariant 1), which this consumes (invariant 2).
-unsafe fn run_in_place<F: Job>(words: *const Word, state: TimeoutState) -> (TimeoutState, bool) {
+unsafe fn run_in_place<F: Job>(
+    words: *const Word,
+    state: TimeoutState,
+    ran: &mut bool,
+) -> TimeoutState {
     // SAFETY: the caller's: `words` holds a live `F`, suitably aligned (invariant 1: `F`
     // fits in place), and nobody reads it again.
     let task = unsafe { ptr::read(words.cast::<F>()) };
-    task.run(state)
+    let (state, returned) = task.run(state);
+    *ran = returned;
+    state
 }
 
 /// # Safety
 /// `words` holds a live `Box<F>`, which this consumes.
-unsafe fn run_boxed<F: Job>(words: *const Word, state: TimeoutState) -> (TimeoutState, bool) {
+unsafe fn run_boxed<F: Job>(
+    words: *const Word,
+    state: TimeoutState,
+    ran: &mut bool,
+) -> TimeoutState {
     // SAFETY: as `run_in_place`, for the box.
     let task = unsafe { ptr::read(words.cast::<Box<F>>()) };
-    task.run_boxed(state)
+    let (state, returned) = task.run_boxed(state);
+    *ran = returned;
+    state
+}
+
+/// Calls a table's `run`: the state back, and whether the task returned.
+///
+/// # Safety
+/// As the table's `run`: `words` holds the live task `vtable` was made for, consumed here.
+#[inline(always)]
+unsafe fn call_run(
+    vtable: &VTable,
+    words: *const Word,
+    state: TimeoutState,
+) -> (TimeoutState, bool) {
+    let mut ran = false;
+    // SAFETY: the caller's.
+    let state = unsafe { (vtable.run)(words, state, &mut ran) };
+    (state, ran)
 }
 
 /// # Safety
@@ -156,7 +187,7 @@ impl SmallTask {
         let this = ManuallyDrop::new(self);
         // SAFETY: the words hold the live task the vtable was made for (invariant 1); `this`
         // is never dropped, so the task is consumed once, here (invariant 2).
-        unsafe { (this.vtable.run)(this.words.as_ptr(), state) }
+        unsafe { call_run(this.vtable, this.words.as_ptr(), state) }
     }
 
     #[inline]
@@ -423,19 +454,19 @@ impl TaskSlabs {
                 let zero: [Word; 0] = [];
                 // SAFETY: a zero-sized task (invariant 3), whose read needs only an aligned
                 // pointer, consumed here once (invariant 2): `parked` is gone.
-                unsafe { (vtable.run)(zero.as_ptr(), state) }
+                unsafe { call_run(vtable, zero.as_ptr(), state) }
             }
             2 => {
                 // SAFETY: the slot holds the live task `parked` names (invariant 3), consumed
                 // here once (invariant 2): `parked` is gone, and the slot is freed next
                 // without being read.
-                let out = unsafe { (vtable.run)(self.two.slot(key).as_ptr(), state) };
+                let out = unsafe { call_run(vtable, self.two.slot(key).as_ptr(), state) };
                 self.two.release(key);
                 out
             }
             _ => {
                 // SAFETY: as for two words.
-                let out = unsafe { (vtable.run)(self.four.slot(key).as_ptr(), state) };
+                let out = unsafe { call_run(vtable, self.four.slot(key).as_ptr(), state) };
                 self.four.release(key);
                 out
             }
