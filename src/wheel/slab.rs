@@ -30,6 +30,17 @@ pub(super) struct Node<T> {
 }
 
 impl<T> Node<T> {
+    /// A live node, linked nowhere yet.
+    #[inline]
+    pub(super) fn new(item: T, tag: u8, deadline: u64) -> Self {
+        Node {
+            item: Some(item),
+            deadline,
+            prev_tag: (u32::from(tag) << KEY_BITS) | PREV_MASK,
+            next: NIL,
+        }
+    }
+
     #[inline]
     pub(super) fn prev(&self) -> u32 {
         match self.prev_tag & PREV_MASK {
@@ -92,6 +103,25 @@ impl<T> Slab<T> {
         debug_assert!(page.len() < PAGE);
         page.push(node);
         self.len += 1;
+    }
+
+    /// Writes `node` under `key` (vacant, or past the end: the nodes up to it are pushed
+    /// vacant).
+    #[inline]
+    pub(super) fn put(&mut self, key: usize, node: Node<T>) {
+        if key < self.len {
+            self[key] = node;
+            return;
+        }
+        while self.len < key {
+            self.push(Node {
+                item: None,
+                deadline: 0,
+                prev_tag: PREV_MASK,
+                next: NIL,
+            });
+        }
+        self.push(node);
     }
 }
 
