@@ -205,8 +205,13 @@ impl<T> Wheel<T> {
         debug_assert!(self.keyed && tag <= MAX_TAG && (key as usize) < MAX_ENTRIES);
         self.catch_up(tick);
         let fire = self.calculated(deadline).max(tick);
-        self.nodes.put(key as usize, Node::new(item, tag, deadline));
-        self.link(key, fire);
+        // The node is written once, linked already.
+        let tail = self.push_back(key, fire);
+        self.nodes
+            .put(key as usize, Node::new(item, tag, deadline, tail));
+        if tail != NIL {
+            self.nodes[tail as usize].next = key;
+        }
         self.len += 1;
     }
 
@@ -214,22 +219,8 @@ impl<T> Wheel<T> {
     /// past the horizon.
     #[inline]
     fn link(&mut self, key: u32, fire: u64) {
-        let round = fire >> self.round_shift;
-        let b = if round <= self.horizon {
-            (fire & self.mask) as usize
-        } else {
-            self.far_list(round)
-        };
-        if let Some(bucket) = self.buckets.get_mut(b) {
-            bucket.min_fire = bucket.min_fire.min(fire);
-        }
-        let list = self.list_mut(b);
-        let tail = list.tail;
-        list.tail = key;
-        if tail == NIL {
-            list.head = key;
-            self.set_occupied(b, true);
-        } else {
+        let tail = self.push_back(key, fire);
+        if tail != NIL {
             self.nodes[tail as usize].next = key;
         }
         let node = &mut self.nodes[key as usize];
@@ -237,27 +228,54 @@ impl<T> Wheel<T> {
         node.next = NIL;
     }
 
-    /// The list index of the far slot for `round` (past the horizon), allocating the far slots
-    /// if this is the first.
+    /// Makes `key` (firing on tick `fire`) the tail of its bucket, or of its far slot if its
+    /// round is past the horizon (allocating the far slots with the first): the list's ends,
+    /// occupancy and least fire tick. Returns the old tail (`NIL` for none), which the caller
+    /// links to `key` and `key` back to.
     #[inline]
-    fn far_list(&mut self, round: u64) -> usize {
-        let b = self.far_index(round);
-        let level = &mut self.far[(b - self.buckets.len()) / LEVEL_SLOTS];
-        if level.is_empty() {
-            *level = vec![EMPTY_LIST; LEVEL_SLOTS].into_boxed_slice();
+    fn push_back(&mut self, key: u32, fire: u64) -> u32 {
+        let round = fire >> self.round_shift;
+        if round <= self.horizon {
+            let b = (fire & self.mask) as usize;
+            let bucket = &mut self.buckets[b];
+            bucket.min_fire = bucket.min_fire.min(fire);
+            let tail = std::mem::replace(&mut bucket.ends.tail, key);
+            if tail == NIL {
+                bucket.ends.head = key;
+                self.occupied[b / 64] |= 1 << (b % 64);
+            }
+            return tail;
         }
-        b
+        let (level, slot) = self.far_slot(round);
+        let lists = &mut self.far[level];
+        if lists.is_empty() {
+            *lists = vec![EMPTY_LIST; LEVEL_SLOTS].into_boxed_slice();
+        }
+        let list = &mut lists[slot];
+        let tail = std::mem::replace(&mut list.tail, key);
+        if tail == NIL {
+            list.head = key;
+            self.far_occupied[level] |= 1 << slot;
+        }
+        tail
     }
 
     /// The list index of the far slot `round` waits in, relative to the current horizon.
     #[inline]
     fn far_index(&self, round: u64) -> usize {
+        let (level, slot) = self.far_slot(round);
+        self.buckets.len() + level * LEVEL_SLOTS + slot
+    }
+
+    /// The level and slot of the far slot `round` waits in, relative to the current horizon.
+    #[inline]
+    fn far_slot(&self, round: u64) -> (usize, usize) {
         debug_assert!(round > self.horizon);
         // The level of the highest base-64 digit in which the round differs from the horizon.
         let differs = (self.horizon ^ round) | (LEVEL_SLOTS as u64 - 1);
         let level = ((63 - differs.leading_zeros()) / LEVEL_BITS) as usize;
         let slot = (round >> (LEVEL_BITS * level as u32)) as usize & (LEVEL_SLOTS - 1);
-        self.buckets.len() + level * LEVEL_SLOTS + slot
+        (level, slot)
     }
 
     /// List `b`: a bucket's below `wheel_len`, a far slot's from there on.
@@ -381,7 +399,7 @@ impl<T> Wheel<T> {
 
     #[inline]
     fn alloc(&mut self, item: T, tag: u8, deadline: u64) -> u32 {
-        let node = Node::new(item, tag, deadline);
+        let node = Node::new(item, tag, deadline, NIL);
         if self.free != NIL {
             let key = self.free;
             let slot = &mut self.nodes[key as usize];

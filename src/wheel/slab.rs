@@ -30,13 +30,14 @@ pub(super) struct Node<T> {
 }
 
 impl<T> Node<T> {
-    /// A live node, linked nowhere yet.
+    /// A live node, the last of its list, after `prev` (`NIL` for none).
     #[inline]
-    pub(super) fn new(item: T, tag: u8, deadline: u64) -> Self {
+    pub(super) fn new(item: T, tag: u8, deadline: u64, prev: u32) -> Self {
         Node {
             item: Some(item),
             deadline,
-            prev_tag: (u32::from(tag) << KEY_BITS) | PREV_MASK,
+            // `NIL & PREV_MASK` is `PREV_MASK`, the tag's "none".
+            prev_tag: (u32::from(tag) << KEY_BITS) | (prev & PREV_MASK),
             next: NIL,
         }
     }
@@ -109,10 +110,18 @@ impl<T> Slab<T> {
     /// vacant).
     #[inline]
     pub(super) fn put(&mut self, key: usize, node: Node<T>) {
-        if key < self.len {
+        if key == self.len {
+            self.push(node);
+        } else if key < self.len {
             self[key] = node;
-            return;
+        } else {
+            self.put_past_end(key, node);
         }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn put_past_end(&mut self, key: usize, node: Node<T>) {
         while self.len < key {
             self.push(Node {
                 item: None,
