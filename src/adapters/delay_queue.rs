@@ -272,8 +272,7 @@ impl<T> DelayQueue<T> {
     pub fn insert(&mut self, value: T, timeout: Duration) -> Key {
         let timeout = duration_to_nanos(timeout);
         if !self.burst {
-            let now = self.read_clock();
-            return self.insert_nanos(value, now.saturating_add(timeout));
+            return self.insert_after_reading(value, timeout);
         }
         // In a burst the item goes in first, as if the clock read `slack` past the last
         // reading; the fresh reading only checks that this is not early (ground rules).
@@ -288,6 +287,13 @@ impl<T> DelayQueue<T> {
             self.burst_ended(&key, now, timeout);
         }
         key
+    }
+
+    /// [`insert`](DelayQueue::insert) out of a burst: the clock is read first.
+    #[inline(never)]
+    fn insert_after_reading(&mut self, value: T, timeout: u64) -> Key {
+        let now = self.read_clock();
+        self.insert_nanos(value, now.saturating_add(timeout))
     }
 
     /// The clock moved more than `slack` since the last reading: the item under `key`, just
@@ -320,18 +326,27 @@ impl<T> DelayQueue<T> {
         self.insert_nanos(value, deadline)
     }
 
-    #[inline]
+    #[inline(always)]
     #[track_caller]
     fn insert_nanos(&mut self, value: T, deadline: u64) -> Key {
-        let index = self.vacant_index();
-        self.wait(index, deadline);
         let stamp = self.stamp;
-        self.stamp = stamp.wrapping_add(1);
         let slot = Slot::Waiting { stamp, value };
-        match self.slots.get_mut(index as usize) {
-            Some(vacant) => *vacant = slot,
-            None => self.slots.push(slot),
-        }
+        let index = if self.free == NONE {
+            let index = self.new_index();
+            self.slots.push(slot);
+            index
+        } else {
+            // The free list's head.
+            let index = self.free;
+            let vacant = &mut self.slots[index as usize];
+            if let Slot::Vacant { next } = *vacant {
+                self.free = next;
+            }
+            *vacant = slot;
+            index
+        };
+        self.stamp = stamp.wrapping_add(1);
+        self.wait(index, deadline);
         self.len += 1;
         self.wake_for(deadline);
         Key { index, stamp }
@@ -344,20 +359,13 @@ impl<T> DelayQueue<T> {
             .insert_keyed(index, index, 0, deadline, self.tick);
     }
 
-    /// The slot the next value goes in: the free list's head, or a new one at the end.
+    /// The index of a slot pushed at the end of the slab.
     ///
     /// # Panics
-    /// Before anything changes, when a new slot's index would not be a wheel key.
+    /// Before anything changes, when the index would not be a wheel key.
     #[inline]
     #[track_caller]
-    fn vacant_index(&mut self) -> u32 {
-        if self.free != NONE {
-            let index = self.free;
-            if let Slot::Vacant { next } = self.slots[index as usize] {
-                self.free = next;
-            }
-            return index;
-        }
+    fn new_index(&self) -> u32 {
         let index = self.slots.len();
         assert!(
             index < MAX_ENTRIES,
