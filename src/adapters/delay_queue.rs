@@ -26,7 +26,9 @@
 //!   a manual clock), and its own reading, taken after, checks that this deadline is not
 //!   early, moving the item if it is. So the wheel's work does not wait for the clock (a TSC
 //!   read is slow to return), and a deadline is at most `BURST_NANOS` past the insert's own
-//!   reading.
+//!   reading. The check is one TSC read against a limit (`Clock::raw_limit`) that stands for
+//!   the last reading plus half of `BURST_NANOS`: past it, the insert reads the clock in full,
+//!   and the burst counts from that reading.
 
 use crate::clock::{duration_to_nanos, instant_after, Clock};
 use crate::wheel::{Wheel, MAX_ENTRIES};
@@ -115,6 +117,10 @@ pub struct DelayQueue<T> {
     /// Whether the last reading came within `slack` of the one before and no poll has come
     /// since: the next insert goes into the wheel before it reads the clock.
     burst: bool,
+    /// In a burst, the fast clock's raw reading up to which an insert's time is before
+    /// `last_read` plus half the slack (`Clock::raw_limit`); 0 for none (every insert reads
+    /// the clock in full).
+    raw_limit: u64,
     /// How far past `last_read` an insert in a burst takes its own reading to be:
     /// `BURST_NANOS`, or 0 on a manual clock (which moves only when told: its deadlines stay
     /// exact).
@@ -245,6 +251,7 @@ impl<T> DelayQueue<T> {
             armed: UNARMED,
             last_read: now,
             burst: false,
+            raw_limit: 0,
             slack: if matches!(timer.shared.clock, Clock::Manual(_)) {
                 0
             } else {
@@ -281,12 +288,30 @@ impl<T> DelayQueue<T> {
             .saturating_add(self.slack)
             .saturating_add(timeout);
         let key = self.insert_nanos(value, deadline);
+        if self.raw_limit == 0 || self.timer.shared.clock.raw() > self.raw_limit {
+            self.burst_checked(&key, timeout, deadline);
+        }
+        key
+    }
+
+    /// The item under `key`, just inserted in a burst at `deadline`, is checked against a
+    /// full reading of the clock: it moves if its deadline would be early (and the burst ends),
+    /// or the burst counts from this reading.
+    #[inline(never)]
+    fn burst_checked(&mut self, key: &Key, timeout: u64, deadline: u64) {
         let now = self.timer.shared.clock.now_upper();
         self.last_read = now;
         if now.saturating_add(timeout) > deadline {
-            self.burst_ended(&key, now, timeout);
+            self.burst_ended(key, now, timeout);
+        } else {
+            self.renew_raw_limit();
         }
-        key
+    }
+
+    /// Sets the raw limit for the burst counting from `last_read`.
+    fn renew_raw_limit(&mut self) {
+        let upper = self.last_read.saturating_add(self.slack / 2);
+        self.raw_limit = self.timer.shared.clock.raw_limit(upper).unwrap_or(0);
     }
 
     /// [`insert`](DelayQueue::insert) out of a burst: the clock is read first.
@@ -385,6 +410,9 @@ impl<T> DelayQueue<T> {
         let now = self.timer.shared.clock.now_upper();
         self.burst = now <= self.last_read.saturating_add(self.slack);
         self.last_read = now;
+        if self.burst {
+            self.renew_raw_limit();
+        }
         now
     }
 
