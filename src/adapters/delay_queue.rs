@@ -130,7 +130,8 @@ pub struct DelayQueue<T> {
     timer: TimerHandle,
 }
 
-/// A slot of the slab: 16 bytes for a `u64` value.
+/// A slot of the slab: a stamp and a value, no wheel key (the wheel keys a waiting item's
+/// entry by the slot's index) and no deadline (the wheel's entry, or the `ready` entry, has it).
 enum Slot<T> {
     Vacant {
         next: u32,
