@@ -182,6 +182,46 @@ fn an_expired_item_not_yet_yielded_can_be_reset_or_removed() {
     assert!(queue.is_empty());
 }
 
+/// An expired item's deadline lives in its entry of the ready list: `deadline` and `remove`
+/// find it there. Its wheel has emptied meanwhile; a new item in a freed slot far up the slab
+/// goes into the wheel under that slot's index and expires on time.
+#[test]
+fn expired_items_keep_their_deadlines_while_the_wheel_is_empty() {
+    let (timer, driver) = manual();
+    let mut queue = DelayQueue::new(timer.handle());
+    let (_count, waker) = counter();
+    let keys: Vec<Key> = (0..3_000u32)
+        .map(|i| queue.insert(i, ms(5) + Duration::from_nanos(u64::from(i))))
+        .collect();
+    step_to(&driver, ms(10));
+    let Poll::Ready(Some(first)) = poll(&mut queue, &waker) else {
+        panic!("the first item is due")
+    };
+    assert_eq!(first.key(), keys[0]);
+    let last = keys[2_999];
+    // A manual clock's instants count from each call (the deadlines are 1 ns apart).
+    let due = queue.deadline(&last);
+    let earlier = queue.deadline(&keys[1_500]);
+    assert!(earlier.max(due) - earlier.min(due) < ms(1));
+    let removed = queue.remove(&last);
+    assert_eq!(*removed.get_ref(), 2_999);
+    assert!(removed.deadline().max(due) - removed.deadline().min(due) < ms(1));
+    // The freed slot at the top of the slab takes the next item.
+    let again = queue.insert(7_777, ms(3));
+    assert!(
+        queue.try_remove(&last).is_none(),
+        "the old key names nothing"
+    );
+    assert_eq!(drain_ready(&mut queue, &waker).len(), 2_998);
+    assert!(poll(&mut queue, &waker).is_pending());
+    step_to(&driver, ms(13));
+    let Poll::Ready(Some(item)) = poll(&mut queue, &waker) else {
+        panic!("the new item is due")
+    };
+    assert_eq!((item.key(), item.into_inner()), (again, 7_777));
+    assert!(queue.is_empty());
+}
+
 #[test]
 fn an_earlier_insert_wakes_the_waiting_task_on_time() {
     let (timer, driver) = manual();

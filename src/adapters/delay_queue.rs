@@ -2,8 +2,9 @@
 //! crate's wheel, with the same method names where the meaning is the same.
 //!
 //! Owns [`DelayQueue`], [`Key`] and [`Expired`]. The queue keeps its values in a slab of its own
-//! and their deadlines in a private `wheel::Wheel` keyed by slab index (the pure wheel the
-//! timer's worker uses, driven here by the queue's owner, on the owner's task); one [`Sleep`] on
+//! and their deadlines in a private `wheel::Wheel` whose keys are the slab's indices (the pure
+//! wheel the timer's worker uses, driven here by the queue's owner, on the owner's task): a
+//! waiting item's wheel entry is under its own index, so neither keeps the other's key. One [`Sleep`] on
 //! the timer is armed for the wheel's next fire tick and wakes the task that polls the queue.
 //! Touches the wheel, the timer's clock and tick (through its handle) and `Sleep`.
 //!
@@ -25,7 +26,9 @@
 //!   a manual clock), and its own reading, taken after, checks that this deadline is not
 //!   early, moving the item if it is. So the wheel's work does not wait for the clock (a TSC
 //!   read is slow to return), and a deadline is at most `BURST_NANOS` past the insert's own
-//!   reading.
+//!   reading. The check is one TSC read against a limit (`Clock::raw_limit`) that stands for
+//!   the last reading plus half of `BURST_NANOS`: past it, the insert reads the clock in full,
+//!   and the burst counts from that reading.
 
 use crate::clock::{duration_to_nanos, instant_after, Clock};
 use crate::wheel::{Wheel, MAX_ENTRIES};
@@ -98,14 +101,14 @@ pub struct DelayQueue<T> {
     len: usize,
     /// The next key's stamp.
     stamp: u32,
-    /// Waiting items' slab indices, by deadline.
+    /// Waiting items' slab indices, by deadline, each under its own index.
     wheel: Wheel<u32>,
     /// Every tick before this one has been processed.
     tick: u64,
     tick_nanos: u64,
-    /// Expired items in the order they are yielded; an entry whose slot changed since is
-    /// skipped.
-    ready: VecDeque<Key>,
+    /// Expired items in the order they are yielded, each with its deadline (their slots hold
+    /// only the stamp and value); an item that leaves otherwise takes its entry out.
+    ready: VecDeque<(Key, u64)>,
     /// Armed for the start of fire tick `armed`.
     sleep: Option<Sleep>,
     armed: u64,
@@ -114,6 +117,10 @@ pub struct DelayQueue<T> {
     /// Whether the last reading came within `slack` of the one before and no poll has come
     /// since: the next insert goes into the wheel before it reads the clock.
     burst: bool,
+    /// In a burst, the fast clock's raw reading up to which an insert's time is before
+    /// `last_read` plus half the slack (`Clock::raw_limit`); 0 for none (every insert reads
+    /// the clock in full).
+    raw_limit: u64,
     /// How far past `last_read` an insert in a burst takes its own reading to be:
     /// `BURST_NANOS`, or 0 on a manual clock (which moves only when told: its deadlines stay
     /// exact).
@@ -123,18 +130,20 @@ pub struct DelayQueue<T> {
     timer: TimerHandle,
 }
 
+/// A slot of the slab: a stamp and a value, no wheel key (the wheel keys a waiting item's
+/// entry by the slot's index) and no deadline (the wheel's entry, or the `ready` entry, has it).
 enum Slot<T> {
     Vacant {
         next: u32,
     },
+    /// In the wheel, under the slot's index.
     Waiting {
         stamp: u32,
-        wheel_key: u32,
         value: T,
     },
+    /// Expired, not yet yielded: its deadline is in its entry of `ready`.
     Ready {
         stamp: u32,
-        deadline: u64,
         value: T,
     },
 }
@@ -235,7 +244,7 @@ impl<T> DelayQueue<T> {
             free: NONE,
             len: 0,
             stamp: 0,
-            wheel: Wheel::new(tick_nanos, BUCKETS),
+            wheel: Wheel::new_keyed(tick_nanos, BUCKETS),
             tick: now / tick_nanos,
             tick_nanos,
             ready: VecDeque::new(),
@@ -243,6 +252,7 @@ impl<T> DelayQueue<T> {
             armed: UNARMED,
             last_read: now,
             burst: false,
+            raw_limit: 0,
             slack: if matches!(timer.shared.clock, Clock::Manual(_)) {
                 0
             } else {
@@ -256,7 +266,7 @@ impl<T> DelayQueue<T> {
     /// Inserts `value`, due `timeout` from now, and returns its key.
     ///
     /// # Panics
-    /// When 134 217 727 (2^27 - 1) items already wait in the queue.
+    /// When the queue already holds 134 217 727 (2^27 - 1) items.
     ///
     /// ```
     /// # use hashed_timer_wheel::{DelayQueue, HashedWheelTimer};
@@ -270,8 +280,7 @@ impl<T> DelayQueue<T> {
     pub fn insert(&mut self, value: T, timeout: Duration) -> Key {
         let timeout = duration_to_nanos(timeout);
         if !self.burst {
-            let now = self.read_clock();
-            return self.insert_nanos(value, now.saturating_add(timeout));
+            return self.insert_after_reading(value, timeout);
         }
         // In a burst the item goes in first, as if the clock read `slack` past the last
         // reading; the fresh reading only checks that this is not early (ground rules).
@@ -280,12 +289,37 @@ impl<T> DelayQueue<T> {
             .saturating_add(self.slack)
             .saturating_add(timeout);
         let key = self.insert_nanos(value, deadline);
+        if self.raw_limit == 0 || self.timer.shared.clock.raw() > self.raw_limit {
+            self.burst_checked(&key, timeout, deadline);
+        }
+        key
+    }
+
+    /// The item under `key`, just inserted in a burst at `deadline`, is checked against a
+    /// full reading of the clock: it moves if its deadline would be early (and the burst ends),
+    /// or the burst counts from this reading.
+    #[inline(never)]
+    fn burst_checked(&mut self, key: &Key, timeout: u64, deadline: u64) {
         let now = self.timer.shared.clock.now_upper();
         self.last_read = now;
         if now.saturating_add(timeout) > deadline {
-            self.burst_ended(&key, now, timeout);
+            self.burst_ended(key, now, timeout);
+        } else {
+            self.renew_raw_limit();
         }
-        key
+    }
+
+    /// Sets the raw limit for the burst counting from `last_read`.
+    fn renew_raw_limit(&mut self) {
+        let upper = self.last_read.saturating_add(self.slack / 2);
+        self.raw_limit = self.timer.shared.clock.raw_limit(upper).unwrap_or(0);
+    }
+
+    /// [`insert`](DelayQueue::insert) out of a burst: the clock is read first.
+    #[inline(never)]
+    fn insert_after_reading(&mut self, value: T, timeout: u64) -> Key {
+        let now = self.read_clock();
+        self.insert_nanos(value, now.saturating_add(timeout))
     }
 
     /// The clock moved more than `slack` since the last reading: the item under `key`, just
@@ -302,7 +336,7 @@ impl<T> DelayQueue<T> {
     /// once.
     ///
     /// # Panics
-    /// When 134 217 727 (2^27 - 1) items already wait in the queue.
+    /// When the queue already holds 134 217 727 (2^27 - 1) items.
     ///
     /// ```
     /// # use hashed_timer_wheel::{DelayQueue, HashedWheelTimer};
@@ -318,54 +352,52 @@ impl<T> DelayQueue<T> {
         self.insert_nanos(value, deadline)
     }
 
-    #[inline]
+    #[inline(always)]
     #[track_caller]
     fn insert_nanos(&mut self, value: T, deadline: u64) -> Key {
-        self.room();
-        let index = self.vacant_index();
-        let wheel_key = self.wait(index, deadline);
         let stamp = self.stamp;
-        self.stamp = stamp.wrapping_add(1);
-        let slot = Slot::Waiting {
-            stamp,
-            wheel_key,
-            value,
+        let slot = Slot::Waiting { stamp, value };
+        let index = if self.free == NONE {
+            let index = self.new_index();
+            self.slots.push(slot);
+            index
+        } else {
+            // The free list's head.
+            let index = self.free;
+            let vacant = &mut self.slots[index as usize];
+            if let Slot::Vacant { next } = *vacant {
+                self.free = next;
+            }
+            *vacant = slot;
+            index
         };
-        match self.slots.get_mut(index as usize) {
-            Some(vacant) => *vacant = slot,
-            None => self.slots.push(slot),
-        }
+        self.stamp = stamp.wrapping_add(1);
+        self.wait(index, deadline);
         self.len += 1;
         self.wake_for(deadline);
         Key { index, stamp }
     }
 
-    /// Puts slot `index` in the wheel, due at `deadline`; its wheel key. The caller has checked
-    /// [`room`](DelayQueue::room).
-    fn wait(&mut self, index: u32, deadline: u64) -> u32 {
-        self.wheel.insert(index, 0, deadline, self.tick)
+    /// Puts slot `index` in the wheel, due at `deadline`, under the key `index`.
+    #[inline]
+    fn wait(&mut self, index: u32, deadline: u64) {
+        self.wheel
+            .insert_keyed(index, index, 0, deadline, self.tick);
     }
 
-    /// Panics, before anything changes, if the wheel holds as many items as it can.
+    /// The index of a slot pushed at the end of the slab.
+    ///
+    /// # Panics
+    /// Before anything changes, when the index would not be a wheel key.
+    #[inline]
     #[track_caller]
-    fn room(&self) {
+    fn new_index(&self) -> u32 {
+        let index = self.slots.len();
         assert!(
-            self.wheel.len() < MAX_ENTRIES,
-            "DelayQueue: at most 2^27 - 1 items wait at once"
+            index < MAX_ENTRIES,
+            "DelayQueue: at most 2^27 - 1 items at once"
         );
-    }
-
-    /// The slot the next value goes in: the free list's head, or a new one at the end.
-    fn vacant_index(&mut self) -> u32 {
-        if self.free != NONE {
-            let index = self.free;
-            if let Slot::Vacant { next } = self.slots[index as usize] {
-                self.free = next;
-            }
-            return index;
-        }
-        // Items take 24 bytes and more: memory runs out long before 2^32 slots.
-        u32::try_from(self.slots.len()).expect("a slab index fits 32 bits")
+        index as u32
     }
 
     /// The deadline `timeout` from now, never early (the producers' clock rounds up).
@@ -379,6 +411,9 @@ impl<T> DelayQueue<T> {
         let now = self.timer.shared.clock.now_upper();
         self.burst = now <= self.last_read.saturating_add(self.slack);
         self.last_read = now;
+        if self.burst {
+            self.renew_raw_limit();
+        }
         now
     }
 
@@ -428,7 +463,7 @@ impl<T> DelayQueue<T> {
     /// ```
     pub fn try_remove(&mut self, key: &Key) -> Option<Expired<T>> {
         self.slot_of(key)?;
-        let (value, deadline) = self.vacate(key.index);
+        let (value, deadline) = self.vacate(key);
         if self.len == 0 {
             self.emptied();
         }
@@ -439,26 +474,35 @@ impl<T> DelayQueue<T> {
         })
     }
 
-    /// Takes the item out of its (occupied) slot and the wheel; the slot joins the free list.
-    fn vacate(&mut self, index: u32) -> (T, u64) {
+    /// Takes the item under `key` out of its (occupied) slot and the wheel or `ready`; the
+    /// slot joins the free list.
+    fn vacate(&mut self, key: &Key) -> (T, u64) {
+        match self.free_slot(key.index) {
+            Slot::Waiting { value, .. } => {
+                let deadline = self.wheel.deadline(key.index);
+                self.wheel.remove(key.index);
+                (value, deadline)
+            }
+            Slot::Ready { value, .. } => (value, self.take_ready(key)),
+            Slot::Vacant { .. } => unreachable!("vacate: the caller checked the slot"),
+        }
+    }
+
+    /// Puts occupied slot `index` on the free list; what it held.
+    fn free_slot(&mut self, index: u32) -> Slot<T> {
         let slot = &mut self.slots[index as usize];
         let taken = std::mem::replace(slot, Slot::Vacant { next: self.free });
         self.free = index;
         self.len -= 1;
-        match taken {
-            Slot::Waiting {
-                wheel_key, value, ..
-            } => {
-                let deadline = self.wheel.deadline(wheel_key);
-                self.wheel.remove(wheel_key);
-                (value, deadline)
-            }
-            // Its entry in `ready` is skipped from now on.
-            Slot::Ready {
-                deadline, value, ..
-            } => (value, deadline),
-            Slot::Vacant { .. } => unreachable!("vacate: the caller checked the slot"),
-        }
+        taken
+    }
+
+    /// Takes the entry of the expired item under `key` out of `ready`: its deadline. A walk of
+    /// the entries before it (items leave `ready` from the front, when yielded).
+    fn take_ready(&mut self, key: &Key) -> u64 {
+        let at = self.ready.iter().position(|(k, _)| k == key);
+        let entry = at.and_then(|at| self.ready.remove(at));
+        entry.expect("an expired item has its entry in `ready`").1
     }
 
     /// The queue has just become empty: its `Sleep` goes (its timeout is cancelled), the slab
@@ -470,6 +514,7 @@ impl<T> DelayQueue<T> {
         self.slots.clear();
         self.free = NONE;
         self.ready.clear();
+        self.wheel.release_nodes();
         if let Some(waker) = self.waker.take() {
             waker.wake();
         }
@@ -521,31 +566,22 @@ impl<T> DelayQueue<T> {
     #[track_caller]
     fn reset_nanos(&mut self, key: &Key, deadline: u64) {
         match self.slot_of(key) {
-            Some(Slot::Waiting { .. }) => {}
-            Some(_) => self.room(), // an expired item goes back into the wheel
-            None => panic!("DelayQueue::reset: the key names no item"),
-        }
-        let slot = &mut self.slots[key.index as usize];
-        let taken = std::mem::replace(slot, Slot::Vacant { next: NONE });
-        let (stamp, value) = match taken {
-            Slot::Waiting {
-                stamp,
-                wheel_key,
-                value,
-            } => {
-                self.wheel.remove(wheel_key);
-                (stamp, value)
+            Some(Slot::Waiting { .. }) => {
+                self.wheel.remove(key.index);
             }
-            // Its entry in `ready` is skipped from now on.
-            Slot::Ready { stamp, value, .. } => (stamp, value),
-            Slot::Vacant { .. } => unreachable!("reset: the slot was checked"),
-        };
-        let wheel_key = self.wait(key.index, deadline);
-        self.slots[key.index as usize] = Slot::Waiting {
-            stamp,
-            wheel_key,
-            value,
-        };
+            Some(Slot::Ready { .. }) => {
+                // An expired item goes back into the wheel.
+                self.take_ready(key);
+                let slot = &mut self.slots[key.index as usize];
+                if let Slot::Ready { stamp, value } =
+                    std::mem::replace(slot, Slot::Vacant { next: NONE })
+                {
+                    *slot = Slot::Waiting { stamp, value };
+                }
+            }
+            _ => panic!("DelayQueue::reset: the key names no item"),
+        }
+        self.wait(key.index, deadline);
         self.wake_for(deadline);
     }
 
@@ -609,8 +645,11 @@ impl<T> DelayQueue<T> {
     #[track_caller]
     pub fn deadline(&self, key: &Key) -> Instant {
         let nanos = match self.slot_of(key) {
-            Some(Slot::Waiting { wheel_key, .. }) => self.wheel.deadline(*wheel_key),
-            Some(Slot::Ready { deadline, .. }) => *deadline,
+            Some(Slot::Waiting { .. }) => self.wheel.deadline(key.index),
+            Some(Slot::Ready { .. }) => {
+                let entry = self.ready.iter().find(|(k, _)| k == key);
+                entry.expect("an expired item has its entry in `ready`").1
+            }
             _ => panic!("DelayQueue::deadline: the key names no item"),
         };
         self.timer.shared.clock.instant_at(nanos)
@@ -629,11 +668,7 @@ impl<T> DelayQueue<T> {
     /// assert_eq!(queue.peek(), Some(sooner));
     /// ```
     pub fn peek(&self) -> Option<Key> {
-        let ready = self
-            .ready
-            .iter()
-            .find(|key| matches!(self.slot_of(key), Some(Slot::Ready { .. })));
-        if let Some(key) = ready {
+        if let Some((key, _)) = self.ready.front() {
             return Some(*key);
         }
         let index = self.wheel.peek(self.tick)?;
@@ -733,15 +768,11 @@ impl<T> DelayQueue<T> {
             let (slots, ready) = (&mut self.slots, &mut self.ready);
             self.wheel.expire(tick, now, |index, _, deadline| {
                 let slot = &mut slots[index as usize];
-                if let Slot::Waiting { stamp, value, .. } =
+                if let Slot::Waiting { stamp, value } =
                     std::mem::replace(slot, Slot::Vacant { next: NONE })
                 {
-                    *slot = Slot::Ready {
-                        stamp,
-                        deadline,
-                        value,
-                    };
-                    ready.push_back(Key { index, stamp });
+                    *slot = Slot::Ready { stamp, value };
+                    ready.push_back((Key { index, stamp }, deadline));
                     moved = true;
                 }
             });
@@ -755,24 +786,22 @@ impl<T> DelayQueue<T> {
         moved
     }
 
-    /// Takes the first expired item still in its slot out of `ready`.
+    /// Takes the first expired item out of `ready` and its slot.
     fn pop_ready(&mut self) -> Option<Expired<T>> {
-        while let Some(key) = self.ready.pop_front() {
-            if !matches!(self.slot_of(&key), Some(Slot::Ready { .. })) {
-                continue; // removed or reset since
-            }
-            let (value, deadline) = self.vacate(key.index);
-            let deadline = self.timer.shared.clock.instant_parts(deadline);
-            if self.len == 0 {
-                self.emptied();
-            }
-            return Some(Expired {
-                value,
-                deadline,
-                key,
-            });
+        let (key, deadline) = self.ready.pop_front()?;
+        debug_assert!(matches!(self.slot_of(&key), Some(Slot::Ready { .. })));
+        let Slot::Ready { value, .. } = self.free_slot(key.index) else {
+            unreachable!("an entry of `ready` names an expired item");
+        };
+        let deadline = self.timer.shared.clock.instant_parts(deadline);
+        if self.len == 0 {
+            self.emptied();
         }
-        None
+        Some(Expired {
+            value,
+            deadline,
+            key,
+        })
     }
 
     /// Drops every item. A task waiting on the queue is woken (it sees `Ready(None)`).
@@ -789,7 +818,7 @@ impl<T> DelayQueue<T> {
     /// ```
     pub fn clear(&mut self) {
         let had_items = self.len > 0;
-        self.wheel = Wheel::new(self.tick_nanos, BUCKETS);
+        self.wheel = Wheel::new_keyed(self.tick_nanos, BUCKETS);
         self.len = 0;
         if had_items {
             self.emptied();
@@ -878,11 +907,11 @@ impl<T> DelayQueue<T> {
         }
         self.slots.shrink_to_fit();
         self.ready.shrink_to_fit();
-        let mut wheel = Wheel::new(self.tick_nanos, BUCKETS);
-        for (index, slot) in self.slots.iter_mut().enumerate() {
-            if let Slot::Waiting { wheel_key, .. } = slot {
-                let deadline = self.wheel.deadline(*wheel_key);
-                *wheel_key = wheel.insert(index as u32, 0, deadline, self.tick);
+        let mut wheel = Wheel::new_keyed(self.tick_nanos, BUCKETS);
+        for (index, slot) in self.slots.iter().enumerate() {
+            if let Slot::Waiting { .. } = slot {
+                let index = index as u32;
+                wheel.insert_keyed(index, index, 0, self.wheel.deadline(index), self.tick);
             }
         }
         self.wheel = wheel;

@@ -117,4 +117,29 @@ impl Fast {
             }
         })
     }
+
+    /// A TSC reading, for [`raw_limit`](Fast::raw_limit).
+    #[inline]
+    pub(super) fn raw(&self) -> u64 {
+        self.tsc.raw()
+    }
+
+    /// The last TSC reading that [`since_base_upper`](Fast::since_base_upper) on this thread's
+    /// anchor turns into at most `upper`: a reading up to it, on any thread, was taken at or
+    /// before `upper` on the monotonic clock (the margin covers the skew between cores, as for
+    /// a thread that moves to another core within its anchor's window). `None` without an
+    /// anchor, or if `upper` is before it.
+    pub(super) fn raw_limit(&self, upper: u64) -> Option<u64> {
+        let (ns, raw0) = ANCHOR.with(Cell::get);
+        if raw0 == 0 {
+            return None;
+        }
+        let budget = upper.checked_sub(ns.checked_add(MARGIN_NS)?)?;
+        // Every `d <= most` has `d + (d >> 10) <= budget`.
+        let most = budget - (budget >> 10);
+        // Every `delta <= span` has `delta * ns_per_2_32 >> 32 <= most`, and stays in the window.
+        let span = (u128::from(most) << 32) / u128::from(self.ns_per_2_32);
+        let span = u64::try_from(span).unwrap_or(u64::MAX).min(self.window_raw);
+        raw0.checked_add(span)
+    }
 }

@@ -71,6 +71,29 @@ impl Clock {
         self.now()
     }
 
+    /// A limit on the fast clock's raw reading ([`Clock::raw`]): a reading at most the limit
+    /// was taken no later than `upper` (nanoseconds since the origin). So a run of calls each
+    /// checks that its time is before `upper` with one TSC read and a comparison, rather than
+    /// a full [`now_upper`](Clock::now_upper). `None` on a manual clock, without the fast
+    /// clock, or if `upper` is already past the limits this thread's anchor can give (call
+    /// `now_upper` first: it renews the anchor).
+    pub(crate) fn raw_limit(&self, upper: u64) -> Option<u64> {
+        let Clock::System {
+            origin_from_base, ..
+        } = self
+        else {
+            return None;
+        };
+        fast::get()?.raw_limit(upper.checked_add(*origin_from_base)?)
+    }
+
+    /// The fast clock's raw reading (the TSC), to compare with a [`Clock::raw_limit`]; 0
+    /// without the fast clock (where no limit is given).
+    #[inline]
+    pub(crate) fn raw(&self) -> u64 {
+        fast::get().map_or(0, fast::Fast::raw)
+    }
+
     /// Nanoseconds since the origin.
     #[inline]
     pub(crate) fn now(&self) -> u64 {
@@ -182,6 +205,16 @@ cfg_not_tsc! {
         pub(super) fn get() -> Option<&'static Fast> {
             None
         }
+
+        impl Fast {
+            pub(super) fn raw(&self) -> u64 {
+                match *self {}
+            }
+
+            pub(super) fn raw_limit(&self, _upper: u64) -> Option<u64> {
+                match *self {}
+            }
+        }
     }
 }
 
@@ -190,6 +223,40 @@ mod tests {
     use super::*;
 
     /// The producers' clock is an upper bound of the monotonic clock, and a tight one.
+    #[test]
+    fn a_raw_reading_within_the_limit_was_taken_before_the_upper_bound() {
+        let clock = Clock::system();
+        assert_eq!(Clock::manual().raw_limit(u64::MAX / 2), None);
+        #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+        {
+            let started = Instant::now();
+            while !fast::settled() {
+                assert!(started.elapsed() < std::time::Duration::from_secs(10));
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+        }
+        if fast::get().is_none() {
+            return; // no fast clock: no limits
+        }
+        for round in 0..200u64 {
+            let upper = clock.now_upper() + 500 + round * 20;
+            let Some(limit) = clock.raw_limit(upper) else {
+                continue; // the anchor's window ends before `upper`
+            };
+            assert_eq!(clock.raw_limit(0), None, "an upper bound before the anchor");
+            let started = clock.now();
+            loop {
+                // The monotonic clock read before the TSC is at or before the TSC's moment.
+                let before = clock.now();
+                if clock.raw() > limit {
+                    break;
+                }
+                assert!(before <= upper, "{before} > {upper}: the limit is too far");
+                assert!(before - started < 1_000_000, "the limit never passes");
+            }
+        }
+    }
+
     #[test]
     fn now_upper_is_never_behind_the_monotonic_clock() {
         let clock = Clock::system();

@@ -46,7 +46,7 @@
 
 mod slab;
 
-use slab::{Node, Slab, KEY_BITS, NIL, PREV_MASK};
+use slab::{Node, Slab, NIL, PREV_MASK};
 pub(crate) use slab::{MAX_ENTRIES, MAX_TAG};
 
 /// The ends of a doubly linked list of nodes: a bucket's, or a far slot's.
@@ -118,6 +118,10 @@ pub(crate) struct Wheel<T> {
     far: [Box<[List]>; FAR_LEVELS],
     /// One occupancy word per far level.
     far_occupied: [u64; FAR_LEVELS],
+    /// Whether the owner hands out the keys ([`Wheel::insert_keyed`]): the slab then keeps its
+    /// nodes when the wheel empties, for the owner's keys index it, until
+    /// [`Wheel::release_nodes`].
+    keyed: bool,
 }
 
 /// Rounds a requested wheel size up to the next power of two (Netty's `normalizeTicksPerWheel`).
@@ -142,6 +146,15 @@ impl<T> Wheel<T> {
             horizon: 1,
             far: std::array::from_fn(|_| Box::default()),
             far_occupied: [0; FAR_LEVELS],
+            keyed: false,
+        }
+    }
+
+    /// A wheel whose owner hands out the keys (see [`Wheel::insert_keyed`]).
+    pub(crate) fn new_keyed(tick_nanos: u64, wheel_len: usize) -> Self {
+        Wheel {
+            keyed: true,
+            ..Wheel::new(tick_nanos, wheel_len)
         }
     }
 
@@ -173,7 +186,7 @@ impl<T> Wheel<T> {
     /// When more than [`MAX_ENTRIES`] entries are live at once.
     #[inline]
     pub(crate) fn insert(&mut self, item: T, tag: u8, deadline: u64, tick: u64) -> u32 {
-        debug_assert!(tag <= MAX_TAG);
+        debug_assert!(!self.keyed && tag <= MAX_TAG);
         self.catch_up(tick);
         let fire = self.calculated(deadline).max(tick);
         let key = self.alloc(item, tag, deadline);
@@ -182,26 +195,32 @@ impl<T> Wheel<T> {
         key
     }
 
+    /// [`insert`](Wheel::insert) under `key`, which the wheel's owner hands out (the
+    /// `DelayQueue` keys its entries by its own slab's index, so neither keeps the other's
+    /// key). A wheel takes its keys one way only: every entry from `insert`, or every entry
+    /// from `insert_keyed` (whose wheel never reuses a key by itself). `key` is not live and is
+    /// below [`MAX_ENTRIES`].
+    #[inline]
+    pub(crate) fn insert_keyed(&mut self, key: u32, item: T, tag: u8, deadline: u64, tick: u64) {
+        debug_assert!(self.keyed && tag <= MAX_TAG && (key as usize) < MAX_ENTRIES);
+        self.catch_up(tick);
+        let fire = self.calculated(deadline).max(tick);
+        // The node is written once, linked already.
+        let tail = self.push_back(key, fire);
+        self.nodes
+            .put(key as usize, Node::new(item, tag, deadline, tail));
+        if tail != NIL {
+            self.nodes[tail as usize].next = key;
+        }
+        self.len += 1;
+    }
+
     /// Appends `key` (firing on tick `fire`) to its bucket, or to its far slot if its round is
     /// past the horizon.
     #[inline]
     fn link(&mut self, key: u32, fire: u64) {
-        let round = fire >> self.round_shift;
-        let b = if round <= self.horizon {
-            (fire & self.mask) as usize
-        } else {
-            self.far_list(round)
-        };
-        if let Some(bucket) = self.buckets.get_mut(b) {
-            bucket.min_fire = bucket.min_fire.min(fire);
-        }
-        let list = self.list_mut(b);
-        let tail = list.tail;
-        list.tail = key;
-        if tail == NIL {
-            list.head = key;
-            self.set_occupied(b, true);
-        } else {
+        let tail = self.push_back(key, fire);
+        if tail != NIL {
             self.nodes[tail as usize].next = key;
         }
         let node = &mut self.nodes[key as usize];
@@ -209,27 +228,54 @@ impl<T> Wheel<T> {
         node.next = NIL;
     }
 
-    /// The list index of the far slot for `round` (past the horizon), allocating the far slots
-    /// if this is the first.
+    /// Makes `key` (firing on tick `fire`) the tail of its bucket, or of its far slot if its
+    /// round is past the horizon (allocating the far slots with the first): the list's ends,
+    /// occupancy and least fire tick. Returns the old tail (`NIL` for none), which the caller
+    /// links to `key` and `key` back to.
     #[inline]
-    fn far_list(&mut self, round: u64) -> usize {
-        let b = self.far_index(round);
-        let level = &mut self.far[(b - self.buckets.len()) / LEVEL_SLOTS];
-        if level.is_empty() {
-            *level = vec![EMPTY_LIST; LEVEL_SLOTS].into_boxed_slice();
+    fn push_back(&mut self, key: u32, fire: u64) -> u32 {
+        let round = fire >> self.round_shift;
+        if round <= self.horizon {
+            let b = (fire & self.mask) as usize;
+            let bucket = &mut self.buckets[b];
+            bucket.min_fire = bucket.min_fire.min(fire);
+            let tail = std::mem::replace(&mut bucket.ends.tail, key);
+            if tail == NIL {
+                bucket.ends.head = key;
+                self.occupied[b / 64] |= 1 << (b % 64);
+            }
+            return tail;
         }
-        b
+        let (level, slot) = self.far_slot(round);
+        let lists = &mut self.far[level];
+        if lists.is_empty() {
+            *lists = vec![EMPTY_LIST; LEVEL_SLOTS].into_boxed_slice();
+        }
+        let list = &mut lists[slot];
+        let tail = std::mem::replace(&mut list.tail, key);
+        if tail == NIL {
+            list.head = key;
+            self.far_occupied[level] |= 1 << slot;
+        }
+        tail
     }
 
     /// The list index of the far slot `round` waits in, relative to the current horizon.
     #[inline]
     fn far_index(&self, round: u64) -> usize {
+        let (level, slot) = self.far_slot(round);
+        self.buckets.len() + level * LEVEL_SLOTS + slot
+    }
+
+    /// The level and slot of the far slot `round` waits in, relative to the current horizon.
+    #[inline]
+    fn far_slot(&self, round: u64) -> (usize, usize) {
         debug_assert!(round > self.horizon);
         // The level of the highest base-64 digit in which the round differs from the horizon.
         let differs = (self.horizon ^ round) | (LEVEL_SLOTS as u64 - 1);
         let level = ((63 - differs.leading_zeros()) / LEVEL_BITS) as usize;
         let slot = (round >> (LEVEL_BITS * level as u32)) as usize & (LEVEL_SLOTS - 1);
-        self.buckets.len() + level * LEVEL_SLOTS + slot
+        (level, slot)
     }
 
     /// List `b`: a bucket's below `wheel_len`, a far slot's from there on.
@@ -353,12 +399,7 @@ impl<T> Wheel<T> {
 
     #[inline]
     fn alloc(&mut self, item: T, tag: u8, deadline: u64) -> u32 {
-        let node = Node {
-            item: Some(item),
-            deadline,
-            prev_tag: (u32::from(tag) << KEY_BITS) | PREV_MASK,
-            next: NIL,
-        };
+        let node = Node::new(item, tag, deadline, NIL);
         if self.free != NIL {
             let key = self.free;
             let slot = &mut self.nodes[key as usize];
@@ -429,9 +470,18 @@ impl<T> Wheel<T> {
     /// Nothing live: gives the slab and the far slots back rather than keep a burst's worth of
     /// memory.
     fn release_memory(&mut self) {
-        self.nodes = Slab::new();
+        if !self.keyed {
+            self.nodes = Slab::new();
+        }
         self.free = NIL;
         self.clear_far();
+    }
+
+    /// Gives the slab back: a keyed wheel that is empty, whose owner's keys start again from 0.
+    pub(crate) fn release_nodes(&mut self) {
+        debug_assert_eq!(self.len, 0);
+        self.nodes = Slab::new();
+        self.free = NIL;
     }
 
     /// The bucket of which `key` (whose deadline this is) is the head or the tail.
@@ -1033,6 +1083,32 @@ mod tests {
         let k = w.next_key();
         assert_eq!(k, 1, "a freed slot is reused first");
         assert_eq!(w.insert(9, 0, 100 * MS, 0), k);
+    }
+
+    /// A keyed wheel takes its owner's keys: past the end (the nodes before are pushed vacant),
+    /// reused after a removal; it keeps its nodes when it empties, until `release_nodes`.
+    #[test]
+    fn a_keyed_wheel_puts_entries_under_its_owners_keys() {
+        let mut w = Wheel::new_keyed(MS, 8);
+        w.insert_keyed(5, 'a', 1, 3 * MS, 0);
+        w.insert_keyed(0, 'b', 0, 3 * MS, 0);
+        w.insert_keyed(2 * PAGE as u32, 'c', 0, 200 * MS, 0);
+        assert_eq!(w.nodes.len(), 2 * PAGE + 1);
+        assert_eq!((w.deadline(5), w.deadline(0)), (3 * MS, 3 * MS));
+        assert_eq!(w.remove(5), ('a', 1));
+        w.insert_keyed(5, 'd', 0, 4 * MS, 0);
+        let mut fired = vec![];
+        for tick in 0..300 {
+            w.expire(tick, (tick + 1) * MS, |item, _, _| fired.push((tick, item)));
+        }
+        assert_eq!(fired, vec![(3, 'b'), (4, 'd'), (200, 'c')]);
+        assert_eq!(w.len(), 0);
+        assert_eq!(w.nodes.len(), 2 * PAGE + 1, "empty, it keeps its nodes");
+        w.insert_keyed(7, 'e', 0, 301 * MS, 300);
+        assert_eq!(w.peek(300), Some(7));
+        w.remove(7);
+        w.release_nodes();
+        assert!(w.nodes.pages.is_empty());
     }
 
     /// Entries on several slab pages keep their items, tags and links: a bucket's list runs

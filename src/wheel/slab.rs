@@ -30,6 +30,18 @@ pub(super) struct Node<T> {
 }
 
 impl<T> Node<T> {
+    /// A live node, the last of its list, after `prev` (`NIL` for none).
+    #[inline]
+    pub(super) fn new(item: T, tag: u8, deadline: u64, prev: u32) -> Self {
+        Node {
+            item: Some(item),
+            deadline,
+            // `NIL & PREV_MASK` is `PREV_MASK`, the tag's "none".
+            prev_tag: (u32::from(tag) << KEY_BITS) | (prev & PREV_MASK),
+            next: NIL,
+        }
+    }
+
     #[inline]
     pub(super) fn prev(&self) -> u32 {
         match self.prev_tag & PREV_MASK {
@@ -92,6 +104,33 @@ impl<T> Slab<T> {
         debug_assert!(page.len() < PAGE);
         page.push(node);
         self.len += 1;
+    }
+
+    /// Writes `node` under `key` (vacant, or past the end: the nodes up to it are pushed
+    /// vacant).
+    #[inline]
+    pub(super) fn put(&mut self, key: usize, node: Node<T>) {
+        if key == self.len {
+            self.push(node);
+        } else if key < self.len {
+            self[key] = node;
+        } else {
+            self.put_past_end(key, node);
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn put_past_end(&mut self, key: usize, node: Node<T>) {
+        while self.len < key {
+            self.push(Node {
+                item: None,
+                deadline: 0,
+                prev_tag: PREV_MASK,
+                next: NIL,
+            });
+        }
+        self.push(node);
     }
 }
 
