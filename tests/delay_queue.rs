@@ -182,8 +182,66 @@ fn an_expired_item_not_yet_yielded_can_be_reset_or_removed() {
     assert!(queue.is_empty());
 }
 
-/// An expired item's deadline lives in its entry of the ready list: `deadline` and `remove`
-/// find it there. Its wheel has emptied meanwhile; a new item in a freed slot far up the slab
+/// Many expired items left the ready list by `remove` and `reset` before a poll (each in
+/// constant time: a key left behind in the list goes stale and is passed over). The rest come
+/// out in order, each once, with their deadlines; `peek` names each next one; the reset items
+/// come back at their new deadlines, once, and one reset to the past comes back once too.
+#[test]
+fn expired_items_removed_or_reset_before_a_poll_leave_the_rest_in_order() {
+    let (timer, driver) = manual();
+    let mut queue = DelayQueue::new(timer.handle());
+    let (_count, waker) = counter();
+    let keys: Vec<Key> = (0..1_000u64).map(|i| queue.insert(i, ms(3))).collect();
+    // The manual clock's instants count from each call: equal within a millisecond.
+    let close = |a: Instant, b: Instant| a <= b + ms(1) && b <= a + ms(1);
+    step_to(&driver, ms(5));
+    let Poll::Ready(Some(first)) = poll(&mut queue, &waker) else {
+        panic!("item 0 is due")
+    };
+    assert_eq!(first.into_inner(), 0);
+    // Every other item has expired and waits to be yielded.
+    for i in (1..1_000).step_by(2) {
+        let due = queue.deadline(&keys[i]);
+        let gone = queue.remove(&keys[i]);
+        assert_eq!(gone.key(), keys[i]);
+        assert!(close(gone.deadline(), due), "{i}: its deadline");
+        assert_eq!(gone.into_inner(), i as u64);
+    }
+    assert_eq!(queue.peek(), Some(keys[2]));
+    for i in (2..1_000).filter(|i| i % 10 == 2) {
+        queue.reset(&keys[i], ms(50));
+    }
+    queue.reset(&keys[998], Duration::ZERO);
+    let kept: Vec<u64> = (2..998).filter(|i| i % 2 == 0 && i % 10 != 2).collect();
+    assert!(close(queue.deadline(&keys[4]), queue.deadline(&keys[6])));
+    assert_eq!(queue.len(), kept.len() + 100 + 1);
+    let mut out = vec![];
+    while let Some(next) = queue.peek() {
+        let Poll::Ready(Some(item)) = poll(&mut queue, &waker) else {
+            panic!("{next:?} is due")
+        };
+        assert_eq!(item.key(), next, "peek names what comes next");
+        out.push(item.into_inner());
+        if out.len() > kept.len() {
+            break;
+        }
+    }
+    // Item 998, due again at once, comes back once, among or after the rest.
+    let at = out
+        .iter()
+        .position(|&v| v == 998)
+        .expect("998 is due again");
+    out.remove(at);
+    assert_eq!(out, kept);
+    assert!(poll(&mut queue, &waker).is_pending());
+    step_to(&driver, ms(56));
+    let reset: Vec<u64> = (2..1_000).filter(|i| i % 10 == 2).collect();
+    assert_eq!(drain_ready(&mut queue, &waker), reset);
+    assert!(queue.is_empty());
+}
+
+/// An expired item's deadline lives in its slot: `deadline` and `remove` find it there. Its
+/// wheel has emptied meanwhile; a new item in a freed slot far up the slab
 /// goes into the wheel under that slot's index and expires on time.
 #[test]
 fn expired_items_keep_their_deadlines_while_the_wheel_is_empty() {

@@ -106,9 +106,11 @@ pub struct DelayQueue<T> {
     /// Every tick before this one has been processed.
     tick: u64,
     tick_nanos: u64,
-    /// Expired items in the order they are yielded, each with its deadline (their slots hold
-    /// only the stamp and value); an item that leaves otherwise takes its entry out.
-    ready: VecDeque<(Key, u64)>,
+    /// The keys of expired items, in the order they are yielded. An item that leaves
+    /// otherwise (removed, or reset into the wheel) leaves its key behind, stale: a key counts
+    /// while its slot is `Ready` under its stamp. The front key is never stale
+    /// ([`DelayQueue::drop_stale_front`]), so that `peek` needs no walk.
+    ready: VecDeque<Key>,
     /// Armed for the start of fire tick `armed`.
     sleep: Option<Sleep>,
     armed: u64,
@@ -131,7 +133,7 @@ pub struct DelayQueue<T> {
 }
 
 /// A slot of the slab: a stamp and a value, no wheel key (the wheel keys a waiting item's
-/// entry by the slot's index) and no deadline (the wheel's entry, or the `ready` entry, has it).
+/// entry by the slot's index); a waiting item's deadline is in the wheel's entry.
 enum Slot<T> {
     Vacant {
         next: u32,
@@ -141,10 +143,11 @@ enum Slot<T> {
         stamp: u32,
         value: T,
     },
-    /// Expired, not yet yielded: its deadline is in its entry of `ready`.
+    /// Expired, not yet yielded (its key is in `ready`).
     Ready {
         stamp: u32,
         value: T,
+        deadline: u64,
     },
 }
 
@@ -483,7 +486,12 @@ impl<T> DelayQueue<T> {
                 self.wheel.remove(key.index);
                 (value, deadline)
             }
-            Slot::Ready { value, .. } => (value, self.take_ready(key)),
+            Slot::Ready {
+                value, deadline, ..
+            } => {
+                self.drop_stale_front();
+                (value, deadline)
+            }
             Slot::Vacant { .. } => unreachable!("vacate: the caller checked the slot"),
         }
     }
@@ -497,12 +505,21 @@ impl<T> DelayQueue<T> {
         taken
     }
 
-    /// Takes the entry of the expired item under `key` out of `ready`: its deadline. A walk of
-    /// the entries before it (items leave `ready` from the front, when yielded).
-    fn take_ready(&mut self, key: &Key) -> u64 {
-        let at = self.ready.iter().position(|(k, _)| k == key);
-        let entry = at.and_then(|at| self.ready.remove(at));
-        entry.expect("an expired item has its entry in `ready`").1
+    /// Whether `key` in `ready` names an expired item still there.
+    fn is_ready(&self, key: &Key) -> bool {
+        matches!(self.slots.get(key.index as usize),
+            Some(Slot::Ready { stamp, .. }) if *stamp == key.stamp)
+    }
+
+    /// Drops the stale keys at the front of `ready` (their items left it otherwise), so that
+    /// its front names the next item to yield.
+    fn drop_stale_front(&mut self) {
+        while let Some(key) = self.ready.front() {
+            if self.is_ready(key) {
+                break;
+            }
+            self.ready.pop_front();
+        }
     }
 
     /// The queue has just become empty: its `Sleep` goes (its timeout is cancelled), the slab
@@ -570,14 +587,14 @@ impl<T> DelayQueue<T> {
                 self.wheel.remove(key.index);
             }
             Some(Slot::Ready { .. }) => {
-                // An expired item goes back into the wheel.
-                self.take_ready(key);
+                // An expired item goes back into the wheel; its key in `ready` goes stale.
                 let slot = &mut self.slots[key.index as usize];
-                if let Slot::Ready { stamp, value } =
+                if let Slot::Ready { stamp, value, .. } =
                     std::mem::replace(slot, Slot::Vacant { next: NONE })
                 {
                     *slot = Slot::Waiting { stamp, value };
                 }
+                self.drop_stale_front();
             }
             _ => panic!("DelayQueue::reset: the key names no item"),
         }
@@ -646,10 +663,7 @@ impl<T> DelayQueue<T> {
     pub fn deadline(&self, key: &Key) -> Instant {
         let nanos = match self.slot_of(key) {
             Some(Slot::Waiting { .. }) => self.wheel.deadline(key.index),
-            Some(Slot::Ready { .. }) => {
-                let entry = self.ready.iter().find(|(k, _)| k == key);
-                entry.expect("an expired item has its entry in `ready`").1
-            }
+            Some(Slot::Ready { deadline, .. }) => *deadline,
             _ => panic!("DelayQueue::deadline: the key names no item"),
         };
         self.timer.shared.clock.instant_at(nanos)
@@ -668,7 +682,7 @@ impl<T> DelayQueue<T> {
     /// assert_eq!(queue.peek(), Some(sooner));
     /// ```
     pub fn peek(&self) -> Option<Key> {
-        if let Some((key, _)) = self.ready.front() {
+        if let Some(key) = self.ready.front() {
             return Some(*key);
         }
         let index = self.wheel.peek(self.tick)?;
@@ -771,8 +785,12 @@ impl<T> DelayQueue<T> {
                 if let Slot::Waiting { stamp, value } =
                     std::mem::replace(slot, Slot::Vacant { next: NONE })
                 {
-                    *slot = Slot::Ready { stamp, value };
-                    ready.push_back((Key { index, stamp }, deadline));
+                    *slot = Slot::Ready {
+                        stamp,
+                        value,
+                        deadline,
+                    };
+                    ready.push_back(Key { index, stamp });
                     moved = true;
                 }
             });
@@ -788,11 +806,15 @@ impl<T> DelayQueue<T> {
 
     /// Takes the first expired item out of `ready` and its slot.
     fn pop_ready(&mut self) -> Option<Expired<T>> {
-        let (key, deadline) = self.ready.pop_front()?;
-        debug_assert!(matches!(self.slot_of(&key), Some(Slot::Ready { .. })));
-        let Slot::Ready { value, .. } = self.free_slot(key.index) else {
-            unreachable!("an entry of `ready` names an expired item");
+        let key = self.ready.pop_front()?;
+        debug_assert!(self.is_ready(&key), "the front of `ready` is never stale");
+        let Slot::Ready {
+            value, deadline, ..
+        } = self.free_slot(key.index)
+        else {
+            unreachable!("the front of `ready` names an expired item");
         };
+        self.drop_stale_front();
         let deadline = self.timer.shared.clock.instant_parts(deadline);
         if self.len == 0 {
             self.emptied();
