@@ -477,8 +477,8 @@ impl<T> DelayQueue<T> {
         })
     }
 
-    /// Takes the item under `key` out of its (occupied) slot and the wheel or `ready`; the
-    /// slot joins the free list.
+    /// Takes the item under `key` out of its (occupied) slot and, if it waits, the wheel (an
+    /// expired item's key in `ready` goes stale); the slot joins the free list.
     fn vacate(&mut self, key: &Key) -> (T, u64) {
         match self.free_slot(key.index) {
             Slot::Waiting { value, .. } => {
