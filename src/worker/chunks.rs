@@ -101,9 +101,10 @@ impl<J: Stored> ChunkTable<J> {
         id
     }
 
-    /// The table's reference to chunk `id`, taken out for one of its cells to be settled (the
-    /// task's `Timeout` borrows it while the task runs): given back with
-    /// [`ChunkTable::put_back_settled`] before anything else asks for the id.
+    /// The table's reference to chunk `id`, taken out for its cells to be settled (a task's
+    /// `Timeout` borrows it while the task runs), one after another while the entries being
+    /// settled are of this chunk: given back with [`ChunkTable::put_back_settled`] before the
+    /// table is asked for the id again (meanwhile the holder asks the chunk itself).
     #[inline]
     pub(super) fn take(&mut self, id: u32) -> ChunkRef<J> {
         self.chunks[id as usize]
@@ -111,12 +112,13 @@ impl<J: Stored> ChunkTable<J> {
             .expect("a chunk with unsettled cells")
     }
 
-    /// Gives back what [`ChunkTable::take`] took, with one more of its cells settled: the last
-    /// one lets the chunk go.
+    /// Gives back what [`ChunkTable::take`] took, with `settled` (at least 1) more of its
+    /// cells settled while it was out: the last one lets the chunk go.
     #[inline]
-    pub(super) fn put_back_settled(&mut self, id: u32, chunk: ChunkRef<J>) {
+    pub(super) fn put_back_settled(&mut self, id: u32, chunk: ChunkRef<J>, settled: u32) {
+        debug_assert!(settled >= 1);
         let unsettled = &mut self.meta[id as usize];
-        *unsettled -= 1;
+        *unsettled -= settled;
         if *unsettled == 0 {
             self.let_go(id, Some(chunk));
         } else {

@@ -49,7 +49,7 @@ mod thread;
 pub(crate) use thread::run;
 
 use crate::shared::batch::PendingBatch;
-use crate::shared::cells::{TimeoutState, NO_KEY};
+use crate::shared::cells::{ChunkRef, TimeoutState, NO_KEY};
 use crate::shared::{sealed, BoxedTask, Counters, Executor, Shared, Stored, LATENESS_CLASSES};
 use crate::sync::{Arc, Batch, Ordering};
 use crate::wheel::Wheel;
@@ -467,14 +467,29 @@ impl<J: Stored> Worker<J> {
         let mut expired = 0;
         let tick_nanos = shared.tick_nanos;
         let mut entries = self.due.drain(..);
+        // The chunk of the entries just settled, out of the table while the entries that
+        // follow are of the same chunk (a bucket's timeouts mostly come a chunk at a time):
+        // its id, and how many of its cells were settled meanwhile.
+        let mut out: Option<(u32, ChunkRef<J>, u32)> = None;
         while let Some((entry, idx, deadline)) = entries.next() {
             if let Some((ahead, ahead_idx, _)) = entries.as_slice().get(PREFETCH_AHEAD) {
-                chunks.get(J::chunk(ahead)).prefetch_cell(*ahead_idx);
+                let ahead_id = J::chunk(ahead);
+                match &out {
+                    Some((id, chunk, _)) if *id == ahead_id => chunk.prefetch_cell(*ahead_idx),
+                    _ => chunks.get(ahead_id).prefetch_cell(*ahead_idx),
+                }
                 J::prefetch(ahead, tasks);
             }
             let id = J::chunk(&entry);
-            let chunk = chunks.take(id);
-            if chunk.cell(idx).try_expire() {
+            let (chunk, settled) = match out.take() {
+                Some((out_id, chunk, settled)) if out_id == id => (chunk, settled),
+                Some((out_id, chunk, settled)) => {
+                    chunks.put_back_settled(out_id, chunk, settled);
+                    (chunks.take(id), 0)
+                }
+                None => (chunks.take(id), 0),
+            };
+            let chunk = if chunk.cell(idx).try_expire() {
                 // Ended before the task runs, so that a task can schedule again even at the
                 // pending limit.
                 ended = ended.wrapping_add(1);
@@ -492,17 +507,21 @@ impl<J: Stored> Worker<J> {
                     tally.panicked += 1;
                 }
                 timing.after_run(shared, tally);
-                // Settled after the run, so that a chunk whose timeouts all ran comes back as a
-                // spare (unless an executor or the task still holds a reference to it).
-                chunks.put_back_settled(id, state.into_chunk());
+                state.into_chunk()
             } else {
                 // Cancelled since it was taken out of the wheel (by a task of this bucket, or
                 // after this tick's cancellations were processed): its entry on the
                 // cancellation queue ends it (finding NO_KEY); the task is dropped here.
                 chunk.cell(idx).clear_wheel_key();
-                chunks.put_back_settled(id, chunk);
                 drop(J::unpark(entry, tasks));
-            }
+                chunk
+            };
+            out = Some((id, chunk, settled + 1));
+        }
+        // Settled after the runs, so that a chunk whose timeouts all ran comes back as a spare
+        // (unless an executor or a task still holds a reference to it).
+        if let Some((id, chunk, settled)) = out {
+            chunks.put_back_settled(id, chunk, settled);
         }
         self.ended = ended;
         tally.expired += expired;
