@@ -150,7 +150,59 @@ fn expire(c: &mut Criterion) {
             BatchSize::PerIteration,
         )
     });
+    // The live window of `expire_rate` at 20 M/s: 2 * 10^6 timeouts due over 100 ticks, each
+    // task capturing 24 bytes and doing nothing with them, run tick by tick: the worker's own
+    // cost per expired timeout at a size no cache holds (the timeouts' memory, written at the
+    // transfer, is read again at the expiry).
+    let (k, span) = (2_000_000u64, 100u64);
+    g.sample_size(10);
+    g.throughput(Throughput::Elements(k));
+    g.bench_function(format!("window_{k}_over_{span}_ticks_noop_24_bytes"), |b| {
+        b.iter_batched(
+            || window_timer(k, span),
+            |(timer, driver)| {
+                for _ in 0..=span {
+                    driver.advance(Duration::from_millis(1));
+                }
+                debug_assert_eq!(timer.pending_timeouts(), 0);
+                (timer, driver)
+            },
+            BatchSize::PerIteration,
+        )
+    });
     g.finish();
+}
+
+/// A manual timer holding `k` timeouts of [`idle_capture`] due evenly over `span_ticks` ticks
+/// from `WINDOW_START` on, every one of them already moved into its bucket (the transfer takes
+/// at most 100 000 a tick: `WINDOW_START` leaves room for 5 * 10^6), the clock just before the
+/// first deadline.
+fn window_timer(k: u64, span_ticks: u64) -> (HashedWheelTimer, ManualDriver) {
+    const WINDOW_START: Duration = Duration::from_millis(1_000);
+    let (timer, driver) = HashedWheelTimer::builder()
+        .tick_duration(Duration::from_millis(1))
+        .ticks_per_wheel(512)
+        .build_manual()
+        .expect("valid configuration");
+    for i in 0..k {
+        let at = WINDOW_START + Duration::from_micros(i * span_ticks * 1_000 / k);
+        timer.new_timeout(idle_capture(i), at).expect("accepted");
+    }
+    for _ in 0..WINDOW_START.as_millis() - 1 {
+        driver.advance(Duration::from_millis(1));
+    }
+    debug_assert_eq!(timer.pending_timeouts() as u64, k);
+    (timer, driver)
+}
+
+/// A task of 24 bytes, as `expire_rate`'s, that does nothing with them: what expiring it costs
+/// is the worker's alone.
+fn idle_capture(i: u64) -> impl FnOnce(&Timeout) + Send + 'static {
+    let sink = &SINK;
+    let due = i.wrapping_mul(31);
+    move |_: &Timeout| {
+        black_box((i, due, sink));
+    }
 }
 
 /// Runs `per_thread` operations on each of `threads` threads, all released at once; returns the
