@@ -120,7 +120,7 @@ impl<J: Stored> ChunkTable<J> {
         let unsettled = &mut self.meta[id as usize];
         *unsettled -= settled;
         if *unsettled == 0 {
-            self.let_go(id, Some(chunk));
+            self.let_go(id, chunk);
         } else {
             debug_assert!(self.chunks[id as usize].is_none());
             self.chunks[id as usize] = Some(chunk);
@@ -130,10 +130,8 @@ impl<J: Stored> ChunkTable<J> {
     /// Frees id `id`, whose cells are all settled, and lets its chunk go (once per chunk of
     /// 32 timeouts: out of the settling loop's way).
     #[inline(never)]
-    fn let_go(&mut self, id: u32, chunk: Option<ChunkRef<J>>) {
-        if let Some(chunk) = chunk {
-            self.release(chunk);
-        }
+    fn let_go(&mut self, id: u32, chunk: ChunkRef<J>) {
+        self.release(chunk);
         self.meta[id as usize] = self.free;
         self.free = id;
         self.held -= 1;
@@ -157,15 +155,12 @@ impl<J: Stored> ChunkTable<J> {
         }
     }
 
-    /// One of the chunk's cells is settled: the last one lets the chunk go.
+    /// One of the chunk's cells is settled (with the chunk in the table): the last one lets the
+    /// chunk go.
     #[inline]
     pub(super) fn settle(&mut self, id: u32) {
-        let unsettled = &mut self.meta[id as usize];
-        *unsettled -= 1;
-        if *unsettled == 0 {
-            let chunk = self.chunks[id as usize].take();
-            self.let_go(id, chunk);
-        }
+        let chunk = self.take(id);
+        self.put_back_settled(id, chunk, 1);
     }
 }
 
