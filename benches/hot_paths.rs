@@ -91,16 +91,21 @@ fn capture(i: u64) -> impl FnOnce(&Timeout) + Send + 'static {
     }
 }
 
+/// A manual timer in the `netty_workloads` configuration: 1 ms tick, 512 buckets.
+fn manual_timer() -> (HashedWheelTimer, ManualDriver) {
+    HashedWheelTimer::builder()
+        .tick_duration(Duration::from_millis(1))
+        .ticks_per_wheel(512)
+        .build_manual()
+        .expect("valid configuration")
+}
+
 fn loaded_manual_timer_with<T: hashed_timer_wheel::TimerTask>(
     k: u64,
     span_ticks: u64,
     task: impl Fn(u64) -> T,
 ) -> (HashedWheelTimer, ManualDriver) {
-    let (timer, driver) = HashedWheelTimer::builder()
-        .tick_duration(Duration::from_millis(1))
-        .ticks_per_wheel(512)
-        .build_manual()
-        .expect("valid configuration");
+    let (timer, driver) = manual_timer();
     for i in 0..k {
         // Deadlines from 1 ms on, spread evenly over `span_ticks` ticks.
         let at = Duration::from_millis(1) + Duration::from_millis(1) * (i * span_ticks / k) as u32;
@@ -179,11 +184,7 @@ fn expire(c: &mut Criterion) {
 /// first deadline.
 fn window_timer(k: u64, span_ticks: u64) -> (HashedWheelTimer, ManualDriver) {
     const WINDOW_START: Duration = Duration::from_millis(1_000);
-    let (timer, driver) = HashedWheelTimer::builder()
-        .tick_duration(Duration::from_millis(1))
-        .ticks_per_wheel(512)
-        .build_manual()
-        .expect("valid configuration");
+    let (timer, driver) = manual_timer();
     for i in 0..k {
         let at = WINDOW_START + Duration::from_micros(i * span_ticks * 1_000 / k);
         timer.new_timeout(idle_capture(i), at).expect("accepted");

@@ -116,10 +116,7 @@ impl<J: Stored> ChunkTable<J> {
     /// cells settled while it was out: the last one lets the chunk go.
     #[inline]
     pub(super) fn put_back_settled(&mut self, id: u32, chunk: ChunkRef<J>, settled: u32) {
-        debug_assert!(settled >= 1);
-        let unsettled = &mut self.meta[id as usize];
-        *unsettled -= settled;
-        if *unsettled == 0 {
+        if self.count_settled(id, settled) {
             self.let_go(id, chunk);
         } else {
             debug_assert!(self.chunks[id as usize].is_none());
@@ -159,8 +156,20 @@ impl<J: Stored> ChunkTable<J> {
     /// chunk go.
     #[inline]
     pub(super) fn settle(&mut self, id: u32) {
-        let chunk = self.take(id);
-        self.put_back_settled(id, chunk, 1);
+        if self.count_settled(id, 1) {
+            let chunk = self.take(id);
+            self.let_go(id, chunk);
+        }
+    }
+
+    /// Counts `settled` (at least 1) more of chunk `id`'s cells settled; whether they were its
+    /// last.
+    #[inline]
+    fn count_settled(&mut self, id: u32, settled: u32) -> bool {
+        debug_assert!(settled >= 1);
+        let unsettled = &mut self.meta[id as usize];
+        *unsettled -= settled;
+        *unsettled == 0
     }
 }
 

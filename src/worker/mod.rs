@@ -464,7 +464,6 @@ impl<J: Stored> Worker<J> {
         let tasks = &mut self.tasks;
         let tally = &mut self.tally;
         let mut ended = self.ended;
-        let mut expired = 0;
         let tick_nanos = shared.tick_nanos;
         let mut entries = self.due.drain(..);
         // The chunk of the entries just settled, out of the table while the entries that
@@ -494,7 +493,6 @@ impl<J: Stored> Worker<J> {
                 // pending limit.
                 ended = ended.wrapping_add(1);
                 shared.set_ended(ended);
-                expired += 1;
                 tally.fired(now.saturating_sub(deadline), tick_nanos);
                 // The task's `Timeout` borrows the table's reference to the chunk, which the
                 // table takes back after the run: no reference count moves.
@@ -523,8 +521,9 @@ impl<J: Stored> Worker<J> {
         if let Some((id, chunk, settled)) = out {
             chunks.put_back_settled(id, chunk, settled);
         }
+        // Every timeout this call ended, it expired.
+        tally.expired += ended.wrapping_sub(self.ended) as u64;
         self.ended = ended;
-        tally.expired += expired;
     }
 
     /// Gives the chunks of the batches just taken their ids (in the order the batches were
