@@ -9,20 +9,11 @@
 //! entries ahead (`prefetchw`) takes that wait off the path.
 //!
 //! The instructions are emitted where `cfg_prefetch!` holds (x86-64, not under loom, Miri or
-//! SGX); elsewhere both functions do nothing. Sources: Intel's SDM, vol. 2, "PREFETCHW" and
-//! "PREFETCHh"; AMD's APM, vol. 3, "PREFETCHW"; CPUID leaf `0x8000_0001`, ECX bit 8.
+//! SGX); elsewhere `WriteAhead::get` is always `None`. Sources: Intel's SDM, vol. 2, "PREFETCHW";
+//! AMD's APM, vol. 3, "PREFETCHW"; CPUID leaf `0x8000_0001`, ECX bit 8.
 #![allow(unsafe_code)]
 
-pub(crate) use imp::{prefetch, WriteAhead};
-
-/// What the caller of [`prefetch`] is about to do with the line.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub(crate) enum Access {
-    /// Read it: the line is fetched shared.
-    Read,
-    /// Write it: the line is fetched writable, where the CPU can.
-    Write,
-}
+pub(crate) use imp::WriteAhead;
 
 cfg_prefetch! {
     mod x86;
@@ -31,8 +22,6 @@ cfg_prefetch! {
 
 cfg_not_prefetch! {
     mod imp {
-        use super::Access;
-
         /// Never had on this target: nothing to ask for.
         #[derive(Clone, Copy, Debug)]
         pub(crate) struct WriteAhead(());
@@ -48,10 +37,6 @@ cfg_not_prefetch! {
             #[inline(always)]
             pub(crate) fn ahead<T>(self, _vec: &Vec<T>) {}
         }
-
-        /// Nothing to ask for on this target.
-        #[inline(always)]
-        pub(crate) fn prefetch<T>(_ptr: *const T, _access: Access) {}
     }
 }
 

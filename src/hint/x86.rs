@@ -1,7 +1,6 @@
-//! `hint` on x86-64: `prefetchw` and `prefetcht0`, the former only where CPUID reports it.
+//! `hint` on x86-64: `prefetchw`, where CPUID reports it.
 //! Compiled where `cfg_prefetch!` holds.
 
-use super::Access;
 use crate::sync::AtomicU8;
 use std::sync::atomic::Ordering;
 
@@ -46,35 +45,6 @@ impl WriteAhead {
                     options(nostack, preserves_flags, readonly)
                 );
             }
-        }
-    }
-}
-
-/// Asks the CPU to fetch the cache line at `ptr`: for writing (`prefetchw`) for
-/// [`Access::Write`] when the CPU has it, else for reading (`prefetcht0`). Only a hint,
-/// as [`WriteAhead::ahead`]; the worker asks for the lines of the timeouts it is
-/// about to expire (their cells and tasks), a few timeouts ahead.
-#[inline(always)]
-pub(crate) fn prefetch<T>(ptr: *const T, access: Access) {
-    if access == Access::Write && has_prefetchw() {
-        // SAFETY: as in `WriteAhead::ahead`: a hint that never faults, whatever the
-        // address, and runs only where CPUID reports it.
-        unsafe {
-            std::arch::asm!(
-                "prefetchw [{addr}]",
-                addr = in(reg) ptr,
-                options(nostack, preserves_flags, readonly)
-            );
-        }
-    } else {
-        // SAFETY: `prefetcht0` (SSE, on every x86-64 CPU) is a hint as well: it reads
-        // nothing the program sees and never faults, whatever the address.
-        unsafe {
-            std::arch::asm!(
-                "prefetcht0 [{addr}]",
-                addr = in(reg) ptr,
-                options(nostack, preserves_flags, readonly)
-            );
         }
     }
 }

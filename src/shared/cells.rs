@@ -58,7 +58,6 @@
 //!   entry). An idle worker, and `stop()`, let every spare go.
 
 use super::{BoxedTask, Shared, Stored, TimerHandle};
-use crate::hint::{self, Access};
 use crate::sync::{lock, Arc, AtomicU32, Mutex, Ordering};
 use crate::wheel::MAX_ENTRIES;
 use std::sync::PoisonError;
@@ -398,12 +397,6 @@ impl<J: Stored> ChunkRef<J> {
     #[inline]
     pub(crate) fn cell(&self, idx: u8) -> &Cell {
         &self.0.cells[usize::from(idx)]
-    }
-
-    /// Asks for cell `idx`'s line, writable: the worker is about to move its state.
-    #[inline]
-    pub(crate) fn prefetch_cell(&self, idx: u8) {
-        hint::prefetch(self.cell(idx), Access::Write);
     }
 
     /// The chunk as a spare, its cells fresh, if this was the last reference to it (no handle,

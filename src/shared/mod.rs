@@ -148,13 +148,6 @@ pub(crate) mod sealed {
 
         /// The chunk id an entry was parked with.
         fn chunk(entry: &Self::Entry) -> u32;
-
-        /// Asks for the lines of what the entry keeps outside the wheel (a hint): its task is
-        /// about to run.
-        #[inline]
-        fn prefetch(entry: &Self::Entry, store: &Self::Store) {
-            let _ = (entry, store);
-        }
     }
 
     /// The wheel's entry for a task kept whole in the wheel (a typed timer's).
@@ -209,11 +202,6 @@ impl sealed::TaskStorage for BoxedTask {
     #[inline]
     fn chunk(entry: &ParkedTask) -> u32 {
         entry.chunk()
-    }
-
-    #[inline]
-    fn prefetch(entry: &ParkedTask, store: &TaskSlabs) {
-        store.prefetch(entry)
     }
 }
 

@@ -30,7 +30,6 @@
 
 use super::cells::TimeoutState;
 use super::Job;
-use crate::hint::{self, Access};
 use std::marker::PhantomData;
 use std::mem::{align_of, size_of, ManuallyDrop, MaybeUninit};
 use std::ptr;
@@ -345,15 +344,6 @@ impl<const N: usize> WordSlab<N> {
         self.free = key;
     }
 
-    /// Asks for slot `key`'s line (a hint; see `hint::prefetch`).
-    #[inline]
-    fn prefetch(&self, key: u32) {
-        let key = key as usize;
-        if let Some(page) = self.pages.get(key / PAGE) {
-            hint::prefetch(&page[key % PAGE], Access::Read);
-        }
-    }
-
     #[inline]
     fn slot(&mut self, key: u32) -> &mut [Word; N] {
         let key = key as usize;
@@ -426,16 +416,6 @@ impl TaskSlabs {
             vtable: parked.vtable,
             words,
             _send: PhantomData,
-        }
-    }
-
-    /// Asks for the line of a parked task's words: it is about to run.
-    #[inline]
-    pub(crate) fn prefetch(&self, parked: &ParkedTask) {
-        match parked.vtable.words {
-            0 => {}
-            2 => self.two.prefetch(parked.key),
-            _ => self.four.prefetch(parked.key),
         }
     }
 

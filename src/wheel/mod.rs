@@ -73,23 +73,6 @@ const EMPTY_BUCKET: Bucket = Bucket {
     min_fire: u64::MAX,
 };
 
-/// A bucket's expiry in progress (see [`Wheel::begin_expiry`]).
-#[derive(Debug)]
-pub(crate) struct Expiry {
-    bucket: usize,
-    tick: u64,
-    now: u64,
-    tick_end: u64,
-    /// The next node to look at, or `NIL` when the walk is over.
-    cursor: u32,
-    /// The last entry walked that stays in the bucket, or `NIL`.
-    kept: u32,
-    /// Whether the bucket is walked at all (some entry of it may fire on `tick`).
-    walk: bool,
-    /// The least fire tick among the entries that stay.
-    min_fire: u64,
-}
-
 /// Bits of a round number per far level (64 slots a level).
 const LEVEL_BITS: u32 = 6;
 const LEVEL_SLOTS: usize = 1 << LEVEL_BITS;
@@ -557,67 +540,36 @@ impl<T> Wheel<T> {
     }
 
     /// Visits the bucket of `tick`: every entry whose fire tick has come (`remaining_rounds == 0`)
-    /// and whose deadline is `<= now` is unlinked and handed to `f`, in bucket order. The others
-    /// stay.
-    pub(crate) fn expire(&mut self, tick: u64, now: u64, f: impl FnMut(T, u8, u64)) {
-        let mut expiry = self.begin_expiry(tick, now);
-        self.take_due(&mut expiry, usize::MAX, f);
-        self.end_expiry(expiry);
-    }
-
-    /// Starts [`Wheel::expire`] for a caller that takes the due entries a batch at a time
-    /// ([`Wheel::take_due`]) and does something between batches; [`Wheel::end_expiry`] ends it.
-    /// Between the two, nothing else may change the wheel.
-    pub(crate) fn begin_expiry(&mut self, tick: u64, now: u64) -> Expiry {
-        self.catch_up(tick);
-        let b = (tick & self.mask) as usize;
-        // With no entry of the bucket firing yet (all rounds away), nothing is walked: Netty
-        // would walk the bucket to decrement `remaining_rounds`; with absolute fire ticks there
-        // is nothing to do.
-        let walk = self.buckets[b].min_fire <= tick;
-        Expiry {
-            bucket: b,
-            tick,
-            now,
-            // `calculated(deadline) <= tick` without a division per entry: the deadline is
-            // before the end of `tick`.
-            tick_end: tick.saturating_add(1).saturating_mul(self.tick_nanos),
-            cursor: if walk { self.buckets[b].ends.head } else { NIL },
-            kept: NIL,
-            walk,
-            min_fire: u64::MAX,
-        }
-    }
-
-    /// Unlinks the next due entries of the bucket `expiry` walks, up to `max` of them, and hands
-    /// each to `f` (entry, tag, deadline), in bucket order; returns how many: fewer than `max`
-    /// when the bucket has no more. `f` runs while the walk is under way (it cannot reach the
+    /// and whose deadline is `<= now` is unlinked and handed to `f` (entry, tag, deadline), in
+    /// bucket order. The others stay. `f` runs while the walk is under way (it cannot reach the
     /// wheel).
     ///
     /// The walk goes from the head: a due entry goes straight to the free list, and each kept
-    /// entry is linked after the one kept before it. The bucket's links are whole again when
-    /// the walk is over (nothing may look at the wheel between two batches).
+    /// entry is linked after the one kept before it; the bucket is whole again when the walk is
+    /// over. With no entry of the bucket firing yet (all rounds away), nothing is walked: Netty
+    /// would walk the bucket to decrement `remaining_rounds`; with absolute fire ticks there is
+    /// nothing to do.
     #[inline]
-    pub(crate) fn take_due(
-        &mut self,
-        expiry: &mut Expiry,
-        max: usize,
-        mut f: impl FnMut(T, u8, u64),
-    ) -> usize {
-        let b = expiry.bucket;
-        let mut cursor = expiry.cursor;
-        if cursor == NIL {
-            return 0;
+    pub(crate) fn expire(&mut self, tick: u64, now: u64, mut f: impl FnMut(T, u8, u64)) {
+        self.catch_up(tick);
+        let b = (tick & self.mask) as usize;
+        if self.buckets[b].min_fire > tick {
+            return;
         }
-        let mut kept = expiry.kept;
-        let mut taken = 0;
+        // `calculated(deadline) <= tick` without a division per entry: the deadline is before
+        // the end of `tick`.
+        let tick_end = tick.saturating_add(1).saturating_mul(self.tick_nanos);
         let tick_nanos = self.tick_nanos;
-        while cursor != NIL && taken < max {
+        let mut cursor = self.buckets[b].ends.head;
+        let mut kept = NIL;
+        let mut min_fire = u64::MAX;
+        let mut taken = 0;
+        while cursor != NIL {
             let node = &mut self.nodes[cursor as usize];
             let next = node.next;
             let deadline = node.deadline;
-            let due = deadline < expiry.tick_end || expiry.tick_end == u64::MAX;
-            if due && deadline <= expiry.now {
+            let due = deadline < tick_end || tick_end == u64::MAX;
+            if due && deadline <= now {
                 let item = node.item.take().expect("wheel: a linked node is live");
                 let tag = node.tag();
                 node.next = self.free;
@@ -628,12 +580,8 @@ impl<T> Wheel<T> {
             } else {
                 // Survivors are rounds away (or, with a clock that lags the tick, not yet due).
                 // (`calculated`, on the borrowed node's deadline.)
-                let fire = if due {
-                    expiry.tick
-                } else {
-                    deadline / tick_nanos
-                };
-                expiry.min_fire = expiry.min_fire.min(fire);
+                let fire = if due { tick } else { deadline / tick_nanos };
+                min_fire = min_fire.min(fire);
                 node.set_prev(kept);
                 if kept == NIL {
                     self.buckets[b].ends.head = cursor;
@@ -644,32 +592,18 @@ impl<T> Wheel<T> {
             }
             cursor = next;
         }
-        if cursor == NIL {
-            // The walk is over: the kept entries are the bucket.
-            if kept == NIL {
-                self.buckets[b] = EMPTY_BUCKET;
-                self.set_occupied(b, false);
-            } else {
-                self.nodes[kept as usize].next = NIL;
-                self.buckets[b].ends.tail = kept;
-            }
+        if kept == NIL {
+            self.buckets[b] = EMPTY_BUCKET;
+            self.set_occupied(b, false);
+        } else {
+            self.nodes[kept as usize].next = NIL;
+            self.buckets[b].ends.tail = kept;
+            // The survivors set the bucket's lower bound of fire ticks.
+            self.buckets[b].min_fire = min_fire;
         }
-        expiry.cursor = cursor;
-        expiry.kept = kept;
         self.len -= taken;
         if self.len == 0 {
-            // Only once the walk is over: nothing is left to walk.
             self.release_memory();
-        }
-        taken
-    }
-
-    /// Ends what [`Wheel::begin_expiry`] started: the bucket's survivors set its lower bound of
-    /// fire ticks.
-    pub(crate) fn end_expiry(&mut self, expiry: Expiry) {
-        debug_assert!(expiry.cursor == NIL, "every due entry taken");
-        if expiry.walk && self.buckets[expiry.bucket].ends.head != NIL {
-            self.buckets[expiry.bucket].min_fire = expiry.min_fire;
         }
     }
 
@@ -798,43 +732,21 @@ mod tests {
         (w, middle)
     }
 
-    /// Expires tick 3 of `w` in batches of `max` (`usize::MAX`: one walk); then removes the
-    /// survivor under `middle`, adds an entry due on tick 11, and expires the rest. Everything
-    /// handed out, in order.
-    fn expire_in_batches(
-        mut w: Wheel<u32>,
-        middle: Option<u32>,
-        max: usize,
-    ) -> Vec<(u32, u8, u64)> {
+    /// Expires tick 3 of `w`; then removes the survivor under `middle`, adds an entry due on
+    /// tick 11, and expires the rest. Everything handed out, in order.
+    fn expire_then_the_rest(mut w: Wheel<u32>, middle: Option<u32>) -> Vec<(u32, u8, u64)> {
         let mut got = Vec::new();
-        let mut expiry = w.begin_expiry(3, 4 * MS);
-        loop {
-            let before = got.len();
-            let taken = w.take_due(&mut expiry, max, |i, tag, d| got.push((i, tag, d)));
-            assert_eq!(taken, got.len() - before);
-            assert!(taken <= max);
-            if taken == 0 {
-                break;
-            }
-        }
-        w.end_expiry(expiry);
+        w.expire(3, 4 * MS, |i, tag, d| got.push((i, tag, d)));
         // The bucket is whole: from its head, each node is live and links back to the one
         // before; the last is its tail.
         let (mut at, mut before, mut walked) = (w.list(3).head, NIL, 0);
         while at != NIL {
             let node = &w.nodes[at as usize];
-            assert!(
-                node.item.is_some() && node.prev() == before,
-                "batches of {max}"
-            );
+            assert!(node.item.is_some() && node.prev() == before);
             (before, at) = (at, node.next);
             walked += 1;
         }
-        assert_eq!(
-            (w.list(3).tail, walked),
-            (before, w.len() - 1),
-            "batches of {max}"
-        );
+        assert_eq!((w.list(3).tail, walked), (before, w.len() - 1));
         assert_eq!(w.occupied[0] & (1 << 3) != 0, walked > 0);
         // A survivor in the middle is cancelled (its neighbours' links must be right), and a
         // new entry joins the bucket's tail.
@@ -851,7 +763,7 @@ mod tests {
     }
 
     #[test]
-    fn taking_due_entries_in_batches_gives_what_one_walk_gives_and_keeps_the_rest_linked() {
+    fn expiring_a_bucket_hands_out_the_due_entries_in_order_and_keeps_the_rest_linked() {
         // Due entries at the head, the tail, both, neither; survivors in between; none at all.
         let patterns: [fn(u32) -> bool; 4] = [
             |i| (i % 3 == 1 || i % 7 == 0) && (2..37).contains(&i),
@@ -860,8 +772,7 @@ mod tests {
             |_| false,
         ];
         for later in patterns {
-            let (whole, middle) = mixed_bucket(later);
-            let expected = expire_in_batches(whole, middle, usize::MAX);
+            let (w, middle) = mixed_bucket(later);
             // By definition: the entries due on tick 3 in insertion order, the removed survivor,
             // then bucket 5's entry, then the other survivors and the new entry in order.
             let mut by_definition: Vec<(u32, u8, u64)> = (0..40u32)
@@ -877,15 +788,7 @@ mod tests {
                     .map(|i| (i, (i % 32) as u8, 11 * MS + u64::from(i))),
             );
             by_definition.push((500, 1, 11 * MS + 500));
-            assert_eq!(expected, by_definition);
-            for max in [1, 2, 3, 5, 64] {
-                let (w, middle) = mixed_bucket(later);
-                assert_eq!(
-                    expire_in_batches(w, middle, max),
-                    expected,
-                    "batches of {max}"
-                );
-            }
+            assert_eq!(expire_then_the_rest(w, middle), by_definition);
         }
     }
 

@@ -57,14 +57,6 @@ use chunks::ChunkTable;
 use std::collections::VecDeque;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-/// How many timeouts ahead of the one it expires the worker asks for the lines of a timeout's
-/// cell and task: about the time a few short tasks take, against a miss to memory.
-const PREFETCH_AHEAD: usize = 4;
-
-/// Due timeouts taken out of the wheel at a time (see [`Worker::expire`]): 2 KB of entries for
-/// a boxed timer.
-const DUE_BATCH: usize = 64;
-
 /// Timeouts moved from the `timeouts` queue into buckets per tick, at most (Netty's cap).
 pub(crate) const TRANSFER_CAP: u64 = 100_000;
 
@@ -187,8 +179,6 @@ pub(crate) struct Worker<J: Stored = BoxedTask> {
     spare: Vec<PendingBatch<J>>,
     /// Reused buffer for the cancellation queue.
     cancellations: Vec<TimeoutState<J>>,
-    /// Reused buffer for the entries of a bucket being expired (see [`Worker::expire`]).
-    due: Vec<(J::Entry, u8, u64)>,
     chunks: ChunkTable<J>,
     tally: Tally,
     /// Owned by the worker, so that it is dropped with it when the timer stops.
@@ -218,7 +208,6 @@ impl<J: Stored> Worker<J> {
             inbox: VecDeque::new(),
             spare: Vec::new(),
             cancellations: Vec::new(),
-            due: Vec::new(),
             chunks: ChunkTable::new(),
             tally: Tally::default(),
             executor,
@@ -431,99 +420,35 @@ impl<J: Stored> Worker<J> {
         shared.set_ended(self.ended);
     }
 
-    /// Expires the bucket of `tick`, `DUE_BATCH` timeouts at a time: first takes the batch's
-    /// due entries out of the wheel, in bucket order (a walk with no locked instruction and no
-    /// clock read in it, so that the CPU can fetch the entries' lines side by side), then
-    /// settles them in that order, asking a few timeouts ahead for the lines of their cells and
-    /// tasks. The batch stays in the core's nearest cache between the two passes.
+    /// Expires the bucket of `tick` in one walk: each due timeout is settled as the walk
+    /// unlinks it.
     fn expire(&mut self, shared: &Shared<J>, tick: u64, now: u64) {
-        let mut expiry = self.wheel.begin_expiry(tick, now);
-        let mut timing = RunTiming::new(self.executor.is_none());
-        loop {
-            let due = &mut self.due;
-            let taken = self
-                .wheel
-                .take_due(&mut expiry, DUE_BATCH, |entry, idx, deadline| {
-                    due.push((entry, idx, deadline))
-                });
-            if taken == 0 {
-                break;
-            }
-            self.settle_due(shared, now, &mut timing);
-        }
-        self.wheel.end_expiry(expiry);
-        timing.finish(shared, &mut self.tally);
-    }
-
-    /// Settles the entries in `due` (taken out of the wheel, due at `now`): runs each task whose
-    /// timeout is still in the wheel, drops the others.
-    #[inline]
-    fn settle_due(&mut self, shared: &Shared<J>, now: u64, timing: &mut RunTiming) {
-        let executor = self.executor.as_ref();
-        let chunks = &mut self.chunks;
-        let tasks = &mut self.tasks;
-        let tally = &mut self.tally;
-        let mut ended = self.ended;
-        let tick_nanos = shared.tick_nanos;
-        let mut entries = self.due.drain(..);
-        // The chunk of the entries just settled, out of the table while the entries that
-        // follow are of the same chunk (a bucket's timeouts mostly come a chunk at a time):
-        // its id, and how many of its cells were settled meanwhile.
-        let mut out: Option<(u32, ChunkRef<J>, u32)> = None;
-        while let Some((entry, idx, deadline)) = entries.next() {
-            if let Some((ahead, ahead_idx, _)) = entries.as_slice().get(PREFETCH_AHEAD) {
-                let ahead_id = J::chunk(ahead);
-                match &out {
-                    Some((id, chunk, _)) if *id == ahead_id => chunk.prefetch_cell(*ahead_idx),
-                    _ => chunks.get(ahead_id).prefetch_cell(*ahead_idx),
-                }
-                J::prefetch(ahead, tasks);
-            }
-            let id = J::chunk(&entry);
-            let (chunk, settled) = match out.take() {
-                Some((out_id, chunk, settled)) if out_id == id => (chunk, settled),
-                Some((out_id, chunk, settled)) => {
-                    chunks.put_back_settled(out_id, chunk, settled);
-                    (chunks.take(id), 0)
-                }
-                None => (chunks.take(id), 0),
-            };
-            let chunk = if chunk.cell(idx).try_expire() {
-                // Ended before the task runs, so that a task can schedule again even at the
-                // pending limit.
-                ended = ended.wrapping_add(1);
-                shared.set_ended(ended);
-                tally.fired(now.saturating_sub(deadline), tick_nanos);
-                // The task's `Timeout` borrows the table's reference to the chunk, which the
-                // table takes back after the run: no reference count moves.
-                let state = chunk.into_state(idx);
-                // A future's wake-up runs here: handing it to an executor would cost more.
-                let executor = executor.filter(|_| !state.has_waker());
-                timing.before_run(shared);
-                let (state, ran) = run_task(executor, entry, tasks, state);
-                if !ran {
-                    tally.panicked += 1;
-                }
-                timing.after_run(shared, tally);
-                state.into_chunk()
-            } else {
-                // Cancelled since it was taken out of the wheel (by a task of this bucket, or
-                // after this tick's cancellations were processed): its entry on the
-                // cancellation queue ends it (finding NO_KEY); the task is dropped here.
-                chunk.cell(idx).clear_wheel_key();
-                drop(J::unpark(entry, tasks));
-                chunk
-            };
-            out = Some((id, chunk, settled + 1));
-        }
+        let mut settle = Settle {
+            shared,
+            now,
+            tick_nanos: shared.tick_nanos,
+            executor: self.executor.as_ref(),
+            chunks: &mut self.chunks,
+            tasks: &mut self.tasks,
+            tally: &mut self.tally,
+            ended: self.ended,
+            out: None,
+            timing: RunTiming::new(self.executor.is_none()),
+        };
+        self.wheel.expire(tick, now, |entry, idx, deadline| {
+            settle.due(entry, idx, deadline)
+        });
         // Settled after the runs, so that a chunk whose timeouts all ran comes back as a spare
         // (unless an executor or a task still holds a reference to it).
-        if let Some((id, chunk, settled)) = out {
-            chunks.put_back_settled(id, chunk, settled);
+        if let Some((id, chunk, settled)) = settle.out.take() {
+            settle.chunks.put_back_settled(id, chunk, settled);
         }
+        let ended = settle.ended;
+        let mut timing = settle.timing;
         // Every timeout this call ended, it expired.
-        tally.expired += ended.wrapping_sub(self.ended) as u64;
+        self.tally.expired += ended.wrapping_sub(self.ended) as u64;
         self.ended = ended;
+        timing.finish(shared, &mut self.tally);
     }
 
     /// Gives the chunks of the batches just taken their ids (in the order the batches were
@@ -543,7 +468,6 @@ impl<J: Stored> Worker<J> {
             return;
         }
         self.spare = Vec::new();
-        self.due = Vec::new();
         self.chunks.release_idle();
         shared.timeouts.for_each_data(|p| p.clear_spares());
         // Pushed since we looked, if anything: kept (in order) for the next transfer.
@@ -608,6 +532,68 @@ const SPARE_BATCHES: usize = 8;
 fn recycle<T>(buf: &mut Vec<T>) {
     if buf.capacity() > KEEP {
         *buf = Vec::new();
+    }
+}
+
+/// The settling of a bucket's due entries, as the wheel's walk hands them out (see
+/// [`Worker::expire`]): runs each task whose timeout is still in the wheel, drops the others.
+struct Settle<'a, J: Stored> {
+    shared: &'a Shared<J>,
+    now: u64,
+    tick_nanos: u64,
+    executor: Option<&'a Executor>,
+    chunks: &'a mut ChunkTable<J>,
+    tasks: &'a mut J::Store,
+    tally: &'a mut Tally,
+    ended: usize,
+    /// The chunk of the entries just settled, out of the table while the entries that follow
+    /// are of the same chunk (a bucket's timeouts mostly come a chunk at a time): its id, and
+    /// how many of its cells were settled meanwhile.
+    out: Option<(u32, ChunkRef<J>, u32)>,
+    timing: RunTiming,
+}
+
+impl<J: Stored> Settle<'_, J> {
+    /// Settles one due entry, just unlinked.
+    #[inline]
+    fn due(&mut self, entry: J::Entry, idx: u8, deadline: u64) {
+        let id = J::chunk(&entry);
+        let (chunk, settled) = match self.out.take() {
+            Some((out_id, chunk, settled)) if out_id == id => (chunk, settled),
+            Some((out_id, chunk, settled)) => {
+                self.chunks.put_back_settled(out_id, chunk, settled);
+                (self.chunks.take(id), 0)
+            }
+            None => (self.chunks.take(id), 0),
+        };
+        let chunk = if chunk.cell(idx).try_expire() {
+            // Ended before the task runs, so that a task can schedule again even at the
+            // pending limit.
+            self.ended = self.ended.wrapping_add(1);
+            self.shared.set_ended(self.ended);
+            self.tally
+                .fired(self.now.saturating_sub(deadline), self.tick_nanos);
+            // The task's `Timeout` borrows the table's reference to the chunk, which the
+            // table takes back after the run: no reference count moves.
+            let state = chunk.into_state(idx);
+            // A future's wake-up runs here: handing it to an executor would cost more.
+            let executor = self.executor.filter(|_| !state.has_waker());
+            self.timing.before_run(self.shared);
+            let (state, ran) = run_task(executor, entry, self.tasks, state);
+            if !ran {
+                self.tally.panicked += 1;
+            }
+            self.timing.after_run(self.shared, self.tally);
+            state.into_chunk()
+        } else {
+            // Cancelled since the walk reached it (by a task of this bucket, or after this
+            // tick's cancellations were processed): its entry on the cancellation queue ends
+            // it (finding NO_KEY); the task is dropped here.
+            chunk.cell(idx).clear_wheel_key();
+            drop(J::unpark(entry, self.tasks));
+            chunk
+        };
+        self.out = Some((id, chunk, settled + 1));
     }
 }
 
