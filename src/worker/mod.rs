@@ -578,12 +578,11 @@ impl<J: Stored> Settle<'_, J> {
             let state = chunk.into_state(idx);
             // A future's wake-up runs here: handing it to an executor would cost more.
             let executor = self.executor.filter(|_| !state.has_waker());
-            self.timing.before_run(self.shared);
+            self.timing.before_run(self.shared, self.tally);
             let (state, ran) = run_task(executor, entry, self.tasks, state);
             if !ran {
                 self.tally.panicked += 1;
             }
-            self.timing.after_run(self.shared, self.tally);
             state.into_chunk()
         } else {
             // Cancelled since the walk reached it (by a task of this bucket, or after this
@@ -638,9 +637,10 @@ fn run_task<J: Stored>(
 /// task is timed with at most the short tasks run just before it.
 struct RunTiming {
     on: bool,
-    /// When the current stretch started (the end of the previous one), if it has.
+    /// When the open stretch started, if one is open.
     start: Option<u64>,
-    tasks: u32,
+    /// Runs the open stretch has yet to take (0: the next run ends it and starts the next).
+    left: u32,
     stretch: u32,
 }
 
@@ -651,47 +651,53 @@ impl RunTiming {
         RunTiming {
             on,
             start: None,
-            tasks: 0,
+            // Off, a boundary comes once every 2^32 runs, and does nothing.
+            left: if on { 0 } else { u32::MAX },
             stretch: 1,
         }
     }
 
+    /// A task is about to run: one count, and a clock read at the edge of a stretch.
     #[inline]
-    fn before_run<J: Stored>(&mut self, shared: &Shared<J>) {
-        if self.on && self.start.is_none() {
-            self.start = Some(shared.clock.now_upper());
+    fn before_run<J: Stored>(&mut self, shared: &Shared<J>, tally: &mut Tally) {
+        if self.left == 0 {
+            self.boundary(shared, tally);
         }
+        self.left -= 1;
     }
 
-    #[inline]
-    fn after_run<J: Stored>(&mut self, shared: &Shared<J>, tally: &mut Tally) {
-        if self.on {
-            self.tasks += 1;
-            if self.tasks >= self.stretch {
-                self.close(shared, tally);
-            }
+    /// Ends the open stretch, if any, and starts the next: `stretch` runs from now.
+    #[inline(never)]
+    fn boundary<J: Stored>(&mut self, shared: &Shared<J>, tally: &mut Tally) {
+        if !self.on {
+            self.left = u32::MAX;
+            return;
         }
+        let now = shared.clock.now_upper();
+        self.close(now, shared.tick_nanos, tally);
+        self.start = Some(now);
+        self.left = self.stretch;
     }
 
     /// Ends a stretch left open at the end of a bucket.
     fn finish<J: Stored>(&mut self, shared: &Shared<J>, tally: &mut Tally) {
-        if self.on && self.tasks > 0 {
-            self.close(shared, tally);
+        if self.on && self.start.is_some() {
+            self.close(shared.clock.now_upper(), shared.tick_nanos, tally);
         }
     }
 
-    fn close<J: Stored>(&mut self, shared: &Shared<J>, tally: &mut Tally) {
-        let Some(start) = self.start else { return };
-        let end = shared.clock.now_upper();
+    /// Ends the open stretch at `end`, if one is open.
+    fn close(&mut self, end: u64, tick_nanos: u64, tally: &mut Tally) {
+        let Some(start) = self.start.take() else {
+            return;
+        };
         let took = end.saturating_sub(start);
-        tally.ran(took, end, shared.tick_nanos);
-        self.stretch = if took < shared.tick_nanos / 64 {
+        tally.ran(took, end, tick_nanos);
+        self.stretch = if took < tick_nanos / 64 {
             (self.stretch * 2).min(MAX_STRETCH)
         } else {
             1
         };
-        self.start = Some(end);
-        self.tasks = 0;
     }
 }
 
