@@ -174,7 +174,9 @@ impl<T: TypedTask> sealed::TaskStorage for T {
         entry.task
     }
 
-    #[inline]
+    // `always`: in a large binary LLVM keeps this out of line, and the pair it returns then
+    // goes through memory; inline, the task's run is part of the worker's loop.
+    #[inline(always)]
     fn run_parked(
         entry: sealed::Whole<T>,
         _: &mut (),
@@ -188,7 +190,7 @@ impl<T: TypedTask> sealed::TaskStorage for T {
         entry.chunk
     }
 
-    #[inline]
+    #[inline(always)]
     fn run_stored(self, state: TimeoutState<Self>) -> (TimeoutState<Self>, bool) {
         let timeout = Timeout { state };
         let ran = catch_unwind(AssertUnwindSafe(|| TypedTask::run(self, &timeout))).is_ok();

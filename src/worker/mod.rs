@@ -79,6 +79,20 @@ struct Tally {
     warned_at: Option<u64>,
 }
 
+/// The lateness class of a timeout `late` nanoseconds late, `late >= tick_nanos`: the bit length
+/// of the whole ticks late (class k holds [2^(k-1), 2^k) ticks), without a division (when the
+/// worker falls behind, every timeout is late, and a division each would slow it further).
+///
+/// With `bits(x)` the bit length, `late / tick_nanos` lies in `(2^(d-1), 2^(d+1))` for
+/// `d = bits(late) - bits(tick_nanos)`, so its bit length is `d` or `d + 1`: `d + 1` exactly
+/// when `late >= tick_nanos << d` (a shift that cannot overflow: `tick_nanos < 2^bits(tick_nanos)`).
+#[inline]
+fn late_class(late: u64, tick_nanos: u64) -> usize {
+    debug_assert!(late >= tick_nanos && tick_nanos > 0);
+    let d = tick_nanos.leading_zeros() - late.leading_zeros();
+    (d + u32::from(late >= tick_nanos << d)) as usize
+}
+
 /// A task that holds the worker this many ticks or more is warned about in the log (Netty's
 /// most common misuse: a slow task delays every timeout after it), at most once every
 /// `WARNING_INTERVAL_NS`.
@@ -105,13 +119,10 @@ impl Tally {
         classes
     }
 
-    /// Counts a timeout a tick or more late in its class.
-    #[inline(never)]
+    /// Counts a timeout a tick or more late (`late >= tick_nanos`) in its class.
+    #[inline]
     fn late_class(&mut self, late: u64, tick_nanos: u64) {
-        // Whole ticks late, in [2^(k-1), 2^k) for class k: k is the bit length.
-        let ticks = late / tick_nanos;
-        let class = (u64::BITS - ticks.leading_zeros()) as usize;
-        self.lateness[class.min(LATENESS_CLASSES - 1)] += 1;
+        self.lateness[late_class(late, tick_nanos).min(LATENESS_CLASSES - 1)] += 1;
     }
 
     /// An inline task run took `took` nanoseconds; the clock read `now` at its end.
@@ -710,6 +721,35 @@ mod tests {
     use std::time::Duration;
 
     fn noop(_: &Timeout) {}
+
+    #[test]
+    fn a_lateness_class_is_the_bit_length_of_the_ticks_late() {
+        // Ticks of every bit length, at and around powers of two, against the division.
+        let mut ticks: Vec<u64> = vec![1, 3, 7, 1_000, 999_983, 1_000_000, u64::MAX / 3, u64::MAX];
+        ticks.extend((1..64).flat_map(|b| [(1u64 << b) - 1, 1 << b, (1 << b) + 1]));
+        for &tick in &ticks {
+            let mut lates: Vec<u64> = (0..64)
+                .flat_map(|b| {
+                    let at = tick.saturating_mul(1 << b);
+                    [at.saturating_sub(1), at, at.saturating_add(1)]
+                })
+                .collect();
+            lates.extend([
+                u64::MAX - 1,
+                u64::MAX,
+                tick.saturating_mul(3),
+                tick.saturating_add(tick / 2),
+            ]);
+            for late in lates.into_iter().filter(|&late| late >= tick) {
+                let by_division = (u64::BITS - (late / tick).leading_zeros()) as usize;
+                assert_eq!(
+                    super::late_class(late, tick),
+                    by_division,
+                    "{late} late, tick {tick}"
+                );
+            }
+        }
+    }
 
     #[test]
     fn lateness_classes_are_powers_of_two_ticks() {
