@@ -644,7 +644,7 @@ fn run_task<J: Stored>(
 /// Times the tasks run inline, for `TimerStats::longest_run` and `slow_runs`, reading the clock
 /// once per stretch of consecutive tasks rather than once per task: a stretch is one task after
 /// a long one, and doubles (up to `MAX_STRETCH`) while tasks stay short (a stretch under
-/// `tick / 64`), so that a burst of short tasks costs a clock read per 32 of them, and a slow
+/// `tick / 64`), so that a burst of short tasks costs a clock read per 128 of them, and a slow
 /// task is timed with at most the short tasks run just before it.
 struct RunTiming {
     on: bool,
@@ -655,7 +655,7 @@ struct RunTiming {
     stretch: u32,
 }
 
-const MAX_STRETCH: u32 = 32;
+const MAX_STRETCH: u32 = 128;
 
 impl RunTiming {
     fn new(on: bool) -> RunTiming {
