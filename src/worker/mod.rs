@@ -449,13 +449,7 @@ impl<J: Stored> Worker<J> {
         self.wheel.expire(tick, now, |entry, idx, deadline| {
             settle.due(entry, idx, deadline)
         });
-        // Settled after the runs, so that a chunk whose timeouts all ran comes back as a spare
-        // (unless an executor or a task still holds a reference to it).
-        if let Some((id, chunk, settled)) = settle.out.take() {
-            settle.chunks.put_back_settled(id, chunk, settled);
-        }
-        let ended = settle.ended;
-        let mut timing = settle.timing;
+        let (ended, mut timing) = settle.finish();
         // Every timeout this call ended, it expired.
         self.tally.expired += ended.wrapping_sub(self.ended) as u64;
         self.ended = ended;
@@ -604,6 +598,17 @@ impl<J: Stored> Settle<'_, J> {
             chunk
         };
         self.out = Some((id, chunk, settled + 1));
+    }
+
+    /// Ends the bucket's settling: the chunk still out goes back to the table, after the runs,
+    /// so that a chunk whose timeouts all ran comes back as a spare (unless an executor or a
+    /// task still holds a reference to it). The worker's new running total of ended
+    /// timeouts, and the run timing to finish.
+    fn finish(self) -> (usize, RunTiming) {
+        if let Some((id, chunk, settled)) = self.out {
+            self.chunks.put_back_settled(id, chunk, settled);
+        }
+        (self.ended, self.timing)
     }
 }
 
