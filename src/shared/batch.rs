@@ -9,7 +9,7 @@
 
 use super::cells::{CellRun, CellRunCursor, ChunkCursor, ChunkRef, SpareChunk, TimeoutState};
 use super::small_task::Word;
-use super::{sealed, BoxedTask, Shared, Stored};
+use super::{sealed, BoxedTask, Enqueue, Shared, Stored};
 use crate::hint::WriteAhead;
 use crate::sync::{Arc, Batch};
 
@@ -68,13 +68,13 @@ impl<J: Stored> PendingBatch<J> {
         cursor: &mut ChunkCursor<J>,
         shared: &Arc<Shared<J>>,
         shard: u8,
-        task: J,
+        task: impl Enqueue<J>,
         deadline: u64,
     ) -> Option<TimeoutState<J>> {
         // A shard's batch is never partly taken: the worker swaps it out whole.
         debug_assert_eq!(self.drained, 0);
         let at = self.tasks.len();
-        let queued = sealed::TaskStorage::enqueue(task, &mut self.words);
+        let queued = task.enqueue(&mut self.words);
         let state = cursor.next_state::<HANDLE>(shared, shard, &mut self.runs, at);
         // The worker's core read these buffers last: own their lines before the stores reach
         // them (see `hint`).

@@ -93,6 +93,32 @@ impl BoxedTask {
     }
 }
 
+/// What a producer hands the queue: a stored task (`J` itself), or, on a boxed timer, the
+/// caller's task as it was given ([`Fresh`]), written straight into the queue's words.
+pub(crate) trait Enqueue<J: Stored> {
+    /// Queues the task: what the batch holds for it, its words appended to `words`.
+    fn enqueue(self, words: &mut Vec<Word>) -> J::Queued;
+}
+
+impl<J: Stored> Enqueue<J> for J {
+    #[inline]
+    fn enqueue(self, words: &mut Vec<Word>) -> J::Queued {
+        sealed::TaskStorage::enqueue(self, words)
+    }
+}
+
+/// A boxed timer's task as the caller gave it: queued without being built as a [`SmallTask`]
+/// first (a task built on the caller's stack is copied with reads wider than its fields were
+/// written, and each such read waits for the stores: see `SmallTask::enqueue_fresh`).
+pub(crate) struct Fresh<F>(pub(crate) F);
+
+impl<F: Job> Enqueue<BoxedTask> for Fresh<F> {
+    #[inline]
+    fn enqueue(self, words: &mut Vec<Word>) -> QueuedTask {
+        SmallTask::enqueue_fresh(self.0, words)
+    }
+}
+
 impl std::fmt::Debug for BoxedTask {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("BoxedTask")
@@ -448,7 +474,7 @@ impl<J: Stored> Shared<J> {
     #[inline]
     pub(crate) fn schedule(
         self: &Arc<Self>,
-        job: J,
+        job: impl Enqueue<J>,
         delay: Duration,
     ) -> Result<TimeoutState<J>, TimerError> {
         let (deadline, now) = self.due_after(delay);
@@ -467,7 +493,7 @@ impl<J: Stored> Shared<J> {
     #[inline]
     pub(crate) fn schedule_at(
         self: &Arc<Self>,
-        job: J,
+        job: impl Enqueue<J>,
         deadline: u64,
         now: u64,
     ) -> Result<TimeoutState<J>, TimerError> {
@@ -481,7 +507,7 @@ impl<J: Stored> Shared<J> {
     #[inline]
     pub(crate) fn schedule_detached(
         self: &Arc<Self>,
-        job: J,
+        job: impl Enqueue<J>,
         delay: Duration,
     ) -> Result<(), TimerError> {
         let (deadline, now) = self.due_after(delay);
@@ -494,7 +520,7 @@ impl<J: Stored> Shared<J> {
     #[inline]
     fn push<const HANDLE: bool>(
         self: &Arc<Self>,
-        job: J,
+        job: impl Enqueue<J>,
         deadline: u64,
         now: u64,
         on_expiry: OnExpiry,
