@@ -255,10 +255,9 @@ impl SmallTask {
         let len = words.len();
         // SAFETY: `words` has room for `n` more words (reserved), which `F` fits in, aligned
         // to at most a word (`FITS`, `class_words`), so the write stays in the allocation and
-        // is aligned. The `n`
-        // words now hold a live `F` for `InPlace::<F>::VTABLE` (invariants 1 and 3: what
-        // `enqueue` would have appended), and `Word` is `MaybeUninit`, so the bytes `F` leaves
-        // unwritten are valid words.
+        // is aligned. The `n` words now hold a live `F` for `InPlace::<F>::VTABLE` (invariants
+        // 1 and 3: what `enqueue` would have appended), and `Word` is `MaybeUninit`, so the
+        // bytes `F` leaves unwritten are valid words.
         unsafe {
             ptr::write(words.as_mut_ptr().add(len).cast::<F>(), task);
             words.set_len(len + n);

@@ -242,7 +242,7 @@ macro_rules! scheduling_methods {
             ) -> Result<(), TimerError> {
                 // Built first, not queued `Fresh` as `new_timeout` does: through `Fresh` this
                 // call measured 21-32 ns, bimodal, where built it takes 25-27 (alternating runs
-                // of `schedule_detached`; `benches/README.md`, "Known limits").
+                // of `schedule_detached`; `benches/README.md`, "Tried and dropped").
                 new_timeout_detached(&self.shared, BoxedTask::new(task), delay)
             }
         }

@@ -437,7 +437,6 @@ impl<J: Stored> Worker<J> {
         let mut settle = Settle {
             shared,
             now,
-            tick_nanos: shared.tick_nanos,
             executor: self.executor.as_ref(),
             chunks: &mut self.chunks,
             tasks: &mut self.tasks,
@@ -545,7 +544,6 @@ fn recycle<T>(buf: &mut Vec<T>) {
 struct Settle<'a, J: Stored> {
     shared: &'a Shared<J>,
     now: u64,
-    tick_nanos: u64,
     executor: Option<&'a Executor>,
     chunks: &'a mut ChunkTable<J>,
     tasks: &'a mut J::Store,
@@ -577,7 +575,7 @@ impl<J: Stored> Settle<'_, J> {
             self.ended = self.ended.wrapping_add(1);
             self.shared.set_ended(self.ended);
             self.tally
-                .fired(self.now.saturating_sub(deadline), self.tick_nanos);
+                .fired(self.now.saturating_sub(deadline), self.shared.tick_nanos);
             // The task's `Timeout` borrows the table's reference to the chunk, which the
             // table takes back after the run: no reference count moves.
             let state = chunk.into_state(idx);
