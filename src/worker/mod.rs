@@ -39,6 +39,10 @@
 //! the producer's side), and would have given back the buffers the producers then regrow. So a
 //! burst of scheduling ends with one wake-up that finds nothing; an idle timer never wakes.
 //!
+//! On Linux the thread asks for a timer slack of a thousandth of a tick (`thread.rs`): with the
+//! default 50 µs, a sleep ends up to that long after the tick's boundary, and so every expiry
+//! starts up to a twentieth of a 1 ms tick late.
+//!
 //! Observably this is the same as ticking every tick: the ticks skipped have empty buckets and
 //! empty queues, and rounds are kept as absolute fire ticks (see `wheel`), so nothing about
 //! them needs replaying.
