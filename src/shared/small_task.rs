@@ -49,6 +49,10 @@ pub(crate) struct VTable {
     /// The state comes back alone, in registers: a returned `(TimeoutState, bool)` would go
     /// through memory, which the caller reads back wider than it was written.
     run: unsafe fn(*const Word, TimeoutState, &mut bool) -> TimeoutState,
+    /// As `run`, for the task parked under a key in the slab of its class (see
+    /// [`ParkedTask`]): takes it out, frees the slot, and runs it. One call for all three, made
+    /// for the task's type, so that its class and its words' places are constants.
+    run_parked: unsafe fn(&mut TaskSlabs, u32, TimeoutState, &mut bool) -> TimeoutState,
     /// Drops the task in the words.
     drop: unsafe fn(*mut Word),
     /// The words the task occupies: 0, 2 or 4 (its size class).
@@ -77,6 +81,7 @@ impl<F: Job> InPlace<F> {
     const FITS: bool = size_of::<F>() <= INLINE_BYTES && align_of::<F>() <= align_of::<Word>();
     const VTABLE: VTable = VTable {
         run: run_in_place::<F>,
+        run_parked: run_parked_in_place::<F>,
         drop: drop_in_place::<F>,
         words: class_words(size_of::<F>()),
     };
@@ -88,6 +93,7 @@ struct Boxed<F>(PhantomData<F>);
 impl<F: Job> Boxed<F> {
     const VTABLE: VTable = VTable {
         run: run_boxed::<F>,
+        run_parked: run_parked_boxed::<F>,
         drop: drop_in_place::<Box<F>>,
         words: class_words(size_of::<Box<F>>()),
     };
@@ -117,6 +123,37 @@ unsafe fn run_boxed<F: Job>(
 ) -> TimeoutState {
     // SAFETY: as `run_in_place`, for the box.
     let task = unsafe { ptr::read(words.cast::<Box<F>>()) };
+    let (state, returned) = task.run_boxed(state);
+    *ran = returned;
+    state
+}
+
+/// # Safety
+/// The slab of `F`'s class holds a live `F` under `key` (invariant 3), which this consumes
+/// (invariant 2).
+unsafe fn run_parked_in_place<F: Job>(
+    slabs: &mut TaskSlabs,
+    key: u32,
+    state: TimeoutState,
+    ran: &mut bool,
+) -> TimeoutState {
+    // SAFETY: the caller's.
+    let task = unsafe { slabs.take::<F>(key) };
+    let (state, returned) = task.run(state);
+    *ran = returned;
+    state
+}
+
+/// # Safety
+/// As `run_parked_in_place`, for a `Box<F>`.
+unsafe fn run_parked_boxed<F: Job>(
+    slabs: &mut TaskSlabs,
+    key: u32,
+    state: TimeoutState,
+    ran: &mut bool,
+) -> TimeoutState {
+    // SAFETY: the caller's.
+    let task = unsafe { slabs.take::<Box<F>>(key) };
     let (state, returned) = task.run_boxed(state);
     *ran = returned;
     state
@@ -362,6 +399,37 @@ impl<const N: usize> WordSlab<N> {
         self.release(key);
     }
 
+    /// Moves the `T` in slot `key` out, and frees the slot: one look-up of the slot for both.
+    ///
+    /// # Safety
+    /// Slot `key` holds a live `T` (invariant 3), which the caller then owns (invariant 2);
+    /// `T` fits in `N` words, aligned to at most a word.
+    #[inline(always)]
+    unsafe fn take<T>(&mut self, key: u32) -> T {
+        let slot: *mut [Word; N] = self.slot(key);
+        // SAFETY: the caller's; `slot` points into a page of `self`, alive until the release
+        // below.
+        let value = unsafe { ptr::read(slot.cast::<T>()) };
+        self.live -= 1;
+        if self.live == 0 {
+            self.give_back();
+        } else {
+            // SAFETY: the page is still there (nothing was given back), and the value was
+            // read out of the slot above; the slot now links the free list through its first
+            // word.
+            unsafe { (*slot)[0] = Word::new(u64::from(self.free)) };
+            self.free = key;
+        }
+        value
+    }
+
+    /// Nothing live: gives the memory back rather than keep a burst's worth.
+    #[cold]
+    #[inline(never)]
+    fn give_back(&mut self) {
+        *self = WordSlab::new();
+    }
+
     /// Frees slot `key` (its value moved out already).
     #[inline]
     fn release(&mut self, key: u32) {
@@ -459,29 +527,30 @@ impl TaskSlabs {
         parked: ParkedTask,
         state: TimeoutState,
     ) -> (TimeoutState, bool) {
-        // One match on the class for the run and the release.
-        let (vtable, key) = (parked.vtable, parked.key);
-        match vtable.words {
+        let mut ran = false;
+        // SAFETY: the slab of the task's class holds the live task `parked` names, under its
+        // key (invariant 3), consumed by this call once (invariant 2): `parked` is gone.
+        let state = unsafe { (parked.vtable.run_parked)(self, parked.key, state, &mut ran) };
+        (state, ran)
+    }
+
+    /// Moves the `T` parked under `key` out of the slab of its class, and frees its slot.
+    ///
+    /// # Safety
+    /// The slab of `T`'s class holds a live `T` under `key` (invariant 3), which the caller
+    /// then owns (invariant 2); `T` is a type a table was made for (at most 32 bytes, aligned
+    /// to at most a word).
+    #[inline(always)]
+    unsafe fn take<T>(&mut self, key: u32) -> T {
+        match class_words(size_of::<T>()) {
             0 => {
                 let zero: [Word; 0] = [];
-                // SAFETY: a zero-sized task (invariant 3), whose read needs only an aligned
-                // pointer, consumed here once (invariant 2): `parked` is gone.
-                unsafe { call_run(vtable, zero.as_ptr(), state) }
+                // SAFETY: a zero-sized value, whose read needs only an aligned pointer.
+                unsafe { ptr::read(zero.as_ptr().cast::<T>()) }
             }
-            2 => {
-                // SAFETY: the slot holds the live task `parked` names (invariant 3), consumed
-                // here once (invariant 2): `parked` is gone, and the slot is freed next
-                // without being read.
-                let out = unsafe { call_run(vtable, self.two.slot(key).as_ptr(), state) };
-                self.two.release(key);
-                out
-            }
-            _ => {
-                // SAFETY: as for two words.
-                let out = unsafe { call_run(vtable, self.four.slot(key).as_ptr(), state) };
-                self.four.release(key);
-                out
-            }
+            // SAFETY (both): the caller's.
+            2 => unsafe { self.two.take::<T>(key) },
+            _ => unsafe { self.four.take::<T>(key) },
         }
     }
 
@@ -703,6 +772,48 @@ mod tests {
             drop(slabs.unpark(p));
         }
         assert_eq!((slabs.live(), slabs.four.pages.len()), (0, 0));
+    }
+
+    /// A task run where it is parked frees its slot (used again first), a panicking one too
+    /// (dropped once, its state back), and the run that empties a slab gives its memory back.
+    #[test]
+    fn running_parked_tasks_frees_their_slots() {
+        let (_timer, st) = state();
+        let mut slabs = TaskSlabs::default();
+        let runs = Arc::new(AtomicUsize::new(0));
+        let counted = |runs: &Arc<AtomicUsize>| {
+            let runs = Arc::clone(runs);
+            move |_: &Timeout| {
+                runs.fetch_add(1, Ordering::SeqCst);
+            }
+        };
+        let first = slabs.park(SmallTask::new(counted(&runs)), 0);
+        let second = slabs.park(SmallTask::new(counted(&runs)), 0);
+        let zero_sized = slabs.park(SmallTask::new(|_: &Timeout| {}), 0);
+        let first_key = first.key;
+        let (st, ran) = slabs.run_parked(first, st);
+        assert!(ran);
+        assert_eq!(slabs.live(), 1);
+        let again = slabs.park(SmallTask::new(counted(&runs)), 0);
+        assert_eq!(again.key, first_key, "a freed slot is used first");
+        let (p, _, drops) = probe::<0>();
+        let panics = slabs.park(
+            SmallTask::new(move |_: &Timeout| {
+                let _p = p;
+                panic!("task panics");
+            }),
+            0,
+        );
+        let (st, ran) = slabs.run_parked(panics, st);
+        assert!(!ran && !st.is_cancelled());
+        assert_eq!(drops.load(Ordering::SeqCst), 1);
+        let (st, _) = slabs.run_parked(second, st);
+        assert_eq!(slabs.two.pages.len(), 1);
+        let (st, _) = slabs.run_parked(again, st);
+        assert_eq!((slabs.live(), slabs.two.pages.len()), (0, 0));
+        let (_st, ran) = slabs.run_parked(zero_sized, st);
+        assert!(ran);
+        assert_eq!(runs.load(Ordering::SeqCst), 3);
     }
 
     /// A task that panics is caught by the job (its state comes back) and dropped once.
