@@ -91,9 +91,7 @@ impl TimerTask for Box<dyn TimerTask> {
 /// How a user's task travels through the queues and the wheel: as a job the worker runs with
 /// its timeout's state, which becomes the `Timeout` the task receives.
 impl<T: TimerTask> Job for T {
-    // Always: out of line, the task is copied to the caller's stack for the call, and the pair
-    // comes back through memory.
-    #[inline(always)]
+    #[inline]
     fn run(self, state: TimeoutState) -> (TimeoutState, bool) {
         let timeout = Timeout { state };
         let ran = catch_unwind(AssertUnwindSafe(|| self.run_unboxed(&timeout))).is_ok();

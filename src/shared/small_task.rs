@@ -49,10 +49,6 @@ pub(crate) struct VTable {
     /// The state comes back alone, in registers: a returned `(TimeoutState, bool)` would go
     /// through memory, which the caller reads back wider than it was written.
     run: unsafe fn(*const Word, TimeoutState, &mut bool) -> TimeoutState,
-    /// As `run`, for the task parked under a key in the slab of its class (see
-    /// [`ParkedTask`]): takes it out, frees the slot, and runs it. One call for all three, made
-    /// for the task's type, so that its class and its words' places are constants.
-    run_parked: unsafe fn(&mut TaskSlabs, u32, TimeoutState, &mut bool) -> TimeoutState,
     /// Drops the task in the words.
     drop: unsafe fn(*mut Word),
     /// The words the task occupies: 0, 2 or 4 (its size class).
@@ -81,7 +77,6 @@ impl<F: Job> InPlace<F> {
     const FITS: bool = size_of::<F>() <= INLINE_BYTES && align_of::<F>() <= align_of::<Word>();
     const VTABLE: VTable = VTable {
         run: run_in_place::<F>,
-        run_parked: run_parked_in_place::<F>,
         drop: drop_in_place::<F>,
         words: class_words(size_of::<F>()),
     };
@@ -93,7 +88,6 @@ struct Boxed<F>(PhantomData<F>);
 impl<F: Job> Boxed<F> {
     const VTABLE: VTable = VTable {
         run: run_boxed::<F>,
-        run_parked: run_parked_boxed::<F>,
         drop: drop_in_place::<Box<F>>,
         words: class_words(size_of::<Box<F>>()),
     };
@@ -123,37 +117,6 @@ unsafe fn run_boxed<F: Job>(
 ) -> TimeoutState {
     // SAFETY: as `run_in_place`, for the box.
     let task = unsafe { ptr::read(words.cast::<Box<F>>()) };
-    let (state, returned) = task.run_boxed(state);
-    *ran = returned;
-    state
-}
-
-/// # Safety
-/// The slab of `F`'s class holds a live `F` under `key` (invariant 3), which this consumes
-/// (invariant 2).
-unsafe fn run_parked_in_place<F: Job>(
-    slabs: &mut TaskSlabs,
-    key: u32,
-    state: TimeoutState,
-    ran: &mut bool,
-) -> TimeoutState {
-    // SAFETY: the caller's.
-    let task = unsafe { slabs.take::<F>(key) };
-    let (state, returned) = task.run(state);
-    *ran = returned;
-    state
-}
-
-/// # Safety
-/// As `run_parked_in_place`, for a `Box<F>`.
-unsafe fn run_parked_boxed<F: Job>(
-    slabs: &mut TaskSlabs,
-    key: u32,
-    state: TimeoutState,
-    ran: &mut bool,
-) -> TimeoutState {
-    // SAFETY: the caller's.
-    let task = unsafe { slabs.take::<Box<F>>(key) };
     let (state, returned) = task.run_boxed(state);
     *ran = returned;
     state
@@ -399,37 +362,6 @@ impl<const N: usize> WordSlab<N> {
         self.release(key);
     }
 
-    /// Moves the `T` in slot `key` out, and frees the slot: one look-up of the slot for both.
-    ///
-    /// # Safety
-    /// Slot `key` holds a live `T` (invariant 3), which the caller then owns (invariant 2);
-    /// `T` fits in `N` words, aligned to at most a word.
-    #[inline(always)]
-    unsafe fn take<T>(&mut self, key: u32) -> T {
-        let slot: *mut [Word; N] = self.slot(key);
-        // SAFETY: the caller's; `slot` points into a page of `self`, alive until the release
-        // below.
-        let value = unsafe { ptr::read(slot.cast::<T>()) };
-        self.live -= 1;
-        if self.live == 0 {
-            self.give_back();
-        } else {
-            // SAFETY: the page is still there (nothing was given back), and the value was
-            // read out of the slot above; the slot now links the free list through its first
-            // word.
-            unsafe { (*slot)[0] = Word::new(u64::from(self.free)) };
-            self.free = key;
-        }
-        value
-    }
-
-    /// Nothing live: gives the memory back rather than keep a burst's worth.
-    #[cold]
-    #[inline(never)]
-    fn give_back(&mut self) {
-        *self = WordSlab::new();
-    }
-
     /// Frees slot `key` (its value moved out already).
     #[inline]
     fn release(&mut self, key: u32) {
@@ -527,30 +459,29 @@ impl TaskSlabs {
         parked: ParkedTask,
         state: TimeoutState,
     ) -> (TimeoutState, bool) {
-        let mut ran = false;
-        // SAFETY: the slab of the task's class holds the live task `parked` names, under its
-        // key (invariant 3), consumed by this call once (invariant 2): `parked` is gone.
-        let state = unsafe { (parked.vtable.run_parked)(self, parked.key, state, &mut ran) };
-        (state, ran)
-    }
-
-    /// Moves the `T` parked under `key` out of the slab of its class, and frees its slot.
-    ///
-    /// # Safety
-    /// The slab of `T`'s class holds a live `T` under `key` (invariant 3), which the caller
-    /// then owns (invariant 2); `T` is a type a table was made for (at most 32 bytes, aligned
-    /// to at most a word).
-    #[inline(always)]
-    unsafe fn take<T>(&mut self, key: u32) -> T {
-        match class_words(size_of::<T>()) {
+        // One match on the class for the run and the release.
+        let (vtable, key) = (parked.vtable, parked.key);
+        match vtable.words {
             0 => {
                 let zero: [Word; 0] = [];
-                // SAFETY: a zero-sized value, whose read needs only an aligned pointer.
-                unsafe { ptr::read(zero.as_ptr().cast::<T>()) }
+                // SAFETY: a zero-sized task (invariant 3), whose read needs only an aligned
+                // pointer, consumed here once (invariant 2): `parked` is gone.
+                unsafe { call_run(vtable, zero.as_ptr(), state) }
             }
-            // SAFETY (both): the caller's.
-            2 => unsafe { self.two.take::<T>(key) },
-            _ => unsafe { self.four.take::<T>(key) },
+            2 => {
+                // SAFETY: the slot holds the live task `parked` names (invariant 3), consumed
+                // here once (invariant 2): `parked` is gone, and the slot is freed next
+                // without being read.
+                let out = unsafe { call_run(vtable, self.two.slot(key).as_ptr(), state) };
+                self.two.release(key);
+                out
+            }
+            _ => {
+                // SAFETY: as for two words.
+                let out = unsafe { call_run(vtable, self.four.slot(key).as_ptr(), state) };
+                self.four.release(key);
+                out
+            }
         }
     }
 
