@@ -112,7 +112,7 @@ impl Tally {
         // Class k >= 1 holds [2^(k-1), 2^k) ticks, the last one everything beyond; nothing to
         // count on the common path (under a tick: class 0).
         if late >= tick_nanos {
-            self.late_class(late, tick_nanos);
+            self.lateness[late_class(late, tick_nanos).min(LATENESS_CLASSES - 1)] += 1;
         }
     }
 
@@ -121,12 +121,6 @@ impl Tally {
         let mut classes = self.lateness;
         classes[0] = self.expired - self.lateness[1..].iter().sum::<u64>();
         classes
-    }
-
-    /// Counts a timeout a tick or more late (`late >= tick_nanos`) in its class.
-    #[inline]
-    fn late_class(&mut self, late: u64, tick_nanos: u64) {
-        self.lateness[late_class(late, tick_nanos).min(LATENESS_CLASSES - 1)] += 1;
     }
 
     /// An inline task run took `took` nanoseconds; the clock read `now` at its end.
