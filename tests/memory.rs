@@ -250,15 +250,16 @@ fn states_shared_across_ticks_are_freed_once_all_expired() {
 }
 
 /// Runs `round` twice: the first sets up what stays (the worker's buffers), the second must
-/// leave nothing more held. (What the test harness's own threads allocate meanwhile is below
-/// the bound; a chunk of 32 states kept per batch would hold over 15 KiB.)
+/// leave nothing more held. (What the test harness's own threads allocate meanwhile, up to 1 KiB
+/// measured under load, is below the bound; a chunk of 32 states kept per batch would hold over
+/// 15 KiB.)
 fn assert_second_round_holds_nothing(round: impl Fn(), what: &str) {
     round();
     let baseline = live();
     round();
     let left = live() - baseline;
     assert!(
-        left < 2048,
+        left < 4096,
         "{left} bytes still held after a round of {what}"
     );
 }
