@@ -2,7 +2,8 @@
 //! the parent module, "The producers' clock"). Compiled where `cfg_tsc!` holds.
 
 use super::duration_to_nanos;
-use crate::sync::process::{Once, OnceLock, ThreadBuilder};
+use crate::sync::process::{AtomicBool, Once, OnceLock, ThreadBuilder};
+use crate::sync::Ordering;
 use std::cell::Cell;
 use std::time::Instant;
 
@@ -35,7 +36,7 @@ static BASE: OnceLock<Instant> = OnceLock::new();
 static FAST: OnceLock<Option<Fast>> = OnceLock::new();
 static PREPARE: Once = Once::new();
 /// Set if the TSC was there but the check of quanta's calibration failed (for the tests).
-static REFUSED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+static REFUSED: AtomicBool = AtomicBool::new(false);
 
 /// The instant every fast reading counts from: the first call's.
 pub(super) fn base() -> Instant {
@@ -80,7 +81,7 @@ pub(super) fn settled() -> bool {
 /// ours disagreed, or the machine was too busy to read a tight pair).
 #[cfg(test)]
 pub(super) fn refused() -> bool {
-    REFUSED.load(std::sync::atomic::Ordering::Relaxed)
+    REFUSED.load(Ordering::Relaxed)
 }
 
 fn calibrate() -> Option<Fast> {
@@ -99,7 +100,7 @@ fn calibrate() -> Option<Fast> {
     let ns_per_2_32 = measured_ns_per_2_32(&tsc, probe_ns)
         .and_then(|own_ns| agreed_ns_per_2_32(probe_ns, own_ns));
     let Some(ns_per_2_32) = ns_per_2_32 else {
-        REFUSED.store(true, std::sync::atomic::Ordering::Relaxed);
+        REFUSED.store(true, Ordering::Relaxed);
         return None;
     };
     // TSC units per window.
