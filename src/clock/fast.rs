@@ -35,7 +35,7 @@ static BASE: OnceLock<Instant> = OnceLock::new();
 /// Set once the calibration has run: `Some` if the fast clock is usable.
 static FAST: OnceLock<Option<Fast>> = OnceLock::new();
 static PREPARE: Once = Once::new();
-/// Set if the TSC was there but the check of quanta's calibration failed (for the tests).
+/// Set if the TSC was there but its calibration was not used (for the tests).
 static REFUSED: AtomicBool = AtomicBool::new(false);
 
 /// The instant every fast reading counts from: the first call's.
@@ -77,8 +77,8 @@ pub(super) fn settled() -> bool {
     FAST.get().is_some()
 }
 
-/// Whether the set-up found a TSC clock source but refused quanta's calibration (its ratio and
-/// ours disagreed, or the machine was too busy to read a tight pair).
+/// Whether the set-up found a TSC clock source but did not use it: the machine was too busy to
+/// read a tight pair, or quanta's ratio and ours were more than 1/16 apart.
 #[cfg(test)]
 pub(super) fn refused() -> bool {
     REFUSED.load(Ordering::Relaxed)
@@ -97,9 +97,11 @@ fn calibrate() -> Option<Fast> {
     // preempted between the two readings of its last pair throws the ratio off.
     let probe = 1u64 << 32;
     let probe_ns = tsc.delta_as_nanos(0, probe).max(1);
-    let ns_per_2_32 = measured_ns_per_2_32(&tsc, probe_ns)
-        .and_then(|own_ns| agreed_ns_per_2_32(probe_ns, own_ns));
-    let Some(ns_per_2_32) = ns_per_2_32 else {
+    let Some(own_ns) = measured_ns_per_2_32(&tsc, probe_ns) else {
+        REFUSED.store(true, Ordering::Relaxed);
+        return None;
+    };
+    let Some(ns_per_2_32) = chosen_ns_per_2_32(probe_ns, own_ns) else {
         REFUSED.store(true, Ordering::Relaxed);
         return None;
     };
@@ -141,13 +143,22 @@ fn tight_pair(tsc: &quanta::Clock, pair_raw: u64) -> Option<(Instant, u64)> {
     })
 }
 
-/// The ratio the fast clock uses, from quanta's and ours (nanoseconds per 2^32 TSC units): the
-/// larger, plus one for the rounding, if they agree to 1/4096 (quanta's error, our 100 ppm,
-/// and room, inside the 1/1024 each reading is rounded up by); `None` (the monotonic clock)
-/// if they do not.
-fn agreed_ns_per_2_32(quanta_ns: u64, own_ns: u64) -> Option<u64> {
+/// The ratio the fast clock uses (nanoseconds per 2^32 TSC units), plus one for the rounding:
+/// the larger of quanta's and ours if they agree to 1/4096 (quanta's error, our 100 ppm and
+/// room, well inside the 1/1024 each reading is rounded up by); ours alone if they do not, as
+/// its error is bounded by its pairs' and quanta's is not. `None` (the monotonic clock) if they
+/// differ by more than 1/16: our pairs' bound, converted with quanta's ratio, would no longer
+/// hold ours to 100 ppm.
+fn chosen_ns_per_2_32(quanta_ns: u64, own_ns: u64) -> Option<u64> {
     let (low, high) = (quanta_ns.min(own_ns), quanta_ns.max(own_ns));
-    (high - low <= high >> 12).then_some(high + 1)
+    let apart = high - low;
+    if apart <= high >> 12 {
+        Some(high + 1)
+    } else if apart <= high >> 4 {
+        Some(own_ns + 1)
+    } else {
+        None
+    }
 }
 
 impl Fast {
@@ -207,17 +218,23 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_ratios_must_agree_and_the_larger_is_used() {
+    fn the_larger_ratio_is_used_if_both_agree_and_ours_if_not() {
         // Nanoseconds per 2^32 units of a 3 GHz TSC.
         let quanta = (1u64 << 32) / 3;
-        assert_eq!(agreed_ns_per_2_32(quanta, quanta), Some(quanta + 1));
+        assert_eq!(chosen_ns_per_2_32(quanta, quanta), Some(quanta + 1));
         // Within 1/4096, either way: the larger, rounded up.
         let near = quanta + (quanta >> 12) - 1;
-        assert_eq!(agreed_ns_per_2_32(quanta, near), Some(near + 1));
-        assert_eq!(agreed_ns_per_2_32(near, quanta), Some(near + 1));
-        // Quanta's ratio 1 % off ours (a calibration cut short on a loaded machine): refused.
-        assert_eq!(agreed_ns_per_2_32(quanta, quanta / 100 * 101), None);
-        assert_eq!(agreed_ns_per_2_32(quanta / 100 * 101, quanta), None);
+        assert_eq!(chosen_ns_per_2_32(quanta, near), Some(near + 1));
+        assert_eq!(chosen_ns_per_2_32(near, quanta), Some(near + 1));
+        // Quanta's ratio 1 % off ours, either way (a calibration cut short on a loaded
+        // machine): ours.
+        let off = quanta / 100 * 101;
+        assert_eq!(chosen_ns_per_2_32(off, quanta), Some(quanta + 1));
+        assert_eq!(chosen_ns_per_2_32(quanta, off), Some(off + 1));
+        // 10 % apart: neither is trusted.
+        let far = quanta / 10 * 11;
+        assert_eq!(chosen_ns_per_2_32(far, quanta), None);
+        assert_eq!(chosen_ns_per_2_32(quanta, far), None);
     }
 
     #[test]

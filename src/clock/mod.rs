@@ -18,9 +18,10 @@
 //! few hundred milliseconds on a loaded machine) runs once per process on a thread of its own,
 //! started by the first timer; until it is done, producers read the monotonic clock. Quanta's
 //! ratio is then checked against one measured over 20 ms between two (monotonic, TSC) pairs
-//! each read within 2 µs: unless the two agree to 1/4096 (well inside the rounding), producers
-//! stay on the monotonic clock, so that a calibration thrown off by a preemption cannot make a
-//! deadline early.
+//! each read within 2 µs (so to 100 ppm): the larger of the two serves if they agree to 1/4096,
+//! ours if they do not, so that a calibration thrown off by a preemption cannot make a deadline
+//! early. A machine too busy to read such a pair, or a ratio 1/16 off ours, keeps producers on
+//! the monotonic clock.
 
 use crate::sync::{Arc, AtomicU64, Ordering};
 use std::time::Instant;
@@ -283,7 +284,7 @@ mod tests {
                 fast::get().is_some(),
                 source.trim() == "tsc" && !fast::refused(),
                 "the fast clock is used exactly where the kernel keeps time with the TSC, and \
-                 quanta's calibration passed the check"
+                 its calibration passed the check"
             );
         }
         let threads: Vec<_> = (0..2)
