@@ -107,8 +107,7 @@ fn calibrate() -> Option<Fast> {
     };
     // TSC units per window.
     let window_raw =
-        u64::try_from(u128::from(probe) * u128::from(WINDOW_NS) / u128::from(ns_per_2_32))
-            .ok()?;
+        u64::try_from(u128::from(probe) * u128::from(WINDOW_NS) / u128::from(ns_per_2_32)).ok()?;
     // The interpolation below stays in 64 bits (checked once here, not per read).
     window_raw.checked_mul(ns_per_2_32)?;
     Some(Fast {
