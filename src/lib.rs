@@ -46,10 +46,10 @@
 //!   settled timeouts back to them for reuse, so the schedule-then-cancel pattern allocates
 //!   nothing once warm.
 //! - The time is read from the TSC where the kernel trusts it (see the `clock` module), rounded
-//!   up so that a deadline is never early. The TSC is calibrated once per process, on a
-//!   short-lived thread (`hashed-timer-wheel-tsc`, about a millisecond) that the first timer
-//!   built starts, so that building it does not wait; meanwhile `new_timeout` reads the
-//!   monotonic clock.
+//!   up so that a deadline is never early. The TSC is calibrated once per process, and the
+//!   calibration checked over 20 ms, on a short-lived thread (`hashed-timer-wheel-tsc`) that the
+//!   first timer built starts, so that building it does not wait; meanwhile `new_timeout` reads
+//!   the monotonic clock.
 //! - A timeout moves `pending -> cancelled` or `pending -> expired` by compare-and-swap; exactly
 //!   one of `cancel()`, the worker's expiry and `stop()` wins.
 //! - Tasks run on the worker thread, one after another (or on the executor you configure), so a
