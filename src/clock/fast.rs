@@ -85,29 +85,22 @@ pub(super) fn refused() -> bool {
 }
 
 fn calibrate() -> Option<Fast> {
-    let source =
-        std::fs::read_to_string("/sys/devices/system/clocksource/clocksource0/current_clocksource")
-            .ok()?;
-    if source.trim() != "tsc" {
+    if !kernel_keeps_time_with_tsc() {
         return None;
     }
     let tsc = quanta::Clock::new();
-    // Nanoseconds per 2^32 TSC units, from quanta's calibration, checked against our own
-    // measurement: quanta's ends after at most 200 ms whatever it found, and a thread
-    // preempted between the two readings of its last pair throws the ratio off.
-    let probe = 1u64 << 32;
-    let probe_ns = tsc.delta_as_nanos(0, probe).max(1);
-    let Some(own_ns) = measured_ns_per_2_32(&tsc, probe_ns) else {
-        REFUSED.store(true, Ordering::Relaxed);
-        return None;
-    };
-    let Some(ns_per_2_32) = chosen_ns_per_2_32(probe_ns, own_ns) else {
+    // Quanta's ratio, checked against our own measurement: quanta's calibration ends after at
+    // most 200 ms whatever it found, and a thread preempted between the two readings of its
+    // last pair throws the ratio off.
+    let quanta_ns = quanta_ns_per_2_32(&tsc);
+    let chosen = measured_ns_per_2_32(&tsc, quanta_ns)
+        .and_then(|own_ns| chosen_ns_per_2_32(quanta_ns, own_ns));
+    let Some(ns_per_2_32) = chosen else {
         REFUSED.store(true, Ordering::Relaxed);
         return None;
     };
     // TSC units per window.
-    let window_raw =
-        u64::try_from(u128::from(probe) * u128::from(WINDOW_NS) / u128::from(ns_per_2_32)).ok()?;
+    let window_raw = u64::try_from((u128::from(WINDOW_NS) << 32) / u128::from(ns_per_2_32)).ok()?;
     // The interpolation below stays in 64 bits (checked once here, not per read).
     window_raw.checked_mul(ns_per_2_32)?;
     Some(Fast {
@@ -117,11 +110,29 @@ fn calibrate() -> Option<Fast> {
     })
 }
 
+/// Whether the kernel keeps time with the TSC (so the TSC is invariant and synchronised across
+/// CPUs: the kernel checks both before it uses it).
+fn kernel_keeps_time_with_tsc() -> bool {
+    std::fs::read_to_string("/sys/devices/system/clocksource/clocksource0/current_clocksource")
+        .is_ok_and(|source| source.trim() == "tsc")
+}
+
+/// Nanoseconds per 2^32 TSC units, from quanta's calibration.
+fn quanta_ns_per_2_32(tsc: &quanta::Clock) -> u64 {
+    tsc.delta_as_nanos(0, 1 << 32).max(1)
+}
+
+/// TSC units in `PAIR_NS`, by a ratio (nanoseconds per 2^32 units) that only has to be roughly
+/// right.
+fn pair_raw(ns_per_2_32: u64) -> Option<u64> {
+    u64::try_from((u128::from(PAIR_NS) << 32) / u128::from(ns_per_2_32)).ok()
+}
+
 /// Nanoseconds per 2^32 TSC units, measured over `CHECK_NS` between two (monotonic, TSC)
-/// pairs each read within `PAIR_NS` (converted with quanta's `probe_ns`, which only has to be
-/// roughly right for that). `None` if the machine is too busy to read a tight pair.
-fn measured_ns_per_2_32(tsc: &quanta::Clock, probe_ns: u64) -> Option<u64> {
-    let pair_raw = u64::try_from((u128::from(PAIR_NS) << 32) / u128::from(probe_ns)).ok()?;
+/// pairs each read within `PAIR_NS` (converted with quanta's ratio). `None` if the machine is
+/// too busy to read a tight pair.
+fn measured_ns_per_2_32(tsc: &quanta::Clock, quanta_ns: u64) -> Option<u64> {
+    let pair_raw = pair_raw(quanta_ns)?;
     let (t0, r0) = tight_pair(tsc, pair_raw)?;
     std::thread::sleep(std::time::Duration::from_nanos(CHECK_NS));
     let (t1, r1) = tight_pair(tsc, pair_raw)?;
@@ -238,23 +249,18 @@ mod tests {
 
     #[test]
     fn a_measured_ratio_matches_the_monotonic_clock() {
-        if !std::fs::read_to_string(
-            "/sys/devices/system/clocksource/clocksource0/current_clocksource",
-        )
-        .is_ok_and(|source| source.trim() == "tsc")
-        {
+        if !kernel_keeps_time_with_tsc() {
             return; // no TSC clock source: nothing to measure
         }
         let tsc = quanta::Clock::new();
-        let probe_ns = tsc.delta_as_nanos(0, 1 << 32).max(1);
+        let quanta_ns = quanta_ns_per_2_32(&tsc);
         // On a busy machine no tight pair may come: then there is nothing to compare.
-        let Some(own) = measured_ns_per_2_32(&tsc, probe_ns) else {
+        let Some(own) = measured_ns_per_2_32(&tsc, quanta_ns) else {
             return;
         };
         // Converting a span of TSC units with it gives the monotonic clock's span, to 0.1 %
         // (each end read within 2 µs: 0.007 % of the span each).
-        let pair_raw = (u128::from(PAIR_NS) << 32) / u128::from(probe_ns);
-        let pair_raw = u64::try_from(pair_raw).unwrap();
+        let pair_raw = pair_raw(quanta_ns).unwrap();
         let Some((t0, r0)) = tight_pair(&tsc, pair_raw) else {
             return;
         };
