@@ -108,26 +108,17 @@ impl<J: Stored> PendingBatch<J> {
 
     /// Removes the first `n` timeouts, in order: task, run index, cell index and deadline of
     /// each, with the runs and the chunk ids the run indexes refer to.
-    #[allow(clippy::type_complexity)]
-    pub(crate) fn drain_front(
-        &mut self,
-        n: usize,
-    ) -> (
-        impl Iterator<Item = (J, (usize, u8), u64)> + '_,
-        &[CellRun<J>],
-        &[u32],
-    ) {
+    pub(crate) fn drain_front(&mut self, n: usize) -> (DrainFront<'_, J>, &[CellRun<J>], &[u32]) {
         let cells = CellRunCursor::new(&self.runs, self.drained);
         self.drained += n;
-        let (words, at) = (&self.words, &mut self.words_read);
-        let drained = self
-            .tasks
-            .drain(..n)
-            .map(move |queued| sealed::TaskStorage::dequeue(queued, words, at))
-            .zip(cells)
-            .zip(self.deadlines.drain(..n))
-            .map(|((task, cell), deadline)| (task, cell, deadline));
-        (drained, &self.runs, &self.chunk_ids)
+        let drain = DrainFront {
+            tasks: self.tasks.drain(..n),
+            deadlines: self.deadlines.drain(..n),
+            cells,
+            words: &self.words,
+            words_read: &mut self.words_read,
+        };
+        (drain, &self.runs, &self.chunk_ids)
     }
 
     /// Once every timeout is out: hands the runs' chunks to `release`, keeping the capacity.
@@ -140,33 +131,73 @@ impl<J: Stored> PendingBatch<J> {
         self.drained = 0;
     }
 
-    /// The states, in order; the tasks are dropped.
+    /// The states, in order; the tasks are dropped, each once (a panic of its `Drop` caught
+    /// and counted by its timer).
     pub(crate) fn into_states(mut self) -> Vec<TimeoutState<J>> {
-        let states = CellRunCursor::new(&self.runs, self.drained)
+        let states: Vec<TimeoutState<J>> = CellRunCursor::new(&self.runs, self.drained)
             .take(self.tasks.len())
             .map(|(run, idx)| self.runs[run].chunk.state(idx))
             .collect();
-        self.drop_tasks();
+        let (words, at) = (&self.words, &mut self.words_read);
+        for (queued, state) in self.tasks.drain(..).zip(&states) {
+            state
+                .timer()
+                .shared
+                .drop_task(J::dequeue(queued, words, at));
+        }
         states
     }
+}
 
-    /// Drops the tasks still queued (each once, from its words).
-    fn drop_tasks(&mut self) {
-        let (words, at) = (&self.words, &mut self.words_read);
-        for queued in self.tasks.drain(..) {
-            drop(<J as sealed::TaskStorage>::dequeue(queued, words, at));
+/// The front of a batch as the worker takes it, one timeout at a time
+/// ([`PendingBatch::drain_front`]).
+///
+/// The tasks' words are read by a cursor, in push order (`small_task`, invariant 3), so each
+/// task the drain takes out must move the cursor past its words, yielded or not. Dropped
+/// before its end (only a bug of the crate's own unwinds through the transfer: user code there
+/// runs under `catch_user_panic`), it reads out the rest and drops them: no later task is ever
+/// read from another task's words.
+pub(crate) struct DrainFront<'a, J: Stored> {
+    tasks: std::vec::Drain<'a, J::Queued>,
+    deadlines: std::vec::Drain<'a, u64>,
+    cells: CellRunCursor<'a, J>,
+    words: &'a [Word],
+    words_read: &'a mut usize,
+}
+
+impl<J: Stored> Iterator for DrainFront<'_, J> {
+    type Item = (J, (usize, u8), u64);
+
+    #[inline]
+    fn next(&mut self) -> Option<Self::Item> {
+        let queued = self.tasks.next()?;
+        let task = J::dequeue(queued, self.words, self.words_read);
+        let cell = self.cells.next().expect("a cell per queued timeout");
+        let deadline = self
+            .deadlines
+            .next()
+            .expect("a deadline per queued timeout");
+        Some((task, cell, deadline))
+    }
+}
+
+impl<J: Stored> Drop for DrainFront<'_, J> {
+    fn drop(&mut self) {
+        for queued in self.tasks.by_ref() {
+            super::drop_caught(J::dequeue(queued, self.words, self.words_read));
         }
-        self.words.clear();
-        self.words_read = 0;
     }
 }
 
 impl<J: sealed::TaskStorage> Drop for PendingBatch<J> {
-    /// A batch dropped with timeouts in it (a queue let go of whole) drops their tasks.
+    /// A batch dropped with timeouts in it (a queue let go of whole) drops their tasks, each
+    /// once, from its words; a panic of a `Drop` is caught, so that the others are dropped too.
     fn drop(&mut self) {
         let (words, at) = (&self.words, &mut self.words_read);
         for queued in self.tasks.drain(..) {
-            drop(J::dequeue(queued, words, at));
+            if !super::drop_caught(J::dequeue(queued, words, at)) {
+                log::warn!("a task's Drop panicked as its timer's queue was dropped");
+            }
         }
     }
 }

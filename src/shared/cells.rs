@@ -510,7 +510,12 @@ impl<J: Stored> TimeoutState<J> {
         }
         if self.has_waker() {
             // A future's timeout is not returned: its future completes with `Stopped`.
-            self.wake();
+            if !self.wake() {
+                self.timer()
+                    .shared
+                    .counters
+                    .user_code_panicked("a future's waker");
+            }
             None
         } else {
             Some(self)
@@ -590,14 +595,14 @@ impl<J: Stored> TimeoutState<J> {
     }
 
     /// Wakes the future of an ended timeout (its expiry, or `stop()`), if it left a waker.
-    pub(crate) fn wake(&self) {
-        if let Some(slot) = self.waker_slot() {
-            // Taken under the lock, woken after it: a waker may take its time.
-            let waker = lock(slot).take();
-            if let Some(waker) = waker {
-                waker.wake();
-            }
-        }
+    /// A waker that panics is caught (`catch_user_panic`): returns false then.
+    pub(crate) fn wake(&self) -> bool {
+        let Some(slot) = self.waker_slot() else {
+            return true;
+        };
+        // Taken under the lock, woken after it: a waker may take its time.
+        let waker = lock(slot).take();
+        waker.is_none_or(|waker| super::catch_user_panic(|| waker.wake()))
     }
 }
 

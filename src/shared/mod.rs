@@ -247,9 +247,26 @@ struct WakeJob;
 impl Job for WakeJob {
     #[inline]
     fn run(self, state: TimeoutState) -> (TimeoutState, bool) {
-        state.wake();
-        (state, true)
+        let woke = state.wake();
+        (state, woke)
     }
+}
+
+/// Runs user code on the timer's side (a task's `Drop`, a future's waker, the executor),
+/// catching a panic: returns whether it returned. The crate's rule: user code may panic
+/// anywhere; nothing is lost, nothing is run twice, nothing is run on the wrong data. So every
+/// place that runs or drops user code goes through here (or a task's own `Job::run`), and no
+/// state of the crate is half-changed while user code runs: `AssertUnwindSafe` holds.
+#[inline]
+pub(crate) fn catch_user_panic(user_code: impl FnOnce()) -> bool {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(user_code)).is_ok()
+}
+
+/// Drops a value that holds user code (a task), catching a panic of its `Drop`: returns
+/// whether the drop returned. See [`catch_user_panic`].
+#[inline]
+pub(crate) fn drop_caught<T>(value: T) -> bool {
+    !std::mem::needs_drop::<T>() || catch_user_panic(move || drop(value))
 }
 
 /// The worker while no thread runs it (before start, in manual mode, after stop), and what its
@@ -313,6 +330,16 @@ pub(crate) struct Counters {
 }
 
 impl Counters {
+    /// User code panicked on the timer's side (a task, its `Drop`, a future's waker, the
+    /// executor) and the panic was caught: counted in `stats().panicked`, logged. Any thread
+    /// may count one (a worker, `stop()`), hence the add.
+    #[cold]
+    pub(crate) fn user_code_panicked(&self, what: &str) {
+        // Relaxed: a statistic.
+        self.panicked.fetch_add(1, Ordering::Relaxed);
+        log::warn!("{what} panicked; the timer goes on");
+    }
+
     fn new() -> Counters {
         let zero = || process::AtomicU64::new(0);
         Counters {
@@ -383,6 +410,15 @@ pub(crate) struct Control {
 }
 
 impl<J: Stored> Shared<J> {
+    /// Drops a task the timer lets go of without running it (cancelled, or never run at a
+    /// stop), counting a panic of its `Drop` in `stats().panicked`.
+    #[inline]
+    pub(crate) fn drop_task<T>(&self, task: T) {
+        if !drop_caught(task) {
+            self.counters.user_code_panicked("a task's Drop");
+        }
+    }
+
     /// A timer's shared state, not started.
     pub(crate) fn new(
         tick_nanos: u64,

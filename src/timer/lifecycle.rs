@@ -113,8 +113,10 @@ pub(super) fn stop<J: Stored>(shared: &Arc<Shared<J>>) -> Result<Vec<Timeout<J>>
     let worker = match join {
         Some(join) => {
             join.thread().unpark();
-            // The worker thread returns its wheel when it leaves its loop. It cannot panic
-            // (tasks run under catch_unwind); if it did, its timeouts are lost with it.
+            // The worker thread returns its wheel when it leaves its loop. User code cannot
+            // unwind it (every place that runs or drops some catches its panic); a bug of the
+            // crate's own that did has stopped the timer and logged it, and the timeouts the
+            // worker held are lost with it.
             join.join().ok()
         }
         // Not started, or manual: waits for a driver that is advancing.

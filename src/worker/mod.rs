@@ -54,12 +54,13 @@ pub(crate) use thread::run;
 
 use crate::shared::batch::PendingBatch;
 use crate::shared::cells::{ChunkRef, TimeoutState, NO_KEY};
-use crate::shared::{sealed, BoxedTask, Counters, Executor, Shared, Stored, LATENESS_CLASSES};
+use crate::shared::{
+    catch_user_panic, sealed, BoxedTask, Counters, Executor, Shared, Stored, LATENESS_CLASSES,
+};
 use crate::sync::{Arc, Batch, Ordering};
 use crate::wheel::Wheel;
 use chunks::ChunkTable;
 use std::collections::VecDeque;
-use std::panic::{catch_unwind, AssertUnwindSafe};
 
 /// Timeouts moved from the `timeouts` queue into buckets per tick, at most (Netty's cap).
 pub(crate) const TRANSFER_CAP: u64 = 100_000;
@@ -70,7 +71,6 @@ pub(crate) const TRANSFER_CAP: u64 = 100_000;
 struct Tally {
     expired: u64,
     cancelled: u64,
-    panicked: u64,
     late_max: u64,
     /// Per lateness class from 1 on (a tick or more late); class 0, on time, is what the
     /// expired count leaves (see [`Tally::classes`]).
@@ -161,7 +161,6 @@ impl Tally {
         let r = Ordering::Relaxed;
         counters.expired.store(self.expired, r);
         counters.cancelled.store(self.cancelled, r);
-        counters.panicked.store(self.panicked, r);
         counters.late_max.store(self.late_max, r);
         counters.longest_run.store(self.longest_run, r);
         counters.slow_runs.store(self.slow_runs, r);
@@ -265,7 +264,11 @@ impl<J: Stored> Worker<J> {
             // A timeout queued during this tick (a task that scheduled one, or leftovers past
             // the cap) is transferred on the next, as Netty would, when the run goes on: it
             // may be due before the wheel's next entry (a periodic task's absolute deadline).
-            let queued = tick < last && (!self.inbox.is_empty() || !shared.timeouts.is_empty());
+            // A cancellation made during this tick (by a task) is processed on the next too.
+            let queued = tick < last
+                && (!self.inbox.is_empty()
+                    || !shared.timeouts.is_empty()
+                    || !shared.cancellations.is_empty());
             let next = if queued {
                 Some(tick + 1)
             } else {
@@ -324,7 +327,7 @@ impl<J: Stored> Worker<J> {
                 state.clear_wheel_key();
                 let (entry, _) = self.wheel.remove(key);
                 self.chunks.settle(J::chunk(&entry));
-                drop(J::unpark(entry, &mut self.tasks));
+                shared.drop_task(J::unpark(entry, &mut self.tasks));
             }
         }
         if n > 0 {
@@ -395,6 +398,7 @@ impl<J: Stored> Worker<J> {
                     // Cancelled while queued: account for it here, and drop the task now.
                     cancelled += 1;
                     self.chunks.settle(id);
+                    shared.drop_task(task);
                     continue;
                 }
                 let entry = task.park(id, &mut self.tasks);
@@ -484,6 +488,7 @@ impl<J: Stored> Worker<J> {
     }
 
     /// Empties the wheel and the inbox (for `stop`): the states of everything still in them.
+    /// Their tasks are dropped, a panic of a `Drop` caught and counted.
     pub(crate) fn drain(&mut self) -> Vec<TimeoutState<J>> {
         let chunks = &self.chunks;
         let tasks = &mut self.tasks;
@@ -493,7 +498,7 @@ impl<J: Stored> Worker<J> {
             .into_iter()
             .map(|(entry, idx)| {
                 let state = chunks.get(J::chunk(&entry)).state(idx);
-                drop(J::unpark(entry, tasks));
+                state.timer().shared.drop_task(J::unpark(entry, tasks));
                 state
             })
             .collect();
@@ -582,7 +587,13 @@ impl<J: Stored> Settle<'_, J> {
             self.timing.before_run(self.shared, self.tally);
             let (state, ran) = run_task(executor, entry, self.tasks, state);
             if !ran {
-                self.tally.panicked += 1;
+                self.shared
+                    .counters
+                    .user_code_panicked(if executor.is_some() {
+                        "the executor"
+                    } else {
+                        "a TimerTask"
+                    });
             }
             state.into_chunk()
         } else {
@@ -590,7 +601,7 @@ impl<J: Stored> Settle<'_, J> {
             // tick's cancellations were processed): its entry on the cancellation queue ends
             // it (finding NO_KEY); the task is dropped here.
             chunk.cell(idx).clear_wheel_key();
-            drop(J::unpark(entry, self.tasks));
+            self.shared.drop_task(J::unpark(entry, self.tasks));
             chunk
         };
         self.out = Some((id, chunk, settled + 1));
@@ -608,8 +619,9 @@ impl<J: Stored> Settle<'_, J> {
     }
 }
 
-/// Runs an expired timeout's task, inline or on the executor; a panic is logged, never
-/// propagated. Returns the state it was lent, and false if the task panicked on this thread.
+/// Runs an expired timeout's task, inline or on the executor; a panic is caught, never
+/// propagated. Returns the state it was lent, and false if the task (inline) or the executor
+/// panicked on this thread.
 fn run_task<J: Stored>(
     executor: Option<&Executor>,
     entry: J::Entry,
@@ -617,27 +629,51 @@ fn run_task<J: Stored>(
     state: TimeoutState<J>,
 ) -> (TimeoutState<J>, bool) {
     match executor {
-        None => {
-            // Run from where it is parked: no copy of the task's words.
-            let (state, ran) = J::run_parked(entry, tasks, state);
-            if !ran {
-                log::warn!("a TimerTask panicked; the timer goes on");
-            }
-            (state, ran)
-        }
+        // Run from where it is parked: no copy of the task's words.
+        None => J::run_parked(entry, tasks, state),
         Some(executor) => {
-            let task = J::unpark(entry, tasks);
             // The executor's job outlives this call: it takes a reference of its own.
-            let owned = state.clone();
-            let job: Box<dyn FnOnce() + Send> = Box::new(move || {
-                let _ = sealed::TaskStorage::run_stored(task, owned);
-            });
-            if catch_unwind(AssertUnwindSafe(|| executor(job))).is_err() {
-                log::warn!(
-                    "the executor panicked (refused a TimerTask); the timeout stays expired"
-                );
-            }
-            (state, true)
+            let job = ExecutorJob {
+                task: Some(J::unpark(entry, tasks)),
+                state: Some(state.clone()),
+            };
+            let job: Box<dyn FnOnce() + Send> = Box::new(move || job.run());
+            // A panicking executor drops the job it was given, run or not: the task is then
+            // dropped once, by the job, and the timeout stays expired.
+            let returned = catch_user_panic(|| executor(job));
+            (state, returned)
+        }
+    }
+}
+
+/// An expired task handed to the executor with its timeout's state. Run, it counts a panic of
+/// the task; dropped unrun (an executor that refuses it, or panics, or shuts down), it drops
+/// the task catching a panic of its `Drop`, which may happen while the executor unwinds.
+struct ExecutorJob<J: Stored> {
+    task: Option<J>,
+    state: Option<TimeoutState<J>>,
+}
+
+impl<J: Stored> ExecutorJob<J> {
+    fn run(mut self) {
+        let (Some(task), Some(state)) = (self.task.take(), self.state.take()) else {
+            return;
+        };
+        let (state, ran) = sealed::TaskStorage::run_stored(task, state);
+        if !ran {
+            state
+                .timer()
+                .shared
+                .counters
+                .user_code_panicked("a TimerTask (on the executor)");
+        }
+    }
+}
+
+impl<J: Stored> Drop for ExecutorJob<J> {
+    fn drop(&mut self) {
+        if let (Some(task), Some(state)) = (self.task.take(), self.state.take()) {
+            state.timer().shared.drop_task(task);
         }
     }
 }

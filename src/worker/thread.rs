@@ -7,10 +7,11 @@
 
 use super::Worker;
 use crate::shared::{Shared, Stored};
-use crate::sync::{thread, Arc};
+use crate::sync::{lock, thread, Arc};
 
 /// The worker thread's loop. Returns the worker (with whatever it still holds) at shutdown.
 pub(crate) fn run<J: Stored>(mut worker: Worker<J>, shared: Arc<Shared<J>>) -> Worker<J> {
+    let _loud = StopOnUnwind(&shared);
     tighten_timer_slack(shared.tick_nanos);
     loop {
         let now = shared.clock.now();
@@ -40,6 +41,28 @@ pub(crate) fn run<J: Stored>(mut worker: Worker<J>, shared: Arc<Shared<J>>) -> W
         }
     }
     worker
+}
+
+/// Stops the timer if its worker thread unwinds. User code never unwinds it (every place that
+/// runs or drops some catches its panic), so only a bug of the crate's own could: the failure
+/// is then loud (logged, and `new_timeout` refused with `Stopped`), never a timer that accepts
+/// timeouts and fires none.
+struct StopOnUnwind<'a, J: Stored>(&'a Shared<J>);
+
+impl<J: Stored> Drop for StopOnUnwind<'_, J> {
+    fn drop(&mut self) {
+        // Under loom a failing model unwinds through here: calling into loom again would turn
+        // its report into an abort.
+        if cfg!(loom) || !std::thread::panicking() {
+            return;
+        }
+        log::error!(
+            "the timer's worker thread panicked (a bug of hashed-timer-wheel): the timer is \
+             stopped, and the timeouts it held are lost"
+        );
+        let _control = lock(&self.0.control);
+        self.0.mark_shutdown();
+    }
 }
 
 /// Asks the kernel to end this thread's sleeps within a thousandth of a tick of the time asked

@@ -1,0 +1,474 @@
+//! User code may panic anywhere: a task, its `Drop`, a future's waker, the executor. Nothing is
+//! then lost, run twice, or run on another task's data, and the worker goes on. One test per
+//! place the crate runs or drops user code; `stats().panicked` counts each panic caught.
+
+mod common;
+
+use common::{ms, noop};
+use hashed_timer_wheel::{HashedWheelTimer, PeriodicTimeout, Timeout, TypedTask};
+use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Wake, Waker};
+use std::time::Duration;
+
+/// Counts the drops of the tasks that carry it, and panics in its own `Drop` when `panics`.
+struct DropProbe {
+    drops: Arc<AtomicUsize>,
+    panics: bool,
+}
+
+impl DropProbe {
+    fn new(drops: &Arc<AtomicUsize>, panics: bool) -> DropProbe {
+        DropProbe {
+            drops: Arc::clone(drops),
+            panics,
+        }
+    }
+}
+
+impl Drop for DropProbe {
+    fn drop(&mut self) {
+        self.drops.fetch_add(1, SeqCst);
+        if self.panics {
+            panic!("a task's Drop panics (on purpose)");
+        }
+    }
+}
+
+/// What the data-checking tasks saw: runs with their own data, and with anything else.
+#[derive(Default)]
+struct Runs {
+    own: AtomicUsize,
+    foreign: AtomicUsize,
+}
+
+/// A task of two words that checks, when run, that its words are the ones it was given.
+fn small_checker(runs: &'static Runs, id: u64) -> impl FnOnce(&Timeout) + Send + 'static {
+    let check = !id;
+    move |_: &Timeout| {
+        let counter = if check == !id {
+            &runs.own
+        } else {
+            &runs.foreign
+        };
+        counter.fetch_add(1, SeqCst);
+    }
+}
+
+/// The same with four words, so that a misread pairs one type's table with another's words.
+fn large_checker(runs: &'static Runs, id: u64) -> impl FnOnce(&Timeout) + Send + 'static {
+    let (check, a, b) = (!id, id.rotate_left(7), id ^ 0x5555);
+    move |_: &Timeout| {
+        let ok = check == !id && a == id.rotate_left(7) && b == id ^ 0x5555;
+        let counter = if ok { &runs.own } else { &runs.foreign };
+        counter.fetch_add(1, SeqCst);
+    }
+}
+
+fn manual_timer(tick: Duration) -> (HashedWheelTimer, hashed_timer_wheel::ManualDriver) {
+    HashedWheelTimer::builder()
+        .tick_duration(tick)
+        .build_manual()
+        .unwrap()
+}
+
+/// The burst: `n` checking tasks due in one tick (over the transfer cap of 100 000), with a
+/// task whose `Drop` panics, cancelled while queued, every `every` of them.
+fn burst(timer: &HashedWheelTimer, runs: &'static Runs, drops: &Arc<AtomicUsize>, n: u64) -> u64 {
+    let mut panicking = 0;
+    for id in 0..n {
+        if id % 2 == 0 {
+            timer.new_timeout(small_checker(runs, id), ms(100)).unwrap();
+        } else {
+            timer.new_timeout(large_checker(runs, id), ms(100)).unwrap();
+        }
+        if id % 25_000 == 7 {
+            let probe = DropProbe::new(drops, true);
+            let t = timer
+                .new_timeout(move |_: &Timeout| drop(probe), ms(100))
+                .unwrap();
+            assert!(t.cancel());
+            panicking += 1;
+        }
+    }
+    panicking
+}
+
+/// A burst over the transfer cap with panicking drops among the cancelled: every task runs
+/// once, on its own data; nothing stays pending.
+#[test]
+fn a_drop_that_panics_in_a_burst_over_the_transfer_cap_leaves_every_task_its_own_data() {
+    static RUNS: Runs = Runs {
+        own: AtomicUsize::new(0),
+        foreign: AtomicUsize::new(0),
+    };
+    let (timer, driver) = manual_timer(ms(100));
+    let drops = Arc::new(AtomicUsize::new(0));
+    const N: u64 = 150_000;
+    let panicking = burst(&timer, &RUNS, &drops, N);
+    for _ in 0..4 {
+        driver.advance(ms(100));
+    }
+    assert_eq!(RUNS.foreign.load(SeqCst), 0, "tasks run on another's data");
+    assert_eq!(RUNS.own.load(SeqCst), N as usize);
+    assert_eq!(drops.load(SeqCst), panicking as usize);
+    assert_eq!(timer.pending_timeouts(), 0);
+    let stats = timer.stats();
+    assert_eq!(stats.panicked, panicking);
+    assert_eq!(stats.expired, N);
+    assert_eq!(stats.cancelled, panicking);
+    // The worker goes on.
+    let later = timer.new_timeout(noop, ms(100)).unwrap();
+    driver.advance(ms(300));
+    assert!(later.is_expired());
+    assert!(timer.stop().unwrap().is_empty());
+}
+
+/// The same on a worker thread: every task runs on its own data, a later timeout fires, and
+/// `stop()` returns nothing.
+#[test]
+fn a_drop_that_panics_in_a_burst_on_the_worker_thread_loses_nothing() {
+    static RUNS: Runs = Runs {
+        own: AtomicUsize::new(0),
+        foreign: AtomicUsize::new(0),
+    };
+    let timer = HashedWheelTimer::builder()
+        .tick_duration(ms(100))
+        .build()
+        .unwrap();
+    let drops = Arc::new(AtomicUsize::new(0));
+    const N: u64 = 150_000;
+    let panicking = burst(&timer, &RUNS, &drops, N);
+    wait_until(|| RUNS.own.load(SeqCst) + RUNS.foreign.load(SeqCst) == N as usize);
+    assert_eq!(RUNS.foreign.load(SeqCst), 0, "tasks run on another's data");
+    let fired = Arc::new(AtomicUsize::new(0));
+    timer.new_timeout(common::counting(&fired), ms(10)).unwrap();
+    wait_until(|| fired.load(SeqCst) == 1);
+    wait_until(|| timer.pending_timeouts() == 0);
+    assert_eq!(drops.load(SeqCst), panicking as usize);
+    assert!(timer.stop().unwrap().is_empty());
+    assert_eq!(timer.stats().panicked, panicking);
+}
+
+fn wait_until(mut done: impl FnMut() -> bool) {
+    let start = std::time::Instant::now();
+    while !done() {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "not done within 30 s"
+        );
+        std::thread::sleep(ms(1));
+    }
+}
+
+/// A task whose `Drop` panics, cancelled once in the wheel: the worker goes on, every other
+/// due task runs, and the panic is counted.
+#[test]
+fn a_drop_that_panics_on_a_cancel_in_the_wheel_does_not_stop_the_worker() {
+    for on_thread in [false, true] {
+        let builder = HashedWheelTimer::builder().tick_duration(ms(1));
+        let (timer, driver) = if on_thread {
+            (builder.build().unwrap(), None)
+        } else {
+            let (t, d) = builder.build_manual().unwrap();
+            (t, Some(d))
+        };
+        let drops = Arc::new(AtomicUsize::new(0));
+        let probe = DropProbe::new(&drops, true);
+        let doomed = timer
+            .new_timeout(move |_: &Timeout| drop(probe), ms(500))
+            .unwrap();
+        let advance = |by: Duration| match &driver {
+            Some(d) => d.advance(by),
+            None => std::thread::sleep(by),
+        };
+        advance(ms(5)); // into the wheel
+        assert!(doomed.cancel());
+        advance(ms(5)); // the unlink drops the task
+        let fired = Arc::new(AtomicUsize::new(0));
+        for _ in 0..100 {
+            timer.new_timeout(common::counting(&fired), ms(2)).unwrap();
+        }
+        match &driver {
+            Some(d) => d.advance(ms(10)),
+            None => wait_until(|| fired.load(SeqCst) == 100),
+        }
+        assert_eq!(fired.load(SeqCst), 100, "on a thread: {on_thread}");
+        assert_eq!(drops.load(SeqCst), 1);
+        if driver.is_none() {
+            wait_until(|| timer.pending_timeouts() == 0);
+        }
+        assert_eq!(timer.pending_timeouts(), 0);
+        assert!(timer.stop().unwrap().is_empty());
+        assert_eq!(timer.stats().panicked, 1);
+    }
+}
+
+/// A task whose `Drop` panics, cancelled in the very tick it is due (after the cancellations
+/// were processed, by a task of the same bucket): dropped once, counted.
+#[test]
+fn a_drop_that_panics_when_cancelled_by_a_task_of_its_bucket_is_counted() {
+    let (timer, driver) = manual_timer(ms(1));
+    let drops = Arc::new(AtomicUsize::new(0));
+    let probe = DropProbe::new(&drops, true);
+    let victim: Arc<Mutex<Option<Timeout>>> = Arc::default();
+    let v = Arc::clone(&victim);
+    timer
+        .new_timeout(
+            move |_: &Timeout| {
+                assert!(v.lock().unwrap().take().unwrap().cancel());
+            },
+            ms(3),
+        )
+        .unwrap();
+    let t = timer
+        .new_timeout(move |_: &Timeout| drop(probe), ms(3))
+        .unwrap();
+    *victim.lock().unwrap() = Some(t);
+    let after = Arc::new(AtomicUsize::new(0));
+    timer.new_timeout(common::counting(&after), ms(3)).unwrap();
+    driver.advance(ms(10));
+    assert_eq!(drops.load(SeqCst), 1);
+    assert_eq!(after.load(SeqCst), 1);
+    assert_eq!(timer.pending_timeouts(), 0);
+    assert_eq!(timer.stats().panicked, 1);
+}
+
+/// `stop()` with pending tasks whose `Drop` panics: it returns every pending timeout, drops
+/// every task once, and does not panic.
+#[test]
+fn stop_drops_every_task_once_when_some_drops_panic() {
+    for queued in [false, true] {
+        let (timer, driver) = manual_timer(ms(1));
+        let drops = Arc::new(AtomicUsize::new(0));
+        for i in 0..1_000 {
+            let probe = DropProbe::new(&drops, i % 100 == 0);
+            timer
+                .new_timeout(move |_: &Timeout| drop(probe), ms(1_000))
+                .unwrap();
+        }
+        if !queued {
+            driver.advance(ms(2)); // into the wheel
+        }
+        let returned = timer.stop().expect("stop() does not panic");
+        assert_eq!(returned.len(), 1_000, "queued: {queued}");
+        assert!(returned.iter().all(Timeout::is_cancelled));
+        assert_eq!(drops.load(SeqCst), 1_000, "each task dropped once");
+        assert_eq!(timer.stats().panicked, 10, "queued: {queued}");
+    }
+}
+
+/// Dropping the owner with pending tasks whose `Drop` panics: every task is dropped once, and
+/// the drop does not panic.
+#[test]
+fn dropping_the_owner_drops_every_task_once_when_some_drops_panic() {
+    for started in [false, true] {
+        let timer = HashedWheelTimer::builder()
+            .tick_duration(ms(1))
+            .build()
+            .unwrap();
+        let drops = Arc::new(AtomicUsize::new(0));
+        for i in 0..1_000 {
+            let probe = DropProbe::new(&drops, i % 100 == 0);
+            timer
+                .new_timeout(move |_: &Timeout| drop(probe), ms(10_000))
+                .unwrap();
+        }
+        if started {
+            wait_until(|| timer.stats().wakeups > 3);
+        }
+        drop(timer);
+        assert_eq!(drops.load(SeqCst), 1_000, "started: {started}");
+    }
+}
+
+/// Dropping the owner inside a task, with pending tasks whose `Drop` panics: the worker drops
+/// each once as it leaves.
+#[test]
+fn dropping_the_owner_in_a_task_drops_every_task_once_when_some_drops_panic() {
+    let timer = HashedWheelTimer::builder()
+        .tick_duration(ms(1))
+        .build()
+        .unwrap();
+    let drops = Arc::new(AtomicUsize::new(0));
+    for i in 0..100 {
+        let probe = DropProbe::new(&drops, i % 10 == 0);
+        timer
+            .new_timeout(move |_: &Timeout| drop(probe), ms(10_000))
+            .unwrap();
+    }
+    let owner = Arc::new(Mutex::new(Some(timer)));
+    let o = Arc::clone(&owner);
+    let handle = owner.lock().unwrap().as_ref().unwrap().handle();
+    handle
+        .new_timeout(move |_: &Timeout| drop(o.lock().unwrap().take()), ms(5))
+        .unwrap();
+    wait_until(|| drops.load(SeqCst) == 100);
+    assert!(owner.lock().unwrap().is_none());
+}
+
+/// A task that panics when run and whose `Drop` panics too, on the executor and inline:
+/// counted, the worker goes on.
+#[test]
+fn a_task_that_panics_when_run_is_counted_and_the_worker_goes_on() {
+    let (timer, driver) = manual_timer(ms(1));
+    let drops = Arc::new(AtomicUsize::new(0));
+    let probe = DropProbe::new(&drops, false);
+    timer
+        .new_timeout(
+            move |_: &Timeout| {
+                let _keep = &probe;
+                panic!("a task panics (on purpose)");
+            },
+            ms(2),
+        )
+        .unwrap();
+    let fired = Arc::new(AtomicUsize::new(0));
+    timer.new_timeout(common::counting(&fired), ms(2)).unwrap();
+    driver.advance(ms(5));
+    assert_eq!(fired.load(SeqCst), 1);
+    assert_eq!(drops.load(SeqCst), 1);
+    assert_eq!(timer.stats().panicked, 1);
+}
+
+/// An executor that panics (refuses the job): the task is dropped once, the panic counted,
+/// and the worker goes on; a job whose task's `Drop` panics as the executor unwinds does not
+/// abort the process.
+#[test]
+fn an_executor_that_panics_drops_the_task_once_and_is_counted() {
+    let refusals = Arc::new(AtomicUsize::new(0));
+    let r = Arc::clone(&refusals);
+    let (timer, driver) = HashedWheelTimer::builder()
+        .tick_duration(ms(1))
+        .executor(move |job: Box<dyn FnOnce() + Send>| {
+            if r.fetch_add(1, SeqCst).is_multiple_of(2) {
+                panic!("the executor refuses (on purpose)");
+            }
+            job();
+        })
+        .build_manual()
+        .unwrap();
+    let drops = Arc::new(AtomicUsize::new(0));
+    let ran = Arc::new(AtomicUsize::new(0));
+    for i in 0..10 {
+        let probe = DropProbe::new(&drops, i % 3 == 0);
+        let ran = Arc::clone(&ran);
+        timer
+            .new_timeout(
+                move |_: &Timeout| {
+                    ran.fetch_add(1, SeqCst);
+                    drop(probe);
+                },
+                ms(2),
+            )
+            .unwrap();
+    }
+    driver.advance(ms(5));
+    assert_eq!(refusals.load(SeqCst), 10);
+    assert_eq!(ran.load(SeqCst), 5);
+    assert_eq!(drops.load(SeqCst), 10, "each task dropped once");
+    assert_eq!(timer.pending_timeouts(), 0);
+    // Five refusals; of the refused tasks, two whose `Drop` panics (0 and 6); of the tasks
+    // run, two that panic as they drop their probe (3 and 9).
+    assert_eq!(timer.stats().panicked, 9);
+}
+
+/// A waker that panics when woken (expiry) or dropped: the worker goes on.
+#[test]
+fn a_waker_that_panics_does_not_stop_the_worker() {
+    struct PanickingWaker;
+    impl Wake for PanickingWaker {
+        fn wake(self: Arc<Self>) {
+            panic!("a waker panics (on purpose)");
+        }
+    }
+    let (timer, driver) = manual_timer(ms(1));
+    let waker = Waker::from(Arc::new(PanickingWaker));
+    let mut sleep = timer.sleep(ms(2));
+    let mut cx = Context::from_waker(&waker);
+    assert!(std::pin::Pin::new(&mut sleep).poll(&mut cx).is_pending());
+    let fired = Arc::new(AtomicUsize::new(0));
+    timer.new_timeout(common::counting(&fired), ms(2)).unwrap();
+    timer.new_timeout(common::counting(&fired), ms(6)).unwrap();
+    driver.advance(ms(10));
+    assert_eq!(fired.load(SeqCst), 2);
+    assert!(std::pin::Pin::new(&mut sleep).poll(&mut cx).is_ready());
+    assert_eq!(timer.pending_timeouts(), 0);
+    assert_eq!(timer.stats().panicked, 1);
+}
+
+/// A typed timer's task whose `Drop` panics, cancelled queued and in the wheel, and returned
+/// by `stop()`: the same guarantees as the default timer's.
+#[test]
+fn a_typed_timer_survives_drops_that_panic() {
+    struct Task {
+        _probe: DropProbe,
+        ran: Arc<AtomicUsize>,
+    }
+    impl TypedTask for Task {
+        fn run(self, _: &Timeout<Self>) {
+            self.ran.fetch_add(1, SeqCst);
+        }
+    }
+    let (timer, driver) = HashedWheelTimer::builder()
+        .tick_duration(ms(1))
+        .build_manual_typed::<Task>()
+        .unwrap();
+    let drops = Arc::new(AtomicUsize::new(0));
+    let ran = Arc::new(AtomicUsize::new(0));
+    let task = |panics| Task {
+        _probe: DropProbe::new(&drops, panics),
+        ran: Arc::clone(&ran),
+    };
+    let queued = timer.new_timeout(task(true), ms(3)).unwrap();
+    assert!(queued.cancel());
+    let in_wheel = timer.new_timeout(task(true), ms(30)).unwrap();
+    for _ in 0..10 {
+        timer.new_timeout(task(false), ms(3)).unwrap();
+    }
+    driver.advance(ms(2));
+    assert!(in_wheel.cancel());
+    driver.advance(ms(5));
+    assert_eq!(ran.load(SeqCst), 10);
+    let left = timer.new_timeout(task(true), ms(100)).unwrap();
+    driver.advance(ms(2));
+    let returned = timer.stop().unwrap();
+    assert_eq!(returned.len(), 1);
+    assert!(left.is_cancelled());
+    assert_eq!(drops.load(SeqCst), 13);
+    assert_eq!(timer.stats().panicked, 3);
+}
+
+/// A periodic task whose `Drop` panics when its schedule ends (cancelled): counted, the worker
+/// goes on.
+#[test]
+fn a_periodic_task_whose_drop_panics_is_dropped_once() {
+    let (timer, driver) = manual_timer(ms(1));
+    let drops = Arc::new(AtomicUsize::new(0));
+    let probe = DropProbe::new(&drops, true);
+    let runs = Arc::new(AtomicUsize::new(0));
+    let r = Arc::clone(&runs);
+    let periodic = timer
+        .schedule_with_fixed_delay(
+            move |_: &PeriodicTimeout| {
+                let _keep = &probe;
+                r.fetch_add(1, SeqCst);
+            },
+            ms(2),
+            ms(2),
+        )
+        .unwrap();
+    for _ in 0..7 {
+        driver.advance(ms(1));
+    }
+    assert!(runs.load(SeqCst) >= 2);
+    assert!(periodic.cancel());
+    driver.advance(ms(5));
+    assert_eq!(drops.load(SeqCst), 1);
+    let fired = Arc::new(AtomicUsize::new(0));
+    timer.new_timeout(common::counting(&fired), ms(2)).unwrap();
+    driver.advance(ms(5));
+    assert_eq!(fired.load(SeqCst), 1);
+    assert_eq!(timer.pending_timeouts(), 0);
+}
