@@ -76,6 +76,13 @@
 //!   `NegativeArraySizeException`).
 //! - `stop()` from the worker thread is an error value, not an exception; dropping the last
 //!   owner inside a task does not deadlock.
+//! - **User code may panic anywhere**: a task (Netty catches its `Throwable` too), a task's
+//!   `Drop` (when it is cancelled, or dropped by `stop()`), a future's waker, the executor.
+//!   The timer catches each panic, counts it in [`TimerStats::panicked`] and logs it, and goes
+//!   on: nothing is lost, nothing is run twice, nothing is run on another task's data, and
+//!   `stop()` still returns every timeout that never ran. (A task that panics when run and
+//!   again in its `Drop` while that panic unwinds aborts the process, as any such value does
+//!   in Rust.)
 //! - One timer holds at most 134 217 727 (2^27 - 1) pending timeouts (some 6 GB of them); beyond
 //!   that `new_timeout` returns [`TimerError::TooManyPending`]. Netty has no such bound. It keeps
 //!   a wheel node at 40 bytes.

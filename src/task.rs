@@ -47,7 +47,9 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 pub trait TimerTask: Send + 'static {
     /// Runs the task. Called at most once, on the worker thread (or on the configured executor).
     ///
-    /// A panic is caught and logged at warn level; the worker goes on with the next task.
+    /// A panic is caught, counted in [`TimerStats::panicked`](crate::TimerStats::panicked)
+    /// and logged at warn level; the worker goes on with the next task. So is a panic of the
+    /// task's `Drop` when the timer drops it unrun (cancelled, or at `stop()`).
     fn run(self: Box<Self>, timeout: &Timeout);
 
     /// Runs the task from where the timer stored it, without a box: a closure is called in
@@ -143,7 +145,8 @@ impl<T: TimerTask> Job for T {
 /// ```
 pub trait TypedTask: Send + Sized + 'static {
     /// Runs the task. Called at most once, on the worker thread (or on the configured
-    /// executor). A panic is caught and logged at warn level, as for [`TimerTask`].
+    /// executor). A panic, or a panic of the task's `Drop`, is caught, counted and logged, as
+    /// for [`TimerTask`].
     fn run(self, timeout: &Timeout<Self>);
 }
 

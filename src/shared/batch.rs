@@ -275,3 +275,68 @@ impl<J: Stored> ProducerShard<J> {
         self.cursor.spare_count() + self.wake_cursor.spare_count()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::{HashedWheelTimer, Timeout};
+    use std::panic::{catch_unwind, AssertUnwindSafe};
+    use std::sync::{Arc, Mutex};
+    use std::time::Duration;
+
+    /// Records the id of the task that drops it, and the id it was given as a check: a task
+    /// read from another task's words records a pair that does not match.
+    struct Probe {
+        id: u64,
+        check: u64,
+        dropped: Arc<Mutex<Vec<(u64, u64)>>>,
+    }
+
+    impl Drop for Probe {
+        fn drop(&mut self) {
+            self.dropped.lock().unwrap().push((self.id, self.check));
+        }
+    }
+
+    /// A batch of tasks of three sizes (0, 2 and 4 words, so that a cursor out of step reads
+    /// a table with the wrong words), the worker's drain unwound after the first task: the
+    /// tasks the drain took are read out and dropped, and the rest of the batch is read from
+    /// its own words, each task once.
+    #[test]
+    fn a_drain_unwound_early_keeps_the_word_cursor_in_step() {
+        let (timer, _driver) = HashedWheelTimer::builder().build_manual().unwrap();
+        let dropped: Arc<Mutex<Vec<(u64, u64)>>> = Arc::default();
+        const N: u64 = 12;
+        for id in 0..N {
+            let probe = Probe {
+                id,
+                check: !id,
+                dropped: Arc::clone(&dropped),
+            };
+            let delay = Duration::from_secs(1);
+            let _ = match id % 3 {
+                0 => timer.new_timeout(move |_: &Timeout| drop(probe), delay),
+                1 => timer.new_timeout(move |_: &Timeout| drop((probe, 1u64)), delay),
+                _ => timer.new_timeout(move |_: &Timeout| drop((probe, [2u64; 2])), delay),
+            }
+            .unwrap();
+        }
+        let mut batch = timer.shared.timeouts.take_all();
+        assert_eq!(batch.len(), N as usize);
+        let unwound = catch_unwind(AssertUnwindSafe(|| {
+            let (mut drain, _, _) = batch.drain_front(7);
+            drop(drain.next());
+            panic!("the worker unwinds mid-drain (on purpose)");
+        }));
+        assert!(unwound.is_err());
+        assert_eq!(batch.len(), (N - 7) as usize);
+        let rest: Vec<_> = batch.drain_front(5).0.map(|(task, _, _)| task).collect();
+        drop(rest);
+        let dropped = dropped.lock().unwrap();
+        let mut ids: Vec<u64> = dropped.iter().map(|&(id, _)| id).collect();
+        ids.sort_unstable();
+        assert_eq!(ids, (0..N).collect::<Vec<_>>(), "each task dropped once");
+        assert!(dropped.iter().all(|&(id, check)| check == !id));
+        drop(dropped);
+        batch.clear_runs(drop);
+    }
+}

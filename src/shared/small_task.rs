@@ -26,6 +26,14 @@
 //!    A slab slot holds a value exactly while a [`ParkedTask`] names it; `unpark` takes the
 //!    key by value, so a slot is read once. A `ParkedTask` dropped without `unpark` leaks its
 //!    value, never drops it twice: the worker unparks every task it takes out of the wheel.
+//! 4. Under unwinding the invariants hold too. A task's run catches its panic (`Job::run`),
+//!    and the worker drops tasks through `shared::drop_caught`, so user code does not unwind
+//!    through these functions; should anything unwind anyway, each path errs towards a leak,
+//!    never a second read: a task is moved out of its words (`ptr::read`) before it runs, so a
+//!    slot whose release an unwind skipped holds a stale copy that no key names any more; a
+//!    `SmallTask` whose value's `Drop` panics counts as dropped (its own `Drop` is not run
+//!    again); and a batch's drain reads out every task it took before it goes, even when
+//!    dropped early (`batch::DrainFront`), so the cursor of invariant 3 stays in step.
 #![allow(unsafe_code)]
 
 use super::cells::TimeoutState;
@@ -745,6 +753,71 @@ mod tests {
         let (_st, ran) = slabs.run_parked(zero_sized, st);
         assert!(ran);
         assert_eq!(runs.load(Ordering::SeqCst), 3);
+    }
+
+    /// Counts its drops and panics in its `Drop`.
+    struct PanicsOnDrop(Arc<AtomicUsize>);
+
+    impl Drop for PanicsOnDrop {
+        fn drop(&mut self) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+            panic!("a task's Drop panics (on purpose)");
+        }
+    }
+
+    /// Queued tasks of every class, the middle one's `Drop` panicking as it is dropped (caught,
+    /// as the worker does): the tasks after it are read from their own words, each once.
+    #[test]
+    fn a_drop_that_panics_in_a_queue_leaves_the_rest_in_step() {
+        let (_timer, mut st) = state();
+        let panicking = Arc::new(AtomicUsize::new(0));
+        let (small, small_runs, small_drops) = probe::<0>();
+        let (large, large_runs, large_drops) = probe::<16>();
+        let mut queue = Vec::new();
+        let p = PanicsOnDrop(Arc::clone(&panicking));
+        let first = SmallTask::new(move |_: &Timeout| drop(p)).enqueue(&mut queue);
+        let second = SmallTask::enqueue_fresh(as_task(small), &mut queue);
+        let third = SmallTask::new(as_task(large)).enqueue(&mut queue);
+        let mut at = 0;
+        let first = SmallTask::dequeue(first, &queue, &mut at);
+        assert!(!crate::shared::drop_caught(first));
+        assert_eq!(panicking.load(Ordering::SeqCst), 1);
+        for queued in [second, third] {
+            let (back, ran) = SmallTask::dequeue(queued, &queue, &mut at).run(st);
+            assert!(ran);
+            st = back;
+        }
+        assert_eq!(at, queue.len());
+        assert_eq!(small_runs.load(Ordering::SeqCst), 1);
+        assert_eq!(large_runs.load(Ordering::SeqCst), 1);
+        assert_eq!(small_drops.load(Ordering::SeqCst), 1);
+        assert_eq!(large_drops.load(Ordering::SeqCst), 1);
+        assert_eq!(panicking.load(Ordering::SeqCst), 1, "dropped once");
+    }
+
+    /// A parked task whose `Drop` panics as it is unparked and dropped (a cancel): its slot
+    /// is free, and the other parked tasks come back whole.
+    #[test]
+    fn a_drop_that_panics_after_an_unpark_leaves_the_slabs_whole() {
+        let (_timer, st) = state();
+        let panicking = Arc::new(AtomicUsize::new(0));
+        let mut slabs = TaskSlabs::default();
+        let (before, before_runs, _) = probe::<8>();
+        let (after, after_runs, _) = probe::<8>();
+        let before = slabs.park(SmallTask::new(as_task(before)), 0);
+        let p = PanicsOnDrop(Arc::clone(&panicking));
+        let doomed = slabs.park(SmallTask::new(move |_: &Timeout| drop((p, 0u64))), 0);
+        let after = slabs.park(SmallTask::new(as_task(after)), 0);
+        assert!(!crate::shared::drop_caught(slabs.unpark(doomed)));
+        assert_eq!(panicking.load(Ordering::SeqCst), 1);
+        assert_eq!(slabs.live(), 2);
+        let (st, ran) = slabs.run_parked(after, st);
+        assert!(ran);
+        let (_st, ran) = slabs.run_parked(before, st);
+        assert!(ran);
+        assert_eq!(before_runs.load(Ordering::SeqCst), 1);
+        assert_eq!(after_runs.load(Ordering::SeqCst), 1);
+        assert_eq!(slabs.live(), 0);
     }
 
     /// A task that panics is caught by the job (its state comes back) and dropped once.

@@ -102,7 +102,9 @@ impl Builder {
     }
 
     /// Hands expired tasks to `executor` instead of running them on the worker thread. A panic
-    /// in `executor` (a refusal) is logged; the timeout stays expired.
+    /// in `executor` (a refusal) is caught, counted in `stats().panicked` and logged; the
+    /// timeout stays expired, and the job, run or not, drops its task once. A task that panics
+    /// on the executor is counted too.
     ///
     /// ```
     /// use hashed_timer_wheel::HashedWheelTimer;

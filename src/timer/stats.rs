@@ -37,7 +37,9 @@ pub struct TimerStats {
     /// `new_timeout` calls refused ([`TimerError::Stopped`](crate::TimerError::Stopped) or
     /// [`TimerError::TooManyPending`](crate::TimerError::TooManyPending)).
     pub refused: u64,
-    /// Tasks run on the worker thread that panicked (caught and logged).
+    /// Panics of user code the timer caught and logged: tasks run on the worker thread or on
+    /// the executor, a task's `Drop` when the timer drops it unrun (a cancel, `stop()`), a
+    /// future's waker, the executor itself. Each is counted once; the timer goes on.
     pub panicked: u64,
     /// The latest a timeout has fired after its deadline (as the worker's clock saw it when it
     /// processed the timeout's tick).
