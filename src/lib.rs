@@ -233,8 +233,8 @@ pub use shared::{BoxedTask, Stored, TimerHandle};
 pub use task::{TimerTask, TypedTask};
 pub use timeout::Timeout;
 pub use timer::{
-    Builder, Deadline, HashedWheelTimer, Interval, ManualDriver, MissedRuns, PeriodicTimeout,
-    Sleep, Timer, TimerStats, INSTANCE_COUNT_LIMIT, MAX_TICKS_PER_WHEEL,
+    Builder, Deadline, Drive, HashedWheelTimer, Interval, ManualDriver, MissedRuns,
+    PeriodicTimeout, Sleep, Timer, TimerStats, INSTANCE_COUNT_LIMIT, MAX_TICKS_PER_WHEEL,
 };
 
 #[cfg(test)]

@@ -233,7 +233,8 @@ pub(crate) mod process {
 }
 
 /// Locks a mutex, ignoring poisoning: every critical section in this crate leaves its data
-/// consistent before it can panic (no user code runs under these locks).
+/// consistent before it can panic (the user code run under the worker's lock, tasks, runs
+/// under `catch_unwind`).
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     #[cfg(not(loom))]
     {
@@ -242,6 +243,22 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     #[cfg(loom)]
     {
         m.lock().unwrap()
+    }
+}
+
+/// Locks a mutex if no other thread holds it (poisoning ignored, as in [`lock`]).
+pub(crate) fn try_lock<T>(m: &Mutex<T>) -> Option<MutexGuard<'_, T>> {
+    #[cfg(not(loom))]
+    {
+        match m.try_lock() {
+            Ok(guard) => Some(guard),
+            Err(std::sync::TryLockError::Poisoned(e)) => Some(e.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) => None,
+        }
+    }
+    #[cfg(loom)]
+    {
+        m.try_lock().ok()
     }
 }
 

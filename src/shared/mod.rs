@@ -382,10 +382,10 @@ pub(crate) struct Shared<J: crate::shared::sealed::TaskStorage = BoxedTask> {
     pub(crate) wheel_len: usize,
     pub(crate) max_pending: usize,
     pub(crate) clock: Clock,
-    /// The thread that runs the worker (see [`Control`]). The worker itself, while no thread
-    /// runs it, is in `idle_worker`.
+    /// The thread that runs the worker, and the runtimes' drivers (see [`Control`]).
     pub(crate) control: Mutex<Control>,
-    /// The worker while no thread runs it: before start, in manual mode, after stop.
+    /// The worker. Whoever runs a turn of it (the worker thread, a runtime's `Drive`, a
+    /// `ManualDriver`) holds this lock for the turn, tasks included; `stop()` takes it out.
     pub(crate) idle_worker: Mutex<Option<IdleWorker>>,
     /// The rest is the `timer` module's bookkeeping (`timer::lifecycle`). The worker thread's
     /// name.
@@ -399,14 +399,21 @@ pub(crate) struct Shared<J: crate::shared::sealed::TaskStorage = BoxedTask> {
     in_live_timer_count: crate::sync::process::AtomicBool,
 }
 
-/// The worker's thread, kept under `Shared::control`: the `timer` module starts and joins it,
-/// producers unpark it.
+/// The worker's thread and the runtimes' drivers, kept under `Shared::control`: the `timer`
+/// module starts and joins the thread and attaches the drivers; producers wake one or the
+/// other when their deadline is earlier than the plan.
 #[derive(Default)]
 pub(crate) struct Control {
-    pub(crate) join: Option<thread::JoinHandle<IdleWorker>>,
+    pub(crate) join: Option<thread::JoinHandle<()>>,
     pub(crate) worker_thread: Option<thread::Thread>,
-    /// The thread running the worker right now (the worker thread, or a driver's caller).
+    /// The thread running a turn of the worker right now (a driver's caller), else the worker
+    /// thread's.
     pub(crate) worker_id: Option<thread::ThreadId>,
+    /// Runtime drivers attached (`timer::drive`): while there is one, it runs the turns and
+    /// the worker thread only watches over it.
+    pub(crate) drivers: usize,
+    /// The waker of the driver that polled last: what a producer wakes instead of the thread.
+    pub(crate) driver_waker: Option<std::task::Waker>,
 }
 
 impl<J: Stored> Shared<J> {
@@ -702,7 +709,7 @@ impl<J: Stored> Shared<J> {
                 Ordering::SeqCst,
             ) {
                 Ok(_) => {
-                    self.unpark_worker();
+                    self.unpark_worker(planned == u64::MAX);
                     return;
                 }
                 Err(actual) => planned = actual,
@@ -710,11 +717,32 @@ impl<J: Stored> Shared<J> {
         }
     }
 
+    /// Wakes whoever runs the worker's turns: a runtime's driver while one is attached, else
+    /// the worker thread. With a driver, the thread is woken too when the worker was idle
+    /// (`from_idle`): it then watches over the driver again, which it does not while nothing is
+    /// pending.
     #[cold]
-    fn unpark_worker(&self) {
-        if let Some(t) = &lock(&self.control).worker_thread {
-            t.unpark();
+    pub(crate) fn unpark_worker(&self, from_idle: bool) {
+        let control = lock(&self.control);
+        let thread = control
+            .worker_thread
+            .clone()
+            .filter(|_| from_idle || control.driver_waker.is_none());
+        let driver = control.driver_waker.clone();
+        drop(control);
+        if let Some(thread) = thread {
+            thread.unpark();
         }
+        if let Some(waker) = driver {
+            if !catch_user_panic(|| waker.wake()) {
+                self.counters.user_code_panicked("a driver's waker");
+            }
+        }
+    }
+
+    /// Whether a runtime's driver runs the worker's turns.
+    pub(crate) fn is_driven(&self) -> bool {
+        lock(&self.control).drivers > 0
     }
 
     pub(crate) fn on_worker_thread(&self) -> bool {

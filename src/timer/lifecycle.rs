@@ -10,7 +10,7 @@
 
 use crate::shared::cells::TimeoutState;
 use crate::shared::{IdleWorker, Shared, Stored};
-use crate::sync::{lock, process, thread, Arc, Ordering};
+use crate::sync::{lock, process, thread, try_lock, Arc, Ordering};
 use crate::worker::{self, Worker};
 use crate::{Timeout, TimerError};
 
@@ -79,15 +79,15 @@ pub(super) fn start_slow<J: Stored>(shared: &Arc<Shared<J>>) -> Result<(), Timer
         return Err(TimerError::Stopped);
     }
     if !shared.manual {
-        let idle = lock(&shared.idle_worker)
-            .take()
-            .expect("an unstarted timer holds its worker");
-        let mut worker: Worker<J> = worker_from(idle);
-        worker.set_tick(shared.clock.now() / shared.tick_nanos);
+        {
+            let mut held = lock(&shared.idle_worker);
+            let idle = held.as_mut().expect("an unstarted timer holds its worker");
+            worker_mut::<J>(idle).set_tick(shared.clock.now() / shared.tick_nanos);
+        }
         let for_thread = Arc::clone(shared);
         let join = thread::Builder::new()
             .name(shared.thread_name.clone())
-            .spawn(move || erase_worker(worker::run(worker, for_thread)))
+            .spawn(move || worker::run(for_thread))
             .unwrap_or_else(|e| panic!("hashed-timer-wheel: cannot spawn the worker thread: {e}"));
         control.worker_thread = Some(join.thread().clone());
         control.worker_id = Some(join.thread().id());
@@ -110,18 +110,15 @@ pub(super) fn stop<J: Stored>(shared: &Arc<Shared<J>>) -> Result<Vec<Timeout<J>>
         return Ok(Vec::new());
     }
     uncount(shared);
-    let worker = match join {
-        Some(join) => {
-            join.thread().unpark();
-            // The worker thread returns its wheel when it leaves its loop. User code cannot
-            // unwind it (every place that runs or drops some catches its panic); a bug of the
-            // crate's own that did has stopped the timer and logged it, and the timeouts the
-            // worker held are lost with it.
-            join.join().ok()
-        }
-        // Not started, or manual: waits for a driver that is advancing.
-        None => lock(&shared.idle_worker).take(),
-    };
+    if let Some(join) = join {
+        join.thread().unpark();
+        // The thread leaves its loop after its current turn. User code cannot unwind it
+        // (every place that runs or drops some catches its panic); a bug of the crate's own
+        // that did has stopped the timer and logged it.
+        let _ = join.join();
+    }
+    // Waits for a turn under way (a runtime's driver, a `ManualDriver`).
+    let worker = lock(&shared.idle_worker).take();
     let mut out = Vec::new();
     if let Some(worker) = worker {
         let mut worker = worker_from::<J>(worker);
@@ -155,8 +152,11 @@ pub(super) fn shutdown_from_worker<J: Stored>(shared: &Shared<J>) {
     };
     shared.mark_owner_dropped_in_task();
     uncount(shared);
-    // Detach: the thread's result (its wheel) is dropped when it finishes.
-    drop(join);
+    // Detach: the thread drops the worker as it leaves its loop (or, in a runtime driver's
+    // turn, the driver does after the turn). Unparked, in case it sleeps with no deadline.
+    if let Some(join) = join {
+        join.thread().unpark();
+    }
     // Nobody will drain the queues: do it now, so that queued tasks holding a handle on
     // this timer do not keep it alive in a cycle.
     for state in shared.timeouts.take_all().into_states() {
@@ -164,4 +164,38 @@ pub(super) fn shutdown_from_worker<J: Stored>(shared: &Shared<J>) {
     }
     shared.timeouts.for_each_data(|p| p.clear_cursors());
     drop(shared.cancellations.take_all());
+}
+
+/// A runtime driver's turn of the worker (see `timer::drive`): runs it if no other turn is
+/// under way, with the caller as the worker's thread for the turn (a task it runs that stops
+/// the timer or drops the owner is treated as on the worker thread). The plan, as
+/// `worker::turn` returns it; `None` once the timer is stopped (or manual).
+pub(super) fn drive_turn<J: Stored>(shared: &Arc<Shared<J>>) -> Option<u64> {
+    if shared.manual || shared.is_shutdown() {
+        return None;
+    }
+    let Some(mut held) = try_lock(&shared.idle_worker) else {
+        // Another turn is under way (the worker thread's): its plan, once published.
+        return Some(shared.plan());
+    };
+    let idle = held.as_mut()?;
+    let me = thread::current().id();
+    let thread_id = {
+        let mut control = lock(&shared.control);
+        let thread_id = control.worker_id;
+        control.worker_id = Some(me);
+        thread_id
+    };
+    let plan = worker::turn(worker_mut::<J>(idle), shared);
+    lock(&shared.control).worker_id = thread_id;
+    if shared.is_shutdown() {
+        if shared.owner_dropped_in_task() {
+            // A task dropped the owner: nobody calls `stop()` to take the worker.
+            let worker = held.take();
+            drop(held);
+            drop(worker);
+        }
+        return None;
+    }
+    Some(plan)
 }

@@ -23,6 +23,7 @@ macro_rules! for_owner_and_handle {
 }
 
 mod builder;
+mod drive;
 mod driver;
 mod interval;
 mod lifecycle;
@@ -31,6 +32,7 @@ mod sleep;
 mod stats;
 
 pub use builder::Builder;
+pub use drive::Drive;
 pub use driver::ManualDriver;
 pub use interval::Interval;
 pub use lifecycle::INSTANCE_COUNT_LIMIT;
@@ -501,3 +503,33 @@ impl<J: Stored> Drop for HashedWheelTimer<J> {
         }
     }
 }
+
+macro_rules! drive_methods {
+    ($ty:ty, $example:literal) => {
+        impl $ty {
+            /// A future that runs this timer's ticks on the runtime that polls it, sleeping
+            /// between them with `sleep_until` (the runtime's own sleep: tokio's
+            /// `|at| tokio::time::sleep_until(at.into())`). Spawn it on the runtime that
+            /// serves the timer's futures: see [`Drive`] for why, and what changes.
+            ///
+            /// ```
+            /// # use hashed_timer_wheel::HashedWheelTimer;
+            /// # use std::time::Duration;
+            /// let timer = HashedWheelTimer::new(Duration::from_millis(1), 64);
+            #[doc = $example]
+            /// let rt = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
+            /// rt.spawn(t.drive(|at| tokio::time::sleep_until(at.into())));
+            /// rt.block_on(t.sleep(Duration::from_millis(3))).unwrap();
+            /// ```
+            pub fn drive<F, S>(&self, sleep_until: F) -> Drive<F, S>
+            where
+                F: FnMut(std::time::Instant) -> S + Unpin,
+                S: std::future::Future<Output = ()>,
+            {
+                Drive::new(&self.shared, sleep_until)
+            }
+        }
+    };
+}
+
+for_owner_and_handle!(drive_methods);

@@ -7,9 +7,10 @@
 //! plan), the wheel and `sync`; never the owner (`timer`), which starts, drives and stops it.
 //!
 //! # Ground rules
-//! The `Worker` (and its wheel) is owned by exactly one thread at a time: the worker thread, or
-//! a `ManualDriver`'s caller under the `idle_worker` lock, or `stop()` after the join. It reads
-//! the queues and `Shared`'s atomics; it never blocks on a producer.
+//! The `Worker` (and its wheel) lives in `Shared::idle_worker`, and one thread at a time runs a
+//! turn of it under that lock: the worker thread, a runtime's `Drive`, or a `ManualDriver`'s
+//! caller; `stop()` takes it out after the join. It reads the queues and `Shared`'s atomics; it
+//! never blocks on a producer.
 //!
 //! # Sleeping (never wake for nothing)
 //! Netty wakes on every tick. This worker computes the next tick that has work (the earliest
@@ -50,7 +51,7 @@
 mod chunks;
 mod thread;
 
-pub(crate) use thread::run;
+pub(crate) use thread::{run, turn};
 
 use crate::shared::batch::PendingBatch;
 use crate::shared::cells::{ChunkRef, TimeoutState, NO_KEY};

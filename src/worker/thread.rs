@@ -9,38 +9,73 @@ use super::Worker;
 use crate::shared::{Shared, Stored};
 use crate::sync::{lock, thread, Arc};
 
-/// The worker thread's loop. Returns the worker (with whatever it still holds) at shutdown.
-pub(crate) fn run<J: Stored>(mut worker: Worker<J>, shared: Arc<Shared<J>>) -> Worker<J> {
+/// Ticks the worker thread sleeps past a runtime driver's plan before it runs a turn itself:
+/// while a driver keeps up, the thread wakes once every this many ticks and finds nothing
+/// due; should the driver stop being polled (a runtime shut down or blocked), timeouts are at
+/// most this many ticks late.
+pub(crate) const DRIVEN_GRACE_TICKS: u64 = 32;
+
+/// The worker thread's loop: a turn of the worker whenever one is due, under the worker's
+/// lock, then a sleep until the plan's tick ends. While a runtime's driver is attached, the
+/// driver runs the turns and the thread only watches over it (`DRIVEN_GRACE_TICKS`).
+pub(crate) fn run<J: Stored>(shared: Arc<Shared<J>>) {
     let _loud = StopOnUnwind(&shared);
     tighten_timer_slack(shared.tick_nanos);
     loop {
-        let now = shared.clock.now();
-        worker.advance(&shared, now);
-
-        // Publish the plan, then look at the queues again, under their locks (see the module
-        // docs).
-        let mut plan = worker.planned_tick(&shared);
-        shared.publish_plan(plan);
-        if plan > worker.tick && (!shared.timeouts.is_empty() || !shared.cancellations.is_empty()) {
-            plan = worker.tick;
-            shared.publish_plan(plan);
-        }
-        // A producer may have lowered the plan since: honour the lower of the two.
-        plan = plan.min(shared.plan());
+        let plan = {
+            let mut held = lock(&shared.idle_worker);
+            let Some(worker) = held.as_mut().and_then(|w| w.downcast_mut::<Worker<J>>()) else {
+                break; // taken by `stop()`
+            };
+            if shared.is_shutdown() {
+                break;
+            }
+            turn(worker, &shared)
+        };
         if shared.is_shutdown() {
             break;
         }
-        if plan > worker.tick {
-            // Idle until a later tick: nothing is queued.
-            worker.release_idle_buffers(&shared);
-        }
-        sleep_until_end_of(&shared, plan);
-        shared.mark_awake();
+        let wake = if shared.is_driven() {
+            // The driver may sleep past a plan this turn lowered: it is woken to plan again.
+            shared.unpark_worker(false);
+            plan.saturating_add(DRIVEN_GRACE_TICKS)
+        } else {
+            plan
+        };
+        sleep_until_end_of(&shared, wake);
         if shared.is_shutdown() {
             break;
         }
     }
-    worker
+    if shared.owner_dropped_in_task() {
+        // Nobody calls `stop()` to take the worker: drop it here (outside the lock), with what
+        // it holds.
+        let worker = lock(&shared.idle_worker).take();
+        drop(worker);
+    }
+}
+
+/// One turn of the worker, by whoever holds its lock (the worker thread, or a runtime's
+/// driver): runs the due ticks, publishes the plan, then looks at the queues again under
+/// their locks (see the module docs, "Sleeping"). Returns the plan: the tick at whose end the
+/// next turn is due (`u64::MAX`: only when woken).
+pub(crate) fn turn<J: Stored>(worker: &mut Worker<J>, shared: &Arc<Shared<J>>) -> u64 {
+    shared.mark_awake();
+    let now = shared.clock.now();
+    worker.advance(shared, now);
+    let mut plan = worker.planned_tick(shared);
+    shared.publish_plan(plan);
+    if plan > worker.tick && (!shared.timeouts.is_empty() || !shared.cancellations.is_empty()) {
+        plan = worker.tick;
+        shared.publish_plan(plan);
+    }
+    // A producer may have lowered the plan since: honour the lower of the two.
+    plan = plan.min(shared.plan());
+    if plan > worker.tick && !shared.is_shutdown() {
+        // Idle until a later tick: nothing is queued.
+        worker.release_idle_buffers(shared);
+    }
+    plan
 }
 
 /// Stops the timer if its worker thread unwinds. User code never unwinds it (every place that
