@@ -290,3 +290,79 @@ fn duration_max_never_fires_netty_7760() {
     assert!(rx.recv_timeout(ms(200)).is_err(), "Duration::MAX fired");
     assert_eq!(timer.stop().unwrap(), vec![never]);
 }
+
+/// The message of a caught panic (`panic!` with arguments gives a `String`, without a `&str`).
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| payload.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+        .unwrap_or_default()
+}
+
+/// `ManualDriver::advance` (and `advance_to`) called from inside a task of the timer it drives
+/// took the worker's lock (`idle_worker`) again on the thread that held it, and hung for good.
+/// Both now panic at once with a message naming the mistake; the task's panic is caught as any
+/// task's, and the timer goes on. The scenario runs on a thread of its own, watched: a hang
+/// fails the test instead of hanging it.
+#[test]
+fn advance_from_inside_its_own_task_panics_instead_of_hanging() {
+    let (done_tx, done_rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let (timer, driver) = HashedWheelTimer::builder()
+            .tick_duration(ms(10))
+            .build_manual()
+            .unwrap();
+        let (seen_tx, seen_rx) = mpsc::channel();
+        let inner = driver.clone();
+        timer
+            .new_timeout(
+                move |_: &Timeout| {
+                    let tries: [&dyn Fn(); 2] =
+                        [&|| inner.advance(ms(10)), &|| inner.advance_to(ms(500))];
+                    for attempt in tries {
+                        let caught =
+                            std::panic::catch_unwind(std::panic::AssertUnwindSafe(attempt));
+                        seen_tx
+                            .send(caught.err().map(|p| panic_message(&*p)))
+                            .unwrap();
+                    }
+                    // Reading the driver holds nothing: allowed inside a task.
+                    seen_tx
+                        .send(Some(format!("now {:?}", inner.now())))
+                        .unwrap();
+                },
+                ms(10),
+            )
+            .unwrap();
+        driver.advance(ms(20));
+        // The timer goes on: the next timeout fires on the next advance.
+        let fired = Arc::new(AtomicUsize::new(0));
+        timer.new_timeout(counting(&fired), ms(10)).unwrap();
+        driver.advance(ms(20));
+        let seen: Vec<Option<String>> = seen_rx.try_iter().collect();
+        done_tx
+            .send((seen, fired.load(SeqCst), driver.now()))
+            .unwrap();
+    });
+    let (seen, fired, now) = done_rx
+        .recv_timeout(Duration::from_secs(10))
+        .expect("ManualDriver::advance from inside its own task hung");
+    assert_eq!(seen.len(), 3, "the task ran once, to its end: {seen:?}");
+    for message in &seen[..2] {
+        let message = message
+            .as_deref()
+            .expect("advance inside its own task returned");
+        assert!(
+            message.contains("ManualDriver::advance called from inside a task"),
+            "{message}"
+        );
+    }
+    assert_eq!(
+        seen[2].as_deref(),
+        Some("now 20ms"),
+        "the clock did not move from inside the task"
+    );
+    assert_eq!(fired, 1);
+    assert_eq!(now, ms(40));
+}
