@@ -366,3 +366,62 @@ fn advance_from_inside_its_own_task_panics_instead_of_hanging() {
     assert_eq!(fired, 1);
     assert_eq!(now, ms(40));
 }
+
+/// Set in the child process that [`largest_wheel_is_built_and_runs_in_little_memory`] starts.
+const SMALL_ADDRESS_SPACE: &str = "HASHED_TIMER_WHEEL_TEST_SMALL_ADDRESS_SPACE";
+
+/// `Builder::ticks_per_wheel(MAX_TICKS_PER_WHEEL)` was accepted, then the wheel allocated and
+/// filled its 2^30 buckets at once (16 GiB): the process aborted on the allocation, or wrote 16
+/// GiB of empty buckets before its first timeout. The buckets are now allocated a page at a
+/// time, as timeouts land in them. The timer is built and driven in a child process limited to
+/// 2 GiB of address space, so that the old allocation fails the test (the child aborts) rather
+/// than take the machine's memory; the child's timeouts, in far-apart buckets, fire on their
+/// ticks.
+#[test]
+fn largest_wheel_is_built_and_runs_in_little_memory() {
+    use hashed_timer_wheel::MAX_TICKS_PER_WHEEL;
+    if cfg!(target_os = "linux") && std::env::var_os(SMALL_ADDRESS_SPACE).is_none() {
+        let name = "largest_wheel_is_built_and_runs_in_little_memory";
+        let out = std::process::Command::new("sh")
+            .args(["-c", r#"ulimit -v 2097152 && exec "$0" "$@""#])
+            .arg(std::env::current_exe().unwrap())
+            .args(["--exact", name, "--test-threads=1", "--nocapture"])
+            .env(SMALL_ADDRESS_SPACE, "1")
+            .output()
+            .unwrap();
+        let (stdout, stderr) = (
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+        );
+        assert!(
+            out.status.success() && stdout.contains("1 passed"),
+            "in 2 GiB of address space: {}\n{stdout}\n{stderr}",
+            out.status
+        );
+        return;
+    }
+    let (timer, driver) = HashedWheelTimer::builder()
+        .tick_duration(ms(1))
+        .ticks_per_wheel(MAX_TICKS_PER_WHEEL)
+        .build_manual()
+        .unwrap();
+    assert_eq!(timer.wheel_len(), MAX_TICKS_PER_WHEEL);
+    let fired = Arc::new(Mutex::new(Vec::new()));
+    let record = |what: &'static str| {
+        let fired = Arc::clone(&fired);
+        move |_: &Timeout| fired.lock().unwrap().push(what)
+    };
+    let hour = Duration::from_secs(3600);
+    timer.new_timeout(record("an hour"), hour).unwrap();
+    timer.new_timeout(record("5 ms"), ms(5)).unwrap();
+    timer
+        .new_timeout(record("a minute"), Duration::from_secs(60))
+        .unwrap();
+    driver.advance(ms(6));
+    assert_eq!(*fired.lock().unwrap(), ["5 ms"]);
+    driver.advance(Duration::from_secs(60));
+    assert_eq!(*fired.lock().unwrap(), ["5 ms", "a minute"]);
+    driver.advance_to(hour + ms(1));
+    assert_eq!(*fired.lock().unwrap(), ["5 ms", "a minute", "an hour"]);
+    assert_eq!(timer.pending_timeouts(), 0);
+}

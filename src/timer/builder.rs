@@ -68,7 +68,13 @@ impl Builder {
         self
     }
 
-    /// The number of buckets, rounded up to a power of two (1 to 2^30).
+    /// The number of buckets, rounded up to a power of two (1 to 2^30, as Netty).
+    ///
+    /// A bucket takes 16 bytes once used, plus a bit of an occupancy bitmap: up to 4096 buckets
+    /// are allocated when the timer is built, a larger wheel's buckets 4096 at a time, as
+    /// timeouts land among them (and kept until the timer stops). So a wheel of 2^30 buckets
+    /// is built in about 132 MiB of address space, most of it the bitmap, mapped only as it is
+    /// written, and grows towards 16 GiB only if timeouts reach every part of it.
     ///
     /// ```
     /// let b = hashed_timer_wheel::HashedWheelTimer::builder().ticks_per_wheel(1024);
