@@ -129,8 +129,15 @@ impl Builder {
         self
     }
 
-    /// Checks the arguments and builds the timer. No thread starts until the first
+    /// Checks the arguments and builds the timer. No worker thread starts until the first
     /// `new_timeout` (or `start`).
+    ///
+    /// On x86-64 Linux, the first timer built in the process (by `build` or `build_typed`)
+    /// starts the producers' clock thread, `hashed-timer-wheel-tsc`: it calibrates the TSC,
+    /// which `new_timeout` then reads while the kernel keeps time with it, and stays to read the
+    /// kernel's clock source once a second, so that producers go back to the monotonic clock
+    /// once the kernel gives the TSC up (see the crate docs, "Threading model", for what holds
+    /// until that re-read).
     ///
     /// # Errors
     /// A [`BuildError`] for a zero tick, a zero or above-2^30 `ticks_per_wheel`, or a tick times
