@@ -47,9 +47,15 @@
 //!   nothing once warm.
 //! - The time is read from the TSC where the kernel trusts it (see the `clock` module), rounded
 //!   up so that a deadline is never early. The TSC is calibrated once per process, and the
-//!   calibration checked over 20 ms, on a short-lived thread (`hashed-timer-wheel-tsc`) that the
-//!   first timer built starts, so that building it does not wait; meanwhile `new_timeout` reads
-//!   the monotonic clock.
+//!   calibration checked over 20 ms, on a thread (`hashed-timer-wheel-tsc`) that the first timer
+//!   built starts, so that building it does not wait; meanwhile `new_timeout` reads the
+//!   monotonic clock. The thread then stays, waking once a second to read the kernel's clock
+//!   source again: once the kernel no longer keeps time with the TSC (it found the TSC
+//!   unstable, the VM moved to another host, the clock source was changed), `new_timeout`
+//!   reads the monotonic clock for the rest of the process. The assumption: until that
+//!   re-read, up to a second after the kernel's switch (plus however long the kernel takes to
+//!   decide), the TSC's skew between cores stays within the 512 ns the reading is rounded up
+//!   by.
 //! - A timeout moves `pending -> cancelled` or `pending -> expired` by compare-and-swap; exactly
 //!   one of `cancel()`, the worker's expiry and `stop()` wins.
 //! - Tasks run on the worker thread, one after another (or on the executor you configure), so a
@@ -90,8 +96,8 @@
 //!   timer, not shared with the handle).
 //! - The tick grid starts when the timer is built, not when its thread starts; this changes no
 //!   guarantee (never early, at most about a tick late).
-//! - `new_timeout` reads the time from the TSC (where the kernel itself uses it), rounded up by
-//!   at most about a microsecond, where Netty calls `System.nanoTime()`: a deadline is never
+//! - `new_timeout` reads the time from the TSC (where, and while, the kernel itself uses it),
+//!   rounded up by at most about a microsecond, where Netty calls `System.nanoTime()`: a deadline is never
 //!   earlier than Netty's, and in rare cases (a deadline within that microsecond of a tick's
 //!   end) it falls in the next tick.
 //! - **A timeout rounds away costs nothing while it waits.** Netty keeps every timeout in its

@@ -290,3 +290,138 @@ fn duration_max_never_fires_netty_7760() {
     assert!(rx.recv_timeout(ms(200)).is_err(), "Duration::MAX fired");
     assert_eq!(timer.stop().unwrap(), vec![never]);
 }
+
+/// The message of a caught panic (`panic!` with arguments gives a `String`, without a `&str`).
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| payload.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+        .unwrap_or_default()
+}
+
+/// `ManualDriver::advance` (and `advance_to`) called from inside a task of the timer it drives
+/// took the worker's lock (`idle_worker`) again on the thread that held it, and hung for good.
+/// Both now panic at once with a message naming the mistake; the task's panic is caught as any
+/// task's, and the timer goes on. The scenario runs on a thread of its own, watched: a hang
+/// fails the test instead of hanging it.
+#[test]
+fn advance_from_inside_its_own_task_panics_instead_of_hanging() {
+    let (done_tx, done_rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let (timer, driver) = HashedWheelTimer::builder()
+            .tick_duration(ms(10))
+            .build_manual()
+            .unwrap();
+        let (seen_tx, seen_rx) = mpsc::channel();
+        let inner = driver.clone();
+        timer
+            .new_timeout(
+                move |_: &Timeout| {
+                    let tries: [&dyn Fn(); 2] =
+                        [&|| inner.advance(ms(10)), &|| inner.advance_to(ms(500))];
+                    for attempt in tries {
+                        let caught =
+                            std::panic::catch_unwind(std::panic::AssertUnwindSafe(attempt));
+                        seen_tx
+                            .send(caught.err().map(|p| panic_message(&*p)))
+                            .unwrap();
+                    }
+                    // Reading the driver holds nothing: allowed inside a task.
+                    seen_tx
+                        .send(Some(format!("now {:?}", inner.now())))
+                        .unwrap();
+                },
+                ms(10),
+            )
+            .unwrap();
+        driver.advance(ms(20));
+        // The timer goes on: the next timeout fires on the next advance.
+        let fired = Arc::new(AtomicUsize::new(0));
+        timer.new_timeout(counting(&fired), ms(10)).unwrap();
+        driver.advance(ms(20));
+        let seen: Vec<Option<String>> = seen_rx.try_iter().collect();
+        done_tx
+            .send((seen, fired.load(SeqCst), driver.now()))
+            .unwrap();
+    });
+    let (seen, fired, now) = done_rx
+        .recv_timeout(Duration::from_secs(10))
+        .expect("ManualDriver::advance from inside its own task hung");
+    assert_eq!(seen.len(), 3, "the task ran once, to its end: {seen:?}");
+    for message in &seen[..2] {
+        let message = message
+            .as_deref()
+            .expect("advance inside its own task returned");
+        assert!(
+            message.contains("ManualDriver::advance called from inside a task"),
+            "{message}"
+        );
+    }
+    assert_eq!(
+        seen[2].as_deref(),
+        Some("now 20ms"),
+        "the clock did not move from inside the task"
+    );
+    assert_eq!(fired, 1);
+    assert_eq!(now, ms(40));
+}
+
+/// Set in the child process that [`largest_wheel_is_built_and_runs_in_little_memory`] starts.
+const SMALL_ADDRESS_SPACE: &str = "HASHED_TIMER_WHEEL_TEST_SMALL_ADDRESS_SPACE";
+
+/// `Builder::ticks_per_wheel(MAX_TICKS_PER_WHEEL)` was accepted, then the wheel allocated and
+/// filled its 2^30 buckets at once (16 GiB): the process aborted on the allocation, or wrote 16
+/// GiB of empty buckets before its first timeout. The buckets are now allocated a page at a
+/// time, as timeouts land in them. The timer is built and driven in a child process limited to
+/// 2 GiB of address space, so that the old allocation fails the test (the child aborts) rather
+/// than take the machine's memory; the child's timeouts, in far-apart buckets, fire on their
+/// ticks.
+#[test]
+fn largest_wheel_is_built_and_runs_in_little_memory() {
+    use hashed_timer_wheel::MAX_TICKS_PER_WHEEL;
+    if cfg!(target_os = "linux") && std::env::var_os(SMALL_ADDRESS_SPACE).is_none() {
+        let name = "largest_wheel_is_built_and_runs_in_little_memory";
+        let out = std::process::Command::new("sh")
+            .args(["-c", r#"ulimit -v 2097152 && exec "$0" "$@""#])
+            .arg(std::env::current_exe().unwrap())
+            .args(["--exact", name, "--test-threads=1", "--nocapture"])
+            .env(SMALL_ADDRESS_SPACE, "1")
+            .output()
+            .unwrap();
+        let (stdout, stderr) = (
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+        );
+        assert!(
+            out.status.success() && stdout.contains("1 passed"),
+            "in 2 GiB of address space: {}\n{stdout}\n{stderr}",
+            out.status
+        );
+        return;
+    }
+    let (timer, driver) = HashedWheelTimer::builder()
+        .tick_duration(ms(1))
+        .ticks_per_wheel(MAX_TICKS_PER_WHEEL)
+        .build_manual()
+        .unwrap();
+    assert_eq!(timer.wheel_len(), MAX_TICKS_PER_WHEEL);
+    let fired = Arc::new(Mutex::new(Vec::new()));
+    let record = |what: &'static str| {
+        let fired = Arc::clone(&fired);
+        move |_: &Timeout| fired.lock().unwrap().push(what)
+    };
+    let hour = Duration::from_secs(3600);
+    timer.new_timeout(record("an hour"), hour).unwrap();
+    timer.new_timeout(record("5 ms"), ms(5)).unwrap();
+    timer
+        .new_timeout(record("a minute"), Duration::from_secs(60))
+        .unwrap();
+    driver.advance(ms(6));
+    assert_eq!(*fired.lock().unwrap(), ["5 ms"]);
+    driver.advance(Duration::from_secs(60));
+    assert_eq!(*fired.lock().unwrap(), ["5 ms", "a minute"]);
+    driver.advance_to(hour + ms(1));
+    assert_eq!(*fired.lock().unwrap(), ["5 ms", "a minute", "an hour"]);
+    assert_eq!(timer.pending_timeouts(), 0);
+}

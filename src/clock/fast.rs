@@ -1,5 +1,10 @@
 //! The producers' fast clock: the TSC through `quanta`, anchored to the monotonic clock (see
 //! the parent module, "The producers' clock"). Compiled where `cfg_tsc!` holds.
+//!
+//! The kernel's clock source decides whether the TSC is trusted: when the set-up starts, and
+//! again every [`RECHECK`] for the rest of the process (the set-up's thread stays for it), so
+//! that a TSC the kernel gives up later (marked unstable by its watchdog, a VM migrated to
+//! another host, a clock source changed by hand) stops serving producers too.
 
 use super::duration_to_nanos;
 use crate::sync::process::{AtomicBool, Once, OnceLock, ThreadBuilder};
@@ -16,6 +21,12 @@ const CHECK_NS: u64 = 20_000_000;
 /// The most a checking pair's two TSC readings may be apart, around its monotonic reading: each
 /// end of the check is then known to 1 µs, so the check's own ratio to 100 ppm.
 const PAIR_NS: u64 = 2_000;
+/// How often the kernel's clock source is read again once the fast clock serves: a wake-up a
+/// second for the process, and a TSC the kernel gives up is given up here within a second of
+/// the kernel.
+const RECHECK: std::time::Duration = std::time::Duration::from_secs(1);
+/// Where the kernel names the clock source it keeps time with.
+const CLOCKSOURCE: &str = "/sys/devices/system/clocksource/clocksource0/current_clocksource";
 
 pub(super) struct Fast {
     tsc: quanta::Clock,
@@ -37,6 +48,8 @@ static FAST: OnceLock<Option<Fast>> = OnceLock::new();
 static PREPARE: Once = Once::new();
 /// Set if the TSC was there but its calibration was not used (for the tests).
 static REFUSED: AtomicBool = AtomicBool::new(false);
+/// Cleared, for good, once the kernel no longer keeps time with the TSC (see [`watch`]).
+static TRUSTED: AtomicBool = AtomicBool::new(true);
 
 /// The instant every fast reading counts from: the first call's.
 pub(super) fn base() -> Instant {
@@ -55,7 +68,13 @@ pub(super) fn prepare() {
                 // the whole calibration: step aside first, so that the thread building the
                 // timer goes on rather than waiting for it.
                 std::thread::sleep(std::time::Duration::from_millis(1));
-                FAST.get_or_init(calibrate);
+                if FAST.get_or_init(calibrate).is_some() {
+                    watch(
+                        kernel_keeps_time_with_tsc,
+                        || std::thread::sleep(RECHECK),
+                        &TRUSTED,
+                    );
+                }
             });
         if spawned.is_err() {
             // No thread to spare: stay on the monotonic clock.
@@ -65,10 +84,41 @@ pub(super) fn prepare() {
 }
 
 /// The fast clock, once calibrated, if the kernel keeps time with the TSC (so the TSC is
-/// invariant and synchronised across CPUs: the kernel checks both before it uses it).
+/// invariant and synchronised across CPUs: the kernel checks both before it uses it), and has
+/// kept doing so at every re-read since.
 #[inline]
 pub(super) fn get() -> Option<&'static Fast> {
-    FAST.get()?.as_ref()
+    trusted(FAST.get(), &TRUSTED)
+}
+
+/// The calibrated fast clock in `set_up`, unless `trust` has been withdrawn.
+#[inline]
+fn trusted<'a>(set_up: Option<&'a Option<Fast>>, trust: &AtomicBool) -> Option<&'a Fast> {
+    let fast = set_up?.as_ref()?;
+    // Relaxed: pairs with nothing. The flag guards no data (the `Fast` stays valid whatever
+    // it says, and the monotonic clock read instead needs nothing from the watcher); a
+    // producer that has not seen the withdrawal yet reads the TSC as it would have just
+    // before it, and sees it within the time the store takes to reach its core.
+    trust.load(Ordering::Relaxed).then_some(fast)
+}
+
+/// While the fast clock serves: waits (`wait`), asks whether the kernel still keeps time
+/// with the TSC (`keeps_tsc`), and once it does not, withdraws `trust` for good and returns.
+/// A kernel that goes back to the TSC later gets no second chance: what made it drop the TSC
+/// (drift between cores, a host that differs) may still be there.
+fn watch(mut keeps_tsc: impl FnMut() -> bool, mut wait: impl FnMut(), trust: &AtomicBool) {
+    loop {
+        wait();
+        if !keeps_tsc() {
+            // Relaxed: see `trusted`.
+            trust.store(false, Ordering::Relaxed);
+            log::warn!(
+                "the kernel no longer keeps time with the TSC: new timeouts read the \
+                 monotonic clock from now on"
+            );
+            return;
+        }
+    }
 }
 
 /// Whether the set-up has finished (with or without a usable fast clock).
@@ -111,10 +161,19 @@ fn calibrate() -> Option<Fast> {
 }
 
 /// Whether the kernel keeps time with the TSC (so the TSC is invariant and synchronised across
-/// CPUs: the kernel checks both before it uses it).
+/// CPUs: the kernel checks both before it uses it). Read into a buffer on the stack: the
+/// re-reads allocate nothing, in a process whose memory may be being counted.
 fn kernel_keeps_time_with_tsc() -> bool {
-    std::fs::read_to_string("/sys/devices/system/clocksource/clocksource0/current_clocksource")
-        .is_ok_and(|source| source.trim() == "tsc")
+    use std::io::Read;
+    let mut buf = [0u8; 64];
+    std::fs::File::open(CLOCKSOURCE)
+        .and_then(|mut file| file.read(&mut buf))
+        .is_ok_and(|read| names_tsc(&buf[..read]))
+}
+
+/// Whether the contents of the kernel's `current_clocksource` name the TSC.
+fn names_tsc(source: &[u8]) -> bool {
+    source.trim_ascii() == b"tsc"
 }
 
 /// Nanoseconds per 2^32 TSC units, from quanta's calibration.
@@ -245,6 +304,72 @@ mod tests {
         let far = quanta / 10 * 11;
         assert_eq!(chosen_ns_per_2_32(far, quanta), None);
         assert_eq!(chosen_ns_per_2_32(quanta, far), None);
+    }
+
+    #[test]
+    fn only_the_tsc_clock_source_is_the_tsc() {
+        for source in ["tsc", "tsc\n", " tsc \n"] {
+            assert!(names_tsc(source.as_bytes()), "{source:?}");
+        }
+        for source in [
+            "",
+            "\n",
+            "hpet\n",
+            "acpi_pm\n",
+            "kvm-clock\n",
+            "tsc-early\n",
+            "ts",
+        ] {
+            assert!(!names_tsc(source.as_bytes()), "{source:?}");
+        }
+        // The file as the kernel has it, read without an allocation, says what a plain read
+        // says.
+        if let Ok(source) = std::fs::read_to_string(CLOCKSOURCE) {
+            assert_eq!(kernel_keeps_time_with_tsc(), source.trim() == "tsc");
+        }
+    }
+
+    /// The clock source changes from `tsc` after the set-up (a VM migrated, the kernel's
+    /// watchdog marked the TSC unstable): the watcher withdraws its trust at the first re-read
+    /// that sees it, and the calibrated clock no longer serves.
+    #[test]
+    fn trust_is_withdrawn_when_the_clock_source_is_no_longer_the_tsc() {
+        let (tsc, _mock) = quanta::Clock::mock();
+        let set_up = Some(Fast {
+            tsc,
+            window_raw: 1,
+            ns_per_2_32: 1,
+        });
+        let trust = AtomicBool::new(true);
+        assert!(trusted(Some(&set_up), &trust).is_some());
+        let mut sources = ["tsc\n", "tsc\n", "hpet\n", "tsc\n"].into_iter();
+        let (mut reads, mut waits) = (0, 0);
+        watch(
+            || {
+                reads += 1;
+                names_tsc(sources.next().unwrap().as_bytes())
+            },
+            || {
+                waits += 1;
+                // Trusted for as long as the kernel said `tsc`.
+                assert!(trusted(Some(&set_up), &trust).is_some());
+            },
+            &trust,
+        );
+        assert_eq!(
+            (reads, waits),
+            (3, 3),
+            "it waits before each read, and stops at hpet"
+        );
+        assert_eq!(
+            sources.next(),
+            Some("tsc\n"),
+            "nothing read after the withdrawal"
+        );
+        assert!(trusted(Some(&set_up), &trust).is_none());
+        // Nothing calibrated, or refused: nothing to trust either way.
+        assert!(trusted(Some(&None), &AtomicBool::new(true)).is_none());
+        assert!(trusted(None, &AtomicBool::new(true)).is_none());
     }
 
     #[test]

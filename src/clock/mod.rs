@@ -22,6 +22,15 @@
 //! ours if they do not, so that a calibration thrown off by a preemption cannot make a deadline
 //! early. A machine too busy to read such a pair, or a ratio 1/16 off ours, keeps producers on
 //! the monotonic clock.
+//!
+//! The TSC is trusted because the kernel keeps time with it, and only while it does: the
+//! set-up's thread stays, reads the kernel's clock source again every second, and when the
+//! kernel has given the TSC up (its watchdog marked it unstable, a VM moved to another host,
+//! the clock source was changed by hand) producers read the monotonic clock from then on, for
+//! the rest of the process. Until that re-read, for up to a second after the kernel's switch
+//! (and for as long as the kernel's own watchdog takes to notice), producers still read the
+//! TSC: never-early then rests on the TSC's skew between cores staying within the 512 ns
+//! margin, which is what the kernel checked before it chose the TSC.
 
 use crate::sync::{Arc, AtomicU64, Ordering};
 use std::time::Instant;
@@ -92,11 +101,12 @@ impl Clock {
         fast::get()?.raw_limit(upper.checked_add(*origin_from_base)?)
     }
 
-    /// The fast clock's raw reading (the TSC), to compare with a [`Clock::raw_limit`]; 0
-    /// without the fast clock (where no limit is given).
+    /// The fast clock's raw reading (the TSC), to compare with a [`Clock::raw_limit`];
+    /// `u64::MAX` without the fast clock, past every limit: a limit given before the kernel's
+    /// TSC was given up (see "The producers' clock") no longer passes any reading.
     #[inline]
     pub(crate) fn raw(&self) -> u64 {
-        fast::get().map_or(0, fast::Fast::raw)
+        fast::get().map_or(u64::MAX, fast::Fast::raw)
     }
 
     /// Nanoseconds since the origin.

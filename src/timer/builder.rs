@@ -68,7 +68,13 @@ impl Builder {
         self
     }
 
-    /// The number of buckets, rounded up to a power of two (1 to 2^30).
+    /// The number of buckets, rounded up to a power of two (1 to 2^30, as Netty).
+    ///
+    /// A bucket takes 16 bytes once used, plus a bit of an occupancy bitmap: up to 4096 buckets
+    /// are allocated when the timer is built, a larger wheel's buckets 4096 at a time, as
+    /// timeouts land among them (and kept until the timer stops). So a wheel of 2^30 buckets
+    /// is built in about 132 MiB of address space, most of it the bitmap, mapped only as it is
+    /// written, and grows towards 16 GiB only if timeouts reach every part of it.
     ///
     /// ```
     /// let b = hashed_timer_wheel::HashedWheelTimer::builder().ticks_per_wheel(1024);
@@ -125,8 +131,15 @@ impl Builder {
         self
     }
 
-    /// Checks the arguments and builds the timer. No thread starts until the first
+    /// Checks the arguments and builds the timer. No worker thread starts until the first
     /// `new_timeout` (or `start`).
+    ///
+    /// On x86-64 Linux, the first timer built in the process (by `build` or `build_typed`)
+    /// starts the producers' clock thread, `hashed-timer-wheel-tsc`: it calibrates the TSC,
+    /// which `new_timeout` then reads while the kernel keeps time with it, and stays to read the
+    /// kernel's clock source once a second, so that producers go back to the monotonic clock
+    /// once the kernel gives the TSC up (see the crate docs, "Threading model", for what holds
+    /// until that re-read).
     ///
     /// # Errors
     /// A [`BuildError`] for a zero tick, a zero or above-2^30 `ticks_per_wheel`, or a tick times

@@ -16,6 +16,12 @@ use std::time::Duration;
 ///
 /// Each advance runs, for every tick whose end has been reached, Netty's tick in Netty's order:
 /// process cancellations, move queued timeouts into buckets, expire the tick's bucket.
+///
+/// An advance holds the timer's worker while it runs the due tasks, so a task cannot advance
+/// the timer that runs it: [`advance`](ManualDriver::advance) and
+/// [`advance_to`](ManualDriver::advance_to) panic when called so (see their `# Panics`).
+/// [`now`](ManualDriver::now) and [`current_tick`](ManualDriver::current_tick) hold nothing and
+/// may be called from anywhere, a task included.
 pub struct ManualDriver<J: Stored = BoxedTask> {
     pub(super) shared: Arc<Shared<J>>,
 }
@@ -38,7 +44,16 @@ impl<J: Stored> ManualDriver<J> {
     /// driver.advance(Duration::from_millis(250));
     /// assert_eq!(driver.now(), Duration::from_millis(250));
     /// ```
+    ///
+    /// # Panics
+    /// When called from inside one of this timer's own tasks, on the thread that runs it (the
+    /// advance under way, or an executor that runs tasks in place): that advance holds the
+    /// worker until its tasks have run, so this one would wait for itself. The panic is the
+    /// task's, caught and logged as any task's panic is; the advance under way goes on. Move
+    /// the clock from the driving thread instead, or schedule the next step as a timeout.
+    #[track_caller]
     pub fn advance(&self, by: Duration) {
+        self.refuse_reentry();
         let to = self
             .shared
             .clock
@@ -57,8 +72,30 @@ impl<J: Stored> ManualDriver<J> {
     /// driver.advance_to(Duration::from_millis(1)); // no effect: time does not go back
     /// assert_eq!(driver.now(), Duration::from_secs(1));
     /// ```
+    ///
+    /// # Panics
+    /// As [`advance`](ManualDriver::advance): when called from inside one of this timer's own
+    /// tasks, on the thread that runs it.
+    #[track_caller]
     pub fn advance_to(&self, since_origin: Duration) {
+        self.refuse_reentry();
         self.advance_to_nanos(duration_to_nanos(since_origin));
+    }
+
+    /// Panics if this thread is the one advancing the timer (a task of the advance under way),
+    /// which holds `idle_worker` until its tasks have run: waiting for the lock here would
+    /// wait for ourselves. Another thread's advance is waited for as usual.
+    #[track_caller]
+    fn refuse_reentry(&self) {
+        // The worker id is this thread's only while this thread runs an advance (set and
+        // cleared below, under `idle_worker`): no other thread can make it so.
+        if self.shared.on_worker_thread() {
+            panic!(
+                "ManualDriver::advance called from inside a task of the timer it drives: the \
+                 advance under way holds the worker and would wait for itself; move the clock \
+                 from the driving thread, or schedule the next step as a timeout"
+            );
+        }
     }
 
     fn advance_to_nanos(&self, nanos: u64) {

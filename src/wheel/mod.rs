@@ -13,7 +13,9 @@
 //! per entry beyond the slab's pages, O(1) unlink on cancel, and a free list that reuses slots.
 //! Each bucket is a doubly linked list kept in insertion order (Netty's bucket order = transfer
 //! order). The slab grows by fixed pages of `PAGE` nodes, never by reallocating, so that a
-//! growing wheel neither copies its nodes nor faults in twice the memory it keeps.
+//! growing wheel neither copies its nodes nor faults in twice the memory it keeps. The buckets
+//! of a wheel larger than 4096 buckets come in pages too, allocated as entries first land in
+//! them (`Buckets`): a wheel of 2^30 buckets costs what its timeouts touch, not 16 GiB up front.
 //!
 //! # Rounds without decrementing
 //! Netty stores `remaining_rounds = (calculated - tick) / wheel_len` and decrements it each time
@@ -73,6 +75,97 @@ const EMPTY_BUCKET: Bucket = Bucket {
     min_fire: u64::MAX,
 };
 
+/// A large wheel's buckets come in pages of `2^BUCKET_PAGE_BITS` (4096 buckets, 64 KiB), each
+/// allocated when an entry first lands in it: a wheel of 2^30 buckets (Netty's largest) would
+/// otherwise write 16 GiB of empty buckets before its first timeout. A smaller wheel is one page,
+/// allocated up front.
+const BUCKET_PAGE_BITS: u32 = 12;
+
+/// The buckets, by index, in pages (see [`BUCKET_PAGE_BITS`]). A page, once allocated, is kept
+/// until the wheel is drained: one `new_timeout` at a time into a large wheel would otherwise
+/// allocate and fill a page for each.
+#[derive(Debug)]
+struct Buckets {
+    /// Empty for a page not allocated yet.
+    pages: Box<[Box<[Bucket]>]>,
+    /// `log2` of a page's length.
+    page_bits: u32,
+    len: usize,
+}
+
+impl Buckets {
+    /// `len` is a power of two.
+    fn new(len: usize) -> Self {
+        let page_bits = len.trailing_zeros().min(BUCKET_PAGE_BITS);
+        let mut pages = vec![Box::default(); len >> page_bits].into_boxed_slice();
+        if let [only] = &mut *pages {
+            *only = Buckets::new_page(len);
+        }
+        Buckets {
+            pages,
+            page_bits,
+            len,
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn new_page(len: usize) -> Box<[Bucket]> {
+        vec![EMPTY_BUCKET; len].into_boxed_slice()
+    }
+
+    #[inline]
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    #[inline]
+    fn page_mask(&self) -> usize {
+        (1 << self.page_bits) - 1
+    }
+
+    /// Bucket `b`: an empty one if its page is not allocated.
+    #[inline]
+    fn get(&self, b: usize) -> &Bucket {
+        self.pages[b >> self.page_bits]
+            .get(b & self.page_mask())
+            .unwrap_or(&EMPTY_BUCKET)
+    }
+
+    /// Bucket `b`, allocating its page first if need be.
+    #[inline]
+    fn get_mut(&mut self, b: usize) -> &mut Bucket {
+        let (bits, i) = (self.page_bits, b & self.page_mask());
+        let page = &mut self.pages[b >> bits];
+        if page.is_empty() {
+            *page = Buckets::new_page(1 << bits);
+        }
+        &mut page[i]
+    }
+
+    /// The first bucket (by index) that `found` holds for.
+    fn position(&self, found: impl Fn(&Bucket) -> bool) -> Option<usize> {
+        self.pages.iter().enumerate().find_map(|(p, page)| {
+            let i = page.iter().position(&found)?;
+            Some((p << self.page_bits) + i)
+        })
+    }
+
+    /// Every bucket empty again; a wheel of several pages lets go of them.
+    fn clear(&mut self) {
+        match &mut *self.pages {
+            [only] => only.fill(EMPTY_BUCKET),
+            pages => pages.fill(Box::default()),
+        }
+    }
+
+    /// Bytes the pages allocated so far hold.
+    #[cfg(test)]
+    fn allocated_bytes(&self) -> usize {
+        self.pages.iter().map(|p| std::mem::size_of_val(&**p)).sum()
+    }
+}
+
 /// Bits of a round number per far level (64 slots a level).
 const LEVEL_BITS: u32 = 6;
 const LEVEL_SLOTS: usize = 1 << LEVEL_BITS;
@@ -84,7 +177,9 @@ const FAR_LEVELS: usize = 64usize.div_ceil(LEVEL_BITS as usize);
 pub(crate) struct Wheel<T> {
     nodes: Slab<T>,
     free: u32,
-    buckets: Box<[Bucket]>,
+    buckets: Buckets,
+    /// One bit per bucket, set while the bucket holds an entry. Allocated zeroed, so that the
+    /// system maps its memory only as it is written (an eighth of a byte per bucket).
     occupied: Box<[u64]>,
     mask: u64,
     tick_nanos: u64,
@@ -120,7 +215,7 @@ impl<T> Wheel<T> {
         Wheel {
             nodes: Slab::new(),
             free: NIL,
-            buckets: vec![EMPTY_BUCKET; wheel_len].into_boxed_slice(),
+            buckets: Buckets::new(wheel_len),
             occupied: vec![0; wheel_len.div_ceil(64)].into_boxed_slice(),
             mask: wheel_len as u64 - 1,
             tick_nanos,
@@ -220,7 +315,7 @@ impl<T> Wheel<T> {
         let round = fire >> self.round_shift;
         if round <= self.horizon {
             let b = (fire & self.mask) as usize;
-            let bucket = &mut self.buckets[b];
+            let bucket = self.buckets.get_mut(b);
             bucket.min_fire = bucket.min_fire.min(fire);
             let tail = std::mem::replace(&mut bucket.ends.tail, key);
             if tail == NIL {
@@ -265,7 +360,7 @@ impl<T> Wheel<T> {
     #[inline]
     fn list(&self, b: usize) -> &List {
         match b.checked_sub(self.buckets.len()) {
-            None => &self.buckets[b].ends,
+            None => &self.buckets.get(b).ends,
             Some(i) => &self.far[i / LEVEL_SLOTS][i % LEVEL_SLOTS],
         }
     }
@@ -273,7 +368,7 @@ impl<T> Wheel<T> {
     #[inline]
     fn list_mut(&mut self, b: usize) -> &mut List {
         match b.checked_sub(self.buckets.len()) {
-            None => &mut self.buckets[b].ends,
+            None => &mut self.buckets.get_mut(b).ends,
             Some(i) => &mut self.far[i / LEVEL_SLOTS][i % LEVEL_SLOTS],
         }
     }
@@ -437,8 +532,8 @@ impl<T> Wheel<T> {
             }
             if list.head == NIL {
                 *list = EMPTY_LIST;
-                if let Some(bucket) = self.buckets.get_mut(b) {
-                    bucket.min_fire = u64::MAX;
+                if b < self.buckets.len() {
+                    self.buckets.get_mut(b).min_fire = u64::MAX;
                 }
                 self.set_occupied(b, false);
             }
@@ -478,7 +573,7 @@ impl<T> Wheel<T> {
             return b;
         }
         let natural = (self.calculated(deadline) & self.mask) as usize;
-        let b = &self.buckets[natural].ends;
+        let b = &self.buckets.get(natural).ends;
         if b.head == key || b.tail == key {
             return natural;
         }
@@ -486,7 +581,6 @@ impl<T> Wheel<T> {
         // its insertion tick instead, and expires on that very tick; only a removal between its
         // insertion and that expiry (which the worker never does) would reach this scan.
         self.buckets
-            .iter()
             .position(|b| b.ends.head == key || b.ends.tail == key)
             .expect("wheel: live key in no bucket")
     }
@@ -532,7 +626,7 @@ impl<T> Wheel<T> {
             if offset >= len || from.saturating_add(offset) >= best {
                 break;
             }
-            let bucket = &self.buckets[((start + offset) & self.mask) as usize];
+            let bucket = self.buckets.get(((start + offset) & self.mask) as usize);
             best = best.min(bucket.min_fire.max(from + offset));
             offset += 1;
         }
@@ -553,14 +647,15 @@ impl<T> Wheel<T> {
     pub(crate) fn expire(&mut self, tick: u64, now: u64, mut f: impl FnMut(T, u8, u64)) {
         self.catch_up(tick);
         let b = (tick & self.mask) as usize;
-        if self.buckets[b].min_fire > tick {
+        if self.buckets.get(b).min_fire > tick {
             return;
         }
         // `calculated(deadline) <= tick` without a division per entry: the deadline is before
         // the end of `tick`.
         let tick_end = tick.saturating_add(1).saturating_mul(self.tick_nanos);
         let tick_nanos = self.tick_nanos;
-        let mut cursor = self.buckets[b].ends.head;
+        // The bucket holds something due: its page is allocated.
+        let mut cursor = self.buckets.get(b).ends.head;
         let mut kept = NIL;
         let mut min_fire = u64::MAX;
         let mut taken = 0;
@@ -584,7 +679,7 @@ impl<T> Wheel<T> {
                 min_fire = min_fire.min(fire);
                 node.set_prev(kept);
                 if kept == NIL {
-                    self.buckets[b].ends.head = cursor;
+                    self.buckets.get_mut(b).ends.head = cursor;
                 } else {
                     self.nodes[kept as usize].next = cursor;
                 }
@@ -593,13 +688,14 @@ impl<T> Wheel<T> {
             cursor = next;
         }
         if kept == NIL {
-            self.buckets[b] = EMPTY_BUCKET;
+            *self.buckets.get_mut(b) = EMPTY_BUCKET;
             self.set_occupied(b, false);
         } else {
             self.nodes[kept as usize].next = NIL;
-            self.buckets[b].ends.tail = kept;
+            let bucket = self.buckets.get_mut(b);
+            bucket.ends.tail = kept;
             // The survivors set the bucket's lower bound of fire ticks.
-            self.buckets[b].min_fire = min_fire;
+            bucket.min_fire = min_fire;
         }
         self.len -= taken;
         if self.len == 0 {
@@ -701,8 +797,14 @@ impl<T> Wheel<T> {
         debug_assert_eq!(out.len(), self.len);
         self.free = NIL;
         self.len = 0;
-        self.buckets.fill(EMPTY_BUCKET);
-        self.occupied.fill(0);
+        self.buckets.clear();
+        if self.buckets.pages.len() == 1 {
+            self.occupied.fill(0);
+        } else {
+            // A fresh zeroed bitmap rather than a write of zeros over every word of the old
+            // one, which would map all of it.
+            self.occupied = vec![0; self.occupied.len()].into_boxed_slice();
+        }
         self.clear_far();
         out
     }
@@ -799,6 +901,51 @@ mod tests {
         assert_eq!(normalize_ticks_per_wheel(512), 512);
         assert_eq!(normalize_ticks_per_wheel(513), 1024);
         assert_eq!(normalize_ticks_per_wheel(1 << 30), 1 << 30);
+    }
+
+    /// A wheel of 2^30 buckets holds a page of buckets only where entries have landed, and
+    /// fires them as any wheel does; draining it lets the pages go.
+    #[test]
+    fn a_largest_wheel_allocates_the_pages_of_its_buckets_as_entries_land() {
+        let mut w = Wheel::new(MS, 1 << 30);
+        assert_eq!(w.buckets.allocated_bytes(), 0);
+        let page_bytes = (1 << BUCKET_PAGE_BITS) * std::mem::size_of::<Bucket>();
+        let far = (1 << 29) + 7;
+        w.insert("near", 0, 3 * MS, 0);
+        w.insert("far", 0, far * MS, 0);
+        w.insert("near too", 0, 5 * MS, 0);
+        assert_eq!(w.buckets.allocated_bytes(), 2 * page_bytes);
+        assert_eq!(w.next_fire_tick(0), Some(3));
+        let mut fired = vec![];
+        for tick in [3, 5] {
+            w.expire(tick, (tick + 1) * MS, |item, _, _| fired.push((item, tick)));
+        }
+        assert_eq!(w.next_fire_tick(6), Some(far));
+        w.expire(far, (far + 1) * MS, |item, _, _| fired.push((item, far)));
+        assert_eq!(fired, [("near", 3), ("near too", 5), ("far", far)]);
+        assert_eq!((w.len(), w.next_fire_tick(far)), (0, None));
+        // An empty bucket whose page never came is read as empty, not allocated.
+        w.expire(far + 1, (far + 2) * MS, |_, _, _| unreachable!());
+        assert_eq!(
+            w.buckets.allocated_bytes(),
+            2 * page_bytes,
+            "pages are kept"
+        );
+        w.insert("again", 0, 9 * MS + far * MS, far);
+        assert_eq!(w.drain().len(), 1);
+        assert_eq!(w.buckets.allocated_bytes(), 0);
+        assert!(w.occupied.iter().all(|&word| word == 0));
+    }
+
+    #[test]
+    fn a_wheel_of_one_page_or_less_is_allocated_whole() {
+        for len in [1, 8, 512, 1 << BUCKET_PAGE_BITS] {
+            let w: Wheel<()> = Wheel::new(MS, len);
+            assert_eq!(
+                w.buckets.allocated_bytes(),
+                len * std::mem::size_of::<Bucket>()
+            );
+        }
     }
 
     #[test]
