@@ -1,0 +1,195 @@
+//! `Drive`: the timer's ticks run on an async runtime's threads, the worker thread kept as a
+//! watchdog.
+
+mod common;
+
+use common::ms;
+use hashed_timer_wheel::{HashedWheelTimer, Timeout};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Waker};
+use std::time::{Duration, Instant};
+
+const THREAD: &str = "drive-test-timer";
+
+fn timer() -> HashedWheelTimer {
+    HashedWheelTimer::builder()
+        .tick_duration(ms(1))
+        .thread_name(THREAD)
+        .build()
+        .unwrap()
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("drive-test-runtime")
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// The thread a task runs on, by name.
+fn thread_of_task(timer: &HashedWheelTimer, delay: Duration) -> String {
+    let (tx, rx) = std::sync::mpsc::channel();
+    timer
+        .new_timeout(
+            move |_: &Timeout| {
+                let name = std::thread::current().name().unwrap_or("").to_owned();
+                tx.send(name).unwrap();
+            },
+            delay,
+        )
+        .unwrap();
+    rx.recv_timeout(Duration::from_secs(10)).unwrap()
+}
+
+/// Driven, the ticks run on the runtime's threads: tasks run there, sleeps complete never
+/// early, and the worker thread wakes only as a watchdog.
+#[test]
+fn a_driven_timer_runs_its_ticks_on_the_runtime() {
+    let timer = timer();
+    let rt = runtime();
+    rt.spawn(timer.drive(|at| tokio::time::sleep_until(at.into())));
+    rt.block_on(async {
+        for delay in [0, 1, 3, 10, 25] {
+            let start = Instant::now();
+            timer.sleep(ms(delay)).await.unwrap();
+            assert!(start.elapsed() >= ms(delay), "never early");
+        }
+        let sleeps: Vec<_> = (0..200).map(|i| timer.sleep(ms(i % 40))).collect();
+        for sleep in sleeps {
+            sleep.await.unwrap();
+        }
+    });
+    assert_eq!(thread_of_task(&timer, ms(5)), "drive-test-runtime");
+    assert_eq!(timer.pending_timeouts(), 0);
+    // Ticks handed back once the runtime (and so the driver) is gone.
+    drop(rt);
+    assert_eq!(thread_of_task(&timer, ms(5)), THREAD);
+}
+
+/// A driver that is never polled again (a runtime that is blocked): the worker thread runs
+/// the ticks itself, at most 32 ticks late.
+#[test]
+fn the_worker_thread_takes_over_from_a_driver_that_stalls() {
+    let timer = timer();
+    let polls = Arc::new(AtomicUsize::new(0));
+    let p = Arc::clone(&polls);
+    // A runtime sleep that never completes, and a waker that does nothing: the driver runs
+    // one turn here and is never polled again.
+    let mut drive = Box::pin(timer.drive(move |_| {
+        p.fetch_add(1, SeqCst);
+        std::future::pending::<()>()
+    }));
+    let mut cx = Context::from_waker(Waker::noop());
+    assert!(drive.as_mut().poll(&mut cx).is_pending());
+    let start = Instant::now();
+    let fired = Arc::new(Mutex::new(None));
+    let f = Arc::clone(&fired);
+    timer
+        .new_timeout(move |_: &Timeout| *f.lock().unwrap() = Some(Instant::now()), ms(5))
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while fired.lock().unwrap().is_none() {
+        assert!(Instant::now() < deadline, "the watchdog never ran the tick");
+        std::thread::sleep(ms(1));
+    }
+    let took = fired.lock().unwrap().unwrap() - start;
+    assert!(took >= ms(5), "never early: {took:?}");
+    assert!(took < ms(5 + 32 + 30), "within the watchdog's grace: {took:?}");
+    drop(drive);
+}
+
+/// `stop()` completes the driver; a driver of a manual timer completes at once.
+#[test]
+fn a_driver_completes_when_the_timer_stops() {
+    let timer = timer();
+    let rt = runtime();
+    let driving = rt.spawn(timer.drive(|at| tokio::time::sleep_until(at.into())));
+    rt.block_on(timer.sleep(ms(3))).unwrap();
+    let pending = timer.new_timeout(|_: &Timeout| {}, ms(10_000)).unwrap();
+    assert_eq!(timer.stop().unwrap(), vec![pending]);
+    rt.block_on(async {
+        tokio::time::timeout(Duration::from_secs(5), driving)
+            .await
+            .expect("the driver completes")
+            .unwrap();
+    });
+    let (manual, _driver) = HashedWheelTimer::builder().build_manual().unwrap();
+    let mut drive = Box::pin(manual.drive(|_| std::future::pending::<()>()));
+    let mut cx = Context::from_waker(Waker::noop());
+    assert_eq!(drive.as_mut().poll(&mut cx), Poll::Ready(()));
+}
+
+/// A task run by the driver that drops the timer's owner: no deadlock, the driver completes,
+/// and the pending timeouts' tasks are dropped.
+#[test]
+fn dropping_the_owner_in_a_driven_task_does_not_deadlock() {
+    struct Counted(Arc<AtomicUsize>);
+    impl Drop for Counted {
+        fn drop(&mut self) {
+            self.0.fetch_add(1, SeqCst);
+        }
+    }
+    let timer = timer();
+    let rt = runtime();
+    let driving = rt.spawn(timer.drive(|at| tokio::time::sleep_until(at.into())));
+    let dropped = Arc::new(AtomicUsize::new(0));
+    for _ in 0..10 {
+        let c = Counted(Arc::clone(&dropped));
+        timer
+            .new_timeout(move |_: &Timeout| drop(c), ms(60_000))
+            .unwrap();
+    }
+    let owner = Arc::new(Mutex::new(Some(timer)));
+    let o = Arc::clone(&owner);
+    let handle = owner.lock().unwrap().as_ref().unwrap().handle();
+    handle
+        .new_timeout(move |_: &Timeout| drop(o.lock().unwrap().take()), ms(5))
+        .unwrap();
+    rt.block_on(async {
+        tokio::time::timeout(Duration::from_secs(5), driving)
+            .await
+            .expect("the driver completes")
+            .unwrap();
+    });
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while dropped.load(SeqCst) < 10 {
+        assert!(Instant::now() < deadline, "tasks not dropped");
+        std::thread::sleep(ms(1));
+    }
+    assert!(owner.lock().unwrap().is_none());
+}
+
+/// A producer whose deadline is earlier than the driver's plan wakes the driver: a short
+/// sleep scheduled while a long one is the only timeout pending is on time.
+#[test]
+fn an_earlier_deadline_wakes_the_driver() {
+    let timer = timer();
+    let rt = runtime();
+    rt.spawn(timer.drive(|at| tokio::time::sleep_until(at.into())));
+    rt.block_on(async {
+        let _long = timer.sleep(Duration::from_secs(60));
+        tokio::time::sleep(ms(20)).await;
+        for _ in 0..20 {
+            let start = Instant::now();
+            timer.sleep(ms(3)).await.unwrap();
+            let took = start.elapsed();
+            assert!(took >= ms(3) && took < ms(3 + 25), "{took:?}");
+        }
+    });
+}
+
+#[allow(dead_code)]
+fn assert_send<T: Send>(_: &T) {}
+
+#[test]
+fn a_drive_is_send_for_spawning() {
+    let timer = timer();
+    let drive = timer.drive(|at| tokio::time::sleep_until(at.into()));
+    assert_send(&drive);
+    let _: Pin<Box<dyn Future<Output = ()> + Send>> = Box::pin(drive);
+}
