@@ -90,7 +90,10 @@ fn the_worker_thread_takes_over_from_a_driver_that_stalls() {
     let fired = Arc::new(Mutex::new(None));
     let f = Arc::clone(&fired);
     timer
-        .new_timeout(move |_: &Timeout| *f.lock().unwrap() = Some(Instant::now()), ms(5))
+        .new_timeout(
+            move |_: &Timeout| *f.lock().unwrap() = Some(Instant::now()),
+            ms(5),
+        )
         .unwrap();
     let deadline = Instant::now() + Duration::from_secs(5);
     while fired.lock().unwrap().is_none() {
@@ -99,7 +102,10 @@ fn the_worker_thread_takes_over_from_a_driver_that_stalls() {
     }
     let took = fired.lock().unwrap().unwrap() - start;
     assert!(took >= ms(5), "never early: {took:?}");
-    assert!(took < ms(5 + 32 + 30), "within the watchdog's grace: {took:?}");
+    assert!(
+        took < ms(5 + 32 + 30),
+        "within the watchdog's grace: {took:?}"
+    );
     drop(drive);
 }
 
@@ -191,5 +197,6 @@ fn a_drive_is_send_for_spawning() {
     let timer = timer();
     let drive = timer.drive(|at| tokio::time::sleep_until(at.into()));
     assert_send(&drive);
-    let _: Pin<Box<dyn Future<Output = ()> + Send>> = Box::pin(drive);
+    let boxed: Pin<Box<dyn Future<Output = ()> + Send>> = Box::pin(drive);
+    drop(boxed);
 }
