@@ -1186,11 +1186,15 @@ fn soak() {
         b.returned.n(),
     );
     let growth = end - baseline;
+    // The load's own share cancelled: without the set-up's timeouts (the high-water set, all
+    // cancelled; the far ones; the marker).
+    let load_cancelled = 100.0 * (cancelled - HIGH_WATER as u64) as f64
+        / (scheduled - HIGH_WATER as u64 - FAR as u64 - 1) as f64;
     let mib = |bytes: isize| bytes as f64 / (1 << 20) as f64;
     println!(
         "soak summary: {:.0} s after a {:.0} s warm-up: scheduled {scheduled} = fired {fired} \
-         + cancelled {cancelled} (the high-water set's {HIGH_WATER} among them) + returned \
-         {returned}; periodic runs {}; futures: {} sleeps, \
+         + cancelled {cancelled} (the high-water set's {HIGH_WATER} among them; \
+         {load_cancelled:.1} % of the load) + returned {returned}; periodic runs {}; futures: {} sleeps, \
          {} deadlines met, {} elapsed, {} resets, {} races, {} errors; delay queue: {} \
          inserted = {} expired + {} removed, {} resets; panics by design {} (run {}, drop \
          after run {}, on cancel {}, on stop {}); drops {} of {} tasks; early {}/{}/{}/{}; \
