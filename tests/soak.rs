@@ -569,13 +569,18 @@ impl Producer<'_> {
         let id = guard.id();
         let due = now_ns() + delay.as_nanos() as u64;
         match self.rng.below(3) {
-            0 => self.submit(move |_: &Timeout| fire(&guard, due), id, delay, fate),
+            0 => {
+                let task = move |_: &Timeout| fire(&guard, due);
+                assert_eq!(size_of_val(&task), 16);
+                self.submit(task, id, delay, fate);
+            }
             1 => {
                 let pad = [id; 2];
                 let task = move |_: &Timeout| {
                     black_box(&pad);
                     fire(&guard, due);
                 };
+                assert_eq!(size_of_val(&task), 32);
                 self.submit(task, id, delay, fate);
             }
             _ => {
@@ -584,6 +589,7 @@ impl Producer<'_> {
                     black_box(&pad);
                     fire(&guard, due);
                 };
+                assert_eq!(size_of_val(&task), 64);
                 self.submit(task, id, delay, fate);
             }
         }
