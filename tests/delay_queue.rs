@@ -365,6 +365,45 @@ fn tokio_8274_a_reset_to_the_past_wakes_the_waiting_task() {
     assert_eq!(item.into_inner(), "foo");
 }
 
+/// An item made due inside the tick the queue's `Sleep` is armed for (here the current tick,
+/// for an item due at 10.6 ms, polled at 10.2 ms) wakes the waiting task at once, by an insert
+/// or a reset, relative or absolute; the next poll takes it without the clock moving, and
+/// nothing else.
+#[test]
+fn an_item_made_due_within_the_armed_tick_wakes_the_waiting_task() {
+    for how in ["insert", "insert_at", "reset", "reset_at"] {
+        let (timer, driver) = manual();
+        let mut queue = DelayQueue::new(timer.handle());
+        let (count, waker) = counter();
+        driver.advance(Duration::from_micros(10_200));
+        queue.insert("this tick", Duration::from_micros(400));
+        let other = queue.insert("other", ms(100));
+        assert!(poll(&mut queue, &waker).is_pending());
+        let expected = match how {
+            "insert" => queue.insert("now", Duration::ZERO),
+            "insert_at" => queue.insert_at("now", Instant::now() - ms(5)),
+            "reset" => {
+                queue.reset(&other, Duration::ZERO);
+                other
+            }
+            _ => {
+                queue.reset_at(&other, Instant::now() - ms(5));
+                other
+            }
+        };
+        assert_eq!(wakes(&count), 1, "{how}: the waiting task is woken");
+        let Poll::Ready(Some(item)) = poll(&mut queue, &waker) else {
+            panic!("{how}: due without the clock moving")
+        };
+        assert_eq!(item.key(), expected, "{how}");
+        assert!(
+            poll(&mut queue, &waker).is_pending(),
+            "{how}: 10.6 ms is not due"
+        );
+        assert_eq!(driver.now(), Duration::from_micros(10_200));
+    }
+}
+
 /// tokio-rs/tokio#4161: `poll_expired` returned `Pending` on an empty queue, where
 /// tokio-util's documentation says `Ready(None)` ("if no items are in the queue, i.e.
 /// `is_empty()` returns `true`, then `poll` returns `Poll::Ready(None)`").

@@ -47,6 +47,9 @@ const BUCKETS: usize = 64;
 const NONE: u32 = u32::MAX;
 /// No fire tick armed.
 const UNARMED: u64 = u64::MAX;
+/// No clock reading behind a deadline (one given as an `Instant`): see
+/// [`DelayQueue::wake_for`].
+const NO_READING: u64 = u64::MAX;
 /// Inserts whose clock readings are within this long of each other come in a burst: each
 /// goes in as if its reading were this long past the last one (see the ground rules). Of the
 /// order of the producers' clock's own rounding up.
@@ -287,11 +290,9 @@ impl<T> DelayQueue<T> {
         }
         // In a burst the item goes in first, as if the clock read `slack` past the last
         // reading; the fresh reading only checks that this is not early (ground rules).
-        let deadline = self
-            .last_read
-            .saturating_add(self.slack)
-            .saturating_add(timeout);
-        let key = self.insert_nanos(value, deadline);
+        let read = self.last_read.saturating_add(self.slack);
+        let deadline = read.saturating_add(timeout);
+        let key = self.insert_nanos(value, deadline, read);
         if self.raw_limit == 0 || self.timer.shared.clock.raw() > self.raw_limit {
             self.burst_checked(&key, timeout, deadline);
         }
@@ -322,7 +323,7 @@ impl<T> DelayQueue<T> {
     #[inline(never)]
     fn insert_after_reading(&mut self, value: T, timeout: u64) -> Key {
         let now = self.read_clock();
-        self.insert_nanos(value, now.saturating_add(timeout))
+        self.insert_nanos(value, now.saturating_add(timeout), now)
     }
 
     /// The clock moved more than `slack` since the last reading: the item under `key`, just
@@ -332,7 +333,7 @@ impl<T> DelayQueue<T> {
     #[inline(never)]
     fn burst_ended(&mut self, key: &Key, now: u64, timeout: u64) {
         self.burst = false;
-        self.reset_nanos(key, now.saturating_add(timeout));
+        self.reset_nanos(key, now.saturating_add(timeout), now);
     }
 
     /// Inserts `value`, due at `when`, and returns its key. A `when` that has passed is due at
@@ -352,12 +353,12 @@ impl<T> DelayQueue<T> {
     /// ```
     pub fn insert_at(&mut self, value: T, when: Instant) -> Key {
         let deadline = self.timer.shared.clock.nanos_at(when);
-        self.insert_nanos(value, deadline)
+        self.insert_nanos(value, deadline, NO_READING)
     }
 
     #[inline(always)]
     #[track_caller]
-    fn insert_nanos(&mut self, value: T, deadline: u64) -> Key {
+    fn insert_nanos(&mut self, value: T, deadline: u64, read: u64) -> Key {
         let stamp = self.stamp;
         let slot = Slot::Waiting { stamp, value };
         let index = if self.free == NONE {
@@ -377,7 +378,7 @@ impl<T> DelayQueue<T> {
         self.stamp = stamp.wrapping_add(1);
         self.wait(index, deadline);
         self.len += 1;
-        self.wake_for(deadline);
+        self.wake_for(deadline, read);
         Key { index, stamp }
     }
 
@@ -401,11 +402,6 @@ impl<T> DelayQueue<T> {
             "DelayQueue: at most 2^27 - 1 items at once"
         );
         index as u32
-    }
-
-    /// The deadline `timeout` from now, never early (the producers' clock rounds up).
-    fn deadline_after(&mut self, timeout: Duration) -> u64 {
-        self.read_clock().saturating_add(duration_to_nanos(timeout))
     }
 
     /// Reads the producers' clock, and notes whether the reading is within `slack` of the
@@ -554,8 +550,9 @@ impl<T> DelayQueue<T> {
     /// ```
     #[track_caller]
     pub fn reset(&mut self, key: &Key, timeout: Duration) {
-        let deadline = self.deadline_after(timeout);
-        self.reset_nanos(key, deadline);
+        // Never early: the producers' clock rounds up.
+        let now = self.read_clock();
+        self.reset_nanos(key, now.saturating_add(duration_to_nanos(timeout)), now);
     }
 
     /// Moves the deadline of the item under `key` to `when` (see
@@ -577,11 +574,11 @@ impl<T> DelayQueue<T> {
     #[track_caller]
     pub fn reset_at(&mut self, key: &Key, when: Instant) {
         let deadline = self.timer.shared.clock.nanos_at(when);
-        self.reset_nanos(key, deadline);
+        self.reset_nanos(key, deadline, NO_READING);
     }
 
     #[track_caller]
-    fn reset_nanos(&mut self, key: &Key, deadline: u64) {
+    fn reset_nanos(&mut self, key: &Key, deadline: u64, read: u64) {
         match self.slot_of(key) {
             Some(Slot::Waiting { .. }) => {
                 self.wheel.remove(key.index);
@@ -599,45 +596,53 @@ impl<T> DelayQueue<T> {
             _ => panic!("DelayQueue::reset: the key names no item"),
         }
         self.wait(key.index, deadline);
-        self.wake_for(deadline);
+        self.wake_for(deadline, read);
     }
 
-    /// An item due at `deadline` has just been placed: the task waiting on the queue must hear
-    /// of it by then.
+    /// An item due at `deadline` has just been placed, its deadline counting from the clock
+    /// reading `read` (`NO_READING` for a deadline given as an `Instant`): the task waiting on
+    /// the queue must hear of it by the end of the item's fire tick, and at once if the item is
+    /// due already (its next poll takes it).
     #[inline]
-    fn wake_for(&mut self, deadline: u64) {
+    fn wake_for(&mut self, deadline: u64, read: u64) {
         if self.sleep.is_none() && self.waker.is_none() {
             return; // nobody waits: the next poll looks at the wheel
         }
-        // The fire tick `max(deadline / tick_nanos, tick)` is at or after `armed`, tested
-        // without a division (the common case: the item comes after the one armed for).
-        if self.tick >= self.armed || deadline >= self.armed.saturating_mul(self.tick_nanos) {
-            return; // the `Sleep` comes first
+        // The common case, tested without a division or a clock reading: the item fires on the
+        // tick armed for or after it (the `Sleep` comes first), and is not due yet, for its
+        // deadline is past the reading it counts from or past the end of the armed tick (due
+        // already, it would mean that tick has ended: the `Sleep` has woken the task, or is
+        // about to).
+        let armed_start = self.armed.saturating_mul(self.tick_nanos);
+        if deadline >= armed_start
+            && (deadline > read || deadline >= armed_start.saturating_add(self.tick_nanos))
+        {
+            return;
         }
         self.wake_sooner(deadline);
     }
 
-    /// [`wake_for`](DelayQueue::wake_for) an item that fires before the tick armed for.
+    /// [`wake_for`](DelayQueue::wake_for) an item that may be due already, or fires before the
+    /// tick armed for.
     #[cold]
     #[inline(never)]
     fn wake_sooner(&mut self, deadline: u64) {
-        let fire = (deadline / self.tick_nanos).max(self.tick);
-        let Some(sleep) = self.sleep.as_mut() else {
-            // Nothing armed: no poll has waited yet, or a refusal is being retried; the next
-            // poll looks at the wheel.
-            if let Some(waker) = self.waker.take() {
-                waker.wake();
-            }
-            return;
-        };
         let shared = &self.timer.shared;
-        if deadline <= shared.clock.now() {
-            // Due already: the waiting task expires it on its next poll.
+        // Nothing armed (no poll has waited yet, or a refusal is being retried), or the item
+        // is due already: the waiting task looks at the wheel on its next poll.
+        if self.sleep.is_none() || deadline <= shared.clock.now() {
             if let Some(waker) = self.waker.take() {
                 waker.wake();
             }
             return;
         }
+        let fire = (deadline / self.tick_nanos).max(self.tick);
+        if fire >= self.armed {
+            return; // the `Sleep` completes once the item's tick has ended
+        }
+        let Some(sleep) = self.sleep.as_mut() else {
+            unreachable!("tested above");
+        };
         sleep.rearm(
             shared,
             fire.saturating_mul(self.tick_nanos),
