@@ -392,6 +392,11 @@ fn an_item_made_due_within_the_armed_tick_wakes_the_waiting_task() {
             }
         };
         assert_eq!(wakes(&count), 1, "{how}: the waiting task is woken");
+        assert_eq!(
+            queue.peek(),
+            Some(expected),
+            "{how}: the sooner of this tick"
+        );
         let Poll::Ready(Some(item)) = poll(&mut queue, &waker) else {
             panic!("{how}: due without the clock moving")
         };
@@ -470,6 +475,38 @@ fn tokio_8402_peek_agrees_with_poll_expired_end_to_end() {
                 let _ = rest;
             }
         }
+    }
+}
+
+/// Two deadlines in one tick, the later inserted first (100.6 ms, then 100.2 ms): `peek` names
+/// the sooner, and `poll_expired` yields it first, whether the poll comes between the two
+/// deadlines (only the sooner is due) or after both (both are, and come by deadline).
+#[test]
+fn peek_names_the_sooner_of_two_deadlines_in_one_tick() {
+    for poll_at in [100_400, 101_000] {
+        let (timer, driver) = manual();
+        let mut queue = DelayQueue::new(timer.handle());
+        let (_count, waker) = counter();
+        let later = queue.insert("later", Duration::from_micros(100_600));
+        let sooner = queue.insert("sooner", Duration::from_micros(100_200));
+        assert_eq!(queue.peek(), Some(sooner), "{poll_at}: before any poll");
+        assert!(poll(&mut queue, &waker).is_pending());
+        step_to(&driver, Duration::from_micros(100_100));
+        assert!(poll(&mut queue, &waker).is_pending());
+        assert_eq!(queue.peek(), Some(sooner), "{poll_at}: nothing due yet");
+        step_to(&driver, Duration::from_micros(poll_at));
+        assert_eq!(queue.peek(), Some(sooner), "{poll_at}");
+        let Poll::Ready(Some(first)) = poll(&mut queue, &waker) else {
+            panic!("{poll_at}: sooner is due")
+        };
+        assert_eq!(first.key(), sooner, "{poll_at}");
+        assert_eq!(queue.peek(), Some(later), "{poll_at}");
+        step_to(&driver, ms(101));
+        let Poll::Ready(Some(second)) = poll(&mut queue, &waker) else {
+            panic!("{poll_at}: later is due")
+        };
+        assert_eq!(second.key(), later, "{poll_at}");
+        assert_eq!(queue.peek(), None);
     }
 }
 

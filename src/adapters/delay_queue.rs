@@ -63,8 +63,10 @@ const BURST_NANOS: u64 = 1_000;
 /// [`reset`](DelayQueue::reset) moves its deadline. [`poll_expired`](DelayQueue::poll_expired)
 /// (or the `Stream` under the `stream` feature) yields each value once its deadline has passed,
 /// as an [`Expired`]: never early, about a tick late at most (the timer's tick), each value
-/// once. Items come back in the order of their fire ticks, and in insertion order within a
-/// tick.
+/// once. Items come back by deadline, equal deadlines in the order of insertion (or of the
+/// last reset): a poll with nothing left over from the one before takes every item then due,
+/// sorted so, and yields them before it looks again (an item that an insert or a reset makes
+/// due meanwhile comes after them). [`peek`](DelayQueue::peek) names the next.
 ///
 /// The queue is single-owner (`&mut self`), as tokio-util's; any executor polls it. It costs
 /// the timer one pending timeout (its `Sleep`) while it holds items and a task waits on it,
@@ -674,8 +676,11 @@ impl<T> DelayQueue<T> {
         self.timer.shared.clock.instant_at(nanos)
     }
 
-    /// The key of the item [`poll_expired`](DelayQueue::poll_expired) yields next, if any
-    /// (the earliest fire tick; within a tick, the first inserted).
+    /// The key of the item [`poll_expired`](DelayQueue::poll_expired) yields next, if any,
+    /// whenever it comes: the next left over from the last poll's batch of due items, or, with
+    /// none left, the item with the earliest deadline (the first inserted, or last reset, on a
+    /// tie), due or not. Until an insert, a reset or a removal, the next item yielded is the one
+    /// named.
     ///
     /// ```
     /// # use hashed_timer_wheel::{DelayQueue, HashedWheelTimer};
@@ -774,12 +779,17 @@ impl<T> DelayQueue<T> {
         self.armed = fire;
     }
 
-    /// Moves every item now due from the wheel to `ready`; whether any moved.
+    /// Moves every item now due from the wheel to `ready`, by deadline (equal ones in the
+    /// order they went in); whether any moved.
     fn expire_due(&mut self) -> bool {
         let now = self.timer.shared.clock.now();
         self.burst = false; // a poll ends a burst: the next insert reads first
         let now_tick = now / self.tick_nanos;
         let mut moved = false;
+        // The wheel hands a tick's entries out in the order they went in, and the ticks in
+        // order, so the batch comes sorted unless deadlines within a tick went in out of order.
+        let start = self.ready.len();
+        let (mut last, mut sorted) = (0, true);
         while let Some(tick) = self.wheel.next_fire_tick(self.tick) {
             if tick > now_tick {
                 break;
@@ -797,6 +807,8 @@ impl<T> DelayQueue<T> {
                     };
                     ready.push_back(Key { index, stamp });
                     moved = true;
+                    sorted &= deadline >= last;
+                    last = deadline;
                 }
             });
             if tick == now_tick {
@@ -806,7 +818,24 @@ impl<T> DelayQueue<T> {
             }
             self.tick = tick + 1;
         }
+        if !sorted {
+            self.sort_ready_from(start);
+        }
         moved
+    }
+
+    /// Sorts the keys in `ready` from `start` on (expired items, just moved) by deadline; a
+    /// stable sort, so equal deadlines keep the order the wheel gave them in (the order they
+    /// went in: an entry placed past its deadline fires on the tick it was placed on, and
+    /// entries with the same deadline share a tick).
+    #[cold]
+    #[inline(never)]
+    fn sort_ready_from(&mut self, start: usize) {
+        let slots = &self.slots;
+        self.ready.make_contiguous()[start..].sort_by_key(|key| match slots[key.index as usize] {
+            Slot::Ready { deadline, .. } => deadline,
+            _ => unreachable!("a key just moved to `ready` names an expired item"),
+        });
     }
 
     /// Takes the first expired item out of `ready` and its slot.
@@ -904,9 +933,9 @@ impl<T> DelayQueue<T> {
 
     /// Gives back the memory a burst left: the slab is cut after its last item (keys stay
     /// valid; free slots below it stay, lowest reused first) and the wheel is rebuilt with only
-    /// the waiting items, so its nodes shrink too. O(items). Within a tick, items keep their
-    /// fire tick, but may come back in slab order rather than insertion order. An empty queue
-    /// holds no slab memory after it.
+    /// the waiting items, so its nodes shrink too. O(items). Items with equal deadlines may
+    /// come back in slab order rather than insertion order. An empty queue holds no slab
+    /// memory after it.
     ///
     /// ```
     /// # use hashed_timer_wheel::{DelayQueue, HashedWheelTimer};
