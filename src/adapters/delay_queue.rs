@@ -520,19 +520,23 @@ impl<T> DelayQueue<T> {
         }
     }
 
-    /// The queue has just become empty: its `Sleep` goes (its timeout is cancelled), the slab
-    /// starts again from index 0 (keys' stamps keep old keys apart), and the task waiting on
-    /// the queue is woken to see `Ready(None)`.
+    /// The queue has just become empty (`len` is 0; the slab holds values only if `clear`
+    /// let go of them): its `Sleep` goes (its timeout is cancelled), the slab starts again
+    /// from index 0 (keys' stamps keep old keys apart), and the task waiting on the queue is
+    /// woken to see `Ready(None)`.
     fn emptied(&mut self) {
         self.sleep = None;
         self.armed = UNARMED;
-        self.slots.clear();
         self.free = NONE;
         self.ready.clear();
         self.wheel.release_nodes();
         if let Some(waker) = self.waker.take() {
             waker.wake();
         }
+        // Last, for a value's drop may panic: the queue is empty and whole already, and the
+        // slab's length is 0 before the first value is dropped (the rest are dropped all the
+        // same as the panic unwinds).
+        self.slots.clear();
     }
 
     /// Moves the deadline of the item under `key` to `timeout` from now, whether or not it had
@@ -860,7 +864,9 @@ impl<T> DelayQueue<T> {
         })
     }
 
-    /// Drops every item. A task waiting on the queue is woken (it sees `Ready(None)`).
+    /// Drops every item. A task waiting on the queue is woken (it sees `Ready(None)`). If a
+    /// value's drop panics, the queue is empty all the same, and the other values are dropped
+    /// as the panic unwinds.
     ///
     /// ```
     /// # use hashed_timer_wheel::{DelayQueue, HashedWheelTimer};
@@ -873,13 +879,14 @@ impl<T> DelayQueue<T> {
     /// assert!(queue.try_remove(&key).is_none());
     /// ```
     pub fn clear(&mut self) {
-        let had_items = self.len > 0;
+        if self.len == 0 {
+            debug_assert!(self.slots.is_empty(), "emptied as `len` reached 0");
+            return;
+        }
         self.wheel = Wheel::new_keyed(self.tick_nanos, BUCKETS);
         self.len = 0;
-        if had_items {
-            self.emptied();
-        }
-        self.slots.clear();
+        // Drops the values, last.
+        self.emptied();
     }
 
     /// Items the queue holds (waiting, or expired and not yet yielded).
