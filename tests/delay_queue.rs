@@ -1,7 +1,9 @@
 //! `DelayQueue` on the wheel: on the manual clock, polled by hand with counting wakers (never
-//! early, at most a tick late, each item once; removed and reset keys; wake-ups; memory given
-//! back; far deadlines), one regression test per tokio-util and downstream bug report, and
-//! driven for real by tokio (both flavours), `futures`' `block_on` and smol.
+//! early, at most a tick late, each item once; removed and reset keys; wake-ups; `peek` within
+//! a tick; values whose drop panics; memory given back; far deadlines), one regression test
+//! per tokio-util and downstream bug report, and driven for real by tokio (both flavours),
+//! `futures`' `block_on` and smol. `tests/delay_queue_model.rs` checks the contract against a
+//! model on random sequences.
 
 use hashed_timer_wheel::delay_queue::{Expired, Key};
 use hashed_timer_wheel::{DelayQueue, HashedWheelTimer, ManualDriver};
