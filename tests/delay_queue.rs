@@ -1,7 +1,9 @@
 //! `DelayQueue` on the wheel: on the manual clock, polled by hand with counting wakers (never
-//! early, at most a tick late, each item once; removed and reset keys; wake-ups; memory given
-//! back; far deadlines), one regression test per tokio-util and downstream bug report, and
-//! driven for real by tokio (both flavours), `futures`' `block_on` and smol.
+//! early, at most a tick late, each item once; removed and reset keys; wake-ups; `peek` within
+//! a tick; values whose drop panics; memory given back; far deadlines), one regression test
+//! per tokio-util and downstream bug report, and driven for real by tokio (both flavours),
+//! `futures`' `block_on` and smol. `tests/delay_queue_model.rs` checks the contract against a
+//! model on random sequences.
 
 use hashed_timer_wheel::delay_queue::{Expired, Key};
 use hashed_timer_wheel::{DelayQueue, HashedWheelTimer, ManualDriver};
@@ -365,6 +367,50 @@ fn tokio_8274_a_reset_to_the_past_wakes_the_waiting_task() {
     assert_eq!(item.into_inner(), "foo");
 }
 
+/// An item made due inside the tick the queue's `Sleep` is armed for (here the current tick,
+/// for an item due at 10.6 ms, polled at 10.2 ms) wakes the waiting task at once, by an insert
+/// or a reset, relative or absolute; the next poll takes it without the clock moving, and
+/// nothing else.
+#[test]
+fn an_item_made_due_within_the_armed_tick_wakes_the_waiting_task() {
+    for how in ["insert", "insert_at", "reset", "reset_at"] {
+        let (timer, driver) = manual();
+        let mut queue = DelayQueue::new(timer.handle());
+        let (count, waker) = counter();
+        driver.advance(Duration::from_micros(10_200));
+        queue.insert("this tick", Duration::from_micros(400));
+        let other = queue.insert("other", ms(100));
+        assert!(poll(&mut queue, &waker).is_pending());
+        let expected = match how {
+            "insert" => queue.insert("now", Duration::ZERO),
+            "insert_at" => queue.insert_at("now", Instant::now() - ms(5)),
+            "reset" => {
+                queue.reset(&other, Duration::ZERO);
+                other
+            }
+            _ => {
+                queue.reset_at(&other, Instant::now() - ms(5));
+                other
+            }
+        };
+        assert_eq!(wakes(&count), 1, "{how}: the waiting task is woken");
+        assert_eq!(
+            queue.peek(),
+            Some(expected),
+            "{how}: the sooner of this tick"
+        );
+        let Poll::Ready(Some(item)) = poll(&mut queue, &waker) else {
+            panic!("{how}: due without the clock moving")
+        };
+        assert_eq!(item.key(), expected, "{how}");
+        assert!(
+            poll(&mut queue, &waker).is_pending(),
+            "{how}: 10.6 ms is not due"
+        );
+        assert_eq!(driver.now(), Duration::from_micros(10_200));
+    }
+}
+
 /// tokio-rs/tokio#4161: `poll_expired` returned `Pending` on an empty queue, where
 /// tokio-util's documentation says `Ready(None)` ("if no items are in the queue, i.e.
 /// `is_empty()` returns `true`, then `poll` returns `Poll::Ready(None)`").
@@ -434,6 +480,38 @@ fn tokio_8402_peek_agrees_with_poll_expired_end_to_end() {
     }
 }
 
+/// Two deadlines in one tick, the later inserted first (100.6 ms, then 100.2 ms): `peek` names
+/// the sooner, and `poll_expired` yields it first, whether the poll comes between the two
+/// deadlines (only the sooner is due) or after both (both are, and come by deadline).
+#[test]
+fn peek_names_the_sooner_of_two_deadlines_in_one_tick() {
+    for poll_at in [100_400, 101_000] {
+        let (timer, driver) = manual();
+        let mut queue = DelayQueue::new(timer.handle());
+        let (_count, waker) = counter();
+        let later = queue.insert("later", Duration::from_micros(100_600));
+        let sooner = queue.insert("sooner", Duration::from_micros(100_200));
+        assert_eq!(queue.peek(), Some(sooner), "{poll_at}: before any poll");
+        assert!(poll(&mut queue, &waker).is_pending());
+        step_to(&driver, Duration::from_micros(100_100));
+        assert!(poll(&mut queue, &waker).is_pending());
+        assert_eq!(queue.peek(), Some(sooner), "{poll_at}: nothing due yet");
+        step_to(&driver, Duration::from_micros(poll_at));
+        assert_eq!(queue.peek(), Some(sooner), "{poll_at}");
+        let Poll::Ready(Some(first)) = poll(&mut queue, &waker) else {
+            panic!("{poll_at}: sooner is due")
+        };
+        assert_eq!(first.key(), sooner, "{poll_at}");
+        assert_eq!(queue.peek(), Some(later), "{poll_at}");
+        step_to(&driver, ms(101));
+        let Poll::Ready(Some(second)) = poll(&mut queue, &waker) else {
+            panic!("{poll_at}: later is due")
+        };
+        assert_eq!(second.key(), later, "{poll_at}");
+        assert_eq!(queue.peek(), None);
+    }
+}
+
 /// tokio-rs/tokio#4170 (and #3590): a burst left the queue's slab at its high-water mark;
 /// `shrink_to_fit` gives it back without changing any key, and a queue that empties lets go
 /// of its slab by itself.
@@ -497,6 +575,188 @@ fn kube_1772_restate_5017_deadlines_past_2_pow_36_ms_are_accepted() {
     assert!(queue.deadline(&never) > Instant::now());
     assert_eq!(queue.remove(&never).into_inner(), "never");
     assert_eq!(queue.len(), 2);
+}
+
+/// Drop counts of a set of [`Bomb`]s, and which of them goes off.
+struct Fuse {
+    drops: Vec<AtomicUsize>,
+    armed: AtomicUsize,
+}
+
+impl Fuse {
+    /// Bomb `id`'s next drop panics (once).
+    fn arm(&self, id: usize) {
+        self.armed.store(id, SeqCst);
+    }
+
+    fn drop_counts(&self) -> Vec<usize> {
+        self.drops.iter().map(|d| d.load(SeqCst)).collect()
+    }
+}
+
+/// A value whose drops are counted, and that panics in its drop when its fuse is armed for
+/// it.
+struct Bomb {
+    id: usize,
+    fuse: Arc<Fuse>,
+}
+
+impl Drop for Bomb {
+    fn drop(&mut self) {
+        self.fuse.drops[self.id].fetch_add(1, SeqCst);
+        let unarmed = usize::MAX;
+        if (self.fuse.armed)
+            .compare_exchange(self.id, unarmed, SeqCst, SeqCst)
+            .is_ok()
+        {
+            panic!("bomb {} goes off", self.id);
+        }
+    }
+}
+
+/// Bombs `0..n`, none armed, and their fuse.
+fn bombs(n: usize) -> (Vec<Bomb>, Arc<Fuse>) {
+    let fuse = Arc::new(Fuse {
+        drops: (0..n).map(|_| AtomicUsize::new(0)).collect(),
+        armed: AtomicUsize::new(usize::MAX),
+    });
+    let bombs = (0..n)
+        .map(|id| Bomb {
+            id,
+            fuse: fuse.clone(),
+        })
+        .collect();
+    (bombs, fuse)
+}
+
+fn catch<R>(f: impl FnOnce() -> R) -> std::thread::Result<R> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f))
+}
+
+/// A value's drop panics inside `clear`, with items waiting in the wheel and expired ones not
+/// yet yielded: every value is dropped once, and the queue is empty and whole after the
+/// unwind (no key names anything, nothing is yielded, the waiting task is woken, its `Sleep`
+/// is cancelled, and new items come and go as usual).
+#[test]
+fn a_value_panicking_in_clear_leaves_the_queue_empty_and_whole() {
+    for waiting in [false, true] {
+        let (timer, driver) = manual();
+        let mut queue = DelayQueue::new(timer.handle());
+        let (count, waker) = counter();
+        let (values, fuse) = bombs(5);
+        let keys: Vec<Key> = values
+            .into_iter()
+            .zip([5, 5, 5, 5, 50])
+            .map(|(bomb, at)| queue.insert(bomb, ms(at)))
+            .collect();
+        if waiting {
+            drop(queue.remove(&keys[0]));
+            drop(queue.remove(&keys[1]));
+            assert!(poll(&mut queue, &waker).is_pending());
+        } else {
+            // 0 is yielded; 1, 2 and 3 wait to be, 4 waits in the wheel.
+            step_to(&driver, ms(6));
+            let Poll::Ready(Some(first)) = poll(&mut queue, &waker) else {
+                panic!("due")
+            };
+            assert_eq!(first.key(), keys[0]);
+            drop(first);
+        }
+        fuse.arm(2);
+        assert!(catch(|| queue.clear()).is_err(), "bomb 2 went off");
+        assert_eq!(fuse.drop_counts(), vec![1; 5], "each value dropped once");
+        assert_eq!((queue.len(), queue.is_empty()), (0, true));
+        assert_eq!(queue.peek(), None);
+        assert!(keys.iter().all(|key| queue.try_remove(key).is_none()));
+        assert_eq!(
+            wakes(&count),
+            usize::from(waiting),
+            "the waiting task is woken"
+        );
+        assert!(matches!(poll(&mut queue, &waker), Poll::Ready(None)));
+        driver.advance(TICK);
+        assert_eq!(timer.pending_timeouts(), 0, "its Sleep is cancelled");
+        let (values, fuse) = bombs(2);
+        let new: Vec<Key> = values
+            .into_iter()
+            .map(|bomb| queue.insert(bomb, ms(3)))
+            .collect();
+        assert!(new.iter().all(|key| !keys.contains(key)));
+        assert!(poll(&mut queue, &waker).is_pending());
+        step_to(&driver, driver.now() + ms(4));
+        let got: Vec<usize> = drain_ready(&mut queue, &waker)
+            .into_iter()
+            .map(|bomb| bomb.id)
+            .collect();
+        assert_eq!(got, vec![0, 1]);
+        assert_eq!(fuse.drop_counts(), vec![1, 1]);
+        assert!(queue.is_empty());
+    }
+}
+
+/// A value's drop panics when the caller drops what `remove`, `try_remove` or `poll_expired`
+/// handed out, and inside the queue's own drop; `reset` and `shrink_to_fit` drop no value.
+/// After each unwind the queue holds the rest and yields them once, every value is dropped
+/// exactly once, no key gone names another value, and a queue dropped mid-panic cancels its
+/// `Sleep`.
+#[test]
+fn a_value_panicking_in_its_drop_never_runs_twice_or_leaves_a_stale_key() {
+    let (timer, driver) = manual();
+    let mut queue = DelayQueue::new(timer.handle());
+    let (_count, waker) = counter();
+    let (values, fuse) = bombs(7);
+    let mut values = values.into_iter();
+    let keys: Vec<Key> = values
+        .by_ref()
+        .take(6)
+        .map(|bomb| queue.insert(bomb, ms(10)))
+        .collect();
+    // `remove`: the caller drops the value.
+    let removed = queue.remove(&keys[0]);
+    fuse.arm(0);
+    assert!(catch(move || drop(removed)).is_err());
+    // A value yielded, then `try_remove` of an item expired and not yet yielded.
+    step_to(&driver, ms(11));
+    let Poll::Ready(Some(yielded)) = poll(&mut queue, &waker) else {
+        panic!("due")
+    };
+    assert_eq!(yielded.key(), keys[1]);
+    fuse.arm(1);
+    assert!(catch(move || drop(yielded)).is_err());
+    let taken = queue
+        .try_remove(&keys[2])
+        .expect("expired, not yet yielded");
+    fuse.arm(2);
+    assert!(catch(move || drop(taken)).is_err());
+    assert_eq!(fuse.drop_counts(), vec![1, 1, 1, 0, 0, 0, 0]);
+    // `reset` and `shrink_to_fit` move values, and drop none.
+    queue.reset(&keys[3], ms(20));
+    queue.shrink_to_fit();
+    assert_eq!(fuse.drop_counts(), vec![1, 1, 1, 0, 0, 0, 0]);
+    assert_eq!(queue.len(), 3);
+    for key in &keys[..3] {
+        assert!(queue.try_remove(key).is_none(), "a gone key names nothing");
+    }
+    let fresh = queue.insert(values.next().expect("bomb 6"), ms(5));
+    assert!(!keys.contains(&fresh));
+    let order: Vec<Key> = std::iter::from_fn(|| {
+        let Poll::Ready(Some(item)) = poll(&mut queue, &waker) else {
+            return None;
+        };
+        Some(item.key())
+    })
+    .collect();
+    assert_eq!(order, vec![keys[4], keys[5]], "the rest of the first batch");
+    assert_eq!(fuse.drop_counts(), vec![1, 1, 1, 0, 1, 1, 0]);
+    assert!(poll(&mut queue, &waker).is_pending());
+    // The queue's own drop: one value goes off, the others are dropped all the same, and the
+    // queue's `Sleep` is cancelled.
+    assert_eq!(queue.len(), 2);
+    fuse.arm(6);
+    assert!(catch(move || drop(queue)).is_err());
+    assert_eq!(fuse.drop_counts(), vec![1; 7]);
+    driver.advance(TICK);
+    assert_eq!(timer.pending_timeouts(), 0);
 }
 
 #[test]

@@ -47,6 +47,9 @@ const BUCKETS: usize = 64;
 const NONE: u32 = u32::MAX;
 /// No fire tick armed.
 const UNARMED: u64 = u64::MAX;
+/// No clock reading behind a deadline (one given as an `Instant`): see
+/// [`DelayQueue::wake_for`].
+const NO_READING: u64 = u64::MAX;
 /// Inserts whose clock readings are within this long of each other come in a burst: each
 /// goes in as if its reading were this long past the last one (see the ground rules). Of the
 /// order of the producers' clock's own rounding up.
@@ -60,8 +63,10 @@ const BURST_NANOS: u64 = 1_000;
 /// [`reset`](DelayQueue::reset) moves its deadline. [`poll_expired`](DelayQueue::poll_expired)
 /// (or the `Stream` under the `stream` feature) yields each value once its deadline has passed,
 /// as an [`Expired`]: never early, about a tick late at most (the timer's tick), each value
-/// once. Items come back in the order of their fire ticks, and in insertion order within a
-/// tick.
+/// once. Items come back by deadline, equal deadlines in the order of insertion (or of the
+/// last reset): a poll with nothing left over from the one before takes every item then due,
+/// sorted so, and yields them before it looks again (an item that an insert or a reset makes
+/// due meanwhile comes after them). [`peek`](DelayQueue::peek) names the next.
 ///
 /// The queue is single-owner (`&mut self`), as tokio-util's; any executor polls it. It costs
 /// the timer one pending timeout (its `Sleep`) while it holds items and a task waits on it,
@@ -287,11 +292,9 @@ impl<T> DelayQueue<T> {
         }
         // In a burst the item goes in first, as if the clock read `slack` past the last
         // reading; the fresh reading only checks that this is not early (ground rules).
-        let deadline = self
-            .last_read
-            .saturating_add(self.slack)
-            .saturating_add(timeout);
-        let key = self.insert_nanos(value, deadline);
+        let read = self.last_read.saturating_add(self.slack);
+        let deadline = read.saturating_add(timeout);
+        let key = self.insert_nanos(value, deadline, read);
         if self.raw_limit == 0 || self.timer.shared.clock.raw() > self.raw_limit {
             self.burst_checked(&key, timeout, deadline);
         }
@@ -322,7 +325,7 @@ impl<T> DelayQueue<T> {
     #[inline(never)]
     fn insert_after_reading(&mut self, value: T, timeout: u64) -> Key {
         let now = self.read_clock();
-        self.insert_nanos(value, now.saturating_add(timeout))
+        self.insert_nanos(value, now.saturating_add(timeout), now)
     }
 
     /// The clock moved more than `slack` since the last reading: the item under `key`, just
@@ -332,7 +335,7 @@ impl<T> DelayQueue<T> {
     #[inline(never)]
     fn burst_ended(&mut self, key: &Key, now: u64, timeout: u64) {
         self.burst = false;
-        self.reset_nanos(key, now.saturating_add(timeout));
+        self.reset_nanos(key, now.saturating_add(timeout), now);
     }
 
     /// Inserts `value`, due at `when`, and returns its key. A `when` that has passed is due at
@@ -352,12 +355,12 @@ impl<T> DelayQueue<T> {
     /// ```
     pub fn insert_at(&mut self, value: T, when: Instant) -> Key {
         let deadline = self.timer.shared.clock.nanos_at(when);
-        self.insert_nanos(value, deadline)
+        self.insert_nanos(value, deadline, NO_READING)
     }
 
     #[inline(always)]
     #[track_caller]
-    fn insert_nanos(&mut self, value: T, deadline: u64) -> Key {
+    fn insert_nanos(&mut self, value: T, deadline: u64, read: u64) -> Key {
         let stamp = self.stamp;
         let slot = Slot::Waiting { stamp, value };
         let index = if self.free == NONE {
@@ -377,7 +380,7 @@ impl<T> DelayQueue<T> {
         self.stamp = stamp.wrapping_add(1);
         self.wait(index, deadline);
         self.len += 1;
-        self.wake_for(deadline);
+        self.wake_for(deadline, read);
         Key { index, stamp }
     }
 
@@ -401,11 +404,6 @@ impl<T> DelayQueue<T> {
             "DelayQueue: at most 2^27 - 1 items at once"
         );
         index as u32
-    }
-
-    /// The deadline `timeout` from now, never early (the producers' clock rounds up).
-    fn deadline_after(&mut self, timeout: Duration) -> u64 {
-        self.read_clock().saturating_add(duration_to_nanos(timeout))
     }
 
     /// Reads the producers' clock, and notes whether the reading is within `slack` of the
@@ -522,19 +520,23 @@ impl<T> DelayQueue<T> {
         }
     }
 
-    /// The queue has just become empty: its `Sleep` goes (its timeout is cancelled), the slab
-    /// starts again from index 0 (keys' stamps keep old keys apart), and the task waiting on
-    /// the queue is woken to see `Ready(None)`.
+    /// The queue has just become empty (`len` is 0; the slab holds values only if `clear`
+    /// let go of them): its `Sleep` goes (its timeout is cancelled), the slab starts again
+    /// from index 0 (keys' stamps keep old keys apart), and the task waiting on the queue is
+    /// woken to see `Ready(None)`.
     fn emptied(&mut self) {
         self.sleep = None;
         self.armed = UNARMED;
-        self.slots.clear();
         self.free = NONE;
         self.ready.clear();
         self.wheel.release_nodes();
         if let Some(waker) = self.waker.take() {
             waker.wake();
         }
+        // Last, for a value's drop may panic: the queue is empty and whole already, and the
+        // slab's length is 0 before the first value is dropped (the rest are dropped all the
+        // same as the panic unwinds).
+        self.slots.clear();
     }
 
     /// Moves the deadline of the item under `key` to `timeout` from now, whether or not it had
@@ -554,8 +556,9 @@ impl<T> DelayQueue<T> {
     /// ```
     #[track_caller]
     pub fn reset(&mut self, key: &Key, timeout: Duration) {
-        let deadline = self.deadline_after(timeout);
-        self.reset_nanos(key, deadline);
+        // Never early: the producers' clock rounds up.
+        let now = self.read_clock();
+        self.reset_nanos(key, now.saturating_add(duration_to_nanos(timeout)), now);
     }
 
     /// Moves the deadline of the item under `key` to `when` (see
@@ -577,11 +580,11 @@ impl<T> DelayQueue<T> {
     #[track_caller]
     pub fn reset_at(&mut self, key: &Key, when: Instant) {
         let deadline = self.timer.shared.clock.nanos_at(when);
-        self.reset_nanos(key, deadline);
+        self.reset_nanos(key, deadline, NO_READING);
     }
 
     #[track_caller]
-    fn reset_nanos(&mut self, key: &Key, deadline: u64) {
+    fn reset_nanos(&mut self, key: &Key, deadline: u64, read: u64) {
         match self.slot_of(key) {
             Some(Slot::Waiting { .. }) => {
                 self.wheel.remove(key.index);
@@ -599,45 +602,53 @@ impl<T> DelayQueue<T> {
             _ => panic!("DelayQueue::reset: the key names no item"),
         }
         self.wait(key.index, deadline);
-        self.wake_for(deadline);
+        self.wake_for(deadline, read);
     }
 
-    /// An item due at `deadline` has just been placed: the task waiting on the queue must hear
-    /// of it by then.
+    /// An item due at `deadline` has just been placed, its deadline counting from the clock
+    /// reading `read` (`NO_READING` for a deadline given as an `Instant`): the task waiting on
+    /// the queue must hear of it by the end of the item's fire tick, and at once if the item is
+    /// due already (its next poll takes it).
     #[inline]
-    fn wake_for(&mut self, deadline: u64) {
+    fn wake_for(&mut self, deadline: u64, read: u64) {
         if self.sleep.is_none() && self.waker.is_none() {
             return; // nobody waits: the next poll looks at the wheel
         }
-        // The fire tick `max(deadline / tick_nanos, tick)` is at or after `armed`, tested
-        // without a division (the common case: the item comes after the one armed for).
-        if self.tick >= self.armed || deadline >= self.armed.saturating_mul(self.tick_nanos) {
-            return; // the `Sleep` comes first
+        // The common case, tested without a division or a clock reading: the item fires on the
+        // tick armed for or after it (the `Sleep` comes first), and is not due yet, for its
+        // deadline is past the reading it counts from or past the end of the armed tick (due
+        // already, it would mean that tick has ended: the `Sleep` has woken the task, or is
+        // about to).
+        let armed_start = self.armed.saturating_mul(self.tick_nanos);
+        if deadline >= armed_start
+            && (deadline > read || deadline >= armed_start.saturating_add(self.tick_nanos))
+        {
+            return;
         }
         self.wake_sooner(deadline);
     }
 
-    /// [`wake_for`](DelayQueue::wake_for) an item that fires before the tick armed for.
+    /// [`wake_for`](DelayQueue::wake_for) an item that may be due already, or fires before the
+    /// tick armed for.
     #[cold]
     #[inline(never)]
     fn wake_sooner(&mut self, deadline: u64) {
-        let fire = (deadline / self.tick_nanos).max(self.tick);
-        let Some(sleep) = self.sleep.as_mut() else {
-            // Nothing armed: no poll has waited yet, or a refusal is being retried; the next
-            // poll looks at the wheel.
-            if let Some(waker) = self.waker.take() {
-                waker.wake();
-            }
-            return;
-        };
         let shared = &self.timer.shared;
-        if deadline <= shared.clock.now() {
-            // Due already: the waiting task expires it on its next poll.
+        // Nothing armed (no poll has waited yet, or a refusal is being retried), or the item
+        // is due already: the waiting task looks at the wheel on its next poll.
+        if self.sleep.is_none() || deadline <= shared.clock.now() {
             if let Some(waker) = self.waker.take() {
                 waker.wake();
             }
             return;
         }
+        let fire = (deadline / self.tick_nanos).max(self.tick);
+        if fire >= self.armed {
+            return; // the `Sleep` completes once the item's tick has ended
+        }
+        let Some(sleep) = self.sleep.as_mut() else {
+            unreachable!("tested above");
+        };
         sleep.rearm(
             shared,
             fire.saturating_mul(self.tick_nanos),
@@ -669,8 +680,11 @@ impl<T> DelayQueue<T> {
         self.timer.shared.clock.instant_at(nanos)
     }
 
-    /// The key of the item [`poll_expired`](DelayQueue::poll_expired) yields next, if any
-    /// (the earliest fire tick; within a tick, the first inserted).
+    /// The key of the item [`poll_expired`](DelayQueue::poll_expired) yields next, if any,
+    /// whenever it comes: the next left over from the last poll's batch of due items, or, with
+    /// none left, the item with the earliest deadline (the first inserted, or last reset, on a
+    /// tie), due or not. Until an insert, a reset or a removal, the next item yielded is the one
+    /// named.
     ///
     /// ```
     /// # use hashed_timer_wheel::{DelayQueue, HashedWheelTimer};
@@ -769,12 +783,17 @@ impl<T> DelayQueue<T> {
         self.armed = fire;
     }
 
-    /// Moves every item now due from the wheel to `ready`; whether any moved.
+    /// Moves every item now due from the wheel to `ready`, by deadline (equal ones in the
+    /// order they went in); whether any moved.
     fn expire_due(&mut self) -> bool {
         let now = self.timer.shared.clock.now();
         self.burst = false; // a poll ends a burst: the next insert reads first
         let now_tick = now / self.tick_nanos;
         let mut moved = false;
+        // The wheel hands a tick's entries out in the order they went in, and the ticks in
+        // order, so the batch comes sorted unless deadlines within a tick went in out of order.
+        let start = self.ready.len();
+        let (mut last, mut sorted) = (0, true);
         while let Some(tick) = self.wheel.next_fire_tick(self.tick) {
             if tick > now_tick {
                 break;
@@ -792,6 +811,8 @@ impl<T> DelayQueue<T> {
                     };
                     ready.push_back(Key { index, stamp });
                     moved = true;
+                    sorted &= deadline >= last;
+                    last = deadline;
                 }
             });
             if tick == now_tick {
@@ -801,7 +822,24 @@ impl<T> DelayQueue<T> {
             }
             self.tick = tick + 1;
         }
+        if !sorted {
+            self.sort_ready_from(start);
+        }
         moved
+    }
+
+    /// Sorts the keys in `ready` from `start` on (expired items, just moved) by deadline; a
+    /// stable sort, so equal deadlines keep the order the wheel gave them in (the order they
+    /// went in: an entry placed past its deadline fires on the tick it was placed on, and
+    /// entries with the same deadline share a tick).
+    #[cold]
+    #[inline(never)]
+    fn sort_ready_from(&mut self, start: usize) {
+        let slots = &self.slots;
+        self.ready.make_contiguous()[start..].sort_by_key(|key| match slots[key.index as usize] {
+            Slot::Ready { deadline, .. } => deadline,
+            _ => unreachable!("a key just moved to `ready` names an expired item"),
+        });
     }
 
     /// Takes the first expired item out of `ready` and its slot.
@@ -826,7 +864,9 @@ impl<T> DelayQueue<T> {
         })
     }
 
-    /// Drops every item. A task waiting on the queue is woken (it sees `Ready(None)`).
+    /// Drops every item. A task waiting on the queue is woken (it sees `Ready(None)`). If a
+    /// value's drop panics, the queue is empty all the same, and the other values are dropped
+    /// as the panic unwinds.
     ///
     /// ```
     /// # use hashed_timer_wheel::{DelayQueue, HashedWheelTimer};
@@ -839,13 +879,14 @@ impl<T> DelayQueue<T> {
     /// assert!(queue.try_remove(&key).is_none());
     /// ```
     pub fn clear(&mut self) {
-        let had_items = self.len > 0;
+        if self.len == 0 {
+            debug_assert!(self.slots.is_empty(), "emptied as `len` reached 0");
+            return;
+        }
         self.wheel = Wheel::new_keyed(self.tick_nanos, BUCKETS);
         self.len = 0;
-        if had_items {
-            self.emptied();
-        }
-        self.slots.clear();
+        // Drops the values, last.
+        self.emptied();
     }
 
     /// Items the queue holds (waiting, or expired and not yet yielded).
@@ -899,9 +940,9 @@ impl<T> DelayQueue<T> {
 
     /// Gives back the memory a burst left: the slab is cut after its last item (keys stay
     /// valid; free slots below it stay, lowest reused first) and the wheel is rebuilt with only
-    /// the waiting items, so its nodes shrink too. O(items). Within a tick, items keep their
-    /// fire tick, but may come back in slab order rather than insertion order. An empty queue
-    /// holds no slab memory after it.
+    /// the waiting items, so its nodes shrink too. O(items). Items with equal deadlines may
+    /// come back in slab order rather than insertion order. An empty queue holds no slab
+    /// memory after it.
     ///
     /// ```
     /// # use hashed_timer_wheel::{DelayQueue, HashedWheelTimer};

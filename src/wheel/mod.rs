@@ -713,10 +713,15 @@ impl<T> Wheel<T> {
         node.deadline
     }
 
-    /// The key of the entry that [`Wheel::expire`] hands out first, ticks `>= from` visited in
-    /// order (every tick before `from` has been processed): the least fire tick, and among
-    /// entries of that tick the first in bucket order. Read-only; walks the buckets up to the
-    /// first that holds it, or the earliest far slot.
+    /// The key of the entry that comes due first, ticks `>= from` visited in order (every tick
+    /// before `from` has been processed, and each entry went in at the tick then current):
+    /// among the entries of the least fire tick, the one with the least deadline,
+    /// the first in bucket order on a tie. That is the least deadline of all: an entry placed
+    /// past its deadline fires on the tick it was placed on, the earliest, and any other entry
+    /// fires on its deadline's tick. [`Wheel::expire`] hands a tick's entries out in bucket
+    /// order, so an owner that yields by deadline sorts what it hands out (the `DelayQueue`
+    /// does). Read-only; walks the buckets up to the first that holds it, or the earliest far
+    /// slot.
     pub(crate) fn peek(&self, from: u64) -> Option<u32> {
         if self.len == 0 {
             return None;
@@ -745,20 +750,21 @@ impl<T> Wheel<T> {
         best.map(|(_, key)| key)
     }
 
-    /// (fire tick, key) of list `b`'s first entry with the least fire tick, the list first
-    /// visited on tick `visit`; the list is not empty.
+    /// (fire tick, key) of list `b`'s entry with the least fire tick and, among those, the
+    /// least deadline (the first in list order on a tie), the list first visited on tick
+    /// `visit`; the list is not empty.
     fn first_of(&self, b: usize, visit: u64) -> (u64, u32) {
         let mut cursor = self.list(b).head;
-        let mut best = (u64::MAX, NIL);
+        let mut best = (u64::MAX, u64::MAX, NIL);
         while cursor != NIL {
             let node = &self.nodes[cursor as usize];
             let fire = self.calculated(node.deadline).max(visit);
-            if fire < best.0 || best.1 == NIL {
-                best = (fire, cursor);
+            if (fire, node.deadline) < (best.0, best.1) || best.2 == NIL {
+                best = (fire, node.deadline, cursor);
             }
             cursor = node.next;
         }
-        best
+        (best.0, best.2)
     }
 
     /// The list index of the occupied far slot whose range starts first (it holds the
@@ -1244,6 +1250,32 @@ mod tests {
         assert_eq!(order, vec![0, 1]);
     }
 
+    /// Two deadlines in one tick, the later inserted first: `peek` names the sooner, though
+    /// `expire` at the tick's end hands them out in bucket order; in the middle of the tick
+    /// only the sooner is due, and `peek` names the other after it.
+    #[test]
+    fn peek_names_the_least_deadline_of_a_tick() {
+        let mut w = Wheel::new(MS, 64);
+        let later = w.insert('l', 0, 100 * MS + 600_000, 0);
+        let sooner = w.insert('s', 0, 100 * MS + 200_000, 0);
+        assert_eq!(w.peek(0), Some(sooner));
+        assert_eq!(w.peek(100), Some(sooner));
+        let mut got = vec![];
+        w.expire(100, 100 * MS + 400_000, |i, _, _| got.push(i));
+        assert_eq!((got, w.peek(100)), (vec!['s'], Some(later)));
+        let mut w = Wheel::new(MS, 64);
+        w.insert('l', 0, 100 * MS + 600_000, 0);
+        let sooner = w.insert('s', 0, 100 * MS + 200_000, 0);
+        // An entry placed past its deadline, on tick 3, fires then: before either.
+        let past = w.insert('p', 0, MS, 3);
+        assert_eq!(w.peek(3), Some(past));
+        w.remove(past);
+        assert_eq!(w.peek(3), Some(sooner));
+        let mut got = vec![];
+        w.expire(100, 101 * MS, |i, _, _| got.push(i));
+        assert_eq!(got, vec!['l', 's'], "expire keeps bucket order");
+    }
+
     #[test]
     fn peek_agrees_with_expire_on_random_deadlines() {
         let mut w = Wheel::new(MS, 8);
@@ -1253,7 +1285,8 @@ mod tests {
             seed = seed
                 .wrapping_mul(6364136223846793005)
                 .wrapping_add(1442695040888963407);
-            let deadline = (seed >> 33) % (5_000 * MS);
+            // Over 500 ticks: most ticks hold a few entries.
+            let deadline = (seed >> 33) % (500 * MS);
             let key = w.insert(i, 0, deadline, 0);
             assert_eq!(w.deadline(key), deadline);
             item_of.insert(key, i);
@@ -1261,11 +1294,10 @@ mod tests {
         let mut tick = 0;
         while let Some(t) = w.next_fire_tick(tick) {
             let peeked = item_of[&w.peek(t).unwrap()];
-            let mut first = None;
-            w.expire(t, (t + 1) * MS, |i, _, _| {
-                first.get_or_insert(i);
-            });
-            if let Some(first) = first {
+            let mut got = vec![];
+            w.expire(t, (t + 1) * MS, |i, _, deadline| got.push((deadline, i)));
+            // The least deadline handed out, the first on a tie.
+            if let Some(&(_, first)) = got.iter().min_by_key(|(deadline, _)| *deadline) {
                 assert_eq!(first, peeked, "tick {t}");
             }
             tick = t + 1;
