@@ -110,6 +110,8 @@ pub(super) fn stop<J: Stored>(shared: &Arc<Shared<J>>) -> Result<Vec<Timeout<J>>
         return Ok(Vec::new());
     }
     uncount(shared);
+    // A runtime's driver completes once it sees SHUTDOWN: it may be waiting to be woken.
+    wake_driver(shared);
     if let Some(join) = join {
         join.thread().unpark();
         // The thread leaves its loop after its current turn. User code cannot unwind it
@@ -152,6 +154,7 @@ pub(super) fn shutdown_from_worker<J: Stored>(shared: &Shared<J>) {
     };
     shared.mark_owner_dropped_in_task();
     uncount(shared);
+    wake_driver(shared);
     // Detach: the thread drops the worker as it leaves its loop (or, in a runtime driver's
     // turn, the driver does after the turn). Unparked, in case it sleeps with no deadline.
     if let Some(join) = join {
@@ -199,3 +202,15 @@ pub(super) fn drive_turn<J: Stored>(shared: &Arc<Shared<J>>) -> Option<u64> {
     }
     Some(plan)
 }
+
+/// Wakes a runtime's driver, if one is attached, so that it sees the timer stopped and
+/// completes.
+fn wake_driver<J: Stored>(shared: &Shared<J>) {
+    let waker = lock(&shared.control).driver_waker.clone();
+    if let Some(waker) = waker {
+        if !crate::shared::catch_user_panic(|| waker.wake()) {
+            shared.counters.user_code_panicked("a driver's waker");
+        }
+    }
+}
+

@@ -56,8 +56,8 @@ use std::time::Duration;
 pub const MAX_TICKS_PER_WHEEL: usize = 1 << 30;
 
 /// With the clock held (`loom_hooks::hold_clock`): moves `timer`'s clock to `to` (never back)
-/// and, as the OS timer of a `park_timeout` would, unparks the worker if the tick it planned to
-/// sleep to has ended.
+/// and, as the OS timer of a `park_timeout` (or a runtime's timer) would, unparks the worker
+/// and wakes a runtime's driver if the tick planned has ended.
 #[cfg(loom)]
 pub fn advance_clock(timer: &HashedWheelTimer, to: Duration) {
     let shared = &timer.shared;
@@ -69,8 +69,13 @@ pub fn advance_clock(timer: &HashedWheelTimer, to: Duration) {
     let ends = planned.saturating_add(1).saturating_mul(shared.tick_nanos);
     if planned < crate::shared::AWAKE && ends <= now {
         crate::sync::loom_hooks::unpark_worker();
+        let driver = crate::sync::lock(&shared.control).driver_waker.clone();
+        if let Some(driver) = driver {
+            driver.wake();
+        }
     }
 }
+
 
 /// Every `new_timeout`: starts the worker on the first call, then queues the job.
 #[inline]

@@ -1,0 +1,48 @@
+//! A runtime's `Drive` and the worker thread taking turns of the worker, with a producer whose
+//! deadline is earlier than the plan.
+//!
+//! The runtime's sleep never ends here (a runtime whose timer is stalled), so the driver runs a
+//! turn only when something wakes it: a producer whose deadline is earlier than the plan (or
+//! the worker thread after a turn of its own, or `stop()`). The worker thread sleeps as it does
+//! in every model (a bounded sleep moves the clock to its end): as the driver's watchdog it
+//! takes over the ticks the driver leaves. Both take turns under the worker's lock: each
+//! timeout ends exactly once, none early, and `stop()` completes the driver (its runtime thread
+//! joins; a lost wake-up leaves it parked, a loom deadlock).
+#![cfg(loom)]
+
+use loom::thread;
+use loom_tests::{book_stopped, check, threaded_timer, Probe, Signal, TICK};
+use std::time::Duration;
+
+#[test]
+fn driver_and_worker_thread_share_the_turns() {
+    check("driver_and_worker_thread_share_the_turns", || {
+        let timer = threaded_timer(0);
+        let far_probe = Probe::new();
+        // Pending three ticks away: the plan is finite, so a producer wakes the driver alone.
+        let far = timer.new_timeout(far_probe.task(), TICK * 3).unwrap();
+        let runtime = {
+            let h = timer.handle();
+            thread::spawn(move || {
+                loom::future::block_on(h.drive(|_| std::future::pending::<()>()));
+            })
+        };
+        let fired = Signal::new();
+        let probe = Probe::new();
+        let producer = {
+            let (h, p, fired) = (timer.handle(), probe.clone(), fired.clone());
+            thread::spawn(move || {
+                h.new_timeout(p.task_then(move |_| fired.set()), Duration::ZERO)
+                    .unwrap()
+            })
+        };
+        let near = producer.join().unwrap();
+        fired.wait();
+        let returned = timer.stop().unwrap();
+        runtime.join().unwrap(); // the driver completes once the timer stops
+        book_stopped(&returned, &[(Some(&far), &far_probe)]);
+        probe.assert_ended_once(&near, "near");
+        far_probe.assert_ended_once(&far, "far");
+        assert_eq!(timer.pending_timeouts(), 0);
+    });
+}
