@@ -163,7 +163,9 @@
 //! - `HyperTimer` (feature `hyper`): `hyper::rt::Timer` for hyper 1.x, so that hyper's
 //!   connection timeouts (header read, keep-alive) are sleeps on the wheel.
 //! - `TimeoutLayer` (feature `tower`): a tower 0.5 `Layer` in the shape of
-//!   `tower::timeout`; a call past its limit fails with `tower::Elapsed` in a `BoxError`.
+//!   `tower::timeout`; a call past its limit fails with tower's own
+//!   `tower::timeout::error::Elapsed` in a `tower::BoxError`, so that code ported from
+//!   `tower::timeout` (`e.is::<tower::timeout::error::Elapsed>()`) matches it unchanged.
 //!
 //! ```
 //! use hashed_timer_wheel::{DelayQueue, HashedWheelTimer};
@@ -180,8 +182,9 @@
 //! # Cargo features
 //! None is on by default, and the default build depends on none of their crates.
 //! - `hyper`: `HyperTimer` and `hyper::HyperSleep` (depends on `hyper` 1.x, no features).
-//! - `tower`: `TimeoutLayer` and the rest of the `tower` module (depends on `tower-layer` and
-//!   `tower-service`, what `tower` itself builds on).
+//! - `tower`: `TimeoutLayer` and the rest of the `tower` module (depends on `tower` 0.5 with
+//!   its `timeout` feature, for its `Elapsed` error, which builds `tokio` with `time` only: no
+//!   runtime, no thread).
 //! - `stream`: `futures_core::Stream` for [`DelayQueue`] (depends on `futures-core`).
 //!
 //! # Testing code that uses a timer

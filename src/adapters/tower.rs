@@ -1,9 +1,10 @@
 //! A tower timeout layer on the wheel, in the shape of `tower::timeout` (tower 0.5).
 //!
-//! Owns [`TimeoutLayer`], [`TimeoutService`], [`ResponseFuture`] and [`Elapsed`]. Each call's
-//! deadline is a [`Deadline`] around the inner service's response future:
-//! scheduled when the call is made, cancelled when the response future completes or is
-//! dropped. Touches only the crate's public futures.
+//! Owns [`TimeoutLayer`], [`TimeoutService`] and [`ResponseFuture`]. Each call's deadline is a
+//! [`Deadline`] around the inner service's response future: scheduled when the call is made,
+//! cancelled when the response future completes or is dropped. A call past its limit fails
+//! with tower's own `tower::timeout::error::Elapsed`, so that code written against
+//! `tower::timeout` matches it unchanged. Touches only the crate's public futures.
 
 use crate::{Deadline, DeadlineError, TimerHandle};
 use std::fmt;
@@ -11,17 +12,16 @@ use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
-use tower_service::Service;
-
-/// The error a [`TimeoutService`] returns: `tower::BoxError`, the same type.
-pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+use tower::timeout::error::Elapsed;
+use tower::{BoxError, Layer, Service};
 
 /// Applies a [`TimeoutService`] to every service it wraps: each request gets at most `limit`
 /// to produce its response (`tower::timeout::TimeoutLayer`, on the wheel).
 ///
 /// ```
-/// use hashed_timer_wheel::{tower::Elapsed, HashedWheelTimer, TimeoutLayer};
+/// use hashed_timer_wheel::{HashedWheelTimer, TimeoutLayer};
 /// use std::time::Duration;
+/// use tower::timeout::error::Elapsed;
 /// use tower::{service_fn, ServiceBuilder, ServiceExt};
 ///
 /// let timer = HashedWheelTimer::new(Duration::from_millis(1), 512);
@@ -52,7 +52,7 @@ impl TimeoutLayer {
     }
 }
 
-impl<S> tower_layer::Layer<S> for TimeoutLayer {
+impl<S> Layer<S> for TimeoutLayer {
     type Service = TimeoutService<S>;
 
     fn layer(&self, inner: S) -> TimeoutService<S> {
@@ -60,8 +60,8 @@ impl<S> tower_layer::Layer<S> for TimeoutLayer {
     }
 }
 
-/// A service whose responses fail with [`Elapsed`] when they take longer than the limit
-/// (`tower::timeout::Timeout`, on the wheel).
+/// A service whose responses fail with tower's own [`Elapsed`] when they take longer than the
+/// limit (`tower::timeout::Timeout`, on the wheel).
 ///
 /// `poll_ready` is the inner service's. A call's limit starts when the call is made; the
 /// inner service's errors pass through, boxed; a stopped timer fails the call with its
@@ -184,35 +184,8 @@ where
         match self.project().deadline.poll(cx) {
             Poll::Pending => Poll::Pending,
             Poll::Ready(Ok(response)) => Poll::Ready(response.map_err(Into::into)),
-            Poll::Ready(Err(DeadlineError::Elapsed)) => Poll::Ready(Err(Box::new(Elapsed(())))),
+            Poll::Ready(Err(DeadlineError::Elapsed)) => Poll::Ready(Err(Box::new(Elapsed::new()))),
             Poll::Ready(Err(DeadlineError::Timer(e))) => Poll::Ready(Err(Box::new(e))),
         }
     }
 }
-
-/// The error of a call that passed its limit (`tower::timeout::error::Elapsed`'s
-/// counterpart): downcast the [`BoxError`] to it. Transient: the next call gets its own limit.
-///
-/// ```
-/// # use hashed_timer_wheel::tower::{BoxError, Elapsed};
-/// let error: BoxError = Box::new(Elapsed::new());
-/// assert!(error.is::<Elapsed>());
-/// assert_eq!(error.to_string(), "request timed out");
-/// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Elapsed(());
-
-impl Elapsed {
-    /// An `Elapsed` error.
-    pub fn new() -> Self {
-        Elapsed(())
-    }
-}
-
-impl fmt::Display for Elapsed {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("request timed out")
-    }
-}
-
-impl std::error::Error for Elapsed {}
