@@ -181,10 +181,10 @@
 //!
 //! # Cargo features
 //! None is on by default, and the default build depends on none of their crates.
-//! - `hyper`: `HyperTimer` and `hyper::HyperSleep` (depends on `hyper` 1.x, no features).
-//! - `tower`: `TimeoutLayer` and the rest of the `tower` module (depends on `tower` 0.5 with
-//!   its `timeout` feature, for its `Elapsed` error, which builds `tokio` with `time` only: no
-//!   runtime, no thread).
+//! - `hyper`: `HyperTimer` and `HyperSleep` (depends on `hyper` 1.x, no features).
+//! - `tower`: `TimeoutLayer`, `TimeoutService` and `TimeoutResponseFuture` (depends on `tower`
+//!   0.5 with its `timeout` feature, for its `Elapsed` error, which builds `tokio` with `time`
+//!   only: no runtime, no thread).
 //! - `stream`: `futures_core::Stream` for [`DelayQueue`] (depends on `futures-core`).
 //!
 //! # Testing code that uses a timer
@@ -233,10 +233,13 @@ pub mod loom_hooks {
 }
 
 pub use adapters::delay_queue::{self, DelayQueue};
+// The hyper and tower adapters' types, flat: no module of this crate is named after another
+// crate, so `use hashed_timer_wheel::*;` leaves a user's `use tower::...` and `use hyper::...`
+// unambiguous.
 #[cfg(feature = "hyper")]
-pub use adapters::hyper::{self, HyperTimer};
+pub use adapters::hyper::{HyperSleep, HyperTimer};
 #[cfg(feature = "tower")]
-pub use adapters::tower::{self, TimeoutLayer};
+pub use adapters::tower::{TimeoutLayer, TimeoutResponseFuture, TimeoutService};
 pub use error::{BuildError, DeadlineError, TimerError};
 pub use shared::{BoxedTask, Stored, TimerHandle};
 pub use task::{TimerTask, TypedTask};

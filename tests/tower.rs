@@ -5,8 +5,9 @@
 //! `Elapsed`: code ported from `tower::timeout` matches it unchanged.
 #![cfg(feature = "tower")]
 
-use hashed_timer_wheel::tower::TimeoutService;
-use hashed_timer_wheel::{HashedWheelTimer, ManualDriver, TimeoutLayer, TimerError};
+use hashed_timer_wheel::{
+    HashedWheelTimer, ManualDriver, TimeoutLayer, TimeoutService, TimerError,
+};
 use std::convert::Infallible;
 use std::future::{pending, Future};
 use std::pin::Pin;

@@ -8,19 +8,21 @@
 //! - `tower` (feature `tower`): a timeout layer in the shape of `tower::timeout`.
 //! - `hyper` (feature `hyper`): `hyper::rt::Timer` on the wheel.
 
+// `delay_queue` is public (its `Key` and `Expired` live there); `hyper` and `tower` are not:
+// a public module named after a crate would shadow that crate in a user's
+// `use hashed_timer_wheel::*;`, so their types are exported flat from the crate root.
 pub mod delay_queue;
 #[cfg(feature = "hyper")]
-pub mod hyper;
+pub(crate) mod hyper;
 #[cfg(feature = "tower")]
-pub mod tower;
+pub(crate) mod tower;
 
 #[cfg(test)]
 mod tests {
     use std::path::Path;
 
     /// The adapters sit on top: no module outside `adapters/` imports them (`lib.rs` only
-    /// declares and re-exports them). Read from the source tree, not from a hand-kept list;
-    /// `../shared/tools/modgraph.py` shows the whole graph.
+    /// declares and re-exports them). Read from the source tree, not from a hand-kept list.
     #[test]
     fn nothing_below_imports_the_adapters() {
         fn visit(dir: &Path, found: &mut Vec<String>) {

@@ -1,6 +1,6 @@
 //! A tower timeout layer on the wheel, in the shape of `tower::timeout` (tower 0.5).
 //!
-//! Owns [`TimeoutLayer`], [`TimeoutService`] and [`ResponseFuture`]. Each call's deadline is a
+//! Owns [`TimeoutLayer`], [`TimeoutService`] and [`TimeoutResponseFuture`]. Each call's deadline is a
 //! [`Deadline`] around the inner service's response future: scheduled when the call is made,
 //! cancelled when the response future completes or is dropped. A call past its limit fails
 //! with tower's own `tower::timeout::error::Elapsed`, so that code written against
@@ -68,7 +68,7 @@ impl<S> Layer<S> for TimeoutLayer {
 /// [`TimerError`](crate::TimerError), boxed.
 ///
 /// ```
-/// use hashed_timer_wheel::{tower::TimeoutService, HashedWheelTimer};
+/// use hashed_timer_wheel::{HashedWheelTimer, TimeoutService};
 /// use std::time::Duration;
 /// use tower::{service_fn, ServiceExt};
 ///
@@ -88,7 +88,7 @@ impl<S> TimeoutService<S> {
     /// `inner` with a limit of `limit` per call, measured by `timer`.
     ///
     /// ```
-    /// # use hashed_timer_wheel::{tower::TimeoutService, HashedWheelTimer};
+    /// # use hashed_timer_wheel::{HashedWheelTimer, TimeoutService};
     /// # use std::time::Duration;
     /// let timer = HashedWheelTimer::default();
     /// let service = TimeoutService::new((), timer.handle(), Duration::from_secs(1));
@@ -130,7 +130,7 @@ where
 {
     type Response = S::Response;
     type Error = BoxError;
-    type Future = ResponseFuture<S::Future>;
+    type Future = TimeoutResponseFuture<S::Future>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
         self.inner.poll_ready(cx).map_err(Into::into)
@@ -138,7 +138,7 @@ where
 
     fn call(&mut self, request: Request) -> Self::Future {
         let response = self.inner.call(request);
-        ResponseFuture {
+        TimeoutResponseFuture {
             deadline: self.timer.timeout(self.limit, response),
         }
     }
@@ -149,7 +149,7 @@ pin_project_lite::pin_project! {
     /// has passed. Dropping it cancels its timeout.
     ///
     /// ```
-    /// # use hashed_timer_wheel::{tower::TimeoutService, HashedWheelTimer};
+    /// # use hashed_timer_wheel::{HashedWheelTimer, TimeoutService};
     /// # use std::time::Duration;
     /// use tower::{service_fn, Service};
     /// let timer = HashedWheelTimer::new(Duration::from_millis(1), 64);
@@ -159,21 +159,21 @@ pin_project_lite::pin_project! {
     /// assert_eq!(timer.pending_timeouts(), 1);
     /// drop(response); // the caller gave up: the timeout goes with it
     /// ```
-    pub struct ResponseFuture<F> {
+    pub struct TimeoutResponseFuture<F> {
         #[pin]
         deadline: Deadline<F>,
     }
 }
 
-impl<F: fmt::Debug> fmt::Debug for ResponseFuture<F> {
+impl<F: fmt::Debug> fmt::Debug for TimeoutResponseFuture<F> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ResponseFuture")
+        f.debug_struct("TimeoutResponseFuture")
             .field("deadline", &self.deadline)
             .finish()
     }
 }
 
-impl<F, T, E> Future for ResponseFuture<F>
+impl<F, T, E> Future for TimeoutResponseFuture<F>
 where
     F: Future<Output = Result<T, E>>,
     E: Into<BoxError>,
