@@ -251,3 +251,16 @@ fn a_timeout_is_towers_own_elapsed_as_with_towers_layer() {
     assert_eq!((status(&ours), status(&theirs)), (504, 504));
     assert_eq!(ours.to_string(), theirs.to_string());
 }
+
+#[test]
+fn a_stopped_timer_still_returns_a_ready_response() {
+    // The inner response is polled first (as `tower::timeout` does): one that is ready wins
+    // even when no limit can be kept.
+    let (timer, _driver) = manual();
+    let handle = timer.handle();
+    drop(timer);
+    let service = ServiceBuilder::new()
+        .layer(TimeoutLayer::new(handle, Duration::from_secs(1)))
+        .service(service_fn(|x: u32| async move { Ok::<_, Infallible>(x) }));
+    assert_eq!(futures::executor::block_on(service.oneshot(5)).unwrap(), 5);
+}

@@ -30,6 +30,7 @@
 //!   the last reading plus half of `BURST_NANOS`: past it, the insert reads the clock in full,
 //!   and the burst counts from that reading.
 
+use super::StoppedTimer;
 use crate::clock::{duration_to_nanos, instant_after, Clock};
 use crate::wheel::{Wheel, MAX_ENTRIES};
 use crate::{Sleep, TimerError, TimerHandle};
@@ -72,7 +73,10 @@ const BURST_NANOS: u64 = 1_000;
 /// - **Empty:** `poll_expired` returns `Ready(None)`, and a task waiting on the queue is woken
 ///   when `remove` or `clear` empties it. An insert after that makes it yield again.
 /// - **A stopped timer** ends the queue: `poll_expired` returns what is already due, then
-///   `Ready(None)`; the values stay in the queue until removed.
+///   `Ready(None)`; the values stay in the queue until removed. A [`TimerHandle`] does not
+///   keep its timer alive: keep the owner ([`HashedWheelTimer`](crate::HashedWheelTimer)) for
+///   as long as the queue is used. A queue built on a stopped timer (its owner already
+///   dropped, say) logs an error (`log::error!`, naming `DelayQueue`), once per process.
 ///
 /// Porting from tokio-util: build it with the timer's handle (`DelayQueue::new(timer.handle())`
 /// instead of `DelayQueue::new()` in a runtime); the methods keep their names and meaning.
@@ -217,6 +221,11 @@ impl<T: fmt::Debug> fmt::Debug for Expired<T> {
     }
 }
 
+static STOPPED: StoppedTimer = StoppedTimer::new(
+    "DelayQueue",
+    "its items stop expiring: poll_expired returns Ready(None) while they wait",
+);
+
 impl<T> DelayQueue<T> {
     /// An empty queue on `timer`'s clock: deadlines are measured, and the queue woken, by that
     /// timer.
@@ -240,6 +249,7 @@ impl<T> DelayQueue<T> {
     /// assert!(queue.capacity() >= 1000);
     /// ```
     pub fn with_capacity(timer: TimerHandle, capacity: usize) -> Self {
+        STOPPED.check(&timer);
         let tick_nanos = timer.shared.tick_nanos;
         let now = timer.shared.clock.now();
         DelayQueue {

@@ -6,6 +6,7 @@
 //! with tower's own `tower::timeout::error::Elapsed`, so that code written against
 //! `tower::timeout` matches it unchanged. Touches only the crate's public futures.
 
+use super::StoppedTimer;
 use crate::{Deadline, DeadlineError, TimerHandle};
 use std::fmt;
 use std::future::Future;
@@ -31,11 +32,28 @@ use tower::{BoxError, Layer, Service};
 /// let error = futures::executor::block_on(slow.oneshot(())).unwrap_err();
 /// assert!(error.is::<Elapsed>());
 /// ```
+///
+/// # Keep the timer's owner alive
+/// A [`TimerHandle`] does not keep its timer alive. If the owner ([`HashedWheelTimer`]) is
+/// dropped while the service runs, the timer stops and no limit can be kept: every call whose
+/// response is not ready when polled fails with
+/// [`TimerError::Stopped`](crate::TimerError::Stopped) (see [`TimeoutService`]). That mistake
+/// is logged (`log::error!`, naming `TimeoutLayer`) the first time a layer or service is built
+/// on, or a call is made through, a stopped timer, once per process. Keep the owner for the
+/// service's life, and stop it after the server.
+///
+/// [`HashedWheelTimer`]: crate::HashedWheelTimer
 #[derive(Clone, Debug)]
 pub struct TimeoutLayer {
     timer: TimerHandle,
     limit: Duration,
 }
+
+static STOPPED: StoppedTimer = StoppedTimer::new(
+    "TimeoutLayer",
+    "no limit can be kept, and every call whose response is not ready at once fails with \
+     TimerError::Stopped",
+);
 
 impl TimeoutLayer {
     /// A layer that gives each request `limit`, measured by `timer`.
@@ -48,6 +66,7 @@ impl TimeoutLayer {
     /// # let _ = layer;
     /// ```
     pub fn new(timer: TimerHandle, limit: Duration) -> Self {
+        STOPPED.check(&timer);
         TimeoutLayer { timer, limit }
     }
 }
@@ -64,8 +83,18 @@ impl<S> Layer<S> for TimeoutLayer {
 /// limit (`tower::timeout::Timeout`, on the wheel).
 ///
 /// `poll_ready` is the inner service's. A call's limit starts when the call is made; the
-/// inner service's errors pass through, boxed; a stopped timer fails the call with its
-/// [`TimerError`](crate::TimerError), boxed.
+/// inner service's errors pass through, boxed.
+///
+/// A stopped timer (stopped, or its owner dropped) can keep no limit. Each poll of a call's
+/// response polls the inner response first, as `tower::timeout` does, so:
+/// - a response that is ready when polled is returned, stopped timer or not;
+/// - one that is still pending fails with
+///   [`TimerError::Stopped`](crate::TimerError::Stopped), boxed: at its first poll when the
+///   call was made on a stopped timer, at its next poll when the timer stops during the call
+///   (the stop wakes it). The inner response future is dropped.
+///
+/// Building a service on, or calling through, a stopped timer logs an error once (see
+/// [`TimeoutLayer`]).
 ///
 /// ```
 /// use hashed_timer_wheel::{HashedWheelTimer, TimeoutService};
@@ -95,6 +124,7 @@ impl<S> TimeoutService<S> {
     /// assert_eq!(service.limit(), Duration::from_secs(1));
     /// ```
     pub fn new(inner: S, timer: TimerHandle, limit: Duration) -> Self {
+        STOPPED.check(&timer);
         TimeoutService {
             inner,
             timer,
@@ -137,6 +167,7 @@ where
     }
 
     fn call(&mut self, request: Request) -> Self::Future {
+        STOPPED.check(&self.timer);
         let response = self.inner.call(request);
         TimeoutResponseFuture {
             deadline: self.timer.timeout(self.limit, response),
