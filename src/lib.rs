@@ -155,7 +155,10 @@
 //!   `new_timeout` and `cancel`.
 //!
 //! # In the Rust service stack
-//! The wheel plugs in where services reach for a timer, one timer serving all of them:
+//! The wheel plugs in where services reach for a timer, one timer serving all of them. Their
+//! limits round up to the timer's tick (never early, up to about a tick late): build a
+//! service's timer with a 1 ms tick (`HashedWheelTimer::new(Duration::from_millis(1), 512)`),
+//! not the default timer's 100 ms, on which a 50 ms limit fires up to 150 ms after the call.
 //! - [`DelayQueue`] ([`delay_queue`]): tokio-util's queue of values that come back at their
 //!   deadlines, with its method names (`insert`, `remove`, `reset`, `peek`, `poll_expired`...),
 //!   on a wheel of its own woken by one [`Sleep`]. Any `Duration` is accepted; an empty queue

@@ -61,8 +61,10 @@ const BURST_NANOS: u64 = 1_000;
 /// [`reset`](DelayQueue::reset) moves its deadline. [`poll_expired`](DelayQueue::poll_expired)
 /// (or the `Stream` under the `stream` feature) yields each value once its deadline has passed,
 /// as an [`Expired`]: never early, about a tick late at most (the timer's tick), each value
-/// once. Items come back in the order of their fire ticks, and in insertion order within a
-/// tick.
+/// once. Deadlines round up to a tick: build the timer with a service-grade tick,
+/// `HashedWheelTimer::new(Duration::from_millis(1), 512)` as below, not the default timer's
+/// 100 ms (Netty's). Items come back in the order of their fire ticks, and in insertion order
+/// within a tick.
 ///
 /// The queue is single-owner (`&mut self`), as tokio-util's; any executor polls it. It costs
 /// the timer one pending timeout (its `Sleep`) while it holds items and a task waits on it,
@@ -232,7 +234,8 @@ impl<T> DelayQueue<T> {
     ///
     /// ```
     /// # use hashed_timer_wheel::{DelayQueue, HashedWheelTimer};
-    /// let timer = HashedWheelTimer::default();
+    /// # use std::time::Duration;
+    /// let timer = HashedWheelTimer::new(Duration::from_millis(1), 512);
     /// let queue: DelayQueue<u64> = DelayQueue::new(timer.handle());
     /// assert!(queue.is_empty());
     /// ```
@@ -244,7 +247,8 @@ impl<T> DelayQueue<T> {
     ///
     /// ```
     /// # use hashed_timer_wheel::{DelayQueue, HashedWheelTimer};
-    /// let timer = HashedWheelTimer::default();
+    /// # use std::time::Duration;
+    /// let timer = HashedWheelTimer::new(Duration::from_millis(1), 512);
     /// let queue: DelayQueue<u64> = DelayQueue::with_capacity(timer.handle(), 1000);
     /// assert!(queue.capacity() >= 1000);
     /// ```
@@ -284,7 +288,7 @@ impl<T> DelayQueue<T> {
     /// ```
     /// # use hashed_timer_wheel::{DelayQueue, HashedWheelTimer};
     /// # use std::time::Duration;
-    /// let timer = HashedWheelTimer::default();
+    /// let timer = HashedWheelTimer::new(Duration::from_millis(1), 512);
     /// let mut queue = DelayQueue::new(timer.handle());
     /// queue.insert("never", Duration::MAX); // accepted; never fires
     /// assert_eq!(queue.len(), 1);
@@ -354,7 +358,7 @@ impl<T> DelayQueue<T> {
     /// ```
     /// # use hashed_timer_wheel::{DelayQueue, HashedWheelTimer};
     /// # use std::time::{Duration, Instant};
-    /// let timer = HashedWheelTimer::default();
+    /// let timer = HashedWheelTimer::new(Duration::from_millis(1), 512);
     /// let mut queue = DelayQueue::new(timer.handle());
     /// let at = Instant::now() + Duration::from_secs(30);
     /// let key = queue.insert_at("lease", at);
@@ -451,7 +455,7 @@ impl<T> DelayQueue<T> {
     /// ```
     /// # use hashed_timer_wheel::{DelayQueue, HashedWheelTimer};
     /// # use std::time::Duration;
-    /// let timer = HashedWheelTimer::default();
+    /// let timer = HashedWheelTimer::new(Duration::from_millis(1), 512);
     /// let mut queue = DelayQueue::new(timer.handle());
     /// let key = queue.insert("request 1", Duration::from_secs(5));
     /// assert_eq!(queue.remove(&key).into_inner(), "request 1"); // the reply came
@@ -468,7 +472,7 @@ impl<T> DelayQueue<T> {
     /// ```
     /// # use hashed_timer_wheel::{DelayQueue, HashedWheelTimer};
     /// # use std::time::Duration;
-    /// let timer = HashedWheelTimer::default();
+    /// let timer = HashedWheelTimer::new(Duration::from_millis(1), 512);
     /// let mut queue = DelayQueue::new(timer.handle());
     /// let key = queue.insert((), Duration::from_secs(5));
     /// assert!(queue.try_remove(&key).is_some());
@@ -556,7 +560,7 @@ impl<T> DelayQueue<T> {
     /// ```
     /// # use hashed_timer_wheel::{DelayQueue, HashedWheelTimer};
     /// # use std::time::{Duration, Instant};
-    /// let timer = HashedWheelTimer::default();
+    /// let timer = HashedWheelTimer::new(Duration::from_millis(1), 512);
     /// let mut queue = DelayQueue::new(timer.handle());
     /// let key = queue.insert("idle", Duration::from_secs(5));
     /// queue.reset(&key, Duration::from_secs(60)); // traffic: idle for another minute
@@ -664,7 +668,7 @@ impl<T> DelayQueue<T> {
     /// ```
     /// # use hashed_timer_wheel::{DelayQueue, HashedWheelTimer};
     /// # use std::time::{Duration, Instant};
-    /// let timer = HashedWheelTimer::default();
+    /// let timer = HashedWheelTimer::new(Duration::from_millis(1), 512);
     /// let mut queue = DelayQueue::new(timer.handle());
     /// let key = queue.insert((), Duration::from_secs(5));
     /// assert!(queue.deadline(&key) > Instant::now());
@@ -685,7 +689,7 @@ impl<T> DelayQueue<T> {
     /// ```
     /// # use hashed_timer_wheel::{DelayQueue, HashedWheelTimer};
     /// # use std::time::Duration;
-    /// let timer = HashedWheelTimer::default();
+    /// let timer = HashedWheelTimer::new(Duration::from_millis(1), 512);
     /// let mut queue = DelayQueue::new(timer.handle());
     /// let later = queue.insert("b", Duration::from_secs(120));
     /// let sooner = queue.insert("a", Duration::from_secs(100));
@@ -841,7 +845,7 @@ impl<T> DelayQueue<T> {
     /// ```
     /// # use hashed_timer_wheel::{DelayQueue, HashedWheelTimer};
     /// # use std::time::Duration;
-    /// let timer = HashedWheelTimer::default();
+    /// let timer = HashedWheelTimer::new(Duration::from_millis(1), 512);
     /// let mut queue = DelayQueue::new(timer.handle());
     /// let key = queue.insert(1, Duration::from_secs(5));
     /// queue.clear();
@@ -863,7 +867,7 @@ impl<T> DelayQueue<T> {
     /// ```
     /// # use hashed_timer_wheel::{DelayQueue, HashedWheelTimer};
     /// # use std::time::Duration;
-    /// let timer = HashedWheelTimer::default();
+    /// let timer = HashedWheelTimer::new(Duration::from_millis(1), 512);
     /// let mut queue = DelayQueue::new(timer.handle());
     /// queue.insert((), Duration::from_secs(5));
     /// assert_eq!(queue.len(), 1);
@@ -876,7 +880,8 @@ impl<T> DelayQueue<T> {
     ///
     /// ```
     /// # use hashed_timer_wheel::{DelayQueue, HashedWheelTimer};
-    /// let timer = HashedWheelTimer::default();
+    /// # use std::time::Duration;
+    /// let timer = HashedWheelTimer::new(Duration::from_millis(1), 512);
     /// assert!(DelayQueue::<()>::new(timer.handle()).is_empty());
     /// ```
     pub fn is_empty(&self) -> bool {
@@ -887,7 +892,8 @@ impl<T> DelayQueue<T> {
     ///
     /// ```
     /// # use hashed_timer_wheel::{DelayQueue, HashedWheelTimer};
-    /// let timer = HashedWheelTimer::default();
+    /// # use std::time::Duration;
+    /// let timer = HashedWheelTimer::new(Duration::from_millis(1), 512);
     /// assert_eq!(DelayQueue::<()>::with_capacity(timer.handle(), 16).capacity(), 16);
     /// ```
     pub fn capacity(&self) -> usize {
@@ -898,7 +904,8 @@ impl<T> DelayQueue<T> {
     ///
     /// ```
     /// # use hashed_timer_wheel::{DelayQueue, HashedWheelTimer};
-    /// let timer = HashedWheelTimer::default();
+    /// # use std::time::Duration;
+    /// let timer = HashedWheelTimer::new(Duration::from_millis(1), 512);
     /// let mut queue = DelayQueue::<()>::new(timer.handle());
     /// queue.reserve(100);
     /// assert!(queue.capacity() >= 100);
@@ -916,7 +923,7 @@ impl<T> DelayQueue<T> {
     /// ```
     /// # use hashed_timer_wheel::{DelayQueue, HashedWheelTimer};
     /// # use std::time::Duration;
-    /// let timer = HashedWheelTimer::default();
+    /// let timer = HashedWheelTimer::new(Duration::from_millis(1), 512);
     /// let mut queue = DelayQueue::new(timer.handle());
     /// let keys: Vec<_> = (0..10_000).map(|i| queue.insert(i, Duration::from_secs(5))).collect();
     /// for key in &keys[10..] {

@@ -22,6 +22,12 @@ use std::time::{Duration, Instant};
 /// When the timer stops, every sleep completes at once: hyper's timeouts on its connections
 /// fire (the connections close with a timeout error) rather than hang.
 ///
+/// # The tick is the resolution
+/// A sleep ends at the end of the timer's tick it falls in: never early, up to about a tick
+/// late, so hyper's timeouts round up to a tick. Build the timer with a service-grade tick,
+/// `HashedWheelTimer::new(Duration::from_millis(1), 512)` as below; the default timer's tick is
+/// Netty's 100 ms, on which a 50 ms timeout fires up to 150 ms after the call.
+///
 /// # Keep the timer's owner alive
 /// A [`TimerHandle`] does not keep its timer alive. If the owner ([`HashedWheelTimer`]) is
 /// dropped while the server runs, the timer stops, every sleep completes at once, and hyper
@@ -57,7 +63,8 @@ impl HyperTimer {
     ///
     /// ```
     /// # use hashed_timer_wheel::{HashedWheelTimer, HyperTimer};
-    /// let timer = HashedWheelTimer::default();
+    /// # use std::time::Duration;
+    /// let timer = HashedWheelTimer::new(Duration::from_millis(1), 512);
     /// let hyper_timer = HyperTimer::new(timer.handle());
     /// # let _ = hyper_timer;
     /// ```

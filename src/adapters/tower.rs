@@ -1,9 +1,9 @@
 //! A tower timeout layer on the wheel, in the shape of `tower::timeout` (tower 0.5).
 //!
-//! Owns [`TimeoutLayer`], [`TimeoutService`] and [`TimeoutResponseFuture`]. Each call's deadline is a
-//! [`Deadline`] around the inner service's response future: scheduled when the call is made,
-//! cancelled when the response future completes or is dropped. A call past its limit fails
-//! with tower's own `tower::timeout::error::Elapsed`, so that code written against
+//! Owns [`TimeoutLayer`], [`TimeoutService`] and [`TimeoutResponseFuture`]. Each call's
+//! deadline is a [`Deadline`] around the inner service's response future: scheduled when the
+//! call is made, cancelled when the response future completes or is dropped. A call past its
+//! limit fails with tower's own `tower::timeout::error::Elapsed`, so that code written against
 //! `tower::timeout` matches it unchanged. Touches only the crate's public futures.
 
 use super::StoppedTimer;
@@ -18,6 +18,11 @@ use tower::{BoxError, Layer, Service};
 
 /// Applies a [`TimeoutService`] to every service it wraps: each request gets at most `limit`
 /// to produce its response (`tower::timeout::TimeoutLayer`, on the wheel).
+///
+/// A limit ends at the end of the timer's tick it falls in: never early, up to about a tick
+/// late, so limits round up to a tick. Build the timer with a service-grade tick,
+/// `HashedWheelTimer::new(Duration::from_millis(1), 512)` as below; the default timer's tick is
+/// Netty's 100 ms, on which a 50 ms limit fires up to 150 ms after the call.
 ///
 /// ```
 /// use hashed_timer_wheel::{HashedWheelTimer, TimeoutLayer};
@@ -61,7 +66,7 @@ impl TimeoutLayer {
     /// ```
     /// # use hashed_timer_wheel::{HashedWheelTimer, TimeoutLayer};
     /// # use std::time::Duration;
-    /// let timer = HashedWheelTimer::default();
+    /// let timer = HashedWheelTimer::new(Duration::from_millis(1), 512);
     /// let layer = TimeoutLayer::new(timer.handle(), Duration::from_secs(5));
     /// # let _ = layer;
     /// ```
@@ -119,7 +124,7 @@ impl<S> TimeoutService<S> {
     /// ```
     /// # use hashed_timer_wheel::{HashedWheelTimer, TimeoutService};
     /// # use std::time::Duration;
-    /// let timer = HashedWheelTimer::default();
+    /// let timer = HashedWheelTimer::new(Duration::from_millis(1), 512);
     /// let service = TimeoutService::new((), timer.handle(), Duration::from_secs(1));
     /// assert_eq!(service.limit(), Duration::from_secs(1));
     /// ```
