@@ -10,7 +10,6 @@
 //! ```
 
 use bytes::Bytes;
-use hashed_timer_wheel::tower::Elapsed;
 use hashed_timer_wheel::{DelayQueue, HashedWheelTimer, HyperTimer, TimeoutLayer, TimerHandle};
 use http_body_util::{BodyExt, Full};
 use hyper::{Request, Response, StatusCode};
@@ -23,6 +22,7 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot};
+use tower::timeout::error::Elapsed;
 use tower::{service_fn, ServiceBuilder, ServiceExt};
 
 /// A session unused this long is closed.

@@ -155,7 +155,10 @@
 //!   `new_timeout` and `cancel`.
 //!
 //! # In the Rust service stack
-//! The wheel plugs in where services reach for a timer, one timer serving all of them:
+//! The wheel plugs in where services reach for a timer, one timer serving all of them. Their
+//! limits round up to the timer's tick (never early, up to about a tick late): build a
+//! service's timer with a 1 ms tick (`HashedWheelTimer::new(Duration::from_millis(1), 512)`),
+//! not the default timer's 100 ms, on which a 50 ms limit fires up to 150 ms after the call.
 //! - [`DelayQueue`] ([`delay_queue`]): tokio-util's queue of values that come back at their
 //!   deadlines, with its method names (`insert`, `remove`, `reset`, `peek`, `poll_expired`...),
 //!   on a wheel of its own woken by one [`Sleep`]. Any `Duration` is accepted; an empty queue
@@ -163,7 +166,9 @@
 //! - `HyperTimer` (feature `hyper`): `hyper::rt::Timer` for hyper 1.x, so that hyper's
 //!   connection timeouts (header read, keep-alive) are sleeps on the wheel.
 //! - `TimeoutLayer` (feature `tower`): a tower 0.5 `Layer` in the shape of
-//!   `tower::timeout`; a call past its limit fails with `tower::Elapsed` in a `BoxError`.
+//!   `tower::timeout`; a call past its limit fails with tower's own
+//!   `tower::timeout::error::Elapsed` in a `tower::BoxError`, so that code ported from
+//!   `tower::timeout` (`e.is::<tower::timeout::error::Elapsed>()`) matches it unchanged.
 //!
 //! ```
 //! use hashed_timer_wheel::{DelayQueue, HashedWheelTimer};
@@ -179,9 +184,10 @@
 //!
 //! # Cargo features
 //! None is on by default, and the default build depends on none of their crates.
-//! - `hyper`: `HyperTimer` and `hyper::HyperSleep` (depends on `hyper` 1.x, no features).
-//! - `tower`: `TimeoutLayer` and the rest of the `tower` module (depends on `tower-layer` and
-//!   `tower-service`, what `tower` itself builds on).
+//! - `hyper`: `HyperTimer` and `HyperSleep` (depends on `hyper` 1.x, no features).
+//! - `tower`: `TimeoutLayer`, `TimeoutService` and `TimeoutResponseFuture` (depends on `tower`
+//!   0.5 with its `timeout` feature, for its `Elapsed` error, which builds `tokio` with `time`
+//!   only: no runtime, no thread).
 //! - `stream`: `futures_core::Stream` for [`DelayQueue`] (depends on `futures-core`).
 //!
 //! # Testing code that uses a timer
@@ -230,10 +236,13 @@ pub mod loom_hooks {
 }
 
 pub use adapters::delay_queue::{self, DelayQueue};
+// The hyper and tower adapters' types, flat: no module of this crate is named after another
+// crate, so `use hashed_timer_wheel::*;` leaves a user's `use tower::...` and `use hyper::...`
+// unambiguous.
 #[cfg(feature = "hyper")]
-pub use adapters::hyper::{self, HyperTimer};
+pub use adapters::hyper::{HyperSleep, HyperTimer};
 #[cfg(feature = "tower")]
-pub use adapters::tower::{self, TimeoutLayer};
+pub use adapters::tower::{TimeoutLayer, TimeoutResponseFuture, TimeoutService};
 pub use error::{BuildError, DeadlineError, TimerError};
 pub use shared::{BoxedTask, Stored, TimerHandle};
 pub use task::{TimerTask, TypedTask};

@@ -7,8 +7,7 @@
 #![cfg(feature = "hyper")]
 
 use bytes::Bytes;
-use hashed_timer_wheel::hyper::HyperSleep;
-use hashed_timer_wheel::{HashedWheelTimer, HyperTimer};
+use hashed_timer_wheel::{HashedWheelTimer, HyperSleep, HyperTimer};
 use http_body_util::{BodyExt, Full};
 use hyper::rt::Timer;
 use hyper::{Request, Response};

@@ -78,3 +78,26 @@ fn lateness_falls_in_classes_of_ticks() {
     assert_eq!(stats.lateness, [1, 0, 1, 0, 0, 0, 0, 1], "{stats:?}");
     assert_eq!(stats.late_max, Duration::from_millis(940));
 }
+
+/// A handle reads the owner's counters (a task's `timeout.timer()` included).
+#[test]
+fn a_handle_reads_the_same_stats_as_the_owner() {
+    let (timer, driver) = manual(0);
+    let handle = timer.handle();
+    let (tx, rx) = std::sync::mpsc::channel();
+    timer
+        .new_timeout(
+            move |t: &Timeout| tx.send(t.timer().stats().tick).unwrap(),
+            Duration::from_millis(5),
+        )
+        .unwrap();
+    handle
+        .new_timeout(noop, Duration::from_millis(5))
+        .unwrap()
+        .cancel();
+    driver.advance(TICK);
+    assert_eq!(handle.stats(), timer.stats());
+    assert_eq!((handle.stats().expired, handle.stats().cancelled), (1, 1));
+    // The task read the tick it ran in; the worker has moved past it since.
+    assert_eq!(rx.recv().unwrap() + 1, timer.stats().tick);
+}

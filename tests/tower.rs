@@ -1,11 +1,13 @@
 //! The tower timeout layer: in `ServiceBuilder` stacks and through `ServiceExt::oneshot`, on
 //! the manual clock where time matters (the deadline wins, never early; a dropped response
 //! cancels its timeout) and under tokio: the inner response wins, inner errors and
-//! `poll_ready` pass through, a stopped timer fails the call.
+//! `poll_ready` pass through, a stopped timer fails the call. A timeout is tower's own
+//! `Elapsed`: code ported from `tower::timeout` matches it unchanged.
 #![cfg(feature = "tower")]
 
-use hashed_timer_wheel::tower::{BoxError, Elapsed, TimeoutService};
-use hashed_timer_wheel::{HashedWheelTimer, ManualDriver, TimeoutLayer, TimerError};
+use hashed_timer_wheel::{
+    HashedWheelTimer, ManualDriver, TimeoutLayer, TimeoutService, TimerError,
+};
 use std::convert::Infallible;
 use std::future::{pending, Future};
 use std::pin::Pin;
@@ -13,7 +15,8 @@ use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 use std::sync::Arc;
 use std::task::{Context, Poll, Wake, Waker};
 use std::time::Duration;
-use tower::{service_fn, Service, ServiceBuilder, ServiceExt};
+use tower::timeout::error::Elapsed;
+use tower::{service_fn, BoxError, Service, ServiceBuilder, ServiceExt};
 
 const TICK: Duration = Duration::from_millis(1);
 
@@ -218,4 +221,46 @@ fn a_stopped_timer_fails_the_call_with_its_error() {
         .service(service_fn(never));
     let error = futures::executor::block_on(service.oneshot(0)).unwrap_err();
     assert!(error.is::<TimerError>());
+}
+
+/// What a service ported from `tower::timeout` does with a call's error: a timeout is a 504,
+/// anything else a 500.
+fn status(error: &BoxError) -> u16 {
+    if error.is::<tower::timeout::error::Elapsed>() {
+        504
+    } else {
+        500
+    }
+}
+
+#[test]
+fn a_timeout_is_towers_own_elapsed_as_with_towers_layer() {
+    let timer = HashedWheelTimer::new(TICK, 512);
+    let ours = ServiceBuilder::new()
+        .layer(TimeoutLayer::new(timer.handle(), Duration::from_millis(5)))
+        .service(service_fn(never));
+    let theirs = ServiceBuilder::new()
+        .layer(tower::timeout::TimeoutLayer::new(Duration::from_millis(5)))
+        .service(service_fn(never));
+    let (ours, theirs) = rt().block_on(async {
+        let ours = tokio::time::timeout(Duration::from_secs(5), ours.oneshot(0)).await;
+        let theirs = tokio::time::timeout(Duration::from_secs(5), theirs.oneshot(0)).await;
+        (ours.expect("bounded"), theirs.expect("bounded"))
+    });
+    let (ours, theirs) = (ours.unwrap_err(), theirs.unwrap_err());
+    assert_eq!((status(&ours), status(&theirs)), (504, 504));
+    assert_eq!(ours.to_string(), theirs.to_string());
+}
+
+#[test]
+fn a_stopped_timer_still_returns_a_ready_response() {
+    // The inner response is polled first (as `tower::timeout` does): one that is ready wins
+    // even when no limit can be kept.
+    let (timer, _driver) = manual();
+    let handle = timer.handle();
+    drop(timer);
+    let service = ServiceBuilder::new()
+        .layer(TimeoutLayer::new(handle, Duration::from_secs(1)))
+        .service(service_fn(|x: u32| async move { Ok::<_, Infallible>(x) }));
+    assert_eq!(futures::executor::block_on(service.oneshot(5)).unwrap(), 5);
 }

@@ -30,6 +30,7 @@
 //!   the last reading plus half of `BURST_NANOS`: past it, the insert reads the clock in full,
 //!   and the burst counts from that reading.
 
+use super::StoppedTimer;
 use crate::clock::{duration_to_nanos, instant_after, Clock};
 use crate::wheel::{Wheel, MAX_ENTRIES};
 use crate::{Sleep, TimerError, TimerHandle};
@@ -63,10 +64,12 @@ const BURST_NANOS: u64 = 1_000;
 /// [`reset`](DelayQueue::reset) moves its deadline. [`poll_expired`](DelayQueue::poll_expired)
 /// (or the `Stream` under the `stream` feature) yields each value once its deadline has passed,
 /// as an [`Expired`]: never early, about a tick late at most (the timer's tick), each value
-/// once. Items come back by deadline, equal deadlines in the order of insertion (or of the
-/// last reset): a poll with nothing left over from the one before takes every item then due,
-/// sorted so, and yields them before it looks again (an item that an insert or a reset makes
-/// due meanwhile comes after them). [`peek`](DelayQueue::peek) names the next.
+/// once. Deadlines round up to a tick: build the timer with a service-grade tick,
+/// `HashedWheelTimer::new(Duration::from_millis(1), 512)` as below, not the default timer's
+/// 100 ms (Netty's). Items come back by deadline, equal deadlines in the order of insertion (or
+/// of the last reset): a poll with nothing left over from the one before takes every item then
+/// due, sorted so, and yields them before it looks again (an item that an insert or a reset
+/// makes due meanwhile comes after them). [`peek`](DelayQueue::peek) names the next.
 ///
 /// The queue is single-owner (`&mut self`), as tokio-util's; any executor polls it. It costs
 /// the timer one pending timeout (its `Sleep`) while it holds items and a task waits on it,
@@ -77,7 +80,10 @@ const BURST_NANOS: u64 = 1_000;
 /// - **Empty:** `poll_expired` returns `Ready(None)`, and a task waiting on the queue is woken
 ///   when `remove` or `clear` empties it. An insert after that makes it yield again.
 /// - **A stopped timer** ends the queue: `poll_expired` returns what is already due, then
-///   `Ready(None)`; the values stay in the queue until removed.
+///   `Ready(None)`; the values stay in the queue until removed. A [`TimerHandle`] does not
+///   keep its timer alive: keep the owner ([`HashedWheelTimer`](crate::HashedWheelTimer)) for
+///   as long as the queue is used. A queue built on a stopped timer (its owner already
+///   dropped, say) logs an error (`log::error!`, naming `DelayQueue`), once per process.
 ///
 /// Porting from tokio-util: build it with the timer's handle (`DelayQueue::new(timer.handle())`
 /// instead of `DelayQueue::new()` in a runtime); the methods keep their names and meaning.
@@ -222,13 +228,19 @@ impl<T: fmt::Debug> fmt::Debug for Expired<T> {
     }
 }
 
+static STOPPED: StoppedTimer = StoppedTimer::new(
+    "DelayQueue",
+    "its items stop expiring: poll_expired returns Ready(None) while they wait",
+);
+
 impl<T> DelayQueue<T> {
     /// An empty queue on `timer`'s clock: deadlines are measured, and the queue woken, by that
     /// timer.
     ///
     /// ```
     /// # use hashed_timer_wheel::{DelayQueue, HashedWheelTimer};
-    /// let timer = HashedWheelTimer::default();
+    /// # use std::time::Duration;
+    /// let timer = HashedWheelTimer::new(Duration::from_millis(1), 512);
     /// let queue: DelayQueue<u64> = DelayQueue::new(timer.handle());
     /// assert!(queue.is_empty());
     /// ```
@@ -240,11 +252,13 @@ impl<T> DelayQueue<T> {
     ///
     /// ```
     /// # use hashed_timer_wheel::{DelayQueue, HashedWheelTimer};
-    /// let timer = HashedWheelTimer::default();
+    /// # use std::time::Duration;
+    /// let timer = HashedWheelTimer::new(Duration::from_millis(1), 512);
     /// let queue: DelayQueue<u64> = DelayQueue::with_capacity(timer.handle(), 1000);
     /// assert!(queue.capacity() >= 1000);
     /// ```
     pub fn with_capacity(timer: TimerHandle, capacity: usize) -> Self {
+        STOPPED.check(&timer);
         let tick_nanos = timer.shared.tick_nanos;
         let now = timer.shared.clock.now();
         DelayQueue {
@@ -279,7 +293,7 @@ impl<T> DelayQueue<T> {
     /// ```
     /// # use hashed_timer_wheel::{DelayQueue, HashedWheelTimer};
     /// # use std::time::Duration;
-    /// let timer = HashedWheelTimer::default();
+    /// let timer = HashedWheelTimer::new(Duration::from_millis(1), 512);
     /// let mut queue = DelayQueue::new(timer.handle());
     /// queue.insert("never", Duration::MAX); // accepted; never fires
     /// assert_eq!(queue.len(), 1);
@@ -347,7 +361,7 @@ impl<T> DelayQueue<T> {
     /// ```
     /// # use hashed_timer_wheel::{DelayQueue, HashedWheelTimer};
     /// # use std::time::{Duration, Instant};
-    /// let timer = HashedWheelTimer::default();
+    /// let timer = HashedWheelTimer::new(Duration::from_millis(1), 512);
     /// let mut queue = DelayQueue::new(timer.handle());
     /// let at = Instant::now() + Duration::from_secs(30);
     /// let key = queue.insert_at("lease", at);
@@ -439,7 +453,7 @@ impl<T> DelayQueue<T> {
     /// ```
     /// # use hashed_timer_wheel::{DelayQueue, HashedWheelTimer};
     /// # use std::time::Duration;
-    /// let timer = HashedWheelTimer::default();
+    /// let timer = HashedWheelTimer::new(Duration::from_millis(1), 512);
     /// let mut queue = DelayQueue::new(timer.handle());
     /// let key = queue.insert("request 1", Duration::from_secs(5));
     /// assert_eq!(queue.remove(&key).into_inner(), "request 1"); // the reply came
@@ -456,7 +470,7 @@ impl<T> DelayQueue<T> {
     /// ```
     /// # use hashed_timer_wheel::{DelayQueue, HashedWheelTimer};
     /// # use std::time::Duration;
-    /// let timer = HashedWheelTimer::default();
+    /// let timer = HashedWheelTimer::new(Duration::from_millis(1), 512);
     /// let mut queue = DelayQueue::new(timer.handle());
     /// let key = queue.insert((), Duration::from_secs(5));
     /// assert!(queue.try_remove(&key).is_some());
@@ -548,7 +562,7 @@ impl<T> DelayQueue<T> {
     /// ```
     /// # use hashed_timer_wheel::{DelayQueue, HashedWheelTimer};
     /// # use std::time::{Duration, Instant};
-    /// let timer = HashedWheelTimer::default();
+    /// let timer = HashedWheelTimer::new(Duration::from_millis(1), 512);
     /// let mut queue = DelayQueue::new(timer.handle());
     /// let key = queue.insert("idle", Duration::from_secs(5));
     /// queue.reset(&key, Duration::from_secs(60)); // traffic: idle for another minute
@@ -665,7 +679,7 @@ impl<T> DelayQueue<T> {
     /// ```
     /// # use hashed_timer_wheel::{DelayQueue, HashedWheelTimer};
     /// # use std::time::{Duration, Instant};
-    /// let timer = HashedWheelTimer::default();
+    /// let timer = HashedWheelTimer::new(Duration::from_millis(1), 512);
     /// let mut queue = DelayQueue::new(timer.handle());
     /// let key = queue.insert((), Duration::from_secs(5));
     /// assert!(queue.deadline(&key) > Instant::now());
@@ -689,7 +703,7 @@ impl<T> DelayQueue<T> {
     /// ```
     /// # use hashed_timer_wheel::{DelayQueue, HashedWheelTimer};
     /// # use std::time::Duration;
-    /// let timer = HashedWheelTimer::default();
+    /// let timer = HashedWheelTimer::new(Duration::from_millis(1), 512);
     /// let mut queue = DelayQueue::new(timer.handle());
     /// let later = queue.insert("b", Duration::from_secs(120));
     /// let sooner = queue.insert("a", Duration::from_secs(100));
@@ -871,7 +885,7 @@ impl<T> DelayQueue<T> {
     /// ```
     /// # use hashed_timer_wheel::{DelayQueue, HashedWheelTimer};
     /// # use std::time::Duration;
-    /// let timer = HashedWheelTimer::default();
+    /// let timer = HashedWheelTimer::new(Duration::from_millis(1), 512);
     /// let mut queue = DelayQueue::new(timer.handle());
     /// let key = queue.insert(1, Duration::from_secs(5));
     /// queue.clear();
@@ -894,7 +908,7 @@ impl<T> DelayQueue<T> {
     /// ```
     /// # use hashed_timer_wheel::{DelayQueue, HashedWheelTimer};
     /// # use std::time::Duration;
-    /// let timer = HashedWheelTimer::default();
+    /// let timer = HashedWheelTimer::new(Duration::from_millis(1), 512);
     /// let mut queue = DelayQueue::new(timer.handle());
     /// queue.insert((), Duration::from_secs(5));
     /// assert_eq!(queue.len(), 1);
@@ -907,7 +921,8 @@ impl<T> DelayQueue<T> {
     ///
     /// ```
     /// # use hashed_timer_wheel::{DelayQueue, HashedWheelTimer};
-    /// let timer = HashedWheelTimer::default();
+    /// # use std::time::Duration;
+    /// let timer = HashedWheelTimer::new(Duration::from_millis(1), 512);
     /// assert!(DelayQueue::<()>::new(timer.handle()).is_empty());
     /// ```
     pub fn is_empty(&self) -> bool {
@@ -918,7 +933,8 @@ impl<T> DelayQueue<T> {
     ///
     /// ```
     /// # use hashed_timer_wheel::{DelayQueue, HashedWheelTimer};
-    /// let timer = HashedWheelTimer::default();
+    /// # use std::time::Duration;
+    /// let timer = HashedWheelTimer::new(Duration::from_millis(1), 512);
     /// assert_eq!(DelayQueue::<()>::with_capacity(timer.handle(), 16).capacity(), 16);
     /// ```
     pub fn capacity(&self) -> usize {
@@ -929,7 +945,8 @@ impl<T> DelayQueue<T> {
     ///
     /// ```
     /// # use hashed_timer_wheel::{DelayQueue, HashedWheelTimer};
-    /// let timer = HashedWheelTimer::default();
+    /// # use std::time::Duration;
+    /// let timer = HashedWheelTimer::new(Duration::from_millis(1), 512);
     /// let mut queue = DelayQueue::<()>::new(timer.handle());
     /// queue.reserve(100);
     /// assert!(queue.capacity() >= 100);
@@ -947,7 +964,7 @@ impl<T> DelayQueue<T> {
     /// ```
     /// # use hashed_timer_wheel::{DelayQueue, HashedWheelTimer};
     /// # use std::time::Duration;
-    /// let timer = HashedWheelTimer::default();
+    /// let timer = HashedWheelTimer::new(Duration::from_millis(1), 512);
     /// let mut queue = DelayQueue::new(timer.handle());
     /// let keys: Vec<_> = (0..10_000).map(|i| queue.insert(i, Duration::from_secs(5))).collect();
     /// for key in &keys[10..] {

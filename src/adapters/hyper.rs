@@ -4,6 +4,7 @@
 //! Owns [`HyperTimer`] and [`HyperSleep`]. Touches the crate's public futures and the timer's
 //! clock (through its handle).
 
+use super::StoppedTimer;
 use crate::{Sleep, TimerHandle};
 use std::fmt;
 use std::future::Future;
@@ -21,6 +22,22 @@ use std::time::{Duration, Instant};
 /// When the timer stops, every sleep completes at once: hyper's timeouts on its connections
 /// fire (the connections close with a timeout error) rather than hang.
 ///
+/// # The tick is the resolution
+/// A sleep ends at the end of the timer's tick it falls in: never early, up to about a tick
+/// late, so hyper's timeouts round up to a tick. Build the timer with a service-grade tick,
+/// `HashedWheelTimer::new(Duration::from_millis(1), 512)` as below; the default timer's tick is
+/// Netty's 100 ms, on which a 50 ms timeout fires up to 150 ms after the call.
+///
+/// # Keep the timer's owner alive
+/// A [`TimerHandle`] does not keep its timer alive. If the owner ([`HashedWheelTimer`]) is
+/// dropped while the server runs, the timer stops, every sleep completes at once, and hyper
+/// closes every connection as a header-read timeout. That mistake is logged (`log::error!`,
+/// naming `HyperTimer`) the first time a `HyperTimer` is built on, or asked for a sleep by, a
+/// stopped timer, once per process. Keep the owner for the server's life (in `main`, or in an
+/// `Arc` the server holds), and stop it after the server.
+///
+/// [`HashedWheelTimer`]: crate::HashedWheelTimer
+///
 /// ```
 /// use hashed_timer_wheel::{HashedWheelTimer, HyperTimer};
 /// use hyper::rt::Timer;
@@ -36,28 +53,37 @@ pub struct HyperTimer {
     timer: TimerHandle,
 }
 
+static STOPPED: StoppedTimer = StoppedTimer::new(
+    "HyperTimer",
+    "every sleep completes at once, so hyper closes every connection as timed out",
+);
+
 impl HyperTimer {
     /// A hyper timer on `timer`.
     ///
     /// ```
     /// # use hashed_timer_wheel::{HashedWheelTimer, HyperTimer};
-    /// let timer = HashedWheelTimer::default();
+    /// # use std::time::Duration;
+    /// let timer = HashedWheelTimer::new(Duration::from_millis(1), 512);
     /// let hyper_timer = HyperTimer::new(timer.handle());
     /// # let _ = hyper_timer;
     /// ```
     pub fn new(timer: TimerHandle) -> Self {
+        STOPPED.check(&timer);
         HyperTimer { timer }
     }
 }
 
 impl hyper::rt::Timer for HyperTimer {
     fn sleep(&self, duration: Duration) -> Pin<Box<dyn hyper::rt::Sleep>> {
+        STOPPED.check(&self.timer);
         Box::pin(HyperSleep {
             sleep: self.timer.sleep(duration),
         })
     }
 
     fn sleep_until(&self, deadline: Instant) -> Pin<Box<dyn hyper::rt::Sleep>> {
+        STOPPED.check(&self.timer);
         Box::pin(HyperSleep {
             sleep: self.timer.sleep_until(deadline),
         })
@@ -72,7 +98,10 @@ impl hyper::rt::Timer for HyperTimer {
 
     fn reset(&self, sleep: &mut Pin<Box<dyn hyper::rt::Sleep>>, new_deadline: Instant) {
         match sleep.as_mut().downcast_mut_pin::<HyperSleep>() {
-            Some(ours) => ours.get_mut().sleep.reset(new_deadline),
+            Some(ours) => {
+                STOPPED.check(&self.timer);
+                ours.get_mut().sleep.reset(new_deadline);
+            }
             // Another timer's sleep: replace it.
             None => *sleep = self.sleep_until(new_deadline),
         }

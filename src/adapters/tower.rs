@@ -1,27 +1,33 @@
 //! A tower timeout layer on the wheel, in the shape of `tower::timeout` (tower 0.5).
 //!
-//! Owns [`TimeoutLayer`], [`TimeoutService`], [`ResponseFuture`] and [`Elapsed`]. Each call's
-//! deadline is a [`Deadline`] around the inner service's response future:
-//! scheduled when the call is made, cancelled when the response future completes or is
-//! dropped. Touches only the crate's public futures.
+//! Owns [`TimeoutLayer`], [`TimeoutService`] and [`TimeoutResponseFuture`]. Each call's
+//! deadline is a [`Deadline`] around the inner service's response future: scheduled when the
+//! call is made, cancelled when the response future completes or is dropped. A call past its
+//! limit fails with tower's own `tower::timeout::error::Elapsed`, so that code written against
+//! `tower::timeout` matches it unchanged. Touches only the crate's public futures.
 
+use super::StoppedTimer;
 use crate::{Deadline, DeadlineError, TimerHandle};
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
-use tower_service::Service;
-
-/// The error a [`TimeoutService`] returns: `tower::BoxError`, the same type.
-pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+use tower::timeout::error::Elapsed;
+use tower::{BoxError, Layer, Service};
 
 /// Applies a [`TimeoutService`] to every service it wraps: each request gets at most `limit`
 /// to produce its response (`tower::timeout::TimeoutLayer`, on the wheel).
 ///
+/// A limit ends at the end of the timer's tick it falls in: never early, up to about a tick
+/// late, so limits round up to a tick. Build the timer with a service-grade tick,
+/// `HashedWheelTimer::new(Duration::from_millis(1), 512)` as below; the default timer's tick is
+/// Netty's 100 ms, on which a 50 ms limit fires up to 150 ms after the call.
+///
 /// ```
-/// use hashed_timer_wheel::{tower::Elapsed, HashedWheelTimer, TimeoutLayer};
+/// use hashed_timer_wheel::{HashedWheelTimer, TimeoutLayer};
 /// use std::time::Duration;
+/// use tower::timeout::error::Elapsed;
 /// use tower::{service_fn, ServiceBuilder, ServiceExt};
 ///
 /// let timer = HashedWheelTimer::new(Duration::from_millis(1), 512);
@@ -31,11 +37,28 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 /// let error = futures::executor::block_on(slow.oneshot(())).unwrap_err();
 /// assert!(error.is::<Elapsed>());
 /// ```
+///
+/// # Keep the timer's owner alive
+/// A [`TimerHandle`] does not keep its timer alive. If the owner ([`HashedWheelTimer`]) is
+/// dropped while the service runs, the timer stops and no limit can be kept: every call whose
+/// response is not ready when polled fails with
+/// [`TimerError::Stopped`](crate::TimerError::Stopped) (see [`TimeoutService`]). That mistake
+/// is logged (`log::error!`, naming `TimeoutLayer`) the first time a layer or service is built
+/// on, or a call is made through, a stopped timer, once per process. Keep the owner for the
+/// service's life, and stop it after the server.
+///
+/// [`HashedWheelTimer`]: crate::HashedWheelTimer
 #[derive(Clone, Debug)]
 pub struct TimeoutLayer {
     timer: TimerHandle,
     limit: Duration,
 }
+
+static STOPPED: StoppedTimer = StoppedTimer::new(
+    "TimeoutLayer",
+    "no limit can be kept, and every call whose response is not ready at once fails with \
+     TimerError::Stopped",
+);
 
 impl TimeoutLayer {
     /// A layer that gives each request `limit`, measured by `timer`.
@@ -43,16 +66,17 @@ impl TimeoutLayer {
     /// ```
     /// # use hashed_timer_wheel::{HashedWheelTimer, TimeoutLayer};
     /// # use std::time::Duration;
-    /// let timer = HashedWheelTimer::default();
+    /// let timer = HashedWheelTimer::new(Duration::from_millis(1), 512);
     /// let layer = TimeoutLayer::new(timer.handle(), Duration::from_secs(5));
     /// # let _ = layer;
     /// ```
     pub fn new(timer: TimerHandle, limit: Duration) -> Self {
+        STOPPED.check(&timer);
         TimeoutLayer { timer, limit }
     }
 }
 
-impl<S> tower_layer::Layer<S> for TimeoutLayer {
+impl<S> Layer<S> for TimeoutLayer {
     type Service = TimeoutService<S>;
 
     fn layer(&self, inner: S) -> TimeoutService<S> {
@@ -60,15 +84,25 @@ impl<S> tower_layer::Layer<S> for TimeoutLayer {
     }
 }
 
-/// A service whose responses fail with [`Elapsed`] when they take longer than the limit
-/// (`tower::timeout::Timeout`, on the wheel).
+/// A service whose responses fail with tower's own [`Elapsed`] when they take longer than the
+/// limit (`tower::timeout::Timeout`, on the wheel).
 ///
 /// `poll_ready` is the inner service's. A call's limit starts when the call is made; the
-/// inner service's errors pass through, boxed; a stopped timer fails the call with its
-/// [`TimerError`](crate::TimerError), boxed.
+/// inner service's errors pass through, boxed.
+///
+/// A stopped timer (stopped, or its owner dropped) can keep no limit. Each poll of a call's
+/// response polls the inner response first, as `tower::timeout` does, so:
+/// - a response that is ready when polled is returned, stopped timer or not;
+/// - one that is still pending fails with
+///   [`TimerError::Stopped`](crate::TimerError::Stopped), boxed: at its first poll when the
+///   call was made on a stopped timer, at its next poll when the timer stops during the call
+///   (the stop wakes it). The inner response future is dropped.
+///
+/// Building a service on, or calling through, a stopped timer logs an error once (see
+/// [`TimeoutLayer`]).
 ///
 /// ```
-/// use hashed_timer_wheel::{tower::TimeoutService, HashedWheelTimer};
+/// use hashed_timer_wheel::{HashedWheelTimer, TimeoutService};
 /// use std::time::Duration;
 /// use tower::{service_fn, ServiceExt};
 ///
@@ -88,13 +122,14 @@ impl<S> TimeoutService<S> {
     /// `inner` with a limit of `limit` per call, measured by `timer`.
     ///
     /// ```
-    /// # use hashed_timer_wheel::{tower::TimeoutService, HashedWheelTimer};
+    /// # use hashed_timer_wheel::{HashedWheelTimer, TimeoutService};
     /// # use std::time::Duration;
-    /// let timer = HashedWheelTimer::default();
+    /// let timer = HashedWheelTimer::new(Duration::from_millis(1), 512);
     /// let service = TimeoutService::new((), timer.handle(), Duration::from_secs(1));
     /// assert_eq!(service.limit(), Duration::from_secs(1));
     /// ```
     pub fn new(inner: S, timer: TimerHandle, limit: Duration) -> Self {
+        STOPPED.check(&timer);
         TimeoutService {
             inner,
             timer,
@@ -130,15 +165,16 @@ where
 {
     type Response = S::Response;
     type Error = BoxError;
-    type Future = ResponseFuture<S::Future>;
+    type Future = TimeoutResponseFuture<S::Future>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
         self.inner.poll_ready(cx).map_err(Into::into)
     }
 
     fn call(&mut self, request: Request) -> Self::Future {
+        STOPPED.check(&self.timer);
         let response = self.inner.call(request);
-        ResponseFuture {
+        TimeoutResponseFuture {
             deadline: self.timer.timeout(self.limit, response),
         }
     }
@@ -149,7 +185,7 @@ pin_project_lite::pin_project! {
     /// has passed. Dropping it cancels its timeout.
     ///
     /// ```
-    /// # use hashed_timer_wheel::{tower::TimeoutService, HashedWheelTimer};
+    /// # use hashed_timer_wheel::{HashedWheelTimer, TimeoutService};
     /// # use std::time::Duration;
     /// use tower::{service_fn, Service};
     /// let timer = HashedWheelTimer::new(Duration::from_millis(1), 64);
@@ -159,21 +195,21 @@ pin_project_lite::pin_project! {
     /// assert_eq!(timer.pending_timeouts(), 1);
     /// drop(response); // the caller gave up: the timeout goes with it
     /// ```
-    pub struct ResponseFuture<F> {
+    pub struct TimeoutResponseFuture<F> {
         #[pin]
         deadline: Deadline<F>,
     }
 }
 
-impl<F: fmt::Debug> fmt::Debug for ResponseFuture<F> {
+impl<F: fmt::Debug> fmt::Debug for TimeoutResponseFuture<F> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ResponseFuture")
+        f.debug_struct("TimeoutResponseFuture")
             .field("deadline", &self.deadline)
             .finish()
     }
 }
 
-impl<F, T, E> Future for ResponseFuture<F>
+impl<F, T, E> Future for TimeoutResponseFuture<F>
 where
     F: Future<Output = Result<T, E>>,
     E: Into<BoxError>,
@@ -184,35 +220,8 @@ where
         match self.project().deadline.poll(cx) {
             Poll::Pending => Poll::Pending,
             Poll::Ready(Ok(response)) => Poll::Ready(response.map_err(Into::into)),
-            Poll::Ready(Err(DeadlineError::Elapsed)) => Poll::Ready(Err(Box::new(Elapsed(())))),
+            Poll::Ready(Err(DeadlineError::Elapsed)) => Poll::Ready(Err(Box::new(Elapsed::new()))),
             Poll::Ready(Err(DeadlineError::Timer(e))) => Poll::Ready(Err(Box::new(e))),
         }
     }
 }
-
-/// The error of a call that passed its limit (`tower::timeout::error::Elapsed`'s
-/// counterpart): downcast the [`BoxError`] to it. Transient: the next call gets its own limit.
-///
-/// ```
-/// # use hashed_timer_wheel::tower::{BoxError, Elapsed};
-/// let error: BoxError = Box::new(Elapsed::new());
-/// assert!(error.is::<Elapsed>());
-/// assert_eq!(error.to_string(), "request timed out");
-/// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Elapsed(());
-
-impl Elapsed {
-    /// An `Elapsed` error.
-    pub fn new() -> Self {
-        Elapsed(())
-    }
-}
-
-impl fmt::Display for Elapsed {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("request timed out")
-    }
-}
-
-impl std::error::Error for Elapsed {}

@@ -281,6 +281,20 @@ pub(crate) type IdleWorker = Box<dyn std::any::Any + Send>;
 /// [`HashedWheelTimer`] is dropped the worker stops, and handles get [`TimerError::Stopped`].
 /// Holding handles therefore never keeps a worker thread alive.
 ///
+/// # What a handle may do
+/// - **Schedule** everything the owner schedules: `new_timeout`, periodic tasks, the futures.
+/// - **Read** the timer's state: `pending_timeouts`, `is_stopped` and `stats`, the same
+///   counters as the owner's.
+/// - **Stop** the timer, for everyone: `stop()`, and the [`Timer`](crate::Timer) trait's.
+///   This is where a handle differs from tokio's `Handle`, which cannot shut its runtime down.
+///   A handle is what Netty calls a `Timer`: a task's `Timeout::timer()` is one, Netty's
+///   `Timer` interface has `stop()`, and Netty code calls `timeout.timer().stop()`; code ported
+///   from Netty keeps doing so. Give a handle only to code you trust to stop the timer; code
+///   that must not stop it can be given an adapter built on the handle instead (`DelayQueue`,
+///   and `HyperTimer` and `TimeoutLayer` under their features), which never stops it.
+/// - **Not** keep the timer alive, nor start it early (`start`) or read its configuration
+///   (`tick_duration`, `wheel_len`): those are the owner's.
+///
 /// ```
 /// use hashed_timer_wheel::{HashedWheelTimer, TimerError};
 /// use std::time::Duration;

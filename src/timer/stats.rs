@@ -1,5 +1,6 @@
-//! What a timer reports about itself: [`TimerStats`], which [`HashedWheelTimer::stats`] reads
-//! from the counters the worker publishes, and the `Debug` output of the owner and its handles.
+//! What a timer reports about itself: [`TimerStats`], which [`HashedWheelTimer::stats`] (and
+//! [`TimerHandle::stats`]) reads from the counters the worker publishes, and the `Debug` output
+//! of the owner and its handles.
 
 use super::HashedWheelTimer;
 use crate::shared::{Shared, Stored, TimerHandle};
@@ -57,43 +58,55 @@ pub struct TimerStats {
     pub slow_runs: u64,
 }
 
-impl<J: Stored> HashedWheelTimer<J> {
-    /// Counters about the worker and the timeouts' outcomes: wake-ups, current tick, expired,
-    /// cancelled, refused and panicked counts, and how late timeouts fired. Each is read with a
-    /// relaxed load, so a snapshot taken while the timer works may be a few timeouts apart
-    /// between fields; the worker publishes its counts after each run of ticks.
-    ///
-    /// ```
-    /// use hashed_timer_wheel::{HashedWheelTimer, Timeout};
-    /// use std::time::Duration;
-    ///
-    /// let (timer, driver) = HashedWheelTimer::builder()
-    ///     .tick_duration(Duration::from_millis(10))
-    ///     .build_manual()?;
-    /// assert_eq!(timer.stats().wakeups, 0, "not started: never woke");
-    /// timer.new_timeout(|_: &Timeout| {}, Duration::from_millis(5)).unwrap();
-    /// timer.new_timeout(|_: &Timeout| {}, Duration::from_millis(5)).unwrap().cancel();
-    /// driver.advance(Duration::from_millis(10));
-    /// let stats = timer.stats();
-    /// assert_eq!((stats.expired, stats.cancelled), (1, 1));
-    /// assert_eq!(stats.lateness[0], 1, "fired within a tick of its deadline");
-    /// # Ok::<(), hashed_timer_wheel::BuildError>(())
-    /// ```
-    pub fn stats(&self) -> TimerStats {
-        let c = &self.shared.counters;
-        let load = |a: &crate::sync::process::AtomicU64| a.load(Ordering::Relaxed);
-        TimerStats {
-            wakeups: self.shared.wakeups(),
-            tick: self.shared.worker_tick(),
-            expired: load(&c.expired),
-            cancelled: load(&c.cancelled),
-            refused: load(&c.refused),
-            panicked: load(&c.panicked),
-            late_max: Duration::from_nanos(load(&c.late_max)),
-            lateness: std::array::from_fn(|i| load(&c.lateness[i])),
-            longest_run: Duration::from_nanos(load(&c.longest_run)),
-            slow_runs: load(&c.slow_runs),
+macro_rules! stats_methods {
+    ($ty:ident, $example:literal) => {
+        impl<J: Stored> $ty<J> {
+            /// Counters about the worker and the timeouts' outcomes: wake-ups, current tick,
+            /// expired, cancelled, refused and panicked counts, and how late timeouts fired.
+            /// Each is read with a relaxed load, so a snapshot taken while the timer works may
+            /// be a few timeouts apart between fields; the worker publishes its counts after
+            /// each run of ticks. A handle reads the same counters as the owner.
+            ///
+            /// ```
+            /// use hashed_timer_wheel::{HashedWheelTimer, Timeout};
+            /// use std::time::Duration;
+            ///
+            /// let (timer, driver) = HashedWheelTimer::builder()
+            ///     .tick_duration(Duration::from_millis(10))
+            ///     .build_manual()?;
+            #[doc = $example]
+            /// assert_eq!(t.stats().wakeups, 0, "not started: never woke");
+            /// t.new_timeout(|_: &Timeout| {}, Duration::from_millis(5)).unwrap();
+            /// t.new_timeout(|_: &Timeout| {}, Duration::from_millis(5)).unwrap().cancel();
+            /// driver.advance(Duration::from_millis(10));
+            /// let stats = t.stats();
+            /// assert_eq!((stats.expired, stats.cancelled), (1, 1));
+            /// assert_eq!(stats.lateness[0], 1, "fired within a tick of its deadline");
+            /// # Ok::<(), hashed_timer_wheel::BuildError>(())
+            /// ```
+            pub fn stats(&self) -> TimerStats {
+                stats(&self.shared)
+            }
         }
+    };
+}
+
+for_owner_and_handle!(stats_methods);
+
+fn stats<J: Stored>(shared: &Shared<J>) -> TimerStats {
+    let c = &shared.counters;
+    let load = |a: &crate::sync::process::AtomicU64| a.load(Ordering::Relaxed);
+    TimerStats {
+        wakeups: shared.wakeups(),
+        tick: shared.worker_tick(),
+        expired: load(&c.expired),
+        cancelled: load(&c.cancelled),
+        refused: load(&c.refused),
+        panicked: load(&c.panicked),
+        late_max: Duration::from_nanos(load(&c.late_max)),
+        lateness: std::array::from_fn(|i| load(&c.lateness[i])),
+        longest_run: Duration::from_nanos(load(&c.longest_run)),
+        slow_runs: load(&c.slow_runs),
     }
 }
 
