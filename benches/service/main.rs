@@ -69,7 +69,10 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Stack {
+    /// The wheel on its own worker thread.
     Wheel,
+    /// The wheel driven from the runtime's threads (`HashedWheelTimer::drive`).
+    Driven,
     Tokio,
 }
 
@@ -77,6 +80,7 @@ impl Stack {
     fn name(self) -> &'static str {
         match self {
             Stack::Wheel => "wheel",
+            Stack::Driven => "driven",
             Stack::Tokio => "tokio",
         }
     }
@@ -92,7 +96,7 @@ struct Args {
     wrk: String,
 }
 
-const USAGE: &str = "usage: service --stack wheel|tokio [--connections C] [--duration D] \
+const USAGE: &str = "usage: service --stack wheel|driven|tokio [--connections C] [--duration D] \
                      [--warmup W] [--wrk PATH] [--slow-clients N]";
 
 /// `Ok(None)`: no stack named (`cargo bench` runs every bench with only `--bench`).
@@ -117,6 +121,7 @@ fn parse_args() -> Result<Option<Args>, String> {
             "--stack" => {
                 stack = Some(match value()?.as_str() {
                     "wheel" => Stack::Wheel,
+                    "driven" => Stack::Driven,
                     "tokio" => Stack::Tokio,
                     other => return Err(format!("unknown stack {other}")),
                 })
@@ -167,7 +172,7 @@ fn main() -> ExitCode {
 fn run(args: &Args) -> Result<(), String> {
     // Built (and its thread started by the first timeout) only for the wheel stack, so that
     // the tokio stack carries no idle timer thread.
-    let timer = (args.stack == Stack::Wheel).then(|| {
+    let timer = (args.stack != Stack::Tokio).then(|| {
         HashedWheelTimer::builder()
             .tick_duration(Duration::from_millis(1))
             .ticks_per_wheel(512)
@@ -189,6 +194,9 @@ fn run(args: &Args) -> Result<(), String> {
     match &timer {
         Some(timer) => {
             let handle = timer.handle();
+            if args.stack == Stack::Driven {
+                rt.spawn(timer.drive(|at| tokio::time::sleep_until(at.into())));
+            }
             rt.spawn(sessions(
                 DelayQueue::new(handle.clone()),
                 received,
@@ -445,10 +453,8 @@ where
                 async move {
                     Ok::<_, Infallible>(match app.oneshot(request).await {
                         Ok(response) => response,
-                        Err(e)
-                            if e.is::<hashed_timer_wheel::tower::Elapsed>()
-                                || e.is::<tower::timeout::error::Elapsed>() =>
-                        {
+                        // Both stacks' layers fail with tower's own `Elapsed`.
+                        Err(e) if e.is::<tower::timeout::error::Elapsed>() => {
                             status(StatusCode::GATEWAY_TIMEOUT, "too slow\n")
                         }
                         Err(_) => status(StatusCode::INTERNAL_SERVER_ERROR, "error\n"),

@@ -7,11 +7,14 @@
 #   bash benches/service/run.sh
 #   ROUNDS=5 DURATION=20 CONNECTIONS="64 512 2048" bash benches/service/run.sh
 #
-# Knobs: ROUNDS (3), DURATION (10 s per run), WARMUP (2 s per run), CONNECTIONS ("64 512"),
-# SLOW_CLIENTS (2000; 0 skips them), LOG_DIR (a new temporary directory).
+# Knobs: A (the wheel's stack set against tokio's: driven, the default, with the ticks run on
+# the runtime's threads; or wheel, on the timer's own thread), ROUNDS (3), DURATION (10 s per
+# run), WARMUP (2 s per run), CONNECTIONS ("64 512"), SLOW_CLIENTS (2000; 0 skips them),
+# LOG_DIR (a new temporary directory).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
+A=${A:-driven}
 ROUNDS=${ROUNDS:-3}
 DURATION=${DURATION:-10}
 WARMUP=${WARMUP:-2}
@@ -55,12 +58,12 @@ fi
   echo "# $(date -u +%FT%TZ) commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
   echo "# cpu: $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1), $(nproc) cpus"
   echo "# load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
-  echo "# rounds=$ROUNDS duration=$DURATION warmup=$WARMUP connections=$CONNECTIONS"
+  echo "# A=$A rounds=$ROUNDS duration=$DURATION warmup=$WARMUP connections=$CONNECTIONS"
 } | tee "$log" >&2
 
 for round in $(seq 1 "$ROUNDS"); do
   # Alternating the order spreads a drift of the machine (heat, neighbours) over both stacks.
-  if [ $((round % 2)) -eq 1 ]; then order="wheel tokio"; else order="tokio wheel"; fi
+  if [ $((round % 2)) -eq 1 ]; then order="$A tokio"; else order="tokio $A"; fi
   echo "# round $round" >>"$log"
   for c in $CONNECTIONS; do
     for stack in $order; do
@@ -73,7 +76,7 @@ done
 
 if [ "$SLOW_CLIENTS" -gt 0 ]; then
   echo "# slow clients" >>"$log"
-  for stack in wheel tokio; do
+  for stack in $A tokio; do
     echo "slow clients: stack=$stack n=$SLOW_CLIENTS" >&2
     "$bin" --stack "$stack" --slow-clients "$SLOW_CLIENTS" >>"$log"
   done
@@ -82,7 +85,7 @@ echo "# load average after: $(cut -d' ' -f1-3 /proc/loadavg)" >>"$log"
 
 # The summary: per concurrency and figure, A's and B's medians, the ratio A/B of each round
 # (both measured within seconds of each other) and the median of those ratios.
-awk '
+awk -v A="$A" '
   function show(x) { return x >= 1000 ? sprintf("%.0f", x) : sprintf("%.4g", x) }
   function median(a, n,    i, j, t) {
     for (i = 2; i <= n; i++) { t = a[i]; for (j = i - 1; j >= 1 && a[j] > t; j--) a[j + 1] = a[j]; a[j + 1] = t }
@@ -103,7 +106,7 @@ awk '
     nm = split("cpu_us_per_req rps p50_ms p99_ms share_504 rss_mb voluntary_per_req", metrics, " ")
     for (ci = 1; ci <= ncs; ci++) {
       c = cs[ci]
-      printf "\nc=%s (A = wheel, B = tokio)\n\n| figure | A median | B median |", c
+      printf "\nc=%s (A = %s, B = tokio)\n\n| figure | A median | B median |", c, A
       for (r = 1; r <= rounds; r++) printf " A/B round %d |", r
       printf " A/B median |\n|---|---|---|"
       for (r = 1; r <= rounds; r++) printf "---|"
@@ -112,7 +115,7 @@ awk '
         m = metrics[mi]; na = nb = nr = 0
         line = ""
         for (r = 1; r <= rounds; r++) {
-          a = v[r, c, "wheel", m]; b = v[r, c, "tokio", m]
+          a = v[r, c, A, m]; b = v[r, c, "tokio", m]
           if (a != "") xa[++na] = a + 0
           if (b != "") xb[++nb] = b + 0
           if (a != "" && b != "" && b + 0 != 0) { ratio = a / b; xr[++nr] = ratio; line = line sprintf(" %.3f |", ratio) }
@@ -125,7 +128,7 @@ awk '
     if (slow_n != "") {
       printf "\nslow clients: %s connections, half a request head or nothing; header read timeout 2 s\n\n", slow_n
       printf "| stack | closed | min ms | p50 ms | p99 ms | max ms |\n|---|---|---|---|---|---|\n"
-      split("wheel tokio", stacks, " ")
+      split(A " tokio", stacks, " ")
       for (si = 1; si <= 2; si++) {
         s = stacks[si]
         if (s in slow_seen)

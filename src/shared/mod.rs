@@ -428,6 +428,9 @@ pub(crate) struct Control {
     pub(crate) drivers: usize,
     /// The waker of the driver that polled last: what a producer wakes instead of the thread.
     pub(crate) driver_waker: Option<std::task::Waker>,
+    /// The worker thread, watching over a driver, parks with no deadline (nothing was pending
+    /// at its last turn): a driver whose turn plans a tick again unparks it.
+    pub(crate) watchdog_parked: bool,
 }
 
 impl<J: Stored> Shared<J> {

@@ -190,7 +190,17 @@ pub(super) fn drive_turn<J: Stored>(shared: &Arc<Shared<J>>) -> Option<u64> {
         thread_id
     };
     let plan = worker::turn(worker_mut::<J>(idle), shared);
-    lock(&shared.control).worker_id = thread_id;
+    {
+        let mut control = lock(&shared.control);
+        control.worker_id = thread_id;
+        if plan != u64::MAX && control.watchdog_parked {
+            // The watchdog parked while nothing was pending: it watches this plan.
+            control.watchdog_parked = false;
+            if let Some(thread) = &control.worker_thread {
+                thread.unpark();
+            }
+        }
+    }
     if shared.is_shutdown() {
         if shared.owner_dropped_in_task() {
             // A task dropped the owner: nobody calls `stop()` to take the worker.
@@ -213,4 +223,3 @@ fn wake_driver<J: Stored>(shared: &Shared<J>) {
         }
     }
 }
-

@@ -76,7 +76,6 @@ pub fn advance_clock(timer: &HashedWheelTimer, to: Duration) {
     }
 }
 
-
 /// Every `new_timeout`: starts the worker on the first call, then queues the job.
 #[inline]
 fn new_timeout<J: Stored>(

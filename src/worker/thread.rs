@@ -38,11 +38,15 @@ pub(crate) fn run<J: Stored>(shared: Arc<Shared<J>>) {
         let wake = if shared.is_driven() {
             // The driver may sleep past a plan this turn lowered: it is woken to plan again.
             shared.unpark_worker(false);
+            if plan == u64::MAX && !watch_parked(&shared) {
+                continue; // a driver's turn planned a tick meanwhile: watch over it
+            }
             plan.saturating_add(DRIVEN_GRACE_TICKS)
         } else {
             plan
         };
         sleep_until_end_of(&shared, wake);
+        lock(&shared.control).watchdog_parked = false;
         if shared.is_shutdown() {
             break;
         }
@@ -53,6 +57,21 @@ pub(crate) fn run<J: Stored>(shared: Arc<Shared<J>>) {
         let worker = lock(&shared.idle_worker).take();
         drop(worker);
     }
+}
+
+/// The watchdog is about to park with no deadline: says so, for a driver whose turn plans a
+/// tick to unpark it (`timer::drive`), then looks at the plan again. False if a turn has
+/// planned a tick since (the watchdog must not park then: that turn's driver may have looked
+/// before the flag was set).
+fn watch_parked<J: Stored>(shared: &Shared<J>) -> bool {
+    lock(&shared.control).watchdog_parked = true;
+    // After the lock: a driver's turn that published its plan before it looked at the flag
+    // (under the same lock) is seen here.
+    if shared.plan() != u64::MAX {
+        lock(&shared.control).watchdog_parked = false;
+        return false;
+    }
+    true
 }
 
 /// One turn of the worker, by whoever holds its lock (the worker thread, or a runtime's
