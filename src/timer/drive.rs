@@ -9,11 +9,12 @@
 
 use super::lifecycle;
 use crate::shared::{Shared, AWAKE};
-use crate::sync::{lock, Arc};
+use crate::sync::{lock, try_lock, Arc, AtomicBool, AtomicU64, Mutex, Ordering};
+use std::collections::VecDeque;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, Wake, Waker};
 use std::time::Instant;
 
 /// A future that runs a timer's worker on the runtime that polls it: each due tick is
@@ -53,28 +54,67 @@ use std::time::Instant;
 /// ```
 #[must_use = "a Drive does nothing unless spawned or polled"]
 pub struct Drive<F, S> {
+    inner: Arc<Driver<F, S>>,
+}
+
+/// What a `Drive` shares with the waker it gives the runtime's sleep: when the runtime's timer
+/// ends the sleep, its wake-up runs the due turn right there (as the runtime runs its own
+/// timers' wake-ups), so that no task sits between the runtime's timer and the futures the
+/// tick wakes; the `Drive`'s task then arms the next sleep.
+struct Driver<F, S> {
     shared: Arc<Shared>,
+    state: Mutex<DriverState<F, S>>,
+    /// A turn was asked for while another caller held `state`: that caller runs one more.
+    again: AtomicBool,
+    /// The last tick a sleep is armed for: a wake-up that finds the worker near it has the
+    /// task arm more.
+    armed_until: AtomicU64,
+}
+
+/// Sleeps armed at once while every tick has work: the task that arms them runs once every
+/// `AHEAD - REFILL` ticks, not at each.
+const AHEAD: u64 = 8;
+const REFILL: u64 = 2;
+
+struct DriverState<F, S> {
     sleep_until: F,
-    /// The runtime's sleep for the end of tick `armed`.
-    sleep: Option<Pin<Box<S>>>,
-    armed: u64,
+    /// The runtime's sleeps, each for the end of its tick, in tick order: the next tick with
+    /// work, and while every tick has work the ones after it (`AHEAD`).
+    sleeps: VecDeque<(u64, Pin<Box<S>>)>,
+    /// The timer stopped: the `Drive` completes.
+    done: bool,
+    /// The task that polls the `Drive`, woken when it completes.
+    task: Option<Waker>,
 }
 
 impl<F, S> Drive<F, S>
 where
-    F: FnMut(Instant) -> S,
-    S: Future<Output = ()>,
+    F: FnMut(Instant) -> S + Send + 'static,
+    S: Future<Output = ()> + Send + 'static,
 {
     pub(super) fn new(shared: &Arc<Shared>, sleep_until: F) -> Self {
         lock(&shared.control).drivers += 1;
         Drive {
-            shared: Arc::clone(shared),
-            sleep_until,
-            sleep: None,
-            armed: u64::MAX,
+            inner: Arc::new(Driver {
+                shared: Arc::clone(shared),
+                state: Mutex::new(DriverState {
+                    sleep_until,
+                    sleeps: VecDeque::new(),
+                    done: false,
+                    task: None,
+                }),
+                again: AtomicBool::new(false),
+                armed_until: AtomicU64::new(0),
+            }),
         }
     }
+}
 
+impl<F, S> Driver<F, S>
+where
+    F: FnMut(Instant) -> S + Send + 'static,
+    S: Future<Output = ()> + Send + 'static,
+{
     /// The instant tick `tick` ends, on the runtime's clock (`Instant`).
     fn end_of(&self, tick: u64) -> Instant {
         let clock = &self.shared.clock;
@@ -86,19 +126,119 @@ where
         // the tick is over.
         clock.instant_at(nanos.div_ceil(1_000).saturating_mul(1_000))
     }
+
+    /// Runs the due turns and arms the runtime's sleep for the next, with this driver as its
+    /// waker; one caller at a time (another caller meanwhile has this one run once more).
+    /// Returns whether the timer has stopped.
+    fn run(self: &Arc<Self>) -> bool {
+        self.again.store(true, Ordering::SeqCst);
+        loop {
+            let Some(mut state) = try_lock(&self.state) else {
+                // The holder runs once more after it sees `again` (set above, before its
+                // last look at it, or it has not looked yet).
+                return false;
+            };
+            while self.again.swap(false, Ordering::SeqCst) {
+                if state.done || self.turn_and_arm(&mut state) {
+                    state.done = true;
+                    break;
+                }
+            }
+            let done = state.done;
+            let task = if done { state.task.take() } else { None };
+            drop(state);
+            if let Some(task) = task {
+                task.wake();
+            }
+            // A caller that found `state` held after our last look: run again for it.
+            if done || !self.again.load(Ordering::SeqCst) {
+                return done;
+            }
+        }
+    }
+
+    /// One turn (if due), then the runtime's sleeps for the ticks planned. True once the
+    /// timer has stopped.
+    fn turn_and_arm(self: &Arc<Self>, state: &mut DriverState<F, S>) -> bool {
+        loop {
+            let Some(plan) = lifecycle::drive_turn(&self.shared) else {
+                return true;
+            };
+            let current = self.shared.worker_tick();
+            // `AWAKE`: the thread's turn is under way: look again at the end of this tick.
+            let plan = if plan == AWAKE { current } else { plan };
+            // Sleeps for the ticks before the plan have ended, or are not needed.
+            while state.sleeps.front().is_some_and(|&(tick, _)| tick < plan) {
+                state.sleeps.pop_front();
+            }
+            if plan == u64::MAX {
+                // Nothing pending: a producer wakes the task (`Shared::unpark_worker`).
+                state.sleeps.clear();
+                return false;
+            }
+            if state.sleeps.front().is_some_and(|&(tick, _)| tick > plan) {
+                // A producer's deadline came before the sleeps armed: arm from the plan.
+                state.sleeps.clear();
+            }
+            // While the next tick has work, the ones after it likely do too.
+            let until = if plan <= current {
+                plan + AHEAD - 1
+            } else {
+                plan
+            };
+            let waker = Waker::from(Arc::clone(self));
+            let mut cx = Context::from_waker(&waker);
+            let mut ended = false;
+            let mut tick = state.sleeps.back().map_or(plan, |&(last, _)| last + 1);
+            while tick <= until {
+                let mut sleep = Box::pin((state.sleep_until)(self.end_of(tick)));
+                ended |= sleep.as_mut().poll(&mut cx).is_ready();
+                state.sleeps.push_back((tick, sleep));
+                tick += 1;
+            }
+            let last = state.sleeps.back().map_or(plan, |&(last, _)| last);
+            self.armed_until.store(last, Ordering::SeqCst);
+            if !ended {
+                return false;
+            }
+        }
+    }
+}
+
+impl<F, S> Wake for Driver<F, S>
+where
+    F: FnMut(Instant) -> S + Send + 'static,
+    S: Future<Output = ()> + Send + 'static,
+{
+    /// The runtime's sleep ended: the tick's turn runs here, where the runtime's timer wakes
+    /// its own sleeps, so that the futures the tick wakes are queued as the runtime's own
+    /// timers' are. The task arms the next sleep: a runtime may refuse a new timer from inside
+    /// its timer's wake-ups (tokio does while it shuts down).
+    fn wake(self: Arc<Self>) {
+        let plan = lifecycle::drive_turn(&self.shared);
+        let near_the_end =
+            self.shared.worker_tick() + REFILL > self.armed_until.load(Ordering::SeqCst);
+        if plan.is_none() || near_the_end {
+            let task = lock(&self.state).task.clone();
+            if let Some(task) = task {
+                task.wake();
+            }
+        }
+    }
 }
 
 impl<F, S> Future for Drive<F, S>
 where
-    F: FnMut(Instant) -> S + Unpin,
-    S: Future<Output = ()>,
+    F: FnMut(Instant) -> S + Send + 'static,
+    S: Future<Output = ()> + Send + 'static,
 {
     type Output = ();
 
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
-        let this = &mut *self;
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let inner = &self.inner;
         {
-            let mut control = lock(&this.shared.control);
+            // Producers whose deadline is earlier than the plan wake this task.
+            let mut control = lock(&inner.shared.control);
             if !control
                 .driver_waker
                 .as_ref()
@@ -107,47 +247,26 @@ where
                 control.driver_waker = Some(cx.waker().clone());
             }
         }
-        if super::start(&this.shared).is_err() {
+        {
+            let mut state = lock(&inner.state);
+            if state.done {
+                return Poll::Ready(());
+            }
+            if !state.task.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+                state.task = Some(cx.waker().clone());
+            }
+        }
+        if super::start(&inner.shared).is_err() || inner.run() {
             return Poll::Ready(());
         }
-        loop {
-            let Some(plan) = lifecycle::drive_turn(&this.shared) else {
-                return Poll::Ready(());
-            };
-            let plan = if plan == AWAKE {
-                // The thread's turn is under way: look again at the end of this tick.
-                this.shared.worker_tick()
-            } else {
-                plan
-            };
-            if plan == u64::MAX {
-                // Nothing pending: a producer wakes us (`Shared::unpark_worker`).
-                this.sleep = None;
-                this.armed = u64::MAX;
-                return Poll::Pending;
-            }
-            if this.armed != plan || this.sleep.is_none() {
-                let at = this.end_of(plan);
-                let sleep = (this.sleep_until)(at);
-                match &mut this.sleep {
-                    Some(slot) => slot.set(sleep),
-                    None => this.sleep = Some(Box::pin(sleep)),
-                }
-                this.armed = plan;
-            }
-            let sleep = this.sleep.as_mut().expect("armed just above");
-            if sleep.as_mut().poll(cx).is_pending() {
-                return Poll::Pending;
-            }
-            this.armed = u64::MAX;
-        }
+        Poll::Pending
     }
 }
 
 impl<F, S> Drop for Drive<F, S> {
     /// Hands the ticks back to the worker thread.
     fn drop(&mut self) {
-        let mut control = lock(&self.shared.control);
+        let mut control = lock(&self.inner.shared.control);
         control.drivers -= 1;
         if control.drivers == 0 {
             control.driver_waker = None;
@@ -160,8 +279,6 @@ impl<F, S> Drop for Drive<F, S> {
 
 impl<F, S> fmt::Debug for Drive<F, S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Drive")
-            .field("armed_tick", &self.armed)
-            .finish_non_exhaustive()
+        f.debug_struct("Drive").finish_non_exhaustive()
     }
 }

@@ -527,8 +527,8 @@ macro_rules! drive_methods {
             /// ```
             pub fn drive<F, S>(&self, sleep_until: F) -> Drive<F, S>
             where
-                F: FnMut(std::time::Instant) -> S + Unpin,
-                S: std::future::Future<Output = ()>,
+                F: FnMut(std::time::Instant) -> S + Send + 'static,
+                S: std::future::Future<Output = ()> + Send + 'static,
             {
                 Drive::new(&self.shared, sleep_until)
             }
