@@ -2,8 +2,8 @@
 //!
 //! Owns [`TimeoutLayer`], [`TimeoutService`], [`ResponseFuture`] and [`Elapsed`]. Each call's
 //! deadline is a [`Deadline`] around the inner service's response future:
-//! scheduled when the call is made, cancelled when the response future completes or is
-//! dropped. Touches only the crate's public futures.
+//! scheduled when the response future is first polled and pending (never, for a response
+//! ready at once), cancelled when it completes or is dropped. Touches only the crate's public futures.
 
 use crate::{Deadline, DeadlineError, TimerHandle};
 use std::fmt;
@@ -63,7 +63,8 @@ impl<S> tower_layer::Layer<S> for TimeoutLayer {
 /// A service whose responses fail with [`Elapsed`] when they take longer than the limit
 /// (`tower::timeout::Timeout`, on the wheel).
 ///
-/// `poll_ready` is the inner service's. A call's limit starts when the call is made; the
+/// `poll_ready` is the inner service's. A call's limit starts when its response future is
+/// first polled and found pending (as [`Deadline`]'s: never earlier than from the call); the
 /// inner service's errors pass through, boxed; a stopped timer fails the call with its
 /// [`TimerError`](crate::TimerError), boxed.
 ///
@@ -155,7 +156,10 @@ pin_project_lite::pin_project! {
     /// let timer = HashedWheelTimer::new(Duration::from_millis(1), 64);
     /// let inner = service_fn(|()| std::future::pending::<Result<(), std::convert::Infallible>>());
     /// let mut service = TimeoutService::new(inner, timer.handle(), Duration::from_secs(60));
-    /// let response = service.call(());
+    /// use std::future::Future;
+    /// let mut response = Box::pin(service.call(()));
+    /// let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    /// assert!(response.as_mut().poll(&mut cx).is_pending());
     /// assert_eq!(timer.pending_timeouts(), 1);
     /// drop(response); // the caller gave up: the timeout goes with it
     /// ```
