@@ -253,12 +253,14 @@ pin_project_lite::pin_project! {
     /// polls the inner future first, so a future that is ready by the deadline's poll wins.
     ///
     /// **Nothing is scheduled until the inner future is pending.** Making a `Deadline` reads
-    /// no clock and writes nothing the timer's other users share; a future that is ready at
-    /// its first poll (a response already there) completes without the timer ever hearing of
-    /// it. The first poll that finds the inner future pending schedules the deadline as a
-    /// [`Sleep`], with all its guarantees: dropping the `Deadline` (the request-timeout
-    /// pattern: the response came first) cancels its timeout; a stopped timer completes it
-    /// with [`DeadlineError::Timer`], as does a timer at its pending limit.
+    /// no clock and writes nothing the timer's other users share (but for a thread's first
+    /// deadline on a timer, which enters the timer in a process-wide table); a future that is
+    /// ready at its first poll (a response already there) completes without the timer ever
+    /// hearing of it. The first poll that finds the inner future pending schedules the
+    /// deadline as a [`Sleep`], with all its guarantees: dropping the `Deadline` (the
+    /// request-timeout pattern: the response came first) cancels its timeout; a stopped
+    /// timer completes it with [`DeadlineError::Timer`], as does a timer at its pending limit
+    /// or one dropped before the future was pending.
     ///
     /// **When the limit starts.** `timeout(limit, future)` counts `limit` from that first
     /// pending poll (pingora's lazy timeout), not from the call (tokio's `timeout`): the
@@ -460,7 +462,6 @@ mod timer_ref {
 /// Under loom (whose models run every thread on one, sharing thread locals) a deadline holds
 /// its timer: the models check the protocol, not the cost.
 #[cfg(loom)]
-#[derive(Debug)]
 struct TimerRef(Arc<Shared>);
 
 #[cfg(loom)]
