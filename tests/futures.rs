@@ -461,6 +461,42 @@ fn a_deadline_finds_its_timer_from_any_thread_or_reports_it_gone() {
     assert_eq!(other.pending_timeouts(), 1);
 }
 
+/// A thread that makes deadlines on more timers than it remembers, in turn: each deadline
+/// schedules on its own timer.
+#[test]
+fn deadlines_on_many_timers_in_turn_each_schedule_on_their_own() {
+    let timers: Vec<_> = (0..6).map(|_| manual()).collect();
+    let (_, waker) = counter();
+    let mut calls = Vec::new();
+    for round in 0..3 {
+        for (timer, _) in &timers {
+            calls.push(timer.timeout(Duration::from_secs(1), std::future::pending::<()>()));
+        }
+        if round == 1 {
+            // Polled from another thread, which remembers none of them.
+            calls = std::thread::spawn(move || {
+                let (_, here) = counter();
+                for call in &mut calls {
+                    assert_eq!(poll(call, &here), Poll::Pending);
+                }
+                calls
+            })
+            .join()
+            .unwrap();
+        }
+    }
+    for call in &mut calls {
+        assert_eq!(poll(call, &waker), Poll::Pending);
+    }
+    for (timer, _) in &timers {
+        assert_eq!(
+            timer.pending_timeouts(),
+            3,
+            "one deadline per round on each timer"
+        );
+    }
+}
+
 /// Tasks' and futures' timeouts take their states from two chunk cursors of one queue shard,
 /// interleaved in one batch: each still fires on its own tick, and the worker keeps the two
 /// kinds apart (a task runs, a future is woken).

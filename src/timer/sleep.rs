@@ -352,8 +352,9 @@ use timer_ref::TimerRef;
 /// timer's reference count, a cache line that every thread using the timer writes: the whole
 /// cost of a deadline whose future is ready at once. A `TimerRef` is a slot of a process-wide
 /// table of the timers that made deadlines (each held by a `Weak`, so the table keeps no timer
-/// alive) and the slot's generation; each thread remembers the last timer it made a deadline
-/// for and its slot, so making one is a thread-local read and a pointer comparison. The first
+/// alive) and the slot's generation; each thread remembers the last few timers it made
+/// deadlines for and their slots, so making one is a thread-local read and a pointer
+/// comparison. The first
 /// pending poll upgrades that thread's `Weak` (or, on another thread, the table's): the
 /// timer's count is touched only by a deadline that schedules anyway.
 #[cfg(not(loom))]
@@ -382,22 +383,49 @@ mod timer_ref {
     /// One slot per live timer that made a deadline; a dead timer's slot is reused.
     static SLOTS: Mutex<Vec<Slot>> = Mutex::new(Vec::new());
 
+    /// How many timers a thread remembers: a thread that makes deadlines on a few timers in
+    /// turn takes the table's lock only when it moves to yet another.
+    const REMEMBERED: usize = 4;
+
+    type Remembered = [Option<(TimerRef, Weak<Shared>)>; REMEMBERED];
+
     std::thread_local! {
-        /// The last timer this thread made a deadline for. The `Weak` keeps its allocation,
-        /// so its address is that timer's while it is cached: comparing addresses suffices.
-        static LAST: RefCell<Option<(TimerRef, Weak<Shared>)>> = const { RefCell::new(None) };
+        /// The timers this thread last made deadlines for, the latest first. Each `Weak` keeps
+        /// its timer's allocation, so an address here is that timer's while it is remembered:
+        /// comparing addresses suffices.
+        static LAST: RefCell<Remembered> = const { RefCell::new([const { None }; REMEMBERED]) };
     }
 
     impl TimerRef {
         #[inline]
         pub(super) fn new(shared: &Arc<Shared>) -> TimerRef {
-            let cached = LAST.try_with(|last| match &*last.borrow() {
+            // The latest alone on this path: it is the one nearly every deadline names.
+            let cached = LAST.try_with(|last| match &last.borrow()[0] {
                 Some((key, timer)) if std::ptr::eq(timer.as_ptr(), Arc::as_ptr(shared)) => {
                     Some(*key)
                 }
                 _ => None,
             });
             match cached {
+                Ok(Some(key)) => key,
+                _ => TimerRef::recall(shared),
+            }
+        }
+
+        /// One of the other timers remembered, moved to the front; or a new one.
+        #[cold]
+        fn recall(shared: &Arc<Shared>) -> TimerRef {
+            let recalled = LAST.try_with(|last| {
+                let mut last = last.borrow_mut();
+                let at = last.iter().position(|entry| {
+                    entry
+                        .as_ref()
+                        .is_some_and(|(_, timer)| std::ptr::eq(timer.as_ptr(), Arc::as_ptr(shared)))
+                })?;
+                last[..=at].rotate_right(1);
+                last[0].as_ref().map(|(key, _)| *key)
+            });
+            match recalled {
                 Ok(Some(key)) => key,
                 _ => TimerRef::register(shared),
             }
@@ -433,17 +461,24 @@ mod timer_ref {
                     generation: slots[index].generation,
                 }
             };
-            // Outside the table's lock: replacing the cached `Weak` may free a dead timer's
-            // allocation. (A thread whose locals are gone simply does not cache.)
-            let _ = LAST.try_with(|last| *last.borrow_mut() = Some((key, Arc::downgrade(shared))));
+            // Outside the table's lock: the oldest timer remembered goes, and dropping its `Weak`
+            // may free a dead timer's allocation. (A thread whose locals are gone does not
+            // remember.)
+            let _ = LAST.try_with(|last| {
+                let mut last = last.borrow_mut();
+                last.rotate_right(1);
+                last[0] = Some((key, Arc::downgrade(shared)));
+            });
             key
         }
 
         /// The timer, if it is still alive.
         pub(super) fn upgrade(self) -> Option<Arc<Shared>> {
-            let local = LAST.try_with(|last| match &*last.borrow() {
-                Some((key, timer)) if *key == self => Some(timer.upgrade()),
-                _ => None,
+            let local = LAST.try_with(|last| {
+                last.borrow()
+                    .iter()
+                    .flatten()
+                    .find_map(|(key, timer)| (*key == self).then(|| timer.upgrade()))
             });
             if let Ok(Some(found)) = local {
                 return found;
