@@ -354,9 +354,8 @@ use timer_ref::TimerRef;
 /// table of the timers that made deadlines (each held by a `Weak`, so the table keeps no timer
 /// alive) and the slot's generation; each thread remembers the last few timers it made
 /// deadlines for and their slots, so making one is a thread-local read and a pointer
-/// comparison. The first
-/// pending poll upgrades that thread's `Weak` (or, on another thread, the table's): the
-/// timer's count is touched only by a deadline that schedules anyway.
+/// comparison. The first pending poll upgrades that thread's `Weak` (or, on another thread,
+/// the table's): the timer's count is touched only by a deadline that schedules anyway.
 #[cfg(not(loom))]
 mod timer_ref {
     use crate::shared::Shared;
