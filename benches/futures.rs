@@ -1,22 +1,28 @@
 //! This crate's futures (`Sleep`, `Deadline`) against tokio's (`tokio::time::sleep`,
-//! `tokio::time::timeout`), in the same tokio runtime, printing RESULT lines as the other
-//! harnesses do (`impl=hashed-timer-wheel` and `impl=tokio`).
+//! `tokio::time::timeout`) and pingora's two timeouts (`pingora_timeout::tokio_timeout` and
+//! `fast_timeout`), in the same tokio runtime, printing RESULT lines as the other harnesses do
+//! (`impl=hashed-timer-wheel`, `tokio`, `pingora-tokio-timeout`, `pingora-fast-timeout`).
 //!
 //! - `request_timeout` (current-thread runtime) and `request_timeout_mt` (multi-thread, two
 //!   workers, two tasks): N calls of `timeout(5 s, response)`, where the response is pending
-//!   once (it wakes its task, as a reply from another task would) and then ready, so that both
-//!   timers register the deadline on the first poll and cancel it when the response wins: the
-//!   request-timeout pattern. `ns_per_call` is wall time per call; `cpu_ns_per_call` the
-//!   process's CPU time per call (this crate's worker thread frees the cancelled entries off
-//!   the caller's path; tokio does it inline); `allocs_per_call` the allocation calls. The
+//!   once (it wakes its task, as a reply from another task would) and then ready, so that
+//!   every timer registers the deadline on the first poll and cancels it when the response
+//!   wins: the request-timeout pattern. `ns_per_call` is wall time per call; `cpu_ns_per_call`
+//!   the process's CPU time per call (this crate's worker thread frees the cancelled entries
+//!   off the caller's path; tokio does it inline); `allocs_per_call` the allocation calls. The
 //!   same calls without a deadline run too (`impl=no-timer`): the executor's and the
 //!   response's share of each call.
+//! - `ready_timeout`, `ready_timeout_mt`: the same with a response that is there already
+//!   (ready at the first poll): what a deadline costs when it is never needed.
+//! - With `RUSTFLAGS="--cfg tokio_unstable"` the multi-thread workloads also run tokio's
+//!   `timeout` on a runtime with tokio's alternative timer (`impl=tokio-alt-timer`).
 //! - `pending_sleeps`: N sleeps due in 30-31 s, each polled once (registered) and held in a
 //!   `Vec<Pin<Box<_>>>`, as a service holding one per connection would; `bytes_per_sleep` is
 //!   every byte live on the heap per sleep, the `Vec`'s slot and the box included, once this
 //!   crate's worker has moved them into its wheel; `size_of` is the future's own size.
 //!
-//! The two run alternately within each repetition, and each figure is the median of REPS.
+//! The contenders run one after another within each repetition, and each figure is the
+//! median of REPS.
 //!
 //! ```text
 //! cargo bench --bench futures                          # everything, N = 1 000 000
@@ -40,12 +46,22 @@ static ALLOC: CountingAlloc = CountingAlloc;
 
 const OURS: &str = "hashed-timer-wheel";
 const TOKIO: &str = "tokio";
+const TOKIO_ALT: &str = "tokio-alt-timer";
+const PINGORA_TOKIO: &str = "pingora-tokio-timeout";
+const PINGORA_FAST: &str = "pingora-fast-timeout";
 const NO_TIMER: &str = "no-timer";
-const WORKLOADS: &[&str] = &["request_timeout", "request_timeout_mt", "pending_sleeps"];
+const WORKLOADS: &[&str] = &[
+    "request_timeout",
+    "request_timeout_mt",
+    "ready_timeout",
+    "ready_timeout_mt",
+    "pending_sleeps",
+];
 const LIMIT: Duration = Duration::from_secs(5);
 
 /// A response that arrives after one trip through the executor: pending once (waking its own
-/// task), then ready.
+/// task), then ready. `Response(true)` is there already: ready at the first poll.
+#[derive(Clone, Copy)]
 struct Response(bool);
 
 impl Future for Response {
@@ -81,12 +97,47 @@ fn process_cpu() -> Duration {
     Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
 }
 
-/// (ns per call, CPU ns per call, allocations per call) of `calls` tasks of `per_task` calls,
-/// spawned on `rt`, with `deadline` wrapping each response.
-fn calls<F, D>(rt: &tokio::runtime::Runtime, tasks: usize, per_task: usize, deadline: F) -> [f64; 3]
+/// Whether a call's response beat its deadline.
+trait Won {
+    fn won(self) -> bool;
+}
+
+impl<E> Won for Result<u64, E> {
+    fn won(self) -> bool {
+        matches!(self, Ok(1))
+    }
+}
+
+impl Won for u64 {
+    fn won(self) -> bool {
+        self == 1
+    }
+}
+
+/// A task of `per_task` calls of `$call` (a future whose output is [`Won`]), with `$bind`
+/// made once per task from `$init`: a call pays for its deadline and nothing else (no handle
+/// cloned per call).
+macro_rules! task {
+    ($($bind:ident = $init:expr),* ; $call:expr) => {
+        move |per_task: usize| {
+            $(let $bind = $init;)*
+            async move {
+                let mut ok = 0usize;
+                for _ in 0..per_task {
+                    ok += usize::from(black_box(Won::won($call.await)));
+                }
+                ok
+            }
+        }
+    };
+}
+
+/// (ns per call, CPU ns per call, allocations per call) of `tasks` tasks made by `task`, each
+/// of `per_task` calls, spawned on `rt`.
+fn calls<F, T>(rt: &tokio::runtime::Runtime, tasks: usize, per_task: usize, task: &F) -> [f64; 3]
 where
-    F: Fn() -> D + Send + Sync + Clone + 'static,
-    D: Future<Output = bool> + Send,
+    F: Fn(usize) -> T,
+    T: Future<Output = usize> + Send + 'static,
 {
     let n = tasks * per_task;
     rt.block_on(async {
@@ -94,18 +145,7 @@ where
         tokio::time::sleep(Duration::from_millis(20)).await;
         let counting = Counting::start();
         let (t0, c0) = (Instant::now(), process_cpu());
-        let handles: Vec<_> = (0..tasks)
-            .map(|_| {
-                let deadline = deadline.clone();
-                tokio::spawn(async move {
-                    let mut ok = 0usize;
-                    for _ in 0..per_task {
-                        ok += usize::from(black_box(deadline().await));
-                    }
-                    ok
-                })
-            })
-            .collect();
+        let handles: Vec<_> = (0..tasks).map(|_| tokio::spawn(task(per_task))).collect();
         let mut ok = 0;
         for h in handles {
             ok += h.await.expect("a task");
@@ -117,47 +157,77 @@ where
     })
 }
 
-fn request_timeout(rt: &tokio::runtime::Runtime, tasks: usize, n: usize, reps: usize, name: &str) {
+/// One contender: its name and a run of its calls.
+type Contender<'a> = (&'static str, Box<dyn Fn() -> [f64; 3] + 'a>);
+
+/// `timeout(5 s, response)` by every contender on `rt` (and tokio's alternative timer on
+/// `alt`, a runtime of its own), alternating within each of `reps` repetitions.
+fn request_timeout(
+    rt: &tokio::runtime::Runtime,
+    alt: Option<&tokio::runtime::Runtime>,
+    tasks: usize,
+    n: usize,
+    reps: usize,
+    name: &str,
+) {
+    let ready = name.starts_with("ready");
+    let per_task = n / tasks;
     let timer = timer();
     let handle = timer.handle();
-    let ours = move || {
-        let handle = handle.clone();
-        async move { handle.timeout(LIMIT, Response(false)).await.is_ok() }
-    };
-    let tokio = || async { tokio::time::timeout(LIMIT, Response(false)).await.is_ok() };
+    let ours = task!(h = handle.clone(); h.timeout(LIMIT, Response(ready)));
+    let tokio = task!(; tokio::time::timeout(LIMIT, Response(ready)));
+    let pingora_tokio = task!(; pingora_timeout::tokio_timeout(LIMIT, Response(ready)));
+    let pingora_fast = task!(; pingora_timeout::fast_timeout::fast_timeout(LIMIT, Response(ready)));
     // The same calls with no deadline: what the executor and the response cost by themselves.
-    let bare = || async { Response(false).await == 1 };
-    // For profiles: `ONLY=hashed-timer-wheel` (or `tokio`) runs that one alone, printing
-    // nothing.
+    let bare = task!(; Response(ready));
+    let mut contenders: Vec<Contender<'_>> = vec![
+        (OURS, Box::new(|| calls(rt, tasks, per_task, &ours))),
+        (TOKIO, Box::new(|| calls(rt, tasks, per_task, &tokio))),
+        (
+            PINGORA_TOKIO,
+            Box::new(|| calls(rt, tasks, per_task, &pingora_tokio)),
+        ),
+        (
+            PINGORA_FAST,
+            Box::new(|| calls(rt, tasks, per_task, &pingora_fast)),
+        ),
+        (NO_TIMER, Box::new(|| calls(rt, tasks, per_task, &bare))),
+    ];
+    if let Some(alt) = alt {
+        contenders.push((
+            TOKIO_ALT,
+            Box::new(move || calls(alt, tasks, per_task, &tokio)),
+        ));
+    }
+    // For profiles: `ONLY=hashed-timer-wheel` (or another contender's name) runs that one
+    // alone, printing nothing.
     if let Ok(only) = std::env::var("ONLY") {
-        for _ in 0..reps {
-            match only.as_str() {
-                OURS => black_box(calls(rt, tasks, n / tasks, ours.clone())),
-                _ => black_box(calls(rt, tasks, n / tasks, tokio)),
-            };
+        for (imp, run) in &contenders {
+            if *imp == only {
+                for _ in 0..reps {
+                    black_box(run());
+                }
+            }
         }
         return;
     }
     // Warm-up, then alternate.
-    calls(rt, tasks, n / tasks, ours.clone());
-    calls(rt, tasks, n / tasks, tokio);
-    let (mut a, mut b, mut c) = (Vec::new(), Vec::new(), Vec::new());
-    for _ in 0..reps {
-        a.push(calls(rt, tasks, n / tasks, ours.clone()));
-        b.push(calls(rt, tasks, n / tasks, tokio));
-        c.push(calls(rt, tasks, n / tasks, bare));
+    for (_, run) in &contenders {
+        run();
     }
-    for (imp, runs) in [(OURS, &a), (TOKIO, &b), (NO_TIMER, &c)] {
+    let mut runs = vec![Vec::new(); contenders.len()];
+    for _ in 0..reps {
+        for ((_, run), runs) in contenders.iter().zip(&mut runs) {
+            runs.push(run());
+        }
+    }
+    for ((imp, _), runs) in contenders.iter().zip(&runs) {
         for (k, metric) in ["ns_per_call", "cpu_ns_per_call", "allocs_per_call"]
             .iter()
             .enumerate()
         {
-            result(
-                imp,
-                name,
-                metric,
-                median(&runs.iter().map(|r| r[k]).collect::<Vec<_>>()),
-            );
+            let values: Vec<f64> = runs.iter().map(|r: &[f64; 3]| r[k]).collect();
+            result(imp, name, metric, median(&values));
         }
     }
     drop(timer.stop());
@@ -219,25 +289,48 @@ fn pending_sleeps(n: usize) {
     drop(timer.stop());
 }
 
+/// tokio's alternative timer (per-worker wheels), for the multi-thread runs: built only with
+/// `RUSTFLAGS="--cfg tokio_unstable"` (tokio offers it nowhere else, and on multi-thread
+/// runtimes only).
+#[cfg(tokio_unstable)]
+fn alt_runtime() -> Option<tokio::runtime::Runtime> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_alt_timer()
+        .build()
+        .expect("a runtime");
+    Some(rt)
+}
+
+#[cfg(not(tokio_unstable))]
+fn alt_runtime() -> Option<tokio::runtime::Runtime> {
+    None
+}
+
 fn main() {
     let workload = common::selected_workload(WORKLOADS);
     let n = common::env_usize("N", 1_000_000);
     let reps = common::env_usize("REPS", 5);
     let picked = |w: &str| workload == "all" || workload == w;
-    if picked("request_timeout") {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_time()
-            .build()
-            .expect("a runtime");
-        request_timeout(&rt, 1, n, reps, "request_timeout");
+    for name in ["request_timeout", "ready_timeout"] {
+        if picked(name) {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_time()
+                .build()
+                .expect("a runtime");
+            request_timeout(&rt, None, 1, n, reps, name);
+        }
     }
-    if picked("request_timeout_mt") {
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_time()
-            .build()
-            .expect("a runtime");
-        request_timeout(&rt, 2, n, reps, "request_timeout_mt");
+    for name in ["request_timeout_mt", "ready_timeout_mt"] {
+        if picked(name) {
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_time()
+                .build()
+                .expect("a runtime");
+            let alt = alt_runtime();
+            request_timeout(&rt, alt.as_ref(), 2, n, reps, name);
+        }
     }
     if picked("pending_sleeps") {
         pending_sleeps(n);

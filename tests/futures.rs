@@ -322,6 +322,181 @@ fn deadline_yields_the_output_or_elapsed_and_cancels_its_timeout() {
     );
 }
 
+/// Nothing registers a deadline whose future is ready at its first poll: the timer never
+/// hears of it (no timeout pending, none cancelled, none expired, the worker never woken).
+#[test]
+fn a_deadline_ready_at_its_first_poll_schedules_nothing() {
+    let (timer, driver) = manual();
+    let (count, waker) = counter();
+    let mut ready = timer.timeout(Duration::from_secs(1), std::future::ready(7));
+    assert_eq!(timer.pending_timeouts(), 0, "made: nothing scheduled");
+    assert_eq!(poll(&mut ready, &waker), Poll::Ready(Ok(7)));
+    let mut at = timer.timeout_at(
+        Instant::now() + Duration::from_secs(1),
+        std::future::ready(8),
+    );
+    assert_eq!(poll(&mut at, &waker), Poll::Ready(Ok(8)));
+    // Made and dropped unpolled, or polled through a handle.
+    drop(timer.timeout(Duration::from_secs(1), std::future::pending::<()>()));
+    let handle = timer.handle();
+    let mut through_handle = handle.timeout(Duration::from_millis(5), std::future::ready(9));
+    assert_eq!(poll(&mut through_handle, &waker), Poll::Ready(Ok(9)));
+    assert_eq!(timer.pending_timeouts(), 0);
+    drop((ready, at, through_handle));
+    driver.advance(Duration::from_secs(2));
+    let stats = timer.stats();
+    assert_eq!(timer.pending_timeouts(), 0);
+    assert_eq!(
+        (stats.cancelled, stats.expired, stats.refused),
+        (0, 0, 0),
+        "nothing scheduled, so nothing cancelled or expired: {stats:?}"
+    );
+    assert_eq!(wakes(&count), 0);
+}
+
+/// A deadline's limit counts from the first poll that finds its future pending: never before
+/// the limit from then, at most a tick after; `timeout_at` keeps its instant.
+#[test]
+fn a_pending_deadline_fires_never_before_its_limit_from_its_first_pending_poll() {
+    let (timer, driver) = manual();
+    let (count, waker) = counter();
+    let (_tx, rx) = futures::channel::oneshot::channel::<u32>();
+    let mut call = timer.timeout(Duration::from_millis(30), rx);
+    // The call is made at 0; its first poll comes at 50 ms.
+    step_to(&driver, Duration::from_millis(50));
+    assert_eq!(
+        timer.pending_timeouts(),
+        0,
+        "not scheduled before it is pending"
+    );
+    assert_eq!(poll(&mut call, &waker), Poll::Pending);
+    assert_eq!(
+        timer.pending_timeouts(),
+        1,
+        "scheduled at the first pending poll"
+    );
+    let first_pending = driver.now();
+    let limit = first_pending + Duration::from_millis(30);
+    let ahead = call.deadline().saturating_duration_since(Instant::now());
+    assert!(ahead <= Duration::from_millis(30), "{ahead:?}");
+    while wakes(&count) == 0 {
+        assert!(
+            driver.now() < limit + TICK,
+            "not fired a tick after its limit"
+        );
+        assert_eq!(
+            poll(&mut call, &waker),
+            Poll::Pending,
+            "early at {:?}",
+            driver.now()
+        );
+        driver.advance(TICK);
+    }
+    assert!(driver.now() >= limit, "woken at {:?}", driver.now());
+    assert_eq!(
+        poll(&mut call, &waker),
+        Poll::Ready(Err(DeadlineError::Elapsed))
+    );
+    // `timeout_at`: the instant it was given (on the manual clock, counted from the call),
+    // even though its first pending poll comes later.
+    let (_tx, rx) = futures::channel::oneshot::channel::<u32>();
+    let made = driver.now();
+    let mut call = timer.timeout_at(Instant::now() + Duration::from_millis(30), rx);
+    driver.advance(Duration::from_millis(20));
+    assert_eq!(poll(&mut call, &waker), Poll::Pending);
+    let due = made + Duration::from_millis(30);
+    while driver.now() < due {
+        assert_eq!(poll(&mut call, &waker), Poll::Pending, "early");
+        driver.advance(TICK);
+    }
+    driver.advance(TICK);
+    assert_eq!(
+        poll(&mut call, &waker),
+        Poll::Ready(Err(DeadlineError::Elapsed)),
+        "at most a tick after its instant"
+    );
+}
+
+/// A deadline made on one thread and first polled on another finds its timer; one whose timer
+/// is gone before its future is pending completes with `Stopped`, and another timer made
+/// since (perhaps at the same address) is not mistaken for it.
+#[test]
+fn a_deadline_finds_its_timer_from_any_thread_or_reports_it_gone() {
+    let (timer, driver) = manual();
+    let (_tx, rx) = futures::channel::oneshot::channel::<u32>();
+    let mut call = timer.timeout(Duration::from_millis(20), rx);
+    let moved = std::thread::spawn(move || {
+        let (_, waker) = counter();
+        assert_eq!(poll(&mut call, &waker), Poll::Pending);
+        call
+    })
+    .join()
+    .unwrap();
+    assert_eq!(
+        timer.pending_timeouts(),
+        1,
+        "scheduled from the other thread"
+    );
+    drop(moved);
+    driver.advance(TICK);
+    assert_eq!(timer.pending_timeouts(), 0);
+    assert_eq!(timer.stats().cancelled, 1);
+
+    let (_, waker) = counter();
+    let orphan = timer.timeout(Duration::from_secs(1), std::future::pending::<()>());
+    drop((timer, driver));
+    let (other, _other_driver) = manual();
+    let mut other_call = other.timeout(Duration::from_secs(1), std::future::pending::<()>());
+    let mut orphan = orphan;
+    assert_eq!(
+        poll(&mut orphan, &waker),
+        Poll::Ready(Err(DeadlineError::Timer(TimerError::Stopped)))
+    );
+    assert_eq!(
+        other.pending_timeouts(),
+        0,
+        "not scheduled on the other timer"
+    );
+    assert_eq!(poll(&mut other_call, &waker), Poll::Pending);
+    assert_eq!(other.pending_timeouts(), 1);
+}
+
+/// A thread that makes deadlines on more timers than it remembers, in turn: each deadline
+/// schedules on its own timer.
+#[test]
+fn deadlines_on_many_timers_in_turn_each_schedule_on_their_own() {
+    let timers: Vec<_> = (0..6).map(|_| manual()).collect();
+    let (_, waker) = counter();
+    let mut calls = Vec::new();
+    for round in 0..3 {
+        for (timer, _) in &timers {
+            calls.push(timer.timeout(Duration::from_secs(1), std::future::pending::<()>()));
+        }
+        if round == 1 {
+            // Polled from another thread, which remembers none of them.
+            calls = std::thread::spawn(move || {
+                let (_, here) = counter();
+                for call in &mut calls {
+                    assert_eq!(poll(call, &here), Poll::Pending);
+                }
+                calls
+            })
+            .join()
+            .unwrap();
+        }
+    }
+    for call in &mut calls {
+        assert_eq!(poll(call, &waker), Poll::Pending);
+    }
+    for (timer, _) in &timers {
+        assert_eq!(
+            timer.pending_timeouts(),
+            3,
+            "one deadline per round on each timer"
+        );
+    }
+}
+
 /// Tasks' and futures' timeouts take their states from two chunk cursors of one queue shard,
 /// interleaved in one batch: each still fires on its own tick, and the worker keeps the two
 /// kinds apart (a task runs, a future is woken).

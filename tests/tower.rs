@@ -81,7 +81,16 @@ fn a_dropped_response_future_cancels_its_timeout() {
     let mut service = ServiceBuilder::new()
         .layer(TimeoutLayer::new(timer.handle(), Duration::from_secs(30)))
         .service(service_fn(never));
-    let calls: Vec<_> = (0..10).map(|i| service.call(i)).collect();
+    let waker = Waker::from(Arc::new(Counter::default()));
+    let mut calls: Vec<_> = (0..10).map(|i| Box::pin(service.call(i))).collect();
+    assert_eq!(
+        timer.pending_timeouts(),
+        0,
+        "nothing scheduled before a poll"
+    );
+    for call in &mut calls {
+        assert!(poll(call.as_mut(), &waker).is_pending());
+    }
     assert_eq!(timer.pending_timeouts(), 10);
     drop(calls);
     driver.advance(TICK);

@@ -2,9 +2,10 @@
 //!
 //! Owns [`TimeoutLayer`], [`TimeoutService`] and [`TimeoutResponseFuture`]. Each call's
 //! deadline is a [`Deadline`] around the inner service's response future: scheduled when the
-//! call is made, cancelled when the response future completes or is dropped. A call past its
-//! limit fails with tower's own `tower::timeout::error::Elapsed`, so that code written against
-//! `tower::timeout` matches it unchanged. Touches only the crate's public futures.
+//! response future is first polled and pending (never, for a response ready at once),
+//! cancelled when it completes or is dropped. A call past its limit fails with tower's own
+//! `tower::timeout::error::Elapsed`, so that code written against `tower::timeout` matches it
+//! unchanged. Touches only the crate's public futures.
 
 use super::StoppedTimer;
 use crate::{Deadline, DeadlineError, TimerHandle};
@@ -87,7 +88,8 @@ impl<S> Layer<S> for TimeoutLayer {
 /// A service whose responses fail with tower's own [`Elapsed`] when they take longer than the
 /// limit (`tower::timeout::Timeout`, on the wheel).
 ///
-/// `poll_ready` is the inner service's. A call's limit starts when the call is made; the
+/// `poll_ready` is the inner service's. A call's limit starts when its response future is
+/// first polled and found pending (as [`Deadline`]'s: never earlier than from the call); the
 /// inner service's errors pass through, boxed.
 ///
 /// A stopped timer (stopped, or its owner dropped) can keep no limit. Each poll of a call's
@@ -191,7 +193,10 @@ pin_project_lite::pin_project! {
     /// let timer = HashedWheelTimer::new(Duration::from_millis(1), 64);
     /// let inner = service_fn(|()| std::future::pending::<Result<(), std::convert::Infallible>>());
     /// let mut service = TimeoutService::new(inner, timer.handle(), Duration::from_secs(60));
-    /// let response = service.call(());
+    /// use std::future::Future;
+    /// let mut response = Box::pin(service.call(()));
+    /// let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    /// assert!(response.as_mut().poll(&mut cx).is_pending());
     /// assert_eq!(timer.pending_timeouts(), 1);
     /// drop(response); // the caller gave up: the timeout goes with it
     /// ```
