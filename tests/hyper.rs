@@ -230,3 +230,44 @@ fn now_agrees_with_the_timers_clock() {
     futures::executor::block_on(hyper_timer.sleep_until(at));
     assert!(Instant::now() >= at);
 }
+
+/// hyper pushes its header read timeout back on every request: a reset to a later deadline
+/// schedules nothing while the armed timeout is pending; the sleep completes at the new
+/// deadline, never before, after at most one early wake-up of the task (the old deadline's).
+#[test]
+fn a_reset_to_a_later_deadline_touches_the_wheel_once_per_period() {
+    use std::future::Future;
+    use std::task::{Context, Poll, Waker};
+    let (timer, driver) = HashedWheelTimer::builder()
+        .tick_duration(Duration::from_millis(1))
+        .build_manual()
+        .unwrap();
+    let hyper_timer = HyperTimer::new(timer.handle());
+    let mut cx = Context::from_waker(Waker::noop());
+    let mut sleep = hyper_timer.sleep(Duration::from_millis(15));
+    assert!(sleep.as_mut().poll(&mut cx).is_pending());
+    let start = Instant::now();
+    for i in 4..=100u64 {
+        // Each reset pushes the deadline on, from 16 ms to 40 ms on the manual clock.
+        hyper_timer.reset(&mut sleep, start + Duration::from_millis(15 + i / 4));
+    }
+    let scheduled = timer.stats();
+    assert_eq!(timer.pending_timeouts(), 1, "no timeout per reset");
+    let mut ready_at = None;
+    for ms in 1..=60u64 {
+        driver.advance(Duration::from_millis(1));
+        if sleep.as_mut().poll(&mut cx) == Poll::Ready(()) {
+            ready_at = Some(ms);
+            break;
+        }
+    }
+    let ready_at = ready_at.expect("the sleep completes");
+    assert!(
+        ready_at >= 40,
+        "never before the last reset's deadline: {ready_at} ms"
+    );
+    assert!(ready_at <= 42, "about a tick after it: {ready_at} ms");
+    // One timeout for the first period, one for the rest.
+    assert_eq!(timer.stats().expired - scheduled.expired, 2);
+    assert_eq!(timer.pending_timeouts(), 0);
+}

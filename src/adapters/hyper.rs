@@ -100,7 +100,7 @@ impl hyper::rt::Timer for HyperTimer {
         match sleep.as_mut().downcast_mut_pin::<HyperSleep>() {
             Some(ours) => {
                 STOPPED.check(&self.timer);
-                ours.get_mut().sleep.reset(new_deadline);
+                ours.get_mut().sleep.extend_or_reset(new_deadline);
             }
             // Another timer's sleep: replace it.
             None => *sleep = self.sleep_until(new_deadline),

@@ -56,6 +56,10 @@ pub struct Sleep {
     scheduled: Scheduled,
     /// Nanoseconds since the timer's origin.
     pub(super) deadline: u64,
+    /// The deadline of the timeout in `scheduled`: earlier than `deadline` after a `reset` to
+    /// a later deadline, which schedules nothing; the timeout's expiry then arms one for the
+    /// rest (tokio's timer extends an entry the same way).
+    armed_for: u64,
 }
 
 /// What scheduling a sleep's timeout gave.
@@ -79,6 +83,7 @@ impl Sleep {
         Sleep {
             scheduled: arm(shared, deadline, now),
             deadline,
+            armed_for: deadline,
         }
     }
 
@@ -125,7 +130,8 @@ impl Sleep {
     /// assert!(!timer.sleep(Duration::from_secs(5)).is_elapsed());
     /// ```
     pub fn is_elapsed(&self) -> bool {
-        matches!(&self.scheduled, Scheduled::Armed(timeout) if timeout.is_expired())
+        self.deadline <= self.armed_for
+            && matches!(&self.scheduled, Scheduled::Armed(timeout) if timeout.is_expired())
     }
 
     /// Moves the deadline to `deadline` (earlier or later), whether or not the sleep had
@@ -167,9 +173,31 @@ impl Sleep {
         self.rearm(&shared, now.saturating_add(duration_to_nanos(delay)), now);
     }
 
+    /// A reset for a caller that takes a spurious wake-up in its stride (hyper's timer): a
+    /// later deadline than the armed timeout's, while that timeout is pending, only moves
+    /// `deadline`; the timeout's expiry wakes the task, whose poll arms the rest of the wait.
+    /// So a timeout pushed back on every request (hyper's header read timeout) touches the
+    /// wheel once per period, not once per reset. [`Sleep::reset`] keeps its promise of no
+    /// wake-up before the new deadline.
+    pub(crate) fn extend_or_reset(&mut self, deadline: Instant) {
+        let shared = Arc::clone(self.shared());
+        let now = shared.clock.now_upper();
+        let deadline = shared.clock.nanos_at(deadline).max(now);
+        let pending = matches!(
+            &self.scheduled,
+            Scheduled::Armed(t) if !t.is_expired() && !t.is_cancelled()
+        );
+        if pending && deadline >= self.armed_for {
+            self.deadline = deadline;
+        } else {
+            self.rearm(&shared, deadline, now);
+        }
+    }
+
     pub(crate) fn rearm(&mut self, shared: &Arc<Shared>, deadline: u64, now: u64) {
         let old = std::mem::replace(&mut self.scheduled, arm(shared, deadline, now));
         self.deadline = deadline;
+        self.armed_for = deadline;
         if let Scheduled::Armed(old) = old {
             // Whether or not the cancel wins (the old timeout may have expired), the waker we
             // left there is ours to take: the task waiting on the old timeout now waits on the
@@ -206,10 +234,17 @@ fn arm(shared: &Arc<Shared>, deadline: u64, now: u64) -> Scheduled {
 impl Future for Sleep {
     type Output = Result<(), TimerError>;
 
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         match &self.scheduled {
             Scheduled::Armed(timeout) => match timeout.state.poll_end(cx.waker()) {
                 None => Poll::Pending,
+                Some(End::Expired) if self.deadline > self.armed_for => {
+                    // Reset to a later deadline meanwhile: the rest of the wait.
+                    let shared = Arc::clone(self.shared());
+                    let (deadline, now) = (self.deadline, shared.clock.now_upper());
+                    self.rearm(&shared, deadline, now);
+                    self.poll(cx)
+                }
                 Some(End::Expired) => Poll::Ready(Ok(())),
                 // Only `stop()` cancels a sleep's timeout: the sleep's own drop and `reset`
                 // are the only other cancels, and neither leaves it to be polled.
