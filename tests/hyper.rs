@@ -236,7 +236,6 @@ fn now_agrees_with_the_timers_clock() {
 /// deadline, never before, after at most one early wake-up of the task (the old deadline's).
 #[test]
 fn a_reset_to_a_later_deadline_touches_the_wheel_once_per_period() {
-    use std::future::Future;
     use std::task::{Context, Poll, Waker};
     let (timer, driver) = HashedWheelTimer::builder()
         .tick_duration(Duration::from_millis(1))

@@ -179,6 +179,7 @@ impl Sleep {
     /// So a timeout pushed back on every request (hyper's header read timeout) touches the
     /// wheel once per period, not once per reset. [`Sleep::reset`] keeps its promise of no
     /// wake-up before the new deadline.
+    #[cfg_attr(not(feature = "hyper"), allow(dead_code))]
     pub(crate) fn extend_or_reset(&mut self, deadline: Instant) {
         let shared = Arc::clone(self.shared());
         let now = shared.clock.now_upper();

@@ -35,12 +35,16 @@ pub(crate) fn run<J: Stored>(shared: Arc<Shared<J>>) {
         if shared.is_shutdown() {
             break;
         }
-        let wake = if shared.is_driven() {
-            // The driver may sleep past a plan this turn lowered: it is woken to plan again.
-            shared.unpark_worker(false);
-            if plan == u64::MAX && !watch_parked(&shared) {
+        let wake = if plan == u64::MAX {
+            // Parked with no deadline, also while no driver is attached: one may attach, and
+            // its turns then plan ticks the thread must watch over.
+            if !watch_parked(&shared) {
                 continue; // a driver's turn planned a tick meanwhile: watch over it
             }
+            plan
+        } else if shared.is_driven() {
+            // The driver may sleep past a plan this turn lowered: it is woken to plan again.
+            shared.unpark_worker(false);
             plan.saturating_add(DRIVEN_GRACE_TICKS)
         } else {
             plan
