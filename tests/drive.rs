@@ -200,3 +200,30 @@ fn a_drive_is_send_for_spawning() {
     let boxed: Pin<Box<dyn Future<Output = ()> + Send>> = Box::pin(drive);
     drop(boxed);
 }
+
+/// A driver dropped while its runtime goes on (its task aborted) frees itself at once: the
+/// runtime's sleeps it armed hold it as their waker, and it drops them.
+#[test]
+fn a_dropped_driver_frees_itself() {
+    let timer = timer();
+    let rt = runtime();
+    let token = Arc::new(());
+    let t = Arc::clone(&token);
+    let driving = rt.spawn(timer.drive(move |at| {
+        let _keep = &t;
+        tokio::time::sleep_until(at.into())
+    }));
+    rt.block_on(async {
+        // Busy ticks, so that the driver arms sleeps ahead; then work pending far away.
+        let sleeps: Vec<_> = (0..20).map(|i| timer.sleep(ms(i))).collect();
+        for sleep in sleeps {
+            sleep.await.unwrap();
+        }
+        let _pending = timer.sleep(Duration::from_secs(60));
+        driving.abort();
+        assert!(driving.await.unwrap_err().is_cancelled());
+        assert_eq!(Arc::strong_count(&token), 1, "the driver outlived its task");
+    });
+    // The ticks are the thread's again.
+    assert_eq!(thread_of_task(&timer, ms(5)), THREAD);
+}

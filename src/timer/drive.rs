@@ -219,7 +219,14 @@ where
         let near_the_end =
             self.shared.worker_tick() + REFILL > self.armed_until.load(Ordering::SeqCst);
         if plan.is_none() || near_the_end {
-            let task = lock(&self.state).task.clone();
+            // Not `lock`: a runtime's sleep may wake us from inside its own poll, under
+            // `state`; its holder then arms again (`again`).
+            let Some(state) = try_lock(&self.state) else {
+                self.again.store(true, Ordering::SeqCst);
+                return;
+            };
+            let task = state.task.clone();
+            drop(state);
             if let Some(task) = task {
                 task.wake();
             }
@@ -266,6 +273,10 @@ where
 impl<F, S> Drop for Drive<F, S> {
     /// Hands the ticks back to the worker thread.
     fn drop(&mut self) {
+        // The runtime's sleeps hold the driver as their waker: dropped here, or the driver
+        // would keep itself alive.
+        let sleeps = std::mem::take(&mut lock(&self.inner.state).sleeps);
+        drop(sleeps);
         let mut control = lock(&self.inner.shared.control);
         control.drivers -= 1;
         if control.drivers == 0 {
