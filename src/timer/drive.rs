@@ -8,7 +8,7 @@
 //! producers whose deadline is earlier than the plan wake the driver instead of the thread.
 
 use super::lifecycle;
-use crate::shared::{Shared, AWAKE};
+use crate::shared::{catch_user_panic, Shared, AWAKE};
 use crate::sync::{lock, try_lock, Arc, AtomicBool, AtomicU64, Mutex, Ordering};
 use std::collections::VecDeque;
 use std::fmt;
@@ -148,12 +148,22 @@ where
             let task = if done { state.task.take() } else { None };
             drop(state);
             if let Some(task) = task {
-                task.wake();
+                self.wake_task(task);
             }
             // A caller that found `state` held after our last look: run again for it.
             if done || !self.again.load(Ordering::SeqCst) {
                 return done;
             }
+        }
+    }
+
+    /// Wakes the `Drive`'s task: user code (the runtime's waker), whose panic is caught and
+    /// counted, as any (this may run inside the runtime's timer).
+    fn wake_task(&self, task: Waker) {
+        if !catch_user_panic(|| task.wake()) {
+            self.shared
+                .counters
+                .user_code_panicked("a driver's task waker");
         }
     }
 
@@ -228,7 +238,7 @@ where
             let task = state.task.clone();
             drop(state);
             if let Some(task) = task {
-                task.wake();
+                self.wake_task(task);
             }
         }
     }
