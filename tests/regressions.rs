@@ -301,7 +301,7 @@ fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
 }
 
 /// `ManualDriver::advance` (and `advance_to`) called from inside a task of the timer it drives
-/// took the worker's lock (`idle_worker`) again on the thread that held it, and hung for good.
+/// took the worker's lock (`worker`) again on the thread that held it, and hung for good.
 /// Both now panic at once with a message naming the mistake; the task's panic is caught as any
 /// task's, and the timer goes on. The scenario runs on a thread of its own, watched: a hang
 /// fails the test instead of hanging it.

@@ -5,8 +5,8 @@
 //! batches ([`batch`]), and the producer's half of every protocol: scheduling
 //! ([`Shared::schedule`]), cancelling ([`Shared::cancelled`]), the pending count and waking the
 //! worker. Touches `sync`, `clock`, `wheel` (its key bounds) and `error`; never the worker nor
-//! the owner, which sit above it: what they need to keep here (the worker while no thread runs
-//! it, how to run a user's task) is kept behind types this module defines ([`IdleWorker`],
+//! the owner, which sit above it: what they need to keep here (the worker, under the lock of
+//! its turns, how to run a user's task) is kept behind types this module defines ([`ErasedWorker`],
 //! [`Job`], [`Stored`]).
 //!
 //! Every type here is generic over `J`, what the timer stores per timeout: [`BoxedTask`] (a
@@ -269,10 +269,10 @@ pub(crate) fn drop_caught<T>(value: T) -> bool {
     !std::mem::needs_drop::<T>() || catch_user_panic(move || drop(value))
 }
 
-/// The worker while no thread runs it (before start, in manual mode, after stop), and what its
-/// thread returns. Its type belongs to the `worker` module, which this one does not import; the
-/// `timer` module (`timer::lifecycle`), which starts and stops it, takes it back as a `Worker`.
-pub(crate) type IdleWorker = Box<dyn std::any::Any + Send>;
+/// The worker, type-erased, as `Shared::worker` keeps it between turns. Its type belongs to the
+/// `worker` module, which this one does not import; the `timer` module (`timer::lifecycle`),
+/// which starts, drives and stops it, takes it back as a `Worker`.
+pub(crate) type ErasedWorker = Box<dyn std::any::Any + Send>;
 
 /// A cheap, cloneable reference to a timer, as returned by [`Timeout::timer`] and
 /// [`HashedWheelTimer::handle`].
@@ -400,7 +400,7 @@ pub(crate) struct Shared<J: crate::shared::sealed::TaskStorage = BoxedTask> {
     pub(crate) control: Mutex<Control>,
     /// The worker. Whoever runs a turn of it (the worker thread, a runtime's `Drive`, a
     /// `ManualDriver`) holds this lock for the turn, tasks included; `stop()` takes it out.
-    pub(crate) idle_worker: Mutex<Option<IdleWorker>>,
+    pub(crate) worker: Mutex<Option<ErasedWorker>>,
     /// The rest is the `timer` module's bookkeeping (`timer::lifecycle`). The worker thread's
     /// name.
     pub(crate) thread_name: String,
@@ -449,7 +449,7 @@ impl<J: Stored> Shared<J> {
         wheel_len: usize,
         max_pending: usize,
         clock: Clock,
-        worker: IdleWorker,
+        worker: ErasedWorker,
         thread_name: String,
         manual: bool,
     ) -> Shared<J> {
@@ -469,7 +469,7 @@ impl<J: Stored> Shared<J> {
             max_pending: max_pending.min(MAX_ENTRIES),
             clock,
             control: Mutex::new(Control::default()),
-            idle_worker: Mutex::new(Some(worker)),
+            worker: Mutex::new(Some(worker)),
             thread_name,
             manual,
             owner_dropped_in_task: AtomicBool::new(false),
@@ -507,7 +507,7 @@ impl<J: Stored> Shared<J> {
     }
 
     /// Whether the owner was dropped on the worker thread: then nobody will take the worker
-    /// out of `idle_worker`, and a `ManualDriver` drops it.
+    /// out of `worker`, and a `ManualDriver` drops it.
     pub(crate) fn owner_dropped_in_task(&self) -> bool {
         // Acquire: pairs with the Release in `mark_owner_dropped_in_task`.
         self.owner_dropped_in_task.load(Ordering::Acquire)

@@ -1,7 +1,7 @@
 //! The manual driver: a timer's worker run on the caller's thread, on a clock moved by hand,
 //! for deterministic tests.
 //!
-//! Owns [`ManualDriver`]. Uses the shared state (the clock, `Shared::idle_worker`), the worker
+//! Owns [`ManualDriver`]. Uses the shared state (the clock, `Shared::worker`), the worker
 //! (its `advance`) and the lifecycle's type erasure of the worker (`lifecycle::worker_mut`).
 
 use super::lifecycle;
@@ -83,12 +83,12 @@ impl<J: Stored> ManualDriver<J> {
     }
 
     /// Panics if this thread is the one advancing the timer (a task of the advance under way),
-    /// which holds `idle_worker` until its tasks have run: waiting for the lock here would
+    /// which holds `worker` until its tasks have run: waiting for the lock here would
     /// wait for ourselves. Another thread's advance is waited for as usual.
     #[track_caller]
     fn refuse_reentry(&self) {
         // The worker id is this thread's only while this thread runs an advance (set and
-        // cleared below, under `idle_worker`): no other thread can make it so.
+        // cleared below, under `worker`): no other thread can make it so.
         if self.shared.on_worker_thread() {
             panic!(
                 "ManualDriver::advance called from inside a task of the timer it drives: the \
@@ -99,9 +99,9 @@ impl<J: Stored> ManualDriver<J> {
     }
 
     fn advance_to_nanos(&self, nanos: u64) {
-        let mut idle = lock(&self.shared.idle_worker);
+        let mut idle = lock(&self.shared.worker);
         self.shared.clock.advance_to(nanos);
-        let Some(idle_worker) = idle.as_mut() else {
+        let Some(worker) = idle.as_mut() else {
             return; // stopped
         };
         if self.shared.is_shutdown() {
@@ -115,7 +115,7 @@ impl<J: Stored> ManualDriver<J> {
         if !self.shared.is_started() {
             return; // nothing scheduled yet
         }
-        let worker = lifecycle::worker_mut::<J>(idle_worker);
+        let worker = lifecycle::worker_mut::<J>(worker);
         self.shared.set_worker_id(Some(thread::current().id()));
         let now = self.shared.clock.now();
         worker.advance(&self.shared, now);

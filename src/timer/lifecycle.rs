@@ -1,15 +1,16 @@
 //! Starting and stopping: the lazy start of the worker thread, `stop()`, dropping the owner on
-//! the worker thread, and the process's live-timer count.
+//! the worker thread, the process's live-timer count, and a runtime driver's turn.
 //!
 //! Owns the moves of the shared run state (`INIT -> STARTED -> SHUTDOWN`, under the `control`
-//! lock) and the worker's hand-overs: from `Shared::idle_worker` to a thread, and back out of
-//! the thread (or `idle_worker`) at `stop()`, when what never ran is returned. While no thread
-//! runs it, the worker is kept type-erased (`shared::IdleWorker`, a `Box<dyn Any>`, because
-//! `shared` is below `worker`); only this module erases it and downcasts it back. Uses the
+//! lock) and the worker's place: in `Shared::worker`, under the lock each turn holds (the
+//! worker thread's, a runtime driver's, a `ManualDriver`'s), taken out at `stop()`, when what
+//! never ran is returned. It is kept type-erased there (`shared::ErasedWorker`, a
+//! `Box<dyn Any>`, because `shared` is below `worker`); only this module erases it and
+//! downcasts it back. Uses the
 //! shared state, the worker (to spawn, join and drain it) and the public `Timeout`.
 
 use crate::shared::cells::TimeoutState;
-use crate::shared::{IdleWorker, Shared, Stored};
+use crate::shared::{ErasedWorker, Shared, Stored};
 use crate::sync::{lock, process, thread, try_lock, Arc, Ordering};
 use crate::worker::{self, Worker};
 use crate::{Timeout, TimerError};
@@ -43,22 +44,22 @@ fn uncount<J: Stored>(shared: &Shared<J>) {
     }
 }
 
-/// The worker, type-erased, as `Shared::idle_worker` keeps it.
-pub(super) fn erase_worker<J: Stored>(worker: Worker<J>) -> IdleWorker {
+/// The worker, type-erased, as `Shared::worker` keeps it.
+pub(super) fn erase_worker<J: Stored>(worker: Worker<J>) -> ErasedWorker {
     Box::new(worker)
 }
 
-/// The worker back from `Shared::idle_worker` (only this module puts one there).
-pub(super) fn worker_from<J: Stored>(idle: IdleWorker) -> Worker<J> {
+/// The worker back from `Shared::worker` (only this module puts one there).
+pub(super) fn worker_from<J: Stored>(idle: ErasedWorker) -> Worker<J> {
     *idle
         .downcast::<Worker<J>>()
-        .expect("`Shared::idle_worker` holds only this timer's worker")
+        .expect("`Shared::worker` holds only this timer's worker")
 }
 
-/// The worker in `Shared::idle_worker`, borrowed.
-pub(super) fn worker_mut<J: Stored>(idle: &mut IdleWorker) -> &mut Worker<J> {
+/// The worker in `Shared::worker`, borrowed.
+pub(super) fn worker_mut<J: Stored>(idle: &mut ErasedWorker) -> &mut Worker<J> {
     idle.downcast_mut::<Worker<J>>()
-        .expect("`Shared::idle_worker` holds only this timer's worker")
+        .expect("`Shared::worker` holds only this timer's worker")
 }
 
 /// A timeout that never ran, ended (see `TimeoutState::cancel_never_run`): its handle, for
@@ -80,7 +81,7 @@ pub(super) fn start_slow<J: Stored>(shared: &Arc<Shared<J>>) -> Result<(), Timer
     }
     if !shared.manual {
         {
-            let mut held = lock(&shared.idle_worker);
+            let mut held = lock(&shared.worker);
             let idle = held.as_mut().expect("an unstarted timer holds its worker");
             worker_mut::<J>(idle).set_tick(shared.clock.now() / shared.tick_nanos);
         }
@@ -120,7 +121,7 @@ pub(super) fn stop<J: Stored>(shared: &Arc<Shared<J>>) -> Result<Vec<Timeout<J>>
         let _ = join.join();
     }
     // Waits for a turn under way (a runtime's driver, a `ManualDriver`).
-    let worker = lock(&shared.idle_worker).take();
+    let worker = lock(&shared.worker).take();
     let mut out = Vec::new();
     if let Some(worker) = worker {
         let mut worker = worker_from::<J>(worker);
@@ -177,7 +178,7 @@ pub(super) fn drive_turn<J: Stored>(shared: &Arc<Shared<J>>) -> Option<u64> {
     if shared.manual || shared.is_shutdown() {
         return None;
     }
-    let Some(mut held) = try_lock(&shared.idle_worker) else {
+    let Some(mut held) = try_lock(&shared.worker) else {
         // Another turn is under way (the worker thread's): its plan, once published.
         return Some(shared.plan());
     };

@@ -7,7 +7,7 @@
 //! plan), the wheel and `sync`; never the owner (`timer`), which starts, drives and stops it.
 //!
 //! # Ground rules
-//! The `Worker` (and its wheel) lives in `Shared::idle_worker`, and one thread at a time runs a
+//! The `Worker` (and its wheel) lives in `Shared::worker`, and one thread at a time runs a
 //! turn of it under that lock: the worker thread, a runtime's `Drive`, or a `ManualDriver`'s
 //! caller; `stop()` takes it out after the join. It reads the queues and `Shared`'s atomics; it
 //! never blocks on a producer.
@@ -819,7 +819,7 @@ mod tests {
     /// Spare chunks: (the worker's, the shards' cursors').
     fn spares(timer: &HashedWheelTimer) -> (usize, usize) {
         let shared = &timer.shared;
-        let worker = crate::sync::lock(&shared.idle_worker);
+        let worker = crate::sync::lock(&shared.worker);
         let worker = worker
             .as_ref()
             .and_then(|w| w.downcast_ref::<Worker>())
@@ -907,7 +907,7 @@ mod tests {
         driver.advance(TICK * 3);
         assert_eq!(timer.pending_timeouts(), 0);
         let table = |timer: &HashedWheelTimer| {
-            let worker = crate::sync::lock(&timer.shared.idle_worker);
+            let worker = crate::sync::lock(&timer.shared.worker);
             let worker = worker
                 .as_ref()
                 .and_then(|w| w.downcast_ref::<Worker>())

@@ -23,7 +23,7 @@ pub(crate) fn run<J: Stored>(shared: Arc<Shared<J>>) {
     tighten_timer_slack(shared.tick_nanos);
     loop {
         let plan = {
-            let mut held = lock(&shared.idle_worker);
+            let mut held = lock(&shared.worker);
             let Some(worker) = held.as_mut().and_then(|w| w.downcast_mut::<Worker<J>>()) else {
                 break; // taken by `stop()`
             };
@@ -58,7 +58,7 @@ pub(crate) fn run<J: Stored>(shared: Arc<Shared<J>>) {
     if shared.owner_dropped_in_task() {
         // Nobody calls `stop()` to take the worker: drop it here (outside the lock), with what
         // it holds.
-        let worker = lock(&shared.idle_worker).take();
+        let worker = lock(&shared.worker).take();
         drop(worker);
     }
 }
