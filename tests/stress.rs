@@ -483,3 +483,37 @@ fn interleaved_producers_keep_each_timeout_its_own_state() {
         }
     }
 }
+
+/// Under a pending limit far above what is pending, `new_timeout` refused now and then with
+/// `TooManyPending { pending: ~2^64, .. }`: it read the running total of accepted timeouts, then
+/// that of ended ones, and when the worker had ended more in between than were pending, the
+/// difference wrapped. Producers that schedule and cancel at once keep almost nothing pending,
+/// so the worker's ends overtake a stale total often.
+#[test]
+fn a_pending_limit_never_refuses_below_it_while_the_worker_ends_timeouts() {
+    let timer = HashedWheelTimer::builder()
+        .tick_duration(Duration::from_millis(1))
+        .max_pending_timeouts(1_000_000)
+        .build()
+        .unwrap();
+    let refused = AtomicUsize::new(0);
+    thread::scope(|s| {
+        for _ in 0..2 {
+            s.spawn(|| {
+                for _ in 0..200_000 {
+                    match timer.new_timeout(|_: &Timeout| {}, Duration::ZERO) {
+                        Ok(t) => {
+                            t.cancel();
+                        }
+                        Err(e) => {
+                            refused.fetch_add(1, SeqCst);
+                            panic!("refused with {} pending: {e:?}", timer.pending_timeouts());
+                        }
+                    }
+                }
+            });
+        }
+    });
+    assert_eq!(refused.load(SeqCst), 0);
+    timer.stop();
+}

@@ -631,7 +631,7 @@ impl<J: Stored> Shared<J> {
         // means (a task's side effect, a join). A stale `ended` only refuses more eagerly.
         let mut cur = self.accepted.load(Ordering::Relaxed);
         loop {
-            let pending = cur.wrapping_sub(self.ended.load(Ordering::Relaxed));
+            let pending = pending_between(cur, self.ended.load(Ordering::Relaxed));
             if pending >= self.max_pending {
                 return Err(self.too_many(pending));
             }
@@ -656,7 +656,7 @@ impl<J: Stored> Shared<J> {
         // Relaxed: see `reserve_limited`.
         let mut cur = self.accepted.load(Ordering::Relaxed);
         loop {
-            let pending = cur.wrapping_sub(self.ended.load(Ordering::Relaxed));
+            let pending = pending_between(cur, self.ended.load(Ordering::Relaxed));
             let keys_left = MAX_ENTRIES.saturating_sub(pending);
             if keys_left == 0 {
                 // The wheel's key space (2^27 - 1 entries, ~6 GB of them): never reached in
@@ -793,7 +793,7 @@ impl<J: Stored> Shared<J> {
         let credit = self.timeouts.fold_data(0, |sum, p| sum + p.credit);
         // Relaxed: see `reserve_limited`.
         let accepted = self.accepted.load(Ordering::Relaxed);
-        accepted.wrapping_sub(ended).saturating_sub(credit)
+        pending_between(accepted, ended).saturating_sub(credit)
     }
 
     /// The worker's running total of timeouts it has ended (expired, or cancelled and
@@ -855,5 +855,17 @@ impl Shared {
     ) -> Result<TimeoutState, TimerError> {
         self.push::<WITH_HANDLE>(BoxedTask::new(WakeJob), deadline, now, OnExpiry::WakeFuture)
             .map(|state| state.expect("a state for the handle"))
+    }
+}
+
+/// Timeouts accepted and not ended, from two running totals read one after the other: `ended`,
+/// read after `accepted`, may have moved past it (timeouts accepted and ended in between). That
+/// counts as none pending, not as a count wrapped to nearly `usize::MAX`.
+fn pending_between(accepted: usize, ended: usize) -> usize {
+    let pending = accepted.wrapping_sub(ended);
+    if pending > usize::MAX / 2 {
+        0
+    } else {
+        pending
     }
 }
