@@ -194,8 +194,7 @@
 //! [`Builder::build_manual`] gives a timer with no thread and a [`ManualDriver`] that moves its
 //! clock: tests run due tasks deterministically, with no sleeps.
 #![warn(missing_docs)]
-// The two exceptions allow it: `hint` (prefetch instructions) and `shared::small_task` (a task's
-// words stored in place).
+// The one exception allows it: `shared::small_task` (a task's words stored in place).
 #![deny(unsafe_code)]
 
 // The modules, bottom up by layer, in the order of ARCHITECTURE.md's module table: each
@@ -205,8 +204,6 @@
 mod macros;
 // Concurrency primitives (std or loom) and the producers' queue.
 mod sync;
-// Cache hints.
-mod hint;
 // Time since a timer's origin.
 mod clock;
 // The error enums.

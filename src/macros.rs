@@ -21,24 +21,3 @@ macro_rules! cfg_not_tsc {
         )*
     };
 }
-
-/// Where `hint` asks for cache lines: x86-64, not under loom, Miri or SGX (no inline assembly
-/// or no CPUID there).
-macro_rules! cfg_prefetch {
-    ($($item:item)*) => {
-        $(
-            #[cfg(all(target_arch = "x86_64", not(loom), not(miri), not(target_env = "sgx")))]
-            $item
-        )*
-    };
-}
-
-/// Where `cfg_prefetch!` does not hold.
-macro_rules! cfg_not_prefetch {
-    ($($item:item)*) => {
-        $(
-            #[cfg(not(all(target_arch = "x86_64", not(loom), not(miri), not(target_env = "sgx"))))]
-            $item
-        )*
-    };
-}

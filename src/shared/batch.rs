@@ -10,7 +10,6 @@
 use super::cells::{CellRun, CellRunCursor, ChunkCursor, ChunkRef, SpareChunk, TimeoutState};
 use super::small_task::Word;
 use super::{sealed, BoxedTask, Enqueue, Shared, Stored};
-use crate::hint::WriteAhead;
 use crate::sync::{Arc, Batch};
 
 /// Timeouts on their way from producers to the worker: task and deadline of each, in two
@@ -76,13 +75,6 @@ impl<J: Stored> PendingBatch<J> {
         let at = self.tasks.len();
         let queued = task.enqueue(&mut self.words);
         let state = cursor.next_state::<HANDLE>(shared, shard, &mut self.runs, at);
-        // The worker's core read these buffers last: own their lines before the stores reach
-        // them (see `hint`).
-        if let Some(hint) = WriteAhead::get() {
-            hint.ahead(&self.tasks);
-            hint.ahead(&self.words);
-            hint.ahead(&self.deadlines);
-        }
         self.tasks.push(queued);
         self.deadlines.push(deadline);
         state
