@@ -308,7 +308,8 @@ enum Buffers {
 ///
 /// A lock-free queue that allocates blocks (crossbeam's `SegQueue`) has the producer allocate
 /// what the worker frees, on another thread; these buffers move whole instead, and the locks
-/// are held for a push (`benches/README.md` has the comparison). Producers on different threads
+/// are held for a push (`docs/performance.md`, "Sharded producer queue"; `benches/README.md`,
+/// "Tried and dropped", has `SegQueue`). Producers on different threads
 /// use different shards.
 pub(crate) struct Queue<B, S = ()> {
     /// Each producer thread pushes to one shard (so its pushes stay in order), chosen round

@@ -515,5 +515,8 @@ fn a_pending_limit_never_refuses_below_it_while_the_worker_ends_timeouts() {
         }
     });
     assert_eq!(refused.load(SeqCst), 0);
-    assert!(timer.stop().unwrap().is_empty(), "every timeout was cancelled");
+    assert!(
+        timer.stop().unwrap().is_empty(),
+        "every timeout was cancelled"
+    );
 }

@@ -7,7 +7,8 @@
 //!
 //! # The producers' clock
 //! `new_timeout` needs the time to compute a deadline, and reading the monotonic clock
-//! (`clock_gettime` through the vDSO) is a large part of the call (`benches/README.md`). Where
+//! (`clock_gettime` through the vDSO) is a large part of the call (`docs/performance.md`, "TSC
+//! clock for producers"). Where
 //! the kernel itself keeps time with the TSC, producers read the TSC instead (through `quanta`)
 //! and interpolate from an anchor: a pair (monotonic time, TSC) taken by the same thread at most
 //! 1 ms earlier. The result is rounded *up* by a margin that covers the TSC's calibration error,

@@ -244,8 +244,8 @@ impl SmallTask {
     /// As `SmallTask::new(task).enqueue(words)`, with the task written straight into `words`:
     /// a task built first on the stack is then copied with reads wider than its fields were
     /// written (a 16-byte load of two 8-byte fields), and each such read waits for the stores
-    /// to reach the cache instead of taking its bytes from them (a failed store forward,
-    /// 18-25 % of `new_timeout`'s samples with a 16-byte closure).
+    /// to reach the cache instead of taking its bytes from them (a failed store forward; see
+    /// `docs/performance.md`, "Tasks of up to 32 bytes in place").
     #[inline]
     pub(crate) fn enqueue_fresh<F: Job>(task: F, words: &mut Vec<Word>) -> QueuedTask {
         if !InPlace::<F>::FITS {

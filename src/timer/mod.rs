@@ -247,8 +247,7 @@ macro_rules! scheduling_methods {
                 delay: Duration,
             ) -> Result<(), TimerError> {
                 // Built first, not queued `Fresh` as `new_timeout` does: through `Fresh` this
-                // call measured 21-32 ns, bimodal, where built it takes 25-27 (alternating runs
-                // of `schedule_detached`; `benches/README.md`, "Tried and dropped").
+                // call is slower and bimodal (`benches/README.md`, "Tried and dropped").
                 new_timeout_detached(&self.shared, BoxedTask::new(task), delay)
             }
         }
@@ -289,8 +288,8 @@ macro_rules! scheduling_methods {
             ///
             /// Exact whenever no other thread is scheduling at that moment; while others are,
             /// it may count a few of their timeouts early or late (as Netty's counter may).
-            /// Without a pending limit producers count in batches (see the performance notes
-            /// in `benches/README.md`), so this call takes a lock per queue shard: a statistic,
+            /// Without a pending limit producers count in batches (a row of the crate's
+            /// performance ledger), so this call takes a lock per queue shard: a statistic,
             /// not a hot-path call.
             ///
             /// ```
