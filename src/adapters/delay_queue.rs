@@ -32,7 +32,7 @@
 
 use super::StoppedTimer;
 use crate::clock::{duration_to_nanos, instant_after, Clock};
-use crate::wheel::{Wheel, MAX_ENTRIES};
+use crate::wheel::{Wheel, MAX_ENTRIES, NO_INDEX};
 use crate::{Sleep, TimerError, TimerHandle};
 use std::collections::VecDeque;
 use std::fmt;
@@ -44,8 +44,6 @@ use std::time::{Duration, Instant};
 /// Buckets of the queue's wheel: one far level's worth (entries further than 64 ticks wait in
 /// far slots, moved down once per level). 1.5 KB per queue.
 const BUCKETS: usize = 64;
-/// No slot (end of the free list).
-const NONE: u32 = u32::MAX;
 /// No fire tick armed.
 const UNARMED: u64 = u64::MAX;
 /// No clock reading behind a deadline (one given as an `Instant`): see
@@ -263,7 +261,7 @@ impl<T> DelayQueue<T> {
         let now = timer.shared.clock.now();
         DelayQueue {
             slots: Vec::with_capacity(capacity),
-            free: NONE,
+            free: NO_INDEX,
             len: 0,
             stamp: 0,
             wheel: Wheel::new_keyed(tick_nanos, BUCKETS),
@@ -377,7 +375,7 @@ impl<T> DelayQueue<T> {
     fn insert_nanos(&mut self, value: T, deadline: u64, read: u64) -> Key {
         let stamp = self.stamp;
         let slot = Slot::Waiting { stamp, value };
-        let index = if self.free == NONE {
+        let index = if self.free == NO_INDEX {
             let index = self.new_index();
             self.slots.push(slot);
             index
@@ -541,7 +539,7 @@ impl<T> DelayQueue<T> {
     fn emptied(&mut self) {
         self.sleep = None;
         self.armed = UNARMED;
-        self.free = NONE;
+        self.free = NO_INDEX;
         self.ready.clear();
         self.wheel.release_nodes();
         if let Some(waker) = self.waker.take() {
@@ -607,7 +605,7 @@ impl<T> DelayQueue<T> {
                 // An expired item goes back into the wheel; its key in `ready` goes stale.
                 let slot = &mut self.slots[key.index as usize];
                 if let Slot::Ready { stamp, value, .. } =
-                    std::mem::replace(slot, Slot::Vacant { next: NONE })
+                    std::mem::replace(slot, Slot::Vacant { next: NO_INDEX })
                 {
                     *slot = Slot::Waiting { stamp, value };
                 }
@@ -816,7 +814,7 @@ impl<T> DelayQueue<T> {
             self.wheel.expire(tick, now, |index, _, deadline| {
                 let slot = &mut slots[index as usize];
                 if let Slot::Waiting { stamp, value } =
-                    std::mem::replace(slot, Slot::Vacant { next: NONE })
+                    std::mem::replace(slot, Slot::Vacant { next: NO_INDEX })
                 {
                     *slot = Slot::Ready {
                         stamp,
@@ -978,7 +976,7 @@ impl<T> DelayQueue<T> {
         while matches!(self.slots.last(), Some(Slot::Vacant { .. })) {
             self.slots.pop();
         }
-        self.free = NONE;
+        self.free = NO_INDEX;
         for (index, slot) in self.slots.iter_mut().enumerate().rev() {
             if let Slot::Vacant { next } = slot {
                 *next = self.free;

@@ -19,7 +19,7 @@
 //! in the `timeouts` queue (the request-timeout pattern: schedule, then cancel on the response)
 //! costs that one compare-and-swap and nothing else.
 //!
-//! The state shares one `u32` with the entry's *wheel key*, its key in the wheel's slab (`NO_KEY`
+//! The state shares one `u32` with the entry's *wheel key*, its key in the wheel's slab (`NO_INDEX`
 //! while the entry is in the `timeouts` queue or gone): the worker sets the key in the same
 //! compare-and-swap that moves the state to `IN_WHEEL`, and clears it in the one that moves it to
 //! `EXPIRED` (or with a plain store once the state is the terminal `CANCELLED`: nobody else
@@ -59,7 +59,7 @@
 
 use super::{BoxedTask, Shared, Stored, TimerHandle};
 use crate::sync::{lock, Arc, AtomicU32, Mutex, Ordering};
-use crate::wheel::MAX_ENTRIES;
+use crate::wheel::NO_INDEX;
 use std::sync::PoisonError;
 use std::task::Waker;
 
@@ -68,8 +68,8 @@ const IN_WHEEL: u8 = 1;
 const CANCELLED: u8 = 2;
 const EXPIRED: u8 = 3;
 
-/// No wheel key (keys are below `MAX_ENTRIES`).
-pub(crate) const NO_KEY: u32 = MAX_ENTRIES as u32;
+/// The key bits of a word with no wheel key (`NO_INDEX` shifted in: all ones).
+const NO_KEY_BITS: u32 = NO_INDEX >> STATE_BITS;
 
 const STATE_BITS: u32 = 3;
 const STATE_MASK: u32 = (1 << STATE_BITS) - 1;
@@ -168,7 +168,7 @@ impl<J: Stored> Chunk<J> {
 #[inline]
 fn fresh_cells() -> [Cell; CHUNK] {
     std::array::from_fn(|_| Cell {
-        word: AtomicU32::new(word(NO_KEY, QUEUED)),
+        word: AtomicU32::new(word(NO_INDEX, QUEUED)),
     })
 }
 
@@ -648,21 +648,24 @@ impl Cell {
         // succeeds (it too takes the line exclusively).
         let cur = self.load();
         debug_assert!(matches!(state_of(cur), QUEUED | CANCELLED));
-        cur == word(NO_KEY, QUEUED) && self.transition(cur, word(key, IN_WHEEL)).is_ok()
+        cur == word(NO_INDEX, QUEUED) && self.transition(cur, word(key, IN_WHEEL)).is_ok()
     }
 
     /// IN_WHEEL -> EXPIRED (the wheel key cleared); the worker only. False if it was cancelled.
     #[inline]
     pub(crate) fn try_expire(&self) -> bool {
         let cur = self.load();
-        state_of(cur) == IN_WHEEL && self.transition(cur, word(NO_KEY, EXPIRED)).is_ok()
+        state_of(cur) == IN_WHEEL && self.transition(cur, word(NO_INDEX, EXPIRED)).is_ok()
     }
 
-    /// Worker only: the entry's wheel key (`NO_KEY` if none).
+    /// Worker only: the entry's wheel key (`NO_INDEX` if none).
     #[inline]
     pub(crate) fn wheel_key(&self) -> u32 {
         // Relaxed: the key bits are written only by the worker (a cancel copies them).
-        self.word.load(Ordering::Relaxed) >> STATE_BITS
+        match self.word.load(Ordering::Relaxed) >> STATE_BITS {
+            NO_KEY_BITS => NO_INDEX,
+            key => key,
+        }
     }
 
     /// Worker only, on a CANCELLED state whose entry it has removed from the wheel.
@@ -671,7 +674,7 @@ impl Cell {
         debug_assert_eq!(state_of(self.load()), CANCELLED);
         // Relaxed: the word is terminal, so no other thread writes it; readers only look at
         // the state bits, which do not change.
-        self.word.store(word(NO_KEY, CANCELLED), Ordering::Relaxed)
+        self.word.store(word(NO_INDEX, CANCELLED), Ordering::Relaxed)
     }
 
     fn state_name(&self) -> &'static str {

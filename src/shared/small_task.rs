@@ -38,6 +38,7 @@
 
 use super::cells::TimeoutState;
 use super::Job;
+use crate::wheel::NO_INDEX;
 use std::marker::PhantomData;
 use std::mem::{align_of, size_of, ManuallyDrop, MaybeUninit};
 use std::ptr;
@@ -317,8 +318,6 @@ impl ParkedTask {
 /// Slots per page of a slab (the slabs grow by pages, never by copying what they hold).
 const PAGE: usize = 1024;
 
-/// No free slot.
-const NO_FREE: u32 = u32::MAX;
 
 /// A slab of `N`-word slots, by pages, the free ones linked through their first word (so that
 /// freeing a slot writes only the slot, and nothing grows while tasks run).
@@ -328,7 +327,7 @@ struct WordSlab<const N: usize> {
     len: usize,
     /// Slots holding a task's words.
     live: usize,
-    /// The first free slot, or `NO_FREE`; each free slot's first word holds the next.
+    /// The first free slot, or `NO_INDEX`; each free slot's first word holds the next.
     free: u32,
 }
 
@@ -340,13 +339,13 @@ impl<const N: usize> WordSlab<N> {
             pages: Vec::new(),
             len: 0,
             live: 0,
-            free: NO_FREE,
+            free: NO_INDEX,
         }
     }
 
     #[inline]
     fn insert(&mut self, words: &[Word; WORDS]) -> u32 {
-        let key = if self.free != NO_FREE {
+        let key = if self.free != NO_INDEX {
             let key = self.free;
             // SAFETY: a free slot's first word was written by `release`, as a whole `u64`.
             let next = unsafe { self.slot(key)[0].assume_init() };

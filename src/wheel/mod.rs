@@ -48,8 +48,8 @@
 
 mod slab;
 
-use slab::{Node, Slab, NIL, PREV_MASK};
-pub(crate) use slab::{MAX_ENTRIES, MAX_TAG};
+use slab::{Node, Slab, PREV_MASK};
+pub(crate) use slab::{MAX_ENTRIES, MAX_TAG, NO_INDEX};
 
 /// The ends of a doubly linked list of nodes: a bucket's, or a far slot's.
 #[derive(Debug, Clone, Copy)]
@@ -59,8 +59,8 @@ struct List {
 }
 
 const EMPTY_LIST: List = List {
-    head: NIL,
-    tail: NIL,
+    head: NO_INDEX,
+    tail: NO_INDEX,
 };
 
 #[derive(Debug, Clone, Copy)]
@@ -214,7 +214,7 @@ impl<T> Wheel<T> {
         assert!(wheel_len.is_power_of_two() && tick_nanos > 0);
         Wheel {
             nodes: Slab::new(),
-            free: NIL,
+            free: NO_INDEX,
             buckets: Buckets::new(wheel_len),
             occupied: vec![0; wheel_len.div_ceil(64)].into_boxed_slice(),
             mask: wheel_len as u64 - 1,
@@ -287,7 +287,7 @@ impl<T> Wheel<T> {
         let tail = self.push_back(key, fire);
         self.nodes
             .put(key as usize, Node::new(item, tag, deadline, tail));
-        if tail != NIL {
+        if tail != NO_INDEX {
             self.nodes[tail as usize].next = key;
         }
         self.len += 1;
@@ -298,17 +298,17 @@ impl<T> Wheel<T> {
     #[inline]
     fn link(&mut self, key: u32, fire: u64) {
         let tail = self.push_back(key, fire);
-        if tail != NIL {
+        if tail != NO_INDEX {
             self.nodes[tail as usize].next = key;
         }
         let node = &mut self.nodes[key as usize];
         node.set_prev(tail);
-        node.next = NIL;
+        node.next = NO_INDEX;
     }
 
     /// Makes `key` (firing on tick `fire`) the tail of its bucket, or of its far slot if its
     /// round is past the horizon (allocating the far slots with the first): the list's ends,
-    /// occupancy and least fire tick. Returns the old tail (`NIL` for none), which the caller
+    /// occupancy and least fire tick. Returns the old tail (`NO_INDEX` for none), which the caller
     /// links to `key` and `key` back to.
     #[inline]
     fn push_back(&mut self, key: u32, fire: u64) -> u32 {
@@ -318,7 +318,7 @@ impl<T> Wheel<T> {
             let bucket = self.buckets.get_mut(b);
             bucket.min_fire = bucket.min_fire.min(fire);
             let tail = std::mem::replace(&mut bucket.ends.tail, key);
-            if tail == NIL {
+            if tail == NO_INDEX {
                 bucket.ends.head = key;
                 self.occupied[b / 64] |= 1 << (b % 64);
             }
@@ -331,7 +331,7 @@ impl<T> Wheel<T> {
         }
         let list = &mut lists[slot];
         let tail = std::mem::replace(&mut list.tail, key);
-        if tail == NIL {
+        if tail == NO_INDEX {
             list.head = key;
             self.far_occupied[level] |= 1 << slot;
         }
@@ -433,7 +433,7 @@ impl<T> Wheel<T> {
             let mut cursor = self.list(b).head;
             *self.list_mut(b) = EMPTY_LIST;
             self.set_occupied(b, false);
-            while cursor != NIL {
+            while cursor != NO_INDEX {
                 let node = &self.nodes[cursor as usize];
                 let (next, fire) = (node.next, self.calculated(node.deadline));
                 self.link(cursor, fire);
@@ -468,17 +468,17 @@ impl<T> Wheel<T> {
     /// The key the next `insert` will return.
     #[inline]
     pub(crate) fn next_key(&self) -> u32 {
-        if self.free != NIL {
+        if self.free != NO_INDEX {
             self.free
         } else {
-            u32::try_from(self.nodes.len()).unwrap_or(NIL)
+            u32::try_from(self.nodes.len()).unwrap_or(NO_INDEX)
         }
     }
 
     #[inline]
     fn alloc(&mut self, item: T, tag: u8, deadline: u64) -> u32 {
-        let node = Node::new(item, tag, deadline, NIL);
-        if self.free != NIL {
+        let node = Node::new(item, tag, deadline, NO_INDEX);
+        if self.free != NO_INDEX {
             let key = self.free;
             let slot = &mut self.nodes[key as usize];
             self.free = slot.next;
@@ -514,23 +514,23 @@ impl<T> Wheel<T> {
         node.next = self.free;
         node.prev_tag = PREV_MASK;
         self.free = key;
-        if prev != NIL {
+        if prev != NO_INDEX {
             self.nodes[prev as usize].next = next;
         }
-        if next != NIL {
+        if next != NO_INDEX {
             self.nodes[next as usize].set_prev(prev);
         }
-        if prev == NIL || next == NIL {
+        if prev == NO_INDEX || next == NO_INDEX {
             // A head or a tail: the bucket's ends change.
             let b = bucket.unwrap_or_else(|| self.bucket_of_end(key, deadline));
             let list = self.list_mut(b);
-            if prev == NIL {
+            if prev == NO_INDEX {
                 list.head = next;
             }
-            if next == NIL {
+            if next == NO_INDEX {
                 list.tail = prev;
             }
-            if list.head == NIL {
+            if list.head == NO_INDEX {
                 *list = EMPTY_LIST;
                 if b < self.buckets.len() {
                     self.buckets.get_mut(b).min_fire = u64::MAX;
@@ -551,7 +551,7 @@ impl<T> Wheel<T> {
         if !self.keyed {
             self.nodes = Slab::new();
         }
-        self.free = NIL;
+        self.free = NO_INDEX;
         self.clear_far();
     }
 
@@ -559,7 +559,7 @@ impl<T> Wheel<T> {
     pub(crate) fn release_nodes(&mut self) {
         debug_assert_eq!(self.len, 0);
         self.nodes = Slab::new();
-        self.free = NIL;
+        self.free = NO_INDEX;
     }
 
     /// The bucket of which `key` (whose deadline this is) is the head or the tail.
@@ -656,10 +656,10 @@ impl<T> Wheel<T> {
         let tick_nanos = self.tick_nanos;
         // The bucket holds something due: its page is allocated.
         let mut cursor = self.buckets.get(b).ends.head;
-        let mut kept = NIL;
+        let mut kept = NO_INDEX;
         let mut min_fire = u64::MAX;
         let mut taken = 0;
-        while cursor != NIL {
+        while cursor != NO_INDEX {
             let node = &mut self.nodes[cursor as usize];
             let next = node.next;
             let deadline = node.deadline;
@@ -678,7 +678,7 @@ impl<T> Wheel<T> {
                 let fire = if due { tick } else { deadline / tick_nanos };
                 min_fire = min_fire.min(fire);
                 node.set_prev(kept);
-                if kept == NIL {
+                if kept == NO_INDEX {
                     self.buckets.get_mut(b).ends.head = cursor;
                 } else {
                     self.nodes[kept as usize].next = cursor;
@@ -687,11 +687,11 @@ impl<T> Wheel<T> {
             }
             cursor = next;
         }
-        if kept == NIL {
+        if kept == NO_INDEX {
             *self.buckets.get_mut(b) = EMPTY_BUCKET;
             self.set_occupied(b, false);
         } else {
-            self.nodes[kept as usize].next = NIL;
+            self.nodes[kept as usize].next = NO_INDEX;
             let bucket = self.buckets.get_mut(b);
             bucket.ends.tail = kept;
             // The survivors set the bucket's lower bound of fire ticks.
@@ -755,11 +755,11 @@ impl<T> Wheel<T> {
     /// `visit`; the list is not empty.
     fn first_of(&self, b: usize, visit: u64) -> (u64, u32) {
         let mut cursor = self.list(b).head;
-        let mut best = (u64::MAX, u64::MAX, NIL);
-        while cursor != NIL {
+        let mut best = (u64::MAX, u64::MAX, NO_INDEX);
+        while cursor != NO_INDEX {
             let node = &self.nodes[cursor as usize];
             let fire = self.calculated(node.deadline).max(visit);
-            if (fire, node.deadline) < (best.0, best.1) || best.2 == NIL {
+            if (fire, node.deadline) < (best.0, best.1) || best.2 == NO_INDEX {
                 best = (fire, node.deadline, cursor);
             }
             cursor = node.next;
@@ -801,7 +801,7 @@ impl<T> Wheel<T> {
             }));
         }
         debug_assert_eq!(out.len(), self.len);
-        self.free = NIL;
+        self.free = NO_INDEX;
         self.len = 0;
         self.buckets.clear();
         if self.buckets.pages.len() == 1 {
@@ -847,8 +847,8 @@ mod tests {
         w.expire(3, 4 * MS, |i, tag, d| got.push((i, tag, d)));
         // The bucket is whole: from its head, each node is live and links back to the one
         // before; the last is its tail.
-        let (mut at, mut before, mut walked) = (w.list(3).head, NIL, 0);
-        while at != NIL {
+        let (mut at, mut before, mut walked) = (w.list(3).head, NO_INDEX, 0);
+        while at != NO_INDEX {
             let node = &w.nodes[at as usize];
             assert!(node.item.is_some() && node.prev() == before);
             (before, at) = (at, node.next);

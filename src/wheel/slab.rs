@@ -4,7 +4,9 @@
 //! Owns the node layout (32 bytes for the worker's entries: the `prev` link shares a word with
 //! a 5-bit tag) and the slab's growth. Touches nothing of the crate.
 
-pub(super) const NIL: u32 = u32::MAX;
+/// No index: the crate's one sentinel for "no key, no slot, no id" (the wheel's and the
+/// slabs' keys, the worker's chunk ids, a cell's wheel key).
+pub(crate) const NO_INDEX: u32 = u32::MAX;
 
 /// Bits of a key: keys are below `2^KEY_BITS - 1`, so that a node's `prev` link and a 5-bit tag
 /// share one `u32` (keeping a node at 32 bytes for the worker's entries).
@@ -30,29 +32,29 @@ pub(super) struct Node<T> {
 }
 
 impl<T> Node<T> {
-    /// A live node, the last of its list, after `prev` (`NIL` for none).
+    /// A live node, the last of its list, after `prev` (`NO_INDEX` for none).
     #[inline]
     pub(super) fn new(item: T, tag: u8, deadline: u64, prev: u32) -> Self {
         Node {
             item: Some(item),
             deadline,
-            // `NIL & PREV_MASK` is `PREV_MASK`, the tag's "none".
+            // `NO_INDEX & PREV_MASK` is `PREV_MASK`, the tag's "none".
             prev_tag: (u32::from(tag) << KEY_BITS) | (prev & PREV_MASK),
-            next: NIL,
+            next: NO_INDEX,
         }
     }
 
     #[inline]
     pub(super) fn prev(&self) -> u32 {
         match self.prev_tag & PREV_MASK {
-            PREV_MASK => NIL,
+            PREV_MASK => NO_INDEX,
             p => p,
         }
     }
 
     #[inline]
     pub(super) fn set_prev(&mut self, prev: u32) {
-        let p = if prev == NIL { PREV_MASK } else { prev };
+        let p = if prev == NO_INDEX { PREV_MASK } else { prev };
         self.prev_tag = (self.prev_tag & !PREV_MASK) | p;
     }
 
@@ -127,7 +129,7 @@ impl<T> Slab<T> {
                 item: None,
                 deadline: 0,
                 prev_tag: PREV_MASK,
-                next: NIL,
+                next: NO_INDEX,
             });
         }
         self.push(node);

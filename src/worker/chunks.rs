@@ -8,6 +8,7 @@
 use crate::shared::cells::{ChunkRef, SpareChunk, CHUNK, SPARE_CHUNKS};
 use crate::shared::{BoxedTask, Stored};
 use crate::sync::SHARDS;
+use crate::wheel::NO_INDEX;
 
 /// The chunks of the timeouts the worker holds, one reference each.
 ///
@@ -22,10 +23,10 @@ use crate::sync::SHARDS;
 pub(super) struct ChunkTable<J: crate::shared::sealed::TaskStorage = BoxedTask> {
     chunks: Vec<Option<ChunkRef<J>>>,
     /// Per id: the cells not settled yet while the id holds a chunk; the next free id (or
-    /// `NONE`) while it is free. Separate from `chunks` to keep the two at 12 bytes per chunk,
+    /// `NO_INDEX`) while it is free. Separate from `chunks` to keep the two at 12 bytes per chunk,
     /// not 16.
     meta: Vec<u32>,
-    /// The first free id, or `NONE`.
+    /// The first free id, or `NO_INDEX`.
     free: u32,
     /// Ids holding a chunk.
     pub(super) held: usize,
@@ -43,16 +44,15 @@ pub(super) struct ChunkTable<J: crate::shared::sealed::TaskStorage = BoxedTask> 
     pub(super) wake_spares: [Vec<SpareChunk<J>>; SHARDS],
 }
 
-const NONE: u32 = u32::MAX;
 
 impl<J: Stored> ChunkTable<J> {
     pub(super) fn new() -> ChunkTable<J> {
         ChunkTable {
             chunks: Vec::new(),
             meta: Vec::new(),
-            free: NONE,
+            free: NO_INDEX,
             held: 0,
-            latest: [[NONE; 2]; SHARDS],
+            latest: [[NO_INDEX; 2]; SHARDS],
             spares: std::array::from_fn(|_| Vec::new()),
             wake_spares: std::array::from_fn(|_| Vec::new()),
         }
@@ -85,7 +85,7 @@ impl<J: Stored> ChunkTable<J> {
         if known {
             return latest;
         }
-        let id = if self.free == NONE {
+        let id = if self.free == NO_INDEX {
             self.chunks.push(Some(chunk.clone()));
             self.meta.push(CHUNK_CELLS);
             u32::try_from(self.chunks.len() - 1).expect("fewer chunks than timeouts")

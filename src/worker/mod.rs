@@ -54,12 +54,12 @@ mod thread;
 pub(crate) use thread::{run, turn};
 
 use crate::shared::batch::PendingBatch;
-use crate::shared::cells::{ChunkRef, TimeoutState, NO_KEY};
+use crate::shared::cells::{ChunkRef, TimeoutState};
 use crate::shared::{
     catch_user_panic, sealed, BoxedTask, Counters, Executor, Shared, Stored, LATENESS_CLASSES,
 };
 use crate::sync::{Arc, Batch, Ordering};
-use crate::wheel::Wheel;
+use crate::wheel::{Wheel, NO_INDEX};
 use chunks::ChunkTable;
 use std::collections::VecDeque;
 
@@ -324,7 +324,7 @@ impl<J: Stored> Worker<J> {
         self.busy |= n > 0;
         for state in self.cancellations.drain(..) {
             let key = state.wheel_key();
-            if key != NO_KEY {
+            if key != NO_INDEX {
                 state.clear_wheel_key();
                 let (entry, _) = self.wheel.remove(key);
                 self.chunks.settle(J::chunk(&entry));
@@ -600,7 +600,7 @@ impl<J: Stored> Settle<'_, J> {
         } else {
             // Cancelled since the walk reached it (by a task of this bucket, or after this
             // tick's cancellations were processed): its entry on the cancellation queue ends
-            // it (finding NO_KEY); the task is dropped here.
+            // it (finding NO_INDEX); the task is dropped here.
             chunk.cell(idx).clear_wheel_key();
             self.shared.drop_task(J::unpark(entry, self.tasks));
             chunk
