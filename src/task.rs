@@ -168,19 +168,19 @@ impl<T: TypedTask> sealed::TaskStorage for T {
     }
 
     #[inline]
-    fn park(self, chunk: u32, _: &mut ()) -> sealed::Whole<T> {
+    fn into_entry(self, chunk: u32, _: &mut ()) -> sealed::Whole<T> {
         sealed::Whole { task: self, chunk }
     }
 
     #[inline]
-    fn unpark(entry: sealed::Whole<T>, _: &mut ()) -> T {
+    fn from_entry(entry: sealed::Whole<T>, _: &mut ()) -> T {
         entry.task
     }
 
     // `always`: in a large binary LLVM keeps this out of line, and the pair it returns then
     // goes through memory; inline, the task's run is part of the worker's loop.
     #[inline(always)]
-    fn run_parked(
+    fn run_entry(
         entry: sealed::Whole<T>,
         _: &mut (),
         state: TimeoutState<T>,

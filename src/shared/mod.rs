@@ -40,7 +40,7 @@ use crate::sync::{
 use crate::wheel::MAX_ENTRIES;
 use batch::{PendingBatch, ProducerShard};
 use cells::TimeoutState;
-use small_task::{ParkedTask, QueuedTask, SmallTask, TaskSlabs, Word};
+use small_task::{TaskEntry, QueuedTask, SmallTask, TaskSlabs, Word};
 use std::time::Duration;
 
 /// Pending-count credit a producer's shard takes at once when there is no pending limit (see
@@ -137,10 +137,10 @@ pub(crate) mod sealed {
     /// module's types are run without this module importing them).
     #[allow(unreachable_pub)]
     pub trait TaskStorage: Sized {
-        /// What the wheel holds per timeout: the task, parked, and the worker's id of the
+        /// What the wheel holds per timeout: the task (in place, or its words in the worker's store) and the worker's id of the
         /// chunk of its cell.
         type Entry: Send + 'static;
-        /// Where the worker keeps what of a parked task its entry does not hold.
+        /// Where the worker keeps what of a task its entry does not hold.
         type Store: Default + Send + 'static;
         /// What a queued batch holds per timeout (its words, if any, follow in the batch's
         /// vector of words).
@@ -159,20 +159,20 @@ pub(crate) mod sealed {
         fn run_stored(self, state: TimeoutState<Self>) -> (TimeoutState<Self>, bool);
 
         /// The wheel's entry for this task, whose cell is in chunk `chunk`.
-        fn park(self, chunk: u32, store: &mut Self::Store) -> Self::Entry;
+        fn into_entry(self, chunk: u32, store: &mut Self::Store) -> Self::Entry;
 
         /// The task of an entry taken out of the wheel.
-        fn unpark(entry: Self::Entry, store: &mut Self::Store) -> Self;
+        fn from_entry(entry: Self::Entry, store: &mut Self::Store) -> Self;
 
-        /// [`TaskStorage::unpark`], then [`TaskStorage::run_stored`], without moving the task in
+        /// [`TaskStorage::from_entry`], then [`TaskStorage::run_stored`], without moving the task in
         /// between.
-        fn run_parked(
+        fn run_entry(
             entry: Self::Entry,
             store: &mut Self::Store,
             state: TimeoutState<Self>,
         ) -> (TimeoutState<Self>, bool);
 
-        /// The chunk id an entry was parked with.
+        /// The chunk id an entry was made with.
         fn chunk(entry: &Self::Entry) -> u32;
     }
 
@@ -187,7 +187,7 @@ pub(crate) mod sealed {
 impl Stored for BoxedTask {}
 
 impl sealed::TaskStorage for BoxedTask {
-    type Entry = ParkedTask;
+    type Entry = TaskEntry;
     type Store = TaskSlabs;
     type Queued = QueuedTask;
 
@@ -207,26 +207,26 @@ impl sealed::TaskStorage for BoxedTask {
     }
 
     #[inline]
-    fn park(self, chunk: u32, store: &mut TaskSlabs) -> ParkedTask {
-        store.park(self.0, chunk)
+    fn into_entry(self, chunk: u32, store: &mut TaskSlabs) -> TaskEntry {
+        store.insert(self.0, chunk)
     }
 
     #[inline]
-    fn unpark(entry: ParkedTask, store: &mut TaskSlabs) -> BoxedTask {
-        BoxedTask(store.unpark(entry))
+    fn from_entry(entry: TaskEntry, store: &mut TaskSlabs) -> BoxedTask {
+        BoxedTask(store.remove(entry))
     }
 
     #[inline]
-    fn run_parked(
-        entry: ParkedTask,
+    fn run_entry(
+        entry: TaskEntry,
         store: &mut TaskSlabs,
         state: TimeoutState,
     ) -> (TimeoutState, bool) {
-        store.run_parked(entry, state)
+        store.run_entry(entry, state)
     }
 
     #[inline]
-    fn chunk(entry: &ParkedTask) -> u32 {
+    fn chunk(entry: &TaskEntry) -> u32 {
         entry.chunk()
     }
 }

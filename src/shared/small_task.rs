@@ -18,14 +18,14 @@
 //!    stored).
 //! 2. The value is consumed exactly once: by `vtable.run` (which moves it out), or by
 //!    `vtable.drop` (the `SmallTask`'s `Drop`), or moved whole into a slab
-//!    ([`TaskSlabs::park`], which forgets the `SmallTask`) and back out
-//!    ([`TaskSlabs::unpark`]). Only the words that `vtable.words` counts are copied: the rest
+//!    ([`TaskSlabs::insert`], which forgets the `SmallTask`) and back out
+//!    ([`TaskSlabs::remove`]). Only the words that `vtable.words` counts are copied: the rest
 //!    never held any byte of the value.
 //! 3. Queued, a task is its table ([`QueuedTask`]) and its words in the batch's vector of words,
 //!    in push order; the batch takes each out once, in that order, or drops it.
-//!    A slab slot holds a value exactly while a [`ParkedTask`] names it; `unpark` takes the
-//!    key by value, so a slot is read once. A `ParkedTask` dropped without `unpark` leaks its
-//!    value, never drops it twice: the worker unparks every task it takes out of the wheel.
+//!    A slab slot holds a value exactly while a [`TaskEntry`] names it; `remove` takes the
+//!    key by value, so a slot is read once. A `TaskEntry` dropped without `remove` leaks its
+//!    value, never drops it twice: the worker removes every task it takes out of the wheel.
 //! 4. Under unwinding the invariants hold too. A task's run catches its panic (`Job::run`),
 //!    and the worker drops tasks through `shared::drop_caught`, so user code does not unwind
 //!    through these functions; should anything unwind anyway, each path errs towards a leak,
@@ -207,7 +207,7 @@ impl SmallTask {
 impl Drop for SmallTask {
     fn drop(&mut self) {
         // SAFETY: the words hold the live task (invariant 1), dropped once, here: `run` and
-        // `TaskSlabs::park` take the task without running this (invariant 2).
+        // `TaskSlabs::insert` take the task without running this (invariant 2).
         unsafe { (self.vtable.drop)(self.words.as_mut_ptr()) }
     }
 }
@@ -295,19 +295,19 @@ impl SmallTask {
     }
 }
 
-/// A task parked in the worker's [`TaskSlabs`] while its timeout waits in the wheel: its table
+/// A task kept in the worker's [`TaskSlabs`] while its timeout waits in the wheel: its table
 /// and, if it has words, their key in the slab of its size class; with the chunk id of its
 /// timeout's cell, this is the wheel's entry for the timeout. 16 bytes.
 // `pub` in a crate-private module: the entry type of a public (sealed) trait's impl.
 #[derive(Debug)]
 #[allow(unreachable_pub)]
-pub struct ParkedTask {
+pub struct TaskEntry {
     vtable: &'static VTable,
     key: u32,
     chunk: u32,
 }
 
-impl ParkedTask {
+impl TaskEntry {
     /// The worker's id of the chunk of the timeout's cell.
     #[inline]
     pub(crate) fn chunk(&self) -> u32 {
@@ -394,7 +394,7 @@ impl<const N: usize> WordSlab<N> {
     }
 }
 
-/// The worker's store of the words of parked tasks (see [`ParkedTask`]), one slab per size
+/// The worker's store of the words of waiting tasks (see [`TaskEntry`]), one slab per size
 /// class; tasks of no words need none.
 #[allow(unreachable_pub)]
 pub struct TaskSlabs {
@@ -426,7 +426,7 @@ impl std::fmt::Debug for TaskSlabs {
 impl TaskSlabs {
     /// Moves `task`'s words into the slab of its class; `chunk` goes along with the key.
     #[inline]
-    pub(crate) fn park(&mut self, task: SmallTask, chunk: u32) -> ParkedTask {
+    pub(crate) fn insert(&mut self, task: SmallTask, chunk: u32) -> TaskEntry {
         let task = ManuallyDrop::new(task);
         // The words move to the slab (invariant 2): `task` is forgotten, never dropped.
         let key = match task.words() {
@@ -434,50 +434,50 @@ impl TaskSlabs {
             2 => self.two.insert(&task.words),
             _ => self.four.insert(&task.words),
         };
-        ParkedTask {
+        TaskEntry {
             vtable: task.vtable,
             key,
             chunk,
         }
     }
 
-    /// Takes a parked task's words back out of its slab.
+    /// Takes a waiting task's words back out of its slab.
     #[inline]
-    pub(crate) fn unpark(&mut self, parked: ParkedTask) -> SmallTask {
+    pub(crate) fn remove(&mut self, entry: TaskEntry) -> SmallTask {
         let mut words = [Word::uninit(); WORDS];
-        match parked.vtable.words {
+        match entry.vtable.words {
             0 => {}
-            2 => self.two.remove(parked.key, &mut words),
-            _ => self.four.remove(parked.key, &mut words),
+            2 => self.two.remove(entry.key, &mut words),
+            _ => self.four.remove(entry.key, &mut words),
         }
-        // The words are the ones `park` moved in under this key (invariant 3).
+        // The words are the ones `insert` moved in under this key (invariant 3).
         SmallTask {
-            vtable: parked.vtable,
+            vtable: entry.vtable,
             words,
             _send: PhantomData,
         }
     }
 
-    /// Runs a parked task where its words are (`unpark` then `SmallTask::run`, without copying
+    /// Runs a waiting task where its words are (`remove` then `SmallTask::run`, without copying
     /// the words out); the slot is free after.
     #[inline]
-    pub(crate) fn run_parked(
+    pub(crate) fn run_entry(
         &mut self,
-        parked: ParkedTask,
+        entry: TaskEntry,
         state: TimeoutState,
     ) -> (TimeoutState, bool) {
         // One match on the class for the run and the release.
-        let (vtable, key) = (parked.vtable, parked.key);
+        let (vtable, key) = (entry.vtable, entry.key);
         match vtable.words {
             0 => {
                 let zero: [Word; 0] = [];
                 // SAFETY: a zero-sized task (invariant 3), whose read needs only an aligned
-                // pointer, consumed here once (invariant 2): `parked` is gone.
+                // pointer, consumed here once (invariant 2): `entry` is gone.
                 unsafe { call_run(vtable, zero.as_ptr(), state) }
             }
             2 => {
-                // SAFETY: the slot holds the live task `parked` names (invariant 3), consumed
-                // here once (invariant 2): `parked` is gone, and the slot is freed next
+                // SAFETY: the slot holds the live task `entry` names (invariant 3), consumed
+                // here once (invariant 2): `entry` is gone, and the slot is freed next
                 // without being read.
                 let out = unsafe { call_run(vtable, self.two.slot(key).as_ptr(), state) };
                 self.two.release(key);
@@ -492,7 +492,7 @@ impl TaskSlabs {
         }
     }
 
-    /// Tasks parked (with words) right now.
+    /// Tasks kept (with words) right now.
     #[cfg(test)]
     fn live(&self) -> usize {
         self.two.live() + self.four.live()
@@ -570,12 +570,12 @@ mod tests {
         assert_eq!(class_words(16), 2);
         assert_eq!(class_words(17), 4);
         assert_eq!(class_words(32), 4);
-        assert_eq!(size_of::<ParkedTask>(), 16);
+        assert_eq!(size_of::<TaskEntry>(), 16);
         assert_eq!(size_of::<SmallTask>(), 40);
     }
 
     /// Every path a task takes, for a task of each class and a boxed one: run, dropped
-    /// unrun, parked and run, parked and dropped, and dropped with the slabs.
+    /// unrun, kept and run, kept and dropped, and dropped with the slabs.
     #[test]
     fn every_task_is_run_or_dropped_exactly_once() {
         fn check<const PAD: usize>(words: usize) {
@@ -597,22 +597,22 @@ mod tests {
                 (runs.load(Ordering::SeqCst), drops.load(Ordering::SeqCst)),
                 (0, 1)
             );
-            // Parked, then run; parked, then dropped; parked and left in the slabs.
+            // Kept, then run; kept, then dropped; kept and left in the slabs.
             let mut slabs = TaskSlabs::default();
             let (p, runs, drops) = probe::<PAD>();
-            let parked = slabs.park(SmallTask::new(as_task(p)), 0);
+            let entry = slabs.insert(SmallTask::new(as_task(p)), 0);
             let (p2, runs2, drops2) = probe::<PAD>();
-            let parked2 = slabs.park(SmallTask::new(as_task(p2)), 0);
+            let entry2 = slabs.insert(SmallTask::new(as_task(p2)), 0);
             let (p3, _, drops3) = probe::<PAD>();
-            let parked3 = slabs.park(SmallTask::new(as_task(p3)), 0);
+            let entry3 = slabs.insert(SmallTask::new(as_task(p3)), 0);
             assert_eq!(drops.load(Ordering::SeqCst), 0);
-            let (st, ran) = slabs.unpark(parked).run(st);
+            let (st, ran) = slabs.remove(entry).run(st);
             assert!(ran);
             assert_eq!(
                 (runs.load(Ordering::SeqCst), drops.load(Ordering::SeqCst)),
                 (1, 1)
             );
-            drop(slabs.unpark(parked2));
+            drop(slabs.remove(entry2));
             assert_eq!(
                 (runs2.load(Ordering::SeqCst), drops2.load(Ordering::SeqCst)),
                 (0, 1)
@@ -648,21 +648,21 @@ mod tests {
                 (runs7.load(Ordering::SeqCst), drops7.load(Ordering::SeqCst)),
                 (0, 1)
             );
-            // Run where it is parked.
+            // Run where it is entry.
             let (p4, runs4, drops4) = probe::<PAD>();
-            let parked4 = slabs.park(SmallTask::new(as_task(p4)), 0);
-            let (_st, ran) = slabs.run_parked(parked4, st);
+            let entry4 = slabs.insert(SmallTask::new(as_task(p4)), 0);
+            let (_st, ran) = slabs.run_entry(entry4, st);
             assert!(ran);
             assert_eq!(
                 (runs4.load(Ordering::SeqCst), drops4.load(Ordering::SeqCst)),
                 (1, 1)
             );
-            // A parked task dropped without unpark leaks (invariant 3): never a double drop.
-            // (Under Miri, which reports leaks, it is unparked instead.)
+            // A task entry dropped without `remove` leaks (invariant 3): never a double drop.
+            // (Under Miri, which reports leaks, it is removed instead.)
             #[cfg(not(miri))]
-            let _leaked: ParkedTask = parked3;
+            let _leaked: TaskEntry = entry3;
             #[cfg(miri)]
-            drop(slabs.unpark(parked3));
+            drop(slabs.remove(entry3));
             drop(slabs);
             assert_eq!(drops3.load(Ordering::SeqCst), usize::from(cfg!(miri)));
         }
@@ -678,13 +678,13 @@ mod tests {
     #[test]
     fn slabs_reuse_and_release() {
         let mut slabs = TaskSlabs::default();
-        let zst = slabs.park(SmallTask::new(|_: &Timeout| {}), 0);
+        let zst = slabs.insert(SmallTask::new(|_: &Timeout| {}), 0);
         assert_eq!(slabs.live(), 0);
-        drop(slabs.unpark(zst));
+        drop(slabs.remove(zst));
         let big = [7u64; 3];
-        let parked: Vec<ParkedTask> = (0..PAGE + 1)
+        let entry: Vec<TaskEntry> = (0..PAGE + 1)
             .map(|_| {
-                slabs.park(
+                slabs.insert(
                     SmallTask::new(move |_: &Timeout| {
                         std::hint::black_box(big);
                     }),
@@ -694,28 +694,28 @@ mod tests {
             .collect();
         assert_eq!(slabs.live(), PAGE + 1);
         assert_eq!(slabs.four.pages.len(), 2);
-        let mut parked = parked.into_iter();
-        let first = parked.next().unwrap();
+        let mut entry = entry.into_iter();
+        let first = entry.next().unwrap();
         let key = first.key;
-        drop(slabs.unpark(first));
-        let again = slabs.park(
+        drop(slabs.remove(first));
+        let again = slabs.insert(
             SmallTask::new(move |_: &Timeout| {
                 std::hint::black_box(big);
             }),
             0,
         );
         assert_eq!(again.key, key, "a freed slot is used first");
-        drop(slabs.unpark(again));
-        for p in parked {
-            drop(slabs.unpark(p));
+        drop(slabs.remove(again));
+        for p in entry {
+            drop(slabs.remove(p));
         }
         assert_eq!((slabs.live(), slabs.four.pages.len()), (0, 0));
     }
 
-    /// A task run where it is parked frees its slot (used again first), a panicking one too
+    /// A task run where its words are kept frees its slot (used again first), a panicking one too
     /// (dropped once, its state back), and the run that empties a slab gives its memory back.
     #[test]
-    fn running_parked_tasks_frees_their_slots() {
+    fn running_kept_tasks_frees_their_slots() {
         let (_timer, st) = state();
         let mut slabs = TaskSlabs::default();
         let runs = Arc::new(AtomicUsize::new(0));
@@ -725,31 +725,31 @@ mod tests {
                 runs.fetch_add(1, Ordering::SeqCst);
             }
         };
-        let first = slabs.park(SmallTask::new(counted(&runs)), 0);
-        let second = slabs.park(SmallTask::new(counted(&runs)), 0);
-        let zero_sized = slabs.park(SmallTask::new(|_: &Timeout| {}), 0);
+        let first = slabs.insert(SmallTask::new(counted(&runs)), 0);
+        let second = slabs.insert(SmallTask::new(counted(&runs)), 0);
+        let zero_sized = slabs.insert(SmallTask::new(|_: &Timeout| {}), 0);
         let first_key = first.key;
-        let (st, ran) = slabs.run_parked(first, st);
+        let (st, ran) = slabs.run_entry(first, st);
         assert!(ran);
         assert_eq!(slabs.live(), 1);
-        let again = slabs.park(SmallTask::new(counted(&runs)), 0);
+        let again = slabs.insert(SmallTask::new(counted(&runs)), 0);
         assert_eq!(again.key, first_key, "a freed slot is used first");
         let (p, _, drops) = probe::<0>();
-        let panics = slabs.park(
+        let panics = slabs.insert(
             SmallTask::new(move |_: &Timeout| {
                 let _p = p;
                 panic!("task panics");
             }),
             0,
         );
-        let (st, ran) = slabs.run_parked(panics, st);
+        let (st, ran) = slabs.run_entry(panics, st);
         assert!(!ran && !st.is_cancelled());
         assert_eq!(drops.load(Ordering::SeqCst), 1);
-        let (st, _) = slabs.run_parked(second, st);
+        let (st, _) = slabs.run_entry(second, st);
         assert_eq!(slabs.two.pages.len(), 1);
-        let (st, _) = slabs.run_parked(again, st);
+        let (st, _) = slabs.run_entry(again, st);
         assert_eq!((slabs.live(), slabs.two.pages.len()), (0, 0));
-        let (_st, ran) = slabs.run_parked(zero_sized, st);
+        let (_st, ran) = slabs.run_entry(zero_sized, st);
         assert!(ran);
         assert_eq!(runs.load(Ordering::SeqCst), 3);
     }
@@ -794,25 +794,25 @@ mod tests {
         assert_eq!(panicking.load(Ordering::SeqCst), 1, "dropped once");
     }
 
-    /// A parked task whose `Drop` panics as it is unparked and dropped (a cancel): its slot
-    /// is free, and the other parked tasks come back whole.
+    /// A kept task whose `Drop` panics as it is removed and dropped (a cancel): its slot
+    /// is free, and the other kept tasks come back whole.
     #[test]
-    fn a_drop_that_panics_after_an_unpark_leaves_the_slabs_whole() {
+    fn a_drop_that_panics_after_a_remove_leaves_the_slabs_whole() {
         let (_timer, st) = state();
         let panicking = Arc::new(AtomicUsize::new(0));
         let mut slabs = TaskSlabs::default();
         let (before, before_runs, _) = probe::<8>();
         let (after, after_runs, _) = probe::<8>();
-        let before = slabs.park(SmallTask::new(as_task(before)), 0);
+        let before = slabs.insert(SmallTask::new(as_task(before)), 0);
         let p = PanicsOnDrop(Arc::clone(&panicking));
-        let doomed = slabs.park(SmallTask::new(move |_: &Timeout| drop((p, 0u64))), 0);
-        let after = slabs.park(SmallTask::new(as_task(after)), 0);
-        assert!(!crate::shared::drop_caught(slabs.unpark(doomed)));
+        let doomed = slabs.insert(SmallTask::new(move |_: &Timeout| drop((p, 0u64))), 0);
+        let after = slabs.insert(SmallTask::new(as_task(after)), 0);
+        assert!(!crate::shared::drop_caught(slabs.remove(doomed)));
         assert_eq!(panicking.load(Ordering::SeqCst), 1);
         assert_eq!(slabs.live(), 2);
-        let (st, ran) = slabs.run_parked(after, st);
+        let (st, ran) = slabs.run_entry(after, st);
         assert!(ran);
-        let (_st, ran) = slabs.run_parked(before, st);
+        let (_st, ran) = slabs.run_entry(before, st);
         assert!(ran);
         assert_eq!(before_runs.load(Ordering::SeqCst), 1);
         assert_eq!(after_runs.load(Ordering::SeqCst), 1);

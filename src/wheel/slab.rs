@@ -156,8 +156,8 @@ mod tests {
     use super::Node;
 
     #[test]
-    fn a_node_of_a_parked_task_is_32_bytes() {
-        // A parked task is 16 bytes with a reference first (`Option` of it costs nothing).
+    fn a_node_of_a_task_entry_is_32_bytes() {
+        // A task entry is 16 bytes with a reference first (`Option` of it costs nothing).
         type Parked = (&'static u8, u32, u32);
         assert_eq!(std::mem::size_of::<Parked>(), 16);
         assert_eq!(std::mem::size_of::<Node<Parked>>(), 32);

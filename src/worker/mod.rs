@@ -173,11 +173,11 @@ impl Tally {
 
 /// The worker's state: the wheel and the next tick to process.
 pub(crate) struct Worker<J: Stored = BoxedTask> {
-    /// Per timeout, the task parked (`sealed::TaskStorage::park`) with the id of its state's
+    /// Per timeout, the task as a wheel entry (`sealed::TaskStorage::into_entry`) with the id of its state's
     /// chunk in the [`ChunkTable`]; the wheel keeps the index of the state's cell in the node's
     /// tag.
     wheel: Wheel<J::Entry>,
-    /// What the parked tasks keep outside the wheel (a boxed timer's task words).
+    /// What the wheel's tasks keep outside it (a boxed timer's task words).
     tasks: J::Store,
     tick: u64,
     /// Timeouts taken from the `timeouts` queue and not yet moved into buckets (beyond the
@@ -328,7 +328,7 @@ impl<J: Stored> Worker<J> {
                 state.clear_wheel_key();
                 let (entry, _) = self.wheel.remove(key);
                 self.chunks.settle(J::chunk(&entry));
-                shared.drop_task(J::unpark(entry, &mut self.tasks));
+                shared.drop_task(J::from_entry(entry, &mut self.tasks));
             }
         }
         if n > 0 {
@@ -402,7 +402,7 @@ impl<J: Stored> Worker<J> {
                     shared.drop_task(task);
                     continue;
                 }
-                let entry = task.park(id, &mut self.tasks);
+                let entry = task.into_entry(id, &mut self.tasks);
                 let inserted = self.wheel.insert(entry, idx, deadline, tick);
                 debug_assert_eq!(inserted, key);
             }
@@ -499,7 +499,7 @@ impl<J: Stored> Worker<J> {
             .into_iter()
             .map(|(entry, idx)| {
                 let state = chunks.get(J::chunk(&entry)).state(idx);
-                state.timer().shared.drop_task(J::unpark(entry, tasks));
+                state.timer().shared.drop_task(J::from_entry(entry, tasks));
                 state
             })
             .collect();
@@ -602,7 +602,7 @@ impl<J: Stored> Settle<'_, J> {
             // tick's cancellations were processed): its entry on the cancellation queue ends
             // it (finding NO_INDEX); the task is dropped here.
             chunk.cell(idx).clear_wheel_key();
-            self.shared.drop_task(J::unpark(entry, self.tasks));
+            self.shared.drop_task(J::from_entry(entry, self.tasks));
             chunk
         };
         self.out = Some((id, chunk, settled + 1));
@@ -630,12 +630,12 @@ fn run_task<J: Stored>(
     state: TimeoutState<J>,
 ) -> (TimeoutState<J>, bool) {
     match executor {
-        // Run from where it is parked: no copy of the task's words.
-        None => J::run_parked(entry, tasks, state),
+        // Run from where its words are kept: no copy of the task's words.
+        None => J::run_entry(entry, tasks, state),
         Some(executor) => {
             // The executor's job outlives this call: it takes a reference of its own.
             let job = ExecutorJob {
-                task: Some(J::unpark(entry, tasks)),
+                task: Some(J::from_entry(entry, tasks)),
                 state: Some(state.clone()),
             };
             let job: Box<dyn FnOnce() + Send> = Box::new(move || job.run());
