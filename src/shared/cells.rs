@@ -674,7 +674,8 @@ impl Cell {
         debug_assert_eq!(state_of(self.load()), CANCELLED);
         // Relaxed: the word is terminal, so no other thread writes it; readers only look at
         // the state bits, which do not change.
-        self.word.store(word(NO_INDEX, CANCELLED), Ordering::Relaxed)
+        self.word
+            .store(word(NO_INDEX, CANCELLED), Ordering::Relaxed)
     }
 
     fn state_name(&self) -> &'static str {

@@ -40,7 +40,7 @@ use crate::sync::{
 use crate::wheel::MAX_ENTRIES;
 use batch::{PendingBatch, ProducerShard};
 use cells::TimeoutState;
-use small_task::{TaskEntry, QueuedTask, SmallTask, TaskSlabs, Word};
+use small_task::{QueuedTask, SmallTask, TaskEntry, TaskSlabs, Word};
 use std::time::Duration;
 
 /// Pending-count credit a producer's shard takes at once when there is no pending limit (see

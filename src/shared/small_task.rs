@@ -318,7 +318,6 @@ impl TaskEntry {
 /// Slots per page of a slab (the slabs grow by pages, never by copying what they hold).
 const PAGE: usize = 1024;
 
-
 /// A slab of `N`-word slots, by pages, the free ones linked through their first word (so that
 /// freeing a slot writes only the slot, and nothing grows while tasks run).
 struct WordSlab<const N: usize> {

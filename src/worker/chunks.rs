@@ -44,7 +44,6 @@ pub(super) struct ChunkTable<J: crate::shared::sealed::TaskStorage = BoxedTask> 
     pub(super) wake_spares: [Vec<SpareChunk<J>>; SHARDS],
 }
 
-
 impl<J: Stored> ChunkTable<J> {
     pub(super) fn new() -> ChunkTable<J> {
         ChunkTable {

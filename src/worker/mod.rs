@@ -185,7 +185,7 @@ pub(crate) struct Worker<J: Stored = BoxedTask> {
     inbox: VecDeque<PendingBatch<J>>,
     /// Emptied batches, kept with their capacity to hand to the queue's shards in exchange for
     /// full ones: in a steady state no buffer grows, and nothing is copied.
-    spare: Vec<PendingBatch<J>>,
+    empty_batches: Vec<PendingBatch<J>>,
     /// Reused buffer for the cancellation queue.
     cancellations: Vec<TimeoutState<J>>,
     chunks: ChunkTable<J>,
@@ -215,7 +215,7 @@ impl<J: Stored> Worker<J> {
             tasks: J::Store::default(),
             tick: 0,
             inbox: VecDeque::new(),
-            spare: Vec::new(),
+            empty_batches: Vec::new(),
             cancellations: Vec::new(),
             chunks: ChunkTable::new(),
             tally: Tally::default(),
@@ -353,20 +353,20 @@ impl<J: Stored> Worker<J> {
     /// as if pushed a moment later. (Netty polls until the queue is empty; here that would have
     /// the worker touch the cells producers are creating and cancelling at that moment.)
     fn take_queued(&mut self, shared: &Shared<J>) {
-        let spare = &mut self.spare;
+        let empty_batches = &mut self.empty_batches;
         let inbox = &mut self.inbox;
         let mut took = false;
         let chunk_spares = &mut self.chunks.spares;
         let wake_spares = &mut self.chunks.wake_spares;
         shared.timeouts.take_each(|items, producer, i| {
-            // With no spare, capacity for as many as came this time (up to KEEP), so that the
+            // With no empty batch kept, capacity for as many as came this time (up to KEEP), so that the
             // producer does not regrow its batch from nothing.
-            let empty = spare
+            let empty = empty_batches
                 .pop()
                 .unwrap_or_else(|| PendingBatch::with_capacity(items.len().min(KEEP)));
             inbox.push_back(std::mem::replace(items, empty));
             took = true;
-            // A spare holds a handle on the timer, so none may stay in a shard after `stop()`
+            // A spare chunk holds a handle on the timer, so none may stay in a shard after `stop()`
             // clears the cursors. It does so after joining (or taking) the worker, so this runs
             // before; and should that ever change, the check under the same lock keeps it so:
             // once `stop()` has cleared this shard, we see SHUTDOWN here.
@@ -416,14 +416,14 @@ impl<J: Stored> Worker<J> {
         }
     }
 
-    /// The inbox's front batch is empty: its chunks are let go of, and the batch is kept as a
-    /// spare for a shard unless there are enough or it grew large.
+    /// The inbox's front batch is empty: its chunks are let go of, and the batch is kept empty
+    /// for a shard unless there are enough or it grew large.
     fn retire_front_batch(&mut self) {
         let mut empty = self.inbox.pop_front().expect("the front batch");
         let chunks = &mut self.chunks;
         empty.clear_runs(|chunk| chunks.release(chunk));
-        if empty.capacity() <= KEEP && self.spare.len() < SPARE_BATCHES {
-            self.spare.push(empty);
+        if empty.capacity() <= KEEP && self.empty_batches.len() < EMPTY_BATCHES {
+            self.empty_batches.push(empty);
         }
     }
 
@@ -474,7 +474,7 @@ impl<J: Stored> Worker<J> {
         if !self.inbox.is_empty() {
             return;
         }
-        self.spare = Vec::new();
+        self.empty_batches = Vec::new();
         self.chunks.release_idle();
         shared.timeouts.for_each_data(|p| p.clear_spares());
         // Pushed since we looked, if anything: kept (in order) for the next transfer.
@@ -532,7 +532,7 @@ const KEEP: usize = 128 * 1024;
 
 /// Emptied batches the worker keeps for the queue's shards (one per producer thread, up to the
 /// shard count, is what a steady state needs).
-const SPARE_BATCHES: usize = 8;
+const EMPTY_BATCHES: usize = 8;
 
 /// Keeps a drained buffer's allocation for reuse unless a burst made it very large, so that a
 /// steady load does not regrow it every tick. (Buffers a busy timer keeps are given back when
