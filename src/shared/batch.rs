@@ -1,20 +1,20 @@
 //! Timeouts on their way from producers to the worker: the batches a queue shard holds, and
 //! what each shard keeps for its producers.
 //!
-//! Owns [`PendingBatch`] (a shard's queued timeouts: jobs, deadlines, the runs of their states)
+//! Owns [`PendingBatch`] (a shard's queued timeouts: jobs, deadlines, the spans of their states)
 //! and [`ProducerShard`] (a shard's pending-count credit and its chunk cursor). Touches `sync`
 //! (the queue's `Batch` trait) and the cells; producers fill a batch under their shard's lock,
-//! the worker takes it whole and drains it. The rules of chunks, runs and spares they follow:
-//! `shared::cells`, "Chunks, runs and spares: the protocol".
+//! the worker takes it whole and drains it. The rules of chunks, spans and spares they follow:
+//! `shared::cells`, "Chunks, spans and spares: the protocol".
 
-use super::cells::{CellRun, CellRunCursor, ChunkCursor, ChunkRef, SpareChunk, TimeoutState};
+use super::cells::{CellSpan, CellSpanCursor, ChunkCursor, ChunkRef, SpareChunk, TimeoutState};
 use super::small_task::Word;
 use super::{sealed, BoxedTask, Enqueue, Shared, Stored};
 use crate::sync::{Arc, Batch};
 
 /// Timeouts on their way from producers to the worker: task and deadline of each, in two
-/// parallel vectors, and the runs of chunk cells their states are in (a timeout's cell follows
-/// from its position: see [`CellRun`]).
+/// parallel vectors, and the spans of chunk cells their states are in (a timeout's cell follows
+/// from its position: see [`CellSpan`]).
 ///
 /// Not one vector of structs: a struct pushed into a `Vec` is built on the stack first (its
 /// drop on unwinding needs an address) and then copied with wide loads over narrower stores,
@@ -28,12 +28,12 @@ pub(crate) struct PendingBatch<J: crate::shared::sealed::TaskStorage = BoxedTask
     /// Where the next task taken from the front finds its words.
     words_read: usize,
     deadlines: Vec<u64>,
-    /// The runs of the queued timeouts' cells, in order, one chunk reference each.
-    runs: Vec<CellRun<J>>,
+    /// The spans of the queued timeouts' cells, in order, one chunk reference each.
+    spans: Vec<CellSpan<J>>,
     /// Timeouts the worker has taken from the front ([`PendingBatch::drain_front`]): positions
-    /// in `runs` count them.
+    /// in `spans` count them.
     drained: usize,
-    /// The worker's: the chunk table's id of each run, given when it takes the batch.
+    /// The worker's: the chunk table's id of each span, given when it takes the batch.
     chunk_ids: Vec<u32>,
 }
 
@@ -44,7 +44,7 @@ impl<J: Stored> Default for PendingBatch<J> {
             words: Vec::new(),
             words_read: 0,
             deadlines: Vec::new(),
-            runs: Vec::new(),
+            spans: Vec::new(),
             drained: 0,
             chunk_ids: Vec::new(),
         }
@@ -74,7 +74,7 @@ impl<J: Stored> PendingBatch<J> {
         debug_assert_eq!(self.drained, 0);
         let at = self.tasks.len();
         let queued = task.enqueue(&mut self.words);
-        let state = cursor.next_state::<HANDLE>(shared, shard, &mut self.runs, at);
+        let state = cursor.next_state::<HANDLE>(shared, shard, &mut self.spans, at);
         self.tasks.push(queued);
         self.deadlines.push(deadline);
         state
@@ -88,20 +88,20 @@ impl<J: Stored> PendingBatch<J> {
         self.tasks.capacity()
     }
 
-    /// Gives each run its chunk id, in push order (a chunk may recur), unless done already.
+    /// Gives each span its chunk id, in push order (a chunk may recur), unless done already.
     /// The ids' vector keeps its capacity across the batch's uses: nothing is allocated.
     pub(crate) fn assign_chunk_ids(&mut self, mut id_of: impl FnMut(&ChunkRef<J>) -> u32) {
-        if self.chunk_ids.len() != self.runs.len() {
+        if self.chunk_ids.len() != self.spans.len() {
             debug_assert!(self.chunk_ids.is_empty());
             self.chunk_ids
-                .extend(self.runs.iter().map(|run| id_of(&run.chunk)));
+                .extend(self.spans.iter().map(|span| id_of(&span.chunk)));
         }
     }
 
-    /// Removes the first `n` timeouts, in order: task, run index, cell index and deadline of
-    /// each, with the runs and the chunk ids the run indexes refer to.
-    pub(crate) fn drain_front(&mut self, n: usize) -> (DrainFront<'_, J>, &[CellRun<J>], &[u32]) {
-        let cells = CellRunCursor::new(&self.runs, self.drained);
+    /// Removes the first `n` timeouts, in order: task, span index, cell tag and deadline of
+    /// each, with the spans and the chunk ids the span indexes refer to.
+    pub(crate) fn drain_front(&mut self, n: usize) -> (DrainFront<'_, J>, &[CellSpan<J>], &[u32]) {
+        let cells = CellSpanCursor::new(&self.spans, self.drained);
         self.drained += n;
         let drain = DrainFront {
             tasks: self.tasks.drain(..n),
@@ -110,15 +110,18 @@ impl<J: Stored> PendingBatch<J> {
             words: &self.words,
             words_read: &mut self.words_read,
         };
-        (drain, &self.runs, &self.chunk_ids)
+        (drain, &self.spans, &self.chunk_ids)
     }
 
-    /// Once every timeout is out: hands the runs' chunks to `release`, keeping the capacity.
+    /// Once every timeout is out: hands the spans' chunks to `release`, keeping the capacity.
     pub(crate) fn clear_runs(&mut self, release: impl FnMut(ChunkRef<J>)) {
         debug_assert!(self.tasks.is_empty());
         self.words.clear();
         self.words_read = 0;
-        self.runs.drain(..).map(|run| run.chunk).for_each(release);
+        self.spans
+            .drain(..)
+            .map(|span| span.chunk)
+            .for_each(release);
         self.chunk_ids.clear();
         self.drained = 0;
     }
@@ -126,9 +129,9 @@ impl<J: Stored> PendingBatch<J> {
     /// The states, in order; the tasks are dropped, each once (a panic of its `Drop` caught
     /// and counted by its timer).
     pub(crate) fn into_states(mut self) -> Vec<TimeoutState<J>> {
-        let states: Vec<TimeoutState<J>> = CellRunCursor::new(&self.runs, self.drained)
+        let states: Vec<TimeoutState<J>> = CellSpanCursor::new(&self.spans, self.drained)
             .take(self.tasks.len())
-            .map(|(run, idx)| self.runs[run].chunk.state(idx))
+            .map(|(span, tag)| self.spans[span].chunk.state(tag))
             .collect();
         let (words, at) = (&self.words, &mut self.words_read);
         for (queued, state) in self.tasks.drain(..).zip(&states) {
@@ -152,7 +155,7 @@ impl<J: Stored> PendingBatch<J> {
 pub(crate) struct DrainFront<'a, J: Stored> {
     tasks: std::vec::Drain<'a, J::Queued>,
     deadlines: std::vec::Drain<'a, u64>,
-    cells: CellRunCursor<'a, J>,
+    cells: CellSpanCursor<'a, J>,
     words: &'a [Word],
     words_read: &'a mut usize,
 }
@@ -210,9 +213,9 @@ impl<J: Stored> Batch for PendingBatch<J> {
         self.tasks.append(&mut other.tasks);
         self.words.append(&mut other.words);
         self.deadlines.append(&mut other.deadlines);
-        self.runs.extend(other.runs.drain(..).map(|mut run| {
-            run.first += offset;
-            run
+        self.spans.extend(other.spans.drain(..).map(|mut span| {
+            span.first += offset;
+            span
         }));
     }
 }

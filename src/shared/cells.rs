@@ -1,7 +1,7 @@
 //! Timeout states: one atomic word per timeout, in reference-counted chunks.
 //!
 //! Owns the state machine every `Timeout` handle, producer, canceller and the worker share, the
-//! chunks the states live in, the cursors that hand them out, and the runs by which a queued
+//! chunks the states live in, the cursors that hand them out, and the spans by which a queued
 //! batch finds each of its timeouts' states. Touches only `sync` and the wheel's key bounds.
 //!
 //! # State table (`TimeoutState::state`)
@@ -26,7 +26,7 @@
 //! writes a terminal word). A `cancel()` keeps the key, which the worker then reads to unlink
 //! the entry. Four bytes per timeout.
 //!
-//! # Chunks, runs and spares: the protocol
+//! # Chunks, spans and spares: the protocol
 //!
 //! This section is the one statement of these rules; `shared::batch`, `worker::chunks`,
 //! `Worker::transfer` and `timer::lifecycle` follow it and point here.
@@ -38,15 +38,15 @@
 //! |--------|---------------------|---------|
 //! | a `Timeout` handle on one of its cells | `new_timeout` (detached timeouts take none) | the handle's drop |
 //! | its shard's [`ChunkCursor`] | when it starts handing the chunk's cells out | when the last cell is handed out |
-//! | a queued [`PendingBatch`](super::batch::PendingBatch), once per [`CellRun`] | the run's first timeout | the batch, once the worker has taken every timeout out (`clear_runs`) |
+//! | a queued [`PendingBatch`](super::batch::PendingBatch), once per [`CellSpan`] | the span's first timeout | the batch, once the worker has taken every timeout out (`clear_runs`) |
 //! | the worker's chunk table (`worker::chunks`), under an id | the first batch naming the chunk, when the worker takes it | the last of its cells *settled*: taken from the queue cancelled, expired, or unlinked after a cancel |
 //! | a task's `Timeout` while it runs | borrowed from the table (no count moves) | given back to the table after the run |
 //!
-//! - **Runs.** A batch records, per run, the position of its first timeout (`first`, counted
+//! - **Spans.** A batch records, per span, the position of its first timeout (`first`, counted
 //!   from the batch's first timeout, including those already taken out) and its first cell
 //!   (`start`): the timeout at position `first + k` has cell `start + k`. Nothing is kept per
 //!   timeout. A shard has two cursors (tasks' chunks, and futures' with waker slots); a new
-//!   chunk, or a switch between the two, starts a new run.
+//!   chunk, or a switch between the two, starts a new span.
 //! - **Ids.** The wheel's entries name their chunk by its id in the worker's table, which keeps
 //!   per id the count of cells not yet settled (`CHUNK` when registered). An id is registered
 //!   when a batch is taken (`ChunkTable::id_of`); only the last chunk registered per shard and
@@ -116,7 +116,7 @@ pub(crate) struct Cell {
 /// thread). Under loom every timeout gets its own chunk, which keeps the models small.
 pub(crate) const CHUNK: usize = if cfg!(loom) { 1 } else { 32 };
 
-// A cell's index travels in a wheel node's tag.
+// A cell's tag (its index in its chunk) travels in a wheel node's tag.
 const _: () = assert!(CHUNK - 1 <= crate::wheel::MAX_TAG as usize);
 
 struct Chunk<J: crate::shared::sealed::TaskStorage = BoxedTask> {
@@ -218,17 +218,17 @@ impl<J: Stored> ChunkCursor<J> {
 
     /// A fresh state (QUEUED, no wheel key) for a timeout of `shared`'s timer, from the current
     /// chunk (a new one when it is used up), for the timeout at position `at` of the queued
-    /// batch whose runs are `runs`: a new chunk, or a batch that has none yet, starts a run.
+    /// batch whose spans are `spans`: a new chunk, or a batch that has none yet, starts a span.
     /// `shard` is the queue shard this cursor belongs to.
     ///
     /// The batch's timeouts take this cursor's cells one after another (the cursor and the
-    /// batch are under the same shard lock, and every state handed out is pushed), so a run
+    /// batch are under the same shard lock, and every state handed out is pushed), so a span
     /// records where it starts and nothing is kept per timeout: the cell of each queued
-    /// timeout follows from its position ([`CellRun`]). A shard has two cursors (tasks' and
-    /// futures'): when the batch's last run is another chunk, a new run starts too.
+    /// timeout follows from its position ([`CellSpan`]). A shard has two cursors (tasks' and
+    /// futures'): when the batch's last span is another chunk, a new span starts too.
     ///
     /// One reference count per timeout (the handle's), not two: the queued timeouts of a chunk
-    /// share their run's one reference to it.
+    /// share their span's one reference to it.
     ///
     /// With `HANDLE` false (a detached timeout: nobody holds a handle) no reference is taken
     /// for it: `None`, and no locked instruction but the chunk's last cell's hand-over.
@@ -237,7 +237,7 @@ impl<J: Stored> ChunkCursor<J> {
         &mut self,
         shared: &Arc<Shared<J>>,
         shard: u8,
-        runs: &mut Vec<CellRun<J>>,
+        spans: &mut Vec<CellSpan<J>>,
         at: usize,
     ) -> Option<TimeoutState<J>> {
         let next = &mut self.next;
@@ -250,32 +250,32 @@ impl<J: Stored> ChunkCursor<J> {
                 None => Chunk::new(shared, shard, wakers),
             }
         });
-        let idx = *next;
+        let tag = *next;
         *next += 1;
-        if idx == 0
-            || runs
+        if tag == 0
+            || spans
                 .last()
-                .is_none_or(|run| !Arc::ptr_eq(&run.chunk.0, chunk))
+                .is_none_or(|span| !Arc::ptr_eq(&span.chunk.0, chunk))
         {
-            runs.push(CellRun {
+            spans.push(CellSpan {
                 chunk: ChunkRef(Arc::clone(chunk)),
                 first: at,
-                start: idx,
+                start: tag,
             });
         }
-        debug_assert!(runs
+        debug_assert!(spans
             .last()
-            .is_some_and(|run| Arc::ptr_eq(&run.chunk.0, chunk)
-                && at - run.first == usize::from(idx - run.start)));
+            .is_some_and(|span| Arc::ptr_eq(&span.chunk.0, chunk)
+                && at - span.first == usize::from(tag - span.start)));
         if usize::from(*next) == CHUNK {
             // The last cell: hand the cursor's reference over instead of cloning it (or, with
-            // no handle to take it, let it go: the run holds the chunk).
+            // no handle to take it, let it go: the span holds the chunk).
             let chunk = self.chunk.take().expect("just inserted");
-            HANDLE.then_some(TimeoutState { chunk, idx })
+            HANDLE.then_some(TimeoutState { chunk, tag })
         } else if HANDLE {
             Some(TimeoutState {
                 chunk: Arc::clone(chunk),
-                idx,
+                tag,
             })
         } else {
             None
@@ -323,16 +323,16 @@ pub(crate) struct SpareChunk<J: crate::shared::sealed::TaskStorage = BoxedTask>(
 /// Consecutive timeouts of a queued batch whose cells are consecutive cells of one chunk: the
 /// timeout at position `first + k` of the batch has cell `start + k` of `chunk`. Positions
 /// count from the batch's first timeout, including those the worker has taken out since.
-pub(crate) struct CellRun<J: crate::shared::sealed::TaskStorage = BoxedTask> {
+pub(crate) struct CellSpan<J: crate::shared::sealed::TaskStorage = BoxedTask> {
     pub(crate) chunk: ChunkRef<J>,
     pub(crate) first: usize,
     start: u8,
 }
 
-impl<J: Stored> CellRun<J> {
-    /// The cell index of the timeout at batch position `at` (within this run).
+impl<J: Stored> CellSpan<J> {
+    /// The cell tag of the timeout at batch position `at` (within this span).
     #[inline]
-    pub(crate) fn idx(&self, at: usize) -> u8 {
+    pub(crate) fn tag(&self, at: usize) -> u8 {
         debug_assert!(at >= self.first && at - self.first < CHUNK);
         // Below CHUNK (at most 32), so the cast keeps every bit.
         self.start + (at - self.first) as u8
@@ -340,36 +340,36 @@ impl<J: Stored> CellRun<J> {
 }
 
 /// Walks a batch's positions from `at` on, one step per timeout: each step gives the index of
-/// its run and its cell index.
-pub(crate) struct CellRunCursor<'a, J: crate::shared::sealed::TaskStorage = BoxedTask> {
-    runs: &'a [CellRun<J>],
-    run: usize,
+/// its span and its cell tag.
+pub(crate) struct CellSpanCursor<'a, J: crate::shared::sealed::TaskStorage = BoxedTask> {
+    spans: &'a [CellSpan<J>],
+    span: usize,
     at: usize,
 }
 
-impl<'a, J: Stored> CellRunCursor<'a, J> {
-    /// From position `at` (which must belong to one of `runs`).
-    pub(crate) fn new(runs: &'a [CellRun<J>], at: usize) -> Self {
-        let run = runs.partition_point(|r| r.first <= at).saturating_sub(1);
-        CellRunCursor { runs, run, at }
+impl<'a, J: Stored> CellSpanCursor<'a, J> {
+    /// From position `at` (which must belong to one of `spans`).
+    pub(crate) fn new(spans: &'a [CellSpan<J>], at: usize) -> Self {
+        let span = spans.partition_point(|r| r.first <= at).saturating_sub(1);
+        CellSpanCursor { spans, span, at }
     }
 }
 
-impl<J: Stored> Iterator for CellRunCursor<'_, J> {
+impl<J: Stored> Iterator for CellSpanCursor<'_, J> {
     type Item = (usize, u8);
 
     #[inline]
     fn next(&mut self) -> Option<(usize, u8)> {
         while self
-            .runs
-            .get(self.run + 1)
+            .spans
+            .get(self.span + 1)
             .is_some_and(|r| r.first <= self.at)
         {
-            self.run += 1;
+            self.span += 1;
         }
-        let idx = self.runs.get(self.run)?.idx(self.at);
+        let tag = self.spans.get(self.span)?.tag(self.at);
         self.at += 1;
-        Some((self.run, idx))
+        Some((self.span, tag))
     }
 }
 
@@ -395,8 +395,8 @@ impl<J: Stored> ChunkRef<J> {
     }
 
     #[inline]
-    pub(crate) fn cell(&self, idx: u8) -> &Cell {
-        &self.0.cells[usize::from(idx)]
+    pub(crate) fn cell(&self, tag: u8) -> &Cell {
+        &self.0.cells[usize::from(tag)]
     }
 
     /// The chunk as a spare, its cells fresh, if this was the last reference to it (no handle,
@@ -421,19 +421,19 @@ impl<J: Stored> ChunkRef<J> {
         self.0.wakers.is_some()
     }
 
-    /// Cell `idx` as a timeout's state, holding this reference (see
+    /// Cell `tag` as a timeout's state, holding this reference (see
     /// [`TimeoutState::into_chunk`] for the way back).
     #[inline]
-    pub(crate) fn into_state(self, idx: u8) -> TimeoutState<J> {
-        TimeoutState { chunk: self.0, idx }
+    pub(crate) fn into_state(self, tag: u8) -> TimeoutState<J> {
+        TimeoutState { chunk: self.0, tag }
     }
 
-    /// A handle's reference to cell `idx`.
+    /// A handle's reference to cell `tag`.
     #[inline]
-    pub(crate) fn state(&self, idx: u8) -> TimeoutState<J> {
+    pub(crate) fn state(&self, tag: u8) -> TimeoutState<J> {
         TimeoutState {
             chunk: Arc::clone(&self.0),
-            idx,
+            tag,
         }
     }
 }
@@ -445,7 +445,7 @@ impl<J: Stored> ChunkRef<J> {
 #[allow(unreachable_pub)]
 pub struct TimeoutState<J: crate::shared::sealed::TaskStorage = BoxedTask> {
     chunk: Arc<Chunk<J>>,
-    idx: u8,
+    tag: u8,
 }
 
 impl<J: Stored> std::fmt::Debug for TimeoutState<J> {
@@ -458,7 +458,7 @@ impl<J: Stored> Clone for TimeoutState<J> {
     fn clone(&self) -> Self {
         TimeoutState {
             chunk: Arc::clone(&self.chunk),
-            idx: self.idx,
+            tag: self.tag,
         }
     }
 }
@@ -466,11 +466,11 @@ impl<J: Stored> Clone for TimeoutState<J> {
 impl<J: Stored> TimeoutState<J> {
     #[inline]
     fn cell(&self) -> &Cell {
-        &self.chunk.cells[usize::from(self.idx)]
+        &self.chunk.cells[usize::from(self.tag)]
     }
 
     pub(crate) fn same(&self, other: &TimeoutState<J>) -> bool {
-        Arc::ptr_eq(&self.chunk, &other.chunk) && self.idx == other.idx
+        Arc::ptr_eq(&self.chunk, &other.chunk) && self.tag == other.tag
     }
 
     /// Where the state lives: equal for two references to the same timeout.
@@ -551,7 +551,7 @@ impl<J: Stored> TimeoutState<J> {
     }
 
     fn waker_slot(&self) -> Option<&Mutex<Option<Waker>>> {
-        Some(&self.chunk.wakers.as_ref()?[usize::from(self.idx)])
+        Some(&self.chunk.wakers.as_ref()?[usize::from(self.tag)])
     }
 
     /// A future's `poll`: how the timeout ended, if it has (cancelled: by its future's drop,

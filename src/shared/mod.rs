@@ -328,7 +328,7 @@ impl<J: Stored> Clone for TimerHandle<J> {
 pub(crate) const LATENESS_CLASSES: usize = 8;
 
 /// What `TimerStats` reports of the timeouts' outcomes. The worker keeps its own running totals
-/// and stores them here after each run of ticks (it is their only writer); refusing producers
+/// and stores them here after each turn (it is their only writer); refusing producers
 /// count `refused`. Statistics: every access is Relaxed, nothing is ordered by them.
 pub(crate) struct Counters {
     pub(crate) expired: process::AtomicU64,
@@ -385,7 +385,7 @@ pub(crate) struct Shared<J: crate::shared::sealed::TaskStorage = BoxedTask> {
     pub(crate) cancellations: Queue<Vec<TimeoutState<J>>>,
     state: AtomicU8,
     /// The tick at whose end the worker will next wake by itself; `AWAKE` while it runs,
-    /// `u64::MAX` when it parks with no deadline. See `worker::run`.
+    /// `u64::MAX` when it parks with no deadline. See `worker::thread_main`.
     planned: AtomicU64,
     /// The worker's current tick (diagnostics, and the cancel path's wake-up check).
     tick: AtomicU64,
@@ -813,7 +813,7 @@ impl<J: Stored> Shared<J> {
     }
 
     /// The worker's plan: it will next wake by itself at the end of `tick` (`u64::MAX`: only
-    /// when unparked). See `worker::run`.
+    /// when unparked). See `worker::thread_main`.
     pub(crate) fn publish_plan(&self, tick: u64) {
         self.planned.store(tick, Ordering::SeqCst);
     }

@@ -88,7 +88,7 @@ pub(super) fn start_slow<J: Stored>(shared: &Arc<Shared<J>>) -> Result<(), Timer
         let for_thread = Arc::clone(shared);
         let join = thread::Builder::new()
             .name(shared.thread_name.clone())
-            .spawn(move || worker::run(for_thread))
+            .spawn(move || worker::thread_main(for_thread))
             .unwrap_or_else(|e| panic!("hashed-timer-wheel: cannot spawn the worker thread: {e}"));
         control.worker_thread = Some(join.thread().clone());
         control.worker_id = Some(join.thread().id());

@@ -65,7 +65,7 @@ macro_rules! stats_methods {
             /// expired, cancelled, refused and panicked counts, and how late timeouts fired.
             /// Each is read with a relaxed load, so a snapshot taken while the timer works may
             /// be a few timeouts apart between fields; the worker publishes its counts after
-            /// each run of ticks. A handle reads the same counters as the owner.
+            /// each turn. A handle reads the same counters as the owner.
             ///
             /// ```
             /// use hashed_timer_wheel::{HashedWheelTimer, Timeout};

@@ -3,7 +3,7 @@
 //! Owns [`ChunkTable`]: one reference per chunk whose cells are in the wheel or queued, the
 //! ids the wheel's entries name them by, and the spare chunks the worker hands back to the
 //! producers' shards. Touches the `shared` module's cells and `sync` (the shard count); only the
-//! worker uses it. The rules it keeps: `shared::cells`, "Chunks, runs and spares: the protocol".
+//! worker uses it. The rules it keeps: `shared::cells`, "Chunks, spans and spares: the protocol".
 
 use crate::shared::cells::{ChunkRef, SpareChunk, CHUNK, SPARE_CHUNKS};
 use crate::shared::{BoxedTask, Stored};

@@ -1,5 +1,5 @@
 //! The worker: one Netty tick as a pure step (`Worker::advance(now)`), and the thread loop that
-//! sleeps between the ticks that have work ([`run()`]).
+//! sleeps between the ticks that have work ([`thread_main()`]).
 //!
 //! Owns the `Worker` (the wheel, the batches taken from the queue, the chunk table) and every
 //! move a timeout makes once it leaves the producers: transfer into a bucket, unlink after a
@@ -51,7 +51,7 @@
 mod chunks;
 mod thread;
 
-pub(crate) use thread::{run, turn};
+pub(crate) use thread::{thread_main, turn};
 
 use crate::shared::batch::PendingBatch;
 use crate::shared::cells::{ChunkRef, TimeoutState};
@@ -66,8 +66,7 @@ use std::collections::VecDeque;
 /// Timeouts moved from the `timeouts` queue into buckets per tick, at most (Netty's cap).
 pub(crate) const TRANSFER_CAP: u64 = 100_000;
 
-/// The worker's running totals for `TimerStats`, stored in `Shared::counters` after each run of
-/// ticks: per expiry a comparison or two here, no shared write.
+/// The worker's running totals for `TimerStats`, stored in `Shared::counters` after each turn: per expiry a comparison or two here, no shared write.
 #[derive(Default)]
 struct Tally {
     expired: u64,
@@ -256,14 +255,14 @@ impl<J: Stored> Worker<J> {
             self.expire(shared, tick, now);
             if shared.is_shutdown() {
                 // Like Netty's loop, which checks its state after every tick: a stop (or the
-                // owner dropped by a task) ends the run after the current tick.
+                // owner dropped by a task) ends the turn after the current tick.
                 self.tick = tick + 1;
                 shared.set_tick(self.tick);
                 self.tally.publish(&shared.counters);
                 return true;
             }
             // A timeout queued during this tick (a task that scheduled one, or leftovers past
-            // the cap) is transferred on the next, as Netty would, when the run goes on: it
+            // the cap) is transferred on the next, as Netty would, when the turn goes on: it
             // may be due before the wheel's next entry (a periodic task's absolute deadline).
             // A cancellation made during this tick (by a task) is processed on the next too.
             let queued = tick < last
@@ -391,11 +390,11 @@ impl<J: Stored> Worker<J> {
             let n = left.min(batch.len());
             left -= n;
             // Draining a prefix shifts what is left: only when the cap is hit.
-            let (drained, runs, ids) = batch.drain_front(n);
-            for (task, (run, idx), deadline) in drained {
-                let id = ids[run];
+            let (drained, spans, ids) = batch.drain_front(n);
+            for (task, (span, tag), deadline) in drained {
+                let id = ids[span];
                 let key = self.wheel.next_key();
-                if !runs[run].chunk.cell(idx).try_enter_wheel(key) {
+                if !spans[span].chunk.cell(tag).try_enter_wheel(key) {
                     // Cancelled while queued: account for it here, and drop the task now.
                     cancelled += 1;
                     self.chunks.settle(id);
@@ -403,7 +402,7 @@ impl<J: Stored> Worker<J> {
                     continue;
                 }
                 let entry = task.into_entry(id, &mut self.tasks);
-                let inserted = self.wheel.insert(entry, idx, deadline, tick);
+                let inserted = self.wheel.insert(entry, tag, deadline, tick);
                 debug_assert_eq!(inserted, key);
             }
             if batch.is_empty() {
@@ -448,8 +447,8 @@ impl<J: Stored> Worker<J> {
             out: None,
             timing: RunTiming::new(self.executor.is_none()),
         };
-        self.wheel.expire(tick, now, |entry, idx, deadline| {
-            settle.due(entry, idx, deadline)
+        self.wheel.expire(tick, now, |entry, tag, deadline| {
+            settle.due(entry, tag, deadline)
         });
         let (ended, mut timing) = settle.finish();
         // Every timeout this call ended, it expired.
@@ -463,7 +462,7 @@ impl<J: Stored> Worker<J> {
     fn register_new_batches(&mut self) {
         let chunks = &mut self.chunks;
         for batch in self.inbox.iter_mut() {
-            batch.assign_chunk_ids(|run| chunks.id_of(run));
+            batch.assign_chunk_ids(|chunk| chunks.id_of(chunk));
         }
     }
 
@@ -497,8 +496,8 @@ impl<J: Stored> Worker<J> {
             .wheel
             .drain()
             .into_iter()
-            .map(|(entry, idx)| {
-                let state = chunks.get(J::chunk(&entry)).state(idx);
+            .map(|(entry, tag)| {
+                let state = chunks.get(J::chunk(&entry)).state(tag);
                 state.timer().shared.drop_task(J::from_entry(entry, tasks));
                 state
             })
@@ -563,7 +562,7 @@ struct Settle<'a, J: Stored> {
 impl<J: Stored> Settle<'_, J> {
     /// Settles one due entry, just unlinked.
     #[inline]
-    fn due(&mut self, entry: J::Entry, idx: u8, deadline: u64) {
+    fn due(&mut self, entry: J::Entry, tag: u8, deadline: u64) {
         let id = J::chunk(&entry);
         let (chunk, settled) = match self.out.take() {
             Some((out_id, chunk, settled)) if out_id == id => (chunk, settled),
@@ -573,7 +572,7 @@ impl<J: Stored> Settle<'_, J> {
             }
             None => (self.chunks.take(id), 0),
         };
-        let chunk = if chunk.cell(idx).try_expire() {
+        let chunk = if chunk.cell(tag).try_expire() {
             // Ended before the task runs, so that a task can schedule again even at the
             // pending limit.
             self.ended = self.ended.wrapping_add(1);
@@ -582,7 +581,7 @@ impl<J: Stored> Settle<'_, J> {
                 .fired(self.now.saturating_sub(deadline), self.shared.tick_nanos);
             // The task's `Timeout` borrows the table's reference to the chunk, which the
             // table takes back after the run: no reference count moves.
-            let state = chunk.into_state(idx);
+            let state = chunk.into_state(tag);
             // A future's wake-up runs here: handing it to an executor would cost more.
             let executor = self.executor.filter(|_| !state.has_waker());
             self.timing.before_run(self.shared, self.tally);
@@ -601,7 +600,7 @@ impl<J: Stored> Settle<'_, J> {
             // Cancelled since the walk reached it (by a task of this bucket, or after this
             // tick's cancellations were processed): its entry on the cancellation queue ends
             // it (finding NO_INDEX); the task is dropped here.
-            chunk.cell(idx).clear_wheel_key();
+            chunk.cell(tag).clear_wheel_key();
             self.shared.drop_task(J::from_entry(entry, self.tasks));
             chunk
         };
@@ -882,7 +881,7 @@ mod tests {
         assert_eq!(spares(&timer), (0, 0));
     }
 
-    /// Tasks' and futures' timeouts interleaved in one batch, so that the batch's runs go back
+    /// Tasks' and futures' timeouts interleaved in one batch, so that the batch's spans go back
     /// and forth between a chunk of each kind: once all have ended, the worker's chunk table
     /// holds no chunk (each was registered once, and settled to the last cell), and the
     /// chunks came back as spares of their own kind.

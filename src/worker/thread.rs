@@ -18,7 +18,7 @@ pub(crate) const DRIVEN_GRACE_TICKS: u64 = 32;
 /// The worker thread's loop: a turn of the worker whenever one is due, under the worker's
 /// lock, then a sleep until the plan's tick ends. While a runtime's driver is attached, the
 /// driver runs the turns and the thread only watches over it (`DRIVEN_GRACE_TICKS`).
-pub(crate) fn run<J: Stored>(shared: Arc<Shared<J>>) {
+pub(crate) fn thread_main<J: Stored>(shared: Arc<Shared<J>>) {
     let _loud = StopOnUnwind(&shared);
     tighten_timer_slack(shared.tick_nanos);
     loop {
