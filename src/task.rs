@@ -7,7 +7,7 @@
 //! (a boxed task), implemented for every `TimerTask`, and `Stored` (what a timer stores per
 //! timeout), implemented for every `TypedTask`.
 
-use crate::shared::cells::TimeoutState;
+use crate::shared::cells::CellRef;
 use crate::shared::{sealed, Job, Stored};
 use crate::Timeout;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -94,14 +94,14 @@ impl TimerTask for Box<dyn TimerTask> {
 /// its timeout's state, which becomes the `Timeout` the task receives.
 impl<T: TimerTask> Job for T {
     #[inline]
-    fn run(self, state: TimeoutState) -> (TimeoutState, bool) {
+    fn run(self, state: CellRef) -> (CellRef, bool) {
         let timeout = Timeout { state };
         let ran = catch_unwind(AssertUnwindSafe(|| self.run_unboxed(&timeout))).is_ok();
         (timeout.state, ran)
     }
 
     #[inline]
-    fn run_boxed(self: Box<Self>, state: TimeoutState) -> (TimeoutState, bool) {
+    fn run_boxed(self: Box<Self>, state: CellRef) -> (CellRef, bool) {
         let timeout = Timeout { state };
         let ran = catch_unwind(AssertUnwindSafe(|| TimerTask::run(self, &timeout))).is_ok();
         (timeout.state, ran)
@@ -180,11 +180,7 @@ impl<T: TypedTask> sealed::TaskStorage for T {
     // `always`: in a large binary LLVM keeps this out of line, and the pair it returns then
     // goes through memory; inline, the task's run is part of the worker's loop.
     #[inline(always)]
-    fn run_entry(
-        entry: sealed::Whole<T>,
-        _: &mut (),
-        state: TimeoutState<T>,
-    ) -> (TimeoutState<T>, bool) {
+    fn run_entry(entry: sealed::Whole<T>, _: &mut (), state: CellRef<T>) -> (CellRef<T>, bool) {
         sealed::TaskStorage::run_stored(entry.task, state)
     }
 
@@ -194,7 +190,7 @@ impl<T: TypedTask> sealed::TaskStorage for T {
     }
 
     #[inline(always)]
-    fn run_stored(self, state: TimeoutState<Self>) -> (TimeoutState<Self>, bool) {
+    fn run_stored(self, state: CellRef<Self>) -> (CellRef<Self>, bool) {
         let timeout = Timeout { state };
         let ran = catch_unwind(AssertUnwindSafe(|| TypedTask::run(self, &timeout))).is_ok();
         (timeout.state, ran)

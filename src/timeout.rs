@@ -5,7 +5,7 @@
 //! only calls it. Uses the shared state and, through [`TimerHandle`], reaches the owner's
 //! methods without importing `timer`.
 
-use crate::shared::cells::{CancelOutcome, TimeoutState};
+use crate::shared::cells::{CancelOutcome, CellRef};
 use crate::shared::{BoxedTask, Stored, TimerHandle};
 use std::fmt;
 
@@ -33,7 +33,7 @@ use std::fmt;
 /// assert!(!timeout.cancel(), "only the first cancel wins");
 /// ```
 pub struct Timeout<J: Stored = BoxedTask> {
-    pub(crate) state: TimeoutState<J>,
+    pub(crate) state: CellRef<J>,
 }
 
 impl<J: Stored> Clone for Timeout<J> {

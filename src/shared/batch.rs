@@ -7,7 +7,7 @@
 //! the worker takes it whole and drains it. The rules of chunks, spans and spares they follow:
 //! `shared::cells`, "Chunks, spans and spares: the protocol".
 
-use super::cells::{CellSpan, CellSpanCursor, ChunkCursor, ChunkRef, SpareChunk, TimeoutState};
+use super::cells::{CellRef, CellSpan, CellSpanCursor, ChunkCursor, ChunkRef, SpareChunk};
 use super::small_task::Word;
 use super::{sealed, BoxedTask, Enqueue, Shared, Stored};
 use crate::sync::{Arc, Batch};
@@ -69,7 +69,7 @@ impl<J: Stored> PendingBatch<J> {
         shard: u8,
         task: impl Enqueue<J>,
         deadline: u64,
-    ) -> Option<TimeoutState<J>> {
+    ) -> Option<CellRef<J>> {
         // A shard's batch is never partly taken: the worker swaps it out whole.
         debug_assert_eq!(self.drained, 0);
         let at = self.tasks.len();
@@ -128,8 +128,8 @@ impl<J: Stored> PendingBatch<J> {
 
     /// The states, in order; the tasks are dropped, each once (a panic of its `Drop` caught
     /// and counted by its timer).
-    pub(crate) fn into_states(mut self) -> Vec<TimeoutState<J>> {
-        let states: Vec<TimeoutState<J>> = CellSpanCursor::new(&self.spans, self.drained)
+    pub(crate) fn into_states(mut self) -> Vec<CellRef<J>> {
+        let states: Vec<CellRef<J>> = CellSpanCursor::new(&self.spans, self.drained)
             .take(self.tasks.len())
             .map(|(span, tag)| self.spans[span].chunk.state(tag))
             .collect();

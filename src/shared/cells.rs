@@ -4,7 +4,7 @@
 //! chunks the states live in, the cursors that hand them out, and the spans by which a queued
 //! batch finds each of its timeouts' states. Touches only `sync` and the wheel's key bounds.
 //!
-//! # State table (`TimeoutState::state`)
+//! # State table (`CellRef::state`)
 //!
 //! | from       | to          | who                                  | what the winner owns                    |
 //! |------------|-------------|--------------------------------------|-----------------------------------------|
@@ -239,7 +239,7 @@ impl<J: Stored> ChunkCursor<J> {
         shard: u8,
         spans: &mut Vec<CellSpan<J>>,
         at: usize,
-    ) -> Option<TimeoutState<J>> {
+    ) -> Option<CellRef<J>> {
         let next = &mut self.next;
         let spares = &mut self.spares;
         let wakers = self.wakers;
@@ -271,9 +271,9 @@ impl<J: Stored> ChunkCursor<J> {
             // The last cell: hand the cursor's reference over instead of cloning it (or, with
             // no handle to take it, let it go: the span holds the chunk).
             let chunk = self.chunk.take().expect("just inserted");
-            HANDLE.then_some(TimeoutState { chunk, tag })
+            HANDLE.then_some(CellRef { chunk, tag })
         } else if HANDLE {
-            Some(TimeoutState {
+            Some(CellRef {
                 chunk: Arc::clone(chunk),
                 tag,
             })
@@ -422,16 +422,16 @@ impl<J: Stored> ChunkRef<J> {
     }
 
     /// Cell `tag` as a timeout's state, holding this reference (see
-    /// [`TimeoutState::into_chunk`] for the way back).
+    /// [`CellRef::into_chunk`] for the way back).
     #[inline]
-    pub(crate) fn into_state(self, tag: u8) -> TimeoutState<J> {
-        TimeoutState { chunk: self.0, tag }
+    pub(crate) fn into_state(self, tag: u8) -> CellRef<J> {
+        CellRef { chunk: self.0, tag }
     }
 
     /// A handle's reference to cell `tag`.
     #[inline]
-    pub(crate) fn state(&self, tag: u8) -> TimeoutState<J> {
-        TimeoutState {
+    pub(crate) fn state(&self, tag: u8) -> CellRef<J> {
+        CellRef {
             chunk: Arc::clone(&self.0),
             tag,
         }
@@ -440,36 +440,36 @@ impl<J: Stored> ChunkRef<J> {
 
 /// What a `Timeout` handle shares with the worker: a reference to one cell of a chunk. The
 /// chunk is freed (or, by the worker, kept as a spare) when the last reference to any of its
-/// cells goes: a cell is reused only once nothing can see it.
-/// A timeout's state, as a handle and the worker hold it (see the module's state table).
+/// cells goes: a cell is reused only once nothing can see it. The cell holds the timeout's
+/// state (see the module's state table).
 #[allow(unreachable_pub)]
-pub struct TimeoutState<J: crate::shared::sealed::TaskStorage = BoxedTask> {
+pub struct CellRef<J: crate::shared::sealed::TaskStorage = BoxedTask> {
     chunk: Arc<Chunk<J>>,
     tag: u8,
 }
 
-impl<J: Stored> std::fmt::Debug for TimeoutState<J> {
+impl<J: Stored> std::fmt::Debug for CellRef<J> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.cell().state_name())
     }
 }
 
-impl<J: Stored> Clone for TimeoutState<J> {
+impl<J: Stored> Clone for CellRef<J> {
     fn clone(&self) -> Self {
-        TimeoutState {
+        CellRef {
             chunk: Arc::clone(&self.chunk),
             tag: self.tag,
         }
     }
 }
 
-impl<J: Stored> TimeoutState<J> {
+impl<J: Stored> CellRef<J> {
     #[inline]
     fn cell(&self) -> &Cell {
         &self.chunk.cells[usize::from(self.tag)]
     }
 
-    pub(crate) fn same(&self, other: &TimeoutState<J>) -> bool {
+    pub(crate) fn same(&self, other: &CellRef<J>) -> bool {
         Arc::ptr_eq(&self.chunk, &other.chunk) && self.tag == other.tag
     }
 
@@ -504,7 +504,7 @@ impl<J: Stored> TimeoutState<J> {
     /// Ends a timeout that never ran and never will (the timer is shutting down), unless it has
     /// ended already: cancels it and wakes its future, if it is a future's; else gives it back
     /// (for `stop()` to return).
-    pub(crate) fn cancel_never_run(self) -> Option<TimeoutState<J>> {
+    pub(crate) fn cancel_never_run(self) -> Option<CellRef<J>> {
         if self.cancel() == CancelOutcome::AlreadyEnded {
             return None;
         }

@@ -39,7 +39,7 @@ use crate::sync::{
 };
 use crate::wheel::MAX_ENTRIES;
 use batch::{PendingBatch, ProducerShard};
-use cells::TimeoutState;
+use cells::CellRef;
 use small_task::{QueuedTask, SmallTask, TaskEntry, TaskSlabs, Word};
 use std::time::Duration;
 
@@ -70,10 +70,10 @@ pub(crate) type Executor = Arc<dyn Fn(Box<dyn FnOnce() + Send>) + Send + Sync>;
 pub(crate) trait Job: Send + Sized + 'static {
     /// Runs the task of the timeout whose state this is, catching a panic; gives the state
     /// back, and whether the task returned (false: it panicked).
-    fn run(self, state: TimeoutState) -> (TimeoutState, bool);
+    fn run(self, state: CellRef) -> (CellRef, bool);
 
     /// As [`Job::run`], for a task too large to be stored in place.
-    fn run_boxed(self: Box<Self>, state: TimeoutState) -> (TimeoutState, bool) {
+    fn run_boxed(self: Box<Self>, state: CellRef) -> (CellRef, bool) {
         (*self).run(state)
     }
 }
@@ -131,7 +131,7 @@ impl std::fmt::Debug for BoxedTask {
 pub trait Stored: sealed::TaskStorage + Send + 'static {}
 
 pub(crate) mod sealed {
-    use super::cells::TimeoutState;
+    use super::cells::CellRef;
 
     /// How the worker keeps and runs a stored task (the interface through which the `task`
     /// module's types are run without this module importing them).
@@ -156,7 +156,7 @@ pub(crate) mod sealed {
 
         /// Runs the task, catching a panic; gives the state back (the worker lent it), and
         /// whether the task returned (false: it panicked).
-        fn run_stored(self, state: TimeoutState<Self>) -> (TimeoutState<Self>, bool);
+        fn run_stored(self, state: CellRef<Self>) -> (CellRef<Self>, bool);
 
         /// The wheel's entry for this task, whose cell is in chunk `chunk`.
         fn into_entry(self, chunk: u32, store: &mut Self::Store) -> Self::Entry;
@@ -169,8 +169,8 @@ pub(crate) mod sealed {
         fn run_entry(
             entry: Self::Entry,
             store: &mut Self::Store,
-            state: TimeoutState<Self>,
-        ) -> (TimeoutState<Self>, bool);
+            state: CellRef<Self>,
+        ) -> (CellRef<Self>, bool);
 
         /// The chunk id an entry was made with.
         fn chunk(entry: &Self::Entry) -> u32;
@@ -202,7 +202,7 @@ impl sealed::TaskStorage for BoxedTask {
     }
 
     #[inline]
-    fn run_stored(self, state: TimeoutState) -> (TimeoutState, bool) {
+    fn run_stored(self, state: CellRef) -> (CellRef, bool) {
         self.0.run(state)
     }
 
@@ -217,11 +217,7 @@ impl sealed::TaskStorage for BoxedTask {
     }
 
     #[inline]
-    fn run_entry(
-        entry: TaskEntry,
-        store: &mut TaskSlabs,
-        state: TimeoutState,
-    ) -> (TimeoutState, bool) {
+    fn run_entry(entry: TaskEntry, store: &mut TaskSlabs, state: CellRef) -> (CellRef, bool) {
         store.run_entry(entry, state)
     }
 
@@ -246,7 +242,7 @@ struct WakeJob;
 
 impl Job for WakeJob {
     #[inline]
-    fn run(self, state: TimeoutState) -> (TimeoutState, bool) {
+    fn run(self, state: CellRef) -> (CellRef, bool) {
         let woke = state.wake();
         (state, woke)
     }
@@ -382,7 +378,7 @@ pub(crate) struct Shared<J: crate::shared::sealed::TaskStorage = BoxedTask> {
     /// Each shard's data: its pending-count credit, its chunk of timeout states and spares.
     pub(crate) timeouts: Queue<PendingBatch<J>, ProducerShard<J>>,
     /// Timeouts cancelled while in the wheel, for the worker to unlink.
-    pub(crate) cancellations: Queue<Vec<TimeoutState<J>>>,
+    pub(crate) cancellations: Queue<Vec<CellRef<J>>>,
     state: AtomicU8,
     /// The tick at whose end the worker will next wake by itself; `AWAKE` while it runs,
     /// `u64::MAX` when it parks with no deadline. See `worker::thread_main`.
@@ -536,7 +532,7 @@ impl<J: Stored> Shared<J> {
         self: &Arc<Self>,
         job: impl Enqueue<J>,
         delay: Duration,
-    ) -> Result<TimeoutState<J>, TimerError> {
+    ) -> Result<CellRef<J>, TimerError> {
         let (deadline, now) = self.due_after(delay);
         self.schedule_at(job, deadline, now)
     }
@@ -556,7 +552,7 @@ impl<J: Stored> Shared<J> {
         job: impl Enqueue<J>,
         deadline: u64,
         now: u64,
-    ) -> Result<TimeoutState<J>, TimerError> {
+    ) -> Result<CellRef<J>, TimerError> {
         self.push::<WITH_HANDLE>(job, deadline, now, OnExpiry::RunTask)
             .map(|state| state.expect("a state for the handle"))
     }
@@ -584,7 +580,7 @@ impl<J: Stored> Shared<J> {
         deadline: u64,
         now: u64,
         on_expiry: OnExpiry,
-    ) -> Result<Option<TimeoutState<J>>, TimerError> {
+    ) -> Result<Option<CellRef<J>>, TimerError> {
         let limited = self.max_pending != 0;
         if limited {
             self.reserve_limited()?;
@@ -690,7 +686,7 @@ impl<J: Stored> Shared<J> {
     /// A successful `cancel()`: queue the state for the worker and make sure it runs by the end
     /// of its current tick.
     #[inline]
-    pub(crate) fn cancelled(&self, state: TimeoutState<J>) {
+    pub(crate) fn cancelled(&self, state: CellRef<J>) {
         // No fence: as in `new_timeout`, the queue's lock orders the push before the load of
         // the worker's plan.
         self.cancellations.push(state);
@@ -852,7 +848,7 @@ impl Shared {
         self: &Arc<Self>,
         deadline: u64,
         now: u64,
-    ) -> Result<TimeoutState, TimerError> {
+    ) -> Result<CellRef, TimerError> {
         self.push::<WITH_HANDLE>(BoxedTask::new(WakeJob), deadline, now, OnExpiry::WakeFuture)
             .map(|state| state.expect("a state for the handle"))
     }

@@ -5,7 +5,7 @@
 //! Owns [`SmallTask`] (a task of any `Job` type, erased: its words and a table of the
 //! functions that run and drop it) and [`TaskSlabs`] (the worker's store of the words of the
 //! tasks in the wheel, by size class, so that a wheel node stays 32 bytes whatever the task).
-//! Touches the cells (`TimeoutState`, which a task runs with) and nothing else.
+//! Touches the cells (`CellRef`, which a task runs with) and nothing else.
 //!
 //! The crate's `unsafe` for tasks is here and only here; no thread meets another in it: a
 //! `SmallTask` is a value, moved between threads as any `Send` value is (through the queue's
@@ -36,7 +36,7 @@
 //!    dropped early (`batch::DrainFront`), so the cursor of invariant 3 stays in step.
 #![allow(unsafe_code)]
 
-use super::cells::TimeoutState;
+use super::cells::CellRef;
 use super::Job;
 use crate::wheel::NO_INDEX;
 use std::marker::PhantomData;
@@ -55,9 +55,9 @@ const WORDS: usize = INLINE_BYTES / size_of::<Word>();
 pub(crate) struct VTable {
     /// Moves the task out of the words and runs it with its timeout's state; gives the state
     /// back, and sets the flag if the task returned (it stays clear if the task panicked).
-    /// The state comes back alone, in registers: a returned `(TimeoutState, bool)` would go
+    /// The state comes back alone, in registers: a returned `(CellRef, bool)` would go
     /// through memory, which the caller reads back wider than it was written.
-    run: unsafe fn(*const Word, TimeoutState, &mut bool) -> TimeoutState,
+    run: unsafe fn(*const Word, CellRef, &mut bool) -> CellRef,
     /// Drops the task in the words.
     drop: unsafe fn(*mut Word),
     /// The words the task occupies: 0, 2 or 4 (its size class).
@@ -104,11 +104,7 @@ impl<F: Job> Boxed<F> {
 
 /// # Safety
 /// `words` holds a live `F` (invariant 1), which this consumes (invariant 2).
-unsafe fn run_in_place<F: Job>(
-    words: *const Word,
-    state: TimeoutState,
-    ran: &mut bool,
-) -> TimeoutState {
+unsafe fn run_in_place<F: Job>(words: *const Word, state: CellRef, ran: &mut bool) -> CellRef {
     // SAFETY: the caller's: `words` holds a live `F`, suitably aligned (invariant 1: `F`
     // fits in place), and nobody reads it again.
     let task = unsafe { ptr::read(words.cast::<F>()) };
@@ -119,11 +115,7 @@ unsafe fn run_in_place<F: Job>(
 
 /// # Safety
 /// `words` holds a live `Box<F>`, which this consumes.
-unsafe fn run_boxed<F: Job>(
-    words: *const Word,
-    state: TimeoutState,
-    ran: &mut bool,
-) -> TimeoutState {
+unsafe fn run_boxed<F: Job>(words: *const Word, state: CellRef, ran: &mut bool) -> CellRef {
     // SAFETY: as `run_in_place`, for the box.
     let task = unsafe { ptr::read(words.cast::<Box<F>>()) };
     let (state, returned) = task.run_boxed(state);
@@ -136,11 +128,7 @@ unsafe fn run_boxed<F: Job>(
 /// # Safety
 /// As the table's `run`: `words` holds the live task `vtable` was made for, consumed here.
 #[inline(always)]
-unsafe fn call_run(
-    vtable: &VTable,
-    words: *const Word,
-    state: TimeoutState,
-) -> (TimeoutState, bool) {
+unsafe fn call_run(vtable: &VTable, words: *const Word, state: CellRef) -> (CellRef, bool) {
     let mut ran = false;
     // SAFETY: the caller's.
     let state = unsafe { (vtable.run)(words, state, &mut ran) };
@@ -191,7 +179,7 @@ impl SmallTask {
 
     /// Runs the task (see `Job::run`).
     #[inline]
-    pub(crate) fn run(self, state: TimeoutState) -> (TimeoutState, bool) {
+    pub(crate) fn run(self, state: CellRef) -> (CellRef, bool) {
         let this = ManuallyDrop::new(self);
         // SAFETY: the words hold the live task the vtable was made for (invariant 1); `this`
         // is never dropped, so the task is consumed once, here (invariant 2).
@@ -460,11 +448,7 @@ impl TaskSlabs {
     /// Runs a waiting task where its words are (`remove` then `SmallTask::run`, without copying
     /// the words out); the slot is free after.
     #[inline]
-    pub(crate) fn run_entry(
-        &mut self,
-        entry: TaskEntry,
-        state: TimeoutState,
-    ) -> (TimeoutState, bool) {
+    pub(crate) fn run_entry(&mut self, entry: TaskEntry, state: CellRef) -> (CellRef, bool) {
         // One match on the class for the run and the release.
         let (vtable, key) = (entry.vtable, entry.key);
         match vtable.words {
@@ -535,7 +519,7 @@ mod tests {
     }
 
     /// A state to run tasks with: one from a manual timer.
-    fn state() -> (crate::HashedWheelTimer, TimeoutState) {
+    fn state() -> (crate::HashedWheelTimer, CellRef) {
         let (timer, _driver) = crate::HashedWheelTimer::builder().build_manual().unwrap();
         let t = timer
             .new_timeout(|_: &Timeout| {}, std::time::Duration::from_secs(1))

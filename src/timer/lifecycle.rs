@@ -9,7 +9,7 @@
 //! downcasts it back. Uses the
 //! shared state, the worker (to spawn, join and drain it) and the public `Timeout`.
 
-use crate::shared::cells::TimeoutState;
+use crate::shared::cells::CellRef;
 use crate::shared::{ErasedWorker, Shared, Stored};
 use crate::sync::{lock, process, thread, try_lock, Arc, Ordering};
 use crate::worker::{self, Worker};
@@ -62,9 +62,9 @@ pub(super) fn worker_mut<J: Stored>(idle: &mut ErasedWorker) -> &mut Worker<J> {
         .expect("`Shared::worker` holds only this timer's worker")
 }
 
-/// A timeout that never ran, ended (see `TimeoutState::cancel_never_run`): its handle, for
+/// A timeout that never ran, ended (see `CellRef::cancel_never_run`): its handle, for
 /// `stop()` to return, unless it had ended already or is a future's.
-fn cancel_never_run<J: Stored>(state: TimeoutState<J>) -> Option<Timeout<J>> {
+fn cancel_never_run<J: Stored>(state: CellRef<J>) -> Option<Timeout<J>> {
     state.cancel_never_run().map(|state| Timeout { state })
 }
 

@@ -40,7 +40,7 @@ pub use periodic::{MissedRuns, PeriodicTimeout};
 pub use sleep::{Deadline, Sleep};
 pub use stats::TimerStats;
 
-use crate::shared::cells::TimeoutState;
+use crate::shared::cells::CellRef;
 use crate::shared::{BoxedTask, Enqueue, Fresh, Shared, Stored, TimerHandle};
 use crate::sync::{Arc, Ordering};
 use crate::{Timeout, TimerError, TimerTask, TypedTask};
@@ -125,7 +125,7 @@ fn start<J: Stored>(shared: &Arc<Shared<J>>) -> Result<(), TimerError> {
 #[inline]
 fn accepted<J: Stored>(
     shared: &Shared<J>,
-    scheduled: Result<TimeoutState<J>, TimerError>,
+    scheduled: Result<CellRef<J>, TimerError>,
 ) -> Result<Timeout<J>, TimerError> {
     match scheduled {
         Ok(state) => Ok(Timeout { state }),

@@ -54,7 +54,7 @@ mod thread;
 pub(crate) use thread::{thread_main, turn};
 
 use crate::shared::batch::PendingBatch;
-use crate::shared::cells::{ChunkRef, TimeoutState};
+use crate::shared::cells::{CellRef, ChunkRef};
 use crate::shared::{
     catch_user_panic, sealed, BoxedTask, Counters, Executor, Shared, Stored, LATENESS_CLASSES,
 };
@@ -186,7 +186,7 @@ pub(crate) struct Worker<J: Stored = BoxedTask> {
     /// full ones: in a steady state no buffer grows, and nothing is copied.
     empty_batches: Vec<PendingBatch<J>>,
     /// Reused buffer for the cancellation queue.
-    cancellations: Vec<TimeoutState<J>>,
+    cancellations: Vec<CellRef<J>>,
     chunks: ChunkTable<J>,
     tally: Tally,
     /// Owned by the worker, so that it is dropped with it when the timer stops.
@@ -489,10 +489,10 @@ impl<J: Stored> Worker<J> {
 
     /// Empties the wheel and the inbox (for `stop`): the states of everything still in them.
     /// Their tasks are dropped, a panic of a `Drop` caught and counted.
-    pub(crate) fn drain(&mut self) -> Vec<TimeoutState<J>> {
+    pub(crate) fn drain(&mut self) -> Vec<CellRef<J>> {
         let chunks = &self.chunks;
         let tasks = &mut self.tasks;
-        let mut out: Vec<TimeoutState<J>> = self
+        let mut out: Vec<CellRef<J>> = self
             .wheel
             .drain()
             .into_iter()
@@ -626,8 +626,8 @@ fn run_task<J: Stored>(
     executor: Option<&Executor>,
     entry: J::Entry,
     tasks: &mut J::Store,
-    state: TimeoutState<J>,
-) -> (TimeoutState<J>, bool) {
+    state: CellRef<J>,
+) -> (CellRef<J>, bool) {
     match executor {
         // Run from where its words are kept: no copy of the task's words.
         None => J::run_entry(entry, tasks, state),
@@ -651,7 +651,7 @@ fn run_task<J: Stored>(
 /// the task catching a panic of its `Drop`, which may happen while the executor unwinds.
 struct ExecutorJob<J: Stored> {
     task: Option<J>,
-    state: Option<TimeoutState<J>>,
+    state: Option<CellRef<J>>,
 }
 
 impl<J: Stored> ExecutorJob<J> {
