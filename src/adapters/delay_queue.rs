@@ -811,7 +811,7 @@ impl<T> DelayQueue<T> {
                 break;
             }
             let (slots, ready) = (&mut self.slots, &mut self.ready);
-            self.wheel.expire(tick, now, |index, _, deadline| {
+            self.wheel.expire(tick, now, |index, _, _, deadline| {
                 let slot = &mut slots[index as usize];
                 if let Slot::Waiting { stamp, value } =
                     std::mem::replace(slot, Slot::Vacant { next: NO_INDEX })

@@ -84,6 +84,19 @@ const fn state_of(word: u32) -> u8 {
     (word & STATE_MASK) as u8
 }
 
+/// What the worker found in a due entry's cell ([`Cell::try_expire`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Expiry {
+    /// The timeout was in the wheel: it is expired now, and its task is the worker's to run.
+    Expired,
+    /// The timeout was cancelled: its task is dropped.
+    Cancelled,
+    /// The cell holds another entry's key (or none): the entry's chunk id is stale. A bug,
+    /// which panics in debug builds; in release builds the entry is dropped and the cell left
+    /// alone.
+    NotItsCell,
+}
+
 /// What a `cancel()` found: the move to `CANCELLED` is the caller's unless the timeout had
 /// ended.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -473,6 +486,12 @@ impl<J: Stored> CellRef<J> {
         Arc::ptr_eq(&self.chunk, &other.chunk) && self.tag == other.tag
     }
 
+    /// Whether this cell is one of `chunk`'s.
+    #[inline]
+    pub(crate) fn is_in(&self, chunk: &ChunkRef<J>) -> bool {
+        Arc::ptr_eq(&self.chunk, &chunk.0)
+    }
+
     /// Where the state lives: equal for two references to the same timeout.
     pub(crate) fn address(&self) -> usize {
         self.cell() as *const Cell as usize
@@ -651,11 +670,23 @@ impl Cell {
         cur == word(NO_INDEX, QUEUED) && self.transition(cur, word(key, IN_WHEEL)).is_ok()
     }
 
-    /// IN_WHEEL -> EXPIRED (the wheel key cleared); the worker only. False if it was cancelled.
+    /// IN_WHEEL at wheel key `key` -> EXPIRED (the key cleared); the worker only, for the
+    /// entry under `key`. A cell holding another key is not that entry's cell: a chunk id gone
+    /// stale, which must not touch the timeout the cell belongs to.
     #[inline]
-    pub(crate) fn try_expire(&self) -> bool {
+    pub(crate) fn try_expire(&self, key: u32) -> Expiry {
         let cur = self.load();
-        state_of(cur) == IN_WHEEL && self.transition(cur, word(NO_INDEX, EXPIRED)).is_ok()
+        if cur == word(key, IN_WHEEL) {
+            match self.transition(cur, word(NO_INDEX, EXPIRED)) {
+                Ok(()) => Expiry::Expired,
+                // A cancel won the race (it keeps the key).
+                Err(_) => Expiry::Cancelled,
+            }
+        } else if cur == word(key, CANCELLED) {
+            Expiry::Cancelled
+        } else {
+            Expiry::NotItsCell
+        }
     }
 
     /// Worker only: the entry's wheel key (`NO_INDEX` if none).
@@ -684,5 +715,37 @@ impl Cell {
             CANCELLED => "cancelled",
             _ => "expired",
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cell(word_now: u32) -> Cell {
+        Cell {
+            word: AtomicU32::new(word_now),
+        }
+    }
+
+    /// The worker expires a due entry's cell only if the cell holds that entry's key: a cell
+    /// reached through a stale chunk id (another timeout's, or a fresh one) is left alone.
+    #[test]
+    fn a_cell_expires_only_for_the_entry_whose_key_it_holds() {
+        let in_wheel = cell(word(7, IN_WHEEL));
+        assert_eq!(in_wheel.try_expire(8), Expiry::NotItsCell);
+        assert_eq!(in_wheel.load(), word(7, IN_WHEEL), "untouched");
+        assert_eq!(in_wheel.try_expire(7), Expiry::Expired);
+        assert_eq!(in_wheel.load(), word(NO_INDEX, EXPIRED));
+        assert_eq!(in_wheel.try_expire(7), Expiry::NotItsCell, "expired once");
+
+        let cancelled = cell(word(7, CANCELLED));
+        assert_eq!(cancelled.try_expire(7), Expiry::Cancelled);
+        assert_eq!(cancelled.try_expire(9), Expiry::NotItsCell);
+        assert_eq!(
+            cell(word(NO_INDEX, QUEUED)).try_expire(7),
+            Expiry::NotItsCell
+        );
+        assert_eq!(cell(word(NO_INDEX, QUEUED)).wheel_key(), NO_INDEX);
     }
 }

@@ -634,7 +634,7 @@ impl<T> Wheel<T> {
     }
 
     /// Visits the bucket of `tick`: every entry whose fire tick has come (`remaining_rounds == 0`)
-    /// and whose deadline is `<= now` is unlinked and handed to `f` (entry, tag, deadline), in
+    /// and whose deadline is `<= now` is unlinked and handed to `f` (entry, key, tag, deadline), in
     /// bucket order. The others stay. `f` runs while the walk is under way (it cannot reach the
     /// wheel).
     ///
@@ -644,7 +644,7 @@ impl<T> Wheel<T> {
     /// would walk the bucket to decrement `remaining_rounds`; with absolute fire ticks there is
     /// nothing to do.
     #[inline]
-    pub(crate) fn expire(&mut self, tick: u64, now: u64, mut f: impl FnMut(T, u8, u64)) {
+    pub(crate) fn expire(&mut self, tick: u64, now: u64, mut f: impl FnMut(T, u32, u8, u64)) {
         self.catch_up(tick);
         let b = (tick & self.mask) as usize;
         if self.buckets.get(b).min_fire > tick {
@@ -670,7 +670,7 @@ impl<T> Wheel<T> {
                 node.next = self.free;
                 node.prev_tag = PREV_MASK;
                 self.free = cursor;
-                f(item, tag, deadline);
+                f(item, cursor, tag, deadline);
                 taken += 1;
             } else {
                 // Survivors are rounds away (or, with a clock that lags the tick, not yet due).
@@ -844,7 +844,7 @@ mod tests {
     /// tick 11, and expires the rest. Everything handed out, in order.
     fn expire_then_the_rest(mut w: Wheel<u32>, middle: Option<u32>) -> Vec<(u32, u8, u64)> {
         let mut got = Vec::new();
-        w.expire(3, 4 * MS, |i, tag, d| got.push((i, tag, d)));
+        w.expire(3, 4 * MS, |i, _, tag, d| got.push((i, tag, d)));
         // The bucket is whole: from its head, each node is live and links back to the one
         // before; the last is its tail.
         let (mut at, mut before, mut walked) = (w.list(3).head, NO_INDEX, 0);
@@ -864,7 +864,7 @@ mod tests {
         }
         w.insert(500, 1, 11 * MS + 500, 4);
         for tick in 4..12 {
-            w.expire(tick, (tick + 1) * MS, |i, tag, d| got.push((i, tag, d)));
+            w.expire(tick, (tick + 1) * MS, |i, _, tag, d| got.push((i, tag, d)));
         }
         assert_eq!(w.len(), 0);
         got
@@ -924,14 +924,16 @@ mod tests {
         assert_eq!(w.next_fire_tick(0), Some(3));
         let mut fired = vec![];
         for tick in [3, 5] {
-            w.expire(tick, (tick + 1) * MS, |item, _, _| fired.push((item, tick)));
+            w.expire(tick, (tick + 1) * MS, |item, _, _, _| {
+                fired.push((item, tick))
+            });
         }
         assert_eq!(w.next_fire_tick(6), Some(far));
-        w.expire(far, (far + 1) * MS, |item, _, _| fired.push((item, far)));
+        w.expire(far, (far + 1) * MS, |item, _, _, _| fired.push((item, far)));
         assert_eq!(fired, [("near", 3), ("near too", 5), ("far", far)]);
         assert_eq!((w.len(), w.next_fire_tick(far)), (0, None));
         // An empty bucket whose page never came is read as empty, not allocated.
-        w.expire(far + 1, (far + 2) * MS, |_, _, _| unreachable!());
+        w.expire(far + 1, (far + 2) * MS, |_, _, _, _| unreachable!());
         assert_eq!(
             w.buckets.allocated_bytes(),
             2 * page_bytes,
@@ -978,7 +980,7 @@ mod tests {
         w.insert("b", 0, 135 * MS, 0);
         let mut fired = vec![];
         for tick in 0..20u64 {
-            w.expire(tick, (tick + 1) * 10 * MS, |item, _, _| {
+            w.expire(tick, (tick + 1) * 10 * MS, |item, _, _, _| {
                 fired.push((item, tick))
             });
         }
@@ -992,7 +994,7 @@ mod tests {
         w.insert(1, 0, 3 * MS, 6);
         assert_eq!(w.next_fire_tick(6), Some(6));
         let mut fired = vec![];
-        w.expire(6, 70 * MS, |i, _, _| fired.push(i));
+        w.expire(6, 70 * MS, |i, _, _, _| fired.push(i));
         assert_eq!(fired, vec![1]);
     }
 
@@ -1004,7 +1006,7 @@ mod tests {
         assert_eq!(w.remove(keys[0]).0, 0);
         assert_eq!(w.remove(keys[4]).0, 4);
         let mut fired = vec![];
-        w.expire(2, 3 * MS, |i, _, _| fired.push(i));
+        w.expire(2, 3 * MS, |i, _, _, _| fired.push(i));
         assert_eq!(fired, vec![1, 3]);
         assert_eq!(w.next_fire_tick(3), None);
     }
@@ -1049,7 +1051,9 @@ mod tests {
         let (mut visits, mut fired, mut from) = (vec![], vec![], 0);
         while let Some(tick) = w.next_fire_tick(from) {
             visits.push(tick);
-            w.expire(tick, (tick + 1) * MS, |item, _, _| fired.push((item, tick)));
+            w.expire(tick, (tick + 1) * MS, |item, _, _, _| {
+                fired.push((item, tick))
+            });
             from = tick + 1;
         }
         assert_eq!(fired, vec![("hour", 3_600_000)]);
@@ -1067,7 +1071,7 @@ mod tests {
         let mut w = Wheel::new(MS, 4);
         w.insert((), 0, 9 * MS, 2); // round 2, past the horizon (round 1): a far slot
         assert_eq!(w.next_fire_tick(2), Some(4), "moves down as round 1 starts");
-        w.expire(4, 5 * MS, |_, _, _| panic!("not due"));
+        w.expire(4, 5 * MS, |_, _, _, _| panic!("not due"));
         assert_eq!(w.next_fire_tick(5), Some(9));
         assert_eq!(w.next_fire_tick(6), Some(9));
     }
@@ -1089,7 +1093,9 @@ mod tests {
         }
         let (mut fired, mut from) = (vec![], 0);
         while let Some(tick) = w.next_fire_tick(from) {
-            w.expire(tick, (tick + 1) * MS, |item, _, _| fired.push((tick, item)));
+            w.expire(tick, (tick + 1) * MS, |item, _, _, _| {
+                fired.push((tick, item))
+            });
             from = tick + 1;
         }
         let mut expected: Vec<(u64, u64)> = keys
@@ -1108,9 +1114,9 @@ mod tests {
         let mut w = Wheel::new(10 * MS, 8);
         w.insert((), 0, 55 * MS, 0);
         let mut n = 0;
-        w.expire(5, 54 * MS, |_, _, _| n += 1);
+        w.expire(5, 54 * MS, |_, _, _, _| n += 1);
         assert_eq!(n, 0, "not before the deadline");
-        w.expire(5, 55 * MS, |_, _, _| n += 1);
+        w.expire(5, 55 * MS, |_, _, _, _| n += 1);
         assert_eq!(n, 1);
     }
 
@@ -1123,7 +1129,7 @@ mod tests {
         // Unlinking `b` rewrites `c`'s prev link: its tag must survive.
         assert_eq!(w.remove(b), ('b', 7));
         let mut fired = vec![];
-        w.expire(5, 6 * MS, |item, tag, _| fired.push((item, tag)));
+        w.expire(5, 6 * MS, |item, _, tag, _| fired.push((item, tag)));
         assert_eq!(fired, vec![('a', MAX_TAG), ('c', 0)]);
         assert_ne!(a, c);
     }
@@ -1155,7 +1161,9 @@ mod tests {
         w.insert_keyed(5, 'd', 0, 4 * MS, 0);
         let mut fired = vec![];
         for tick in 0..300 {
-            w.expire(tick, (tick + 1) * MS, |item, _, _| fired.push((tick, item)));
+            w.expire(tick, (tick + 1) * MS, |item, _, _, _| {
+                fired.push((tick, item))
+            });
         }
         assert_eq!(fired, vec![(3, 'b'), (4, 'd'), (200, 'c')]);
         assert_eq!(w.len(), 0);
@@ -1192,7 +1200,7 @@ mod tests {
         assert_eq!(w.nodes.pages.len(), 4);
         let mut fired = vec![];
         for tick in 0..8 {
-            w.expire(tick, (tick + 1) * MS, |i, tag, _| {
+            w.expire(tick, (tick + 1) * MS, |i, _, tag, _| {
                 fired.push((tick, i, tag))
             });
         }
@@ -1237,7 +1245,7 @@ mod tests {
         while let Some(t) = w.next_fire_tick(tick) {
             let peeked = w.peek(t);
             let mut got = vec![];
-            w.expire(t, (t + 1) * MS, |i, _, _| got.push(i));
+            w.expire(t, (t + 1) * MS, |i, _, _, _| got.push(i));
             if let (Some(first), Some(key)) = (got.first(), peeked) {
                 assert_eq!(
                     *first,
@@ -1261,7 +1269,7 @@ mod tests {
         assert_eq!(w.peek(0), Some(sooner));
         assert_eq!(w.peek(100), Some(sooner));
         let mut got = vec![];
-        w.expire(100, 100 * MS + 400_000, |i, _, _| got.push(i));
+        w.expire(100, 100 * MS + 400_000, |i, _, _, _| got.push(i));
         assert_eq!((got, w.peek(100)), (vec!['s'], Some(later)));
         let mut w = Wheel::new(MS, 64);
         w.insert('l', 0, 100 * MS + 600_000, 0);
@@ -1272,7 +1280,7 @@ mod tests {
         w.remove(past);
         assert_eq!(w.peek(3), Some(sooner));
         let mut got = vec![];
-        w.expire(100, 101 * MS, |i, _, _| got.push(i));
+        w.expire(100, 101 * MS, |i, _, _, _| got.push(i));
         assert_eq!(got, vec!['l', 's'], "expire keeps bucket order");
     }
 
@@ -1295,7 +1303,7 @@ mod tests {
         while let Some(t) = w.next_fire_tick(tick) {
             let peeked = item_of[&w.peek(t).unwrap()];
             let mut got = vec![];
-            w.expire(t, (t + 1) * MS, |i, _, deadline| got.push((deadline, i)));
+            w.expire(t, (t + 1) * MS, |i, _, _, deadline| got.push((deadline, i)));
             // The least deadline handed out, the first on a tie.
             if let Some(&(_, first)) = got.iter().min_by_key(|(deadline, _)| *deadline) {
                 assert_eq!(first, peeked, "tick {t}");
@@ -1321,7 +1329,7 @@ mod tests {
         assert_eq!(w.next_fire_tick(0), Some(5));
         let mut fired = vec![];
         for tick in 0..8 {
-            w.expire(tick, (tick + 1) * MS, |i, tag, _| {
+            w.expire(tick, (tick + 1) * MS, |i, _, tag, _| {
                 fired.push((tick, i, tag))
             });
         }

@@ -162,14 +162,39 @@ impl<J: Stored> ChunkTable<J> {
     }
 
     /// Counts `settled` (at least 1) more of chunk `id`'s cells settled; whether they were its
-    /// last.
+    /// last. More settled than the chunk has cells left is a bug: debug builds stop there;
+    /// release builds log it once and keep the chunk for good, never letting it go (a chunk
+    /// let go of too early could be reused under a live timeout).
     #[inline]
     fn count_settled(&mut self, id: u32, settled: u32) -> bool {
         debug_assert!(settled >= 1);
         let unsettled = &mut self.meta[id as usize];
-        *unsettled -= settled;
-        *unsettled == 0
+        match unsettled.checked_sub(settled) {
+            Some(left) => {
+                *unsettled = left;
+                left == 0
+            }
+            None => {
+                *unsettled = u32::MAX;
+                over_settled(id);
+                false
+            }
+        }
     }
 }
 
 const CHUNK_CELLS: u32 = CHUNK as u32;
+
+/// See [`ChunkTable::count_settled`].
+#[cold]
+#[inline(never)]
+fn over_settled(id: u32) {
+    debug_assert!(false, "chunk {id} settled more times than it has cells");
+    static LOGGED: std::sync::Once = std::sync::Once::new();
+    LOGGED.call_once(|| {
+        log::error!(
+            "hashed-timer-wheel: chunk {id} was settled more times than it has cells; it is kept \
+             for good (a bug: please report it)"
+        )
+    });
+}

@@ -54,7 +54,7 @@ mod thread;
 pub(crate) use thread::{thread_main, turn};
 
 use crate::shared::batch::PendingBatch;
-use crate::shared::cells::{CellRef, ChunkRef};
+use crate::shared::cells::{CellRef, ChunkRef, Expiry};
 use crate::shared::{
     catch_user_panic, sealed, BoxedTask, Counters, Executor, Shared, Stored, LATENESS_CLASSES,
 };
@@ -326,7 +326,12 @@ impl<J: Stored> Worker<J> {
             if key != NO_INDEX {
                 state.clear_wheel_key();
                 let (entry, _) = self.wheel.remove(key);
-                self.chunks.settle(J::chunk(&entry));
+                let id = J::chunk(&entry);
+                if state.is_in(self.chunks.get(id)) {
+                    self.chunks.settle(id);
+                } else {
+                    stale_chunk_id(id);
+                }
                 shared.drop_task(J::from_entry(entry, &mut self.tasks));
             }
         }
@@ -447,8 +452,8 @@ impl<J: Stored> Worker<J> {
             out: None,
             timing: RunTiming::new(self.executor.is_none()),
         };
-        self.wheel.expire(tick, now, |entry, tag, deadline| {
-            settle.due(entry, tag, deadline)
+        self.wheel.expire(tick, now, |entry, key, tag, deadline| {
+            settle.due(entry, key, tag, deadline)
         });
         let (ended, mut timing) = settle.finish();
         // Every timeout this call ended, it expired.
@@ -562,7 +567,7 @@ struct Settle<'a, J: Stored> {
 impl<J: Stored> Settle<'_, J> {
     /// Settles one due entry, just unlinked.
     #[inline]
-    fn due(&mut self, entry: J::Entry, tag: u8, deadline: u64) {
+    fn due(&mut self, entry: J::Entry, key: u32, tag: u8, deadline: u64) {
         let id = J::chunk(&entry);
         let (chunk, settled) = match self.out.take() {
             Some((out_id, chunk, settled)) if out_id == id => (chunk, settled),
@@ -572,7 +577,14 @@ impl<J: Stored> Settle<'_, J> {
             }
             None => (self.chunks.take(id), 0),
         };
-        let chunk = if chunk.cell(tag).try_expire() {
+        let expiry = chunk.cell(tag).try_expire(key);
+        if expiry == Expiry::NotItsCell {
+            stale_chunk_id(id);
+            self.shared.drop_task(J::from_entry(entry, self.tasks));
+            self.out = Some((id, chunk, settled));
+            return;
+        }
+        let chunk = if expiry == Expiry::Expired {
             // Ended before the task runs, so that a task can schedule again even at the
             // pending limit.
             self.ended = self.ended.wrapping_add(1);
@@ -617,6 +629,18 @@ impl<J: Stored> Settle<'_, J> {
         }
         (self.ended, self.timing)
     }
+}
+
+/// A wheel entry's chunk id names a chunk that does not hold the entry's cell: a bug of the
+/// worker's bookkeeping. Debug builds stop there; release builds log it once and leave both
+/// chunks as they are (the entry is dropped, its cell never settled: its chunk is never reused),
+/// so that no other timeout's cell is touched.
+#[cold]
+#[inline(never)]
+fn stale_chunk_id(id: u32) {
+    debug_assert!(false, "wheel entry with a stale chunk id {id}");
+    static LOGGED: std::sync::Once = std::sync::Once::new();
+    LOGGED.call_once(|| log::error!("hashed-timer-wheel: a wheel entry named a stale chunk id ({id}); the entry was dropped unrun (a bug: please report it)"));
 }
 
 /// Runs an expired timeout's task, inline or on the executor; a panic is caught, never
@@ -852,6 +876,36 @@ mod tests {
         driver.advance(TICK);
         assert_eq!(spares(&timer), (0, chunks));
         (timer, driver, first)
+    }
+
+    /// A chunk settled more times than it has cells is a bug of the worker's bookkeeping:
+    /// debug builds panic; release builds keep the chunk for good rather than let it go (and
+    /// be reused under a live timeout).
+    #[test]
+    fn a_chunk_settled_too_often_panics_in_debug_and_is_kept_in_release() {
+        let (timer, driver) = HashedWheelTimer::builder()
+            .tick_duration(TICK)
+            .build_manual()
+            .unwrap();
+        let t = timer.new_timeout(noop, Duration::from_secs(1)).unwrap();
+        driver.advance(TICK);
+        let mut guard = crate::sync::lock(&timer.shared.worker);
+        let worker = guard
+            .as_mut()
+            .and_then(|w| w.downcast_mut::<Worker>())
+            .expect("a manual timer keeps its worker here");
+        assert_eq!(worker.chunks.held, 1);
+        let chunk = worker.chunks.take(0);
+        let over = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            worker.chunks.put_back_settled(0, chunk, CHUNK as u32 + 1);
+        }));
+        assert_eq!(over.is_err(), cfg!(debug_assertions));
+        if over.is_ok() {
+            assert_eq!(worker.chunks.held, 1, "kept, not let go");
+        }
+        // The table is broken on purpose: nothing may look at it again.
+        drop(guard);
+        std::mem::forget((t, driver, timer));
     }
 
     fn cancelled_pairs(timer: &HashedWheelTimer, n: usize) {
