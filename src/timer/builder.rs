@@ -247,6 +247,23 @@ impl Builder {
         clock: Clock,
         driven_by: DrivenBy,
     ) -> Result<Arc<Shared<J>>, BuildError> {
+        let (tick_nanos, wheel_len) = self.tick_and_wheel_len()?;
+        lifecycle::count_instance();
+        let worker: Worker<J> = Worker::new(tick_nanos, wheel_len, self.executor);
+        Ok(Arc::new(Shared::new(
+            tick_nanos,
+            wheel_len,
+            self.max_pending,
+            clock,
+            lifecycle::erase_worker(worker),
+            self.thread_name,
+            driven_by == DrivenBy::ManualDriver,
+        )))
+    }
+
+    /// The settings checked: the tick in nanoseconds (at least 1 ms) and the wheel's length
+    /// (`ticks_per_wheel` rounded up to a power of two), or why they make no timer.
+    fn tick_and_wheel_len(&self) -> Result<(u64, usize), BuildError> {
         if self.tick.is_zero() {
             return Err(BuildError::ZeroTickDuration);
         }
@@ -271,18 +288,7 @@ impl Builder {
                 tick_duration: tick,
                 wheel_len,
             })?;
-
-        lifecycle::count_instance();
-        let worker: Worker<J> = Worker::new(tick_nanos, wheel_len, self.executor);
-        Ok(Arc::new(Shared::new(
-            tick_nanos,
-            wheel_len,
-            self.max_pending,
-            clock,
-            lifecycle::erase_worker(worker),
-            self.thread_name,
-            driven_by == DrivenBy::ManualDriver,
-        )))
+        Ok((tick_nanos, wheel_len))
     }
 }
 

@@ -177,18 +177,10 @@ where
             let current = self.shared.worker_tick();
             // `AWAKE`: the thread's turn is under way: look again at the end of this tick.
             let plan = if plan == AWAKE { current } else { plan };
-            // Sleeps for the ticks before the plan have ended, or are not needed.
-            while state.sleeps.front().is_some_and(|&(tick, _)| tick < plan) {
-                state.sleeps.pop_front();
-            }
+            state.retire_sleeps(plan);
             if plan == u64::MAX {
                 // Nothing pending: a producer wakes the task (`Shared::unpark_worker`).
-                state.sleeps.clear();
                 return false;
-            }
-            if state.sleeps.front().is_some_and(|&(tick, _)| tick > plan) {
-                // A producer's deadline came before the sleeps armed: arm from the plan.
-                state.sleeps.clear();
             }
             // While the next tick has work, the ones after it likely do too.
             let until = if plan <= current {
@@ -196,21 +188,46 @@ where
             } else {
                 plan
             };
-            let waker = Waker::from(Arc::clone(self));
-            let mut cx = Context::from_waker(&waker);
-            let mut ended = false;
-            let mut tick = state.sleeps.back().map_or(plan, |&(last, _)| last + 1);
-            while tick <= until {
-                let mut sleep = Box::pin((state.sleep_until)(self.end_of(tick)));
-                ended |= sleep.as_mut().poll(&mut cx).is_ready();
-                state.sleeps.push_back((tick, sleep));
-                tick += 1;
-            }
-            let last = state.sleeps.back().map_or(plan, |&(last, _)| last);
-            self.armed_until.store(last, Ordering::SeqCst);
-            if !ended {
+            if !self.arm_sleeps(state, plan, until) {
                 return false;
             }
+        }
+    }
+
+    /// Arms the runtime's sleeps for the ticks from `plan` (or after the last armed) to
+    /// `until`, each polled once, and notes the last tick armed. True if one has ended
+    /// already: its tick is due, for another turn.
+    fn arm_sleeps(self: &Arc<Self>, state: &mut DriverState<F, S>, plan: u64, until: u64) -> bool {
+        let waker = Waker::from(Arc::clone(self));
+        let mut cx = Context::from_waker(&waker);
+        let mut ended = false;
+        let mut tick = state.sleeps.back().map_or(plan, |&(last, _)| last + 1);
+        while tick <= until {
+            let mut sleep = Box::pin((state.sleep_until)(self.end_of(tick)));
+            ended |= sleep.as_mut().poll(&mut cx).is_ready();
+            state.sleeps.push_back((tick, sleep));
+            tick += 1;
+        }
+        let last = state.sleeps.back().map_or(plan, |&(last, _)| last);
+        self.armed_until.store(last, Ordering::SeqCst);
+        ended
+    }
+}
+
+impl<F, S> DriverState<F, S> {
+    /// Drops the sleeps a turn that planned `plan` no longer needs: those for the ticks
+    /// before it (ended, or not needed), and all of them if it plans nothing, or plans a tick
+    /// before the first one armed.
+    fn retire_sleeps(&mut self, plan: u64) {
+        while self.sleeps.front().is_some_and(|&(tick, _)| tick < plan) {
+            self.sleeps.pop_front();
+        }
+        if plan == u64::MAX {
+            // Nothing pending.
+            self.sleeps.clear();
+        } else if self.sleeps.front().is_some_and(|&(tick, _)| tick > plan) {
+            // A producer's deadline came before the sleeps armed: arm from the plan.
+            self.sleeps.clear();
         }
     }
 }

@@ -114,21 +114,40 @@ pub(super) fn stop<J: Stored>(shared: &Arc<Shared<J>>) -> Result<Vec<Timeout<J>>
     // A runtime's driver completes once it sees SHUTDOWN: it may be waiting to be woken.
     wake_driver(shared);
     if let Some(join) = join {
-        join.thread().unpark();
-        // The thread leaves its loop after its current turn. User code cannot unwind it
-        // (every place that runs or drops some catches its panic); a bug of the crate's own
-        // that did has stopped the timer and logged it.
-        let _ = join.join();
+        join_worker_thread(join);
     }
-    // Waits for a turn under way (a runtime's driver, a `ManualDriver`).
+    let mut out = drain_worker(shared);
+    drain_queues(shared, &mut out);
+    Ok(out)
+}
+
+/// Wakes the worker thread of a timer just marked SHUTDOWN and waits for it to end.
+fn join_worker_thread(join: thread::JoinHandle<()>) {
+    join.thread().unpark();
+    // The thread leaves its loop after its current turn. User code cannot unwind it
+    // (every place that runs or drops some catches its panic); a bug of the crate's own
+    // that did has stopped the timer and logged it.
+    let _ = join.join();
+}
+
+/// Takes the worker out of `Shared::worker` (waiting for a turn under way: a runtime's
+/// driver, a `ManualDriver`) and ends the timeouts in its wheel that never ran: the handles
+/// `stop()` returns for them.
+fn drain_worker<J: Stored>(shared: &Shared<J>) -> Vec<Timeout<J>> {
     let worker = lock(&shared.worker).take();
     let mut out = Vec::new();
     if let Some(worker) = worker {
         let mut worker = worker_from::<J>(worker);
         out.extend(worker.drain().into_iter().filter_map(cancel_never_run));
     }
+    out
+}
+
+/// Empties a stopped timer's queues: ends the timeouts queued that never reached the wheel,
+/// their handles added to `out`, and lets go of the shards' chunks and the cancellations.
+fn drain_queues<J: Stored>(shared: &Shared<J>, out: &mut Vec<Timeout<J>>) {
     // Take the buffers themselves, so that their memory goes too. A producer that locks a
-    // shard after this take sees SHUTDOWN (set above) and pushes nothing: nothing stays
+    // shard after this take sees SHUTDOWN (set in `stop`) and pushes nothing: nothing stays
     // queued, where a task holding a handle would keep the timer alive.
     let queued = shared.timeouts.take_all();
     // The shards' current and spare chunks hold handles on this timer: let them go (a
@@ -142,7 +161,6 @@ pub(super) fn stop<J: Stored>(shared: &Arc<Shared<J>>) -> Result<Vec<Timeout<J>>
             .filter_map(cancel_never_run),
     );
     drop(shared.cancellations.take_all());
-    Ok(out)
 }
 
 /// Dropping the owner on the worker thread (inside a task): stop without waiting for

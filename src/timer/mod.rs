@@ -3,8 +3,8 @@
 //! Owns [`HashedWheelTimer`] (the owner), the methods of [`TimerHandle`], the [`Timer`] trait,
 //! [`TimerStats`] and the `Debug` output (`stats.rs`), the [`Builder`] (`builder.rs`), the
 //! [`ManualDriver`] (`driver.rs`), periodic tasks (`periodic.rs`), the futures (`sleep.rs`,
-//! `interval.rs`) and the lifecycle (`lifecycle.rs`: lazy start, `stop()`, the live-timer
-//! count). Uses every module below it: the shared state, the worker, the clock, the wheel's
+//! `deadline.rs`, `interval.rs`) and the lifecycle (`lifecycle.rs`: lazy start, `stop()`, the
+//! live-timer count). Uses every module below it: the shared state, the worker, the clock, the wheel's
 //! limits; and the other public handle types (`Timeout`, `TimerTask`), which refer back to it
 //! as Netty's interfaces do.
 //!
@@ -23,6 +23,7 @@ macro_rules! for_owner_and_handle {
 }
 
 mod builder;
+mod deadline;
 mod drive;
 mod driver;
 mod interval;
@@ -32,12 +33,13 @@ mod sleep;
 mod stats;
 
 pub use builder::Builder;
+pub use deadline::Deadline;
 pub use drive::Drive;
 pub use driver::ManualDriver;
 pub use interval::Interval;
 pub use lifecycle::INSTANCE_COUNT_LIMIT;
 pub use periodic::{MissedRuns, PeriodicTimeout};
-pub use sleep::{Deadline, Sleep};
+pub use sleep::Sleep;
 pub use stats::TimerStats;
 
 use crate::shared::cells::CellRef;

@@ -21,33 +21,12 @@ pub(crate) const DRIVEN_GRACE_TICKS: u64 = 32;
 pub(crate) fn thread_main<J: Stored>(shared: Arc<Shared<J>>) {
     let _loud = StopOnUnwind(&shared);
     tighten_timer_slack(shared.tick_nanos);
-    loop {
-        let plan = {
-            let mut held = lock(&shared.worker);
-            let Some(worker) = held.as_mut().and_then(|w| w.downcast_mut::<Worker<J>>()) else {
-                break; // taken by `stop()`
-            };
-            if shared.is_shutdown() {
-                break;
-            }
-            turn(worker, &shared)
-        };
+    while let Some(plan) = locked_turn(&shared) {
         if shared.is_shutdown() {
             break;
         }
-        let wake = if plan == u64::MAX {
-            // Parked with no deadline, also while no driver is attached: one may attach, and
-            // its turns then plan ticks the thread must watch over.
-            if !watch_parked(&shared) {
-                continue; // a driver's turn planned a tick meanwhile: watch over it
-            }
-            plan
-        } else if shared.is_driven() {
-            // The driver may sleep past a plan this turn lowered: it is woken to plan again.
-            shared.unpark_worker(false);
-            plan.saturating_add(DRIVEN_GRACE_TICKS)
-        } else {
-            plan
+        let Some(wake) = wake_tick(&shared, plan) else {
+            continue; // a driver's turn planned a tick meanwhile: watch over it
         };
         sleep_until_end_of(&shared, wake);
         lock(&shared.control).watchdog_parked = false;
@@ -61,6 +40,34 @@ pub(crate) fn thread_main<J: Stored>(shared: Arc<Shared<J>>) {
         let worker = lock(&shared.worker).take();
         drop(worker);
     }
+}
+
+/// A [`turn`] under the worker's lock: its plan, or `None` once the thread's loop must end
+/// (the worker taken by `stop()`, or the timer shut down).
+fn locked_turn<J: Stored>(shared: &Arc<Shared<J>>) -> Option<u64> {
+    let mut held = lock(&shared.worker);
+    // `None`: taken by `stop()`.
+    let worker = held.as_mut()?.downcast_mut::<Worker<J>>()?;
+    if shared.is_shutdown() {
+        return None;
+    }
+    Some(turn(worker, shared))
+}
+
+/// The tick whose end the thread sleeps until after a turn that planned `plan`; `None` if it
+/// must not sleep but run another turn at once.
+fn wake_tick<J: Stored>(shared: &Shared<J>, plan: u64) -> Option<u64> {
+    if plan == u64::MAX {
+        // Parked with no deadline, also while no driver is attached: one may attach, and
+        // its turns then plan ticks the thread must watch over.
+        return watch_parked(shared).then_some(plan);
+    }
+    if shared.is_driven() {
+        // The driver may sleep past a plan this turn lowered: it is woken to plan again.
+        shared.unpark_worker(false);
+        return Some(plan.saturating_add(DRIVEN_GRACE_TICKS));
+    }
+    Some(plan)
 }
 
 /// The watchdog is about to park with no deadline: says so, for a driver whose turn plans a

@@ -1,0 +1,75 @@
+//! What the queue hands out: the [`Key`] naming an item, and an item taken out, [`Expired`].
+//!
+//! Owns both public types; touches only the clock, to add up an item's deadline.
+
+use crate::clock::instant_after;
+use std::fmt;
+use std::time::Instant;
+
+/// Names a value in a [`DelayQueue`](super::DelayQueue), from its insertion until it is
+/// removed or yielded.
+///
+/// A key that no longer names a value (removed, yielded, cleared) names no other either:
+/// [`DelayQueue::try_remove`](super::DelayQueue::try_remove) returns `None` for it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Key {
+    pub(super) index: u32,
+    pub(super) stamp: u32,
+}
+
+/// A value whose deadline has passed, taken out of its [`DelayQueue`](super::DelayQueue) (or
+/// removed from it).
+///
+/// ```
+/// # use hashed_timer_wheel::{DelayQueue, HashedWheelTimer};
+/// # use std::time::Duration;
+/// let timer = HashedWheelTimer::new(Duration::from_millis(1), 64);
+/// let mut queue = DelayQueue::new(timer.handle());
+/// let key = queue.insert(7, Duration::from_secs(60));
+/// let removed = queue.remove(&key);
+/// assert_eq!((removed.key(), *removed.get_ref()), (key, 7));
+/// ```
+pub struct Expired<T> {
+    pub(super) value: T,
+    /// The deadline in the parts of `Clock::instant_parts`, added up by
+    /// [`deadline`](Expired::deadline): most callers of `remove` never ask for it.
+    pub(super) deadline: (Instant, u64),
+    pub(super) key: Key,
+}
+
+impl<T> Expired<T> {
+    /// The value.
+    pub fn get_ref(&self) -> &T {
+        &self.value
+    }
+
+    /// The value, mutably.
+    pub fn get_mut(&mut self) -> &mut T {
+        &mut self.value
+    }
+
+    /// The value, taken out.
+    pub fn into_inner(self) -> T {
+        self.value
+    }
+
+    /// The deadline the value had.
+    pub fn deadline(&self) -> Instant {
+        instant_after(self.deadline.0, self.deadline.1)
+    }
+
+    /// The key the value had.
+    pub fn key(&self) -> Key {
+        self.key
+    }
+}
+
+impl<T: fmt::Debug> fmt::Debug for Expired<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Expired")
+            .field("value", &self.value)
+            .field("deadline", &self.deadline())
+            .field("key", &self.key)
+            .finish()
+    }
+}

@@ -1,0 +1,264 @@
+//! Deadlines in: items inserted and reset, each placed in the wheel under its slab index,
+//! never early, and the task waiting on the queue woken when an item comes due sooner than
+//! the `Sleep` is armed for.
+//!
+//! Owns `insert`, `insert_at`, `reset`, `reset_at`, the queue's readings of the producers'
+//! clock and its bursts (see the ground rules in `mod.rs`), and the wake-up for a sooner
+//! item. Touches the slab (`slab.rs`) for a vacant slot, the wheel, the clock and `Sleep`.
+
+use super::{DelayQueue, Key, Slot, NO_READING};
+use crate::clock::duration_to_nanos;
+use crate::wheel::NO_INDEX;
+use std::time::{Duration, Instant};
+
+impl<T> DelayQueue<T> {
+    /// Inserts `value`, due `timeout` from now, and returns its key.
+    ///
+    /// # Panics
+    /// When the queue already holds 134 217 727 (2^27 - 1) items.
+    ///
+    /// ```
+    /// # use hashed_timer_wheel::{DelayQueue, HashedWheelTimer};
+    /// # use std::time::Duration;
+    /// let timer = HashedWheelTimer::new(Duration::from_millis(1), 512);
+    /// let mut queue = DelayQueue::new(timer.handle());
+    /// queue.insert("never", Duration::MAX); // accepted; never fires
+    /// assert_eq!(queue.len(), 1);
+    /// ```
+    #[inline]
+    pub fn insert(&mut self, value: T, timeout: Duration) -> Key {
+        let timeout = duration_to_nanos(timeout);
+        if !self.burst {
+            return self.insert_after_reading(value, timeout);
+        }
+        // In a burst the item goes in first, as if the clock read `slack` past the last
+        // reading; the fresh reading only checks that this is not early (ground rules).
+        let read = self.last_read.saturating_add(self.slack);
+        let deadline = read.saturating_add(timeout);
+        let key = self.insert_nanos(value, deadline, read);
+        if self.raw_limit == 0 || self.timer.shared.clock.raw() > self.raw_limit {
+            self.burst_checked(&key, timeout, deadline);
+        }
+        key
+    }
+
+    /// The item under `key`, just inserted in a burst at `deadline`, is checked against a
+    /// full reading of the clock: it moves if its deadline would be early (and the burst ends),
+    /// or the burst counts from this reading.
+    #[inline(never)]
+    fn burst_checked(&mut self, key: &Key, timeout: u64, deadline: u64) {
+        let now = self.timer.shared.clock.now_upper();
+        self.last_read = now;
+        if now.saturating_add(timeout) > deadline {
+            self.burst_ended(key, now, timeout);
+        } else {
+            self.renew_raw_limit();
+        }
+    }
+
+    /// Sets the raw limit for the burst counting from `last_read`.
+    fn renew_raw_limit(&mut self) {
+        let upper = self.last_read.saturating_add(self.slack / 2);
+        self.raw_limit = self.timer.shared.clock.raw_limit(upper).unwrap_or(0);
+    }
+
+    /// [`insert`](DelayQueue::insert) out of a burst: the clock is read first.
+    #[inline(never)]
+    fn insert_after_reading(&mut self, value: T, timeout: u64) -> Key {
+        let now = self.read_clock();
+        self.insert_nanos(value, now.saturating_add(timeout), now)
+    }
+
+    /// The clock moved more than `slack` since the last reading: the item under `key`, just
+    /// inserted at a deadline that would be early, moves to the one the reading `now` gives,
+    /// and the next insert reads first.
+    #[cold]
+    #[inline(never)]
+    fn burst_ended(&mut self, key: &Key, now: u64, timeout: u64) {
+        self.burst = false;
+        self.reset_nanos(key, now.saturating_add(timeout), now);
+    }
+
+    /// Inserts `value`, due at `when`, and returns its key. A `when` that has passed is due at
+    /// once.
+    ///
+    /// # Panics
+    /// When the queue already holds 134 217 727 (2^27 - 1) items.
+    ///
+    /// ```
+    /// # use hashed_timer_wheel::{DelayQueue, HashedWheelTimer};
+    /// # use std::time::{Duration, Instant};
+    /// let timer = HashedWheelTimer::new(Duration::from_millis(1), 512);
+    /// let mut queue = DelayQueue::new(timer.handle());
+    /// let at = Instant::now() + Duration::from_secs(30);
+    /// let key = queue.insert_at("lease", at);
+    /// assert!(queue.deadline(&key) >= at);
+    /// ```
+    pub fn insert_at(&mut self, value: T, when: Instant) -> Key {
+        let deadline = self.timer.shared.clock.nanos_at(when);
+        self.insert_nanos(value, deadline, NO_READING)
+    }
+
+    #[inline(always)]
+    #[track_caller]
+    fn insert_nanos(&mut self, value: T, deadline: u64, read: u64) -> Key {
+        let stamp = self.stamp;
+        let slot = Slot::Waiting { stamp, value };
+        let index = if self.free == NO_INDEX {
+            let index = self.new_index();
+            self.slots.push(slot);
+            index
+        } else {
+            // The free list's head.
+            let index = self.free;
+            let vacant = &mut self.slots[index as usize];
+            if let Slot::Vacant { next } = *vacant {
+                self.free = next;
+            }
+            *vacant = slot;
+            index
+        };
+        self.stamp = stamp.wrapping_add(1);
+        self.wait(index, deadline);
+        self.len += 1;
+        self.wake_for(deadline, read);
+        Key { index, stamp }
+    }
+
+    /// Puts slot `index` in the wheel, due at `deadline`, under the key `index`.
+    #[inline]
+    fn wait(&mut self, index: u32, deadline: u64) {
+        self.wheel
+            .insert_keyed(index, index, 0, deadline, self.tick);
+    }
+
+    /// Reads the producers' clock, and notes whether the reading is within `slack` of the
+    /// last one (inserts come in a burst).
+    fn read_clock(&mut self) -> u64 {
+        let now = self.timer.shared.clock.now_upper();
+        self.burst = now <= self.last_read.saturating_add(self.slack);
+        self.last_read = now;
+        if self.burst {
+            self.renew_raw_limit();
+        }
+        now
+    }
+
+    /// Moves the deadline of the item under `key` to `timeout` from now, whether or not it had
+    /// expired (an expired item not yet yielded waits again). The old deadline no longer counts.
+    ///
+    /// # Panics
+    /// If `key` names no item.
+    ///
+    /// ```
+    /// # use hashed_timer_wheel::{DelayQueue, HashedWheelTimer};
+    /// # use std::time::{Duration, Instant};
+    /// let timer = HashedWheelTimer::new(Duration::from_millis(1), 512);
+    /// let mut queue = DelayQueue::new(timer.handle());
+    /// let key = queue.insert("idle", Duration::from_secs(5));
+    /// queue.reset(&key, Duration::from_secs(60)); // traffic: idle for another minute
+    /// assert!(queue.deadline(&key) > Instant::now() + Duration::from_secs(59));
+    /// ```
+    #[track_caller]
+    pub fn reset(&mut self, key: &Key, timeout: Duration) {
+        // Never early: the producers' clock rounds up.
+        let now = self.read_clock();
+        self.reset_nanos(key, now.saturating_add(duration_to_nanos(timeout)), now);
+    }
+
+    /// Moves the deadline of the item under `key` to `when` (see
+    /// [`reset`](DelayQueue::reset)); a `when` that has passed makes it due at once.
+    ///
+    /// # Panics
+    /// If `key` names no item.
+    ///
+    /// ```
+    /// # use hashed_timer_wheel::{DelayQueue, HashedWheelTimer};
+    /// # use std::time::{Duration, Instant};
+    /// let timer = HashedWheelTimer::new(Duration::from_millis(1), 64);
+    /// let mut queue = DelayQueue::new(timer.handle());
+    /// let key = queue.insert("retry", Duration::from_secs(60));
+    /// queue.reset_at(&key, Instant::now()); // due now
+    /// let item = futures::executor::block_on(std::future::poll_fn(|cx| queue.poll_expired(cx)));
+    /// assert_eq!(item.unwrap().into_inner(), "retry");
+    /// ```
+    #[track_caller]
+    pub fn reset_at(&mut self, key: &Key, when: Instant) {
+        let deadline = self.timer.shared.clock.nanos_at(when);
+        self.reset_nanos(key, deadline, NO_READING);
+    }
+
+    #[track_caller]
+    fn reset_nanos(&mut self, key: &Key, deadline: u64, read: u64) {
+        match self.slot_of(key) {
+            Some(Slot::Waiting { .. }) => {
+                self.wheel.remove(key.index);
+            }
+            Some(Slot::Ready { .. }) => {
+                // An expired item goes back into the wheel; its key in `ready` goes stale.
+                let slot = &mut self.slots[key.index as usize];
+                if let Slot::Ready { stamp, value, .. } =
+                    std::mem::replace(slot, Slot::Vacant { next: NO_INDEX })
+                {
+                    *slot = Slot::Waiting { stamp, value };
+                }
+                self.drop_stale_front();
+            }
+            _ => panic!("DelayQueue::reset: the key names no item"),
+        }
+        self.wait(key.index, deadline);
+        self.wake_for(deadline, read);
+    }
+
+    /// An item due at `deadline` has just been placed, its deadline counting from the clock
+    /// reading `read` (`NO_READING` for a deadline given as an `Instant`): the task waiting on
+    /// the queue must hear of it by the end of the item's fire tick, and at once if the item is
+    /// due already (its next poll takes it).
+    #[inline]
+    fn wake_for(&mut self, deadline: u64, read: u64) {
+        if self.sleep.is_none() && self.waker.is_none() {
+            return; // nobody waits: the next poll looks at the wheel
+        }
+        // The common case, tested without a division or a clock reading: the item fires on the
+        // tick armed for or after it (the `Sleep` comes first), and is not due yet, for its
+        // deadline is past the reading it counts from or past the end of the armed tick (due
+        // already, it would mean that tick has ended: the `Sleep` has woken the task, or is
+        // about to).
+        let armed_start = self.armed.saturating_mul(self.tick_nanos);
+        if deadline >= armed_start
+            && (deadline > read || deadline >= armed_start.saturating_add(self.tick_nanos))
+        {
+            return;
+        }
+        self.wake_sooner(deadline);
+    }
+
+    /// [`wake_for`](DelayQueue::wake_for) an item that may be due already, or fires before the
+    /// tick armed for.
+    #[cold]
+    #[inline(never)]
+    fn wake_sooner(&mut self, deadline: u64) {
+        let shared = &self.timer.shared;
+        // Nothing armed (no poll has waited yet, or a refusal is being retried), or the item
+        // is due already: the waiting task looks at the wheel on its next poll.
+        if self.sleep.is_none() || deadline <= shared.clock.now() {
+            if let Some(waker) = self.waker.take() {
+                waker.wake();
+            }
+            return;
+        }
+        let fire = (deadline / self.tick_nanos).max(self.tick);
+        if fire >= self.armed {
+            return; // the `Sleep` completes once the item's tick has ended
+        }
+        let Some(sleep) = self.sleep.as_mut() else {
+            unreachable!("tested above");
+        };
+        sleep.rearm(
+            shared,
+            fire.saturating_mul(self.tick_nanos),
+            shared.clock.now_upper(),
+        );
+        self.armed = fire;
+    }
+}

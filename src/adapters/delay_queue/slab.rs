@@ -1,0 +1,284 @@
+//! The slab of values: slots by index, each vacant (on the free list), waiting in the wheel
+//! or expired, and the stamps that keep a key from naming a later value.
+//!
+//! Owns [`Slot`], the free list, the lookup of a key (`deadline`), removal (`remove`,
+//! `try_remove`, `clear`), what happens when the queue empties, and the slab's memory
+//! (`capacity`, `reserve`, `shrink_to_fit`). Touches the wheel, to take a waiting item out
+//! or rebuild it, and the timer's clock for the deadlines it hands back.
+
+use super::{DelayQueue, Expired, Key, BUCKETS, UNARMED};
+use crate::wheel::{Wheel, MAX_ENTRIES, NO_INDEX};
+use std::time::Instant;
+
+/// A slot of the slab: a stamp and a value, no wheel key (the wheel keys a waiting item's
+/// entry by the slot's index); a waiting item's deadline is in the wheel's entry.
+pub(super) enum Slot<T> {
+    Vacant {
+        next: u32,
+    },
+    /// In the wheel, under the slot's index.
+    Waiting {
+        stamp: u32,
+        value: T,
+    },
+    /// Expired, not yet yielded (its key is in `ready`).
+    Ready {
+        stamp: u32,
+        value: T,
+        deadline: u64,
+    },
+}
+
+impl<T> DelayQueue<T> {
+    /// The index of a slot pushed at the end of the slab.
+    ///
+    /// # Panics
+    /// Before anything changes, when the index would not be a wheel key.
+    #[inline]
+    #[track_caller]
+    pub(super) fn new_index(&self) -> u32 {
+        let index = self.slots.len();
+        assert!(
+            index < MAX_ENTRIES,
+            "DelayQueue: at most 2^27 - 1 items at once"
+        );
+        index as u32
+    }
+
+    /// The item under `key`, if it names one: its slot.
+    pub(super) fn slot_of(&self, key: &Key) -> Option<&Slot<T>> {
+        match self.slots.get(key.index as usize)? {
+            slot @ (Slot::Waiting { stamp, .. } | Slot::Ready { stamp, .. })
+                if *stamp == key.stamp =>
+            {
+                Some(slot)
+            }
+            _ => None,
+        }
+    }
+
+    /// Removes the item under `key` and returns it, whether or not its deadline has passed.
+    ///
+    /// # Panics
+    /// If `key` names no item (it was removed, yielded or cleared), as tokio-util's does; see
+    /// [`try_remove`](DelayQueue::try_remove).
+    ///
+    /// ```
+    /// # use hashed_timer_wheel::{DelayQueue, HashedWheelTimer};
+    /// # use std::time::Duration;
+    /// let timer = HashedWheelTimer::new(Duration::from_millis(1), 512);
+    /// let mut queue = DelayQueue::new(timer.handle());
+    /// let key = queue.insert("request 1", Duration::from_secs(5));
+    /// assert_eq!(queue.remove(&key).into_inner(), "request 1"); // the reply came
+    /// assert!(queue.is_empty());
+    /// ```
+    #[track_caller]
+    pub fn remove(&mut self, key: &Key) -> Expired<T> {
+        self.try_remove(key)
+            .expect("DelayQueue::remove: the key names no item")
+    }
+
+    /// Removes the item under `key` and returns it, or `None` if `key` names no item.
+    ///
+    /// ```
+    /// # use hashed_timer_wheel::{DelayQueue, HashedWheelTimer};
+    /// # use std::time::Duration;
+    /// let timer = HashedWheelTimer::new(Duration::from_millis(1), 512);
+    /// let mut queue = DelayQueue::new(timer.handle());
+    /// let key = queue.insert((), Duration::from_secs(5));
+    /// assert!(queue.try_remove(&key).is_some());
+    /// assert!(queue.try_remove(&key).is_none());
+    /// ```
+    pub fn try_remove(&mut self, key: &Key) -> Option<Expired<T>> {
+        self.slot_of(key)?;
+        let (value, deadline) = self.vacate(key);
+        if self.len == 0 {
+            self.emptied();
+        }
+        Some(Expired {
+            value,
+            deadline: self.timer.shared.clock.instant_parts(deadline),
+            key: *key,
+        })
+    }
+
+    /// Takes the item under `key` out of its (occupied) slot and, if it waits, the wheel (an
+    /// expired item's key in `ready` goes stale); the slot joins the free list.
+    fn vacate(&mut self, key: &Key) -> (T, u64) {
+        match self.free_slot(key.index) {
+            Slot::Waiting { value, .. } => {
+                let deadline = self.wheel.deadline(key.index);
+                self.wheel.remove(key.index);
+                (value, deadline)
+            }
+            Slot::Ready {
+                value, deadline, ..
+            } => {
+                self.drop_stale_front();
+                (value, deadline)
+            }
+            Slot::Vacant { .. } => unreachable!("vacate: the caller checked the slot"),
+        }
+    }
+
+    /// Puts occupied slot `index` on the free list; what it held.
+    pub(super) fn free_slot(&mut self, index: u32) -> Slot<T> {
+        let slot = &mut self.slots[index as usize];
+        let taken = std::mem::replace(slot, Slot::Vacant { next: self.free });
+        self.free = index;
+        self.len -= 1;
+        taken
+    }
+
+    /// Whether `key` in `ready` names an expired item still there.
+    pub(super) fn is_ready(&self, key: &Key) -> bool {
+        matches!(self.slots.get(key.index as usize),
+            Some(Slot::Ready { stamp, .. }) if *stamp == key.stamp)
+    }
+
+    /// Drops the stale keys at the front of `ready` (their items left it otherwise), so that
+    /// its front names the next item to yield.
+    pub(super) fn drop_stale_front(&mut self) {
+        while let Some(key) = self.ready.front() {
+            if self.is_ready(key) {
+                break;
+            }
+            self.ready.pop_front();
+        }
+    }
+
+    /// The queue has just become empty (`len` is 0; the slab holds values only if `clear`
+    /// let go of them): its `Sleep` goes (its timeout is cancelled), the slab starts again
+    /// from index 0 (keys' stamps keep old keys apart), and the task waiting on the queue is
+    /// woken to see `Ready(None)`.
+    pub(super) fn emptied(&mut self) {
+        self.sleep = None;
+        self.armed = UNARMED;
+        self.free = NO_INDEX;
+        self.ready.clear();
+        self.wheel.release_nodes();
+        if let Some(waker) = self.waker.take() {
+            waker.wake();
+        }
+        // Last, for a value's drop may panic: the queue is empty and whole already, and the
+        // slab's length is 0 before the first value is dropped (the rest are dropped all the
+        // same as the panic unwinds).
+        self.slots.clear();
+    }
+
+    /// When the item under `key` is due.
+    ///
+    /// # Panics
+    /// If `key` names no item.
+    ///
+    /// ```
+    /// # use hashed_timer_wheel::{DelayQueue, HashedWheelTimer};
+    /// # use std::time::{Duration, Instant};
+    /// let timer = HashedWheelTimer::new(Duration::from_millis(1), 512);
+    /// let mut queue = DelayQueue::new(timer.handle());
+    /// let key = queue.insert((), Duration::from_secs(5));
+    /// assert!(queue.deadline(&key) > Instant::now());
+    /// ```
+    #[track_caller]
+    pub fn deadline(&self, key: &Key) -> Instant {
+        let nanos = match self.slot_of(key) {
+            Some(Slot::Waiting { .. }) => self.wheel.deadline(key.index),
+            Some(Slot::Ready { deadline, .. }) => *deadline,
+            _ => panic!("DelayQueue::deadline: the key names no item"),
+        };
+        self.timer.shared.clock.instant_at(nanos)
+    }
+
+    /// Drops every item. A task waiting on the queue is woken (it sees `Ready(None)`). If a
+    /// value's drop panics, the queue is empty all the same, and the other values are dropped
+    /// as the panic unwinds.
+    ///
+    /// ```
+    /// # use hashed_timer_wheel::{DelayQueue, HashedWheelTimer};
+    /// # use std::time::Duration;
+    /// let timer = HashedWheelTimer::new(Duration::from_millis(1), 512);
+    /// let mut queue = DelayQueue::new(timer.handle());
+    /// let key = queue.insert(1, Duration::from_secs(5));
+    /// queue.clear();
+    /// assert!(queue.is_empty());
+    /// assert!(queue.try_remove(&key).is_none());
+    /// ```
+    pub fn clear(&mut self) {
+        if self.len == 0 {
+            debug_assert!(self.slots.is_empty(), "emptied as `len` reached 0");
+            return;
+        }
+        self.wheel = Wheel::new_keyed(self.tick_nanos, BUCKETS);
+        self.len = 0;
+        // Drops the values, last.
+        self.emptied();
+    }
+
+    /// Items the slab holds room for without allocating.
+    ///
+    /// ```
+    /// # use hashed_timer_wheel::{DelayQueue, HashedWheelTimer};
+    /// # use std::time::Duration;
+    /// let timer = HashedWheelTimer::new(Duration::from_millis(1), 512);
+    /// assert_eq!(DelayQueue::<()>::with_capacity(timer.handle(), 16).capacity(), 16);
+    /// ```
+    pub fn capacity(&self) -> usize {
+        self.slots.capacity()
+    }
+
+    /// Makes room for at least `additional` more items.
+    ///
+    /// ```
+    /// # use hashed_timer_wheel::{DelayQueue, HashedWheelTimer};
+    /// # use std::time::Duration;
+    /// let timer = HashedWheelTimer::new(Duration::from_millis(1), 512);
+    /// let mut queue = DelayQueue::<()>::new(timer.handle());
+    /// queue.reserve(100);
+    /// assert!(queue.capacity() >= 100);
+    /// ```
+    pub fn reserve(&mut self, additional: usize) {
+        self.slots.reserve(additional);
+    }
+
+    /// Gives back the memory a burst left: the slab is cut after its last item (keys stay
+    /// valid; free slots below it stay, lowest reused first) and the wheel is rebuilt with only
+    /// the waiting items, so its nodes shrink too. O(items). Items with equal deadlines may
+    /// come back in slab order rather than insertion order. An empty queue holds no slab
+    /// memory after it.
+    ///
+    /// ```
+    /// # use hashed_timer_wheel::{DelayQueue, HashedWheelTimer};
+    /// # use std::time::Duration;
+    /// let timer = HashedWheelTimer::new(Duration::from_millis(1), 512);
+    /// let mut queue = DelayQueue::new(timer.handle());
+    /// let keys: Vec<_> = (0..10_000).map(|i| queue.insert(i, Duration::from_secs(5))).collect();
+    /// for key in &keys[10..] {
+    ///     queue.remove(key);
+    /// }
+    /// queue.shrink_to_fit();
+    /// assert!(queue.capacity() < 100);
+    /// assert_eq!(queue.remove(&keys[3]).into_inner(), 3);
+    /// ```
+    pub fn shrink_to_fit(&mut self) {
+        while matches!(self.slots.last(), Some(Slot::Vacant { .. })) {
+            self.slots.pop();
+        }
+        self.free = NO_INDEX;
+        for (index, slot) in self.slots.iter_mut().enumerate().rev() {
+            if let Slot::Vacant { next } = slot {
+                *next = self.free;
+                self.free = index as u32;
+            }
+        }
+        self.slots.shrink_to_fit();
+        self.ready.shrink_to_fit();
+        let mut wheel = Wheel::new_keyed(self.tick_nanos, BUCKETS);
+        for (index, slot) in self.slots.iter().enumerate() {
+            if let Slot::Waiting { .. } = slot {
+                let index = index as u32;
+                wheel.insert_keyed(index, index, 0, self.wheel.deadline(index), self.tick);
+            }
+        }
+        self.wheel = wheel;
+    }
+}

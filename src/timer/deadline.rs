@@ -1,0 +1,416 @@
+//! A deadline around any future, that any executor can drive: its output, or an error once
+//! the deadline passes (tokio's `Timeout`).
+//!
+//! Owns [`Deadline`], the timer's `timeout` and `timeout_at`, and the process-wide table that
+//! finds an unarmed deadline's timer again without a reference count (`TimerRef`). A deadline
+//! schedules nothing until its future is first pending; then it waits on a [`Sleep`] (from
+//! `sleep.rs`), with all its guarantees. Uses the shared state's clock, the `Sleep` and, for
+//! `TimerRef`, `sync`'s lock.
+
+use super::sleep::Sleep;
+use crate::clock::duration_to_nanos;
+use crate::shared::{Shared, TimerHandle};
+use crate::sync::Arc;
+use crate::{DeadlineError, HashedWheelTimer, TimerError};
+use std::fmt;
+use std::future::{Future, IntoFuture};
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+pin_project_lite::pin_project! {
+    /// A future with a deadline: its output, or [`DeadlineError::Elapsed`] if the deadline
+    /// passes first (tokio's `Timeout`; named apart from this crate's
+    /// [`Timeout`](crate::Timeout) handle).
+    ///
+    /// Made by [`HashedWheelTimer::timeout`] and [`HashedWheelTimer::timeout_at`]. Each poll
+    /// polls the inner future first, so a future that is ready by the deadline's poll wins.
+    ///
+    /// **Nothing is scheduled until the inner future is pending.** Making a `Deadline` reads
+    /// no clock and writes nothing the timer's other users share (but for a thread's first
+    /// deadline on a timer, which enters the timer in a process-wide table); a future that is
+    /// ready at its first poll (a response already there) completes without the timer ever
+    /// hearing of it. The first poll that finds the inner future pending schedules the
+    /// deadline as a [`Sleep`], with all its guarantees: dropping the `Deadline` (the
+    /// request-timeout pattern: the response came first) cancels its timeout; a stopped
+    /// timer completes it with [`DeadlineError::Timer`], as does a timer at its pending limit
+    /// or one dropped before the future was pending.
+    ///
+    /// **When the limit starts.** `timeout(limit, future)` counts `limit` from that first
+    /// pending poll (pingora's lazy timeout), not from the call (tokio's `timeout`): the
+    /// deadline is never earlier than tokio's for the same call, and later by the time
+    /// between the call and the first poll plus the inner future's first poll, which for the
+    /// usual `timer.timeout(limit, call).await` is the first poll's own work. `timeout_at`
+    /// keeps its instant, wherever the first poll falls. Either way the error never comes
+    /// before the deadline, and at most about a tick after it.
+    ///
+    /// ```
+    /// use hashed_timer_wheel::{DeadlineError, HashedWheelTimer};
+    /// use std::time::Duration;
+    ///
+    /// let timer = HashedWheelTimer::new(Duration::from_millis(1), 512);
+    /// futures::executor::block_on(async {
+    ///     let fast = async { 42 };
+    ///     assert_eq!(timer.timeout(Duration::from_secs(1), fast).await, Ok(42));
+    ///     // Ready at its first poll: that deadline was never scheduled.
+    ///     assert_eq!(timer.pending_timeouts(), 0);
+    ///     let slow = timer.sleep(Duration::from_secs(60));
+    ///     let result = timer.timeout(Duration::from_millis(5), slow).await;
+    ///     assert_eq!(result, Err(DeadlineError::Elapsed));
+    /// });
+    /// ```
+    #[must_use = "a Deadline does nothing unless awaited"]
+    pub struct Deadline<F> {
+        #[pin]
+        future: F,
+        wait: Wait,
+    }
+}
+
+/// A deadline's timeout: not yet scheduled, or its [`Sleep`].
+enum Wait {
+    /// The inner future has not been pending yet: nothing scheduled, nothing shared written.
+    Unarmed {
+        timer: TimerRef,
+        start: Start,
+    },
+    Armed(Sleep),
+    /// The timer was dropped before the inner future was first pending.
+    Gone,
+}
+
+/// Where an unarmed deadline's time comes from.
+#[derive(Clone, Copy, Debug)]
+enum Start {
+    /// This many nanoseconds after the first poll that finds the inner future pending.
+    After(u64),
+    /// At this time, nanoseconds since the timer's origin (never before that first poll).
+    At(u64),
+}
+
+impl Start {
+    /// The deadline for a clock reading `now` (the producers' clock).
+    fn due(self, now: u64) -> u64 {
+        match self {
+            Start::After(limit) => now.saturating_add(limit),
+            Start::At(deadline) => deadline.max(now),
+        }
+    }
+}
+
+impl Wait {
+    /// The sleep, scheduled now if it was not yet; `None` if the timer is gone.
+    fn armed(&mut self) -> Option<&mut Sleep> {
+        if let Wait::Unarmed { timer, start } = self {
+            *self = match timer.upgrade() {
+                Some(shared) => {
+                    let now = shared.clock.now_upper();
+                    Wait::Armed(Sleep::at(&shared, start.due(now), now))
+                }
+                None => Wait::Gone,
+            };
+        }
+        match self {
+            Wait::Armed(sleep) => Some(sleep),
+            Wait::Unarmed { .. } | Wait::Gone => None,
+        }
+    }
+}
+
+#[cfg(not(loom))]
+use timer_ref::TimerRef;
+
+/// Which timer an unarmed deadline belongs to, found again without a reference count.
+///
+/// Holding a [`TimerHandle`] would cost every `Deadline` two locked instructions on the
+/// timer's reference count, a cache line that every thread using the timer writes: the whole
+/// cost of a deadline whose future is ready at once. A `TimerRef` is a slot of a process-wide
+/// table of the timers that made deadlines (each held by a `Weak`, so the table keeps no timer
+/// alive) and the slot's generation; each thread remembers the last few timers it made
+/// deadlines for and their slots, so making one is a thread-local read and a pointer
+/// comparison. The first pending poll upgrades that thread's `Weak` (or, on another thread,
+/// the table's): the timer's count is touched only by a deadline that schedules anyway.
+#[cfg(not(loom))]
+mod timer_ref {
+    use crate::shared::Shared;
+    use crate::sync::{Arc, Mutex};
+    use std::cell::RefCell;
+    use std::sync::PoisonError;
+    // The shim has no `Weak`; this module is not built under loom, where the shim's types
+    // would differ from std's.
+    use std::sync::Weak;
+
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub(super) struct TimerRef {
+        index: u32,
+        /// Bumped each time the slot is given to another timer: a deadline of the timer
+        /// that had it finds its timer gone rather than the new one.
+        generation: u64,
+    }
+
+    struct Slot {
+        generation: u64,
+        timer: Weak<Shared>,
+    }
+
+    /// One slot per live timer that made a deadline; a dead timer's slot is reused.
+    static SLOTS: Mutex<Vec<Slot>> = Mutex::new(Vec::new());
+
+    /// How many timers a thread remembers: a thread that makes deadlines on a few timers in
+    /// turn takes the table's lock only when it moves to yet another.
+    const REMEMBERED: usize = 4;
+
+    type Remembered = [Option<(TimerRef, Weak<Shared>)>; REMEMBERED];
+
+    std::thread_local! {
+        /// The timers this thread last made deadlines for, the latest first. Each `Weak` keeps
+        /// its timer's allocation, so an address here is that timer's while it is remembered:
+        /// comparing addresses suffices.
+        static LAST: RefCell<Remembered> = const { RefCell::new([const { None }; REMEMBERED]) };
+    }
+
+    impl TimerRef {
+        #[inline]
+        pub(super) fn new(shared: &Arc<Shared>) -> TimerRef {
+            // The latest alone on this path: it is the one nearly every deadline names.
+            let cached = LAST.try_with(|last| match &last.borrow()[0] {
+                Some((key, timer)) if std::ptr::eq(timer.as_ptr(), Arc::as_ptr(shared)) => {
+                    Some(*key)
+                }
+                _ => None,
+            });
+            match cached {
+                Ok(Some(key)) => key,
+                _ => TimerRef::recall(shared),
+            }
+        }
+
+        /// One of the other timers remembered, moved to the front; or a new one.
+        #[cold]
+        fn recall(shared: &Arc<Shared>) -> TimerRef {
+            let recalled = LAST.try_with(|last| {
+                let mut last = last.borrow_mut();
+                let at = last.iter().position(|entry| {
+                    entry
+                        .as_ref()
+                        .is_some_and(|(_, timer)| std::ptr::eq(timer.as_ptr(), Arc::as_ptr(shared)))
+                })?;
+                last[..=at].rotate_right(1);
+                last[0].as_ref().map(|(key, _)| *key)
+            });
+            match recalled {
+                Ok(Some(key)) => key,
+                _ => TimerRef::register(shared),
+            }
+        }
+
+        #[cold]
+        fn register(shared: &Arc<Shared>) -> TimerRef {
+            let key = {
+                let mut slots = SLOTS.lock().unwrap_or_else(PoisonError::into_inner);
+                // A live timer's address is its own (a dead one's `Weak` keeps its
+                // allocation), so a slot at this address is this timer's.
+                let same = |slot: &Slot| std::ptr::eq(slot.timer.as_ptr(), Arc::as_ptr(shared));
+                let index = match slots.iter().position(same) {
+                    Some(index) => index,
+                    None => match slots.iter().position(|slot| slot.timer.strong_count() == 0) {
+                        Some(index) => {
+                            let slot = &mut slots[index];
+                            slot.generation += 1;
+                            slot.timer = Arc::downgrade(shared);
+                            index
+                        }
+                        None => {
+                            slots.push(Slot {
+                                generation: 0,
+                                timer: Arc::downgrade(shared),
+                            });
+                            slots.len() - 1
+                        }
+                    },
+                };
+                TimerRef {
+                    index: u32::try_from(index).expect("fewer than 2^32 live timers"),
+                    generation: slots[index].generation,
+                }
+            };
+            // Outside the table's lock: the oldest timer remembered goes, and dropping its `Weak`
+            // may free a dead timer's allocation. (A thread whose locals are gone does not
+            // remember.)
+            let _ = LAST.try_with(|last| {
+                let mut last = last.borrow_mut();
+                last.rotate_right(1);
+                last[0] = Some((key, Arc::downgrade(shared)));
+            });
+            key
+        }
+
+        /// The timer, if it is still alive.
+        pub(super) fn upgrade(self) -> Option<Arc<Shared>> {
+            let local = LAST.try_with(|last| {
+                last.borrow()
+                    .iter()
+                    .flatten()
+                    .find_map(|(key, timer)| (*key == self).then(|| timer.upgrade()))
+            });
+            if let Ok(Some(found)) = local {
+                return found;
+            }
+            let slots = SLOTS.lock().unwrap_or_else(PoisonError::into_inner);
+            let slot = slots.get(usize::try_from(self.index).ok()?)?;
+            if slot.generation == self.generation {
+                slot.timer.upgrade()
+            } else {
+                None
+            }
+        }
+    }
+}
+
+/// Under loom (whose models run every thread on one, sharing thread locals) a deadline holds
+/// its timer: the models check the protocol, not the cost.
+#[cfg(loom)]
+struct TimerRef(Arc<Shared>);
+
+#[cfg(loom)]
+impl TimerRef {
+    fn new(shared: &Arc<Shared>) -> TimerRef {
+        TimerRef(Arc::clone(shared))
+    }
+
+    fn upgrade(&self) -> Option<Arc<Shared>> {
+        Some(Arc::clone(&self.0))
+    }
+}
+
+impl<F> Deadline<F> {
+    /// The inner future.
+    pub fn get_ref(&self) -> &F {
+        &self.future
+    }
+
+    /// The inner future.
+    pub fn get_mut(&mut self) -> &mut F {
+        &mut self.future
+    }
+
+    /// The inner future; the deadline is cancelled (if it was ever scheduled).
+    pub fn into_inner(self) -> F {
+        self.future
+    }
+
+    /// When the deadline is ([`Sleep::deadline`]) once the inner future has been pending, or
+    /// for `timeout_at`. Before that, a `timeout(limit, ..)` has no deadline yet: this is the
+    /// one it would get if its first pending poll were now (`limit` from now). Now, if the
+    /// timer was dropped before the future was pending (it completes at once).
+    pub fn deadline(&self) -> Instant {
+        match &self.wait {
+            Wait::Armed(sleep) => sleep.deadline(),
+            Wait::Unarmed { timer, start } => match timer.upgrade() {
+                Some(shared) => shared.clock.instant_at(start.due(shared.clock.now_upper())),
+                None => Instant::now(),
+            },
+            Wait::Gone => Instant::now(),
+        }
+    }
+}
+
+impl<F: Future> Future for Deadline<F> {
+    type Output = Result<F::Output, DeadlineError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.project();
+        if let Poll::Ready(output) = this.future.poll(cx) {
+            return Poll::Ready(Ok(output));
+        }
+        let Some(sleep) = this.wait.armed() else {
+            return Poll::Ready(Err(DeadlineError::Timer(TimerError::Stopped)));
+        };
+        match Pin::new(sleep).poll(cx) {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(Ok(())) => Poll::Ready(Err(DeadlineError::Elapsed)),
+            Poll::Ready(Err(e)) => Poll::Ready(Err(DeadlineError::Timer(e))),
+        }
+    }
+}
+
+impl<F: fmt::Debug> fmt::Debug for Deadline<F> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut d = f.debug_struct("Deadline");
+        d.field("future", &self.future);
+        match &self.wait {
+            Wait::Armed(sleep) => d.field("sleep", sleep),
+            Wait::Unarmed { start, .. } => d.field("unarmed", start),
+            Wait::Gone => d.field("timer", &"gone"),
+        };
+        d.finish()
+    }
+}
+
+fn deadline<F: IntoFuture>(
+    shared: &Arc<Shared>,
+    start: Start,
+    future: F,
+) -> Deadline<F::IntoFuture> {
+    Deadline {
+        future: future.into_future(),
+        wait: Wait::Unarmed {
+            timer: TimerRef::new(shared),
+            start,
+        },
+    }
+}
+
+macro_rules! deadline_methods {
+    ($ty:ty, $example:literal) => {
+        impl $ty {
+            /// `future` with a deadline `limit` after its first poll that finds it pending:
+            /// its output, or [`DeadlineError::Elapsed`] (see [`Deadline`]).
+            ///
+            /// Nothing is scheduled, and no clock read, until that poll: a future ready at
+            /// its first poll costs the timer nothing. The limit counts from then (pingora's
+            /// lazy timeout), not from the call (tokio's `timeout`): the deadline is never
+            /// earlier than tokio's, and later by the time from the call to that poll.
+            ///
+            /// ```
+            /// # use hashed_timer_wheel::{DeadlineError, HashedWheelTimer};
+            /// # use std::time::Duration;
+            /// let timer = HashedWheelTimer::new(Duration::from_millis(1), 64);
+            #[doc = $example]
+            /// let slow = std::future::pending::<u32>();
+            /// let result = futures::executor::block_on(t.timeout(Duration::from_millis(2), slow));
+            /// assert_eq!(result, Err(DeadlineError::Elapsed));
+            /// ```
+            pub fn timeout<F: IntoFuture>(
+                &self,
+                limit: Duration,
+                future: F,
+            ) -> Deadline<F::IntoFuture> {
+                deadline(&self.shared, Start::After(duration_to_nanos(limit)), future)
+            }
+
+            /// `future` with a deadline at `deadline`: its output, or
+            /// [`DeadlineError::Elapsed`] (see [`Deadline`]). Scheduled, as `timeout`, only
+            /// once the future is pending; the instant is kept wherever that falls.
+            ///
+            /// ```
+            /// # use hashed_timer_wheel::HashedWheelTimer;
+            /// # use std::time::{Duration, Instant};
+            /// let timer = HashedWheelTimer::new(Duration::from_millis(1), 64);
+            #[doc = $example]
+            /// let at = Instant::now() + Duration::from_secs(1);
+            /// assert_eq!(futures::executor::block_on(t.timeout_at(at, async { 7 })), Ok(7));
+            /// ```
+            pub fn timeout_at<F: IntoFuture>(
+                &self,
+                deadline: Instant,
+                future: F,
+            ) -> Deadline<F::IntoFuture> {
+                let at = Start::At(self.shared.clock.nanos_at(deadline));
+                self::deadline(&self.shared, at, future)
+            }
+        }
+    };
+}
+
+for_owner_and_handle!(deadline_methods);
