@@ -85,8 +85,9 @@ impl<S> Layer<S> for TimeoutLayer {
     }
 }
 
-/// A service whose responses fail with tower's own [`Elapsed`] when they take longer than the
-/// limit (`tower::timeout::Timeout`, on the wheel).
+/// A service whose responses fail with tower's own
+/// [`Elapsed`](https://docs.rs/tower/0.5/tower/timeout/error/struct.Elapsed.html) when they
+/// take longer than the limit (`tower::timeout::Timeout`, on the wheel).
 ///
 /// `poll_ready` is the inner service's. A call's limit starts when its response future is
 /// first polled and found pending (as [`Deadline`]'s: never earlier than from the call); the
