@@ -30,6 +30,7 @@
 pub(crate) mod batch;
 pub(crate) mod cells;
 pub(crate) mod small_task;
+pub(crate) mod spans;
 
 use crate::clock::{duration_to_nanos, Clock};
 use crate::error::TimerError;
