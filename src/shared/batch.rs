@@ -7,8 +7,9 @@
 //! the worker takes it whole and drains it. The rules of chunks, spans and spares they follow:
 //! `shared::cells`, "Chunks, spans and spares: the protocol".
 
-use super::cells::{CellRef, CellSpan, CellSpanCursor, ChunkCursor, ChunkRef, SpareChunk};
+use super::cells::{CellRef, ChunkRef, SpareChunk};
 use super::small_task::Word;
+use super::spans::{CellSpan, CellSpanCursor, ChunkCursor};
 use super::{sealed, BoxedTask, Enqueue, Shared, Stored};
 use crate::sync::{Arc, Batch};
 

@@ -1,8 +1,9 @@
 //! Timeout states: one atomic word per timeout, in reference-counted chunks.
 //!
 //! Owns the state machine every `Timeout` handle, producer, canceller and the worker share, the
-//! chunks the states live in, the cursors that hand them out, and the spans by which a queued
-//! batch finds each of its timeouts' states. Touches only `sync` and the wheel's key bounds.
+//! chunks the states live in, their waker slots and their spares. The cursors that hand the
+//! states out, and the spans by which a queued batch finds them again, are in `spans.rs`.
+//! Touches only `sync` and the wheel's key bounds.
 //!
 //! # State table (`CellRef::state`)
 //!
@@ -37,8 +38,8 @@
 //! | holder | takes its reference | lets go |
 //! |--------|---------------------|---------|
 //! | a `Timeout` handle on one of its cells | `new_timeout` (detached timeouts take none) | the handle's drop |
-//! | its shard's [`ChunkCursor`] | when it starts handing the chunk's cells out | when the last cell is handed out |
-//! | a queued [`PendingBatch`](super::batch::PendingBatch), once per [`CellSpan`] | the span's first timeout | the batch, once the worker has taken every timeout out (`clear_runs`) |
+//! | its shard's [`ChunkCursor`](super::spans::ChunkCursor) | when it starts handing the chunk's cells out | when the last cell is handed out |
+//! | a queued [`PendingBatch`](super::batch::PendingBatch), once per [`CellSpan`](super::spans::CellSpan) | the span's first timeout | the batch, once the worker has taken every timeout out (`clear_runs`) |
 //! | the worker's chunk table (`worker::chunks`), under an id | the first batch naming the chunk, when the worker takes it | the last of its cells *settled*: taken from the queue cancelled, expired, or unlinked after a cancel |
 //! | a task's `Timeout` while it runs | borrowed from the table (no count moves) | given back to the table after the run |
 //!
@@ -164,16 +165,18 @@ struct Chunk<J: crate::shared::sealed::TaskStorage = BoxedTask> {
 /// chunks of their own (`ProducerShard::wake_cursor`).
 pub(crate) type WakerSlots = [Mutex<Option<Waker>>; CHUNK];
 
-impl<J: Stored> Chunk<J> {
-    fn new(shared: &Arc<Shared<J>>, shard: u8, wakers: bool) -> Arc<Chunk<J>> {
-        Arc::new(Chunk {
+impl<J: Stored> ChunkRef<J> {
+    /// A new chunk of fresh cells, handed out by a cursor of queue shard `shard` of `shared`'s
+    /// timer; with waker slots when `wakers` (see [`WakerSlots`]).
+    pub(super) fn new(shared: &Arc<Shared<J>>, shard: u8, wakers: bool) -> ChunkRef<J> {
+        ChunkRef(Arc::new(Chunk {
             timer: TimerHandle {
                 shared: Arc::clone(shared),
             },
             shard,
             cells: fresh_cells(),
             wakers: wakers.then(|| Box::new(std::array::from_fn(|_| Mutex::new(None)))),
-        })
+        }))
     }
 }
 
@@ -185,145 +188,12 @@ fn fresh_cells() -> [Cell; CHUNK] {
     })
 }
 
-/// The chunk a queue shard's producers take their states from, and its next free cell: kept
-/// in the shard, under its lock (see `Shared::schedule`).
-///
-/// The chunk holds a handle on its timer, and the shard is part of the timer: while a chunk is
-/// current here the two keep each other alive. `stop()` breaks the cycle by clearing every
-/// shard's cursor ([`ChunkCursor::clear`]), and a producer never starts a chunk on a stopped
-/// timer.
-pub(crate) struct ChunkCursor<J: crate::shared::sealed::TaskStorage = BoxedTask> {
-    chunk: Option<Arc<Chunk<J>>>,
-    next: u8,
-    /// Chunks of this shard the worker has finished with, their cells reset, to be used
-    /// before allocating (see [`SpareChunk`]); of this cursor's kind (waker slots or none).
-    spares: Vec<SpareChunk<J>>,
-    /// Whether this cursor's chunks carry waker slots (futures' timeouts).
-    wakers: bool,
-}
-
-impl<J: Stored> Default for ChunkCursor<J> {
-    fn default() -> Self {
-        ChunkCursor {
-            chunk: None,
-            next: 0,
-            spares: Vec::new(),
-            wakers: false,
-        }
-    }
-}
-
 /// Spare chunks a shard's cursor keeps, at most, and as many the worker keeps for it. The
 /// worker hands over once a tick what it let go of in the last one, so this covers a tick's
 /// traffic of a producer that schedules and cancels as fast as one thread can (4 096 chunks
 /// are 128 Ki timeouts, the same order as the queue's kept buffers, `worker::KEEP`). An idle
 /// worker lets every spare go.
 pub(crate) const SPARE_CHUNKS: usize = 4096;
-
-impl<J: Stored> ChunkCursor<J> {
-    /// A cursor whose chunks carry waker slots, for futures' timeouts.
-    pub(crate) fn with_wakers() -> ChunkCursor<J> {
-        ChunkCursor {
-            wakers: true,
-            ..ChunkCursor::default()
-        }
-    }
-
-    /// A fresh state (QUEUED, no wheel key) for a timeout of `shared`'s timer, from the current
-    /// chunk (a new one when it is used up), for the timeout at position `at` of the queued
-    /// batch whose spans are `spans`: a new chunk, or a batch that has none yet, starts a span.
-    /// `shard` is the queue shard this cursor belongs to.
-    ///
-    /// The batch's timeouts take this cursor's cells one after another (the cursor and the
-    /// batch are under the same shard lock, and every state handed out is pushed), so a span
-    /// records where it starts and nothing is kept per timeout: the cell of each queued
-    /// timeout follows from its position ([`CellSpan`]). A shard has two cursors (tasks' and
-    /// futures'): when the batch's last span is another chunk, a new span starts too.
-    ///
-    /// One reference count per timeout (the handle's), not two: the queued timeouts of a chunk
-    /// share their span's one reference to it.
-    ///
-    /// With `HANDLE` false (a detached timeout: nobody holds a handle) no reference is taken
-    /// for it: `None`, and no locked instruction but the chunk's last cell's hand-over.
-    #[inline]
-    pub(crate) fn next_state<const HANDLE: bool>(
-        &mut self,
-        shared: &Arc<Shared<J>>,
-        shard: u8,
-        spans: &mut Vec<CellSpan<J>>,
-        at: usize,
-    ) -> Option<CellRef<J>> {
-        let next = &mut self.next;
-        let spares = &mut self.spares;
-        let wakers = self.wakers;
-        let chunk = self.chunk.get_or_insert_with(|| {
-            *next = 0;
-            match spares.pop() {
-                Some(SpareChunk(chunk)) => chunk,
-                None => Chunk::new(shared, shard, wakers),
-            }
-        });
-        let tag = *next;
-        *next += 1;
-        if tag == 0
-            || spans
-                .last()
-                .is_none_or(|span| !Arc::ptr_eq(&span.chunk.0, chunk))
-        {
-            spans.push(CellSpan {
-                chunk: ChunkRef(Arc::clone(chunk)),
-                first: at,
-                start: tag,
-            });
-        }
-        debug_assert!(spans
-            .last()
-            .is_some_and(|span| Arc::ptr_eq(&span.chunk.0, chunk)
-                && at - span.first == usize::from(tag - span.start)));
-        if usize::from(*next) == CHUNK {
-            // The last cell: hand the cursor's reference over instead of cloning it (or, with
-            // no handle to take it, let it go: the span holds the chunk).
-            let chunk = self.chunk.take().expect("just inserted");
-            HANDLE.then_some(CellRef { chunk, tag })
-        } else if HANDLE {
-            Some(CellRef {
-                chunk: Arc::clone(chunk),
-                tag,
-            })
-        } else {
-            None
-        }
-    }
-
-    /// Lets go of the current chunk (its unused cells are freed with it) and of the spares.
-    pub(crate) fn clear(&mut self) {
-        self.chunk = None;
-        self.clear_spares();
-    }
-
-    /// Spare chunks held.
-    #[cfg(test)]
-    pub(crate) fn spare_count(&self) -> usize {
-        self.spares.len()
-    }
-
-    /// Lets go of the spare chunks (an idle timer gives their memory back).
-    pub(crate) fn clear_spares(&mut self) {
-        self.spares = Vec::new();
-    }
-
-    /// Takes spare chunks from `from` (the worker's, all of this cursor's shard), up to
-    /// [`SPARE_CHUNKS`] in all.
-    pub(crate) fn add_spares(&mut self, from: &mut Vec<SpareChunk<J>>) {
-        let free = SPARE_CHUNKS.saturating_sub(self.spares.len());
-        if self.spares.is_empty() && from.len() <= free {
-            std::mem::swap(&mut self.spares, from);
-        } else {
-            let keep = from.len().saturating_sub(free);
-            self.spares.extend(from.drain(keep..));
-        }
-    }
-}
 
 /// A chunk nobody refers to any more, its cells reset: a cursor of its shard hands its cells
 /// out again instead of allocating a new chunk.
@@ -333,56 +203,11 @@ impl<J: Stored> ChunkCursor<J> {
 /// and its passing of blocks between the two threads, out of that loop.
 pub(crate) struct SpareChunk<J: crate::shared::sealed::TaskStorage = BoxedTask>(Arc<Chunk<J>>);
 
-/// Consecutive timeouts of a queued batch whose cells are consecutive cells of one chunk: the
-/// timeout at position `first + k` of the batch has cell `start + k` of `chunk`. Positions
-/// count from the batch's first timeout, including those the worker has taken out since.
-pub(crate) struct CellSpan<J: crate::shared::sealed::TaskStorage = BoxedTask> {
-    pub(crate) chunk: ChunkRef<J>,
-    pub(crate) first: usize,
-    start: u8,
-}
-
-impl<J: Stored> CellSpan<J> {
-    /// The cell tag of the timeout at batch position `at` (within this span).
+impl<J: Stored> SpareChunk<J> {
+    /// The chunk, to hand its cells out again.
     #[inline]
-    pub(crate) fn tag(&self, at: usize) -> u8 {
-        debug_assert!(at >= self.first && at - self.first < CHUNK);
-        // Below CHUNK (at most 32), so the cast keeps every bit.
-        self.start + (at - self.first) as u8
-    }
-}
-
-/// Walks a batch's positions from `at` on, one step per timeout: each step gives the index of
-/// its span and its cell tag.
-pub(crate) struct CellSpanCursor<'a, J: crate::shared::sealed::TaskStorage = BoxedTask> {
-    spans: &'a [CellSpan<J>],
-    span: usize,
-    at: usize,
-}
-
-impl<'a, J: Stored> CellSpanCursor<'a, J> {
-    /// From position `at` (which must belong to one of `spans`).
-    pub(crate) fn new(spans: &'a [CellSpan<J>], at: usize) -> Self {
-        let span = spans.partition_point(|r| r.first <= at).saturating_sub(1);
-        CellSpanCursor { spans, span, at }
-    }
-}
-
-impl<J: Stored> Iterator for CellSpanCursor<'_, J> {
-    type Item = (usize, u8);
-
-    #[inline]
-    fn next(&mut self) -> Option<(usize, u8)> {
-        while self
-            .spans
-            .get(self.span + 1)
-            .is_some_and(|r| r.first <= self.at)
-        {
-            self.span += 1;
-        }
-        let tag = self.spans.get(self.span)?.tag(self.at);
-        self.at += 1;
-        Some((self.span, tag))
+    pub(super) fn into_chunk(self) -> ChunkRef<J> {
+        ChunkRef(self.0)
     }
 }
 

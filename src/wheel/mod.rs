@@ -1,7 +1,10 @@
 //! The pure wheel: buckets, mask indexing, rounds, expiry. No threads, no clock, no atomics.
 //!
 //! Owns the wheel's data structure (slab, buckets, occupancy bitmap) and its arithmetic (fire
-//! ticks, `remaining_rounds`); touches nothing of the crate.
+//! ticks, `remaining_rounds`); touches nothing of the crate. Here: the `Wheel`, its insertion,
+//! removal, expiry and lookahead; its buckets in pages in `buckets.rs`, its far slots and their
+//! cascade in `far.rs`, the occupancy bitmap and the next fire tick in `occupancy.rs`, its nodes
+//! in `slab.rs`.
 //!
 //! # Ground rules
 //! Only the worker owns a `Wheel`; producers never touch it (they talk to the worker through the
@@ -46,131 +49,15 @@
 //! transfer: every entry for a round is in its bucket before any later-transferred entry for the
 //! same round, so a bucket keeps transfer order.
 
+mod buckets;
+mod far;
+mod occupancy;
 mod slab;
 
+use buckets::{Buckets, List, EMPTY_BUCKET, EMPTY_LIST};
+use far::{FAR_LEVELS, LEVEL_SLOTS};
 use slab::{Node, Slab, PREV_MASK};
 pub(crate) use slab::{MAX_ENTRIES, MAX_TAG, NO_INDEX};
-
-/// The ends of a doubly linked list of nodes: a bucket's, or a far slot's.
-#[derive(Debug, Clone, Copy)]
-struct List {
-    head: u32,
-    tail: u32,
-}
-
-const EMPTY_LIST: List = List {
-    head: NO_INDEX,
-    tail: NO_INDEX,
-};
-
-#[derive(Debug, Clone, Copy)]
-struct Bucket {
-    ends: List,
-    /// No entry in the bucket fires before this tick (may be stale-low after a removal).
-    min_fire: u64,
-}
-
-const EMPTY_BUCKET: Bucket = Bucket {
-    ends: EMPTY_LIST,
-    min_fire: u64::MAX,
-};
-
-/// A large wheel's buckets come in pages of `2^BUCKET_PAGE_BITS` (4096 buckets, 64 KiB), each
-/// allocated when an entry first lands in it: a wheel of 2^30 buckets (Netty's largest) would
-/// otherwise write 16 GiB of empty buckets before its first timeout. A smaller wheel is one page,
-/// allocated up front.
-const BUCKET_PAGE_BITS: u32 = 12;
-
-/// The buckets, by index, in pages (see [`BUCKET_PAGE_BITS`]). A page, once allocated, is kept
-/// until the wheel is drained: one `new_timeout` at a time into a large wheel would otherwise
-/// allocate and fill a page for each.
-#[derive(Debug)]
-struct Buckets {
-    /// Empty for a page not allocated yet.
-    pages: Box<[Box<[Bucket]>]>,
-    /// `log2` of a page's length.
-    page_bits: u32,
-    len: usize,
-}
-
-impl Buckets {
-    /// `len` is a power of two.
-    fn new(len: usize) -> Self {
-        let page_bits = len.trailing_zeros().min(BUCKET_PAGE_BITS);
-        let mut pages = vec![Box::default(); len >> page_bits].into_boxed_slice();
-        if let [only] = &mut *pages {
-            *only = Buckets::new_page(len);
-        }
-        Buckets {
-            pages,
-            page_bits,
-            len,
-        }
-    }
-
-    #[cold]
-    #[inline(never)]
-    fn new_page(len: usize) -> Box<[Bucket]> {
-        vec![EMPTY_BUCKET; len].into_boxed_slice()
-    }
-
-    #[inline]
-    fn len(&self) -> usize {
-        self.len
-    }
-
-    #[inline]
-    fn page_mask(&self) -> usize {
-        (1 << self.page_bits) - 1
-    }
-
-    /// Bucket `b`: an empty one if its page is not allocated.
-    #[inline]
-    fn get(&self, b: usize) -> &Bucket {
-        self.pages[b >> self.page_bits]
-            .get(b & self.page_mask())
-            .unwrap_or(&EMPTY_BUCKET)
-    }
-
-    /// Bucket `b`, allocating its page first if need be.
-    #[inline]
-    fn get_mut(&mut self, b: usize) -> &mut Bucket {
-        let (bits, i) = (self.page_bits, b & self.page_mask());
-        let page = &mut self.pages[b >> bits];
-        if page.is_empty() {
-            *page = Buckets::new_page(1 << bits);
-        }
-        &mut page[i]
-    }
-
-    /// The first bucket (by index) that `found` holds for.
-    fn position(&self, found: impl Fn(&Bucket) -> bool) -> Option<usize> {
-        self.pages.iter().enumerate().find_map(|(p, page)| {
-            let i = page.iter().position(&found)?;
-            Some((p << self.page_bits) + i)
-        })
-    }
-
-    /// Every bucket empty again; a wheel of several pages lets go of them.
-    fn clear(&mut self) {
-        match &mut *self.pages {
-            [only] => only.fill(EMPTY_BUCKET),
-            pages => pages.fill(Box::default()),
-        }
-    }
-
-    /// Bytes the pages allocated so far hold.
-    #[cfg(test)]
-    fn allocated_bytes(&self) -> usize {
-        self.pages.iter().map(|p| std::mem::size_of_val(&**p)).sum()
-    }
-}
-
-/// Bits of a round number per far level (64 slots a level).
-const LEVEL_BITS: u32 = 6;
-const LEVEL_SLOTS: usize = 1 << LEVEL_BITS;
-/// Far levels enough for any `u64` round (and the horizon one past it).
-const FAR_LEVELS: usize = 64usize.div_ceil(LEVEL_BITS as usize);
 
 /// A hashed timing wheel of `T`s. See the module docs.
 #[derive(Debug)]
@@ -324,36 +211,7 @@ impl<T> Wheel<T> {
             }
             return tail;
         }
-        let (level, slot) = self.far_slot(round);
-        let lists = &mut self.far[level];
-        if lists.is_empty() {
-            *lists = vec![EMPTY_LIST; LEVEL_SLOTS].into_boxed_slice();
-        }
-        let list = &mut lists[slot];
-        let tail = std::mem::replace(&mut list.tail, key);
-        if tail == NO_INDEX {
-            list.head = key;
-            self.far_occupied[level] |= 1 << slot;
-        }
-        tail
-    }
-
-    /// The list index of the far slot `round` waits in, relative to the current horizon.
-    #[inline]
-    fn far_index(&self, round: u64) -> usize {
-        let (level, slot) = self.far_slot(round);
-        self.buckets.len() + level * LEVEL_SLOTS + slot
-    }
-
-    /// The level and slot of the far slot `round` waits in, relative to the current horizon.
-    #[inline]
-    fn far_slot(&self, round: u64) -> (usize, usize) {
-        debug_assert!(round > self.horizon);
-        // The level of the highest base-64 digit in which the round differs from the horizon.
-        let differs = (self.horizon ^ round) | (LEVEL_SLOTS as u64 - 1);
-        let level = ((63 - differs.leading_zeros()) / LEVEL_BITS) as usize;
-        let slot = (round >> (LEVEL_BITS * level as u32)) as usize & (LEVEL_SLOTS - 1);
-        (level, slot)
+        self.push_back_far(key, round)
     }
 
     /// List `b`: a bucket's below `wheel_len`, a far slot's from there on.
@@ -371,98 +229,6 @@ impl<T> Wheel<T> {
             None => &mut self.buckets.get_mut(b).ends,
             Some(i) => &mut self.far[i / LEVEL_SLOTS][i % LEVEL_SLOTS],
         }
-    }
-
-    /// Lets go of every far slot (the wheel is empty, or drained).
-    fn clear_far(&mut self) {
-        self.far = std::array::from_fn(|_| Box::default());
-        self.far_occupied = [0; FAR_LEVELS];
-    }
-
-    #[inline]
-    fn set_occupied(&mut self, b: usize, on: bool) {
-        let (word, bit) = match b.checked_sub(self.buckets.len()) {
-            None => (&mut self.occupied[b / 64], b % 64),
-            Some(i) => (&mut self.far_occupied[i / LEVEL_SLOTS], i % LEVEL_SLOTS),
-        };
-        if on {
-            *word |= 1 << bit;
-        } else {
-            *word &= !(1 << bit);
-        }
-    }
-
-    /// Moves the horizon to the round after `tick`'s, moving far entries down on the way.
-    #[inline]
-    fn catch_up(&mut self, tick: u64) {
-        let target = (tick >> self.round_shift).saturating_add(1);
-        if self.horizon < target {
-            self.advance_horizon(target);
-        }
-    }
-
-    #[inline(never)]
-    fn advance_horizon(&mut self, target: u64) {
-        while self.horizon < target {
-            match self.next_cascade_round() {
-                Some(round) if round <= target => {
-                    self.horizon = round;
-                    self.cascade(round);
-                }
-                // No far slot starts before the target: every far entry keeps its place.
-                _ => self.horizon = target,
-            }
-        }
-    }
-
-    /// The horizon has just reached `round`: every far slot whose range starts there moves its
-    /// entries, in order, down to their level for the new horizon or into their bucket. What
-    /// moves never lands in a slot that starts at `round` (an entry there would differ from the
-    /// new horizon in a lower digit), so no slot is visited twice.
-    fn cascade(&mut self, round: u64) {
-        for level in (0..FAR_LEVELS).rev() {
-            let shift = LEVEL_BITS * level as u32;
-            if round & ((1 << shift) - 1) != 0 {
-                continue;
-            }
-            let slot = (round >> shift) as usize & (LEVEL_SLOTS - 1);
-            let b = self.buckets.len() + level * LEVEL_SLOTS + slot;
-            if self.far_occupied[level] & (1 << slot) == 0 {
-                continue;
-            }
-            let mut cursor = self.list(b).head;
-            *self.list_mut(b) = EMPTY_LIST;
-            self.set_occupied(b, false);
-            while cursor != NO_INDEX {
-                let node = &self.nodes[cursor as usize];
-                let (next, fire) = (node.next, self.calculated(node.deadline));
-                self.link(cursor, fire);
-                cursor = next;
-            }
-        }
-    }
-
-    /// The next round at which a far slot's range starts, past the horizon, if any is occupied.
-    fn next_cascade_round(&self) -> Option<u64> {
-        let mut best: Option<u64> = None;
-        for (level, &word) in self.far_occupied.iter().enumerate() {
-            if word == 0 {
-                continue;
-            }
-            let shift = LEVEL_BITS * level as u32;
-            let digit = (self.horizon >> shift) & (LEVEL_SLOTS as u64 - 1);
-            // Every occupied slot is ahead of the horizon's digit (an entry's round differs
-            // from the horizon first at its level, upwards).
-            debug_assert_eq!(word & (u64::MAX >> (63 - digit)), 0);
-            let slot = u64::from(word.trailing_zeros());
-            let group = self
-                .horizon
-                .checked_shr(shift + LEVEL_BITS)
-                .map_or(0, |g| g << (shift + LEVEL_BITS));
-            let start = group + (slot << shift);
-            best = Some(best.map_or(start, |b| b.min(start)));
-        }
-        best
     }
 
     /// The key the next `insert` will return.
@@ -585,54 +351,6 @@ impl<T> Wheel<T> {
             .expect("wheel: live key in no bucket")
     }
 
-    /// The earliest tick `>= from` on which the wheel has work, if any: an entry may fire, or
-    /// far entries move down (which [`Wheel::expire`] of that tick does first). The worker has
-    /// already processed every tick before `from`.
-    pub(crate) fn next_fire_tick(&self, from: u64) -> Option<u64> {
-        if self.len == 0 {
-            return None;
-        }
-        // A far slot's entries move down at the start of the round before the slot's first.
-        let cascade = self
-            .next_cascade_round()
-            .map(|round| ((round - 1) << self.round_shift).max(from));
-        let bucket = self.next_bucket_tick(from);
-        match (bucket, cascade) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
-    }
-
-    /// The earliest tick `>= from` on which an entry in a bucket may fire.
-    fn next_bucket_tick(&self, from: u64) -> Option<u64> {
-        let len = self.wheel_len();
-        let start = from & self.mask;
-        let mut best = u64::MAX;
-        // Visit occupied buckets in tick order from `from`: bucket at offset k is next visited on
-        // tick from + k, and no entry in it fires earlier, so once from + k >= best we are done.
-        let mut offset = 0u64;
-        while offset < len {
-            let b = (start + offset) & self.mask;
-            let word = self.occupied[(b / 64) as usize] >> (b % 64);
-            if word == 0 {
-                // Jump to the next word (or wrap to bucket 0).
-                let to_next_word = 64 - (b % 64);
-                let to_end = len - b;
-                offset += to_next_word.min(to_end);
-                continue;
-            }
-            let skip = u64::from(word.trailing_zeros());
-            offset += skip;
-            if offset >= len || from.saturating_add(offset) >= best {
-                break;
-            }
-            let bucket = self.buckets.get(((start + offset) & self.mask) as usize);
-            best = best.min(bucket.min_fire.max(from + offset));
-            offset += 1;
-        }
-        (best != u64::MAX).then_some(best)
-    }
-
     /// Visits the bucket of `tick`: every entry whose fire tick has come (`remaining_rounds == 0`)
     /// and whose deadline is `<= now` is unlinked and handed to `f` (entry, key, tag, deadline), in
     /// bucket order. The others stay. `f` runs while the walk is under way (it cannot reach the
@@ -644,12 +362,32 @@ impl<T> Wheel<T> {
     /// would walk the bucket to decrement `remaining_rounds`; with absolute fire ticks there is
     /// nothing to do.
     #[inline]
-    pub(crate) fn expire(&mut self, tick: u64, now: u64, mut f: impl FnMut(T, u32, u8, u64)) {
+    pub(crate) fn expire(&mut self, tick: u64, now: u64, f: impl FnMut(T, u32, u8, u64)) {
         self.catch_up(tick);
         let b = (tick & self.mask) as usize;
         if self.buckets.get(b).min_fire > tick {
             return;
         }
+        let (kept, min_fire, taken) = self.walk_bucket(b, tick, now, f);
+        self.close_walked_bucket(b, kept, min_fire);
+        self.len -= taken;
+        if self.len == 0 {
+            self.release_memory();
+        }
+    }
+
+    /// The walk of [`Wheel::expire`] over bucket `b`, which holds something due on `tick`: each
+    /// due entry goes to the free list and to `f`, each other one is linked after the one kept
+    /// before it. Returns the last entry kept (`NO_INDEX`: none), the least fire tick of those
+    /// kept, and how many entries were taken.
+    #[inline(always)]
+    fn walk_bucket(
+        &mut self,
+        b: usize,
+        tick: u64,
+        now: u64,
+        mut f: impl FnMut(T, u32, u8, u64),
+    ) -> (u32, u64, usize) {
         // `calculated(deadline) <= tick` without a division per entry: the deadline is before
         // the end of `tick`.
         let tick_end = tick.saturating_add(1).saturating_mul(self.tick_nanos);
@@ -665,11 +403,7 @@ impl<T> Wheel<T> {
             let deadline = node.deadline;
             let due = deadline < tick_end || tick_end == u64::MAX;
             if due && deadline <= now {
-                let item = node.item.take().expect("wheel: a linked node is live");
-                let tag = node.tag();
-                node.next = self.free;
-                node.prev_tag = PREV_MASK;
-                self.free = cursor;
+                let (item, tag) = free_node(node, &mut self.free, cursor);
                 f(item, cursor, tag, deadline);
                 taken += 1;
             } else {
@@ -678,15 +412,29 @@ impl<T> Wheel<T> {
                 let fire = if due { tick } else { deadline / tick_nanos };
                 min_fire = min_fire.min(fire);
                 node.set_prev(kept);
-                if kept == NO_INDEX {
-                    self.buckets.get_mut(b).ends.head = cursor;
-                } else {
-                    self.nodes[kept as usize].next = cursor;
-                }
+                self.link_kept(b, kept, cursor);
                 kept = cursor;
             }
             cursor = next;
         }
+        (kept, min_fire, taken)
+    }
+
+    /// Links `key`, which the walk of bucket `b` keeps, after `kept`, the entry it kept before
+    /// (`NO_INDEX`: none, and `key` is the bucket's head).
+    #[inline(always)]
+    fn link_kept(&mut self, b: usize, kept: u32, key: u32) {
+        if kept == NO_INDEX {
+            self.buckets.get_mut(b).ends.head = key;
+        } else {
+            self.nodes[kept as usize].next = key;
+        }
+    }
+
+    /// Ends the walk of bucket `b`: `kept`, the last entry kept, is its tail, and the survivors'
+    /// least fire tick its lower bound; with nothing kept, the bucket is empty.
+    #[inline(always)]
+    fn close_walked_bucket(&mut self, b: usize, kept: u32, min_fire: u64) {
         if kept == NO_INDEX {
             *self.buckets.get_mut(b) = EMPTY_BUCKET;
             self.set_occupied(b, false);
@@ -696,10 +444,6 @@ impl<T> Wheel<T> {
             bucket.ends.tail = kept;
             // The survivors set the bucket's lower bound of fire ticks.
             bucket.min_fire = min_fire;
-        }
-        self.len -= taken;
-        if self.len == 0 {
-            self.release_memory();
         }
     }
 
@@ -767,28 +511,6 @@ impl<T> Wheel<T> {
         (best.0, best.2)
     }
 
-    /// The list index of the occupied far slot whose range starts first (it holds the
-    /// earliest far entries: a round waits in one slot only).
-    fn first_far_slot(&self) -> Option<usize> {
-        let mut best: Option<(u64, usize)> = None;
-        for (level, &word) in self.far_occupied.iter().enumerate() {
-            if word == 0 {
-                continue;
-            }
-            let shift = LEVEL_BITS * level as u32;
-            let slot = word.trailing_zeros() as usize;
-            let group = self
-                .horizon
-                .checked_shr(shift + LEVEL_BITS)
-                .map_or(0, |g| g << (shift + LEVEL_BITS));
-            let start = group + ((slot as u64) << shift);
-            if best.is_none_or(|(s, _)| start < s) {
-                best = Some((start, self.buckets.len() + level * LEVEL_SLOTS + slot));
-            }
-        }
-        best.map(|(_, b)| b)
-    }
-
     /// Removes every entry, in slot order (about the order of insertion: freed slots are
     /// reused first). One pass over the slab's pages, in memory order, rather than a walk of
     /// each bucket's list over nodes scattered across the slab.
@@ -816,8 +538,21 @@ impl<T> Wheel<T> {
     }
 }
 
+/// Takes the item and tag of a due node under `key`, and puts the node at the head of the
+/// free list, whose head is `free`.
+#[inline(always)]
+fn free_node<T>(node: &mut Node<T>, free: &mut u32, key: u32) -> (T, u8) {
+    let item = node.item.take().expect("wheel: a linked node is live");
+    let tag = node.tag();
+    node.next = *free;
+    node.prev_tag = PREV_MASK;
+    *free = key;
+    (item, tag)
+}
+
 #[cfg(test)]
 mod tests {
+    use super::buckets::{Bucket, BUCKET_PAGE_BITS};
     use super::slab::PAGE;
     use super::*;
 

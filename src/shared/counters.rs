@@ -1,0 +1,53 @@
+//! The statistics `TimerStats` reports of the timeouts' outcomes ([`Counters`]), shared by the
+//! worker (which stores its running totals after each turn), the producers that refuse a
+//! timeout, and whoever catches a panic of user code.
+//!
+//! Owns the counters' atomics; every access is Relaxed, nothing is ordered by them. Touches
+//! only `sync`.
+
+use crate::sync::{process, Ordering};
+
+/// Lateness classes of fired timeouts, in ticks: under 1, 1 to 2, 2 to 4, ... 64 and more.
+pub(crate) const LATENESS_CLASSES: usize = 8;
+
+/// What `TimerStats` reports of the timeouts' outcomes. The worker keeps its own running totals
+/// and stores them here after each turn (it is their only writer); refusing producers
+/// count `refused`. Statistics: every access is Relaxed, nothing is ordered by them.
+pub(crate) struct Counters {
+    pub(crate) expired: process::AtomicU64,
+    pub(crate) cancelled: process::AtomicU64,
+    pub(crate) panicked: process::AtomicU64,
+    pub(crate) refused: process::AtomicU64,
+    /// The largest lateness of a fired timeout, in nanoseconds.
+    pub(crate) late_max: process::AtomicU64,
+    /// The longest inline task run, in nanoseconds; runs longer than a tick.
+    pub(crate) longest_run: process::AtomicU64,
+    pub(crate) slow_runs: process::AtomicU64,
+    pub(crate) lateness: [process::AtomicU64; LATENESS_CLASSES],
+}
+
+impl Counters {
+    /// User code panicked on the timer's side (a task, its `Drop`, a future's waker, the
+    /// executor) and the panic was caught: counted in `stats().panicked`, logged. Any thread
+    /// may count one (a worker, `stop()`), hence the add.
+    #[cold]
+    pub(crate) fn user_code_panicked(&self, what: &str) {
+        // Relaxed: a statistic.
+        self.panicked.fetch_add(1, Ordering::Relaxed);
+        log::warn!("{what} panicked; the timer goes on");
+    }
+
+    pub(super) fn new() -> Counters {
+        let zero = || process::AtomicU64::new(0);
+        Counters {
+            expired: zero(),
+            cancelled: zero(),
+            panicked: zero(),
+            refused: zero(),
+            late_max: zero(),
+            longest_run: zero(),
+            slow_runs: zero(),
+            lateness: std::array::from_fn(|_| zero()),
+        }
+    }
+}

@@ -1,0 +1,206 @@
+//! How a queue shard hands out cells and a queued batch finds them again: the shard's chunk
+//! cursor ([`ChunkCursor`]), which gives each timeout the next cell of its current chunk, and
+//! the batch's spans ([`CellSpan`]), which record where each run of consecutive cells starts,
+//! so that nothing is kept per timeout.
+//!
+//! Owns the cursor (its current chunk, its spares) and the spans; the rules they follow are
+//! `cells`' ("Chunks, spans and spares: the protocol"). Touches only the `cells` module's
+//! chunks, through [`ChunkRef`].
+
+use super::cells::{CellRef, ChunkRef, SpareChunk, CHUNK, SPARE_CHUNKS};
+use super::{BoxedTask, Shared, Stored};
+use crate::sync::Arc;
+
+/// The chunk a queue shard's producers take their states from, and its next free cell: kept
+/// in the shard, under its lock (see `Shared::schedule`).
+///
+/// The chunk holds a handle on its timer, and the shard is part of the timer: while a chunk is
+/// current here the two keep each other alive. `stop()` breaks the cycle by clearing every
+/// shard's cursor ([`ChunkCursor::clear`]), and a producer never starts a chunk on a stopped
+/// timer.
+pub(crate) struct ChunkCursor<J: crate::shared::sealed::TaskStorage = BoxedTask> {
+    chunk: Option<ChunkRef<J>>,
+    next: u8,
+    /// Chunks of this shard the worker has finished with, their cells reset, to be used
+    /// before allocating (see [`SpareChunk`]); of this cursor's kind (waker slots or none).
+    spares: Vec<SpareChunk<J>>,
+    /// Whether this cursor's chunks carry waker slots (futures' timeouts).
+    wakers: bool,
+}
+
+impl<J: Stored> Default for ChunkCursor<J> {
+    fn default() -> Self {
+        ChunkCursor {
+            chunk: None,
+            next: 0,
+            spares: Vec::new(),
+            wakers: false,
+        }
+    }
+}
+
+impl<J: Stored> ChunkCursor<J> {
+    /// A cursor whose chunks carry waker slots, for futures' timeouts.
+    pub(crate) fn with_wakers() -> ChunkCursor<J> {
+        ChunkCursor {
+            wakers: true,
+            ..ChunkCursor::default()
+        }
+    }
+
+    /// A fresh state (QUEUED, no wheel key) for a timeout of `shared`'s timer, from the current
+    /// chunk (a new one when it is used up), for the timeout at position `at` of the queued
+    /// batch whose spans are `spans`: a new chunk, or a batch that has none yet, starts a span.
+    /// `shard` is the queue shard this cursor belongs to.
+    ///
+    /// The batch's timeouts take this cursor's cells one after another (the cursor and the
+    /// batch are under the same shard lock, and every state handed out is pushed), so a span
+    /// records where it starts and nothing is kept per timeout: the cell of each queued
+    /// timeout follows from its position ([`CellSpan`]). A shard has two cursors (tasks' and
+    /// futures'): when the batch's last span is another chunk, a new span starts too.
+    ///
+    /// One reference count per timeout (the handle's), not two: the queued timeouts of a chunk
+    /// share their span's one reference to it.
+    ///
+    /// With `HANDLE` false (a detached timeout: nobody holds a handle) no reference is taken
+    /// for it: `None`, and no locked instruction but the chunk's last cell's hand-over.
+    #[inline]
+    pub(crate) fn next_state<const HANDLE: bool>(
+        &mut self,
+        shared: &Arc<Shared<J>>,
+        shard: u8,
+        spans: &mut Vec<CellSpan<J>>,
+        at: usize,
+    ) -> Option<CellRef<J>> {
+        let (chunk, tag) = self.next_cell(shared, shard);
+        CellSpan::push_if_new(spans, chunk, tag, at);
+        if usize::from(tag) == CHUNK - 1 {
+            // The last cell: hand the cursor's reference over instead of cloning it (or, with
+            // no handle to take it, let it go: the span holds the chunk).
+            let chunk = self.chunk.take().expect("just inserted");
+            HANDLE.then_some(chunk.into_state(tag))
+        } else if HANDLE {
+            Some(chunk.state(tag))
+        } else {
+            None
+        }
+    }
+
+    /// The current chunk (a spare, or a new one, when there is none) and the tag of its next
+    /// free cell, which is taken.
+    #[inline(always)]
+    fn next_cell(&mut self, shared: &Arc<Shared<J>>, shard: u8) -> (&ChunkRef<J>, u8) {
+        let next = &mut self.next;
+        let spares = &mut self.spares;
+        let wakers = self.wakers;
+        let chunk = self.chunk.get_or_insert_with(|| {
+            *next = 0;
+            match spares.pop() {
+                Some(spare) => spare.into_chunk(),
+                None => ChunkRef::new(shared, shard, wakers),
+            }
+        });
+        let tag = *next;
+        *next += 1;
+        (chunk, tag)
+    }
+
+    /// Lets go of the current chunk (its unused cells are freed with it) and of the spares.
+    pub(crate) fn clear(&mut self) {
+        self.chunk = None;
+        self.clear_spares();
+    }
+
+    /// Spare chunks held.
+    #[cfg(test)]
+    pub(crate) fn spare_count(&self) -> usize {
+        self.spares.len()
+    }
+
+    /// Lets go of the spare chunks (an idle timer gives their memory back).
+    pub(crate) fn clear_spares(&mut self) {
+        self.spares = Vec::new();
+    }
+
+    /// Takes spare chunks from `from` (the worker's, all of this cursor's shard), up to
+    /// [`SPARE_CHUNKS`] in all.
+    pub(crate) fn add_spares(&mut self, from: &mut Vec<SpareChunk<J>>) {
+        let free = SPARE_CHUNKS.saturating_sub(self.spares.len());
+        if self.spares.is_empty() && from.len() <= free {
+            std::mem::swap(&mut self.spares, from);
+        } else {
+            let keep = from.len().saturating_sub(free);
+            self.spares.extend(from.drain(keep..));
+        }
+    }
+}
+
+/// Consecutive timeouts of a queued batch whose cells are consecutive cells of one chunk: the
+/// timeout at position `first + k` of the batch has cell `start + k` of `chunk`. Positions
+/// count from the batch's first timeout, including those the worker has taken out since.
+pub(crate) struct CellSpan<J: crate::shared::sealed::TaskStorage = BoxedTask> {
+    pub(crate) chunk: ChunkRef<J>,
+    pub(crate) first: usize,
+    start: u8,
+}
+
+impl<J: Stored> CellSpan<J> {
+    /// Makes the last of `spans` the span of cell `tag` of `chunk`, the cell of the timeout at
+    /// position `at`: a new span starts on a chunk's first cell, in a batch with no span yet,
+    /// and after a span of another chunk.
+    #[inline(always)]
+    fn push_if_new(spans: &mut Vec<CellSpan<J>>, chunk: &ChunkRef<J>, tag: u8, at: usize) {
+        if tag == 0 || spans.last().is_none_or(|span| !span.chunk.same(chunk)) {
+            spans.push(CellSpan {
+                chunk: chunk.clone(),
+                first: at,
+                start: tag,
+            });
+        }
+        debug_assert!(spans.last().is_some_and(
+            |span| span.chunk.same(chunk) && at - span.first == usize::from(tag - span.start)
+        ));
+    }
+
+    /// The cell tag of the timeout at batch position `at` (within this span).
+    #[inline]
+    pub(crate) fn tag(&self, at: usize) -> u8 {
+        debug_assert!(at >= self.first && at - self.first < CHUNK);
+        // Below CHUNK (at most 32), so the cast keeps every bit.
+        self.start + (at - self.first) as u8
+    }
+}
+
+/// Walks a batch's positions from `at` on, one step per timeout: each step gives the index of
+/// its span and its cell tag.
+pub(crate) struct CellSpanCursor<'a, J: crate::shared::sealed::TaskStorage = BoxedTask> {
+    spans: &'a [CellSpan<J>],
+    span: usize,
+    at: usize,
+}
+
+impl<'a, J: Stored> CellSpanCursor<'a, J> {
+    /// From position `at` (which must belong to one of `spans`).
+    pub(crate) fn new(spans: &'a [CellSpan<J>], at: usize) -> Self {
+        let span = spans.partition_point(|r| r.first <= at).saturating_sub(1);
+        CellSpanCursor { spans, span, at }
+    }
+}
+
+impl<J: Stored> Iterator for CellSpanCursor<'_, J> {
+    type Item = (usize, u8);
+
+    #[inline]
+    fn next(&mut self) -> Option<(usize, u8)> {
+        while self
+            .spans
+            .get(self.span + 1)
+            .is_some_and(|r| r.first <= self.at)
+        {
+            self.span += 1;
+        }
+        let tag = self.spans.get(self.span)?.tag(self.at);
+        self.at += 1;
+        Some((self.span, tag))
+    }
+}

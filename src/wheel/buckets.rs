@@ -1,0 +1,122 @@
+//! The wheel's buckets: each the ends of a list of nodes and a lower bound of its entries' fire
+//! ticks, kept in pages that a large wheel allocates as entries first land in them.
+//!
+//! Owns the list ends shared by buckets and far slots ([`List`]), the bucket ([`Bucket`]) and
+//! its pages ([`Buckets`]); the wheel (`mod.rs`) links the nodes. Touches nothing of the crate.
+
+use super::NO_INDEX;
+
+/// The ends of a doubly linked list of nodes: a bucket's, or a far slot's.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct List {
+    pub(super) head: u32,
+    pub(super) tail: u32,
+}
+
+pub(super) const EMPTY_LIST: List = List {
+    head: NO_INDEX,
+    tail: NO_INDEX,
+};
+
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Bucket {
+    pub(super) ends: List,
+    /// No entry in the bucket fires before this tick (may be stale-low after a removal).
+    pub(super) min_fire: u64,
+}
+
+pub(super) const EMPTY_BUCKET: Bucket = Bucket {
+    ends: EMPTY_LIST,
+    min_fire: u64::MAX,
+};
+
+/// A large wheel's buckets come in pages of `2^BUCKET_PAGE_BITS` (4096 buckets, 64 KiB), each
+/// allocated when an entry first lands in it: a wheel of 2^30 buckets (Netty's largest) would
+/// otherwise write 16 GiB of empty buckets before its first timeout. A smaller wheel is one page,
+/// allocated up front.
+pub(super) const BUCKET_PAGE_BITS: u32 = 12;
+
+/// The buckets, by index, in pages (see [`BUCKET_PAGE_BITS`]). A page, once allocated, is kept
+/// until the wheel is drained: one `new_timeout` at a time into a large wheel would otherwise
+/// allocate and fill a page for each.
+#[derive(Debug)]
+pub(super) struct Buckets {
+    /// Empty for a page not allocated yet.
+    pub(super) pages: Box<[Box<[Bucket]>]>,
+    /// `log2` of a page's length.
+    page_bits: u32,
+    len: usize,
+}
+
+impl Buckets {
+    /// `len` is a power of two.
+    pub(super) fn new(len: usize) -> Self {
+        let page_bits = len.trailing_zeros().min(BUCKET_PAGE_BITS);
+        let mut pages = vec![Box::default(); len >> page_bits].into_boxed_slice();
+        if let [only] = &mut *pages {
+            *only = Buckets::new_page(len);
+        }
+        Buckets {
+            pages,
+            page_bits,
+            len,
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn new_page(len: usize) -> Box<[Bucket]> {
+        vec![EMPTY_BUCKET; len].into_boxed_slice()
+    }
+
+    #[inline]
+    pub(super) fn len(&self) -> usize {
+        self.len
+    }
+
+    #[inline]
+    fn page_mask(&self) -> usize {
+        (1 << self.page_bits) - 1
+    }
+
+    /// Bucket `b`: an empty one if its page is not allocated.
+    #[inline]
+    pub(super) fn get(&self, b: usize) -> &Bucket {
+        self.pages[b >> self.page_bits]
+            .get(b & self.page_mask())
+            .unwrap_or(&EMPTY_BUCKET)
+    }
+
+    /// Bucket `b`, allocating its page first if need be.
+    #[inline]
+    pub(super) fn get_mut(&mut self, b: usize) -> &mut Bucket {
+        let (bits, i) = (self.page_bits, b & self.page_mask());
+        let page = &mut self.pages[b >> bits];
+        if page.is_empty() {
+            *page = Buckets::new_page(1 << bits);
+        }
+        &mut page[i]
+    }
+
+    /// The first bucket (by index) that `found` holds for.
+    pub(super) fn position(&self, found: impl Fn(&Bucket) -> bool) -> Option<usize> {
+        self.pages.iter().enumerate().find_map(|(p, page)| {
+            let i = page.iter().position(&found)?;
+            Some((p << self.page_bits) + i)
+        })
+    }
+
+    /// Every bucket empty again; a wheel of several pages lets go of them.
+    pub(super) fn clear(&mut self) {
+        match &mut *self.pages {
+            [only] => only.fill(EMPTY_BUCKET),
+            pages => pages.fill(Box::default()),
+        }
+    }
+
+    /// Bytes the pages allocated so far hold.
+    #[cfg(test)]
+    pub(super) fn allocated_bytes(&self) -> usize {
+        self.pages.iter().map(|p| std::mem::size_of_val(&**p)).sum()
+    }
+}
