@@ -5,9 +5,6 @@
 //! move a timeout makes once it leaves the producers: transfer into a bucket, unlink after a
 //! cancel, expiry and the task's run. Touches the `shared` module (queues, counters, cells, the
 //! plan), the wheel and `sync`; never the owner (`timer`), which starts, drives and stops it.
-//! Here: the `Worker`, its turn of ticks, the transfer and the unlinks; a bucket's expiry and
-//! the tasks' runs in `expiry.rs`, the statistics it counts in `tally.rs`, its chunk table in
-//! `chunks.rs`, the thread's loop in `thread.rs`.
 //!
 //! # Ground rules
 //! The `Worker` (and its wheel) lives in `Shared::worker`, and one thread at a time runs a
@@ -52,24 +49,126 @@
 //! them needs replaying.
 
 mod chunks;
-mod expiry;
-mod tally;
 mod thread;
 
 pub(crate) use thread::{thread_main, turn};
 
 use crate::shared::batch::PendingBatch;
-use crate::shared::cells::CellRef;
-use crate::shared::{BoxedTask, Executor, Shared, Stored};
-use crate::sync::{Arc, Batch};
+use crate::shared::cells::{CellRef, ChunkRef, Expiry};
+use crate::shared::{
+    catch_user_panic, sealed, BoxedTask, Counters, Executor, Shared, Stored, LATENESS_CLASSES,
+};
+use crate::sync::{Arc, Batch, Ordering};
 use crate::wheel::{Wheel, NO_INDEX};
 use chunks::ChunkTable;
-use expiry::stale_chunk_id;
 use std::collections::VecDeque;
-use tally::Tally;
 
 /// Timeouts moved from the `timeouts` queue into buckets per tick, at most (Netty's cap).
 pub(crate) const TRANSFER_CAP: u64 = 100_000;
+
+/// The worker's running totals for `TimerStats`, stored in `Shared::counters` after each turn: per expiry a comparison or two here, no shared write.
+#[derive(Default)]
+struct Tally {
+    expired: u64,
+    cancelled: u64,
+    late_max: u64,
+    /// Per lateness class from 1 on (a tick or more late); class 0, on time, is what the
+    /// expired count leaves (see [`Tally::classes`]).
+    lateness: [u64; LATENESS_CLASSES],
+    /// The longest inline task run, in nanoseconds; runs longer than a tick.
+    longest_run: u64,
+    slow_runs: u64,
+    /// Runs of at least `SLOW_WARNING_TICKS` since the last warning, and when that was.
+    unreported: u64,
+    warned_at: Option<u64>,
+}
+
+/// The lateness class of a timeout `late` nanoseconds late, `late >= tick_nanos`: the bit length
+/// of the whole ticks late (class k holds [2^(k-1), 2^k) ticks), without a division (when the
+/// worker falls behind, every timeout is late, and a division each would slow it further).
+///
+/// With `bits(x)` the bit length, `late / tick_nanos` lies in `(2^(d-1), 2^(d+1))` for
+/// `d = bits(late) - bits(tick_nanos)`, so its bit length is `d` or `d + 1`: `d + 1` exactly
+/// when `late >= tick_nanos << d` (a shift that cannot overflow: `tick_nanos < 2^bits(tick_nanos)`).
+#[inline]
+fn late_class(late: u64, tick_nanos: u64) -> usize {
+    debug_assert!(late >= tick_nanos && tick_nanos > 0);
+    let d = tick_nanos.leading_zeros() - late.leading_zeros();
+    (d + u32::from(late >= tick_nanos << d)) as usize
+}
+
+/// A task that holds the worker this many ticks or more is warned about in the log (Netty's
+/// most common misuse: a slow task delays every timeout after it), at most once every
+/// `WARNING_INTERVAL_NS`.
+const SLOW_WARNING_TICKS: u64 = 4;
+const WARNING_INTERVAL_NS: u64 = 10_000_000_000;
+
+impl Tally {
+    /// A timeout fired `late` nanoseconds after its deadline. (The caller counts it in
+    /// `expired`, a batch at a time.)
+    #[inline]
+    fn fired(&mut self, late: u64, tick_nanos: u64) {
+        self.late_max = self.late_max.max(late);
+        // Class k >= 1 holds [2^(k-1), 2^k) ticks, the last one everything beyond; nothing to
+        // count on the common path (under a tick: class 0).
+        if late >= tick_nanos {
+            self.lateness[late_class(late, tick_nanos).min(LATENESS_CLASSES - 1)] += 1;
+        }
+    }
+
+    /// The count of each lateness class, class 0 included.
+    fn classes(&self) -> [u64; LATENESS_CLASSES] {
+        let mut classes = self.lateness;
+        classes[0] = self.expired - self.lateness[1..].iter().sum::<u64>();
+        classes
+    }
+
+    /// An inline task run took `took` nanoseconds; the clock read `now` at its end.
+    #[inline]
+    fn ran(&mut self, took: u64, now: u64, tick_nanos: u64) {
+        self.longest_run = self.longest_run.max(took);
+        if took > tick_nanos {
+            self.slow_runs += 1;
+            if took >= tick_nanos.saturating_mul(SLOW_WARNING_TICKS) {
+                self.slow_run_warning(took, now, tick_nanos);
+            }
+        }
+    }
+
+    #[cold]
+    fn slow_run_warning(&mut self, took: u64, now: u64, tick_nanos: u64) {
+        self.unreported += 1;
+        if self
+            .warned_at
+            .is_some_and(|at| now.saturating_sub(at) < WARNING_INTERVAL_NS)
+        {
+            return;
+        }
+        log::warn!(
+            "a TimerTask held the timer's worker for {:?} ({} ticks; {} such runs since the \
+             last warning): every timeout due meanwhile fires late. Hand slow work to another \
+             thread, or configure an executor",
+            std::time::Duration::from_nanos(took),
+            took / tick_nanos,
+            self.unreported,
+        );
+        self.unreported = 0;
+        self.warned_at = Some(now);
+    }
+
+    fn publish(&self, counters: &Counters) {
+        // Relaxed: statistics (see `Counters`).
+        let r = Ordering::Relaxed;
+        counters.expired.store(self.expired, r);
+        counters.cancelled.store(self.cancelled, r);
+        counters.late_max.store(self.late_max, r);
+        counters.longest_run.store(self.longest_run, r);
+        counters.slow_runs.store(self.slow_runs, r);
+        for (total, count) in counters.lateness.iter().zip(self.classes()) {
+            total.store(count, r);
+        }
+    }
+}
 
 /// The worker's state: the wheel and the next tick to process.
 pub(crate) struct Worker<J: Stored = BoxedTask> {
@@ -157,43 +256,33 @@ impl<J: Stored> Worker<J> {
             if shared.is_shutdown() {
                 // Like Netty's loop, which checks its state after every tick: a stop (or the
                 // owner dropped by a task) ends the turn after the current tick.
-                self.end_turn(shared, tick + 1);
+                self.tick = tick + 1;
+                shared.set_tick(self.tick);
+                self.tally.publish(&shared.counters);
                 return true;
             }
-            match self.next_tick_of_turn(shared, tick, last) {
+            // A timeout queued during this tick (a task that scheduled one, or leftovers past
+            // the cap) is transferred on the next, as Netty would, when the turn goes on: it
+            // may be due before the wheel's next entry (a periodic task's absolute deadline).
+            // A cancellation made during this tick (by a task) is processed on the next too.
+            let queued = tick < last
+                && (!self.inbox.is_empty()
+                    || !shared.timeouts.is_empty()
+                    || !shared.cancellations.is_empty());
+            let next = if queued {
+                Some(tick + 1)
+            } else {
+                self.wheel.next_fire_tick(tick + 1)
+            };
+            match next {
                 Some(next) if next <= last => tick = next,
                 _ => break,
             }
         }
-        self.end_turn(shared, due);
-        true
-    }
-
-    /// The tick with work after `tick` in a turn that runs up to `last`, if any (the caller
-    /// checks it against `last`).
-    #[inline]
-    fn next_tick_of_turn(&self, shared: &Shared<J>, tick: u64, last: u64) -> Option<u64> {
-        // A timeout queued during this tick (a task that scheduled one, or leftovers past
-        // the cap) is transferred on the next, as Netty would, when the turn goes on: it
-        // may be due before the wheel's next entry (a periodic task's absolute deadline).
-        // A cancellation made during this tick (by a task) is processed on the next too.
-        let queued = tick < last
-            && (!self.inbox.is_empty()
-                || !shared.timeouts.is_empty()
-                || !shared.cancellations.is_empty());
-        if queued {
-            Some(tick + 1)
-        } else {
-            self.wheel.next_fire_tick(tick + 1)
-        }
-    }
-
-    /// Ends a turn: `next` is the next tick to process, published with the statistics.
-    #[inline]
-    fn end_turn(&mut self, shared: &Shared<J>, next: u64) {
-        self.tick = next;
-        shared.set_tick(next);
+        self.tick = due;
+        shared.set_tick(due);
         self.tally.publish(&shared.counters);
+        true
     }
 
     /// The tick at whose end the worker plans to wake by itself (`u64::MAX`: only when
@@ -349,6 +438,30 @@ impl<J: Stored> Worker<J> {
         shared.set_ended(self.ended);
     }
 
+    /// Expires the bucket of `tick` in one walk: each due timeout is settled as the walk
+    /// unlinks it.
+    fn expire(&mut self, shared: &Shared<J>, tick: u64, now: u64) {
+        let mut settle = Settle {
+            shared,
+            now,
+            executor: self.executor.as_ref(),
+            chunks: &mut self.chunks,
+            tasks: &mut self.tasks,
+            tally: &mut self.tally,
+            ended: self.ended,
+            out: None,
+            timing: RunTiming::new(self.executor.is_none()),
+        };
+        self.wheel.expire(tick, now, |entry, key, tag, deadline| {
+            settle.due(entry, key, tag, deadline)
+        });
+        let (ended, mut timing) = settle.finish();
+        // Every timeout this call ended, it expired.
+        self.tally.expired += ended.wrapping_sub(self.ended) as u64;
+        self.ended = ended;
+        timing.finish(shared, &mut self.tally);
+    }
+
     /// Gives the chunks of the batches just taken their ids (in the order the batches were
     /// pushed, so that a chunk a shard's earlier batch registered is found again).
     fn register_new_batches(&mut self) {
@@ -434,6 +547,232 @@ fn recycle<T>(buf: &mut Vec<T>) {
     }
 }
 
+/// The settling of a bucket's due entries, as the wheel's walk hands them out (see
+/// [`Worker::expire`]): runs each task whose timeout is still in the wheel, drops the others.
+struct Settle<'a, J: Stored> {
+    shared: &'a Shared<J>,
+    now: u64,
+    executor: Option<&'a Executor>,
+    chunks: &'a mut ChunkTable<J>,
+    tasks: &'a mut J::Store,
+    tally: &'a mut Tally,
+    ended: usize,
+    /// The chunk of the entries just settled, out of the table while the entries that follow
+    /// are of the same chunk (a bucket's timeouts mostly come a chunk at a time): its id, and
+    /// how many of its cells were settled meanwhile.
+    out: Option<(u32, ChunkRef<J>, u32)>,
+    timing: RunTiming,
+}
+
+impl<J: Stored> Settle<'_, J> {
+    /// Settles one due entry, just unlinked.
+    #[inline]
+    fn due(&mut self, entry: J::Entry, key: u32, tag: u8, deadline: u64) {
+        let id = J::chunk(&entry);
+        let (chunk, settled) = match self.out.take() {
+            Some((out_id, chunk, settled)) if out_id == id => (chunk, settled),
+            Some((out_id, chunk, settled)) => {
+                self.chunks.put_back_settled(out_id, chunk, settled);
+                (self.chunks.take(id), 0)
+            }
+            None => (self.chunks.take(id), 0),
+        };
+        let expiry = chunk.cell(tag).try_expire(key);
+        if expiry == Expiry::NotItsCell {
+            stale_chunk_id(id);
+            self.shared.drop_task(J::from_entry(entry, self.tasks));
+            self.out = Some((id, chunk, settled));
+            return;
+        }
+        let chunk = if expiry == Expiry::Expired {
+            // Ended before the task runs, so that a task can schedule again even at the
+            // pending limit.
+            self.ended = self.ended.wrapping_add(1);
+            self.shared.set_ended(self.ended);
+            self.tally
+                .fired(self.now.saturating_sub(deadline), self.shared.tick_nanos);
+            // The task's `Timeout` borrows the table's reference to the chunk, which the
+            // table takes back after the run: no reference count moves.
+            let state = chunk.into_state(tag);
+            // A future's wake-up runs here: handing it to an executor would cost more.
+            let executor = self.executor.filter(|_| !state.has_waker());
+            self.timing.before_run(self.shared, self.tally);
+            let (state, ran) = run_task(executor, entry, self.tasks, state);
+            if !ran {
+                self.shared
+                    .counters
+                    .user_code_panicked(if executor.is_some() {
+                        "the executor"
+                    } else {
+                        "a TimerTask"
+                    });
+            }
+            state.into_chunk()
+        } else {
+            // Cancelled since the walk reached it (by a task of this bucket, or after this
+            // tick's cancellations were processed): its entry on the cancellation queue ends
+            // it (finding NO_INDEX); the task is dropped here.
+            chunk.cell(tag).clear_wheel_key();
+            self.shared.drop_task(J::from_entry(entry, self.tasks));
+            chunk
+        };
+        self.out = Some((id, chunk, settled + 1));
+    }
+
+    /// Ends the bucket's settling: the chunk still out goes back to the table, after the runs,
+    /// so that a chunk whose timeouts all ran comes back as a spare (unless an executor or a
+    /// task still holds a reference to it). The worker's new running total of ended
+    /// timeouts, and the run timing to finish.
+    fn finish(self) -> (usize, RunTiming) {
+        if let Some((id, chunk, settled)) = self.out {
+            self.chunks.put_back_settled(id, chunk, settled);
+        }
+        (self.ended, self.timing)
+    }
+}
+
+/// A wheel entry's chunk id names a chunk that does not hold the entry's cell: a bug of the
+/// worker's bookkeeping. Debug builds stop there; release builds log it once and leave both
+/// chunks as they are (the entry is dropped, its cell never settled: its chunk is never reused),
+/// so that no other timeout's cell is touched.
+#[cold]
+#[inline(never)]
+fn stale_chunk_id(id: u32) {
+    debug_assert!(false, "wheel entry with a stale chunk id {id}");
+    static LOGGED: std::sync::Once = std::sync::Once::new();
+    LOGGED.call_once(|| log::error!("hashed-timer-wheel: a wheel entry named a stale chunk id ({id}); the entry was dropped unrun (a bug: please report it)"));
+}
+
+/// Runs an expired timeout's task, inline or on the executor; a panic is caught, never
+/// propagated. Returns the state it was lent, and false if the task (inline) or the executor
+/// panicked on this thread.
+fn run_task<J: Stored>(
+    executor: Option<&Executor>,
+    entry: J::Entry,
+    tasks: &mut J::Store,
+    state: CellRef<J>,
+) -> (CellRef<J>, bool) {
+    match executor {
+        // Run from where its words are kept: no copy of the task's words.
+        None => J::run_entry(entry, tasks, state),
+        Some(executor) => {
+            // The executor's job outlives this call: it takes a reference of its own.
+            let job = ExecutorJob {
+                task: Some(J::from_entry(entry, tasks)),
+                state: Some(state.clone()),
+            };
+            let job: Box<dyn FnOnce() + Send> = Box::new(move || job.run());
+            // A panicking executor drops the job it was given, run or not: the task is then
+            // dropped once, by the job, and the timeout stays expired.
+            let returned = catch_user_panic(|| executor(job));
+            (state, returned)
+        }
+    }
+}
+
+/// An expired task handed to the executor with its timeout's state. Run, it counts a panic of
+/// the task; dropped unrun (an executor that refuses it, or panics, or shuts down), it drops
+/// the task catching a panic of its `Drop`, which may happen while the executor unwinds.
+struct ExecutorJob<J: Stored> {
+    task: Option<J>,
+    state: Option<CellRef<J>>,
+}
+
+impl<J: Stored> ExecutorJob<J> {
+    fn run(mut self) {
+        let (Some(task), Some(state)) = (self.task.take(), self.state.take()) else {
+            return;
+        };
+        let (state, ran) = sealed::TaskStorage::run_stored(task, state);
+        if !ran {
+            state
+                .timer()
+                .shared
+                .counters
+                .user_code_panicked("a TimerTask (on the executor)");
+        }
+    }
+}
+
+impl<J: Stored> Drop for ExecutorJob<J> {
+    fn drop(&mut self) {
+        if let (Some(task), Some(state)) = (self.task.take(), self.state.take()) {
+            state.timer().shared.drop_task(task);
+        }
+    }
+}
+
+/// Times the tasks run inline, for `TimerStats::longest_run` and `slow_runs`, reading the clock
+/// once per stretch of consecutive tasks rather than once per task: a stretch is one task after
+/// a long one, and doubles (up to `MAX_STRETCH`) while tasks stay short (a stretch under
+/// `tick / 64`), so that a burst of short tasks costs a clock read per 128 of them, and a slow
+/// task is timed with at most the short tasks run just before it.
+struct RunTiming {
+    on: bool,
+    /// When the open stretch started, if one is open.
+    start: Option<u64>,
+    /// Runs the open stretch has yet to take (0: the next run ends it and starts the next).
+    left: u32,
+    stretch: u32,
+}
+
+const MAX_STRETCH: u32 = 128;
+
+impl RunTiming {
+    fn new(on: bool) -> RunTiming {
+        RunTiming {
+            on,
+            start: None,
+            // Off, a boundary comes once every 2^32 runs, and does nothing.
+            left: if on { 0 } else { u32::MAX },
+            stretch: 1,
+        }
+    }
+
+    /// A task is about to run: one count, and a clock read at the edge of a stretch.
+    #[inline]
+    fn before_run<J: Stored>(&mut self, shared: &Shared<J>, tally: &mut Tally) {
+        if self.left == 0 {
+            self.boundary(shared, tally);
+        }
+        self.left -= 1;
+    }
+
+    /// Ends the open stretch, if any, and starts the next: `stretch` runs from now.
+    #[inline(never)]
+    fn boundary<J: Stored>(&mut self, shared: &Shared<J>, tally: &mut Tally) {
+        if !self.on {
+            self.left = u32::MAX;
+            return;
+        }
+        let now = shared.clock.now_upper();
+        self.close(now, shared.tick_nanos, tally);
+        self.start = Some(now);
+        self.left = self.stretch;
+    }
+
+    /// Ends a stretch left open at the end of a bucket.
+    fn finish<J: Stored>(&mut self, shared: &Shared<J>, tally: &mut Tally) {
+        if self.on && self.start.is_some() {
+            self.close(shared.clock.now_upper(), shared.tick_nanos, tally);
+        }
+    }
+
+    /// Ends the open stretch at `end`, if one is open.
+    fn close(&mut self, end: u64, tick_nanos: u64, tally: &mut Tally) {
+        let Some(start) = self.start.take() else {
+            return;
+        };
+        let took = end.saturating_sub(start);
+        tally.ran(took, end, tick_nanos);
+        self.stretch = if took < tick_nanos / 64 {
+            (self.stretch * 2).min(MAX_STRETCH)
+        } else {
+            1
+        };
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::Worker;
@@ -465,7 +804,7 @@ mod tests {
             for late in lates.into_iter().filter(|&late| late >= tick) {
                 let by_division = (u64::BITS - (late / tick).leading_zeros()) as usize;
                 assert_eq!(
-                    super::tally::late_class(late, tick),
+                    super::late_class(late, tick),
                     by_division,
                     "{late} late, tick {tick}"
                 );
@@ -478,7 +817,7 @@ mod tests {
         const TICK: u64 = 1_000;
         // Class k >= 1 holds [2^(k-1), 2^k) ticks late, the last class everything beyond.
         let class_by_definition = |late: u64| {
-            (1..crate::shared::LATENESS_CLASSES)
+            (1..super::LATENESS_CLASSES)
                 .filter(|&k| late >= TICK << (k - 1))
                 .max()
                 .unwrap_or(0)
@@ -490,7 +829,7 @@ mod tests {
             u64::MAX / 2,
             u64::MAX,
         ]) {
-            let mut tally = super::tally::Tally::default();
+            let mut tally = super::Tally::default();
             tally.expired += 1;
             tally.fired(late, TICK);
             let classes = tally.classes();
