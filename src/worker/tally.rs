@@ -1,0 +1,184 @@
+//! What the worker counts for `TimerStats` as it goes: its running totals ([`Tally`]), the
+//! lateness classes of fired timeouts, and the timing of the tasks it runs inline
+//! ([`RunTiming`]); stored in `Shared::counters` after each turn.
+//!
+//! Owns those counts and when they are published; no shared write per timeout. Touches the
+//! `shared` module's counters and clock.
+
+use crate::shared::{Counters, Shared, Stored, LATENESS_CLASSES};
+use crate::sync::Ordering;
+
+/// The worker's running totals for `TimerStats`, stored in `Shared::counters` after each turn: per expiry a comparison or two here, no shared write.
+#[derive(Default)]
+pub(super) struct Tally {
+    pub(super) expired: u64,
+    pub(super) cancelled: u64,
+    late_max: u64,
+    /// Per lateness class from 1 on (a tick or more late); class 0, on time, is what the
+    /// expired count leaves (see [`Tally::classes`]).
+    lateness: [u64; LATENESS_CLASSES],
+    /// The longest inline task run, in nanoseconds; runs longer than a tick.
+    longest_run: u64,
+    slow_runs: u64,
+    /// Runs of at least `SLOW_WARNING_TICKS` since the last warning, and when that was.
+    unreported: u64,
+    warned_at: Option<u64>,
+}
+
+/// The lateness class of a timeout `late` nanoseconds late, `late >= tick_nanos`: the bit length
+/// of the whole ticks late (class k holds [2^(k-1), 2^k) ticks), without a division (when the
+/// worker falls behind, every timeout is late, and a division each would slow it further).
+///
+/// With `bits(x)` the bit length, `late / tick_nanos` lies in `(2^(d-1), 2^(d+1))` for
+/// `d = bits(late) - bits(tick_nanos)`, so its bit length is `d` or `d + 1`: `d + 1` exactly
+/// when `late >= tick_nanos << d` (a shift that cannot overflow: `tick_nanos < 2^bits(tick_nanos)`).
+#[inline]
+pub(super) fn late_class(late: u64, tick_nanos: u64) -> usize {
+    debug_assert!(late >= tick_nanos && tick_nanos > 0);
+    let d = tick_nanos.leading_zeros() - late.leading_zeros();
+    (d + u32::from(late >= tick_nanos << d)) as usize
+}
+
+/// A task that holds the worker this many ticks or more is warned about in the log (Netty's
+/// most common misuse: a slow task delays every timeout after it), at most once every
+/// `WARNING_INTERVAL_NS`.
+const SLOW_WARNING_TICKS: u64 = 4;
+const WARNING_INTERVAL_NS: u64 = 10_000_000_000;
+
+impl Tally {
+    /// A timeout fired `late` nanoseconds after its deadline. (The caller counts it in
+    /// `expired`, a batch at a time.)
+    #[inline]
+    pub(super) fn fired(&mut self, late: u64, tick_nanos: u64) {
+        self.late_max = self.late_max.max(late);
+        // Class k >= 1 holds [2^(k-1), 2^k) ticks, the last one everything beyond; nothing to
+        // count on the common path (under a tick: class 0).
+        if late >= tick_nanos {
+            self.lateness[late_class(late, tick_nanos).min(LATENESS_CLASSES - 1)] += 1;
+        }
+    }
+
+    /// The count of each lateness class, class 0 included.
+    pub(super) fn classes(&self) -> [u64; LATENESS_CLASSES] {
+        let mut classes = self.lateness;
+        classes[0] = self.expired - self.lateness[1..].iter().sum::<u64>();
+        classes
+    }
+
+    /// An inline task run took `took` nanoseconds; the clock read `now` at its end.
+    #[inline]
+    fn ran(&mut self, took: u64, now: u64, tick_nanos: u64) {
+        self.longest_run = self.longest_run.max(took);
+        if took > tick_nanos {
+            self.slow_runs += 1;
+            if took >= tick_nanos.saturating_mul(SLOW_WARNING_TICKS) {
+                self.slow_run_warning(took, now, tick_nanos);
+            }
+        }
+    }
+
+    #[cold]
+    fn slow_run_warning(&mut self, took: u64, now: u64, tick_nanos: u64) {
+        self.unreported += 1;
+        if self
+            .warned_at
+            .is_some_and(|at| now.saturating_sub(at) < WARNING_INTERVAL_NS)
+        {
+            return;
+        }
+        log::warn!(
+            "a TimerTask held the timer's worker for {:?} ({} ticks; {} such runs since the \
+             last warning): every timeout due meanwhile fires late. Hand slow work to another \
+             thread, or configure an executor",
+            std::time::Duration::from_nanos(took),
+            took / tick_nanos,
+            self.unreported,
+        );
+        self.unreported = 0;
+        self.warned_at = Some(now);
+    }
+
+    pub(super) fn publish(&self, counters: &Counters) {
+        // Relaxed: statistics (see `Counters`).
+        let r = Ordering::Relaxed;
+        counters.expired.store(self.expired, r);
+        counters.cancelled.store(self.cancelled, r);
+        counters.late_max.store(self.late_max, r);
+        counters.longest_run.store(self.longest_run, r);
+        counters.slow_runs.store(self.slow_runs, r);
+        for (total, count) in counters.lateness.iter().zip(self.classes()) {
+            total.store(count, r);
+        }
+    }
+}
+
+/// Times the tasks run inline, for `TimerStats::longest_run` and `slow_runs`, reading the clock
+/// once per stretch of consecutive tasks rather than once per task: a stretch is one task after
+/// a long one, and doubles (up to `MAX_STRETCH`) while tasks stay short (a stretch under
+/// `tick / 64`), so that a burst of short tasks costs a clock read per 128 of them, and a slow
+/// task is timed with at most the short tasks run just before it.
+pub(super) struct RunTiming {
+    on: bool,
+    /// When the open stretch started, if one is open.
+    start: Option<u64>,
+    /// Runs the open stretch has yet to take (0: the next run ends it and starts the next).
+    left: u32,
+    stretch: u32,
+}
+
+const MAX_STRETCH: u32 = 128;
+
+impl RunTiming {
+    pub(super) fn new(on: bool) -> RunTiming {
+        RunTiming {
+            on,
+            start: None,
+            // Off, a boundary comes once every 2^32 runs, and does nothing.
+            left: if on { 0 } else { u32::MAX },
+            stretch: 1,
+        }
+    }
+
+    /// A task is about to run: one count, and a clock read at the edge of a stretch.
+    #[inline]
+    pub(super) fn before_run<J: Stored>(&mut self, shared: &Shared<J>, tally: &mut Tally) {
+        if self.left == 0 {
+            self.boundary(shared, tally);
+        }
+        self.left -= 1;
+    }
+
+    /// Ends the open stretch, if any, and starts the next: `stretch` runs from now.
+    #[inline(never)]
+    fn boundary<J: Stored>(&mut self, shared: &Shared<J>, tally: &mut Tally) {
+        if !self.on {
+            self.left = u32::MAX;
+            return;
+        }
+        let now = shared.clock.now_upper();
+        self.close(now, shared.tick_nanos, tally);
+        self.start = Some(now);
+        self.left = self.stretch;
+    }
+
+    /// Ends a stretch left open at the end of a bucket.
+    pub(super) fn finish<J: Stored>(&mut self, shared: &Shared<J>, tally: &mut Tally) {
+        if self.on && self.start.is_some() {
+            self.close(shared.clock.now_upper(), shared.tick_nanos, tally);
+        }
+    }
+
+    /// Ends the open stretch at `end`, if one is open.
+    fn close(&mut self, end: u64, tick_nanos: u64, tally: &mut Tally) {
+        let Some(start) = self.start.take() else {
+            return;
+        };
+        let took = end.saturating_sub(start);
+        tally.ran(took, end, tick_nanos);
+        self.stretch = if took < tick_nanos / 64 {
+            (self.stretch * 2).min(MAX_STRETCH)
+        } else {
+            1
+        };
+    }
+}
