@@ -49,6 +49,7 @@
 //! them needs replaying.
 
 mod chunks;
+mod executor;
 mod tally;
 mod thread;
 
@@ -56,10 +57,11 @@ pub(crate) use thread::{thread_main, turn};
 
 use crate::shared::batch::PendingBatch;
 use crate::shared::cells::{CellRef, ChunkRef, Expiry};
-use crate::shared::{catch_user_panic, sealed, BoxedTask, Executor, Shared, Stored};
+use crate::shared::{catch_user_panic, BoxedTask, Executor, Shared, Stored};
 use crate::sync::{Arc, Batch};
 use crate::wheel::{Wheel, NO_INDEX};
 use chunks::ChunkTable;
+use executor::ExecutorJob;
 use std::collections::VecDeque;
 use tally::{RunTiming, Tally};
 
@@ -152,33 +154,42 @@ impl<J: Stored> Worker<J> {
             if shared.is_shutdown() {
                 // Like Netty's loop, which checks its state after every tick: a stop (or the
                 // owner dropped by a task) ends the turn after the current tick.
-                self.tick = tick + 1;
-                shared.set_tick(self.tick);
-                self.tally.publish(&shared.counters);
+                self.end_turn(shared, tick + 1);
                 return true;
             }
-            // A timeout queued during this tick (a task that scheduled one, or leftovers past
-            // the cap) is transferred on the next, as Netty would, when the turn goes on: it
-            // may be due before the wheel's next entry (a periodic task's absolute deadline).
-            // A cancellation made during this tick (by a task) is processed on the next too.
-            let queued = tick < last
-                && (!self.inbox.is_empty()
-                    || !shared.timeouts.is_empty()
-                    || !shared.cancellations.is_empty());
-            let next = if queued {
-                Some(tick + 1)
-            } else {
-                self.wheel.next_fire_tick(tick + 1)
-            };
-            match next {
+            match self.next_tick_of_turn(shared, tick, last) {
                 Some(next) if next <= last => tick = next,
                 _ => break,
             }
         }
-        self.tick = due;
-        shared.set_tick(due);
-        self.tally.publish(&shared.counters);
+        self.end_turn(shared, due);
         true
+    }
+
+    /// The tick the turn goes on with after `tick` (`last` is the turn's last tick), if any.
+    #[inline]
+    fn next_tick_of_turn(&self, shared: &Shared<J>, tick: u64, last: u64) -> Option<u64> {
+        // A timeout queued during this tick (a task that scheduled one, or leftovers past
+        // the cap) is transferred on the next, as Netty would, when the turn goes on: it
+        // may be due before the wheel's next entry (a periodic task's absolute deadline).
+        // A cancellation made during this tick (by a task) is processed on the next too.
+        let queued = tick < last
+            && (!self.inbox.is_empty()
+                || !shared.timeouts.is_empty()
+                || !shared.cancellations.is_empty());
+        if queued {
+            Some(tick + 1)
+        } else {
+            self.wheel.next_fire_tick(tick + 1)
+        }
+    }
+
+    /// Ends a turn: `next` is the next tick to process, published with the statistics.
+    #[inline]
+    fn end_turn(&mut self, shared: &Shared<J>, next: u64) {
+        self.tick = next;
+        shared.set_tick(next);
+        self.tally.publish(&shared.counters);
     }
 
     /// The tick at whose end the worker plans to wake by itself (`u64::MAX`: only when
@@ -475,33 +486,22 @@ impl<J: Stored> Settle<'_, J> {
         };
         let expiry = chunk.cell(tag).try_expire(key);
         if expiry == Expiry::NotItsCell {
-            stale_chunk_id(id);
-            self.shared.drop_task(J::from_entry(entry, self.tasks));
-            self.out = Some((id, chunk, settled));
-            return;
+            return self.not_its_cell(id, entry, chunk, settled);
         }
         let chunk = if expiry == Expiry::Expired {
-            // Ended before the task runs, so that a task can schedule again even at the
-            // pending limit.
+            // Ended before the task runs: a task may schedule again even at the limit.
             self.ended = self.ended.wrapping_add(1);
             self.shared.set_ended(self.ended);
             self.tally
                 .fired(self.now.saturating_sub(deadline), self.shared.tick_nanos);
-            // The task's `Timeout` borrows the table's reference to the chunk, which the
-            // table takes back after the run: no reference count moves.
+            // The task's `Timeout` borrows the table's reference to the chunk: no count moves.
             let state = chunk.into_state(tag);
             // A future's wake-up runs here: handing it to an executor would cost more.
             let executor = self.executor.filter(|_| !state.has_waker());
             self.timing.before_run(self.shared, self.tally);
             let (state, ran) = run_task(executor, entry, self.tasks, state);
             if !ran {
-                self.shared
-                    .counters
-                    .user_code_panicked(if executor.is_some() {
-                        "the executor"
-                    } else {
-                        "a TimerTask"
-                    });
+                run_panicked(self.shared, executor.is_some());
             }
             state.into_chunk()
         } else {
@@ -513,6 +513,15 @@ impl<J: Stored> Settle<'_, J> {
             chunk
         };
         self.out = Some((id, chunk, settled + 1));
+    }
+
+    /// A due entry whose chunk id is stale (see [`stale_chunk_id`]): dropped, its chunk's
+    /// count left as it was.
+    #[cold]
+    fn not_its_cell(&mut self, id: u32, entry: J::Entry, chunk: ChunkRef<J>, settled: u32) {
+        stale_chunk_id(id);
+        self.shared.drop_task(J::from_entry(entry, self.tasks));
+        self.out = Some((id, chunk, settled));
     }
 
     /// Ends the bucket's settling: the chunk still out goes back to the table, after the runs,
@@ -539,6 +548,16 @@ fn stale_chunk_id(id: u32) {
     LOGGED.call_once(|| log::error!("hashed-timer-wheel: a wheel entry named a stale chunk id ({id}); the entry was dropped unrun (a bug: please report it)"));
 }
 
+/// A task run inline, or the executor it was handed to, panicked: counted and logged.
+#[cold]
+fn run_panicked<J: Stored>(shared: &Shared<J>, on_executor: bool) {
+    shared.counters.user_code_panicked(if on_executor {
+        "the executor"
+    } else {
+        "a TimerTask"
+    });
+}
+
 /// Runs an expired timeout's task, inline or on the executor; a panic is caught, never
 /// propagated. Returns the state it was lent, and false if the task (inline) or the executor
 /// panicked on this thread.
@@ -562,38 +581,6 @@ fn run_task<J: Stored>(
             // dropped once, by the job, and the timeout stays expired.
             let returned = catch_user_panic(|| executor(job));
             (state, returned)
-        }
-    }
-}
-
-/// An expired task handed to the executor with its timeout's state. Run, it counts a panic of
-/// the task; dropped unrun (an executor that refuses it, or panics, or shuts down), it drops
-/// the task catching a panic of its `Drop`, which may happen while the executor unwinds.
-struct ExecutorJob<J: Stored> {
-    task: Option<J>,
-    state: Option<CellRef<J>>,
-}
-
-impl<J: Stored> ExecutorJob<J> {
-    fn run(mut self) {
-        let (Some(task), Some(state)) = (self.task.take(), self.state.take()) else {
-            return;
-        };
-        let (state, ran) = sealed::TaskStorage::run_stored(task, state);
-        if !ran {
-            state
-                .timer()
-                .shared
-                .counters
-                .user_code_panicked("a TimerTask (on the executor)");
-        }
-    }
-}
-
-impl<J: Stored> Drop for ExecutorJob<J> {
-    fn drop(&mut self) {
-        if let (Some(task), Some(state)) = (self.task.take(), self.state.take()) {
-            state.timer().shared.drop_task(task);
         }
     }
 }

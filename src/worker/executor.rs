@@ -1,0 +1,38 @@
+//! A task the worker hands to the executor: [`ExecutorJob`], which runs it once or, dropped
+//! unrun, drops it; either way a panic of user code is caught and counted. Touches the cells
+//! and the stored task of the `shared` module.
+
+use crate::shared::cells::CellRef;
+use crate::shared::{sealed, Stored};
+
+/// An expired task handed to the executor with its timeout's state. Run, it counts a panic of
+/// the task; dropped unrun (an executor that refuses it, or panics, or shuts down), it drops
+/// the task catching a panic of its `Drop`, which may happen while the executor unwinds.
+pub(super) struct ExecutorJob<J: Stored> {
+    pub(super) task: Option<J>,
+    pub(super) state: Option<CellRef<J>>,
+}
+
+impl<J: Stored> ExecutorJob<J> {
+    pub(super) fn run(mut self) {
+        let (Some(task), Some(state)) = (self.task.take(), self.state.take()) else {
+            return;
+        };
+        let (state, ran) = sealed::TaskStorage::run_stored(task, state);
+        if !ran {
+            state
+                .timer()
+                .shared
+                .counters
+                .user_code_panicked("a TimerTask (on the executor)");
+        }
+    }
+}
+
+impl<J: Stored> Drop for ExecutorJob<J> {
+    fn drop(&mut self) {
+        if let (Some(task), Some(state)) = (self.task.take(), self.state.take()) {
+            state.timer().shared.drop_task(task);
+        }
+    }
+}
