@@ -162,8 +162,8 @@ fn pending_timeouts_are_freed_by_stop() {
             )
             .unwrap();
     }
-    // Issue 4's target. What a pending timeout costs is tracked in benches/README.md (45.4
-    // bytes at 10^6); this catches a regression such as an allocation per timeout or a fatter
+    // Issue 4's target. What a pending timeout costs is tracked in benches/README.md (the
+    // `memory` row); this catches a regression such as an allocation per timeout or a fatter
     // node.
     const CEILING: f64 = 48.0;
     let held = held_once_settled(baseline, (CEILING * N as f64) as isize);
