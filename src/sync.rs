@@ -298,20 +298,13 @@ enum Buffers {
 /// empty ones of its own: a push is a lock, a `Vec::push` and an unlock, and in a steady state
 /// the buffers are reused, so the queue allocates nothing per timeout.
 ///
-/// **The queue is part of the protocol.** A producer pushes and then reads a flag (`state`,
-/// `planned`); the worker and `stop()` write that flag and then look at the queue.
-/// - [`Queue::take_all`], for `stop()`, locks every shard. Whichever of the two critical
-///   sections on a shard comes second sees what the first did: the consumer sees the item, or
-///   the producer (whose lock acquires the consumer's unlock) sees the flag.
-/// - [`Queue::is_empty`], the worker's look before it sleeps, loads the non-empty mask
-///   (`nonempty`). A push into an empty shard sets its bit with a `SeqCst` RMW before the
-///   producer's `SeqCst` load of the flag; the worker's `SeqCst` store of the flag comes
-///   before its `SeqCst` load of the mask. In the single order of the four, the worker's load
-///   sees the bit or the producer's load sees the flag. A push into a shard already marked
-///   follows the RMW that marked it (through the lock), so the same holds.
-///
-/// Under loom the queue is the same code with loom's mutex and atomics, so the models check
-/// this argument.
+/// **The lock is part of the protocol.** A producer pushes and then reads a flag (`state`,
+/// `planned`); the worker and `stop()` write that flag and then look at the queue
+/// ([`Queue::is_empty`], [`Queue::take_all`]), which locks every shard. Whichever of the two
+/// critical sections on a shard comes second sees what the first did: the consumer sees the
+/// item, or the producer (whose lock acquires the consumer's unlock) sees the flag. So neither
+/// side needs a fence. (A lock-free queue would need a `SeqCst` fence on both sides. Under
+/// loom the queue is the same code with loom's mutex, so the models check this argument.)
 ///
 /// A lock-free queue that allocates blocks (crossbeam's `SegQueue`) has the producer allocate
 /// what the worker frees, on another thread; these buffers move whole instead, and the locks
@@ -323,13 +316,6 @@ pub(crate) struct Queue<B, S = ()> {
     /// robin when the thread first pushes: producers on different threads rarely share a lock.
     /// (Under loom, one shard: more would add contention, not behaviour.)
     shards: Box<[PaddedShard<B, S>]>,
-    /// Bit `i` is set while shard `i` holds items: the worker's looks at the queue (every
-    /// tick) lock only the shards that hold something, and an empty queue is one load.
-    /// Set and cleared under the shard's lock, with `SeqCst`, so the protocol above holds
-    /// with this word in place of the locks: a producer sets its bit (an RMW) before it reads
-    /// the flag, the worker writes the flag before it loads the word, all four `SeqCst`
-    /// (`docs/performance.md`, "Non-empty shard mask").
-    nonempty: CachePadded<AtomicU32>,
 }
 
 type PaddedShard<B, S> = CachePadded<Mutex<Shard<B, S>>>;
@@ -337,49 +323,12 @@ type PaddedShard<B, S> = CachePadded<Mutex<Shard<B, S>>>;
 struct Shard<B, S> {
     items: B,
     data: S,
-    /// This shard's bit in `Queue::nonempty` is set: true exactly while `items` is not
-    /// empty, whenever the lock is free.
-    marked: bool,
-}
-
-impl<B: Batch, S> Shard<B, S> {
-    /// After a push under the lock: sets the shard's bit if the shard was empty.
-    #[inline]
-    fn mark(&mut self, nonempty: &AtomicU32, i: usize) {
-        if !self.marked && !self.items.is_empty() {
-            self.marked = true;
-            nonempty.fetch_or(1 << i, Ordering::SeqCst);
-        }
-    }
-
-    /// After a take under the lock: clears the shard's bit if the shard is now empty.
-    #[inline]
-    fn unmark(&mut self, nonempty: &AtomicU32, i: usize) {
-        if self.marked && self.items.is_empty() {
-            self.marked = false;
-            nonempty.fetch_and(!(1 << i), Ordering::SeqCst);
-        }
-    }
-}
-
-/// The indices of the bits set in `mask`, lowest first.
-#[inline]
-fn set_bits(mut mask: u32) -> impl Iterator<Item = usize> {
-    std::iter::from_fn(move || {
-        if mask == 0 {
-            return None;
-        }
-        let i = mask.trailing_zeros() as usize;
-        mask &= mask - 1;
-        Some(i)
-    })
 }
 
 /// Shards per `Queue` (see `Queue::shards`).
 pub(crate) const SHARDS: usize = if cfg!(loom) { 1 } else { 8 };
-// A shard's index travels as a `u8` (`ShardGuard::index`, a chunk's shard), and has a bit in
-// `Queue::nonempty`.
-const _: () = assert!(SHARDS <= 32);
+// A shard's index travels as a `u8` (`ShardGuard::index`, a chunk's shard).
+const _: () = assert!(SHARDS <= 256);
 
 #[cfg(not(loom))]
 #[inline]
@@ -412,11 +361,9 @@ impl<B: Batch, S: Default> Queue<B, S> {
                     CachePadded::new(Mutex::new(Shard {
                         items: B::default(),
                         data: S::default(),
-                        marked: false,
                     }))
                 })
                 .collect(),
-            nonempty: CachePadded::new(AtomicU32::new(0)),
         }
     }
 }
@@ -424,10 +371,7 @@ impl<B: Batch, S: Default> Queue<B, S> {
 impl<T, S> Queue<Vec<T>, S> {
     #[inline]
     pub(crate) fn push(&self, value: T) {
-        let i = my_shard();
-        let mut shard = lock(&self.shards[i]);
-        shard.items.push(value);
-        shard.mark(&self.nonempty, i);
+        lock(&self.shards[my_shard()]).items.push(value)
     }
 }
 
@@ -436,12 +380,8 @@ impl<B: Batch, S> Queue<B, S> {
     #[inline]
     pub(crate) fn my_shard(&self) -> ShardGuard<'_, B, S> {
         let i = my_shard();
-        ShardGuard {
-            shard: lock(&self.shards[i]),
-            // SHARDS is far below 256 (checked where it is defined).
-            index: i as u8,
-            nonempty: &self.nonempty,
-        }
+        // SHARDS is far below 256 (checked where it is defined).
+        ShardGuard(lock(&self.shards[i]), i as u8)
     }
 
     /// Runs `f` on every shard's data, each under its lock.
@@ -462,7 +402,7 @@ impl<B: Batch, S> Queue<B, S> {
 
     /// Whether every shard is empty, each looked at under its lock (see the type's docs).
     pub(crate) fn is_empty(&self) -> bool {
-        self.nonempty.load(Ordering::SeqCst) == 0
+        self.shards.iter().all(|s| lock(s).items.is_empty())
     }
 
     /// Moves every queued item to the end of `buf`, each thread's pushes in push order. When
@@ -478,12 +418,11 @@ impl<B: Batch, S> Queue<B, S> {
     /// order.
     #[inline]
     pub(crate) fn take_each(&self, mut take: impl FnMut(&mut B, &mut S, usize)) {
-        for i in set_bits(self.nonempty.load(Ordering::SeqCst)) {
-            let shard = &mut *lock(&self.shards[i]);
+        for (i, shard) in self.shards.iter().enumerate() {
+            let shard = &mut *lock(shard);
             if !shard.items.is_empty() {
                 take(&mut shard.items, &mut shard.data, i);
             }
-            shard.unmark(&self.nonempty, i);
         }
     }
 
@@ -497,59 +436,40 @@ impl<B: Batch, S> Queue<B, S> {
 
     fn take(&self, buf: &mut B, buffers: Buffers) {
         let free = buffers == Buffers::Free;
-        // Freeing visits every shard (an empty one may hold a buffer); keeping, only those
-        // that hold items.
-        let mask = if free {
-            u32::MAX >> (32 - SHARDS)
-        } else {
-            self.nonempty.load(Ordering::SeqCst)
-        };
-        for i in set_bits(mask) {
-            let shard = &mut *lock(&self.shards[i]);
-            let items = &mut shard.items;
-            if !items.is_empty() {
-                if buf.is_empty() {
-                    std::mem::swap(items, buf);
-                } else {
-                    buf.append(items);
+        for shard in self.shards.iter() {
+            let items = &mut lock(shard).items;
+            if items.is_empty() {
+                if free {
+                    *items = B::default();
                 }
+                continue;
+            }
+            if buf.is_empty() {
+                std::mem::swap(items, buf);
+            } else {
+                buf.append(items);
             }
             if free {
                 *items = B::default();
             }
-            shard.unmark(&self.nonempty, i);
         }
     }
 }
 
 /// This thread's shard of a [`Queue`], locked.
-/// Dropping it marks the shard non-empty if something was pushed (`Queue::nonempty`), then
-/// unlocks it.
-pub(crate) struct ShardGuard<'a, B: Batch, S> {
-    shard: MutexGuard<'a, Shard<B, S>>,
-    index: u8,
-    nonempty: &'a AtomicU32,
-}
+pub(crate) struct ShardGuard<'a, B, S>(MutexGuard<'a, Shard<B, S>>, u8);
 
-impl<B: Batch, S> ShardGuard<'_, B, S> {
+impl<B, S> ShardGuard<'_, B, S> {
     /// Which shard this is (below [`SHARDS`]).
     #[inline]
     pub(crate) fn index(&self) -> u8 {
-        self.index
+        self.1
     }
     /// The shard's data and its batch at once.
     #[inline]
     pub(crate) fn parts(&mut self) -> (&mut S, &mut B) {
-        let shard = &mut *self.shard;
+        let shard = &mut *self.0;
         (&mut shard.data, &mut shard.items)
-    }
-}
-
-impl<B: Batch, S> Drop for ShardGuard<'_, B, S> {
-    #[inline]
-    fn drop(&mut self) {
-        // Still under the lock: the guard field drops after this.
-        self.shard.mark(self.nonempty, usize::from(self.index));
     }
 }
 

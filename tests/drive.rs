@@ -71,6 +71,44 @@ fn a_driven_timer_runs_its_ticks_on_the_runtime() {
     assert_eq!(thread_of_task(&timer, ms(5)), THREAD);
 }
 
+/// While the driver keeps up, the watchdog runs no turn of its own: a tick due every
+/// millisecond for 300 ms runs every task on the runtime's threads, none on the timer's
+/// (a watchdog that took a turn every 32 ticks would race the runtime's timer for the tick
+/// due then, and wake the driver from its thread).
+#[test]
+fn a_driver_that_keeps_up_leaves_every_tick_to_the_runtime() {
+    let timer = timer();
+    let rt = runtime();
+    rt.spawn(timer.drive(|at| tokio::time::sleep_until(at.into())));
+    // Started by a sleep, so that the first tick is the driver's.
+    rt.block_on(timer.sleep(ms(2))).unwrap();
+    let threads = Arc::new(Mutex::new(Vec::new()));
+    for i in 1..=300 {
+        let threads = Arc::clone(&threads);
+        timer
+            .new_timeout(
+                move |_: &Timeout| {
+                    let name = std::thread::current().name().unwrap_or("").to_owned();
+                    threads.lock().unwrap().push(name);
+                },
+                ms(i),
+            )
+            .unwrap();
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while threads.lock().unwrap().len() < 300 {
+        assert!(Instant::now() < deadline, "the tasks did not all run");
+        std::thread::sleep(ms(10));
+    }
+    let on_timer = threads
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|n| *n == THREAD)
+        .count();
+    assert_eq!(on_timer, 0, "tasks run by the watchdog's own turns");
+}
+
 /// A driver that is never polled again (a runtime that is blocked): the worker thread runs
 /// the ticks itself, at most 32 ticks late.
 #[test]

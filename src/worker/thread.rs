@@ -6,7 +6,7 @@
 //! this loop and joins it.
 
 use super::Worker;
-use crate::shared::{Shared, Stored};
+use crate::shared::{Shared, Stored, AWAKE};
 use crate::sync::{lock, thread, Arc};
 
 /// Ticks the worker thread sleeps past a runtime driver's plan before it runs a turn itself:
@@ -21,11 +21,19 @@ pub(crate) const DRIVEN_GRACE_TICKS: u64 = 32;
 pub(crate) fn thread_main<J: Stored>(shared: Arc<Shared<J>>) {
     let _loud = StopOnUnwind(&shared);
     tighten_timer_slack(shared.tick_nanos);
-    while let Some((plan, changed)) = locked_turn(&shared) {
+    loop {
+        if let Some(wake) = driver_keeping_up(&shared) {
+            // A driver ran the turns due: nothing for the watchdog to do, nor to wake.
+            sleep_until_end_of(&shared, wake);
+            continue;
+        }
+        let Some(plan) = locked_turn(&shared) else {
+            break;
+        };
         if shared.is_shutdown() {
             break;
         }
-        let Some(wake) = wake_tick(&shared, plan, changed) else {
+        let Some(wake) = wake_tick(&shared, plan) else {
             continue; // a driver's turn planned a tick meanwhile: watch over it
         };
         sleep_until_end_of(&shared, wake);
@@ -42,36 +50,47 @@ pub(crate) fn thread_main<J: Stored>(shared: Arc<Shared<J>>) {
     }
 }
 
-/// A [`turn`] under the worker's lock: its plan, and whether the turn changed what is
-/// pending (it ran a tick, or found something queued: the plan is the current tick); `None`
-/// once the thread's loop must end (the worker taken by `stop()`, or the timer shut down).
-fn locked_turn<J: Stored>(shared: &Arc<Shared<J>>) -> Option<(u64, bool)> {
+/// While a runtime's driver keeps up (its plan is less than `DRIVEN_GRACE_TICKS` behind the
+/// clock), the tick the watchdog sleeps until before it looks again; `None` when the thread
+/// must run a turn: no driver, nothing planned (the turn parks the watchdog), a turn under
+/// way, or a driver that fell behind.
+fn driver_keeping_up<J: Stored>(shared: &Shared<J>) -> Option<u64> {
+    if shared.is_shutdown() || !shared.is_driven() {
+        return None;
+    }
+    let plan = shared.plan();
+    if plan == u64::MAX || plan == AWAKE {
+        // Nothing pending, or a turn under way: the thread's turn parks it, or waits for the
+        // lock and looks after that turn.
+        return None;
+    }
+    let now = shared.clock.now() / shared.tick_nanos;
+    (plan.saturating_add(DRIVEN_GRACE_TICKS) > now).then(|| plan.max(now) + DRIVEN_GRACE_TICKS)
+}
+
+/// A [`turn`] under the worker's lock: its plan, or `None` once the thread's loop must end
+/// (the worker taken by `stop()`, or the timer shut down).
+fn locked_turn<J: Stored>(shared: &Arc<Shared<J>>) -> Option<u64> {
     let mut held = lock(&shared.worker);
     // `None`: taken by `stop()`.
     let worker = held.as_mut()?.downcast_mut::<Worker<J>>()?;
     if shared.is_shutdown() {
         return None;
     }
-    let before = worker.tick();
-    let plan = turn(worker, shared);
-    Some((plan, worker.tick() != before || plan <= worker.tick()))
+    Some(turn(worker, shared))
 }
 
-/// The tick whose end the thread sleeps until after a turn that planned `plan` (`changed`: it
-/// changed what is pending); `None` if it must not sleep but run another turn at once.
-fn wake_tick<J: Stored>(shared: &Shared<J>, plan: u64, changed: bool) -> Option<u64> {
+/// The tick whose end the thread sleeps until after a turn that planned `plan`; `None` if it
+/// must not sleep but run another turn at once.
+fn wake_tick<J: Stored>(shared: &Shared<J>, plan: u64) -> Option<u64> {
     if plan == u64::MAX {
         // Parked with no deadline, also while no driver is attached: one may attach, and
         // its turns then plan ticks the thread must watch over.
         return watch_parked(shared).then_some(plan);
     }
     if shared.is_driven() {
-        // A turn that changed nothing found the wheel and the queues as the driver's last
-        // turn left them, and the driver's sleeps cover that plan. Otherwise the driver may
-        // sleep past the plan this turn lowered: it is woken to plan again.
-        if changed {
-            shared.unpark_worker(false);
-        }
+        // The driver may sleep past a plan this turn lowered: it is woken to plan again.
+        shared.unpark_worker(false);
         return Some(plan.saturating_add(DRIVEN_GRACE_TICKS));
     }
     Some(plan)
