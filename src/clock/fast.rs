@@ -69,8 +69,9 @@ pub(super) fn prepare() {
                 // timer goes on rather than waiting for it.
                 std::thread::sleep(std::time::Duration::from_millis(1));
                 if FAST.get_or_init(calibrate).is_some() {
+                    let mut source = ClockSource::default();
                     watch(
-                        kernel_keeps_time_with_tsc,
+                        || source.names_tsc(),
                         || std::thread::sleep(RECHECK),
                         &TRUSTED,
                     );
@@ -164,11 +165,38 @@ fn calibrate() -> Option<Fast> {
 /// CPUs: the kernel checks both before it uses it). Read into a buffer on the stack: the
 /// re-reads allocate nothing, in a process whose memory may be being counted.
 fn kernel_keeps_time_with_tsc() -> bool {
-    use std::io::Read;
-    let mut buf = [0u8; 64];
-    std::fs::File::open(CLOCKSOURCE)
-        .and_then(|mut file| file.read(&mut buf))
-        .is_ok_and(|read| names_tsc(&buf[..read]))
+    ClockSource::default().names_tsc()
+}
+
+/// The kernel's `current_clocksource`, kept open between the watcher's reads: a read from
+/// offset 0 of an open sysfs file renders it again, and costs a tenth of opening it each time
+/// (the idle timer's CPU, `docs/performance.md`, "TSC clock for producers").
+#[derive(Default)]
+struct ClockSource {
+    file: Option<std::fs::File>,
+}
+
+impl ClockSource {
+    /// Whether the clock source is the TSC now; a file that cannot be read is opened again
+    /// next time, and counts as not the TSC.
+    fn names_tsc(&mut self) -> bool {
+        use std::os::unix::fs::FileExt;
+        let mut buf = [0u8; 64];
+        let file = match self.file.take() {
+            Some(file) => file,
+            None => match std::fs::File::open(CLOCKSOURCE) {
+                Ok(file) => file,
+                Err(_) => return false,
+            },
+        };
+        match file.read_at(&mut buf, 0) {
+            Ok(read) => {
+                self.file = Some(file);
+                names_tsc(&buf[..read])
+            }
+            Err(_) => false,
+        }
+    }
 }
 
 /// Whether the contents of the kernel's `current_clocksource` name the TSC.
@@ -326,6 +354,12 @@ mod tests {
         // says.
         if let Ok(source) = std::fs::read_to_string(CLOCKSOURCE) {
             assert_eq!(kernel_keeps_time_with_tsc(), source.trim() == "tsc");
+            // Kept open, the file reads the same again and again (each read from offset 0).
+            let mut kept = ClockSource::default();
+            for _ in 0..3 {
+                assert_eq!(kept.names_tsc(), source.trim() == "tsc");
+            }
+            assert!(kept.file.is_some(), "the file stays open between reads");
         }
     }
 
