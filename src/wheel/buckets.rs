@@ -1,10 +1,86 @@
 //! The wheel's buckets: each the ends of a list of nodes and a lower bound of its entries' fire
 //! ticks, kept in pages that a large wheel allocates as entries first land in them.
 //!
-//! Owns the list ends shared by buckets and far slots ([`List`]), the bucket ([`Bucket`]) and
-//! its pages ([`Buckets`]); the wheel (`mod.rs`) links the nodes. Touches nothing of the crate.
+//! Owns the node of a list ([`Node`]: 32 bytes for the worker's entries, the `prev` link sharing
+//! a word with a 5-bit tag), the list ends shared by buckets and far slots ([`List`]), the
+//! bucket ([`Bucket`]) and its pages ([`Buckets`]); the wheel (`mod.rs`) links the nodes, which
+//! live in the crate's slab. Touches nothing of the crate.
 
+use super::slab::Vacancy;
 use super::NO_INDEX;
+
+/// Bits of a key: keys are below `2^KEY_BITS - 1`, so that a node's `prev` link and a 5-bit tag
+/// share one `u32` (keeping a node at 32 bytes for the worker's entries).
+pub(super) const KEY_BITS: u32 = 27;
+pub(super) const PREV_MASK: u32 = (1 << KEY_BITS) - 1;
+
+/// Entries one wheel holds at most (134 217 727): `new_timeout` refuses beyond it (`Shared::refill_credit`).
+pub(crate) const MAX_ENTRIES: usize = PREV_MASK as usize;
+
+/// The largest tag a node carries (5 bits).
+pub(crate) const MAX_TAG: u8 = (1 << (32 - KEY_BITS)) - 1;
+
+#[derive(Debug)]
+pub(super) struct Node<T> {
+    /// `None` while the slot is free.
+    pub(super) item: Option<T>,
+    pub(super) deadline: u64,
+    /// The previous key in the bucket (low `KEY_BITS`; all ones for none) and the entry's tag
+    /// (high bits).
+    pub(super) prev_tag: u32,
+    /// Next in the bucket, or next free slot while vacant.
+    pub(super) next: u32,
+}
+
+impl<T> Node<T> {
+    /// A live node, the last of its list, after `prev` (`NO_INDEX` for none).
+    #[inline]
+    pub(super) fn new(item: T, tag: u8, deadline: u64, prev: u32) -> Self {
+        Node {
+            item: Some(item),
+            deadline,
+            // `NO_INDEX & PREV_MASK` is `PREV_MASK`, the tag's "none".
+            prev_tag: (u32::from(tag) << KEY_BITS) | (prev & PREV_MASK),
+            next: NO_INDEX,
+        }
+    }
+
+    #[inline]
+    pub(super) fn prev(&self) -> u32 {
+        match self.prev_tag & PREV_MASK {
+            PREV_MASK => NO_INDEX,
+            p => p,
+        }
+    }
+
+    #[inline]
+    pub(super) fn set_prev(&mut self, prev: u32) {
+        let p = if prev == NO_INDEX { PREV_MASK } else { prev };
+        self.prev_tag = (self.prev_tag & !PREV_MASK) | p;
+    }
+
+    #[inline]
+    pub(super) fn tag(&self) -> u8 {
+        (self.prev_tag >> KEY_BITS) as u8
+    }
+}
+
+impl<T> Vacancy for Node<T> {
+    #[inline]
+    fn vacant(next: u32) -> Self {
+        Node {
+            item: None,
+            deadline: 0,
+            prev_tag: PREV_MASK,
+            next,
+        }
+    }
+
+    #[inline]
+    fn next_vacant(&self) -> Option<u32> {
+        self.item.is_none().then_some(self.next)
+    }
+}
 
 /// The ends of a doubly linked list of nodes: a bucket's, or a far slot's.
 #[derive(Debug, Clone, Copy)]
@@ -118,5 +194,18 @@ impl Buckets {
     #[cfg(test)]
     pub(super) fn allocated_bytes(&self) -> usize {
         self.pages.iter().map(|p| std::mem::size_of_val(&**p)).sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Node;
+
+    #[test]
+    fn a_node_of_a_task_entry_is_32_bytes() {
+        // A task entry is 16 bytes with a reference first (`Option` of it costs nothing).
+        type Entry = (&'static u8, u32, u32);
+        assert_eq!(std::mem::size_of::<Entry>(), 16);
+        assert_eq!(std::mem::size_of::<Node<Entry>>(), 32);
     }
 }

@@ -99,7 +99,7 @@ impl<T> Wheel<T> {
             *self.list_mut(b) = EMPTY_LIST;
             self.set_occupied(b, false);
             while cursor != NO_INDEX {
-                let node = &self.nodes[cursor as usize];
+                let node = &self.nodes[cursor];
                 let (next, fire) = (node.next, self.calculated(node.deadline));
                 self.link(cursor, fire);
                 cursor = next;

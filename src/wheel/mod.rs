@@ -54,23 +54,22 @@ mod far;
 mod occupancy;
 mod slab;
 
-use buckets::{Buckets, List, EMPTY_BUCKET, EMPTY_LIST};
+use buckets::{Buckets, List, Node, EMPTY_BUCKET, EMPTY_LIST, PREV_MASK};
+pub(crate) use buckets::{MAX_ENTRIES, MAX_TAG};
 use far::{FAR_LEVELS, LEVEL_SLOTS};
-use slab::{Node, Slab, PREV_MASK};
-pub(crate) use slab::{MAX_ENTRIES, MAX_TAG, NO_INDEX};
+pub(crate) use slab::{Slab, Vacancy, NO_INDEX};
 
 /// A hashed timing wheel of `T`s. See the module docs.
 #[derive(Debug)]
 pub(crate) struct Wheel<T> {
-    nodes: Slab<T>,
-    free: u32,
+    /// The entries (live nodes hold an item), linked into lists by their keys.
+    nodes: Slab<Node<T>>,
     buckets: Buckets,
     /// One bit per bucket, set while the bucket holds an entry. Allocated zeroed, so that the
     /// system maps its memory only as it is written (an eighth of a byte per bucket).
     occupied: Box<[u64]>,
     mask: u64,
     tick_nanos: u64,
-    len: usize,
     /// `log2(wheel_len)`: the round of tick `t` is `t >> round_shift`.
     round_shift: u32,
     /// The latest round whose entries are in the buckets (the current round + 1); later ones
@@ -101,12 +100,10 @@ impl<T> Wheel<T> {
         assert!(wheel_len.is_power_of_two() && tick_nanos > 0);
         Wheel {
             nodes: Slab::new(),
-            free: NO_INDEX,
             buckets: Buckets::new(wheel_len),
             occupied: vec![0; wheel_len.div_ceil(64)].into_boxed_slice(),
             mask: wheel_len as u64 - 1,
             tick_nanos,
-            len: 0,
             round_shift: wheel_len.trailing_zeros(),
             horizon: 1,
             far: std::array::from_fn(|_| Box::default()),
@@ -124,7 +121,7 @@ impl<T> Wheel<T> {
     }
 
     pub(crate) fn len(&self) -> usize {
-        self.len
+        self.nodes.live()
     }
 
     pub(crate) fn wheel_len(&self) -> u64 {
@@ -154,9 +151,10 @@ impl<T> Wheel<T> {
         debug_assert!(!self.keyed && tag <= MAX_TAG);
         self.catch_up(tick);
         let fire = self.calculated(deadline).max(tick);
-        let key = self.alloc(item, tag, deadline);
+        let key = self.nodes.insert(Node::new(item, tag, deadline, NO_INDEX));
+        // Unreachable: `new_timeout` refuses beyond MAX_ENTRIES (`Shared::refill_credit`).
+        assert!(key < PREV_MASK, "more than 2^27 - 1 timeouts in one wheel");
         self.link(key, fire);
-        self.len += 1;
         key
     }
 
@@ -172,12 +170,10 @@ impl<T> Wheel<T> {
         let fire = self.calculated(deadline).max(tick);
         // The node is written once, linked already.
         let tail = self.push_back(key, fire);
-        self.nodes
-            .put(key as usize, Node::new(item, tag, deadline, tail));
+        self.nodes.put(key, Node::new(item, tag, deadline, tail));
         if tail != NO_INDEX {
-            self.nodes[tail as usize].next = key;
+            self.nodes[tail].next = key;
         }
-        self.len += 1;
     }
 
     /// Appends `key` (firing on tick `fire`) to its bucket, or to its far slot if its round is
@@ -186,9 +182,9 @@ impl<T> Wheel<T> {
     fn link(&mut self, key: u32, fire: u64) {
         let tail = self.push_back(key, fire);
         if tail != NO_INDEX {
-            self.nodes[tail as usize].next = key;
+            self.nodes[tail].next = key;
         }
-        let node = &mut self.nodes[key as usize];
+        let node = &mut self.nodes[key];
         node.set_prev(tail);
         node.next = NO_INDEX;
     }
@@ -234,30 +230,7 @@ impl<T> Wheel<T> {
     /// The key the next `insert` will return.
     #[inline]
     pub(crate) fn next_key(&self) -> u32 {
-        if self.free != NO_INDEX {
-            self.free
-        } else {
-            u32::try_from(self.nodes.len()).unwrap_or(NO_INDEX)
-        }
-    }
-
-    #[inline]
-    fn alloc(&mut self, item: T, tag: u8, deadline: u64) -> u32 {
-        let node = Node::new(item, tag, deadline, NO_INDEX);
-        if self.free != NO_INDEX {
-            let key = self.free;
-            let slot = &mut self.nodes[key as usize];
-            self.free = slot.next;
-            *slot = node;
-            key
-        } else {
-            let key = u32::try_from(self.nodes.len())
-                .ok()
-                .filter(|&k| k < PREV_MASK)
-                .expect("more than 2^27 - 1 timeouts in one wheel (new_timeout refuses beyond MAX_ENTRIES: Shared::refill_credit)");
-            self.nodes.push(node);
-            key
-        }
+        self.nodes.next_key()
     }
 
     /// Unlinks and returns the entry under `key`.
@@ -274,17 +247,14 @@ impl<T> Wheel<T> {
     // `always`: LLVM keeps it out of line otherwise, and a `DelayQueue::remove` is mostly this.
     #[inline(always)]
     fn unlink(&mut self, key: u32, bucket: Option<usize>) -> (T, u8) {
-        let node = &mut self.nodes[key as usize];
-        let item = node.item.take().expect("wheel: key is not live");
+        let node = self.nodes.remove(key);
         let (prev, next, tag, deadline) = (node.prev(), node.next, node.tag(), node.deadline);
-        node.next = self.free;
-        node.prev_tag = PREV_MASK;
-        self.free = key;
+        let item = node.item.expect("the slab gives a live node");
         if prev != NO_INDEX {
-            self.nodes[prev as usize].next = next;
+            self.nodes[prev].next = next;
         }
         if next != NO_INDEX {
-            self.nodes[next as usize].set_prev(prev);
+            self.nodes[next].set_prev(prev);
         }
         if prev == NO_INDEX || next == NO_INDEX {
             // A head or a tail: the bucket's ends change.
@@ -304,8 +274,7 @@ impl<T> Wheel<T> {
                 self.set_occupied(b, false);
             }
         }
-        self.len -= 1;
-        if self.len == 0 {
+        if self.nodes.live() == 0 {
             self.release_memory();
         }
         (item, tag)
@@ -315,17 +284,15 @@ impl<T> Wheel<T> {
     /// memory.
     fn release_memory(&mut self) {
         if !self.keyed {
-            self.nodes = Slab::new();
+            self.nodes.clear();
         }
-        self.free = NO_INDEX;
         self.clear_far();
     }
 
     /// Gives the slab back: a keyed wheel that is empty, whose owner's keys start again from 0.
     pub(crate) fn release_nodes(&mut self) {
-        debug_assert_eq!(self.len, 0);
-        self.nodes = Slab::new();
-        self.free = NO_INDEX;
+        debug_assert_eq!(self.nodes.live(), 0);
+        self.nodes.clear();
     }
 
     /// The bucket of which `key` (whose deadline this is) is the head or the tail.
@@ -368,18 +335,17 @@ impl<T> Wheel<T> {
         if self.buckets.get(b).min_fire > tick {
             return;
         }
-        let (kept, min_fire, taken) = self.walk_bucket(b, tick, now, f);
+        let (kept, min_fire) = self.walk_bucket(b, tick, now, f);
         self.close_walked_bucket(b, kept, min_fire);
-        self.len -= taken;
-        if self.len == 0 {
+        if self.nodes.live() == 0 {
             self.release_memory();
         }
     }
 
     /// The walk of [`Wheel::expire`] over bucket `b`, which holds something due on `tick`: each
     /// due entry goes to the free list and to `f`, each other one is linked after the one kept
-    /// before it. Returns the last entry kept (`NO_INDEX`: none), the least fire tick of those
-    /// kept, and how many entries were taken.
+    /// before it. Returns the last entry kept (`NO_INDEX`: none) and the least fire tick of those
+    /// kept.
     #[inline(always)]
     fn walk_bucket(
         &mut self,
@@ -387,7 +353,7 @@ impl<T> Wheel<T> {
         tick: u64,
         now: u64,
         mut f: impl FnMut(T, u32, u8, u64),
-    ) -> (u32, u64, usize) {
+    ) -> (u32, u64) {
         // `calculated(deadline) <= tick` without a division per entry: the deadline is before
         // the end of `tick`.
         let tick_end = tick.saturating_add(1).saturating_mul(self.tick_nanos);
@@ -396,28 +362,31 @@ impl<T> Wheel<T> {
         let mut cursor = self.buckets.get(b).ends.head;
         let mut kept = NO_INDEX;
         let mut min_fire = u64::MAX;
-        let mut taken = 0;
         while cursor != NO_INDEX {
-            let node = &mut self.nodes[cursor as usize];
-            let next = node.next;
-            let deadline = node.deadline;
+            let node = &self.nodes[cursor];
+            let (next, deadline) = (node.next, node.deadline);
             let due = deadline < tick_end || tick_end == u64::MAX;
             if due && deadline <= now {
-                let (item, tag) = free_node(node, &mut self.free, cursor);
-                f(item, cursor, tag, deadline);
-                taken += 1;
+                let node = self.nodes.remove(cursor);
+                let tag = node.tag();
+                f(
+                    node.item.expect("the slab gives a live node"),
+                    cursor,
+                    tag,
+                    deadline,
+                );
             } else {
                 // Survivors are rounds away (or, with a clock that lags the tick, not yet due).
                 // (`calculated`, on the borrowed node's deadline.)
                 let fire = if due { tick } else { deadline / tick_nanos };
                 min_fire = min_fire.min(fire);
-                node.set_prev(kept);
+                self.nodes[cursor].set_prev(kept);
                 self.link_kept(b, kept, cursor);
                 kept = cursor;
             }
             cursor = next;
         }
-        (kept, min_fire, taken)
+        (kept, min_fire)
     }
 
     /// Links `key`, which the walk of bucket `b` keeps, after `kept`, the entry it kept before
@@ -427,7 +396,7 @@ impl<T> Wheel<T> {
         if kept == NO_INDEX {
             self.buckets.get_mut(b).ends.head = key;
         } else {
-            self.nodes[kept as usize].next = key;
+            self.nodes[kept].next = key;
         }
     }
 
@@ -439,7 +408,7 @@ impl<T> Wheel<T> {
             *self.buckets.get_mut(b) = EMPTY_BUCKET;
             self.set_occupied(b, false);
         } else {
-            self.nodes[kept as usize].next = NO_INDEX;
+            self.nodes[kept].next = NO_INDEX;
             let bucket = self.buckets.get_mut(b);
             bucket.ends.tail = kept;
             // The survivors set the bucket's lower bound of fire ticks.
@@ -452,7 +421,7 @@ impl<T> Wheel<T> {
     /// # Panics
     /// If `key` is not live.
     pub(crate) fn deadline(&self, key: u32) -> u64 {
-        let node = &self.nodes[key as usize];
+        let node = &self.nodes[key];
         assert!(node.item.is_some(), "wheel: key is not live");
         node.deadline
     }
@@ -467,7 +436,7 @@ impl<T> Wheel<T> {
     /// does). Read-only; walks the buckets up to the first that holds it, or the earliest far
     /// slot.
     pub(crate) fn peek(&self, from: u64) -> Option<u32> {
-        if self.len == 0 {
+        if self.nodes.live() == 0 {
             return None;
         }
         // A bucket's entries fire in rounds up to the horizon, before any far entry.
@@ -501,7 +470,7 @@ impl<T> Wheel<T> {
         let mut cursor = self.list(b).head;
         let mut best = (u64::MAX, u64::MAX, NO_INDEX);
         while cursor != NO_INDEX {
-            let node = &self.nodes[cursor as usize];
+            let node = &self.nodes[cursor];
             let fire = self.calculated(node.deadline).max(visit);
             if (fire, node.deadline) < (best.0, best.1) || best.2 == NO_INDEX {
                 best = (fire, node.deadline, cursor);
@@ -515,16 +484,11 @@ impl<T> Wheel<T> {
     /// reused first). One pass over the slab's pages, in memory order, rather than a walk of
     /// each bucket's list over nodes scattered across the slab.
     pub(crate) fn drain(&mut self) -> Vec<(T, u8)> {
-        let mut out = Vec::with_capacity(self.len);
-        for page in std::mem::replace(&mut self.nodes, Slab::new()).pages {
-            out.extend(page.into_iter().filter_map(|node| {
-                let tag = node.tag();
-                node.item.map(|item| (item, tag))
-            }));
-        }
-        debug_assert_eq!(out.len(), self.len);
-        self.free = NO_INDEX;
-        self.len = 0;
+        let mut out = Vec::with_capacity(self.nodes.live());
+        out.extend(self.nodes.drain().map(|node| {
+            let tag = node.tag();
+            (node.item.expect("the slab drains live nodes"), tag)
+        }));
         self.buckets.clear();
         if self.buckets.pages.len() == 1 {
             self.occupied.fill(0);
@@ -536,18 +500,6 @@ impl<T> Wheel<T> {
         self.clear_far();
         out
     }
-}
-
-/// Takes the item and tag of a due node under `key`, and puts the node at the head of the
-/// free list, whose head is `free`.
-#[inline(always)]
-fn free_node<T>(node: &mut Node<T>, free: &mut u32, key: u32) -> (T, u8) {
-    let item = node.item.take().expect("wheel: a linked node is live");
-    let tag = node.tag();
-    node.next = *free;
-    node.prev_tag = PREV_MASK;
-    *free = key;
-    (item, tag)
 }
 
 #[cfg(test)]
@@ -584,7 +536,7 @@ mod tests {
         // before; the last is its tail.
         let (mut at, mut before, mut walked) = (w.list(3).head, NO_INDEX, 0);
         while at != NO_INDEX {
-            let node = &w.nodes[at as usize];
+            let node = &w.nodes[at];
             assert!(node.item.is_some() && node.prev() == before);
             (before, at) = (at, node.next);
             walked += 1;
@@ -907,7 +859,7 @@ mod tests {
         assert_eq!(w.peek(300), Some(7));
         w.remove(7);
         w.release_nodes();
-        assert!(w.nodes.pages.is_empty());
+        assert_eq!(w.nodes.capacity(), 0);
     }
 
     /// Entries on several slab pages keep their items, tags and links: a bucket's list runs
@@ -921,9 +873,9 @@ mod tests {
         let keys: Vec<u32> = (0..n)
             .map(|i| w.insert(i, (i % 32) as u8, (i % 8) * MS, 0))
             .collect();
-        assert_eq!(w.nodes.pages.len(), 4);
-        assert!(
-            w.nodes.pages.iter().all(|p| p.capacity() == PAGE),
+        assert_eq!(
+            w.nodes.capacity(),
+            4 * PAGE,
             "the first page grew to exactly a page, the others came whole"
         );
         for (i, &k) in keys.iter().enumerate().filter(|(i, _)| i % 3 == 0) {
@@ -932,7 +884,7 @@ mod tests {
         // The slots just freed are reused before the slab grows (last freed, first reused).
         let last_freed = keys[(n as usize - 1) / 3 * 3];
         assert_eq!(w.insert(n, 1, 7 * MS, 0), last_freed);
-        assert_eq!(w.nodes.pages.len(), 4);
+        assert_eq!(w.nodes.capacity(), 4 * PAGE);
         let mut fired = vec![];
         for tick in 0..8 {
             w.expire(tick, (tick + 1) * MS, |i, _, tag, _| {
@@ -951,7 +903,7 @@ mod tests {
             "each entry fires once, on its tick, with its tag"
         );
         assert_eq!(w.len(), 0);
-        assert!(w.nodes.pages.is_empty(), "an empty wheel keeps no page");
+        assert_eq!(w.nodes.capacity(), 0, "an empty wheel keeps no page");
     }
 
     /// `peek` names the key `expire` hands out first: in buckets, in far slots (two deadlines

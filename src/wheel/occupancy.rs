@@ -26,7 +26,7 @@ impl<T> Wheel<T> {
     /// far entries move down (which [`Wheel::expire`] of that tick does first). The worker has
     /// already processed every tick before `from`.
     pub(crate) fn next_fire_tick(&self, from: u64) -> Option<u64> {
-        if self.len == 0 {
+        if self.nodes.live() == 0 {
             return None;
         }
         // A far slot's entries move down at the start of the round before the slot's first.

@@ -1,165 +1,363 @@
-//! The wheel's nodes: one slab of fixed pages, indexed by `u32` keys, each node linked into a
-//! list (a bucket's or a far slot's) by its neighbours' keys.
+//! The crate's slab: values under `u32` keys, in pages that never move, the free slots linked
+//! through the slots themselves.
 //!
-//! Owns the node layout (32 bytes for the worker's entries: the `prev` link shares a word with
-//! a 5-bit tag) and the slab's growth. Touches nothing of the crate.
+//! Owns [`Slab`] and the [`Vacancy`] a slot type gives it. The wheel keeps its nodes in one,
+//! the worker its chunk table, and the `DelayQueue` its items. Touches nothing of the crate.
 
-/// No index: the crate's one sentinel for "no key, no slot, no id" (the wheel's and the
-/// slabs' keys, the worker's chunk ids, a cell's wheel key).
+/// No index: the crate's one sentinel for "no key, no slot, no id" (the slabs' keys, the
+/// worker's chunk ids, a cell's wheel key).
 pub(crate) const NO_INDEX: u32 = u32::MAX;
 
-/// Bits of a key: keys are below `2^KEY_BITS - 1`, so that a node's `prev` link and a 5-bit tag
-/// share one `u32` (keeping a node at 32 bytes for the worker's entries).
-pub(super) const KEY_BITS: u32 = 27;
-pub(super) const PREV_MASK: u32 = (1 << KEY_BITS) - 1;
+/// Slots per page (32 KB of the worker's 32-byte wheel nodes: room for one page is all a slab
+/// holds beyond its high-water mark). A power of two.
+pub(crate) const PAGE_BITS: u32 = 10;
+pub(crate) const PAGE: usize = 1 << PAGE_BITS;
 
-/// Entries one wheel holds at most (134 217 727): `new_timeout` refuses beyond it (`Shared::refill_credit`).
-pub(crate) const MAX_ENTRIES: usize = PREV_MASK as usize;
-
-/// The largest tag a node carries (5 bits).
-pub(crate) const MAX_TAG: u8 = (1 << (32 - KEY_BITS)) - 1;
-
-#[derive(Debug)]
-pub(super) struct Node<T> {
-    /// `None` while the slot is on the free list.
-    pub(super) item: Option<T>,
-    pub(super) deadline: u64,
-    /// The previous key in the bucket (low `KEY_BITS`; all ones for none) and the entry's tag
-    /// (high bits).
-    pub(super) prev_tag: u32,
-    /// Next in the bucket, or next free slot while vacant.
-    pub(super) next: u32,
-}
-
-impl<T> Node<T> {
-    /// A live node, the last of its list, after `prev` (`NO_INDEX` for none).
-    #[inline]
-    pub(super) fn new(item: T, tag: u8, deadline: u64, prev: u32) -> Self {
-        Node {
-            item: Some(item),
-            deadline,
-            // `NO_INDEX & PREV_MASK` is `PREV_MASK`, the tag's "none".
-            prev_tag: (u32::from(tag) << KEY_BITS) | (prev & PREV_MASK),
-            next: NO_INDEX,
-        }
-    }
-
-    #[inline]
-    pub(super) fn prev(&self) -> u32 {
-        match self.prev_tag & PREV_MASK {
-            PREV_MASK => NO_INDEX,
-            p => p,
-        }
-    }
-
-    #[inline]
-    pub(super) fn set_prev(&mut self, prev: u32) {
-        let p = if prev == NO_INDEX { PREV_MASK } else { prev };
-        self.prev_tag = (self.prev_tag & !PREV_MASK) | p;
-    }
-
-    #[inline]
-    pub(super) fn tag(&self) -> u8 {
-        (self.prev_tag >> KEY_BITS) as u8
-    }
-}
-
-/// Nodes per slab page (32 KB for the worker's 32-byte nodes: room for one page is all a slab
-/// holds beyond its high-water mark). A power of two (see `Slab::push`).
-pub(super) const PAGE_BITS: u32 = 10;
-pub(super) const PAGE: usize = 1 << PAGE_BITS;
-
-/// A page's `Vec` must stop growing at exactly one page: capacities double from 4.
+// A first page grows as a `Vec` does (capacities double from 4) and stops at exactly a page.
 const _: () = assert!(PAGE.is_power_of_two() && PAGE >= 4);
 
-/// The wheel's nodes, indexed by key: pages of `PAGE` nodes that never move once allocated.
-#[derive(Debug)]
-pub(super) struct Slab<T> {
-    pub(super) pages: Vec<Vec<Node<T>>>,
-    len: usize,
+/// What a slot type tells its slab: how a free slot looks, and whether a slot is free.
+pub(crate) trait Vacancy: Sized {
+    /// A free slot, followed on the free list by `next` (`NO_INDEX`: none).
+    fn vacant(next: u32) -> Self;
+    /// The next free slot's key if this one is free; `None` if it holds a value.
+    fn next_vacant(&self) -> Option<u32>;
 }
 
-impl<T> Slab<T> {
-    pub(super) const fn new() -> Self {
+/// Values under `u32` keys, in pages of [`PAGE`] slots that never move once allocated: a
+/// growing slab neither copies what it holds nor faults in twice the memory it keeps. Freeing
+/// a slot writes only that slot (it joins the free list, last freed first reused), so nothing
+/// allocates while values leave.
+///
+/// A slab hands its keys out itself ([`Slab::insert`]), or takes its owner's ([`Slab::put`]):
+/// one way only for each slab.
+#[derive(Debug)]
+pub(crate) struct Slab<S> {
+    pages: Vec<Vec<S>>,
+    /// Slots handed out so far (live or free).
+    len: usize,
+    /// Slots holding a value.
+    live: usize,
+    /// The first free slot, or `NO_INDEX`.
+    free: u32,
+}
+
+impl<S: Vacancy> Default for Slab<S> {
+    fn default() -> Self {
+        Slab::new()
+    }
+}
+
+impl<S: Vacancy> Slab<S> {
+    pub(crate) const fn new() -> Self {
         Slab {
             pages: Vec::new(),
             len: 0,
+            live: 0,
+            free: NO_INDEX,
         }
     }
 
-    /// Slots handed out so far (live or free).
+    /// An empty slab with room for `capacity` values.
+    pub(crate) fn with_capacity(capacity: usize) -> Self {
+        let mut slab = Slab::new();
+        slab.reserve(capacity);
+        slab
+    }
+
+    /// Slots handed out so far (live or free): the keys below this one have been used.
     #[inline]
-    pub(super) fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.len
     }
 
+    /// Values held.
     #[inline]
-    pub(super) fn push(&mut self, node: Node<T>) {
-        if self.len.is_multiple_of(PAGE) {
-            // The first page grows as a `Vec` does (4, 8, ... `PAGE` nodes: a power of two, so
-            // it never grows past a page), so that a wheel holding a few entries holds a few
-            // nodes' worth; the later ones come whole.
-            let capacity = if self.pages.is_empty() { 0 } else { PAGE };
-            self.pages.push(Vec::with_capacity(capacity));
-        }
-        let page = self.pages.last_mut().expect("a page with room");
-        debug_assert!(page.len() < PAGE);
-        page.push(node);
-        self.len += 1;
+    pub(crate) fn live(&self) -> usize {
+        self.live
     }
 
-    /// Writes `node` under `key` (vacant, or past the end: the nodes up to it are pushed
-    /// vacant).
+    /// The key the next [`Slab::insert`] will return.
     #[inline]
-    pub(super) fn put(&mut self, key: usize, node: Node<T>) {
-        if key == self.len {
-            self.push(node);
-        } else if key < self.len {
-            self[key] = node;
+    pub(crate) fn next_key(&self) -> u32 {
+        if self.free != NO_INDEX {
+            self.free
         } else {
-            self.put_past_end(key, node);
+            u32::try_from(self.len).unwrap_or(NO_INDEX)
+        }
+    }
+
+    /// Stores `value` in the last slot freed, or in a new one; its key.
+    ///
+    /// # Panics
+    /// When every `u32` but `NO_INDEX` is a key already.
+    #[inline]
+    pub(crate) fn insert(&mut self, value: S) -> u32 {
+        self.live += 1;
+        if self.free != NO_INDEX {
+            let key = self.free;
+            let slot = &mut self[key];
+            let next = slot
+                .next_vacant()
+                .expect("slab: the free list's head is free");
+            *slot = value;
+            self.free = next;
+            key
+        } else {
+            let key = u32::try_from(self.len)
+                .ok()
+                .filter(|&k| k != NO_INDEX)
+                .expect("slab: out of keys");
+            self.push(value);
+            key
+        }
+    }
+
+    /// Takes the value under `key` out; its slot joins the free list.
+    ///
+    /// # Panics
+    /// If `key` holds no value (before anything changes).
+    #[inline]
+    pub(crate) fn remove(&mut self, key: u32) -> S {
+        let next = self.free;
+        let slot = &mut self[key];
+        assert!(
+            slot.next_vacant().is_none(),
+            "slab: key {key} holds no value"
+        );
+        let value = std::mem::replace(slot, S::vacant(next));
+        self.free = key;
+        self.live -= 1;
+        value
+    }
+
+    /// Stores `value` under `key`, which the owner hands out: a slot that holds no value, or
+    /// one past the end (the slots up to it are made, free and on no list). Not for a slab that
+    /// hands out its own keys.
+    #[inline]
+    pub(crate) fn put(&mut self, key: u32, value: S) {
+        debug_assert!(self
+            .get(key)
+            .is_none_or(|slot| slot.next_vacant().is_some()));
+        self.live += 1;
+        match (key as usize).cmp(&self.len) {
+            std::cmp::Ordering::Less => self[key] = value,
+            std::cmp::Ordering::Equal => self.push(value),
+            std::cmp::Ordering::Greater => self.put_past_end(key, value),
         }
     }
 
     #[cold]
     #[inline(never)]
-    fn put_past_end(&mut self, key: usize, node: Node<T>) {
-        while self.len < key {
-            self.push(Node {
-                item: None,
-                deadline: 0,
-                prev_tag: PREV_MASK,
-                next: NO_INDEX,
-            });
+    fn put_past_end(&mut self, key: u32, value: S) {
+        while self.len < key as usize {
+            self.push(S::vacant(NO_INDEX));
         }
-        self.push(node);
+        self.push(value);
+    }
+
+    #[inline]
+    fn push(&mut self, value: S) {
+        let p = self.len >> PAGE_BITS;
+        if p == self.pages.len() {
+            // The first page grows as a `Vec` does (4, 8, ... `PAGE` slots), so that a slab
+            // holding a few values holds a few slots' worth; the later ones come whole.
+            let capacity = if p == 0 { 0 } else { PAGE };
+            self.pages.push(Vec::with_capacity(capacity));
+        }
+        let page = &mut self.pages[p];
+        debug_assert!(page.len() < PAGE);
+        page.push(value);
+        self.len += 1;
+    }
+
+    /// The slot under `key`, if the slab has one there (free or not).
+    #[inline]
+    pub(crate) fn get(&self, key: u32) -> Option<&S> {
+        let key = key as usize;
+        self.pages.get(key >> PAGE_BITS)?.get(key & (PAGE - 1))
+    }
+
+    /// Every slot, in key order.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = &S> {
+        self.pages.iter().flatten()
+    }
+
+    /// Empties the slab and gives its memory back; the values are dropped in key order.
+    pub(crate) fn clear(&mut self) {
+        // Emptied first, so that a value's drop that panics leaves an empty slab behind.
+        drop(std::mem::take(self));
+    }
+
+    /// Empties the slab and gives its memory back; the values, in key order.
+    pub(crate) fn drain(&mut self) -> impl Iterator<Item = S> {
+        let pages = std::mem::take(self).pages;
+        pages
+            .into_iter()
+            .flatten()
+            .filter(|slot| slot.next_vacant().is_none())
+    }
+
+    /// Values the slab holds room for without allocating.
+    pub(crate) fn capacity(&self) -> usize {
+        self.pages.iter().map(Vec::capacity).sum()
+    }
+
+    /// Makes room for at least `additional` more values than the slots handed out so far.
+    pub(crate) fn reserve(&mut self, additional: usize) {
+        let want = self.len.saturating_add(additional);
+        for p in 0..want.div_ceil(PAGE) {
+            let room = (want - p * PAGE).min(PAGE);
+            match self.pages.get_mut(p) {
+                None => self.pages.push(Vec::with_capacity(room)),
+                Some(page) if page.capacity() < room => page.reserve_exact(room - page.len()),
+                Some(_) => {}
+            }
+        }
+    }
+
+    /// Gives back the memory past the last value: the free slots after it go, the free list is
+    /// relinked lowest key first, and the last page keeps no spare room. Keys stay valid.
+    pub(crate) fn shrink_to_fit(&mut self) {
+        while let Some(page) = self.pages.last_mut() {
+            while page.last().is_some_and(|slot| slot.next_vacant().is_some()) {
+                page.pop();
+                self.len -= 1;
+            }
+            if !page.is_empty() {
+                page.shrink_to_fit();
+                break;
+            }
+            self.pages.pop();
+        }
+        self.free = NO_INDEX;
+        for key in (0..self.len as u32).rev() {
+            if self[key].next_vacant().is_some() {
+                self[key] = S::vacant(self.free);
+                self.free = key;
+            }
+        }
     }
 }
 
-impl<T> std::ops::Index<usize> for Slab<T> {
-    type Output = Node<T>;
+impl<S> std::ops::Index<u32> for Slab<S> {
+    type Output = S;
     #[inline]
-    fn index(&self, key: usize) -> &Node<T> {
+    fn index(&self, key: u32) -> &S {
+        let key = key as usize;
         &self.pages[key >> PAGE_BITS][key & (PAGE - 1)]
     }
 }
 
-impl<T> std::ops::IndexMut<usize> for Slab<T> {
+impl<S> std::ops::IndexMut<u32> for Slab<S> {
     #[inline]
-    fn index_mut(&mut self, key: usize) -> &mut Node<T> {
+    fn index_mut(&mut self, key: u32) -> &mut S {
+        let key = key as usize;
         &mut self.pages[key >> PAGE_BITS][key & (PAGE - 1)]
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::Node;
+    use super::*;
+
+    /// A slot for the tests: free, or a value.
+    #[derive(Debug, PartialEq)]
+    enum Slot {
+        Free(u32),
+        Value(u64),
+    }
+
+    impl Vacancy for Slot {
+        fn vacant(next: u32) -> Self {
+            Slot::Free(next)
+        }
+        fn next_vacant(&self) -> Option<u32> {
+            match *self {
+                Slot::Free(next) => Some(next),
+                Slot::Value(_) => None,
+            }
+        }
+    }
 
     #[test]
-    fn a_node_of_a_task_entry_is_32_bytes() {
-        // A task entry is 16 bytes with a reference first (`Option` of it costs nothing).
-        type Parked = (&'static u8, u32, u32);
-        assert_eq!(std::mem::size_of::<Parked>(), 16);
-        assert_eq!(std::mem::size_of::<Node<Parked>>(), 32);
+    fn the_last_freed_slot_is_reused_first_across_pages() {
+        let mut slab = Slab::new();
+        let keys: Vec<u32> = (0..2 * PAGE as u64 + 3)
+            .map(|v| slab.insert(Slot::Value(v)))
+            .collect();
+        assert_eq!(keys[PAGE + 1], PAGE as u32 + 1);
+        assert_eq!(slab.pages.len(), 3);
+        assert_eq!(slab.remove(5), Slot::Value(5));
+        assert_eq!(slab.remove(PAGE as u32 + 7), Slot::Value(PAGE as u64 + 7));
+        assert_eq!(slab.live(), 2 * PAGE + 1);
+        assert_eq!(slab.next_key(), PAGE as u32 + 7);
+        assert_eq!(slab.insert(Slot::Value(100)), PAGE as u32 + 7);
+        assert_eq!(slab.insert(Slot::Value(101)), 5);
+        assert_eq!(
+            slab.insert(Slot::Value(102)),
+            2 * PAGE as u32 + 3,
+            "then at the end"
+        );
+        assert_eq!(slab[5], Slot::Value(101));
+    }
+
+    #[test]
+    #[should_panic(expected = "holds no value")]
+    fn removing_a_free_slot_panics() {
+        let mut slab = Slab::new();
+        let key = slab.insert(Slot::Value(1));
+        slab.remove(key);
+        slab.remove(key);
+    }
+
+    #[test]
+    fn the_first_page_grows_as_needed_and_later_pages_come_whole() {
+        let mut slab = Slab::new();
+        slab.insert(Slot::Value(0));
+        assert!(slab.capacity() < 16, "a few slots for a few values");
+        for v in 1..=PAGE as u64 {
+            slab.insert(Slot::Value(v));
+        }
+        assert_eq!(slab.pages.len(), 2);
+        assert!(slab.pages.iter().all(|p| p.capacity() == PAGE));
+    }
+
+    #[test]
+    fn put_takes_the_owners_keys_past_the_end() {
+        let mut slab = Slab::new();
+        slab.put(3, Slot::Value(3));
+        assert_eq!((slab.len(), slab.live()), (4, 1));
+        assert_eq!(slab.get(1), Some(&Slot::Free(NO_INDEX)));
+        slab.put(1, Slot::Value(1));
+        assert_eq!(slab.remove(3), Slot::Value(3));
+        assert_eq!(slab.live(), 1);
+    }
+
+    #[test]
+    fn capacity_reserve_and_shrink() {
+        let mut slab = Slab::with_capacity(16);
+        assert_eq!(slab.capacity(), 16);
+        slab.reserve(3 * PAGE);
+        assert!(slab.capacity() >= 3 * PAGE);
+        let keys: Vec<u32> = (0..2 * PAGE as u64)
+            .map(|v| slab.insert(Slot::Value(v)))
+            .collect();
+        for &key in &keys[10..] {
+            slab.remove(key);
+        }
+        slab.remove(keys[2]);
+        slab.shrink_to_fit();
+        assert_eq!((slab.len(), slab.live()), (10, 9));
+        assert_eq!(slab.capacity(), 10);
+        assert_eq!(
+            slab.insert(Slot::Value(7)),
+            2,
+            "the free slot below the last value"
+        );
+        assert_eq!(slab.insert(Slot::Value(8)), 10);
+        let values: Vec<Slot> = slab.drain().collect();
+        assert_eq!(values.len(), 11, "the values, not the free slots");
+        assert_eq!((slab.len(), slab.live(), slab.capacity()), (0, 0, 0));
     }
 }

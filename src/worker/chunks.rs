@@ -1,35 +1,27 @@
 //! The worker's table of the chunks of timeout states it holds.
 //!
-//! Owns [`ChunkTable`]: one reference per chunk whose cells are in the wheel or queued, the
-//! ids the wheel's entries name them by, and the spare chunks the worker hands back to the
+//! Owns [`ChunkTable`]: one reference per chunk whose cells are in the wheel or queued, in the
+//! crate's slab under the ids the wheel's entries name them by, and the spare chunks the worker hands back to the
 //! producers' shards. Touches the `shared` module's cells and `sync` (the shard count); only the
 //! worker uses it. The rules it keeps: `shared::cells`, "Chunks, spans and spares: the protocol".
 
 use crate::shared::cells::{ChunkRef, SpareChunk, CHUNK, SPARE_CHUNKS};
 use crate::shared::{BoxedTask, Stored};
 use crate::sync::SHARDS;
-use crate::wheel::NO_INDEX;
+use crate::wheel::{Slab, Vacancy, NO_INDEX};
 
 /// The chunks of the timeouts the worker holds, one reference each.
 ///
 /// A queued batch holds one reference per chunk, not one per timeout (see
 /// `ChunkCursor::next_state`), and so does this table: the wheel's entries name their chunk by
-/// its id here. A chunk stays until each of its cells has been settled once: taken from the
-/// queue cancelled, or expired, or unlinked after a cancel. Cells a stopped timer never handed
-/// out keep their chunk until the worker is dropped.
+/// its id here, its key in the table's slab. A chunk stays until each of its cells has been
+/// settled once: taken from the queue cancelled, or expired, or unlinked after a cancel. Cells
+/// a stopped timer never handed out keep their chunk until the worker is dropped.
 ///
-/// Settling allocates nothing (the free ids are linked through `meta`), so that nothing in
-/// the expiry loop calls the allocator.
+/// Settling allocates nothing (a freed id is a slot on the slab's free list), so that nothing
+/// in the expiry loop calls the allocator.
 pub(super) struct ChunkTable<J: crate::shared::sealed::TaskStorage = BoxedTask> {
-    chunks: Vec<Option<ChunkRef<J>>>,
-    /// Per id: the cells not settled yet while the id holds a chunk; the next free id (or
-    /// `NO_INDEX`) while it is free. Separate from `chunks` to keep the two at 12 bytes per chunk,
-    /// not 16.
-    meta: Vec<u32>,
-    /// The first free id, or `NO_INDEX`.
-    free: u32,
-    /// Ids holding a chunk.
-    pub(super) held: usize,
+    chunks: Slab<Held<J>>,
     /// Per queue shard and kind (tasks', futures'), the id of the chunk of that cursor
     /// registered last: the only one a batch can refer to again (each of a shard's two cursors
     /// hands its chunks out one after the other, and the worker takes each shard's batches in
@@ -44,17 +36,44 @@ pub(super) struct ChunkTable<J: crate::shared::sealed::TaskStorage = BoxedTask> 
     pub(super) wake_spares: [Vec<SpareChunk<J>>; SHARDS],
 }
 
+/// A slot of the table: a free id, or a chunk (out of the table while its cells are being
+/// settled: [`ChunkTable::take`]) and the count of its cells not settled yet.
+enum Held<J: crate::shared::sealed::TaskStorage> {
+    Free(u32),
+    Chunk {
+        chunk: Option<ChunkRef<J>>,
+        unsettled: u32,
+    },
+}
+
+impl<J: Stored> Vacancy for Held<J> {
+    #[inline]
+    fn vacant(next: u32) -> Self {
+        Held::Free(next)
+    }
+
+    #[inline]
+    fn next_vacant(&self) -> Option<u32> {
+        match *self {
+            Held::Free(next) => Some(next),
+            Held::Chunk { .. } => None,
+        }
+    }
+}
+
 impl<J: Stored> ChunkTable<J> {
     pub(super) fn new() -> ChunkTable<J> {
         ChunkTable {
-            chunks: Vec::new(),
-            meta: Vec::new(),
-            free: NO_INDEX,
-            held: 0,
+            chunks: Slab::new(),
             latest: [[NO_INDEX; 2]; SHARDS],
             spares: std::array::from_fn(|_| Vec::new()),
             wake_spares: std::array::from_fn(|_| Vec::new()),
         }
+    }
+
+    /// Ids holding a chunk.
+    pub(super) fn held(&self) -> usize {
+        self.chunks.live()
     }
 
     /// A chunk let go of by the worker: kept as a spare if that was its last reference.
@@ -76,28 +95,28 @@ impl<J: Stored> ChunkTable<J> {
     pub(super) fn id_of(&mut self, chunk: &ChunkRef<J>) -> u32 {
         let (shard, kind) = (chunk.shard(), usize::from(chunk.has_wakers()));
         let latest = self.latest[shard][kind];
-        let known = self
-            .chunks
-            .get(latest as usize)
-            .and_then(Option::as_ref)
-            .is_some_and(|held| held.same(chunk));
+        let known = matches!(
+            self.chunks.get(latest),
+            Some(Held::Chunk { chunk: Some(held), .. }) if held.same(chunk)
+        );
         if known {
             return latest;
         }
-        let id = if self.free == NO_INDEX {
-            self.chunks.push(Some(chunk.clone()));
-            self.meta.push(CHUNK_CELLS);
-            u32::try_from(self.chunks.len() - 1).expect("fewer chunks than timeouts")
-        } else {
-            let id = self.free;
-            self.free = self.meta[id as usize];
-            self.chunks[id as usize] = Some(chunk.clone());
-            self.meta[id as usize] = CHUNK_CELLS;
-            id
-        };
-        self.held += 1;
+        let id = self.chunks.insert(Held::Chunk {
+            chunk: Some(chunk.clone()),
+            unsettled: CHUNK_CELLS,
+        });
         self.latest[shard][kind] = id;
         id
+    }
+
+    /// Chunk `id`'s slot: its chunk (`None` while taken out) and its unsettled count.
+    #[inline]
+    fn slot(&mut self, id: u32) -> (&mut Option<ChunkRef<J>>, &mut u32) {
+        match &mut self.chunks[id] {
+            Held::Chunk { chunk, unsettled } => (chunk, unsettled),
+            Held::Free(_) => panic!("chunk id {id} is free"),
+        }
     }
 
     /// The table's reference to chunk `id`, taken out for its cells to be settled (a task's
@@ -106,7 +125,8 @@ impl<J: Stored> ChunkTable<J> {
     /// table is asked for the id again (meanwhile the holder asks the chunk itself).
     #[inline]
     pub(super) fn take(&mut self, id: u32) -> ChunkRef<J> {
-        self.chunks[id as usize]
+        self.slot(id)
+            .0
             .take()
             .expect("a chunk with unsettled cells")
     }
@@ -118,8 +138,9 @@ impl<J: Stored> ChunkTable<J> {
         if self.count_settled(id, settled) {
             self.let_go(id, chunk);
         } else {
-            debug_assert!(self.chunks[id as usize].is_none());
-            self.chunks[id as usize] = Some(chunk);
+            let held = self.slot(id).0;
+            debug_assert!(held.is_none());
+            *held = Some(chunk);
         }
     }
 
@@ -128,22 +149,23 @@ impl<J: Stored> ChunkTable<J> {
     #[inline(never)]
     fn let_go(&mut self, id: u32, chunk: ChunkRef<J>) {
         self.release(chunk);
-        self.meta[id as usize] = self.free;
-        self.free = id;
-        self.held -= 1;
+        self.chunks.remove(id);
     }
 
     #[inline]
     pub(super) fn get(&self, id: u32) -> &ChunkRef<J> {
-        self.chunks[id as usize]
-            .as_ref()
-            .expect("a chunk with unsettled cells")
+        match &self.chunks[id] {
+            Held::Chunk {
+                chunk: Some(chunk), ..
+            } => chunk,
+            _ => panic!("chunk id {id} holds no chunk"),
+        }
     }
 
     /// For an idle worker: lets the spares go, and the table's capacity too if it holds no chunk
     /// (a busy worker keeps it: it would regrow it in the next tick).
     pub(super) fn release_idle(&mut self) {
-        if self.held == 0 {
+        if self.held() == 0 {
             *self = ChunkTable::new();
         } else {
             self.spares = std::array::from_fn(|_| Vec::new());
@@ -168,7 +190,7 @@ impl<J: Stored> ChunkTable<J> {
     #[inline]
     fn count_settled(&mut self, id: u32, settled: u32) -> bool {
         debug_assert!(settled >= 1);
-        let unsettled = &mut self.meta[id as usize];
+        let unsettled = self.slot(id).1;
         match unsettled.checked_sub(settled) {
             Some(left) => {
                 *unsettled = left;

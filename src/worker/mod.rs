@@ -706,14 +706,14 @@ mod tests {
             .as_mut()
             .and_then(|w| w.downcast_mut::<Worker>())
             .expect("a manual timer keeps its worker here");
-        assert_eq!(worker.chunks.held, 1);
+        assert_eq!(worker.chunks.held(), 1);
         let chunk = worker.chunks.take(0);
         let over = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             worker.chunks.put_back_settled(0, chunk, CHUNK as u32 + 1);
         }));
         assert_eq!(over.is_err(), cfg!(debug_assertions));
         if over.is_ok() {
-            assert_eq!(worker.chunks.held, 1, "kept, not let go");
+            assert_eq!(worker.chunks.held(), 1, "kept, not let go");
         }
         // The table is broken on purpose: nothing may look at it again.
         drop(guard);
@@ -779,7 +779,7 @@ mod tests {
                 .unwrap();
             let spares = |s: &[Vec<_>]| s.iter().map(Vec::len).sum::<usize>();
             (
-                worker.chunks.held,
+                worker.chunks.held(),
                 spares(&worker.chunks.spares),
                 spares(&worker.chunks.wake_spares),
             )

@@ -104,20 +104,8 @@ impl<T> DelayQueue<T> {
     fn insert_nanos(&mut self, value: T, deadline: u64, read: u64) -> Key {
         let stamp = self.stamp;
         let slot = Slot::Waiting { stamp, value };
-        let index = if self.free == NO_INDEX {
-            let index = self.new_index();
-            self.slots.push(slot);
-            index
-        } else {
-            // The free list's head.
-            let index = self.free;
-            let vacant = &mut self.slots[index as usize];
-            if let Slot::Vacant { next } = *vacant {
-                self.free = next;
-            }
-            *vacant = slot;
-            index
-        };
+        self.check_index();
+        let index = self.slots.insert(slot);
         self.stamp = stamp.wrapping_add(1);
         self.wait(index, deadline);
         self.len += 1;
@@ -196,7 +184,7 @@ impl<T> DelayQueue<T> {
             }
             Some(Slot::Ready { .. }) => {
                 // An expired item goes back into the wheel; its key in `ready` goes stale.
-                let slot = &mut self.slots[key.index as usize];
+                let slot = &mut self.slots[key.index];
                 if let Slot::Ready { stamp, value, .. } =
                     std::mem::replace(slot, Slot::Vacant { next: NO_INDEX })
                 {

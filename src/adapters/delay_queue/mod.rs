@@ -46,7 +46,7 @@ pub use expired::{Expired, Key};
 
 use super::StoppedTimer;
 use crate::clock::Clock;
-use crate::wheel::{Wheel, NO_INDEX};
+use crate::wheel::{Slab, Wheel};
 use crate::{Sleep, TimerHandle};
 use slab::Slot;
 use std::collections::VecDeque;
@@ -115,9 +115,7 @@ const BURST_NANOS: u64 = 1_000;
 /// });
 /// ```
 pub struct DelayQueue<T> {
-    slots: Vec<Slot<T>>,
-    /// Head of the vacant slots' list.
-    free: u32,
+    slots: Slab<Slot<T>>,
     /// Items held: waiting in the wheel, or expired and not yet yielded.
     len: usize,
     /// The next key's stamp.
@@ -187,8 +185,7 @@ impl<T> DelayQueue<T> {
         let tick_nanos = timer.shared.tick_nanos;
         let now = timer.shared.clock.now();
         DelayQueue {
-            slots: Vec::with_capacity(capacity),
-            free: NO_INDEX,
+            slots: Slab::with_capacity(capacity),
             len: 0,
             stamp: 0,
             wheel: Wheel::new_keyed(tick_nanos, BUCKETS),

@@ -33,7 +33,7 @@ impl<T> DelayQueue<T> {
             return Some(*key);
         }
         let index = self.wheel.peek(self.tick)?;
-        match self.slots[index as usize] {
+        match self.slots[index] {
             Slot::Waiting { stamp, .. } => Some(Key { index, stamp }),
             _ => unreachable!("peek: the wheel holds only waiting items"),
         }
@@ -163,7 +163,7 @@ impl<T> DelayQueue<T> {
         let mut sorted = true;
         let (slots, ready) = (&mut self.slots, &mut self.ready);
         self.wheel.expire(tick, now, |index, _, _, deadline| {
-            let slot = &mut slots[index as usize];
+            let slot = &mut slots[index];
             if let Slot::Waiting { stamp, value } =
                 std::mem::replace(slot, Slot::Vacant { next: NO_INDEX })
             {
@@ -188,7 +188,7 @@ impl<T> DelayQueue<T> {
     #[inline(never)]
     fn sort_ready_from(&mut self, start: usize) {
         let slots = &self.slots;
-        self.ready.make_contiguous()[start..].sort_by_key(|key| match slots[key.index as usize] {
+        self.ready.make_contiguous()[start..].sort_by_key(|key| match slots[key.index] {
             Slot::Ready { deadline, .. } => deadline,
             _ => unreachable!("a key just moved to `ready` names an expired item"),
         });

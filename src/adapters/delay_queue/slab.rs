@@ -1,13 +1,13 @@
-//! The slab of values: slots by index, each vacant (on the free list), waiting in the wheel
-//! or expired, and the stamps that keep a key from naming a later value.
+//! The queue's values in the crate's slab: slots by index, each vacant (on the free list),
+//! waiting in the wheel or expired, and the stamps that keep a key from naming a later value.
 //!
-//! Owns [`Slot`], the free list, the lookup of a key (`deadline`), removal (`remove`,
+//! Owns [`Slot`], the lookup of a key (`deadline`), removal (`remove`,
 //! `try_remove`, `clear`), what happens when the queue empties, and the slab's memory
 //! (`capacity`, `reserve`, `shrink_to_fit`). Touches the wheel, to take a waiting item out
 //! or rebuild it, and the timer's clock for the deadlines it hands back.
 
 use super::{DelayQueue, Expired, Key, BUCKETS, UNARMED};
-use crate::wheel::{Wheel, MAX_ENTRIES, NO_INDEX};
+use crate::wheel::{Vacancy, Wheel, MAX_ENTRIES};
 use std::time::Instant;
 
 /// A slot of the slab: a stamp and a value, no wheel key (the wheel keys a waiting item's
@@ -29,25 +29,38 @@ pub(super) enum Slot<T> {
     },
 }
 
+impl<T> Vacancy for Slot<T> {
+    #[inline]
+    fn vacant(next: u32) -> Self {
+        Slot::Vacant { next }
+    }
+
+    #[inline]
+    fn next_vacant(&self) -> Option<u32> {
+        match *self {
+            Slot::Vacant { next } => Some(next),
+            _ => None,
+        }
+    }
+}
+
 impl<T> DelayQueue<T> {
-    /// The index of a slot pushed at the end of the slab.
+    /// Checks that the slab's next slot is a wheel key.
     ///
     /// # Panics
-    /// Before anything changes, when the index would not be a wheel key.
+    /// Before anything changes, when it is not.
     #[inline]
     #[track_caller]
-    pub(super) fn new_index(&self) -> u32 {
-        let index = self.slots.len();
+    pub(super) fn check_index(&self) {
         assert!(
-            index < MAX_ENTRIES,
+            (self.slots.next_key() as usize) < MAX_ENTRIES,
             "DelayQueue: at most 2^27 - 1 items at once"
         );
-        index as u32
     }
 
     /// The item under `key`, if it names one: its slot.
     pub(super) fn slot_of(&self, key: &Key) -> Option<&Slot<T>> {
-        match self.slots.get(key.index as usize)? {
+        match self.slots.get(key.index)? {
             slot @ (Slot::Waiting { stamp, .. } | Slot::Ready { stamp, .. })
                 if *stamp == key.stamp =>
             {
@@ -123,16 +136,13 @@ impl<T> DelayQueue<T> {
 
     /// Puts occupied slot `index` on the free list; what it held.
     pub(super) fn free_slot(&mut self, index: u32) -> Slot<T> {
-        let slot = &mut self.slots[index as usize];
-        let taken = std::mem::replace(slot, Slot::Vacant { next: self.free });
-        self.free = index;
         self.len -= 1;
-        taken
+        self.slots.remove(index)
     }
 
     /// Whether `key` in `ready` names an expired item still there.
     pub(super) fn is_ready(&self, key: &Key) -> bool {
-        matches!(self.slots.get(key.index as usize),
+        matches!(self.slots.get(key.index),
             Some(Slot::Ready { stamp, .. }) if *stamp == key.stamp)
     }
 
@@ -154,7 +164,6 @@ impl<T> DelayQueue<T> {
     pub(super) fn emptied(&mut self) {
         self.sleep = None;
         self.armed = UNARMED;
-        self.free = NO_INDEX;
         self.ready.clear();
         self.wheel.release_nodes();
         if let Some(waker) = self.waker.take() {
@@ -205,7 +214,7 @@ impl<T> DelayQueue<T> {
     /// ```
     pub fn clear(&mut self) {
         if self.len == 0 {
-            debug_assert!(self.slots.is_empty(), "emptied as `len` reached 0");
+            debug_assert_eq!(self.slots.len(), 0, "emptied as `len` reached 0");
             return;
         }
         self.wheel = Wheel::new_keyed(self.tick_nanos, BUCKETS);
@@ -260,16 +269,6 @@ impl<T> DelayQueue<T> {
     /// assert_eq!(queue.remove(&keys[3]).into_inner(), 3);
     /// ```
     pub fn shrink_to_fit(&mut self) {
-        while matches!(self.slots.last(), Some(Slot::Vacant { .. })) {
-            self.slots.pop();
-        }
-        self.free = NO_INDEX;
-        for (index, slot) in self.slots.iter_mut().enumerate().rev() {
-            if let Slot::Vacant { next } = slot {
-                *next = self.free;
-                self.free = index as u32;
-            }
-        }
         self.slots.shrink_to_fit();
         self.ready.shrink_to_fit();
         let mut wheel = Wheel::new_keyed(self.tick_nanos, BUCKETS);
