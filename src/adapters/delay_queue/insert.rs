@@ -108,7 +108,6 @@ impl<T> DelayQueue<T> {
         let index = self.slots.insert(slot);
         self.stamp = stamp.wrapping_add(1);
         self.wait(index, deadline);
-        self.len += 1;
         self.wake_for(deadline, read);
         Key { index, stamp }
     }

@@ -115,9 +115,9 @@ const BURST_NANOS: u64 = 1_000;
 /// });
 /// ```
 pub struct DelayQueue<T> {
+    /// The items held (waiting in the wheel, or expired and not yet yielded), under their
+    /// keys' indices.
     slots: Slab<Slot<T>>,
-    /// Items held: waiting in the wheel, or expired and not yet yielded.
-    len: usize,
     /// The next key's stamp.
     stamp: u32,
     /// Waiting items' slab indices, by deadline, each under its own index.
@@ -186,7 +186,6 @@ impl<T> DelayQueue<T> {
         let now = timer.shared.clock.now();
         DelayQueue {
             slots: Slab::with_capacity(capacity),
-            len: 0,
             stamp: 0,
             wheel: Wheel::new_keyed(tick_nanos, BUCKETS),
             tick: now / tick_nanos,
@@ -218,7 +217,7 @@ impl<T> DelayQueue<T> {
     /// assert_eq!(queue.len(), 1);
     /// ```
     pub fn len(&self) -> usize {
-        self.len
+        self.slots.live()
     }
 
     /// Whether the queue holds no item.
@@ -230,7 +229,7 @@ impl<T> DelayQueue<T> {
     /// assert!(DelayQueue::<()>::new(timer.handle()).is_empty());
     /// ```
     pub fn is_empty(&self) -> bool {
-        self.len == 0
+        self.slots.live() == 0
     }
 }
 
@@ -240,7 +239,7 @@ impl<T> Unpin for DelayQueue<T> {}
 impl<T> fmt::Debug for DelayQueue<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("DelayQueue")
-            .field("len", &self.len)
+            .field("len", &self.slots.live())
             .field("capacity", &self.slots.capacity())
             .field("tick", &self.tick)
             .field("armed", &(self.armed != UNARMED).then_some(self.armed))

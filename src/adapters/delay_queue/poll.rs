@@ -62,7 +62,7 @@ impl<T> DelayQueue<T> {
             if let Some(item) = self.pop_ready() {
                 return Poll::Ready(Some(item));
             }
-            if self.len == 0 {
+            if self.slots.live() == 0 {
                 return Poll::Ready(None);
             }
             if self.expire_due() {
@@ -206,7 +206,7 @@ impl<T> DelayQueue<T> {
         };
         self.drop_stale_front();
         let deadline = self.timer.shared.clock.instant_parts(deadline);
-        if self.len == 0 {
+        if self.slots.live() == 0 {
             self.emptied();
         }
         Some(Expired {
@@ -228,6 +228,6 @@ impl<T> futures_core::Stream for DelayQueue<T> {
     }
 
     fn size_hint(&self) -> (usize, Option<usize>) {
-        (0, Some(self.len))
+        (0, Some(self.slots.live()))
     }
 }

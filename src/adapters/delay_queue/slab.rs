@@ -105,7 +105,7 @@ impl<T> DelayQueue<T> {
     pub fn try_remove(&mut self, key: &Key) -> Option<Expired<T>> {
         self.slot_of(key)?;
         let (value, deadline) = self.vacate(key);
-        if self.len == 0 {
+        if self.slots.live() == 0 {
             self.emptied();
         }
         Some(Expired {
@@ -136,7 +136,6 @@ impl<T> DelayQueue<T> {
 
     /// Puts occupied slot `index` on the free list; what it held.
     pub(super) fn free_slot(&mut self, index: u32) -> Slot<T> {
-        self.len -= 1;
         self.slots.remove(index)
     }
 
@@ -157,8 +156,8 @@ impl<T> DelayQueue<T> {
         }
     }
 
-    /// The queue has just become empty (`len` is 0; the slab holds values only if `clear`
-    /// let go of them): its `Sleep` goes (its timeout is cancelled), the slab starts again
+    /// The queue has just become empty (no item is live; the slab holds values only if
+    /// `clear` let go of them): its `Sleep` goes (its timeout is cancelled), the slab starts again
     /// from index 0 (keys' stamps keep old keys apart), and the task waiting on the queue is
     /// woken to see `Ready(None)`.
     pub(super) fn emptied(&mut self) {
@@ -213,12 +212,11 @@ impl<T> DelayQueue<T> {
     /// assert!(queue.try_remove(&key).is_none());
     /// ```
     pub fn clear(&mut self) {
-        if self.len == 0 {
-            debug_assert_eq!(self.slots.len(), 0, "emptied as `len` reached 0");
+        if self.slots.live() == 0 {
+            debug_assert_eq!(self.slots.len(), 0, "emptied as the last item left");
             return;
         }
         self.wheel = Wheel::new_keyed(self.tick_nanos, BUCKETS);
-        self.len = 0;
         // Drops the values, last.
         self.emptied();
     }
