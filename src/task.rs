@@ -95,14 +95,14 @@ impl TimerTask for Box<dyn TimerTask> {
 impl<T: TimerTask> Job for T {
     #[inline]
     fn run(self, state: CellRef) -> (CellRef, bool) {
-        let timeout = Timeout { state };
+        let timeout = Timeout::new(state);
         let ran = catch_unwind(AssertUnwindSafe(|| self.run_unboxed(&timeout))).is_ok();
         (timeout.state, ran)
     }
 
     #[inline]
     fn run_boxed(self: Box<Self>, state: CellRef) -> (CellRef, bool) {
-        let timeout = Timeout { state };
+        let timeout = Timeout::new(state);
         let ran = catch_unwind(AssertUnwindSafe(|| TimerTask::run(self, &timeout))).is_ok();
         (timeout.state, ran)
     }
@@ -180,7 +180,7 @@ impl<T: TypedTask> sealed::TaskStorage for T {
     // `always`: in a large binary LLVM keeps this out of line, and the pair it returns then
     // goes through memory; inline, the task's run is part of the worker's loop.
     #[inline(always)]
-    fn run_entry(entry: sealed::Whole<T>, _: &mut (), state: CellRef<T>) -> (CellRef<T>, bool) {
+    fn run_entry(entry: sealed::Whole<T>, _: &mut (), state: CellRef) -> (CellRef, bool) {
         sealed::TaskStorage::run_stored(entry.task, state)
     }
 
@@ -190,8 +190,8 @@ impl<T: TypedTask> sealed::TaskStorage for T {
     }
 
     #[inline(always)]
-    fn run_stored(self, state: CellRef<Self>) -> (CellRef<Self>, bool) {
-        let timeout = Timeout { state };
+    fn run_stored(self, state: CellRef) -> (CellRef, bool) {
+        let timeout = Timeout::new(state);
         let ran = catch_unwind(AssertUnwindSafe(|| TypedTask::run(self, &timeout))).is_ok();
         (timeout.state, ran)
     }

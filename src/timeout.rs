@@ -8,6 +8,7 @@
 use crate::shared::cells::{CancelOutcome, CellRef};
 use crate::shared::{BoxedTask, Stored, TimerHandle};
 use std::fmt;
+use std::marker::PhantomData;
 
 /// A handle on a scheduled task (Netty's `Timeout`).
 ///
@@ -33,18 +34,27 @@ use std::fmt;
 /// assert!(!timeout.cancel(), "only the first cancel wins");
 /// ```
 pub struct Timeout<J: Stored = BoxedTask> {
-    pub(crate) state: CellRef<J>,
+    pub(crate) state: CellRef,
+    /// The timer's task type, which `timer()` gives the handle of.
+    task: PhantomData<fn() -> J>,
 }
 
 impl<J: Stored> Clone for Timeout<J> {
     fn clone(&self) -> Self {
-        Timeout {
-            state: self.state.clone(),
-        }
+        Timeout::new(self.state.clone())
     }
 }
 
 impl<J: Stored> Timeout<J> {
+    /// The handle of a timeout of a timer whose task type is `J`.
+    #[inline]
+    pub(crate) fn new(state: CellRef) -> Self {
+        Timeout {
+            state,
+            task: PhantomData,
+        }
+    }
+
     /// Cancels the timeout so that its task never runs.
     ///
     /// Returns `true` for the one call that cancelled it; `false` if it had already been
@@ -64,7 +74,7 @@ impl<J: Stored> Timeout<J> {
             CancelOutcome::AlreadyEnded => false,
             CancelOutcome::WasQueued => true,
             CancelOutcome::WasInWheel => {
-                self.state.timer().shared.cancelled(self.state.clone());
+                self.state.chunk_timer().cancelled(self.state.clone());
                 true
             }
         }

@@ -30,7 +30,7 @@ pub(crate) struct PendingBatch<J: crate::shared::sealed::TaskStorage = BoxedTask
     words_read: usize,
     deadlines: Vec<u64>,
     /// The spans of the queued timeouts' cells, in order, one chunk reference each.
-    spans: Vec<CellSpan<J>>,
+    spans: Vec<CellSpan>,
     /// Timeouts the worker has taken from the front ([`PendingBatch::drain_front`]): positions
     /// in `spans` count them.
     drained: usize,
@@ -65,17 +65,17 @@ impl<J: Stored> PendingBatch<J> {
     #[inline]
     pub(super) fn push<const HANDLE: bool>(
         &mut self,
-        cursor: &mut ChunkCursor<J>,
+        cursor: &mut ChunkCursor,
         shared: &Arc<Shared<J>>,
         shard: u8,
         task: impl Enqueue<J>,
         deadline: u64,
-    ) -> Option<CellRef<J>> {
+    ) -> Option<CellRef> {
         // A shard's batch is never partly taken: the worker swaps it out whole.
         debug_assert_eq!(self.drained, 0);
         let at = self.tasks.len();
         let queued = task.enqueue(&mut self.words);
-        let state = cursor.next_state::<HANDLE>(shared, shard, &mut self.spans, at);
+        let state = cursor.next_state::<J, HANDLE>(shared, shard, &mut self.spans, at);
         self.tasks.push(queued);
         self.deadlines.push(deadline);
         state
@@ -91,7 +91,7 @@ impl<J: Stored> PendingBatch<J> {
 
     /// Gives each span its chunk id, in push order (a chunk may recur), unless done already.
     /// The ids' vector keeps its capacity across the batch's uses: nothing is allocated.
-    pub(crate) fn assign_chunk_ids(&mut self, mut id_of: impl FnMut(&ChunkRef<J>) -> u32) {
+    pub(crate) fn assign_chunk_ids(&mut self, mut id_of: impl FnMut(&ChunkRef) -> u32) {
         if self.chunk_ids.len() != self.spans.len() {
             debug_assert!(self.chunk_ids.is_empty());
             self.chunk_ids
@@ -101,7 +101,7 @@ impl<J: Stored> PendingBatch<J> {
 
     /// Removes the first `n` timeouts, in order: task, span index, cell tag and deadline of
     /// each, with the spans and the chunk ids the span indexes refer to.
-    pub(crate) fn drain_front(&mut self, n: usize) -> (DrainFront<'_, J>, &[CellSpan<J>], &[u32]) {
+    pub(crate) fn drain_front(&mut self, n: usize) -> (DrainFront<'_, J>, &[CellSpan], &[u32]) {
         let cells = CellSpanCursor::new(&self.spans, self.drained);
         self.drained += n;
         let drain = DrainFront {
@@ -115,7 +115,7 @@ impl<J: Stored> PendingBatch<J> {
     }
 
     /// Once every timeout is out: hands the spans' chunks to `release`, keeping the capacity.
-    pub(crate) fn clear_runs(&mut self, release: impl FnMut(ChunkRef<J>)) {
+    pub(crate) fn clear_runs(&mut self, release: impl FnMut(ChunkRef)) {
         debug_assert!(self.tasks.is_empty());
         self.words.clear();
         self.words_read = 0;
@@ -129,16 +129,16 @@ impl<J: Stored> PendingBatch<J> {
 
     /// The states, in order; the tasks are dropped, each once (a panic of its `Drop` caught
     /// and counted by its timer).
-    pub(crate) fn into_states(mut self) -> Vec<CellRef<J>> {
-        let states: Vec<CellRef<J>> = CellSpanCursor::new(&self.spans, self.drained)
+    pub(crate) fn into_states(mut self) -> Vec<CellRef> {
+        let states: Vec<CellRef> = CellSpanCursor::new(&self.spans, self.drained)
             .take(self.tasks.len())
             .map(|(span, tag)| self.spans[span].chunk.state(tag))
             .collect();
         let (words, at) = (&self.words, &mut self.words_read);
         for (queued, state) in self.tasks.drain(..).zip(&states) {
             state
-                .timer()
-                .shared
+                .chunk_timer()
+                .counters()
                 .drop_task(J::dequeue(queued, words, at));
         }
         states
@@ -156,7 +156,7 @@ impl<J: Stored> PendingBatch<J> {
 pub(crate) struct DrainFront<'a, J: Stored> {
     tasks: std::vec::Drain<'a, J::Queued>,
     deadlines: std::vec::Drain<'a, u64>,
-    cells: CellSpanCursor<'a, J>,
+    cells: CellSpanCursor<'a>,
     words: &'a [Word],
     words_read: &'a mut usize,
 }
@@ -222,17 +222,17 @@ impl<J: Stored> Batch for PendingBatch<J> {
 }
 
 /// What a shard of the `timeouts` queue keeps for its producers, under its lock.
-pub(crate) struct ProducerShard<J: crate::shared::sealed::TaskStorage = BoxedTask> {
+pub(crate) struct ProducerShard {
     /// Pending-count credit (see `Shared::refill_credit`).
     pub(super) credit: usize,
     /// Where the shard's tasks' timeouts get their states (and the spare chunks the worker
     /// hands back).
-    pub(crate) cursor: ChunkCursor<J>,
+    pub(crate) cursor: ChunkCursor,
     /// Where the shard's futures' timeouts get theirs: chunks with waker slots.
-    pub(super) wake_cursor: ChunkCursor<J>,
+    pub(super) wake_cursor: ChunkCursor,
 }
 
-impl<J: Stored> Default for ProducerShard<J> {
+impl Default for ProducerShard {
     fn default() -> Self {
         ProducerShard {
             credit: 0,
@@ -242,7 +242,7 @@ impl<J: Stored> Default for ProducerShard<J> {
     }
 }
 
-impl<J: Stored> ProducerShard<J> {
+impl ProducerShard {
     /// Lets go of both cursors' chunks and spares (`stop()`: they hold handles on the timer).
     pub(crate) fn clear_cursors(&mut self) {
         self.cursor.clear();
@@ -252,8 +252,8 @@ impl<J: Stored> ProducerShard<J> {
     /// Takes the worker's spare chunks of this shard: tasks' and futures'.
     pub(crate) fn add_spares(
         &mut self,
-        tasks: &mut Vec<SpareChunk<J>>,
-        futures: &mut Vec<SpareChunk<J>>,
+        tasks: &mut Vec<SpareChunk>,
+        futures: &mut Vec<SpareChunk>,
     ) {
         self.cursor.add_spares(tasks);
         self.wake_cursor.add_spares(futures);

@@ -58,9 +58,10 @@
 //!   is reused only that way, once nothing can refer to it (no handle, no batch, no table
 //!   entry). An idle worker, and `stop()`, let every spare go.
 
-use super::{BoxedTask, Shared, Stored, TimerHandle};
+use super::{Counters, Shared, Stored, TimerHandle};
 use crate::sync::{lock, Arc, AtomicU32, Mutex, Ordering};
 use crate::wheel::NO_INDEX;
+use std::any::Any;
 use std::sync::PoisonError;
 use std::task::Waker;
 
@@ -133,10 +134,37 @@ pub(crate) const CHUNK: usize = if cfg!(loom) { 1 } else { 32 };
 // A cell's tag (its index in its chunk) travels in a wheel node's tag.
 const _: () = assert!(CHUNK - 1 <= crate::wheel::MAX_TAG as usize);
 
-struct Chunk<J: crate::shared::sealed::TaskStorage = BoxedTask> {
-    /// The timer every cell's timeout belongs to: a `Timeout` reaches its timer through its
-    /// chunk, so handles cost one reference count between them, not one per timeout.
-    timer: TimerHandle<J>,
+/// What a chunk knows of its timer without its task type: its counters, its cancellation
+/// queue, and the handle itself (for a `Timeout<J>` to take back as `TimerHandle<J>`).
+pub(crate) trait ChunkTimer: Send + Sync + 'static {
+    /// The timer's statistics (a panic of user code is counted there).
+    fn counters(&self) -> &Counters;
+    /// A timeout cancelled in the wheel: queued for the worker to unlink (`Shared::cancelled`).
+    fn cancelled(&self, state: CellRef);
+    /// The handle, for [`CellRef::timer`] to downcast.
+    fn as_any(&self) -> &dyn Any;
+}
+
+impl<J: Stored> ChunkTimer for TimerHandle<J> {
+    fn counters(&self) -> &Counters {
+        &self.shared.counters
+    }
+
+    #[inline]
+    fn cancelled(&self, state: CellRef) {
+        self.shared.cancelled(state)
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+struct Chunk {
+    /// The timer every cell's timeout belongs to, its task type erased: a `Timeout` reaches its
+    /// timer through its chunk, so handles cost one reference count between them, not one per
+    /// timeout.
+    timer: Box<dyn ChunkTimer>,
     /// The queue shard whose cursor hands the cells out (the worker's chunk table keeps it).
     shard: u8,
     cells: [Cell; CHUNK],
@@ -165,14 +193,14 @@ struct Chunk<J: crate::shared::sealed::TaskStorage = BoxedTask> {
 /// chunks of their own (`ProducerShard::wake_cursor`).
 pub(crate) type WakerSlots = [Mutex<Option<Waker>>; CHUNK];
 
-impl<J: Stored> ChunkRef<J> {
+impl ChunkRef {
     /// A new chunk of fresh cells, handed out by a cursor of queue shard `shard` of `shared`'s
     /// timer; with waker slots when `wakers` (see [`WakerSlots`]).
-    pub(super) fn new(shared: &Arc<Shared<J>>, shard: u8, wakers: bool) -> ChunkRef<J> {
+    pub(super) fn new<J: Stored>(shared: &Arc<Shared<J>>, shard: u8, wakers: bool) -> ChunkRef {
         ChunkRef(Arc::new(Chunk {
-            timer: TimerHandle {
+            timer: Box::new(TimerHandle {
                 shared: Arc::clone(shared),
-            },
+            }),
             shard,
             cells: fresh_cells(),
             wakers: wakers.then(|| Box::new(std::array::from_fn(|_| Mutex::new(None)))),
@@ -201,26 +229,26 @@ pub(crate) const SPARE_CHUNKS: usize = 4096;
 /// Under the request-timeout pattern (schedule, then cancel) the worker lets go of about a
 /// chunk per 32 timeouts while the producer needs as many: reusing them keeps the allocator,
 /// and its passing of blocks between the two threads, out of that loop.
-pub(crate) struct SpareChunk<J: crate::shared::sealed::TaskStorage = BoxedTask>(Arc<Chunk<J>>);
+pub(crate) struct SpareChunk(Arc<Chunk>);
 
-impl<J: Stored> SpareChunk<J> {
+impl SpareChunk {
     /// The chunk, to hand its cells out again.
     #[inline]
-    pub(super) fn into_chunk(self) -> ChunkRef<J> {
+    pub(super) fn into_chunk(self) -> ChunkRef {
         ChunkRef(self.0)
     }
 }
 
 /// A chunk of timeout states, as a queued batch and the worker's chunk table hold it.
-pub(crate) struct ChunkRef<J: crate::shared::sealed::TaskStorage = BoxedTask>(Arc<Chunk<J>>);
+pub(crate) struct ChunkRef(Arc<Chunk>);
 
-impl<J: Stored> Clone for ChunkRef<J> {
+impl Clone for ChunkRef {
     fn clone(&self) -> Self {
         ChunkRef(Arc::clone(&self.0))
     }
 }
 
-impl<J: Stored> ChunkRef<J> {
+impl ChunkRef {
     /// The queue shard the chunk's cells were handed out by.
     #[inline]
     pub(crate) fn shard(&self) -> usize {
@@ -228,7 +256,7 @@ impl<J: Stored> ChunkRef<J> {
     }
 
     #[inline]
-    pub(crate) fn same(&self, other: &ChunkRef<J>) -> bool {
+    pub(crate) fn same(&self, other: &ChunkRef) -> bool {
         Arc::ptr_eq(&self.0, &other.0)
     }
 
@@ -240,7 +268,7 @@ impl<J: Stored> ChunkRef<J> {
     /// The chunk as a spare, its cells fresh, if this was the last reference to it (no handle,
     /// no batch, no table holds it: nobody can see its cells any more).
     #[inline]
-    pub(crate) fn into_spare(self) -> Option<SpareChunk<J>> {
+    pub(crate) fn into_spare(self) -> Option<SpareChunk> {
         let mut chunk = self.0;
         let inner = Arc::get_mut(&mut chunk)?;
         if let Some(wakers) = &mut inner.wakers {
@@ -262,13 +290,13 @@ impl<J: Stored> ChunkRef<J> {
     /// Cell `tag` as a timeout's state, holding this reference (see
     /// [`CellRef::into_chunk`] for the way back).
     #[inline]
-    pub(crate) fn into_state(self, tag: u8) -> CellRef<J> {
+    pub(crate) fn into_state(self, tag: u8) -> CellRef {
         CellRef { chunk: self.0, tag }
     }
 
     /// A handle's reference to cell `tag`.
     #[inline]
-    pub(crate) fn state(&self, tag: u8) -> CellRef<J> {
+    pub(crate) fn state(&self, tag: u8) -> CellRef {
         CellRef {
             chunk: Arc::clone(&self.0),
             tag,
@@ -281,18 +309,18 @@ impl<J: Stored> ChunkRef<J> {
 /// cells goes: a cell is reused only once nothing can see it. The cell holds the timeout's
 /// state (see the module's state table).
 #[allow(unreachable_pub)]
-pub struct CellRef<J: crate::shared::sealed::TaskStorage = BoxedTask> {
-    chunk: Arc<Chunk<J>>,
+pub struct CellRef {
+    chunk: Arc<Chunk>,
     tag: u8,
 }
 
-impl<J: Stored> std::fmt::Debug for CellRef<J> {
+impl std::fmt::Debug for CellRef {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.cell().state_name())
     }
 }
 
-impl<J: Stored> Clone for CellRef<J> {
+impl Clone for CellRef {
     fn clone(&self) -> Self {
         CellRef {
             chunk: Arc::clone(&self.chunk),
@@ -301,19 +329,19 @@ impl<J: Stored> Clone for CellRef<J> {
     }
 }
 
-impl<J: Stored> CellRef<J> {
+impl CellRef {
     #[inline]
     fn cell(&self) -> &Cell {
         &self.chunk.cells[usize::from(self.tag)]
     }
 
-    pub(crate) fn same(&self, other: &CellRef<J>) -> bool {
+    pub(crate) fn same(&self, other: &CellRef) -> bool {
         Arc::ptr_eq(&self.chunk, &other.chunk) && self.tag == other.tag
     }
 
     /// Whether this cell is one of `chunk`'s.
     #[inline]
-    pub(crate) fn is_in(&self, chunk: &ChunkRef<J>) -> bool {
+    pub(crate) fn is_in(&self, chunk: &ChunkRef) -> bool {
         Arc::ptr_eq(&self.chunk, &chunk.0)
     }
 
@@ -324,14 +352,27 @@ impl<J: Stored> CellRef<J> {
 
     /// The reference to the timeout's chunk this state holds.
     #[inline]
-    pub(crate) fn into_chunk(self) -> ChunkRef<J> {
+    pub(crate) fn into_chunk(self) -> ChunkRef {
         ChunkRef(self.chunk)
     }
 
-    /// The timer the timeout belongs to.
+    /// The timer the timeout belongs to, as the handle of its task type `J`.
+    ///
+    /// # Panics
+    /// If `J` is not the timer's task type (a `Timeout<J>` is only made for its timer's `J`).
     #[inline]
-    pub(crate) fn timer(&self) -> &TimerHandle<J> {
-        &self.chunk.timer
+    pub(crate) fn timer<J: Stored>(&self) -> &TimerHandle<J> {
+        self.chunk
+            .timer
+            .as_any()
+            .downcast_ref()
+            .expect("a timeout's task type is its timer's")
+    }
+
+    /// The timer the timeout belongs to, its task type erased.
+    #[inline]
+    pub(crate) fn chunk_timer(&self) -> &dyn ChunkTimer {
+        &*self.chunk.timer
     }
 
     /// "pending", "cancelled" or "expired", from a relaxed load (for `Debug`).
@@ -348,16 +389,15 @@ impl<J: Stored> CellRef<J> {
     /// Ends a timeout that never ran and never will (the timer is shutting down), unless it has
     /// ended already: cancels it and wakes its future, if it is a future's; else gives it back
     /// (for `stop()` to return).
-    pub(crate) fn cancel_never_run(self) -> Option<CellRef<J>> {
+    pub(crate) fn cancel_never_run(self) -> Option<CellRef> {
         if self.cancel() == CancelOutcome::AlreadyEnded {
             return None;
         }
         if self.has_waker() {
             // A future's timeout is not returned: its future completes with `Stopped`.
             if !self.wake() {
-                self.timer()
-                    .shared
-                    .counters
+                self.chunk_timer()
+                    .counters()
                     .user_code_panicked("a future's waker");
             }
             None

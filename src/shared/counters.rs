@@ -3,7 +3,7 @@
 //! timeout, and whoever catches a panic of user code.
 //!
 //! Owns the counters' atomics; every access is Relaxed, nothing is ordered by them. Touches
-//! only `sync`.
+//! only `sync`, and `shared`'s catching of a panic (a task dropped unrun).
 
 use crate::sync::{process, Ordering};
 
@@ -35,6 +35,15 @@ impl Counters {
         // Relaxed: a statistic.
         self.panicked.fetch_add(1, Ordering::Relaxed);
         log::warn!("{what} panicked; the timer goes on");
+    }
+
+    /// Drops a task the timer lets go of without running it (cancelled, or never run at a
+    /// stop), counting a panic of its `Drop` in `stats().panicked`.
+    #[inline]
+    pub(crate) fn drop_task<T>(&self, task: T) {
+        if !super::drop_caught(task) {
+            self.user_code_panicked("a task's Drop");
+        }
     }
 
     pub(super) fn new() -> Counters {

@@ -150,9 +150,9 @@ pub(crate) struct Shared<J: crate::shared::sealed::TaskStorage = BoxedTask> {
     /// total: ending a timeout takes no locked instruction.
     ended: CachePadded<AtomicUsize>,
     /// Each shard's data: its pending-count credit, its chunk of timeout states and spares.
-    pub(crate) timeouts: Queue<PendingBatch<J>, ProducerShard<J>>,
+    pub(crate) timeouts: Queue<PendingBatch<J>, ProducerShard>,
     /// Timeouts cancelled while in the wheel, for the worker to unlink.
-    pub(crate) cancellations: Queue<Vec<CellRef<J>>>,
+    pub(crate) cancellations: Queue<Vec<CellRef>>,
     state: AtomicU8,
     /// The tick at whose end the worker will next wake by itself; `AWAKE` while it runs,
     /// `u64::MAX` when it parks with no deadline. See `worker::thread_main`.
@@ -204,15 +204,6 @@ pub(crate) struct Control {
 }
 
 impl<J: Stored> Shared<J> {
-    /// Drops a task the timer lets go of without running it (cancelled, or never run at a
-    /// stop), counting a panic of its `Drop` in `stats().panicked`.
-    #[inline]
-    pub(crate) fn drop_task<T>(&self, task: T) {
-        if !drop_caught(task) {
-            self.counters.user_code_panicked("a task's Drop");
-        }
-    }
-
     /// A timer's shared state, not started.
     pub(crate) fn new(
         tick_nanos: u64,

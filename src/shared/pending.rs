@@ -43,7 +43,7 @@ impl<J: Stored> Shared<J> {
     /// Counts one more pending timeout against the credit of the producer's shard (`producer`,
     /// under its lock), refilling it first when it is used up; or refuses.
     #[inline(always)]
-    pub(super) fn take_credit(&self, producer: &mut ProducerShard<J>) -> Result<(), TimerError> {
+    pub(super) fn take_credit(&self, producer: &mut ProducerShard) -> Result<(), TimerError> {
         if producer.credit == 0 {
             producer.credit = self.refill_credit()?;
         }

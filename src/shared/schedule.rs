@@ -50,7 +50,7 @@ impl<J: Stored> Shared<J> {
         self: &Arc<Self>,
         job: impl Enqueue<J>,
         delay: Duration,
-    ) -> Result<CellRef<J>, TimerError> {
+    ) -> Result<CellRef, TimerError> {
         let (deadline, now) = self.due_after(delay);
         self.schedule_at(job, deadline, now)
     }
@@ -70,7 +70,7 @@ impl<J: Stored> Shared<J> {
         job: impl Enqueue<J>,
         deadline: u64,
         now: u64,
-    ) -> Result<CellRef<J>, TimerError> {
+    ) -> Result<CellRef, TimerError> {
         self.push::<WITH_HANDLE>(job, deadline, now, OnExpiry::RunTask)
             .map(|state| state.expect("a state for the handle"))
     }
@@ -98,7 +98,7 @@ impl<J: Stored> Shared<J> {
         deadline: u64,
         now: u64,
         on_expiry: OnExpiry,
-    ) -> Result<Option<CellRef<J>>, TimerError> {
+    ) -> Result<Option<CellRef>, TimerError> {
         let limited = self.max_pending != 0;
         if limited {
             self.reserve_limited()?;
@@ -124,7 +124,7 @@ impl<J: Stored> Shared<J> {
         deadline: u64,
         on_expiry: OnExpiry,
         limited: bool,
-    ) -> Result<Option<CellRef<J>>, TimerError> {
+    ) -> Result<Option<CellRef>, TimerError> {
         let mut shard = self.timeouts.my_shard();
         let shard_index = shard.index();
         let (producer, items) = shard.parts();
@@ -150,7 +150,7 @@ impl<J: Stored> Shared<J> {
     /// A successful `cancel()`: queue the state for the worker and make sure it runs by the end
     /// of its current tick.
     #[inline]
-    pub(crate) fn cancelled(&self, state: CellRef<J>) {
+    pub(crate) fn cancelled(&self, state: CellRef) {
         // No fence: as in `new_timeout`, the queue's lock orders the push before the load of
         // the worker's plan.
         self.cancellations.push(state);

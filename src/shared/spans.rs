@@ -8,7 +8,7 @@
 //! chunks, through [`ChunkRef`].
 
 use super::cells::{CellRef, ChunkRef, SpareChunk, CHUNK, SPARE_CHUNKS};
-use super::{BoxedTask, Shared, Stored};
+use super::{Shared, Stored};
 use crate::sync::Arc;
 
 /// The chunk a queue shard's producers take their states from, and its next free cell: kept
@@ -18,30 +18,20 @@ use crate::sync::Arc;
 /// current here the two keep each other alive. `stop()` breaks the cycle by clearing every
 /// shard's cursor ([`ChunkCursor::clear`]), and a producer never starts a chunk on a stopped
 /// timer.
-pub(crate) struct ChunkCursor<J: crate::shared::sealed::TaskStorage = BoxedTask> {
-    chunk: Option<ChunkRef<J>>,
+#[derive(Default)]
+pub(crate) struct ChunkCursor {
+    chunk: Option<ChunkRef>,
     next: u8,
     /// Chunks of this shard the worker has finished with, their cells reset, to be used
     /// before allocating (see [`SpareChunk`]); of this cursor's kind (waker slots or none).
-    spares: Vec<SpareChunk<J>>,
+    spares: Vec<SpareChunk>,
     /// Whether this cursor's chunks carry waker slots (futures' timeouts).
     wakers: bool,
 }
 
-impl<J: Stored> Default for ChunkCursor<J> {
-    fn default() -> Self {
-        ChunkCursor {
-            chunk: None,
-            next: 0,
-            spares: Vec::new(),
-            wakers: false,
-        }
-    }
-}
-
-impl<J: Stored> ChunkCursor<J> {
+impl ChunkCursor {
     /// A cursor whose chunks carry waker slots, for futures' timeouts.
-    pub(crate) fn with_wakers() -> ChunkCursor<J> {
+    pub(crate) fn with_wakers() -> ChunkCursor {
         ChunkCursor {
             wakers: true,
             ..ChunkCursor::default()
@@ -65,13 +55,13 @@ impl<J: Stored> ChunkCursor<J> {
     /// With `HANDLE` false (a detached timeout: nobody holds a handle) no reference is taken
     /// for it: `None`, and no locked instruction but the chunk's last cell's hand-over.
     #[inline]
-    pub(crate) fn next_state<const HANDLE: bool>(
+    pub(crate) fn next_state<J: Stored, const HANDLE: bool>(
         &mut self,
         shared: &Arc<Shared<J>>,
         shard: u8,
-        spans: &mut Vec<CellSpan<J>>,
+        spans: &mut Vec<CellSpan>,
         at: usize,
-    ) -> Option<CellRef<J>> {
+    ) -> Option<CellRef> {
         let (chunk, tag) = self.next_cell(shared, shard);
         CellSpan::push_if_new(spans, chunk, tag, at);
         if usize::from(tag) == CHUNK - 1 {
@@ -89,7 +79,7 @@ impl<J: Stored> ChunkCursor<J> {
     /// The current chunk (a spare, or a new one, when there is none) and the tag of its next
     /// free cell, which is taken.
     #[inline(always)]
-    fn next_cell(&mut self, shared: &Arc<Shared<J>>, shard: u8) -> (&ChunkRef<J>, u8) {
+    fn next_cell<J: Stored>(&mut self, shared: &Arc<Shared<J>>, shard: u8) -> (&ChunkRef, u8) {
         let next = &mut self.next;
         let spares = &mut self.spares;
         let wakers = self.wakers;
@@ -124,7 +114,7 @@ impl<J: Stored> ChunkCursor<J> {
 
     /// Takes spare chunks from `from` (the worker's, all of this cursor's shard), up to
     /// [`SPARE_CHUNKS`] in all.
-    pub(crate) fn add_spares(&mut self, from: &mut Vec<SpareChunk<J>>) {
+    pub(crate) fn add_spares(&mut self, from: &mut Vec<SpareChunk>) {
         let free = SPARE_CHUNKS.saturating_sub(self.spares.len());
         if self.spares.is_empty() && from.len() <= free {
             std::mem::swap(&mut self.spares, from);
@@ -138,18 +128,18 @@ impl<J: Stored> ChunkCursor<J> {
 /// Consecutive timeouts of a queued batch whose cells are consecutive cells of one chunk: the
 /// timeout at position `first + k` of the batch has cell `start + k` of `chunk`. Positions
 /// count from the batch's first timeout, including those the worker has taken out since.
-pub(crate) struct CellSpan<J: crate::shared::sealed::TaskStorage = BoxedTask> {
-    pub(crate) chunk: ChunkRef<J>,
+pub(crate) struct CellSpan {
+    pub(crate) chunk: ChunkRef,
     pub(crate) first: usize,
     start: u8,
 }
 
-impl<J: Stored> CellSpan<J> {
+impl CellSpan {
     /// Makes the last of `spans` the span of cell `tag` of `chunk`, the cell of the timeout at
     /// position `at`: a new span starts on a chunk's first cell, in a batch with no span yet,
     /// and after a span of another chunk.
     #[inline(always)]
-    fn push_if_new(spans: &mut Vec<CellSpan<J>>, chunk: &ChunkRef<J>, tag: u8, at: usize) {
+    fn push_if_new(spans: &mut Vec<CellSpan>, chunk: &ChunkRef, tag: u8, at: usize) {
         if tag == 0 || spans.last().is_none_or(|span| !span.chunk.same(chunk)) {
             spans.push(CellSpan {
                 chunk: chunk.clone(),
@@ -173,21 +163,21 @@ impl<J: Stored> CellSpan<J> {
 
 /// Walks a batch's positions from `at` on, one step per timeout: each step gives the index of
 /// its span and its cell tag.
-pub(crate) struct CellSpanCursor<'a, J: crate::shared::sealed::TaskStorage = BoxedTask> {
-    spans: &'a [CellSpan<J>],
+pub(crate) struct CellSpanCursor<'a> {
+    spans: &'a [CellSpan],
     span: usize,
     at: usize,
 }
 
-impl<'a, J: Stored> CellSpanCursor<'a, J> {
+impl<'a> CellSpanCursor<'a> {
     /// From position `at` (which must belong to one of `spans`).
-    pub(crate) fn new(spans: &'a [CellSpan<J>], at: usize) -> Self {
+    pub(crate) fn new(spans: &'a [CellSpan], at: usize) -> Self {
         let span = spans.partition_point(|r| r.first <= at).saturating_sub(1);
         CellSpanCursor { spans, span, at }
     }
 }
 
-impl<J: Stored> Iterator for CellSpanCursor<'_, J> {
+impl Iterator for CellSpanCursor<'_> {
     type Item = (usize, u8);
 
     #[inline]

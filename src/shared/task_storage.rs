@@ -102,7 +102,7 @@ pub(crate) mod sealed {
 
         /// Runs the task, catching a panic; gives the state back (the worker lent it), and
         /// whether the task returned (false: it panicked).
-        fn run_stored(self, state: CellRef<Self>) -> (CellRef<Self>, bool);
+        fn run_stored(self, state: CellRef) -> (CellRef, bool);
 
         /// The wheel's entry for this task, whose cell is in chunk `chunk`.
         fn into_entry(self, chunk: u32, store: &mut Self::Store) -> Self::Entry;
@@ -115,8 +115,8 @@ pub(crate) mod sealed {
         fn run_entry(
             entry: Self::Entry,
             store: &mut Self::Store,
-            state: CellRef<Self>,
-        ) -> (CellRef<Self>, bool);
+            state: CellRef,
+        ) -> (CellRef, bool);
 
         /// The chunk id an entry was made with.
         fn chunk(entry: &Self::Entry) -> u32;

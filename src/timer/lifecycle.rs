@@ -64,8 +64,8 @@ pub(super) fn worker_mut<J: Stored>(idle: &mut ErasedWorker) -> &mut Worker<J> {
 
 /// A timeout that never ran, ended (see `CellRef::cancel_never_run`): its handle, for
 /// `stop()` to return, unless it had ended already or is a future's.
-fn cancel_never_run<J: Stored>(state: CellRef<J>) -> Option<Timeout<J>> {
-    state.cancel_never_run().map(|state| Timeout { state })
+fn cancel_never_run<J: Stored>(state: CellRef) -> Option<Timeout<J>> {
+    state.cancel_never_run().map(|state| Timeout::new(state))
 }
 
 /// The first `new_timeout` (or `start()`): starts the worker thread, once, unless a

@@ -127,10 +127,10 @@ fn start<J: Stored>(shared: &Arc<Shared<J>>) -> Result<(), TimerError> {
 #[inline]
 fn accepted<J: Stored>(
     shared: &Shared<J>,
-    scheduled: Result<CellRef<J>, TimerError>,
+    scheduled: Result<CellRef, TimerError>,
 ) -> Result<Timeout<J>, TimerError> {
     match scheduled {
-        Ok(state) => Ok(Timeout { state }),
+        Ok(state) => Ok(Timeout::new(state)),
         Err(e) => Err(refused(shared, e)),
     }
 }

@@ -6,7 +6,6 @@
 //! worker uses it. The rules it keeps: `shared::cells`, "Chunks, spans and spares: the protocol".
 
 use crate::shared::cells::{ChunkRef, SpareChunk, CHUNK, SPARE_CHUNKS};
-use crate::shared::{BoxedTask, Stored};
 use crate::sync::SHARDS;
 use crate::wheel::{Slab, Vacancy, NO_INDEX};
 
@@ -20,8 +19,8 @@ use crate::wheel::{Slab, Vacancy, NO_INDEX};
 ///
 /// Settling allocates nothing (a freed id is a slot on the slab's free list), so that nothing
 /// in the expiry loop calls the allocator.
-pub(super) struct ChunkTable<J: crate::shared::sealed::TaskStorage = BoxedTask> {
-    chunks: Slab<Held<J>>,
+pub(super) struct ChunkTable {
+    chunks: Slab<Held>,
     /// Per queue shard and kind (tasks', futures'), the id of the chunk of that cursor
     /// registered last: the only one a batch can refer to again (each of a shard's two cursors
     /// hands its chunks out one after the other, and the worker takes each shard's batches in
@@ -32,21 +31,21 @@ pub(super) struct ChunkTable<J: crate::shared::sealed::TaskStorage = BoxedTask> 
     /// Per queue shard, chunks let go of with nothing else holding them, for the shard's
     /// cursors to use again (see `SpareChunk`); handed over when the worker next takes the
     /// shard's batch. Tasks' chunks, and futures' (with waker slots).
-    pub(super) spares: [Vec<SpareChunk<J>>; SHARDS],
-    pub(super) wake_spares: [Vec<SpareChunk<J>>; SHARDS],
+    pub(super) spares: [Vec<SpareChunk>; SHARDS],
+    pub(super) wake_spares: [Vec<SpareChunk>; SHARDS],
 }
 
 /// A slot of the table: a free id, or a chunk (out of the table while its cells are being
 /// settled: [`ChunkTable::take`]) and the count of its cells not settled yet.
-enum Held<J: crate::shared::sealed::TaskStorage> {
+enum Held {
     Free(u32),
     Chunk {
-        chunk: Option<ChunkRef<J>>,
+        chunk: Option<ChunkRef>,
         unsettled: u32,
     },
 }
 
-impl<J: Stored> Vacancy for Held<J> {
+impl Vacancy for Held {
     #[inline]
     fn vacant(next: u32) -> Self {
         Held::Free(next)
@@ -61,8 +60,8 @@ impl<J: Stored> Vacancy for Held<J> {
     }
 }
 
-impl<J: Stored> ChunkTable<J> {
-    pub(super) fn new() -> ChunkTable<J> {
+impl ChunkTable {
+    pub(super) fn new() -> ChunkTable {
         ChunkTable {
             chunks: Slab::new(),
             latest: [[NO_INDEX; 2]; SHARDS],
@@ -78,7 +77,7 @@ impl<J: Stored> ChunkTable<J> {
 
     /// A chunk let go of by the worker: kept as a spare if that was its last reference.
     #[inline]
-    pub(super) fn release(&mut self, chunk: ChunkRef<J>) {
+    pub(super) fn release(&mut self, chunk: ChunkRef) {
         let spares = if chunk.has_wakers() {
             &mut self.wake_spares[chunk.shard()]
         } else {
@@ -92,7 +91,7 @@ impl<J: Stored> ChunkTable<J> {
     }
 
     /// The id of `chunk`, registering it if it is new.
-    pub(super) fn id_of(&mut self, chunk: &ChunkRef<J>) -> u32 {
+    pub(super) fn id_of(&mut self, chunk: &ChunkRef) -> u32 {
         let (shard, kind) = (chunk.shard(), usize::from(chunk.has_wakers()));
         let latest = self.latest[shard][kind];
         let known = matches!(
@@ -112,7 +111,7 @@ impl<J: Stored> ChunkTable<J> {
 
     /// Chunk `id`'s slot: its chunk (`None` while taken out) and its unsettled count.
     #[inline]
-    fn slot(&mut self, id: u32) -> (&mut Option<ChunkRef<J>>, &mut u32) {
+    fn slot(&mut self, id: u32) -> (&mut Option<ChunkRef>, &mut u32) {
         match &mut self.chunks[id] {
             Held::Chunk { chunk, unsettled } => (chunk, unsettled),
             Held::Free(_) => panic!("chunk id {id} is free"),
@@ -124,7 +123,7 @@ impl<J: Stored> ChunkTable<J> {
     /// settled are of this chunk: given back with [`ChunkTable::put_back_settled`] before the
     /// table is asked for the id again (meanwhile the holder asks the chunk itself).
     #[inline]
-    pub(super) fn take(&mut self, id: u32) -> ChunkRef<J> {
+    pub(super) fn take(&mut self, id: u32) -> ChunkRef {
         self.slot(id)
             .0
             .take()
@@ -134,7 +133,7 @@ impl<J: Stored> ChunkTable<J> {
     /// Gives back what [`ChunkTable::take`] took, with `settled` (at least 1) more of its
     /// cells settled while it was out: the last one lets the chunk go.
     #[inline]
-    pub(super) fn put_back_settled(&mut self, id: u32, chunk: ChunkRef<J>, settled: u32) {
+    pub(super) fn put_back_settled(&mut self, id: u32, chunk: ChunkRef, settled: u32) {
         if self.count_settled(id, settled) {
             self.let_go(id, chunk);
         } else {
@@ -147,13 +146,13 @@ impl<J: Stored> ChunkTable<J> {
     /// Frees id `id`, whose cells are all settled, and lets its chunk go (once per chunk of
     /// 32 timeouts: out of the settling loop's way).
     #[inline(never)]
-    fn let_go(&mut self, id: u32, chunk: ChunkRef<J>) {
+    fn let_go(&mut self, id: u32, chunk: ChunkRef) {
         self.release(chunk);
         self.chunks.remove(id);
     }
 
     #[inline]
-    pub(super) fn get(&self, id: u32) -> &ChunkRef<J> {
+    pub(super) fn get(&self, id: u32) -> &ChunkRef {
         match &self.chunks[id] {
             Held::Chunk {
                 chunk: Some(chunk), ..

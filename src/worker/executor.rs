@@ -10,7 +10,7 @@ use crate::shared::{sealed, Stored};
 /// the task catching a panic of its `Drop`, which may happen while the executor unwinds.
 pub(super) struct ExecutorJob<J: Stored> {
     pub(super) task: Option<J>,
-    pub(super) state: Option<CellRef<J>>,
+    pub(super) state: Option<CellRef>,
 }
 
 impl<J: Stored> ExecutorJob<J> {
@@ -21,9 +21,8 @@ impl<J: Stored> ExecutorJob<J> {
         let (state, ran) = sealed::TaskStorage::run_stored(task, state);
         if !ran {
             state
-                .timer()
-                .shared
-                .counters
+                .chunk_timer()
+                .counters()
                 .user_code_panicked("a TimerTask (on the executor)");
         }
     }
@@ -32,7 +31,7 @@ impl<J: Stored> ExecutorJob<J> {
 impl<J: Stored> Drop for ExecutorJob<J> {
     fn drop(&mut self) {
         if let (Some(task), Some(state)) = (self.task.take(), self.state.take()) {
-            state.timer().shared.drop_task(task);
+            state.chunk_timer().counters().drop_task(task);
         }
     }
 }

@@ -84,8 +84,8 @@ pub(crate) struct Worker<J: Stored = BoxedTask> {
     /// full ones: in a steady state no buffer grows, and nothing is copied.
     empty_batches: Vec<PendingBatch<J>>,
     /// Reused buffer for the cancellation queue.
-    cancellations: Vec<CellRef<J>>,
-    chunks: ChunkTable<J>,
+    cancellations: Vec<CellRef>,
+    chunks: ChunkTable,
     tally: Tally,
     /// Owned by the worker, so that it is dropped with it when the timer stops.
     executor: Option<Executor>,
@@ -239,7 +239,9 @@ impl<J: Stored> Worker<J> {
                 } else {
                     stale_chunk_id(id);
                 }
-                shared.drop_task(J::from_entry(entry, &mut self.tasks));
+                shared
+                    .counters
+                    .drop_task(J::from_entry(entry, &mut self.tasks));
             }
         }
         if n > 0 {
@@ -310,7 +312,7 @@ impl<J: Stored> Worker<J> {
                     // Cancelled while queued: account for it here, and drop the task now.
                     cancelled += 1;
                     self.chunks.settle(id);
-                    shared.drop_task(task);
+                    shared.counters.drop_task(task);
                     continue;
                 }
                 let entry = task.into_entry(id, &mut self.tasks);
@@ -401,16 +403,19 @@ impl<J: Stored> Worker<J> {
 
     /// Empties the wheel and the inbox (for `stop`): the states of everything still in them.
     /// Their tasks are dropped, a panic of a `Drop` caught and counted.
-    pub(crate) fn drain(&mut self) -> Vec<CellRef<J>> {
+    pub(crate) fn drain(&mut self) -> Vec<CellRef> {
         let chunks = &self.chunks;
         let tasks = &mut self.tasks;
-        let mut out: Vec<CellRef<J>> = self
+        let mut out: Vec<CellRef> = self
             .wheel
             .drain()
             .into_iter()
             .map(|(entry, tag)| {
                 let state = chunks.get(J::chunk(&entry)).state(tag);
-                state.timer().shared.drop_task(J::from_entry(entry, tasks));
+                state
+                    .chunk_timer()
+                    .counters()
+                    .drop_task(J::from_entry(entry, tasks));
                 state
             })
             .collect();
@@ -460,14 +465,14 @@ struct Settle<'a, J: Stored> {
     shared: &'a Shared<J>,
     now: u64,
     executor: Option<&'a Executor>,
-    chunks: &'a mut ChunkTable<J>,
+    chunks: &'a mut ChunkTable,
     tasks: &'a mut J::Store,
     tally: &'a mut Tally,
     ended: usize,
     /// The chunk of the entries just settled, out of the table while the entries that follow
     /// are of the same chunk (a bucket's timeouts mostly come a chunk at a time): its id, and
     /// how many of its cells were settled meanwhile.
-    out: Option<(u32, ChunkRef<J>, u32)>,
+    out: Option<(u32, ChunkRef, u32)>,
     timing: RunTiming,
 }
 
@@ -499,7 +504,7 @@ impl<J: Stored> Settle<'_, J> {
             // A future's wake-up runs here: handing it to an executor would cost more.
             let executor = self.executor.filter(|_| !state.has_waker());
             self.timing.before_run(self.shared, self.tally);
-            let (state, ran) = run_task(executor, entry, self.tasks, state);
+            let (state, ran) = run_task::<J>(executor, entry, self.tasks, state);
             if !ran {
                 run_panicked(self.shared, executor.is_some());
             }
@@ -509,7 +514,9 @@ impl<J: Stored> Settle<'_, J> {
             // tick's cancellations were processed): its entry on the cancellation queue ends
             // it (finding NO_INDEX); the task is dropped here.
             chunk.cell(tag).clear_wheel_key();
-            self.shared.drop_task(J::from_entry(entry, self.tasks));
+            self.shared
+                .counters
+                .drop_task(J::from_entry(entry, self.tasks));
             chunk
         };
         self.out = Some((id, chunk, settled + 1));
@@ -518,9 +525,11 @@ impl<J: Stored> Settle<'_, J> {
     /// A due entry whose chunk id is stale (see [`stale_chunk_id`]): dropped, its chunk's
     /// count left as it was.
     #[cold]
-    fn not_its_cell(&mut self, id: u32, entry: J::Entry, chunk: ChunkRef<J>, settled: u32) {
+    fn not_its_cell(&mut self, id: u32, entry: J::Entry, chunk: ChunkRef, settled: u32) {
         stale_chunk_id(id);
-        self.shared.drop_task(J::from_entry(entry, self.tasks));
+        self.shared
+            .counters
+            .drop_task(J::from_entry(entry, self.tasks));
         self.out = Some((id, chunk, settled));
     }
 
@@ -565,8 +574,8 @@ fn run_task<J: Stored>(
     executor: Option<&Executor>,
     entry: J::Entry,
     tasks: &mut J::Store,
-    state: CellRef<J>,
-) -> (CellRef<J>, bool) {
+    state: CellRef,
+) -> (CellRef, bool) {
     match executor {
         // Run from where its words are kept: no copy of the task's words.
         None => J::run_entry(entry, tasks, state),
