@@ -63,6 +63,7 @@ impl<J: Stored> Shared<J> {
     /// `CREDIT_BATCH`, kept as credit in their shard of the queue: one shared read-modify-write
     /// per batch instead of one per timeout (on the line every producer and the worker write).
     /// The wheel's key space still bounds the count: the last batches shrink to what is left.
+    /// Called under the producer's shard lock: it takes no other.
     #[cold]
     pub(super) fn refill_credit(&self) -> Result<usize, TimerError> {
         // Relaxed: see `reserve_limited`.
@@ -71,10 +72,11 @@ impl<J: Stored> Shared<J> {
             let pending = pending_between(cur, self.ended.load(Ordering::Relaxed));
             let keys_left = MAX_ENTRIES.saturating_sub(pending);
             if keys_left == 0 {
-                // The wheel's key space (2^27 - 1 entries, ~6 GB of them): never reached in
-                // practice, but refused rather than overflowed.
+                // The wheel's key space (2^27 - 1 entries, ~6 GB of them): refused rather than
+                // overflowed. The count reported includes the shards' unused credit: `counted`
+                // would lock every shard, and the caller holds one of them.
                 return Err(TimerError::TooManyPending {
-                    pending: self.counted(),
+                    pending,
                     max: MAX_ENTRIES,
                 });
             }
@@ -144,5 +146,42 @@ fn pending_between(accepted: usize, ended: usize) -> usize {
         0
     } else {
         pending
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{HashedWheelTimer, Timeout, TimerError};
+    use std::sync::atomic::Ordering;
+    use std::sync::mpsc;
+    use std::time::Duration;
+
+    /// At the wheel's key bound, with no pending limit, `new_timeout` refuses with the count it
+    /// read. It used to ask for the exact count, which locks every queue shard, while holding
+    /// its own: the producer waited on itself for good.
+    #[test]
+    fn the_key_bound_refuses_and_does_not_wait_on_its_own_shard() {
+        let (timer, _driver) = HashedWheelTimer::builder().build_manual().unwrap();
+        // As if 2^27 - 1 timeouts were pending (6 GB of them).
+        let bound = super::MAX_ENTRIES;
+        timer.shared.accepted.store(bound, Ordering::Relaxed);
+        let (tx, rx) = mpsc::channel();
+        let producer = std::thread::spawn(move || {
+            let refused = timer.new_timeout(|_: &Timeout| {}, Duration::from_secs(1));
+            tx.send(refused.map(drop)).unwrap();
+            timer
+        });
+        let refused = rx
+            .recv_timeout(Duration::from_secs(30))
+            .expect("new_timeout returns at the key bound");
+        assert_eq!(
+            refused,
+            Err(TimerError::TooManyPending {
+                pending: bound,
+                max: bound
+            })
+        );
+        let timer = producer.join().unwrap();
+        timer.shared.accepted.store(0, Ordering::Relaxed);
     }
 }
