@@ -58,7 +58,7 @@
 //!   is reused only that way, once nothing can refer to it (no handle, no batch, no table
 //!   entry). An idle worker, and `stop()`, let every spare go.
 
-use super::{Counters, Shared, Stored, TimerHandle};
+use super::{Counters, Stored, TimerHandle};
 use crate::sync::{lock, Arc, AtomicU32, Mutex, Ordering};
 use crate::wheel::NO_INDEX;
 use std::any::Any;
@@ -164,7 +164,7 @@ struct Chunk {
     /// The timer every cell's timeout belongs to, its task type erased: a `Timeout` reaches its
     /// timer through its chunk, so handles cost one reference count between them, not one per
     /// timeout.
-    timer: Box<dyn ChunkTimer>,
+    timer: Arc<dyn ChunkTimer>,
     /// The queue shard whose cursor hands the cells out (the worker's chunk table keeps it).
     shard: u8,
     cells: [Cell; CHUNK],
@@ -196,11 +196,9 @@ pub(crate) type WakerSlots = [Mutex<Option<Waker>>; CHUNK];
 impl ChunkRef {
     /// A new chunk of fresh cells, handed out by a cursor of queue shard `shard` of `shared`'s
     /// timer; with waker slots when `wakers` (see [`WakerSlots`]).
-    pub(super) fn new<J: Stored>(shared: &Arc<Shared<J>>, shard: u8, wakers: bool) -> ChunkRef {
+    pub(super) fn new(timer: &Arc<dyn ChunkTimer>, shard: u8, wakers: bool) -> ChunkRef {
         ChunkRef(Arc::new(Chunk {
-            timer: Box::new(TimerHandle {
-                shared: Arc::clone(shared),
-            }),
+            timer: Arc::clone(timer),
             shard,
             cells: fresh_cells(),
             wakers: wakers.then(|| Box::new(std::array::from_fn(|_| Mutex::new(None)))),

@@ -7,8 +7,8 @@
 //! `cells`' ("Chunks, spans and spares: the protocol"). Touches only the `cells` module's
 //! chunks, through [`ChunkRef`].
 
-use super::cells::{CellRef, ChunkRef, SpareChunk, CHUNK, SPARE_CHUNKS};
-use super::{Shared, Stored};
+use super::cells::{CellRef, ChunkRef, ChunkTimer, SpareChunk, CHUNK, SPARE_CHUNKS};
+use super::{Shared, Stored, TimerHandle};
 use crate::sync::Arc;
 
 /// The chunk a queue shard's producers take their states from, and its next free cell: kept
@@ -27,6 +27,9 @@ pub(crate) struct ChunkCursor {
     spares: Vec<SpareChunk>,
     /// Whether this cursor's chunks carry waker slots (futures' timeouts).
     wakers: bool,
+    /// The timer, as every chunk of this cursor names it: one handle for them all (made with
+    /// the first chunk, let go of by `clear`), so that a new chunk costs one allocation.
+    timer: Option<Arc<dyn ChunkTimer>>,
 }
 
 impl ChunkCursor {
@@ -83,11 +86,19 @@ impl ChunkCursor {
         let next = &mut self.next;
         let spares = &mut self.spares;
         let wakers = self.wakers;
+        let timer = &mut self.timer;
         let chunk = self.chunk.get_or_insert_with(|| {
             *next = 0;
             match spares.pop() {
                 Some(spare) => spare.into_chunk(),
-                None => ChunkRef::new(shared, shard, wakers),
+                None => {
+                    let timer = timer.get_or_insert_with(|| {
+                        Arc::new(TimerHandle {
+                            shared: Arc::clone(shared),
+                        })
+                    });
+                    ChunkRef::new(timer, shard, wakers)
+                }
             }
         });
         let tag = *next;
@@ -98,6 +109,7 @@ impl ChunkCursor {
     /// Lets go of the current chunk (its unused cells are freed with it) and of the spares.
     pub(crate) fn clear(&mut self) {
         self.chunk = None;
+        self.timer = None;
         self.clear_spares();
     }
 
