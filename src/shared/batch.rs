@@ -115,7 +115,7 @@ impl<J: Stored> PendingBatch<J> {
     }
 
     /// Once every timeout is out: hands the spans' chunks to `release`, keeping the capacity.
-    pub(crate) fn clear_runs(&mut self, release: impl FnMut(ChunkRef)) {
+    pub(crate) fn clear_spans(&mut self, release: impl FnMut(ChunkRef)) {
         debug_assert!(self.tasks.is_empty());
         self.words.clear();
         self.words_read = 0;
@@ -333,6 +333,6 @@ mod tests {
         assert_eq!(ids, (0..N).collect::<Vec<_>>(), "each task dropped once");
         assert!(dropped.iter().all(|&(id, check)| check == !id));
         drop(dropped);
-        batch.clear_runs(drop);
+        batch.clear_spans(drop);
     }
 }

@@ -39,7 +39,7 @@
 //! |--------|---------------------|---------|
 //! | a `Timeout` handle on one of its cells | `new_timeout` (detached timeouts take none) | the handle's drop |
 //! | its shard's [`ChunkCursor`](super::spans::ChunkCursor) | when it starts handing the chunk's cells out | when the last cell is handed out |
-//! | a queued [`PendingBatch`](super::batch::PendingBatch), once per [`CellSpan`](super::spans::CellSpan) | the span's first timeout | the batch, once the worker has taken every timeout out (`clear_runs`) |
+//! | a queued [`PendingBatch`](super::batch::PendingBatch), once per [`CellSpan`](super::spans::CellSpan) | the span's first timeout | the batch, once the worker has taken every timeout out (`clear_spans`) |
 //! | the worker's chunk table (`worker::chunks`), under an id | the first batch naming the chunk, when the worker takes it | the last of its cells *settled*: taken from the queue cancelled, expired, or unlinked after a cancel |
 //! | a task's `Timeout` while it runs | borrowed from the table (no count moves) | given back to the table after the run |
 //!

@@ -252,8 +252,8 @@ impl<J: Stored> Worker<J> {
     }
 
     /// Moves up to `cap` queued timeouts, oldest first, into the buckets, as of `tick`: takes
-    /// what the queue holds, then moves it. (Chunks and runs: `shared::cells`, "Chunks, runs
-    /// and spares: the protocol".)
+    /// what the queue holds, then moves it. (Chunks and spans: `shared::cells`, "Chunks,
+    /// spans and spares: the protocol".)
     fn transfer(&mut self, shared: &Shared<J>, tick: u64, cap: u64) {
         self.take_queued(shared);
         self.move_into_buckets(shared, tick, cap);
@@ -334,7 +334,7 @@ impl<J: Stored> Worker<J> {
     fn retire_front_batch(&mut self) {
         let mut empty = self.inbox.pop_front().expect("the front batch");
         let chunks = &mut self.chunks;
-        empty.clear_runs(|chunk| chunks.release(chunk));
+        empty.clear_spans(|chunk| chunks.release(chunk));
         if empty.capacity() <= KEEP && self.empty_batches.len() < EMPTY_BATCHES {
             self.empty_batches.push(empty);
         }
