@@ -284,7 +284,7 @@ impl<T> Wheel<T> {
     /// memory.
     fn release_memory(&mut self) {
         if !self.keyed {
-            self.nodes.clear();
+            self.nodes.release();
         }
         self.clear_far();
     }
@@ -292,7 +292,7 @@ impl<T> Wheel<T> {
     /// Gives the slab back: a keyed wheel that is empty, whose owner's keys start again from 0.
     pub(crate) fn release_nodes(&mut self) {
         debug_assert_eq!(self.nodes.live(), 0);
-        self.nodes.clear();
+        self.nodes.release();
     }
 
     /// The bucket of which `key` (whose deadline this is) is the head or the tail.

@@ -183,8 +183,19 @@ impl<S: Vacancy> Slab<S> {
         self.pages.iter().flatten()
     }
 
-    /// Empties the slab and gives its memory back; the values are dropped in key order.
+    /// Drops every value, in key order; the slab keeps its pages, as `Vec::clear` keeps its
+    /// capacity. A value's drop that panics leaves an empty slab behind (the pages not yet
+    /// cleared go, their values dropped as the panic unwinds).
     pub(crate) fn clear(&mut self) {
+        let mut pages = std::mem::take(self).pages;
+        for page in &mut pages {
+            page.clear();
+        }
+        self.pages = pages;
+    }
+
+    /// Empties the slab and gives its memory back; the values are dropped in key order.
+    pub(crate) fn release(&mut self) {
         // Emptied first, so that a value's drop that panics leaves an empty slab behind.
         drop(std::mem::take(self));
     }
@@ -356,8 +367,13 @@ mod tests {
             "the free slot below the last value"
         );
         assert_eq!(slab.insert(Slot::Value(8)), 10);
+        let capacity = slab.capacity();
+        slab.clear();
+        assert_eq!((slab.len(), slab.live(), slab.capacity()), (0, 0, capacity));
+        assert_eq!(slab.insert(Slot::Value(9)), 0, "from the first key again");
+        slab.insert(Slot::Value(10));
         let values: Vec<Slot> = slab.drain().collect();
-        assert_eq!(values.len(), 11, "the values, not the free slots");
+        assert_eq!(values, [Slot::Value(9), Slot::Value(10)]);
         assert_eq!((slab.len(), slab.live(), slab.capacity()), (0, 0, 0));
     }
 }
