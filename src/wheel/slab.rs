@@ -109,10 +109,8 @@ impl<S: Vacancy, const BITS: u32> Slab<S, BITS> {
             self.free = next;
             key
         } else {
-            let key = u32::try_from(self.len)
-                .ok()
-                .filter(|&k| k != NO_INDEX)
-                .expect("slab: out of keys");
+            let key = u32::try_from(self.len).unwrap_or(NO_INDEX);
+            assert!(key != NO_INDEX, "slab: out of keys");
             self.push(value);
             key
         }
@@ -165,15 +163,20 @@ impl<S: Vacancy, const BITS: u32> Slab<S, BITS> {
     fn push(&mut self, value: S) {
         let p = self.len >> BITS;
         if p == self.pages.len() {
-            // The first page grows as a `Vec` does (4, 8, ... `2^BITS` slots), so that a slab
-            // holding a few values holds a few slots' worth; the later ones come whole.
-            let capacity = if p == 0 { 0 } else { Self::PAGE };
-            self.pages.push(Vec::with_capacity(capacity));
+            self.add_page();
         }
-        let page = &mut self.pages[p];
-        debug_assert!(page.len() < Self::PAGE);
-        page.push(value);
+        self.pages[p].push(value);
         self.len += 1;
+    }
+
+    /// A page for the slots from `len` on. The first grows as a `Vec` does (4, 8, ... up to a
+    /// page), so that a slab holding a few values holds a few slots' worth; the later ones
+    /// come whole.
+    #[cold]
+    #[inline(never)]
+    fn add_page(&mut self) {
+        let capacity = if self.pages.is_empty() { 0 } else { Self::PAGE };
+        self.pages.push(Vec::with_capacity(capacity));
     }
 
     /// The slot under `key`, if the slab has one there (free or not).
