@@ -8,13 +8,12 @@
 /// worker's chunk ids, a cell's wheel key).
 pub(crate) const NO_INDEX: u32 = u32::MAX;
 
-/// Slots per page (32 KB of the worker's 32-byte wheel nodes: room for one page is all a slab
-/// holds beyond its high-water mark). A power of two.
+/// `log2` of the slots per page a slab has unless its owner picks another size: 1024 (32 KB of
+/// the worker's 32-byte wheel nodes: room for one page is all a slab holds beyond its
+/// high-water mark). A page stops growing at exactly its size: capacities double from 4.
 pub(crate) const PAGE_BITS: u32 = 10;
+#[cfg(test)]
 pub(crate) const PAGE: usize = 1 << PAGE_BITS;
-
-// A first page grows as a `Vec` does (capacities double from 4) and stops at exactly a page.
-const _: () = assert!(PAGE.is_power_of_two() && PAGE >= 4);
 
 /// What a slot type tells its slab: how a free slot looks, and whether a slot is free.
 pub(crate) trait Vacancy: Sized {
@@ -24,7 +23,7 @@ pub(crate) trait Vacancy: Sized {
     fn next_vacant(&self) -> Option<u32>;
 }
 
-/// Values under `u32` keys, in pages of [`PAGE`] slots that never move once allocated: a
+/// Values under `u32` keys, in pages of `2^BITS` slots that never move once allocated: a
 /// growing slab neither copies what it holds nor faults in twice the memory it keeps. Freeing
 /// a slot writes only that slot (it joins the free list, last freed first reused), so nothing
 /// allocates while values leave.
@@ -32,7 +31,7 @@ pub(crate) trait Vacancy: Sized {
 /// A slab hands its keys out itself ([`Slab::insert`]), or takes its owner's ([`Slab::put`]):
 /// one way only for each slab.
 #[derive(Debug)]
-pub(crate) struct Slab<S> {
+pub(crate) struct Slab<S, const BITS: u32 = PAGE_BITS> {
     pages: Vec<Vec<S>>,
     /// Slots handed out so far (live or free).
     len: usize,
@@ -42,13 +41,19 @@ pub(crate) struct Slab<S> {
     free: u32,
 }
 
-impl<S: Vacancy> Default for Slab<S> {
+impl<S: Vacancy, const BITS: u32> Default for Slab<S, BITS> {
     fn default() -> Self {
         Slab::new()
     }
 }
 
-impl<S: Vacancy> Slab<S> {
+impl<S: Vacancy, const BITS: u32> Slab<S, BITS> {
+    /// Slots per page.
+    const PAGE: usize = {
+        assert!(BITS >= 2 && BITS < 32);
+        1 << BITS
+    };
+
     pub(crate) const fn new() -> Self {
         Slab {
             pages: Vec::new(),
@@ -156,7 +161,7 @@ impl<S: Vacancy> Slab<S> {
 
     #[inline]
     fn push(&mut self, value: S) {
-        let p = self.len >> PAGE_BITS;
+        let p = self.len >> BITS;
         if p == self.pages.len() {
             self.add_page();
         }
@@ -170,7 +175,7 @@ impl<S: Vacancy> Slab<S> {
     #[cold]
     #[inline(never)]
     fn add_page(&mut self) {
-        let capacity = if self.pages.is_empty() { 0 } else { PAGE };
+        let capacity = if self.pages.is_empty() { 0 } else { Self::PAGE };
         self.pages.push(Vec::with_capacity(capacity));
     }
 
@@ -178,7 +183,7 @@ impl<S: Vacancy> Slab<S> {
     #[inline]
     pub(crate) fn get(&self, key: u32) -> Option<&S> {
         let key = key as usize;
-        self.pages.get(key >> PAGE_BITS)?.get(key & (PAGE - 1))
+        self.pages.get(key >> BITS)?.get(key & (Self::PAGE - 1))
     }
 
     /// Every slot, in key order.
@@ -220,8 +225,8 @@ impl<S: Vacancy> Slab<S> {
     /// Makes room for at least `additional` more values than the slots handed out so far.
     pub(crate) fn reserve(&mut self, additional: usize) {
         let want = self.len.saturating_add(additional);
-        for p in 0..want.div_ceil(PAGE) {
-            let room = (want - p * PAGE).min(PAGE);
+        for p in 0..want.div_ceil(Self::PAGE) {
+            let room = (want - p * Self::PAGE).min(Self::PAGE);
             match self.pages.get_mut(p) {
                 None => self.pages.push(Vec::with_capacity(room)),
                 Some(page) if page.capacity() < room => page.reserve_exact(room - page.len()),
@@ -254,20 +259,20 @@ impl<S: Vacancy> Slab<S> {
     }
 }
 
-impl<S> std::ops::Index<u32> for Slab<S> {
+impl<S, const BITS: u32> std::ops::Index<u32> for Slab<S, BITS> {
     type Output = S;
     #[inline]
     fn index(&self, key: u32) -> &S {
         let key = key as usize;
-        &self.pages[key >> PAGE_BITS][key & (PAGE - 1)]
+        &self.pages[key >> BITS][key & ((1 << BITS) - 1)]
     }
 }
 
-impl<S> std::ops::IndexMut<u32> for Slab<S> {
+impl<S, const BITS: u32> std::ops::IndexMut<u32> for Slab<S, BITS> {
     #[inline]
     fn index_mut(&mut self, key: u32) -> &mut S {
         let key = key as usize;
-        &mut self.pages[key >> PAGE_BITS][key & (PAGE - 1)]
+        &mut self.pages[key >> BITS][key & ((1 << BITS) - 1)]
     }
 }
 
