@@ -301,7 +301,7 @@ mod tests {
 
     #[test]
     fn the_last_freed_slot_is_reused_first_across_pages() {
-        let mut slab = Slab::new();
+        let mut slab: Slab<Slot> = Slab::new();
         let keys: Vec<u32> = (0..2 * PAGE as u64 + 3)
             .map(|v| slab.insert(Slot::Value(v)))
             .collect();
@@ -324,7 +324,7 @@ mod tests {
     #[test]
     #[should_panic(expected = "holds no value")]
     fn removing_a_free_slot_panics() {
-        let mut slab = Slab::new();
+        let mut slab: Slab<Slot> = Slab::new();
         let key = slab.insert(Slot::Value(1));
         slab.remove(key);
         slab.remove(key);
@@ -332,7 +332,7 @@ mod tests {
 
     #[test]
     fn the_first_page_grows_as_needed_and_later_pages_come_whole() {
-        let mut slab = Slab::new();
+        let mut slab: Slab<Slot> = Slab::new();
         slab.insert(Slot::Value(0));
         assert!(slab.capacity() < 16, "a few slots for a few values");
         for v in 1..=PAGE as u64 {
@@ -342,9 +342,21 @@ mod tests {
         assert!(slab.pages.iter().all(|p| p.capacity() == PAGE));
     }
 
+    /// A slab of pages of another size: the keys cross its pages the same way.
+    #[test]
+    fn pages_of_another_size() {
+        let mut slab: Slab<Slot, 2> = Slab::new();
+        let keys: Vec<u32> = (0..9).map(|v| slab.insert(Slot::Value(v))).collect();
+        assert_eq!(keys, (0..9).collect::<Vec<u32>>());
+        assert_eq!(slab.pages.len(), 3);
+        assert_eq!(slab.remove(5), Slot::Value(5));
+        assert_eq!(slab[6], Slot::Value(6));
+        assert_eq!(slab.insert(Slot::Value(50)), 5);
+    }
+
     #[test]
     fn put_takes_the_owners_keys_past_the_end() {
-        let mut slab = Slab::new();
+        let mut slab: Slab<Slot> = Slab::new();
         slab.put(3, Slot::Value(3));
         assert_eq!((slab.len(), slab.live()), (4, 1));
         assert_eq!(slab.get(1), Some(&Slot::Free(NO_INDEX)));
@@ -355,7 +367,7 @@ mod tests {
 
     #[test]
     fn capacity_reserve_and_shrink() {
-        let mut slab = Slab::with_capacity(16);
+        let mut slab: Slab<Slot> = Slab::with_capacity(16);
         assert_eq!(slab.capacity(), 16);
         slab.reserve(3 * PAGE);
         assert!(slab.capacity() >= 3 * PAGE);
