@@ -3,7 +3,9 @@
 //! Owns the state machine every `Timeout` handle, producer, canceller and the worker share, the
 //! chunks the states live in, their waker slots and their spares. The cursors that hand the
 //! states out, and the spans by which a queued batch finds them again, are in `spans.rs`.
-//! Touches only `sync` and the wheel's key bounds.
+//! Touches `sync`, the wheel's "no index", and of the rest of `shared` only what a chunk names
+//! its timer by ([`ChunkTimer`]: the handle, its counters, its cancellation queue), with the
+//! timer's task type erased.
 //!
 //! # State table (`CellRef::state`)
 //!

@@ -4,7 +4,7 @@
 //! ticks, `remaining_rounds`); touches nothing of the crate. Here: the `Wheel`, its insertion,
 //! removal, expiry and lookahead; its buckets in pages in `buckets.rs`, its far slots and their
 //! cascade in `far.rs`, the occupancy bitmap and the next fire tick in `occupancy.rs`, its nodes
-//! in `slab.rs`.
+//! and lists in `buckets.rs`; the nodes live in the crate's slab (`slab.rs`).
 //!
 //! # Ground rules
 //! Only the worker owns a `Wheel`; producers never touch it (they talk to the worker through the
