@@ -14,10 +14,10 @@ use crate::sync::Arc;
 /// The chunk a queue shard's producers take their states from, and its next free cell: kept
 /// in the shard, under its lock (see `Shared::schedule`).
 ///
-/// The chunk holds a handle on its timer, and the shard is part of the timer: while a chunk is
-/// current here the two keep each other alive. `stop()` breaks the cycle by clearing every
-/// shard's cursor ([`ChunkCursor::clear`]), and a producer never starts a chunk on a stopped
-/// timer.
+/// The cursor holds a handle on its timer (the one its chunks share), as do its current chunk
+/// and its spares, and the shard is part of the timer: from the cursor's first chunk on, the
+/// two keep each other alive. `stop()` breaks the cycle by clearing every shard's cursor
+/// ([`ChunkCursor::clear`]), and a producer never starts a chunk on a stopped timer.
 #[derive(Default)]
 pub(crate) struct ChunkCursor {
     chunk: Option<ChunkRef>,

@@ -29,7 +29,8 @@ pub(crate) trait Vacancy: Sized {
 /// allocates while values leave.
 ///
 /// A slab hands its keys out itself ([`Slab::insert`]), or takes its owner's ([`Slab::put`]):
-/// one way only for each slab.
+/// one way only for each slab. (A slab that takes its owner's keys still links the slots
+/// `remove` frees, and `put` may write over one of them: its free list is never read.)
 #[derive(Debug)]
 pub(crate) struct Slab<S, const BITS: u32 = PAGE_BITS> {
     pages: Vec<Vec<S>>,
