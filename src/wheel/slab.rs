@@ -99,8 +99,7 @@ impl<S: Vacancy, const BITS: u32> Slab<S, BITS> {
     /// When every `u32` but `NO_INDEX` is a key already.
     #[inline]
     pub(crate) fn insert(&mut self, value: S) -> u32 {
-        self.live += 1;
-        if self.free != NO_INDEX {
+        let key = if self.free != NO_INDEX {
             let key = self.free;
             let slot = &mut self[key];
             let next = slot
@@ -114,7 +113,10 @@ impl<S: Vacancy, const BITS: u32> Slab<S, BITS> {
             assert!(key != NO_INDEX, "slab: out of keys");
             self.push(value);
             key
-        }
+        };
+        // Counted once stored: a panic above leaves the count as it was.
+        self.live += 1;
+        key
     }
 
     /// Takes the value under `key` out; its slot joins the free list.

@@ -1,8 +1,8 @@
 //! The worker's table of the chunks of timeout states it holds.
 //!
 //! Owns [`ChunkTable`]: one reference per chunk whose cells are in the wheel or queued, in the
-//! crate's slab under the ids the wheel's entries name them by, and the spare chunks the worker hands back to the
-//! producers' shards. Touches the `shared` module's cells and `sync` (the shard count); only the
+//! crate's slab under the ids the wheel's entries name them by, and the spare chunks the worker
+//! hands back to the producers' shards. Touches the `shared` module's cells and `sync` (the shard count); only the
 //! worker uses it. The rules it keeps: `shared::cells`, "Chunks, spans and spares: the protocol".
 
 use crate::shared::cells::{ChunkRef, SpareChunk, CHUNK, SPARE_CHUNKS};
