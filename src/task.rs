@@ -7,7 +7,7 @@
 //! (a boxed task), implemented for every `TimerTask`, and `Stored` (what a timer stores per
 //! timeout), implemented for every `TypedTask`.
 
-use crate::shared::cells::CellRef;
+use crate::shared::cells::{CellId, CellRef};
 use crate::shared::{sealed, Job, Stored};
 use crate::Timeout;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -168,8 +168,8 @@ impl<T: TypedTask> sealed::TaskStorage for T {
     }
 
     #[inline]
-    fn into_entry(self, chunk: u32, _: &mut ()) -> sealed::Whole<T> {
-        sealed::Whole { task: self, chunk }
+    fn into_entry(self, cell: CellId, _: &mut ()) -> sealed::Whole<T> {
+        sealed::Whole { task: self, cell }
     }
 
     #[inline]
@@ -185,8 +185,8 @@ impl<T: TypedTask> sealed::TaskStorage for T {
     }
 
     #[inline]
-    fn chunk(entry: &sealed::Whole<T>) -> u32 {
-        entry.chunk
+    fn cell(entry: &sealed::Whole<T>) -> CellId {
+        entry.cell
     }
 
     #[inline(always)]

@@ -50,8 +50,9 @@
 //!   (`start`): the timeout at position `first + k` has cell `start + k`. Nothing is kept per
 //!   timeout. A shard has two cursors (tasks' chunks, and futures' with waker slots); a new
 //!   chunk, or a switch between the two, starts a new span.
-//! - **Ids.** The wheel's entries name their chunk by its id in the worker's table, which keeps
-//!   per id the count of cells not yet settled (`CHUNK` when registered). An id is registered
+//! - **Ids.** The wheel's entries name their cell by a [`CellId`]: its chunk's id in the worker's
+//!   table, which keeps per id the count of cells not yet settled (`CHUNK` when registered),
+//!   and its tag. An id is registered
 //!   when a batch is taken (`ChunkTable::id_of`); only the last chunk registered per shard and
 //!   kind can be named again by a later batch.
 //! - **Spares.** A chunk is freed with its last holder, unless that holder is the worker: then it
@@ -133,8 +134,44 @@ pub(crate) struct Cell {
 /// thread). Under loom every timeout gets its own chunk, which keeps the models small.
 pub(crate) const CHUNK: usize = if cfg!(loom) { 1 } else { 32 };
 
-// A cell's tag (its index in its chunk) travels in a wheel node's tag.
-const _: () = assert!(CHUNK - 1 <= crate::wheel::MAX_TAG as usize);
+/// Bits of a cell's tag, its index in its chunk, in a [`CellId`].
+const TAG_BITS: u32 = 5;
+const _: () = assert!(CHUNK <= 1 << TAG_BITS);
+
+/// Chunk ids the worker's table hands out at most: a [`CellId`] is `chunk id << TAG_BITS | tag`.
+/// A chunk in the table holds a pending timeout, so `MAX_ENTRIES` bounds the ids in use.
+pub(crate) const MAX_CHUNK_IDS: u32 = 1 << (32 - TAG_BITS);
+const _: () = assert!(crate::wheel::MAX_ENTRIES < MAX_CHUNK_IDS as usize);
+// A wheel key fits in a cell's word beside its state.
+const _: () = assert!(crate::wheel::MAX_ENTRIES < NO_KEY_BITS as usize);
+
+/// A cell as the worker names it in a wheel entry: its chunk's id in the worker's chunk table
+/// and its tag, in one word.
+// `pub` in a crate-private module: named by a sealed trait's methods.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[allow(unreachable_pub)]
+pub struct CellId(u32);
+
+impl CellId {
+    /// Cell `tag` of chunk `chunk` (below [`MAX_CHUNK_IDS`]).
+    #[inline]
+    pub(crate) const fn new(chunk: u32, tag: u8) -> CellId {
+        debug_assert!(chunk < MAX_CHUNK_IDS && (tag as usize) < CHUNK);
+        CellId((chunk << TAG_BITS) | tag as u32)
+    }
+
+    /// The id of the cell's chunk in the worker's table.
+    #[inline]
+    pub(crate) fn chunk(self) -> u32 {
+        self.0 >> TAG_BITS
+    }
+
+    /// The cell's index in its chunk.
+    #[inline]
+    pub(crate) fn tag(self) -> u8 {
+        (self.0 & ((1 << TAG_BITS) - 1)) as u8
+    }
+}
 
 /// What a chunk knows of its timer without its task type: its counters, its cancellation
 /// queue, and the handle itself (for a `Timeout<J>` to take back as `TimerHandle<J>`).

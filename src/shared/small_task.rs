@@ -36,7 +36,7 @@
 //!    dropped early (`batch::DrainFront`), so the cursor of invariant 3 stays in step.
 #![allow(unsafe_code)]
 
-use super::cells::CellRef;
+use super::cells::{CellId, CellRef};
 use super::Job;
 use crate::wheel::NO_INDEX;
 use std::marker::PhantomData;
@@ -292,14 +292,14 @@ impl SmallTask {
 pub struct TaskEntry {
     vtable: &'static VTable,
     key: u32,
-    chunk: u32,
+    cell: CellId,
 }
 
 impl TaskEntry {
-    /// The worker's id of the chunk of the timeout's cell.
+    /// The timeout's cell.
     #[inline]
-    pub(crate) fn chunk(&self) -> u32 {
-        self.chunk
+    pub(crate) fn cell(&self) -> CellId {
+        self.cell
     }
 }
 
@@ -411,9 +411,9 @@ impl std::fmt::Debug for TaskSlabs {
 }
 
 impl TaskSlabs {
-    /// Moves `task`'s words into the slab of its class; `chunk` goes along with the key.
+    /// Moves `task`'s words into the slab of its class; `cell` goes along with the key.
     #[inline]
-    pub(crate) fn insert(&mut self, task: SmallTask, chunk: u32) -> TaskEntry {
+    pub(crate) fn insert(&mut self, task: SmallTask, cell: CellId) -> TaskEntry {
         let task = ManuallyDrop::new(task);
         // The words move to the slab (invariant 2): `task` is forgotten, never dropped.
         let key = match task.words() {
@@ -424,7 +424,7 @@ impl TaskSlabs {
         TaskEntry {
             vtable: task.vtable,
             key,
-            chunk,
+            cell,
         }
     }
 
@@ -485,6 +485,8 @@ impl TaskSlabs {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const CELL: CellId = CellId::new(0, 0);
     use crate::Timeout;
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Arc;
@@ -583,11 +585,11 @@ mod tests {
             // Kept, then run; kept, then dropped; kept and left in the slabs.
             let mut slabs = TaskSlabs::default();
             let (p, runs, drops) = probe::<PAD>();
-            let entry = slabs.insert(SmallTask::new(as_task(p)), 0);
+            let entry = slabs.insert(SmallTask::new(as_task(p)), CELL);
             let (p2, runs2, drops2) = probe::<PAD>();
-            let entry2 = slabs.insert(SmallTask::new(as_task(p2)), 0);
+            let entry2 = slabs.insert(SmallTask::new(as_task(p2)), CELL);
             let (p3, _, drops3) = probe::<PAD>();
-            let entry3 = slabs.insert(SmallTask::new(as_task(p3)), 0);
+            let entry3 = slabs.insert(SmallTask::new(as_task(p3)), CELL);
             assert_eq!(drops.load(Ordering::SeqCst), 0);
             let (st, ran) = slabs.remove(entry).run(st);
             assert!(ran);
@@ -633,7 +635,7 @@ mod tests {
             );
             // Run where it is entry.
             let (p4, runs4, drops4) = probe::<PAD>();
-            let entry4 = slabs.insert(SmallTask::new(as_task(p4)), 0);
+            let entry4 = slabs.insert(SmallTask::new(as_task(p4)), CELL);
             let (_st, ran) = slabs.run_entry(entry4, st);
             assert!(ran);
             assert_eq!(
@@ -661,7 +663,7 @@ mod tests {
     #[test]
     fn slabs_reuse_and_release() {
         let mut slabs = TaskSlabs::default();
-        let zst = slabs.insert(SmallTask::new(|_: &Timeout| {}), 0);
+        let zst = slabs.insert(SmallTask::new(|_: &Timeout| {}), CELL);
         assert_eq!(slabs.live(), 0);
         drop(slabs.remove(zst));
         let big = [7u64; 3];
@@ -671,7 +673,7 @@ mod tests {
                     SmallTask::new(move |_: &Timeout| {
                         std::hint::black_box(big);
                     }),
-                    0,
+                    CELL,
                 )
             })
             .collect();
@@ -685,7 +687,7 @@ mod tests {
             SmallTask::new(move |_: &Timeout| {
                 std::hint::black_box(big);
             }),
-            0,
+            CELL,
         );
         assert_eq!(again.key, key, "a freed slot is used first");
         drop(slabs.remove(again));
@@ -708,14 +710,14 @@ mod tests {
                 runs.fetch_add(1, Ordering::SeqCst);
             }
         };
-        let first = slabs.insert(SmallTask::new(counted(&runs)), 0);
-        let second = slabs.insert(SmallTask::new(counted(&runs)), 0);
-        let zero_sized = slabs.insert(SmallTask::new(|_: &Timeout| {}), 0);
+        let first = slabs.insert(SmallTask::new(counted(&runs)), CELL);
+        let second = slabs.insert(SmallTask::new(counted(&runs)), CELL);
+        let zero_sized = slabs.insert(SmallTask::new(|_: &Timeout| {}), CELL);
         let first_key = first.key;
         let (st, ran) = slabs.run_entry(first, st);
         assert!(ran);
         assert_eq!(slabs.live(), 1);
-        let again = slabs.insert(SmallTask::new(counted(&runs)), 0);
+        let again = slabs.insert(SmallTask::new(counted(&runs)), CELL);
         assert_eq!(again.key, first_key, "a freed slot is used first");
         let (p, _, drops) = probe::<0>();
         let panics = slabs.insert(
@@ -723,7 +725,7 @@ mod tests {
                 let _p = p;
                 panic!("task panics");
             }),
-            0,
+            CELL,
         );
         let (st, ran) = slabs.run_entry(panics, st);
         assert!(!ran && !st.is_cancelled());
@@ -786,10 +788,10 @@ mod tests {
         let mut slabs = TaskSlabs::default();
         let (before, before_runs, _) = probe::<8>();
         let (after, after_runs, _) = probe::<8>();
-        let before = slabs.insert(SmallTask::new(as_task(before)), 0);
+        let before = slabs.insert(SmallTask::new(as_task(before)), CELL);
         let p = PanicsOnDrop(Arc::clone(&panicking));
-        let doomed = slabs.insert(SmallTask::new(move |_: &Timeout| drop((p, 0u64))), 0);
-        let after = slabs.insert(SmallTask::new(as_task(after)), 0);
+        let doomed = slabs.insert(SmallTask::new(move |_: &Timeout| drop((p, 0u64))), CELL);
+        let after = slabs.insert(SmallTask::new(as_task(after)), CELL);
         assert!(!crate::shared::drop_caught(slabs.remove(doomed)));
         assert_eq!(panicking.load(Ordering::SeqCst), 1);
         assert_eq!(slabs.live(), 2);

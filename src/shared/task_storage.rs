@@ -7,7 +7,7 @@
 //! Owns those traits and `BoxedTask`'s storage through `small_task`. Touches nothing outside
 //! `shared`.
 
-use super::cells::CellRef;
+use super::cells::{CellId, CellRef};
 use super::small_task::{QueuedTask, SmallTask, TaskEntry, TaskSlabs, Word};
 
 /// A timeout's task as the queues and the worker carry it: the `timer` module turns a user's
@@ -77,15 +77,15 @@ impl std::fmt::Debug for BoxedTask {
 pub trait Stored: sealed::TaskStorage + Send + 'static {}
 
 pub(crate) mod sealed {
-    use crate::shared::cells::CellRef;
+    use crate::shared::cells::{CellId, CellRef};
     use crate::shared::small_task::Word;
 
     /// How the worker keeps and runs a stored task (the interface through which the `task`
     /// module's types are run without this module importing them).
     #[allow(unreachable_pub)]
     pub trait TaskStorage: Sized {
-        /// What the wheel holds per timeout: the task (in place, or its words in the worker's store) and the worker's id of the
-        /// chunk of its cell.
+        /// What the wheel holds per timeout: the task (in place, or its words in the worker's
+        /// store) and its cell's id.
         type Entry: Send + 'static;
         /// Where the worker keeps what of a task its entry does not hold.
         type Store: Default + Send + 'static;
@@ -104,8 +104,8 @@ pub(crate) mod sealed {
         /// whether the task returned (false: it panicked).
         fn run_stored(self, state: CellRef) -> (CellRef, bool);
 
-        /// The wheel's entry for this task, whose cell is in chunk `chunk`.
-        fn into_entry(self, chunk: u32, store: &mut Self::Store) -> Self::Entry;
+        /// The wheel's entry for this task, whose cell is `cell`.
+        fn into_entry(self, cell: CellId, store: &mut Self::Store) -> Self::Entry;
 
         /// The task of an entry taken out of the wheel.
         fn from_entry(entry: Self::Entry, store: &mut Self::Store) -> Self;
@@ -118,15 +118,15 @@ pub(crate) mod sealed {
             state: CellRef,
         ) -> (CellRef, bool);
 
-        /// The chunk id an entry was made with.
-        fn chunk(entry: &Self::Entry) -> u32;
+        /// The cell an entry was made with.
+        fn cell(entry: &Self::Entry) -> CellId;
     }
 
     /// The wheel's entry for a task kept whole in the wheel (a typed timer's).
     #[allow(unreachable_pub, missing_debug_implementations)]
     pub struct Whole<T> {
         pub(crate) task: T,
-        pub(crate) chunk: u32,
+        pub(crate) cell: CellId,
     }
 }
 
@@ -153,8 +153,8 @@ impl sealed::TaskStorage for BoxedTask {
     }
 
     #[inline]
-    fn into_entry(self, chunk: u32, store: &mut TaskSlabs) -> TaskEntry {
-        store.insert(self.0, chunk)
+    fn into_entry(self, cell: CellId, store: &mut TaskSlabs) -> TaskEntry {
+        store.insert(self.0, cell)
     }
 
     #[inline]
@@ -168,7 +168,7 @@ impl sealed::TaskStorage for BoxedTask {
     }
 
     #[inline]
-    fn chunk(entry: &TaskEntry) -> u32 {
-        entry.chunk()
+    fn cell(entry: &TaskEntry) -> CellId {
+        entry.cell()
     }
 }

@@ -1,67 +1,39 @@
 //! The wheel's buckets: each the ends of a list of nodes and a lower bound of its entries' fire
 //! ticks, kept in pages that a large wheel allocates as entries first land in them.
 //!
-//! Owns the node of a list ([`Node`]: 32 bytes for the worker's entries, the `prev` link sharing
-//! a word with a 5-bit tag), the list ends shared by buckets and far slots ([`List`]), the
+//! Owns the node of a list ([`Node`]: 32 bytes for the worker's entries), the list ends shared by buckets and far slots ([`List`]), the
 //! bucket ([`Bucket`]) and its pages ([`Buckets`]); the wheel (`mod.rs`) links the nodes, which
 //! live in the crate's slab. Touches nothing of the crate.
 
 use super::slab::Vacancy;
 use super::NO_INDEX;
 
-/// Bits of a key: keys are below `2^KEY_BITS - 1`, so that a node's `prev` link and a 5-bit tag
-/// share one `u32` (keeping a node at 32 bytes for the worker's entries).
-pub(super) const KEY_BITS: u32 = 27;
-pub(super) const PREV_MASK: u32 = (1 << KEY_BITS) - 1;
-
-/// Entries one wheel holds at most (134 217 727): `new_timeout` refuses beyond it (`Shared::refill_credit`).
-pub(crate) const MAX_ENTRIES: usize = PREV_MASK as usize;
-
-/// The largest tag a node carries (5 bits).
-pub(crate) const MAX_TAG: u8 = (1 << (32 - KEY_BITS)) - 1;
+/// Entries one wheel holds at most (134 217 727): `new_timeout` refuses beyond it
+/// (`Shared::refill_credit`), and so does `DelayQueue::insert`. A timer's cells keep a key in
+/// fewer bits than a `u32` (`shared::cells` checks that this bound fits).
+pub(crate) const MAX_ENTRIES: usize = (1 << 27) - 1;
 
 #[derive(Debug)]
 pub(super) struct Node<T> {
     /// `None` while the slot is free.
     pub(super) item: Option<T>,
     pub(super) deadline: u64,
-    /// The previous key in the bucket (low `KEY_BITS`; all ones for none) and the entry's tag
-    /// (high bits).
-    pub(super) prev_tag: u32,
-    /// Next in the bucket, or next free slot while vacant.
+    /// The previous key in the list (`NO_INDEX` for none).
+    pub(super) prev: u32,
+    /// Next in the list, or next free slot while vacant.
     pub(super) next: u32,
 }
 
 impl<T> Node<T> {
     /// A live node, the last of its list, after `prev` (`NO_INDEX` for none).
     #[inline]
-    pub(super) fn new(item: T, tag: u8, deadline: u64, prev: u32) -> Self {
+    pub(super) fn new(item: T, deadline: u64, prev: u32) -> Self {
         Node {
             item: Some(item),
             deadline,
-            // `NO_INDEX & PREV_MASK` is `PREV_MASK`, the tag's "none".
-            prev_tag: (u32::from(tag) << KEY_BITS) | (prev & PREV_MASK),
+            prev,
             next: NO_INDEX,
         }
-    }
-
-    #[inline]
-    pub(super) fn prev(&self) -> u32 {
-        match self.prev_tag & PREV_MASK {
-            PREV_MASK => NO_INDEX,
-            p => p,
-        }
-    }
-
-    #[inline]
-    pub(super) fn set_prev(&mut self, prev: u32) {
-        let p = if prev == NO_INDEX { PREV_MASK } else { prev };
-        self.prev_tag = (self.prev_tag & !PREV_MASK) | p;
-    }
-
-    #[inline]
-    pub(super) fn tag(&self) -> u8 {
-        (self.prev_tag >> KEY_BITS) as u8
     }
 }
 
@@ -71,7 +43,7 @@ impl<T> Vacancy for Node<T> {
         Node {
             item: None,
             deadline: 0,
-            prev_tag: PREV_MASK,
+            prev: NO_INDEX,
             next,
         }
     }

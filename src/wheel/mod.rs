@@ -54,8 +54,8 @@ mod far;
 mod occupancy;
 mod slab;
 
-use buckets::{Buckets, List, Node, EMPTY_BUCKET, EMPTY_LIST, PREV_MASK};
-pub(crate) use buckets::{MAX_ENTRIES, MAX_TAG};
+pub(crate) use buckets::MAX_ENTRIES;
+use buckets::{Buckets, List, Node, EMPTY_BUCKET, EMPTY_LIST};
 use far::{FAR_LEVELS, LEVEL_SLOTS};
 pub(crate) use slab::{Slab, Vacancy, NO_INDEX};
 
@@ -147,13 +147,16 @@ impl<T> Wheel<T> {
     /// # Panics
     /// When more than [`MAX_ENTRIES`] entries are live at once.
     #[inline]
-    pub(crate) fn insert(&mut self, item: T, tag: u8, deadline: u64, tick: u64) -> u32 {
-        debug_assert!(!self.keyed && tag <= MAX_TAG);
+    pub(crate) fn insert(&mut self, item: T, deadline: u64, tick: u64) -> u32 {
+        debug_assert!(!self.keyed);
         self.catch_up(tick);
         let fire = self.calculated(deadline).max(tick);
-        let key = self.nodes.insert(Node::new(item, tag, deadline, NO_INDEX));
+        let key = self.nodes.insert(Node::new(item, deadline, NO_INDEX));
         // Unreachable: `new_timeout` refuses beyond MAX_ENTRIES (`Shared::refill_credit`).
-        assert!(key < PREV_MASK, "more than 2^27 - 1 timeouts in one wheel");
+        assert!(
+            (key as usize) < MAX_ENTRIES,
+            "more than 2^27 - 1 timeouts in one wheel"
+        );
         self.link(key, fire);
         key
     }
@@ -164,13 +167,13 @@ impl<T> Wheel<T> {
     /// from `insert_keyed` (whose wheel never reuses a key by itself). `key` is not live and is
     /// below [`MAX_ENTRIES`].
     #[inline]
-    pub(crate) fn insert_keyed(&mut self, key: u32, item: T, tag: u8, deadline: u64, tick: u64) {
-        debug_assert!(self.keyed && tag <= MAX_TAG && (key as usize) < MAX_ENTRIES);
+    pub(crate) fn insert_keyed(&mut self, key: u32, item: T, deadline: u64, tick: u64) {
+        debug_assert!(self.keyed && (key as usize) < MAX_ENTRIES);
         self.catch_up(tick);
         let fire = self.calculated(deadline).max(tick);
         // The node is written once, linked already.
         let tail = self.push_back(key, fire);
-        self.nodes.put(key, Node::new(item, tag, deadline, tail));
+        self.nodes.put(key, Node::new(item, deadline, tail));
         if tail != NO_INDEX {
             self.nodes[tail].next = key;
         }
@@ -185,7 +188,7 @@ impl<T> Wheel<T> {
             self.nodes[tail].next = key;
         }
         let node = &mut self.nodes[key];
-        node.set_prev(tail);
+        node.prev = tail;
         node.next = NO_INDEX;
     }
 
@@ -238,7 +241,7 @@ impl<T> Wheel<T> {
     /// # Panics
     /// If `key` is not live (a worker bug).
     #[inline(always)]
-    pub(crate) fn remove(&mut self, key: u32) -> (T, u8) {
+    pub(crate) fn remove(&mut self, key: u32) -> T {
         self.unlink(key, None)
     }
 
@@ -246,15 +249,15 @@ impl<T> Wheel<T> {
     /// once (each lookup is two indexings: page, then node).
     // `always`: LLVM keeps it out of line otherwise, and a `DelayQueue::remove` is mostly this.
     #[inline(always)]
-    fn unlink(&mut self, key: u32, bucket: Option<usize>) -> (T, u8) {
+    fn unlink(&mut self, key: u32, bucket: Option<usize>) -> T {
         let node = self.nodes.remove(key);
-        let (prev, next, tag, deadline) = (node.prev(), node.next, node.tag(), node.deadline);
+        let (prev, next, deadline) = (node.prev, node.next, node.deadline);
         let item = node.item.expect("the slab gives a live node");
         if prev != NO_INDEX {
             self.nodes[prev].next = next;
         }
         if next != NO_INDEX {
-            self.nodes[next].set_prev(prev);
+            self.nodes[next].prev = prev;
         }
         if prev == NO_INDEX || next == NO_INDEX {
             // A head or a tail: the bucket's ends change.
@@ -277,7 +280,7 @@ impl<T> Wheel<T> {
         if self.nodes.live() == 0 {
             self.release_memory();
         }
-        (item, tag)
+        item
     }
 
     /// Nothing live: gives the slab and the far slots back rather than keep a burst's worth of
@@ -319,7 +322,7 @@ impl<T> Wheel<T> {
     }
 
     /// Visits the bucket of `tick`: every entry whose fire tick has come (`remaining_rounds == 0`)
-    /// and whose deadline is `<= now` is unlinked and handed to `f` (entry, key, tag, deadline), in
+    /// and whose deadline is `<= now` is unlinked and handed to `f` (entry, key, deadline), in
     /// bucket order. The others stay. `f` runs while the walk is under way (it cannot reach the
     /// wheel).
     ///
@@ -329,7 +332,7 @@ impl<T> Wheel<T> {
     /// would walk the bucket to decrement `remaining_rounds`; with absolute fire ticks there is
     /// nothing to do.
     #[inline]
-    pub(crate) fn expire(&mut self, tick: u64, now: u64, f: impl FnMut(T, u32, u8, u64)) {
+    pub(crate) fn expire(&mut self, tick: u64, now: u64, f: impl FnMut(T, u32, u64)) {
         self.catch_up(tick);
         let b = (tick & self.mask) as usize;
         if self.buckets.get(b).min_fire > tick {
@@ -352,7 +355,7 @@ impl<T> Wheel<T> {
         b: usize,
         tick: u64,
         now: u64,
-        mut f: impl FnMut(T, u32, u8, u64),
+        mut f: impl FnMut(T, u32, u64),
     ) -> (u32, u64) {
         // `calculated(deadline) <= tick` without a division per entry: the deadline is before
         // the end of `tick`.
@@ -368,11 +371,9 @@ impl<T> Wheel<T> {
             let due = deadline < tick_end || tick_end == u64::MAX;
             if due && deadline <= now {
                 let node = self.nodes.remove(cursor);
-                let tag = node.tag();
                 f(
                     node.item.expect("the slab gives a live node"),
                     cursor,
-                    tag,
                     deadline,
                 );
             } else {
@@ -380,7 +381,7 @@ impl<T> Wheel<T> {
                 // (`calculated`, on the borrowed node's deadline.)
                 let fire = if due { tick } else { deadline / tick_nanos };
                 min_fire = min_fire.min(fire);
-                self.nodes[cursor].set_prev(kept);
+                self.nodes[cursor].prev = kept;
                 self.link_kept(b, kept, cursor);
                 kept = cursor;
             }
@@ -483,12 +484,13 @@ impl<T> Wheel<T> {
     /// Removes every entry, in slot order (about the order of insertion: freed slots are
     /// reused first). One pass over the slab's pages, in memory order, rather than a walk of
     /// each bucket's list over nodes scattered across the slab.
-    pub(crate) fn drain(&mut self) -> Vec<(T, u8)> {
+    pub(crate) fn drain(&mut self) -> Vec<T> {
         let mut out = Vec::with_capacity(self.nodes.live());
-        out.extend(self.nodes.drain().map(|node| {
-            let tag = node.tag();
-            (node.item.expect("the slab drains live nodes"), tag)
-        }));
+        out.extend(
+            self.nodes
+                .drain()
+                .map(|node| node.item.expect("the slab drains live nodes")),
+        );
         self.buckets.clear();
         if self.buckets.pages.len() == 1 {
             self.occupied.fill(0);
@@ -518,26 +520,26 @@ mod tests {
         let mut middle = None;
         for i in 0..40u32 {
             let tick = if later(i) { 11 } else { 3 };
-            let key = w.insert(i, (i % 32) as u8, tick * MS + u64::from(i), 0);
+            let key = w.insert(i, tick * MS + u64::from(i), 0);
             if later(i) && i >= 20 && middle.is_none() {
                 middle = Some(key);
             }
         }
-        w.insert(1000, 0, 5 * MS, 0);
+        w.insert(1000, 5 * MS, 0);
         (w, middle)
     }
 
     /// Expires tick 3 of `w`; then removes the survivor under `middle`, adds an entry due on
     /// tick 11, and expires the rest. Everything handed out, in order.
-    fn expire_then_the_rest(mut w: Wheel<u32>, middle: Option<u32>) -> Vec<(u32, u8, u64)> {
+    fn expire_then_the_rest(mut w: Wheel<u32>, middle: Option<u32>) -> Vec<(u32, u64)> {
         let mut got = Vec::new();
-        w.expire(3, 4 * MS, |i, _, tag, d| got.push((i, tag, d)));
+        w.expire(3, 4 * MS, |i, _, d| got.push((i, d)));
         // The bucket is whole: from its head, each node is live and links back to the one
         // before; the last is its tail.
         let (mut at, mut before, mut walked) = (w.list(3).head, NO_INDEX, 0);
         while at != NO_INDEX {
             let node = &w.nodes[at];
-            assert!(node.item.is_some() && node.prev() == before);
+            assert!(node.item.is_some() && node.prev == before);
             (before, at) = (at, node.next);
             walked += 1;
         }
@@ -546,12 +548,12 @@ mod tests {
         // A survivor in the middle is cancelled (its neighbours' links must be right), and a
         // new entry joins the bucket's tail.
         if let Some(key) = middle {
-            let (item, _) = w.remove(key);
-            got.push((item, 99, 0));
+            let item = w.remove(key);
+            got.push((item, 0));
         }
-        w.insert(500, 1, 11 * MS + 500, 4);
+        w.insert(500, 11 * MS + 500, 4);
         for tick in 4..12 {
-            w.expire(tick, (tick + 1) * MS, |i, _, tag, d| got.push((i, tag, d)));
+            w.expire(tick, (tick + 1) * MS, |i, _, d| got.push((i, d)));
         }
         assert_eq!(w.len(), 0);
         got
@@ -570,19 +572,19 @@ mod tests {
             let (w, middle) = mixed_bucket(later);
             // By definition: the entries due on tick 3 in insertion order, the removed survivor,
             // then bucket 5's entry, then the other survivors and the new entry in order.
-            let mut by_definition: Vec<(u32, u8, u64)> = (0..40u32)
+            let mut by_definition: Vec<(u32, u64)> = (0..40u32)
                 .filter(|&i| !later(i))
-                .map(|i| (i, (i % 32) as u8, 3 * MS + u64::from(i)))
+                .map(|i| (i, 3 * MS + u64::from(i)))
                 .collect();
             let removed = (20..40u32).find(|&i| later(i));
-            by_definition.extend(removed.map(|i| (i, 99, 0)));
-            by_definition.push((1000, 0, 5 * MS));
+            by_definition.extend(removed.map(|i| (i, 0)));
+            by_definition.push((1000, 5 * MS));
             by_definition.extend(
                 (0..40u32)
                     .filter(|&i| later(i) && Some(i) != removed)
-                    .map(|i| (i, (i % 32) as u8, 11 * MS + u64::from(i))),
+                    .map(|i| (i, 11 * MS + u64::from(i))),
             );
-            by_definition.push((500, 1, 11 * MS + 500));
+            by_definition.push((500, 11 * MS + 500));
             assert_eq!(expire_then_the_rest(w, middle), by_definition);
         }
     }
@@ -604,29 +606,27 @@ mod tests {
         assert_eq!(w.buckets.allocated_bytes(), 0);
         let page_bytes = (1 << BUCKET_PAGE_BITS) * std::mem::size_of::<Bucket>();
         let far = (1 << 29) + 7;
-        w.insert("near", 0, 3 * MS, 0);
-        w.insert("far", 0, far * MS, 0);
-        w.insert("near too", 0, 5 * MS, 0);
+        w.insert("near", 3 * MS, 0);
+        w.insert("far", far * MS, 0);
+        w.insert("near too", 5 * MS, 0);
         assert_eq!(w.buckets.allocated_bytes(), 2 * page_bytes);
         assert_eq!(w.next_fire_tick(0), Some(3));
         let mut fired = vec![];
         for tick in [3, 5] {
-            w.expire(tick, (tick + 1) * MS, |item, _, _, _| {
-                fired.push((item, tick))
-            });
+            w.expire(tick, (tick + 1) * MS, |item, _, _| fired.push((item, tick)));
         }
         assert_eq!(w.next_fire_tick(6), Some(far));
-        w.expire(far, (far + 1) * MS, |item, _, _, _| fired.push((item, far)));
+        w.expire(far, (far + 1) * MS, |item, _, _| fired.push((item, far)));
         assert_eq!(fired, [("near", 3), ("near too", 5), ("far", far)]);
         assert_eq!((w.len(), w.next_fire_tick(far)), (0, None));
         // An empty bucket whose page never came is read as empty, not allocated.
-        w.expire(far + 1, (far + 2) * MS, |_, _, _, _| unreachable!());
+        w.expire(far + 1, (far + 2) * MS, |_, _, _| unreachable!());
         assert_eq!(
             w.buckets.allocated_bytes(),
             2 * page_bytes,
             "pages are kept"
         );
-        w.insert("again", 0, 9 * MS + far * MS, far);
+        w.insert("again", 9 * MS + far * MS, far);
         assert_eq!(w.drain().len(), 1);
         assert_eq!(w.buckets.allocated_bytes(), 0);
         assert!(w.occupied.iter().all(|&word| word == 0));
@@ -663,11 +663,11 @@ mod tests {
     #[test]
     fn same_bucket_one_round_apart_both_fire() {
         let mut w = Wheel::new(10 * MS, 8);
-        w.insert("a", 0, 55 * MS, 0);
-        w.insert("b", 0, 135 * MS, 0);
+        w.insert("a", 55 * MS, 0);
+        w.insert("b", 135 * MS, 0);
         let mut fired = vec![];
         for tick in 0..20u64 {
-            w.expire(tick, (tick + 1) * 10 * MS, |item, _, _, _| {
+            w.expire(tick, (tick + 1) * 10 * MS, |item, _, _| {
                 fired.push((item, tick))
             });
         }
@@ -678,22 +678,22 @@ mod tests {
     #[test]
     fn past_deadline_goes_into_current_bucket() {
         let mut w = Wheel::new(10 * MS, 8);
-        w.insert(1, 0, 3 * MS, 6);
+        w.insert(1, 3 * MS, 6);
         assert_eq!(w.next_fire_tick(6), Some(6));
         let mut fired = vec![];
-        w.expire(6, 70 * MS, |i, _, _, _| fired.push(i));
+        w.expire(6, 70 * MS, |i, _, _| fired.push(i));
         assert_eq!(fired, vec![1]);
     }
 
     #[test]
     fn remove_from_middle_head_and_tail_keeps_order() {
         let mut w = Wheel::new(MS, 4);
-        let keys: Vec<u32> = (0..5).map(|i| w.insert(i, 0, 2 * MS, 0)).collect();
-        assert_eq!(w.remove(keys[2]).0, 2);
-        assert_eq!(w.remove(keys[0]).0, 0);
-        assert_eq!(w.remove(keys[4]).0, 4);
+        let keys: Vec<u32> = (0..5).map(|i| w.insert(i, 2 * MS, 0)).collect();
+        assert_eq!(w.remove(keys[2]), 2);
+        assert_eq!(w.remove(keys[0]), 0);
+        assert_eq!(w.remove(keys[4]), 4);
         let mut fired = vec![];
-        w.expire(2, 3 * MS, |i, _, _, _| fired.push(i));
+        w.expire(2, 3 * MS, |i, _, _| fired.push(i));
         assert_eq!(fired, vec![1, 3]);
         assert_eq!(w.next_fire_tick(3), None);
     }
@@ -701,10 +701,10 @@ mod tests {
     #[test]
     fn removing_clamped_entry_finds_its_bucket() {
         let mut w = Wheel::new(MS, 8);
-        let a = w.insert('a', 0, 0, 5); // clamped into bucket 5
-        let b = w.insert('b', 0, 0, 5);
-        assert_eq!(w.remove(b).0, 'b');
-        assert_eq!(w.remove(a).0, 'a');
+        let a = w.insert('a', 0, 5); // clamped into bucket 5
+        let b = w.insert('b', 0, 5);
+        assert_eq!(w.remove(b), 'b');
+        assert_eq!(w.remove(a), 'a');
         assert_eq!(w.len(), 0);
         assert_eq!(w.next_fire_tick(5), None);
     }
@@ -712,19 +712,19 @@ mod tests {
     #[test]
     fn free_slots_are_reused() {
         let mut w = Wheel::new(MS, 4);
-        let _keep = w.insert(0, 0, 100 * MS, 0);
-        let a = w.insert(1, 0, 100 * MS, 0);
+        let _keep = w.insert(0, 100 * MS, 0);
+        let a = w.insert(1, 100 * MS, 0);
         w.remove(a);
-        let b = w.insert(2, 0, 100 * MS, 0);
+        let b = w.insert(2, 100 * MS, 0);
         assert_eq!(a, b);
     }
 
     #[test]
     fn next_fire_tick_skips_rounds_and_wraps() {
         let mut w = Wheel::new(MS, 512);
-        w.insert((), 0, 700 * MS, 0); // bucket 188, one round
+        w.insert((), 700 * MS, 0); // bucket 188, one round
         assert_eq!(w.next_fire_tick(0), Some(700));
-        w.insert((), 0, 600 * MS, 400); // bucket 88, behind the start: wraps
+        w.insert((), 600 * MS, 400); // bucket 88, behind the start: wraps
         assert_eq!(w.next_fire_tick(400), Some(600));
         assert_eq!(w.next_fire_tick(601), Some(700));
     }
@@ -734,13 +734,11 @@ mod tests {
     #[test]
     fn a_far_entry_moves_down_a_few_times_and_fires_on_its_tick() {
         let mut w = Wheel::new(MS, 512);
-        w.insert("hour", 0, 3_600_000 * MS, 0); // round 7031
+        w.insert("hour", 3_600_000 * MS, 0); // round 7031
         let (mut visits, mut fired, mut from) = (vec![], vec![], 0);
         while let Some(tick) = w.next_fire_tick(from) {
             visits.push(tick);
-            w.expire(tick, (tick + 1) * MS, |item, _, _, _| {
-                fired.push((item, tick))
-            });
+            w.expire(tick, (tick + 1) * MS, |item, _, _| fired.push((item, tick)));
             from = tick + 1;
         }
         assert_eq!(fired, vec![("hour", 3_600_000)]);
@@ -756,9 +754,9 @@ mod tests {
     #[test]
     fn next_fire_tick_on_a_wheel_smaller_than_a_bitmap_word() {
         let mut w = Wheel::new(MS, 4);
-        w.insert((), 0, 9 * MS, 2); // round 2, past the horizon (round 1): a far slot
+        w.insert((), 9 * MS, 2); // round 2, past the horizon (round 1): a far slot
         assert_eq!(w.next_fire_tick(2), Some(4), "moves down as round 1 starts");
-        w.expire(4, 5 * MS, |_, _, _, _| panic!("not due"));
+        w.expire(4, 5 * MS, |_, _, _| panic!("not due"));
         assert_eq!(w.next_fire_tick(5), Some(9));
         assert_eq!(w.next_fire_tick(6), Some(9));
     }
@@ -772,7 +770,7 @@ mod tests {
         let keys: Vec<(u32, u64)> = (0..20u64)
             .map(|i| {
                 let fire = 400 + (i % 4) * 4 + i / 4 % 4;
-                (w.insert(i, 0, fire * MS, 0), fire)
+                (w.insert(i, fire * MS, 0), fire)
             })
             .collect();
         for &(k, _) in keys.iter().filter(|(k, _)| k % 3 == 1) {
@@ -780,9 +778,7 @@ mod tests {
         }
         let (mut fired, mut from) = (vec![], 0);
         while let Some(tick) = w.next_fire_tick(from) {
-            w.expire(tick, (tick + 1) * MS, |item, _, _, _| {
-                fired.push((tick, item))
-            });
+            w.expire(tick, (tick + 1) * MS, |item, _, _| fired.push((tick, item)));
             from = tick + 1;
         }
         let mut expected: Vec<(u64, u64)> = keys
@@ -799,26 +795,12 @@ mod tests {
     #[test]
     fn deadline_guard_holds_when_now_lags() {
         let mut w = Wheel::new(10 * MS, 8);
-        w.insert((), 0, 55 * MS, 0);
+        w.insert((), 55 * MS, 0);
         let mut n = 0;
-        w.expire(5, 54 * MS, |_, _, _, _| n += 1);
+        w.expire(5, 54 * MS, |_, _, _| n += 1);
         assert_eq!(n, 0, "not before the deadline");
-        w.expire(5, 55 * MS, |_, _, _, _| n += 1);
+        w.expire(5, 55 * MS, |_, _, _| n += 1);
         assert_eq!(n, 1);
-    }
-
-    #[test]
-    fn tags_travel_with_their_entries() {
-        let mut w = Wheel::new(MS, 8);
-        let a = w.insert('a', MAX_TAG, 5 * MS, 0);
-        let b = w.insert('b', 7, 5 * MS, 0);
-        let c = w.insert('c', 0, 5 * MS, 0);
-        // Unlinking `b` rewrites `c`'s prev link: its tag must survive.
-        assert_eq!(w.remove(b), ('b', 7));
-        let mut fired = vec![];
-        w.expire(5, 6 * MS, |item, _, tag, _| fired.push((item, tag)));
-        assert_eq!(fired, vec![('a', MAX_TAG), ('c', 0)]);
-        assert_ne!(a, c);
     }
 
     #[test]
@@ -826,12 +808,12 @@ mod tests {
         let mut w = Wheel::new(MS, 8);
         for i in 0..4 {
             let k = w.next_key();
-            assert_eq!(w.insert(i, 0, 100 * MS, 0), k);
+            assert_eq!(w.insert(i, 100 * MS, 0), k);
         }
         w.remove(1);
         let k = w.next_key();
         assert_eq!(k, 1, "a freed slot is reused first");
-        assert_eq!(w.insert(9, 0, 100 * MS, 0), k);
+        assert_eq!(w.insert(9, 100 * MS, 0), k);
     }
 
     /// A keyed wheel takes its owner's keys: past the end (the nodes before are pushed vacant),
@@ -839,30 +821,28 @@ mod tests {
     #[test]
     fn a_keyed_wheel_puts_entries_under_its_owners_keys() {
         let mut w = Wheel::new_keyed(MS, 8);
-        w.insert_keyed(5, 'a', 1, 3 * MS, 0);
-        w.insert_keyed(0, 'b', 0, 3 * MS, 0);
-        w.insert_keyed(2 * PAGE as u32, 'c', 0, 200 * MS, 0);
+        w.insert_keyed(5, 'a', 3 * MS, 0);
+        w.insert_keyed(0, 'b', 3 * MS, 0);
+        w.insert_keyed(2 * PAGE as u32, 'c', 200 * MS, 0);
         assert_eq!(w.nodes.len(), 2 * PAGE + 1);
         assert_eq!((w.deadline(5), w.deadline(0)), (3 * MS, 3 * MS));
-        assert_eq!(w.remove(5), ('a', 1));
-        w.insert_keyed(5, 'd', 0, 4 * MS, 0);
+        assert_eq!(w.remove(5), 'a');
+        w.insert_keyed(5, 'd', 4 * MS, 0);
         let mut fired = vec![];
         for tick in 0..300 {
-            w.expire(tick, (tick + 1) * MS, |item, _, _, _| {
-                fired.push((tick, item))
-            });
+            w.expire(tick, (tick + 1) * MS, |item, _, _| fired.push((tick, item)));
         }
         assert_eq!(fired, vec![(3, 'b'), (4, 'd'), (200, 'c')]);
         assert_eq!(w.len(), 0);
         assert_eq!(w.nodes.len(), 2 * PAGE + 1, "empty, it keeps its nodes");
-        w.insert_keyed(7, 'e', 0, 301 * MS, 300);
+        w.insert_keyed(7, 'e', 301 * MS, 300);
         assert_eq!(w.peek(300), Some(7));
         w.remove(7);
         w.release_nodes();
         assert_eq!(w.nodes.capacity(), 0);
     }
 
-    /// Entries on several slab pages keep their items, tags and links: a bucket's list runs
+    /// Entries on several slab pages keep their items and links: a bucket's list runs
     /// across pages, removals on one page relink neighbours on another, freed slots on any page
     /// are reused, and an emptied wheel gives its pages back.
     #[test]
@@ -870,38 +850,31 @@ mod tests {
         let mut w = Wheel::new(MS, 8);
         let n = 3 * PAGE as u64 + 5;
         // Eight buckets, so each bucket's list alternates between pages.
-        let keys: Vec<u32> = (0..n)
-            .map(|i| w.insert(i, (i % 32) as u8, (i % 8) * MS, 0))
-            .collect();
+        let keys: Vec<u32> = (0..n).map(|i| w.insert(i, (i % 8) * MS, 0)).collect();
         assert_eq!(
             w.nodes.capacity(),
             4 * PAGE,
             "the first page grew to exactly a page, the others came whole"
         );
         for (i, &k) in keys.iter().enumerate().filter(|(i, _)| i % 3 == 0) {
-            assert_eq!(w.remove(k), (i as u64, (i % 32) as u8));
+            assert_eq!(w.remove(k), i as u64);
         }
         // The slots just freed are reused before the slab grows (last freed, first reused).
         let last_freed = keys[(n as usize - 1) / 3 * 3];
-        assert_eq!(w.insert(n, 1, 7 * MS, 0), last_freed);
+        assert_eq!(w.insert(n, 7 * MS, 0), last_freed);
         assert_eq!(w.nodes.capacity(), 4 * PAGE);
         let mut fired = vec![];
         for tick in 0..8 {
-            w.expire(tick, (tick + 1) * MS, |i, _, tag, _| {
-                fired.push((tick, i, tag))
-            });
+            w.expire(tick, (tick + 1) * MS, |i, _, _| fired.push((tick, i)));
         }
-        let mut expected: Vec<(u64, u64, u8)> = (0..n)
+        let mut expected: Vec<(u64, u64)> = (0..n)
             .filter(|i| i % 3 != 0)
-            .map(|i| (i % 8, i, (i % 32) as u8))
-            .chain([(7, n, 1)])
+            .map(|i| (i % 8, i))
+            .chain([(7, n)])
             .collect();
         expected.sort();
         fired.sort();
-        assert_eq!(
-            fired, expected,
-            "each entry fires once, on its tick, with its tag"
-        );
+        assert_eq!(fired, expected, "each entry fires once, on its tick");
         assert_eq!(w.len(), 0);
         assert_eq!(w.nodes.capacity(), 0, "an empty wheel keeps no page");
     }
@@ -913,11 +886,11 @@ mod tests {
     fn peek_names_the_first_entry_expire_hands_out() {
         let mut w = Wheel::new(MS, 64);
         assert_eq!(w.peek(0), None);
-        let late = w.insert(1, 0, 120 * MS, 0);
-        let early = w.insert(0, 0, 100 * MS, 0);
+        let late = w.insert(1, 120 * MS, 0);
+        let early = w.insert(0, 100 * MS, 0);
         assert_eq!(w.peek(0), Some(early), "far slot: the earliest deadline");
-        let near = w.insert(2, 0, 30 * MS, 0);
-        let tie = w.insert(3, 0, 30 * MS, 0);
+        let near = w.insert(2, 30 * MS, 0);
+        let tie = w.insert(3, 30 * MS, 0);
         assert_eq!(
             w.peek(0),
             Some(near),
@@ -932,7 +905,7 @@ mod tests {
         while let Some(t) = w.next_fire_tick(tick) {
             let peeked = w.peek(t);
             let mut got = vec![];
-            w.expire(t, (t + 1) * MS, |i, _, _, _| got.push(i));
+            w.expire(t, (t + 1) * MS, |i, _, _| got.push(i));
             if let (Some(first), Some(key)) = (got.first(), peeked) {
                 assert_eq!(
                     *first,
@@ -951,23 +924,23 @@ mod tests {
     #[test]
     fn peek_names_the_least_deadline_of_a_tick() {
         let mut w = Wheel::new(MS, 64);
-        let later = w.insert('l', 0, 100 * MS + 600_000, 0);
-        let sooner = w.insert('s', 0, 100 * MS + 200_000, 0);
+        let later = w.insert('l', 100 * MS + 600_000, 0);
+        let sooner = w.insert('s', 100 * MS + 200_000, 0);
         assert_eq!(w.peek(0), Some(sooner));
         assert_eq!(w.peek(100), Some(sooner));
         let mut got = vec![];
-        w.expire(100, 100 * MS + 400_000, |i, _, _, _| got.push(i));
+        w.expire(100, 100 * MS + 400_000, |i, _, _| got.push(i));
         assert_eq!((got, w.peek(100)), (vec!['s'], Some(later)));
         let mut w = Wheel::new(MS, 64);
-        w.insert('l', 0, 100 * MS + 600_000, 0);
-        let sooner = w.insert('s', 0, 100 * MS + 200_000, 0);
+        w.insert('l', 100 * MS + 600_000, 0);
+        let sooner = w.insert('s', 100 * MS + 200_000, 0);
         // An entry placed past its deadline, on tick 3, fires then: before either.
-        let past = w.insert('p', 0, MS, 3);
+        let past = w.insert('p', MS, 3);
         assert_eq!(w.peek(3), Some(past));
         w.remove(past);
         assert_eq!(w.peek(3), Some(sooner));
         let mut got = vec![];
-        w.expire(100, 101 * MS, |i, _, _, _| got.push(i));
+        w.expire(100, 101 * MS, |i, _, _| got.push(i));
         assert_eq!(got, vec!['l', 's'], "expire keeps bucket order");
     }
 
@@ -982,7 +955,7 @@ mod tests {
                 .wrapping_add(1442695040888963407);
             // Over 500 ticks: most ticks hold a few entries.
             let deadline = (seed >> 33) % (500 * MS);
-            let key = w.insert(i, 0, deadline, 0);
+            let key = w.insert(i, deadline, 0);
             assert_eq!(w.deadline(key), deadline);
             item_of.insert(key, i);
         }
@@ -990,7 +963,7 @@ mod tests {
         while let Some(t) = w.next_fire_tick(tick) {
             let peeked = item_of[&w.peek(t).unwrap()];
             let mut got = vec![];
-            w.expire(t, (t + 1) * MS, |i, _, _, deadline| got.push((deadline, i)));
+            w.expire(t, (t + 1) * MS, |i, _, deadline| got.push((deadline, i)));
             // The least deadline handed out, the first on a tie.
             if let Some(&(_, first)) = got.iter().min_by_key(|(deadline, _)| *deadline) {
                 assert_eq!(first, peeked, "tick {t}");
@@ -1004,22 +977,20 @@ mod tests {
     fn drain_returns_everything() {
         let mut w = Wheel::new(MS, 8);
         for i in 0..20u64 {
-            w.insert(i, 0, i * 3 * MS, 0);
+            w.insert(i, i * 3 * MS, 0);
         }
-        let mut all: Vec<u64> = w.drain().into_iter().map(|(i, _)| i).collect();
+        let mut all: Vec<u64> = w.drain();
         all.sort();
         assert_eq!(all, (0..20).collect::<Vec<_>>());
         assert_eq!(w.len(), 0);
         assert_eq!(w.next_fire_tick(0), None, "no bucket left marked occupied");
         // The drained wheel works as a new one.
-        w.insert(100, 3, 5 * MS, 0);
+        w.insert(100, 5 * MS, 0);
         assert_eq!(w.next_fire_tick(0), Some(5));
         let mut fired = vec![];
         for tick in 0..8 {
-            w.expire(tick, (tick + 1) * MS, |i, _, tag, _| {
-                fired.push((tick, i, tag))
-            });
+            w.expire(tick, (tick + 1) * MS, |i, _, _| fired.push((tick, i)));
         }
-        assert_eq!(fired, vec![(5, 100, 3)]);
+        assert_eq!(fired, vec![(5, 100)]);
     }
 }

@@ -5,7 +5,7 @@
 //! hands back to the producers' shards. Touches the `shared` module's cells and `sync` (the shard count); only the
 //! worker uses it. The rules it keeps: `shared::cells`, "Chunks, spans and spares: the protocol".
 
-use crate::shared::cells::{ChunkRef, SpareChunk, CHUNK, SPARE_CHUNKS};
+use crate::shared::cells::{ChunkRef, SpareChunk, CHUNK, MAX_CHUNK_IDS, SPARE_CHUNKS};
 use crate::sync::SHARDS;
 use crate::wheel::{Slab, Vacancy, NO_INDEX};
 
@@ -105,6 +105,8 @@ impl ChunkTable {
             chunk: Some(chunk.clone()),
             unsettled: CHUNK_CELLS,
         });
+        // Unreachable: a chunk in the table holds a pending timeout (`MAX_CHUNK_IDS`).
+        assert!(id < MAX_CHUNK_IDS, "more chunk ids than a cell id holds");
         self.latest[shard][kind] = id;
         id
     }

@@ -56,7 +56,7 @@ mod thread;
 pub(crate) use thread::{thread_main, turn};
 
 use crate::shared::batch::PendingBatch;
-use crate::shared::cells::{CellRef, ChunkRef, Expiry};
+use crate::shared::cells::{CellId, CellRef, ChunkRef, Expiry};
 use crate::shared::{catch_user_panic, BoxedTask, Executor, Shared, Stored};
 use crate::sync::{Arc, Batch};
 use crate::wheel::{Wheel, NO_INDEX};
@@ -70,9 +70,8 @@ pub(crate) const TRANSFER_CAP: u64 = 100_000;
 
 /// The worker's state: the wheel and the next tick to process.
 pub(crate) struct Worker<J: Stored = BoxedTask> {
-    /// Per timeout, the task as a wheel entry (`sealed::TaskStorage::into_entry`) with the id of its state's
-    /// chunk in the [`ChunkTable`]; the wheel keeps the index of the state's cell in the node's
-    /// tag.
+    /// Per timeout, the task as a wheel entry (`sealed::TaskStorage::into_entry`) with its
+    /// state's [`CellId`].
     wheel: Wheel<J::Entry>,
     /// What the wheel's tasks keep outside it (a boxed timer's task words).
     tasks: J::Store,
@@ -232,8 +231,8 @@ impl<J: Stored> Worker<J> {
             let key = state.wheel_key();
             if key != NO_INDEX {
                 state.clear_wheel_key();
-                let (entry, _) = self.wheel.remove(key);
-                let id = J::chunk(&entry);
+                let entry = self.wheel.remove(key);
+                let id = J::cell(&entry).chunk();
                 if state.is_in(self.chunks.get(id)) {
                     self.chunks.settle(id);
                 } else {
@@ -315,8 +314,8 @@ impl<J: Stored> Worker<J> {
                     shared.counters.drop_task(task);
                     continue;
                 }
-                let entry = task.into_entry(id, &mut self.tasks);
-                let inserted = self.wheel.insert(entry, tag, deadline, tick);
+                let entry = task.into_entry(CellId::new(id, tag), &mut self.tasks);
+                let inserted = self.wheel.insert(entry, deadline, tick);
                 debug_assert_eq!(inserted, key);
             }
             if batch.is_empty() {
@@ -361,8 +360,8 @@ impl<J: Stored> Worker<J> {
             out: None,
             timing: RunTiming::new(self.executor.is_none()),
         };
-        self.wheel.expire(tick, now, |entry, key, tag, deadline| {
-            settle.due(entry, key, tag, deadline)
+        self.wheel.expire(tick, now, |entry, key, deadline| {
+            settle.due(entry, key, deadline)
         });
         let (ended, mut timing) = settle.finish();
         // Every timeout this call ended, it expired.
@@ -410,8 +409,9 @@ impl<J: Stored> Worker<J> {
             .wheel
             .drain()
             .into_iter()
-            .map(|(entry, tag)| {
-                let state = chunks.get(J::chunk(&entry)).state(tag);
+            .map(|entry| {
+                let cell = J::cell(&entry);
+                let state = chunks.get(cell.chunk()).state(cell.tag());
                 state
                     .chunk_timer()
                     .counters()
@@ -479,8 +479,9 @@ struct Settle<'a, J: Stored> {
 impl<J: Stored> Settle<'_, J> {
     /// Settles one due entry, just unlinked.
     #[inline]
-    fn due(&mut self, entry: J::Entry, key: u32, tag: u8, deadline: u64) {
-        let id = J::chunk(&entry);
+    fn due(&mut self, entry: J::Entry, key: u32, deadline: u64) {
+        let cell = J::cell(&entry);
+        let (id, tag) = (cell.chunk(), cell.tag());
         let (chunk, settled) = match self.out.take() {
             Some((out_id, chunk, settled)) if out_id == id => (chunk, settled),
             Some((out_id, chunk, settled)) => {

@@ -115,8 +115,7 @@ impl<T> DelayQueue<T> {
     /// Puts slot `index` in the wheel, due at `deadline`, under the key `index`.
     #[inline]
     fn wait(&mut self, index: u32, deadline: u64) {
-        self.wheel
-            .insert_keyed(index, index, 0, deadline, self.tick);
+        self.wheel.insert_keyed(index, index, deadline, self.tick);
     }
 
     /// Reads the producers' clock, and notes whether the reading is within `slack` of the

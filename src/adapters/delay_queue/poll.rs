@@ -162,7 +162,7 @@ impl<T> DelayQueue<T> {
     fn expire_tick(&mut self, tick: u64, now: u64, last: &mut u64) -> bool {
         let mut sorted = true;
         let (slots, ready) = (&mut self.slots, &mut self.ready);
-        self.wheel.expire(tick, now, |index, _, _, deadline| {
+        self.wheel.expire(tick, now, |index, _, deadline| {
             let slot = &mut slots[index];
             if let Slot::Waiting { stamp, value } =
                 std::mem::replace(slot, Slot::Vacant { next: NO_INDEX })
