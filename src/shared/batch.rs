@@ -1,21 +1,21 @@
 //! Timeouts on their way from producers to the worker: the batches a queue shard holds, and
 //! what each shard keeps for its producers.
 //!
-//! Owns [`PendingBatch`] (a shard's queued timeouts: jobs, deadlines, the spans of their states)
-//! and [`ProducerShard`] (a shard's pending-count credit and its chunk cursor). Touches `sync`
-//! (the queue's `Batch` trait) and the cells; producers fill a batch under their shard's lock,
-//! the worker takes it whole and drains it. The rules of chunks, spans and spares they follow:
-//! `shared::cells`, "Chunks, spans and spares: the protocol".
+//! Owns [`PendingBatch`] (a shard's queued timeouts: jobs, deadlines, their cells) and
+//! [`ProducerShard`] (a shard's pending-count credit and its chunk cursors). Touches `sync`
+//! (the queue's `Batch` trait), and of the cells only their two interfaces in `spans.rs`
+//! (`ShardCursors`, `BatchCells`); producers fill a batch under their shard's lock, the worker
+//! takes it whole and drains it.
 
-use super::cells::{CellRef, ChunkRef, SpareChunk};
+use super::cells::CellRef;
 use super::small_task::Word;
-use super::spans::{CellSpan, CellSpanCursor, ChunkCursor};
+use super::spans::{BatchCells, CellSlot, ChunkCursor, FrontCells, ShardCursors};
+use super::ChunkTable;
 use super::{sealed, BoxedTask, Enqueue, Shared, Stored};
 use crate::sync::{Arc, Batch};
 
 /// Timeouts on their way from producers to the worker: task and deadline of each, in two
-/// parallel vectors, and the spans of chunk cells their states are in (a timeout's cell follows
-/// from its position: see [`CellSpan`]).
+/// parallel vectors, and the cells their states are in ([`BatchCells`]).
 ///
 /// Not one vector of structs: a struct pushed into a `Vec` is built on the stack first (its
 /// drop on unwinding needs an address) and then copied with wide loads over narrower stores,
@@ -29,13 +29,7 @@ pub(crate) struct PendingBatch<J: crate::shared::sealed::TaskStorage = BoxedTask
     /// Where the next task taken from the front finds its words.
     words_read: usize,
     deadlines: Vec<u64>,
-    /// The spans of the queued timeouts' cells, in order, one chunk reference each.
-    spans: Vec<CellSpan>,
-    /// Timeouts the worker has taken from the front ([`PendingBatch::drain_front`]): positions
-    /// in `spans` count them.
-    drained: usize,
-    /// The worker's: the chunk table's id of each span, given when it takes the batch.
-    chunk_ids: Vec<u32>,
+    cells: BatchCells,
 }
 
 impl<J: Stored> Default for PendingBatch<J> {
@@ -45,9 +39,7 @@ impl<J: Stored> Default for PendingBatch<J> {
             words: Vec::new(),
             words_read: 0,
             deadlines: Vec::new(),
-            spans: Vec::new(),
-            drained: 0,
-            chunk_ids: Vec::new(),
+            cells: BatchCells::default(),
         }
     }
 }
@@ -71,11 +63,8 @@ impl<J: Stored> PendingBatch<J> {
         task: impl Enqueue<J>,
         deadline: u64,
     ) -> Option<CellRef> {
-        // A shard's batch is never partly taken: the worker swaps it out whole.
-        debug_assert_eq!(self.drained, 0);
-        let at = self.tasks.len();
         let queued = task.enqueue(&mut self.words);
-        let state = cursor.next_state::<J, HANDLE>(shared, shard, &mut self.spans, at);
+        let state = self.cells.push::<J, HANDLE>(cursor, shared, shard);
         self.tasks.push(queued);
         self.deadlines.push(deadline);
         state
@@ -89,51 +78,35 @@ impl<J: Stored> PendingBatch<J> {
         self.tasks.capacity()
     }
 
-    /// Gives each span its chunk id, in push order (a chunk may recur), unless done already.
-    /// The ids' vector keeps its capacity across the batch's uses: nothing is allocated.
-    pub(crate) fn assign_chunk_ids(&mut self, mut id_of: impl FnMut(&ChunkRef) -> u32) {
-        if self.chunk_ids.len() != self.spans.len() {
-            debug_assert!(self.chunk_ids.is_empty());
-            self.chunk_ids
-                .extend(self.spans.iter().map(|span| id_of(&span.chunk)));
+    /// Gives the chunks of the batch's cells their ids in `table` (see
+    /// [`BatchCells::register`]).
+    pub(crate) fn register(&mut self, table: &mut ChunkTable) {
+        self.cells.register(table);
+    }
+
+    /// Removes the first `n` timeouts, in order: task, cell and deadline of each.
+    pub(crate) fn drain_front(&mut self, n: usize) -> DrainFront<'_, J> {
+        DrainFront {
+            tasks: self.tasks.drain(..n),
+            deadlines: self.deadlines.drain(..n),
+            cells: self.cells.take_front(n),
+            words: &self.words,
+            words_read: &mut self.words_read,
         }
     }
 
-    /// Removes the first `n` timeouts, in order: task, span index, cell tag and deadline of
-    /// each, with the spans and the chunk ids the span indexes refer to.
-    pub(crate) fn drain_front(&mut self, n: usize) -> (DrainFront<'_, J>, &[CellSpan], &[u32]) {
-        let cells = CellSpanCursor::new(&self.spans, self.drained);
-        self.drained += n;
-        let drain = DrainFront {
-            tasks: self.tasks.drain(..n),
-            deadlines: self.deadlines.drain(..n),
-            cells,
-            words: &self.words,
-            words_read: &mut self.words_read,
-        };
-        (drain, &self.spans, &self.chunk_ids)
-    }
-
-    /// Once every timeout is out: hands the spans' chunks to `release`, keeping the capacity.
-    pub(crate) fn clear_spans(&mut self, release: impl FnMut(ChunkRef)) {
+    /// Once every timeout is out: hands the cells' chunks to `table`, keeping the capacity.
+    pub(crate) fn clear(&mut self, table: &mut ChunkTable) {
         debug_assert!(self.tasks.is_empty());
         self.words.clear();
         self.words_read = 0;
-        self.spans
-            .drain(..)
-            .map(|span| span.chunk)
-            .for_each(release);
-        self.chunk_ids.clear();
-        self.drained = 0;
+        self.cells.clear(table);
     }
 
     /// The states, in order; the tasks are dropped, each once (a panic of its `Drop` caught
     /// and counted by its timer).
     pub(crate) fn into_states(mut self) -> Vec<CellRef> {
-        let states: Vec<CellRef> = CellSpanCursor::new(&self.spans, self.drained)
-            .take(self.tasks.len())
-            .map(|(span, tag)| self.spans[span].chunk.state(tag))
-            .collect();
+        let states = self.cells.states();
         let (words, at) = (&self.words, &mut self.words_read);
         for (queued, state) in self.tasks.drain(..).zip(&states) {
             state
@@ -156,13 +129,13 @@ impl<J: Stored> PendingBatch<J> {
 pub(crate) struct DrainFront<'a, J: Stored> {
     tasks: std::vec::Drain<'a, J::Queued>,
     deadlines: std::vec::Drain<'a, u64>,
-    cells: CellSpanCursor<'a>,
+    cells: FrontCells<'a>,
     words: &'a [Word],
     words_read: &'a mut usize,
 }
 
-impl<J: Stored> Iterator for DrainFront<'_, J> {
-    type Item = (J, (usize, u8), u64);
+impl<'a, J: Stored> Iterator for DrainFront<'a, J> {
+    type Item = (J, CellSlot<'a>, u64);
 
     #[inline]
     fn next(&mut self) -> Option<Self::Item> {
@@ -206,70 +179,21 @@ impl<J: Stored> Batch for PendingBatch<J> {
     fn append(&mut self, other: &mut Self) {
         // Only batches fresh from a shard are appended (`Queue::take_all`), and to one the
         // worker has not started on; positions carry over shifted by what is already here.
-        debug_assert!(
-            other.drained == 0 && self.chunk_ids.is_empty() && other.chunk_ids.is_empty()
-        );
         debug_assert_eq!(other.words_read, 0);
-        let offset = self.drained + self.tasks.len();
         self.tasks.append(&mut other.tasks);
         self.words.append(&mut other.words);
         self.deadlines.append(&mut other.deadlines);
-        self.spans.extend(other.spans.drain(..).map(|mut span| {
-            span.first += offset;
-            span
-        }));
+        self.cells.append(&mut other.cells);
     }
 }
 
 /// What a shard of the `timeouts` queue keeps for its producers, under its lock.
+#[derive(Default)]
 pub(crate) struct ProducerShard {
     /// Pending-count credit (see `Shared::refill_credit`).
     pub(super) credit: usize,
-    /// Where the shard's tasks' timeouts get their states (and the spare chunks the worker
-    /// hands back).
-    pub(crate) cursor: ChunkCursor,
-    /// Where the shard's futures' timeouts get theirs: chunks with waker slots.
-    pub(super) wake_cursor: ChunkCursor,
-}
-
-impl Default for ProducerShard {
-    fn default() -> Self {
-        ProducerShard {
-            credit: 0,
-            cursor: ChunkCursor::default(),
-            wake_cursor: ChunkCursor::with_wakers(),
-        }
-    }
-}
-
-impl ProducerShard {
-    /// Lets go of both cursors' chunks and spares (`stop()`: they hold handles on the timer).
-    pub(crate) fn clear_cursors(&mut self) {
-        self.cursor.clear();
-        self.wake_cursor.clear();
-    }
-
-    /// Takes the worker's spare chunks of this shard: tasks' and futures'.
-    pub(crate) fn add_spares(
-        &mut self,
-        tasks: &mut Vec<SpareChunk>,
-        futures: &mut Vec<SpareChunk>,
-    ) {
-        self.cursor.add_spares(tasks);
-        self.wake_cursor.add_spares(futures);
-    }
-
-    /// Lets go of both cursors' spare chunks (an idle timer gives their memory back).
-    pub(crate) fn clear_spares(&mut self) {
-        self.cursor.clear_spares();
-        self.wake_cursor.clear_spares();
-    }
-
-    /// Spare chunks held by both cursors.
-    #[cfg(test)]
-    pub(crate) fn spare_count(&self) -> usize {
-        self.cursor.spare_count() + self.wake_cursor.spare_count()
-    }
+    /// Where the shard's timeouts get their states.
+    pub(crate) cursors: ShardCursors,
 }
 
 #[cfg(test)]
@@ -317,15 +241,17 @@ mod tests {
             .unwrap();
         }
         let mut batch = timer.shared.timeouts.take_all();
+        let mut table = crate::shared::ChunkTable::new();
+        batch.register(&mut table);
         assert_eq!(batch.len(), N as usize);
         let unwound = catch_unwind(AssertUnwindSafe(|| {
-            let (mut drain, _, _) = batch.drain_front(7);
+            let mut drain = batch.drain_front(7);
             drop(drain.next());
             panic!("the worker unwinds mid-drain (on purpose)");
         }));
         assert!(unwound.is_err());
         assert_eq!(batch.len(), (N - 7) as usize);
-        let rest: Vec<_> = batch.drain_front(5).0.map(|(task, _, _)| task).collect();
+        let rest: Vec<_> = batch.drain_front(5).map(|(task, _, _)| task).collect();
         drop(rest);
         let dropped = dropped.lock().unwrap();
         let mut ids: Vec<u64> = dropped.iter().map(|&(id, _)| id).collect();
@@ -333,6 +259,6 @@ mod tests {
         assert_eq!(ids, (0..N).collect::<Vec<_>>(), "each task dropped once");
         assert!(dropped.iter().all(|&(id, check)| check == !id));
         drop(dropped);
-        batch.clear_spans(drop);
+        batch.clear(&mut table);
     }
 }

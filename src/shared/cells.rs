@@ -31,8 +31,16 @@
 //!
 //! # Chunks, spans and spares: the protocol
 //!
-//! This section is the one statement of these rules; `shared::batch`, `worker::chunks`,
-//! `Worker::transfer` and `timer::lifecycle` follow it and point here.
+//! This section is the one statement of these rules. They are carried out here, in `spans.rs`
+//! (a shard's cursors, a batch's cells) and in `chunks.rs` (the worker's table); the batch
+//! and the worker see only those two files' interfaces: [`ShardCursors`] and [`BatchCells`]
+//! for the producers and the batch, and [`ChunkTable`] (register, settle, lend) and
+//! [`Settling`] for the worker.
+//!
+//! [`ShardCursors`]: super::spans::ShardCursors
+//! [`BatchCells`]: super::spans::BatchCells
+//! [`ChunkTable`]: super::ChunkTable
+//! [`Settling`]: super::Settling
 //!
 //! States live in chunks of [`CHUNK`] cells, reference-counted as a whole. Who holds a
 //! reference to a chunk, from when to when:
@@ -41,9 +49,9 @@
 //! |--------|---------------------|---------|
 //! | a `Timeout` handle on one of its cells | `new_timeout` (detached timeouts take none) | the handle's drop |
 //! | its shard's [`ChunkCursor`](super::spans::ChunkCursor) | when it starts handing the chunk's cells out | when the last cell is handed out |
-//! | a queued [`PendingBatch`](super::batch::PendingBatch), once per [`CellSpan`](super::spans::CellSpan) | the span's first timeout | the batch, once the worker has taken every timeout out (`clear_spans`) |
-//! | the worker's chunk table (`worker::chunks`), under an id | the first batch naming the chunk, when the worker takes it | the last of its cells *settled*: taken from the queue cancelled, expired, or unlinked after a cancel |
-//! | a task's `Timeout` while it runs | borrowed from the table (no count moves) | given back to the table after the run |
+//! | a queued batch's cells ([`BatchCells`]), once per span | the span's first timeout | the batch, once the worker has taken every timeout out (`BatchCells::clear`) |
+//! | the worker's [`ChunkTable`], under an id | the first batch naming the chunk, when the worker takes it | the last of its cells *settled*: taken from the queue cancelled, expired, or unlinked after a cancel |
+//! | a task's `Timeout` while it runs | lent by the table ([`Settling`]; no count moves) | given back to the table after the run |
 //!
 //! - **Spans.** A batch records, per span, the position of its first timeout (`first`, counted
 //!   from the batch's first timeout, including those already taken out) and its first cell
@@ -52,9 +60,8 @@
 //!   chunk, or a switch between the two, starts a new span.
 //! - **Ids.** The wheel's entries name their cell by a [`CellId`]: its chunk's id in the worker's
 //!   table, which keeps per id the count of cells not yet settled (`CHUNK` when registered),
-//!   and its tag. An id is registered
-//!   when a batch is taken (`ChunkTable::id_of`); only the last chunk registered per shard and
-//!   kind can be named again by a later batch.
+//!   and its tag. An id is registered when a batch is taken (`BatchCells::register`); only the
+//!   last chunk registered per shard and kind can be named again by a later batch.
 //! - **Spares.** A chunk is freed with its last holder, unless that holder is the worker: then it
 //!   becomes a [`SpareChunk`], its cells reset, and the worker hands it back to its shard's
 //!   cursor (when it next takes that shard's batch) to use instead of a new allocation. A cell
@@ -229,7 +236,7 @@ struct Chunk {
 /// Why per chunk and not per timeout: one allocation per 32 futures instead of one per future
 /// (which the worker would free, across threads), and 24 bytes a future. Timeouts of tasks
 /// never pay for it: their chunks have no slots, and a shard hands out futures' timeouts from
-/// chunks of their own (`ProducerShard::wake_cursor`).
+/// chunks of their own (`ShardCursors`).
 pub(crate) type WakerSlots = [Mutex<Option<Waker>>; CHUNK];
 
 impl ChunkRef {

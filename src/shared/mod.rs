@@ -37,6 +37,7 @@
 
 pub(crate) mod batch;
 pub(crate) mod cells;
+mod chunks;
 mod counters;
 mod pending;
 mod plan;
@@ -45,6 +46,7 @@ pub(crate) mod small_task;
 pub(crate) mod spans;
 mod task_storage;
 
+pub(crate) use chunks::{ChunkTable, Due, Settling};
 pub(crate) use counters::{Counters, LATENESS_CLASSES};
 pub(crate) use plan::AWAKE;
 pub(crate) use task_storage::{sealed, Enqueue, Fresh, Job};

@@ -140,10 +140,9 @@ impl<J: Stored> Shared<J> {
         if !limited {
             self.take_credit(producer)?;
         }
-        let cursor = match on_expiry {
-            OnExpiry::RunTask => &mut producer.cursor,
-            OnExpiry::WakeFuture => &mut producer.wake_cursor,
-        };
+        let cursor = producer
+            .cursors
+            .of(matches!(on_expiry, OnExpiry::WakeFuture));
         Ok(items.push::<HANDLE>(cursor, self, shard_index, job, deadline))
     }
 

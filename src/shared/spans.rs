@@ -7,7 +7,8 @@
 //! `cells`' ("Chunks, spans and spares: the protocol"). Touches only the `cells` module's
 //! chunks, through [`ChunkRef`].
 
-use super::cells::{CellRef, ChunkRef, ChunkTimer, SpareChunk, CHUNK, SPARE_CHUNKS};
+use super::cells::{CellId, CellRef, ChunkRef, ChunkTimer, SpareChunk, CHUNK, SPARE_CHUNKS};
+use super::chunks::ChunkTable;
 use super::{Shared, Stored, TimerHandle};
 use crate::sync::Arc;
 
@@ -34,7 +35,7 @@ pub(crate) struct ChunkCursor {
 
 impl ChunkCursor {
     /// A cursor whose chunks carry waker slots, for futures' timeouts.
-    pub(crate) fn with_wakers() -> ChunkCursor {
+    fn with_wakers() -> ChunkCursor {
         ChunkCursor {
             wakers: true,
             ..ChunkCursor::default()
@@ -58,7 +59,7 @@ impl ChunkCursor {
     /// With `HANDLE` false (a detached timeout: nobody holds a handle) no reference is taken
     /// for it: `None`, and no locked instruction but the chunk's last cell's hand-over.
     #[inline]
-    pub(crate) fn next_state<J: Stored, const HANDLE: bool>(
+    fn next_state<J: Stored, const HANDLE: bool>(
         &mut self,
         shared: &Arc<Shared<J>>,
         shard: u8,
@@ -107,26 +108,20 @@ impl ChunkCursor {
     }
 
     /// Lets go of the current chunk (its unused cells are freed with it) and of the spares.
-    pub(crate) fn clear(&mut self) {
+    fn clear(&mut self) {
         self.chunk = None;
         self.timer = None;
         self.clear_spares();
     }
 
-    /// Spare chunks held.
-    #[cfg(test)]
-    pub(crate) fn spare_count(&self) -> usize {
-        self.spares.len()
-    }
-
     /// Lets go of the spare chunks (an idle timer gives their memory back).
-    pub(crate) fn clear_spares(&mut self) {
+    fn clear_spares(&mut self) {
         self.spares = Vec::new();
     }
 
     /// Takes spare chunks from `from` (the worker's, all of this cursor's shard), up to
     /// [`SPARE_CHUNKS`] in all.
-    pub(crate) fn add_spares(&mut self, from: &mut Vec<SpareChunk>) {
+    fn add_spares(&mut self, from: &mut Vec<SpareChunk>) {
         let free = SPARE_CHUNKS.saturating_sub(self.spares.len());
         if self.spares.is_empty() && from.len() <= free {
             std::mem::swap(&mut self.spares, from);
@@ -137,12 +132,189 @@ impl ChunkCursor {
     }
 }
 
+/// A queue shard's two cursors: its tasks' chunks, and its futures' (with waker slots).
+pub(crate) struct ShardCursors {
+    tasks: ChunkCursor,
+    futures: ChunkCursor,
+}
+
+impl Default for ShardCursors {
+    fn default() -> Self {
+        ShardCursors {
+            tasks: ChunkCursor::default(),
+            futures: ChunkCursor::with_wakers(),
+        }
+    }
+}
+
+impl ShardCursors {
+    /// The cursor of futures' timeouts (`wakers`) or of tasks'.
+    #[inline]
+    pub(crate) fn of(&mut self, wakers: bool) -> &mut ChunkCursor {
+        if wakers {
+            &mut self.futures
+        } else {
+            &mut self.tasks
+        }
+    }
+
+    /// Lets go of both cursors' chunks and spares (`stop()`: they hold handles on the timer).
+    pub(crate) fn clear(&mut self) {
+        self.tasks.clear();
+        self.futures.clear();
+    }
+
+    /// Takes the worker's spare chunks of this shard: tasks' and futures'.
+    pub(super) fn add_spares(
+        &mut self,
+        tasks: &mut Vec<SpareChunk>,
+        futures: &mut Vec<SpareChunk>,
+    ) {
+        self.tasks.add_spares(tasks);
+        self.futures.add_spares(futures);
+    }
+
+    /// Lets go of both cursors' spare chunks (an idle timer gives their memory back).
+    pub(crate) fn clear_spares(&mut self) {
+        self.tasks.clear_spares();
+        self.futures.clear_spares();
+    }
+
+    /// Spare chunks held by both cursors.
+    #[cfg(test)]
+    pub(crate) fn spare_count(&self) -> usize {
+        self.tasks.spares.len() + self.futures.spares.len()
+    }
+}
+
+/// The cells of a queued batch's timeouts, in push order: one [`CellSpan`] per run of
+/// consecutive cells of a chunk, and, once the worker has taken the batch, each span's chunk
+/// id in its table. What the batch knows of its cells is this and nothing more.
+#[derive(Default)]
+pub(crate) struct BatchCells {
+    spans: Vec<CellSpan>,
+    /// Timeouts pushed, the drained ones included: the position of the next.
+    pushed: usize,
+    /// Timeouts the worker has taken from the front ([`BatchCells::take_front`]).
+    drained: usize,
+    /// The worker's: the chunk table's id of each span, given when it takes the batch.
+    ids: Vec<u32>,
+}
+
+impl BatchCells {
+    /// A fresh state for the next timeout, from `cursor` (see [`ChunkCursor::next_state`]).
+    #[inline]
+    pub(crate) fn push<J: Stored, const HANDLE: bool>(
+        &mut self,
+        cursor: &mut ChunkCursor,
+        shared: &Arc<Shared<J>>,
+        shard: u8,
+    ) -> Option<CellRef> {
+        // A shard's batch is never partly taken: the worker swaps it out whole.
+        debug_assert_eq!(self.drained, 0);
+        let at = self.pushed;
+        self.pushed += 1;
+        cursor.next_state::<J, HANDLE>(shared, shard, &mut self.spans, at)
+    }
+
+    /// Gives each span its chunk id, in push order (a chunk may recur), unless done already.
+    /// The ids' vector keeps its capacity across the batch's uses: nothing is allocated.
+    pub(crate) fn register(&mut self, table: &mut ChunkTable) {
+        if self.ids.len() != self.spans.len() {
+            debug_assert!(self.ids.is_empty());
+            self.ids
+                .extend(self.spans.iter().map(|span| table.id_of(&span.chunk)));
+        }
+    }
+
+    /// The cells of the next `n` timeouts, taken from the front in order.
+    #[inline]
+    pub(crate) fn take_front(&mut self, n: usize) -> FrontCells<'_> {
+        debug_assert_eq!(self.ids.len(), self.spans.len(), "a registered batch");
+        let cursor = CellSpanCursor::new(&self.spans, self.drained);
+        self.drained += n;
+        FrontCells {
+            cursor,
+            ids: &self.ids,
+        }
+    }
+
+    /// Once every timeout is out: hands the spans' chunks to `table`, keeping the capacity.
+    pub(crate) fn clear(&mut self, table: &mut ChunkTable) {
+        debug_assert_eq!(self.drained, self.pushed);
+        self.spans
+            .drain(..)
+            .for_each(|span| table.release(span.chunk));
+        self.ids.clear();
+        (self.pushed, self.drained) = (0, 0);
+    }
+
+    /// The states of the timeouts not taken yet, in order.
+    pub(crate) fn states(&self) -> Vec<CellRef> {
+        CellSpanCursor::new(&self.spans, self.drained)
+            .take(self.pushed - self.drained)
+            .map(|(span, tag)| self.spans[span].chunk.state(tag))
+            .collect()
+    }
+
+    /// Appends `other`'s cells, fresh from a shard, to these, which the worker has not started
+    /// on: its positions shift by what is here.
+    pub(crate) fn append(&mut self, other: &mut BatchCells) {
+        debug_assert!(other.drained == 0 && self.ids.is_empty() && other.ids.is_empty());
+        let offset = self.pushed;
+        self.pushed += std::mem::take(&mut other.pushed);
+        self.spans.extend(other.spans.drain(..).map(|mut span| {
+            span.first += offset;
+            span
+        }));
+    }
+}
+
+/// The cells of timeouts being taken from the front of a batch ([`BatchCells::take_front`]).
+pub(crate) struct FrontCells<'a> {
+    cursor: CellSpanCursor<'a>,
+    ids: &'a [u32],
+}
+
+impl<'a> Iterator for FrontCells<'a> {
+    type Item = CellSlot<'a>;
+
+    #[inline]
+    fn next(&mut self) -> Option<CellSlot<'a>> {
+        let (span, tag) = self.cursor.next()?;
+        Some(CellSlot {
+            chunk: &self.cursor.spans[span].chunk,
+            id: CellId::new(self.ids[span], tag),
+        })
+    }
+}
+
+/// A queued timeout's cell as the worker's transfer finds it: its id, and the cell itself.
+pub(crate) struct CellSlot<'a> {
+    chunk: &'a ChunkRef,
+    id: CellId,
+}
+
+impl CellSlot<'_> {
+    /// The name the wheel's entry keeps.
+    #[inline]
+    pub(crate) fn id(&self) -> CellId {
+        self.id
+    }
+
+    /// See [`Cell::try_enter_wheel`](super::cells::Cell::try_enter_wheel).
+    #[inline]
+    pub(crate) fn try_enter_wheel(&self, key: u32) -> bool {
+        self.chunk.cell(self.id.tag()).try_enter_wheel(key)
+    }
+}
+
 /// Consecutive timeouts of a queued batch whose cells are consecutive cells of one chunk: the
 /// timeout at position `first + k` of the batch has cell `start + k` of `chunk`. Positions
 /// count from the batch's first timeout, including those the worker has taken out since.
-pub(crate) struct CellSpan {
-    pub(crate) chunk: ChunkRef,
-    pub(crate) first: usize,
+struct CellSpan {
+    chunk: ChunkRef,
+    first: usize,
     start: u8,
 }
 
@@ -166,7 +338,7 @@ impl CellSpan {
 
     /// The cell tag of the timeout at batch position `at` (within this span).
     #[inline]
-    pub(crate) fn tag(&self, at: usize) -> u8 {
+    fn tag(&self, at: usize) -> u8 {
         debug_assert!(at >= self.first && at - self.first < CHUNK);
         // Below CHUNK (at most 32), so the cast keeps every bit.
         self.start + (at - self.first) as u8
@@ -175,7 +347,7 @@ impl CellSpan {
 
 /// Walks a batch's positions from `at` on, one step per timeout: each step gives the index of
 /// its span and its cell tag.
-pub(crate) struct CellSpanCursor<'a> {
+struct CellSpanCursor<'a> {
     spans: &'a [CellSpan],
     span: usize,
     at: usize,
@@ -183,7 +355,7 @@ pub(crate) struct CellSpanCursor<'a> {
 
 impl<'a> CellSpanCursor<'a> {
     /// From position `at` (which must belong to one of `spans`).
-    pub(crate) fn new(spans: &'a [CellSpan], at: usize) -> Self {
+    fn new(spans: &'a [CellSpan], at: usize) -> Self {
         let span = spans.partition_point(|r| r.first <= at).saturating_sub(1);
         CellSpanCursor { spans, span, at }
     }

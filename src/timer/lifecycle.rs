@@ -153,7 +153,7 @@ fn drain_queues<J: Stored>(shared: &Shared<J>, out: &mut Vec<Timeout<J>>) {
     // The shards' current and spare chunks hold handles on this timer: let them go (a
     // producer that locks a shard after this sees SHUTDOWN and starts no chunk; the worker,
     // handing spares over under the same lock, sees it too and hands none).
-    shared.timeouts.for_each_data(|p| p.clear_cursors());
+    shared.timeouts.for_each_data(|p| p.cursors.clear());
     out.extend(
         queued
             .into_states()
@@ -184,7 +184,7 @@ pub(super) fn shutdown_from_worker<J: Stored>(shared: &Shared<J>) {
     for state in shared.timeouts.take_all().into_states() {
         drop(state.cancel_never_run());
     }
-    shared.timeouts.for_each_data(|p| p.clear_cursors());
+    shared.timeouts.for_each_data(|p| p.cursors.clear());
     drop(shared.cancellations.take_all());
 }
 

@@ -48,7 +48,6 @@
 //! empty queues, and rounds are kept as absolute fire ticks (see `wheel`), so nothing about
 //! them needs replaying.
 
-mod chunks;
 mod executor;
 mod tally;
 mod thread;
@@ -56,11 +55,12 @@ mod thread;
 pub(crate) use thread::{thread_main, turn};
 
 use crate::shared::batch::PendingBatch;
-use crate::shared::cells::{CellId, CellRef, ChunkRef, Expiry};
-use crate::shared::{catch_user_panic, BoxedTask, Executor, Shared, Stored};
+use crate::shared::cells::CellRef;
+use crate::shared::{
+    catch_user_panic, BoxedTask, ChunkTable, Due, Executor, Settling, Shared, Stored,
+};
 use crate::sync::{Arc, Batch};
 use crate::wheel::{Wheel, NO_INDEX};
-use chunks::ChunkTable;
 use executor::ExecutorJob;
 use std::collections::VecDeque;
 use tally::{RunTiming, Tally};
@@ -71,7 +71,7 @@ pub(crate) const TRANSFER_CAP: u64 = 100_000;
 /// The worker's state: the wheel and the next tick to process.
 pub(crate) struct Worker<J: Stored = BoxedTask> {
     /// Per timeout, the task as a wheel entry (`sealed::TaskStorage::into_entry`) with its
-    /// state's [`CellId`].
+    /// state's `CellId` (`shared::cells`).
     wheel: Wheel<J::Entry>,
     /// What the wheel's tasks keep outside it (a boxed timer's task words).
     tasks: J::Store,
@@ -232,12 +232,7 @@ impl<J: Stored> Worker<J> {
             if key != NO_INDEX {
                 state.clear_wheel_key();
                 let entry = self.wheel.remove(key);
-                let id = J::cell(&entry).chunk();
-                if state.is_in(self.chunks.get(id)) {
-                    self.chunks.settle(id);
-                } else {
-                    stale_chunk_id(id);
-                }
+                self.chunks.settle_cancelled(J::cell(&entry), &state);
                 shared
                     .counters
                     .drop_task(J::from_entry(entry, &mut self.tasks));
@@ -268,8 +263,7 @@ impl<J: Stored> Worker<J> {
         let empty_batches = &mut self.empty_batches;
         let inbox = &mut self.inbox;
         let mut took = false;
-        let chunk_spares = &mut self.chunks.spares;
-        let wake_spares = &mut self.chunks.wake_spares;
+        let chunks = &mut self.chunks;
         shared.timeouts.take_each(|items, producer, i| {
             // With no empty batch kept, capacity for as many as came this time (up to KEEP), so that the
             // producer does not regrow its batch from nothing.
@@ -282,9 +276,8 @@ impl<J: Stored> Worker<J> {
             // clears the cursors. It does so after joining (or taking) the worker, so this runs
             // before; and should that ever change, the check under the same lock keeps it so:
             // once `stop()` has cleared this shard, we see SHUTDOWN here.
-            let any = !chunk_spares[i].is_empty() || !wake_spares[i].is_empty();
-            if any && !shared.is_shutdown() {
-                producer.add_spares(&mut chunk_spares[i], &mut wake_spares[i]);
+            if !shared.is_shutdown() {
+                chunks.lend_spares(i, &mut producer.cursors);
             }
         });
         self.busy |= took;
@@ -303,18 +296,16 @@ impl<J: Stored> Worker<J> {
             let n = left.min(batch.len());
             left -= n;
             // Draining a prefix shifts what is left: only when the cap is hit.
-            let (drained, spans, ids) = batch.drain_front(n);
-            for (task, (span, tag), deadline) in drained {
-                let id = ids[span];
+            for (task, cell, deadline) in batch.drain_front(n) {
                 let key = self.wheel.next_key();
-                if !spans[span].chunk.cell(tag).try_enter_wheel(key) {
+                if !cell.try_enter_wheel(key) {
                     // Cancelled while queued: account for it here, and drop the task now.
                     cancelled += 1;
-                    self.chunks.settle(id);
+                    self.chunks.settle(cell.id());
                     shared.counters.drop_task(task);
                     continue;
                 }
-                let entry = task.into_entry(CellId::new(id, tag), &mut self.tasks);
+                let entry = task.into_entry(cell.id(), &mut self.tasks);
                 let inserted = self.wheel.insert(entry, deadline, tick);
                 debug_assert_eq!(inserted, key);
             }
@@ -332,8 +323,7 @@ impl<J: Stored> Worker<J> {
     /// for a shard unless there are enough or it grew large.
     fn retire_front_batch(&mut self) {
         let mut empty = self.inbox.pop_front().expect("the front batch");
-        let chunks = &mut self.chunks;
-        empty.clear_spans(|chunk| chunks.release(chunk));
+        empty.clear(&mut self.chunks);
         if empty.capacity() <= KEEP && self.empty_batches.len() < EMPTY_BATCHES {
             self.empty_batches.push(empty);
         }
@@ -353,11 +343,10 @@ impl<J: Stored> Worker<J> {
             shared,
             now,
             executor: self.executor.as_ref(),
-            chunks: &mut self.chunks,
+            cells: self.chunks.settling(),
             tasks: &mut self.tasks,
             tally: &mut self.tally,
             ended: self.ended,
-            out: None,
             timing: RunTiming::new(self.executor.is_none()),
         };
         self.wheel.expire(tick, now, |entry, key, deadline| {
@@ -373,9 +362,8 @@ impl<J: Stored> Worker<J> {
     /// Gives the chunks of the batches just taken their ids (in the order the batches were
     /// pushed, so that a chunk a shard's earlier batch registered is found again).
     fn register_new_batches(&mut self) {
-        let chunks = &mut self.chunks;
         for batch in self.inbox.iter_mut() {
-            batch.assign_chunk_ids(|chunk| chunks.id_of(chunk));
+            batch.register(&mut self.chunks);
         }
     }
 
@@ -388,7 +376,7 @@ impl<J: Stored> Worker<J> {
         }
         self.empty_batches = Vec::new();
         self.chunks.release_idle();
-        shared.timeouts.for_each_data(|p| p.clear_spares());
+        shared.timeouts.for_each_data(|p| p.cursors.clear_spares());
         // Pushed since we looked, if anything: kept (in order) for the next transfer.
         let late = shared.timeouts.take_all();
         if !late.is_empty() {
@@ -410,8 +398,7 @@ impl<J: Stored> Worker<J> {
             .drain()
             .into_iter()
             .map(|entry| {
-                let cell = J::cell(&entry);
-                let state = chunks.get(cell.chunk()).state(cell.tag());
+                let state = chunks.state(J::cell(&entry));
                 state
                     .chunk_timer()
                     .counters()
@@ -465,14 +452,11 @@ struct Settle<'a, J: Stored> {
     shared: &'a Shared<J>,
     now: u64,
     executor: Option<&'a Executor>,
-    chunks: &'a mut ChunkTable,
+    /// The due cells, through the chunk table.
+    cells: Settling<'a>,
     tasks: &'a mut J::Store,
     tally: &'a mut Tally,
     ended: usize,
-    /// The chunk of the entries just settled, out of the table while the entries that follow
-    /// are of the same chunk (a bucket's timeouts mostly come a chunk at a time): its id, and
-    /// how many of its cells were settled meanwhile.
-    out: Option<(u32, ChunkRef, u32)>,
     timing: RunTiming,
 }
 
@@ -480,82 +464,35 @@ impl<J: Stored> Settle<'_, J> {
     /// Settles one due entry, just unlinked.
     #[inline]
     fn due(&mut self, entry: J::Entry, key: u32, deadline: u64) {
-        let cell = J::cell(&entry);
-        let (id, tag) = (cell.chunk(), cell.tag());
-        let (chunk, settled) = match self.out.take() {
-            Some((out_id, chunk, settled)) if out_id == id => (chunk, settled),
-            Some((out_id, chunk, settled)) => {
-                self.chunks.put_back_settled(out_id, chunk, settled);
-                (self.chunks.take(id), 0)
-            }
-            None => (self.chunks.take(id), 0),
-        };
-        let expiry = chunk.cell(tag).try_expire(key);
-        if expiry == Expiry::NotItsCell {
-            return self.not_its_cell(id, entry, chunk, settled);
-        }
-        let chunk = if expiry == Expiry::Expired {
-            // Ended before the task runs: a task may schedule again even at the limit.
-            self.ended = self.ended.wrapping_add(1);
-            self.shared.set_ended(self.ended);
-            self.tally
-                .fired(self.now.saturating_sub(deadline), self.shared.tick_nanos);
-            // The task's `Timeout` borrows the table's reference to the chunk: no count moves.
-            let state = chunk.into_state(tag);
-            // A future's wake-up runs here: handing it to an executor would cost more.
-            let executor = self.executor.filter(|_| !state.has_waker());
-            self.timing.before_run(self.shared, self.tally);
-            let (state, ran) = run_task::<J>(executor, entry, self.tasks, state);
-            if !ran {
-                run_panicked(self.shared, executor.is_some());
-            }
-            state.into_chunk()
-        } else {
+        let Due::Expired(state) = self.cells.due(J::cell(&entry), key) else {
             // Cancelled since the walk reached it (by a task of this bucket, or after this
-            // tick's cancellations were processed): its entry on the cancellation queue ends
-            // it (finding NO_INDEX); the task is dropped here.
-            chunk.cell(tag).clear_wheel_key();
+            // tick's cancellations were processed), or a stale entry: the task is dropped.
             self.shared
                 .counters
                 .drop_task(J::from_entry(entry, self.tasks));
-            chunk
+            return;
         };
-        self.out = Some((id, chunk, settled + 1));
-    }
-
-    /// A due entry whose chunk id is stale (see [`stale_chunk_id`]): dropped, its chunk's
-    /// count left as it was.
-    #[cold]
-    fn not_its_cell(&mut self, id: u32, entry: J::Entry, chunk: ChunkRef, settled: u32) {
-        stale_chunk_id(id);
-        self.shared
-            .counters
-            .drop_task(J::from_entry(entry, self.tasks));
-        self.out = Some((id, chunk, settled));
-    }
-
-    /// Ends the bucket's settling: the chunk still out goes back to the table, after the runs,
-    /// so that a chunk whose timeouts all ran comes back as a spare (unless an executor or a
-    /// task still holds a reference to it). The worker's new running total of ended
-    /// timeouts, and the run timing to finish.
-    fn finish(self) -> (usize, RunTiming) {
-        if let Some((id, chunk, settled)) = self.out {
-            self.chunks.put_back_settled(id, chunk, settled);
+        // Ended before the task runs: a task may schedule again even at the limit.
+        self.ended = self.ended.wrapping_add(1);
+        self.shared.set_ended(self.ended);
+        self.tally
+            .fired(self.now.saturating_sub(deadline), self.shared.tick_nanos);
+        // A future's wake-up runs here: handing it to an executor would cost more.
+        let executor = self.executor.filter(|_| !state.has_waker());
+        self.timing.before_run(self.shared, self.tally);
+        let (state, ran) = run_task::<J>(executor, entry, self.tasks, state);
+        if !ran {
+            run_panicked(self.shared, executor.is_some());
         }
+        self.cells.give_back(state);
+    }
+
+    /// Ends the bucket's settling: the chunk still out goes back to the table, after the runs
+    /// (see [`Settling`]). The worker's new running total of ended timeouts, and the run
+    /// timing to finish.
+    fn finish(self) -> (usize, RunTiming) {
         (self.ended, self.timing)
     }
-}
-
-/// A wheel entry's chunk id names a chunk that does not hold the entry's cell: a bug of the
-/// worker's bookkeeping. Debug builds stop there; release builds log it once and leave both
-/// chunks as they are (the entry is dropped, its cell never settled: its chunk is never reused),
-/// so that no other timeout's cell is touched.
-#[cold]
-#[inline(never)]
-fn stale_chunk_id(id: u32) {
-    debug_assert!(false, "wheel entry with a stale chunk id {id}");
-    static LOGGED: std::sync::Once = std::sync::Once::new();
-    LOGGED.call_once(|| log::error!("hashed-timer-wheel: a wheel entry named a stale chunk id ({id}); the entry was dropped unrun (a bug: please report it)"));
 }
 
 /// A task run inline, or the executor it was handed to, panicked: counted and logged.
@@ -669,15 +606,11 @@ mod tests {
             .as_ref()
             .and_then(|w| w.downcast_ref::<Worker>())
             .expect("a manual timer keeps its worker here");
-        let held = worker.chunks.spares.iter().map(Vec::len).sum::<usize>()
-            + worker
-                .chunks
-                .wake_spares
-                .iter()
-                .map(Vec::len)
-                .sum::<usize>();
-        let handed = shared.timeouts.fold_data(0, |n, p| n + p.spare_count());
-        (held, handed)
+        let (tasks, futures) = worker.chunks.spare_counts();
+        let handed = shared
+            .timeouts
+            .fold_data(0, |n, p| n + p.cursors.spare_count());
+        (tasks + futures, handed)
     }
 
     const TICK: Duration = Duration::from_millis(10);
@@ -717,9 +650,8 @@ mod tests {
             .and_then(|w| w.downcast_mut::<Worker>())
             .expect("a manual timer keeps its worker here");
         assert_eq!(worker.chunks.held(), 1);
-        let chunk = worker.chunks.take(0);
         let over = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            worker.chunks.put_back_settled(0, chunk, CHUNK as u32 + 1);
+            worker.chunks.settle_out(0, CHUNK as u32 + 1);
         }));
         assert_eq!(over.is_err(), cfg!(debug_assertions));
         if over.is_ok() {
@@ -787,12 +719,8 @@ mod tests {
                 .as_ref()
                 .and_then(|w| w.downcast_ref::<Worker>())
                 .unwrap();
-            let spares = |s: &[Vec<_>]| s.iter().map(Vec::len).sum::<usize>();
-            (
-                worker.chunks.held(),
-                spares(&worker.chunks.spares),
-                spares(&worker.chunks.wake_spares),
-            )
+            let (tasks, futures) = worker.chunks.spare_counts();
+            (worker.chunks.held(), tasks, futures)
         };
         assert_eq!(table(&timer).0, 0, "chunks still held by the table");
         drop(sleeps);
@@ -823,7 +751,7 @@ mod tests {
         let handed = timer
             .shared
             .timeouts
-            .fold_data(0, |n, p| n + p.spare_count());
+            .fold_data(0, |n, p| n + p.cursors.spare_count());
         assert_eq!(handed, 0);
         // The owner and the driver: no chunk holds the timer any more.
         assert_eq!(std::sync::Arc::strong_count(&timer.shared), 2);

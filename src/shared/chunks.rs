@@ -1,11 +1,16 @@
-//! The worker's table of the chunks of timeout states it holds.
+//! The worker's side of the chunks: its table of the chunks of timeout states it holds, and
+//! what the worker does with a cell through it (register a batch's chunks, settle a cell, lend
+//! a due cell's state to its task's run, hand spare chunks back to a shard).
 //!
 //! Owns [`ChunkTable`]: one reference per chunk whose cells are in the wheel or queued, in the
-//! crate's slab under the ids the wheel's entries name them by, and the spare chunks the worker
-//! hands back to the producers' shards. Touches the `shared` module's cells and `sync` (the shard count); only the
-//! worker uses it. The rules it keeps: `shared::cells`, "Chunks, spans and spares: the protocol".
+//! crate's slab under the ids that [`CellId`]s carry, and the spare chunks the worker hands
+//! back to the producers' shards; and [`Settling`], a bucket's expiry as the table sees it.
+//! Touches the cells, the cursors (`spans.rs`) and `sync` (the shard count); only the worker
+//! uses it. The rules it keeps: `shared::cells`, "Chunks, spans and spares: the protocol".
 
-use crate::shared::cells::{ChunkRef, SpareChunk, CHUNK, MAX_CHUNK_IDS, SPARE_CHUNKS};
+use super::cells::SPARE_CHUNKS;
+use super::cells::{CellId, CellRef, ChunkRef, Expiry, SpareChunk, CHUNK, MAX_CHUNK_IDS};
+use super::spans::ShardCursors;
 use crate::sync::SHARDS;
 use crate::wheel::{Slab, Vacancy, NO_INDEX};
 
@@ -19,7 +24,7 @@ use crate::wheel::{Slab, Vacancy, NO_INDEX};
 ///
 /// Settling allocates nothing (a freed id is a slot on the slab's free list), so that nothing
 /// in the expiry loop calls the allocator.
-pub(super) struct ChunkTable {
+pub(crate) struct ChunkTable {
     chunks: Slab<Held>,
     /// Per queue shard and kind (tasks', futures'), the id of the chunk of that cursor
     /// registered last: the only one a batch can refer to again (each of a shard's two cursors
@@ -31,8 +36,8 @@ pub(super) struct ChunkTable {
     /// Per queue shard, chunks let go of with nothing else holding them, for the shard's
     /// cursors to use again (see `SpareChunk`); handed over when the worker next takes the
     /// shard's batch. Tasks' chunks, and futures' (with waker slots).
-    pub(super) spares: [Vec<SpareChunk>; SHARDS],
-    pub(super) wake_spares: [Vec<SpareChunk>; SHARDS],
+    spares: [Vec<SpareChunk>; SHARDS],
+    wake_spares: [Vec<SpareChunk>; SHARDS],
 }
 
 /// A slot of the table: a free id, or a chunk (out of the table while its cells are being
@@ -61,7 +66,7 @@ impl Vacancy for Held {
 }
 
 impl ChunkTable {
-    pub(super) fn new() -> ChunkTable {
+    pub(crate) fn new() -> ChunkTable {
         ChunkTable {
             chunks: Slab::new(),
             latest: [[NO_INDEX; 2]; SHARDS],
@@ -71,8 +76,30 @@ impl ChunkTable {
     }
 
     /// Ids holding a chunk.
-    pub(super) fn held(&self) -> usize {
+    pub(crate) fn held(&self) -> usize {
         self.chunks.live()
+    }
+
+    /// Spare chunks kept for the shards: tasks' and futures'.
+    #[cfg(test)]
+    pub(crate) fn spare_counts(&self) -> (usize, usize) {
+        let count = |s: &[Vec<SpareChunk>]| s.iter().map(Vec::len).sum();
+        (count(&self.spares), count(&self.wake_spares))
+    }
+
+    /// Hands shard `shard`'s cursors the spare chunks kept for them (the worker does, as it
+    /// takes the shard's batch).
+    #[inline]
+    pub(crate) fn lend_spares(&mut self, shard: usize, cursors: &mut ShardCursors) {
+        let (tasks, futures) = (&mut self.spares[shard], &mut self.wake_spares[shard]);
+        if !tasks.is_empty() || !futures.is_empty() {
+            cursors.add_spares(tasks, futures);
+        }
+    }
+
+    /// The state of cell `cell`, a new reference (for `stop()`).
+    pub(crate) fn state(&self, cell: CellId) -> CellRef {
+        self.get(cell.chunk()).state(cell.tag())
     }
 
     /// A chunk let go of by the worker: kept as a spare if that was its last reference.
@@ -125,7 +152,7 @@ impl ChunkTable {
     /// settled are of this chunk: given back with [`ChunkTable::put_back_settled`] before the
     /// table is asked for the id again (meanwhile the holder asks the chunk itself).
     #[inline]
-    pub(super) fn take(&mut self, id: u32) -> ChunkRef {
+    fn take(&mut self, id: u32) -> ChunkRef {
         self.slot(id)
             .0
             .take()
@@ -135,7 +162,7 @@ impl ChunkTable {
     /// Gives back what [`ChunkTable::take`] took, with `settled` (at least 1) more of its
     /// cells settled while it was out: the last one lets the chunk go.
     #[inline]
-    pub(super) fn put_back_settled(&mut self, id: u32, chunk: ChunkRef, settled: u32) {
+    fn put_back_settled(&mut self, id: u32, chunk: ChunkRef, settled: u32) {
         if self.count_settled(id, settled) {
             self.let_go(id, chunk);
         } else {
@@ -154,7 +181,7 @@ impl ChunkTable {
     }
 
     #[inline]
-    pub(super) fn get(&self, id: u32) -> &ChunkRef {
+    fn get(&self, id: u32) -> &ChunkRef {
         match &self.chunks[id] {
             Held::Chunk {
                 chunk: Some(chunk), ..
@@ -165,7 +192,7 @@ impl ChunkTable {
 
     /// For an idle worker: lets the spares go, and the table's capacity too if it holds no chunk
     /// (a busy worker keeps it: it would regrow it in the next tick).
-    pub(super) fn release_idle(&mut self) {
+    pub(crate) fn release_idle(&mut self) {
         if self.held() == 0 {
             *self = ChunkTable::new();
         } else {
@@ -174,10 +201,10 @@ impl ChunkTable {
         }
     }
 
-    /// One of the chunk's cells is settled (with the chunk in the table): the last one lets the
-    /// chunk go.
+    /// Cell `cell` is settled (its chunk in the table): the chunk's last lets it go.
     #[inline]
-    pub(super) fn settle(&mut self, id: u32) {
+    pub(crate) fn settle(&mut self, cell: CellId) {
+        let id = cell.chunk();
         if self.count_settled(id, 1) {
             let chunk = self.take(id);
             self.let_go(id, chunk);
@@ -204,9 +231,138 @@ impl ChunkTable {
             }
         }
     }
+
+    /// Settles `state`, a timeout cancelled in the wheel whose entry named cell `cell`: if
+    /// `cell` is not `state`'s (a stale chunk id, a bug), nothing is settled.
+    pub(crate) fn settle_cancelled(&mut self, cell: CellId, state: &CellRef) {
+        if state.is_in(self.get(cell.chunk())) {
+            self.settle(cell);
+        } else {
+            stale_chunk_id(cell.chunk());
+        }
+    }
+
+    /// Takes chunk `id` out and puts it back with `settled` of its cells settled, as a
+    /// [`Settling`] does.
+    #[cfg(test)]
+    pub(crate) fn settle_out(&mut self, id: u32, settled: u32) {
+        let chunk = self.take(id);
+        self.put_back_settled(id, chunk, settled);
+    }
+
+    /// The settling of a bucket's due cells (see [`Settling`]).
+    #[inline]
+    pub(crate) fn settling(&mut self) -> Settling<'_> {
+        Settling {
+            table: self,
+            out: None,
+        }
+    }
 }
 
 const CHUNK_CELLS: u32 = CHUNK as u32;
+
+/// A bucket's due cells, settled one after another as the wheel's walk hands them out: each
+/// still in the wheel is expired and its state lent to its task's run, each cancelled meanwhile
+/// is let go of. The chunk of the cells just settled stays out of the table while the cells
+/// that follow are of the same chunk (a bucket's timeouts mostly come a chunk at a time).
+pub(crate) struct Settling<'a> {
+    table: &'a mut ChunkTable,
+    /// The chunk out: its id, the table's reference (`None` while lent to a run), and how
+    /// many of its cells were settled meanwhile.
+    out: Option<(u32, Option<ChunkRef>, u32)>,
+}
+
+/// What [`Settling::due`] found in a due entry's cell.
+pub(crate) enum Due {
+    /// Expired now: the state, lent for the task's run, to give back ([`Settling::give_back`]).
+    Expired(CellRef),
+    /// Cancelled since the walk reached it: its task is to be dropped.
+    Cancelled,
+    /// The entry named another cell (a stale chunk id, a bug): its task is to be dropped, and
+    /// no cell is touched.
+    Stale,
+}
+
+impl Settling<'_> {
+    /// Settles cell `cell`, whose wheel entry under `key` is due and was just unlinked.
+    #[inline]
+    pub(crate) fn due(&mut self, cell: CellId, key: u32) -> Due {
+        let (id, tag) = (cell.chunk(), cell.tag());
+        let (chunk, settled) = self.take_out(id);
+        match chunk.cell(tag).try_expire(key) {
+            Expiry::Expired => {
+                // The task's `Timeout` borrows the table's reference: no count moves.
+                self.out = Some((id, None, settled + 1));
+                Due::Expired(chunk.into_state(tag))
+            }
+            Expiry::Cancelled => {
+                // Its entry on the cancellation queue ends it (finding NO_INDEX).
+                chunk.cell(tag).clear_wheel_key();
+                self.out = Some((id, Some(chunk), settled + 1));
+                Due::Cancelled
+            }
+            Expiry::NotItsCell => {
+                stale_chunk_id(id);
+                self.out = Some((id, Some(chunk), settled));
+                Due::Stale
+            }
+        }
+    }
+
+    /// The chunk `id`, out of the table (already, or taken now, after the one out before goes
+    /// back), and its cells settled while out.
+    #[inline]
+    fn take_out(&mut self, id: u32) -> (ChunkRef, u32) {
+        match self.out.take() {
+            Some((out, chunk, settled)) if out == id => {
+                (chunk.expect("a lent state given back"), settled)
+            }
+            Some((out, chunk, settled)) => {
+                let chunk = chunk.expect("a lent state given back");
+                self.table.put_back_settled(out, chunk, settled);
+                (self.table.take(id), 0)
+            }
+            None => (self.table.take(id), 0),
+        }
+    }
+
+    /// Takes back the state [`Settling::due`] lent, after the task's run.
+    #[inline]
+    pub(crate) fn give_back(&mut self, state: CellRef) {
+        let out = self.out.as_mut().expect("a lent state");
+        debug_assert!(out.1.is_none());
+        out.1 = Some(state.into_chunk());
+    }
+}
+
+impl Drop for Settling<'_> {
+    /// The chunk still out goes back to the table, after the runs, so that a chunk whose
+    /// timeouts all ran comes back as a spare (unless an executor or a task still holds a
+    /// reference to it).
+    fn drop(&mut self) {
+        if let Some((id, Some(chunk), settled)) = self.out.take() {
+            self.table.put_back_settled(id, chunk, settled);
+        }
+    }
+}
+
+/// A wheel entry's chunk id names a chunk that does not hold the entry's cell: a bug of the
+/// worker's bookkeeping. Debug builds stop there; release builds log it once and leave both
+/// chunks as they are (the entry is dropped, its cell never settled: its chunk is never
+/// reused), so that no other timeout's cell is touched.
+#[cold]
+#[inline(never)]
+fn stale_chunk_id(id: u32) {
+    debug_assert!(false, "wheel entry with a stale chunk id {id}");
+    static LOGGED: std::sync::Once = std::sync::Once::new();
+    LOGGED.call_once(|| {
+        log::error!(
+            "hashed-timer-wheel: a wheel entry named a stale chunk id ({id}); the entry was \
+             dropped unrun (a bug: please report it)"
+        )
+    });
+}
 
 /// See [`ChunkTable::count_settled`].
 #[cold]
