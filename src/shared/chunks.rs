@@ -256,6 +256,7 @@ impl ChunkTable {
         Settling {
             table: self,
             out: None,
+            lent: (NO_INDEX, 0),
         }
     }
 }
@@ -268,9 +269,10 @@ const CHUNK_CELLS: u32 = CHUNK as u32;
 /// that follow are of the same chunk (a bucket's timeouts mostly come a chunk at a time).
 pub(crate) struct Settling<'a> {
     table: &'a mut ChunkTable,
-    /// The chunk out: its id, the table's reference (`None` while lent to a run), and how
-    /// many of its cells were settled meanwhile.
-    out: Option<(u32, Option<ChunkRef>, u32)>,
+    /// The chunk out: its id, the table's reference, and how many of its cells were settled
+    /// meanwhile. `None` while lent to a task's run (then `lent` holds the id and the count).
+    out: Option<(u32, ChunkRef, u32)>,
+    lent: (u32, u32),
 }
 
 /// What [`Settling::due`] found in a due entry's cell.
@@ -289,50 +291,40 @@ impl Settling<'_> {
     #[inline]
     pub(crate) fn due(&mut self, cell: CellId, key: u32) -> Due {
         let (id, tag) = (cell.chunk(), cell.tag());
-        let (chunk, settled) = self.take_out(id);
+        let (chunk, settled) = match self.out.take() {
+            Some((out, chunk, settled)) if out == id => (chunk, settled),
+            Some((out, chunk, settled)) => {
+                self.table.put_back_settled(out, chunk, settled);
+                (self.table.take(id), 0)
+            }
+            None => (self.table.take(id), 0),
+        };
         match chunk.cell(tag).try_expire(key) {
             Expiry::Expired => {
                 // The task's `Timeout` borrows the table's reference: no count moves.
-                self.out = Some((id, None, settled + 1));
+                self.lent = (id, settled + 1);
                 Due::Expired(chunk.into_state(tag))
             }
             Expiry::Cancelled => {
                 // Its entry on the cancellation queue ends it (finding NO_INDEX).
                 chunk.cell(tag).clear_wheel_key();
-                self.out = Some((id, Some(chunk), settled + 1));
+                self.out = Some((id, chunk, settled + 1));
                 Due::Cancelled
             }
             Expiry::NotItsCell => {
                 stale_chunk_id(id);
-                self.out = Some((id, Some(chunk), settled));
+                self.out = Some((id, chunk, settled));
                 Due::Stale
             }
-        }
-    }
-
-    /// The chunk `id`, out of the table (already, or taken now, after the one out before goes
-    /// back), and its cells settled while out.
-    #[inline]
-    fn take_out(&mut self, id: u32) -> (ChunkRef, u32) {
-        match self.out.take() {
-            Some((out, chunk, settled)) if out == id => {
-                (chunk.expect("a lent state given back"), settled)
-            }
-            Some((out, chunk, settled)) => {
-                let chunk = chunk.expect("a lent state given back");
-                self.table.put_back_settled(out, chunk, settled);
-                (self.table.take(id), 0)
-            }
-            None => (self.table.take(id), 0),
         }
     }
 
     /// Takes back the state [`Settling::due`] lent, after the task's run.
     #[inline]
     pub(crate) fn give_back(&mut self, state: CellRef) {
-        let out = self.out.as_mut().expect("a lent state");
-        debug_assert!(out.1.is_none());
-        out.1 = Some(state.into_chunk());
+        debug_assert!(self.out.is_none());
+        let (id, settled) = self.lent;
+        self.out = Some((id, state.into_chunk(), settled));
     }
 }
 
@@ -341,7 +333,7 @@ impl Drop for Settling<'_> {
     /// timeouts all ran comes back as a spare (unless an executor or a task still holds a
     /// reference to it).
     fn drop(&mut self) {
-        if let Some((id, Some(chunk), settled)) = self.out.take() {
+        if let Some((id, chunk, settled)) = self.out.take() {
             self.table.put_back_settled(id, chunk, settled);
         }
     }
