@@ -160,8 +160,9 @@ impl ChunkTable {
     }
 
     /// Gives back what [`ChunkTable::take`] took, with `settled` (at least 1) more of its
-    /// cells settled while it was out: the last one lets the chunk go.
-    #[inline]
+    /// cells settled while it was out: the last one lets the chunk go. Once per chunk out of a
+    /// bucket walk: kept out of the walk's loop.
+    #[inline(never)]
     fn put_back_settled(&mut self, id: u32, chunk: ChunkRef, settled: u32) {
         if self.count_settled(id, settled) {
             self.let_go(id, chunk);
