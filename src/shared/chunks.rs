@@ -256,8 +256,9 @@ impl ChunkTable {
     pub(crate) fn settling(&mut self) -> Settling<'_> {
         Settling {
             table: self,
-            out: None,
-            lent: (NO_INDEX, 0),
+            id: NO_INDEX,
+            settled: 0,
+            chunk: None,
         }
     }
 }
@@ -270,10 +271,12 @@ const CHUNK_CELLS: u32 = CHUNK as u32;
 /// that follow are of the same chunk (a bucket's timeouts mostly come a chunk at a time).
 pub(crate) struct Settling<'a> {
     table: &'a mut ChunkTable,
-    /// The chunk out: its id, the table's reference, and how many of its cells were settled
-    /// meanwhile. `None` while lent to a task's run (then `lent` holds the id and the count).
-    out: Option<(u32, ChunkRef, u32)>,
-    lent: (u32, u32),
+    /// The id of the chunk out of the table (`NO_INDEX`: none yet), and how many of its cells
+    /// were settled while out.
+    id: u32,
+    settled: u32,
+    /// The table's reference to that chunk; `None` while lent to a task's run.
+    chunk: Option<ChunkRef>,
 }
 
 /// What [`Settling::due`] found in a due entry's cell.
@@ -292,29 +295,28 @@ impl Settling<'_> {
     #[inline]
     pub(crate) fn due(&mut self, cell: CellId, key: u32) -> Due {
         let (id, tag) = (cell.chunk(), cell.tag());
-        let (chunk, settled) = match self.out.take() {
-            Some((out, chunk, settled)) if out == id => (chunk, settled),
-            Some((out, chunk, settled)) => {
-                self.table.put_back_settled(out, chunk, settled);
-                (self.table.take(id), 0)
-            }
-            None => (self.table.take(id), 0),
-        };
+        if id != self.id {
+            self.put_back();
+            (self.id, self.settled) = (id, 0);
+            self.chunk = Some(self.table.take(id));
+        }
+        let chunk = self.chunk.take().expect("a lent state given back");
         match chunk.cell(tag).try_expire(key) {
             Expiry::Expired => {
                 // The task's `Timeout` borrows the table's reference: no count moves.
-                self.lent = (id, settled + 1);
+                self.settled += 1;
                 Due::Expired(chunk.into_state(tag))
             }
             Expiry::Cancelled => {
                 // Its entry on the cancellation queue ends it (finding NO_INDEX).
                 chunk.cell(tag).clear_wheel_key();
-                self.out = Some((id, chunk, settled + 1));
+                self.settled += 1;
+                self.chunk = Some(chunk);
                 Due::Cancelled
             }
             Expiry::NotItsCell => {
                 stale_chunk_id(id);
-                self.out = Some((id, chunk, settled));
+                self.chunk = Some(chunk);
                 Due::Stale
             }
         }
@@ -323,9 +325,16 @@ impl Settling<'_> {
     /// Takes back the state [`Settling::due`] lent, after the task's run.
     #[inline]
     pub(crate) fn give_back(&mut self, state: CellRef) {
-        debug_assert!(self.out.is_none());
-        let (id, settled) = self.lent;
-        self.out = Some((id, state.into_chunk(), settled));
+        debug_assert!(self.chunk.is_none());
+        self.chunk = Some(state.into_chunk());
+    }
+
+    /// The chunk out goes back to the table, with the count of its cells settled meanwhile.
+    #[inline]
+    fn put_back(&mut self) {
+        if let Some(chunk) = self.chunk.take() {
+            self.table.put_back_settled(self.id, chunk, self.settled);
+        }
     }
 }
 
@@ -334,9 +343,7 @@ impl Drop for Settling<'_> {
     /// timeouts all ran comes back as a spare (unless an executor or a task still holds a
     /// reference to it).
     fn drop(&mut self) {
-        if let Some((id, chunk, settled)) = self.out.take() {
-            self.table.put_back_settled(id, chunk, settled);
-        }
+        self.put_back();
     }
 }
 
