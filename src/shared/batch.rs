@@ -7,10 +7,10 @@
 //! (`ShardCursors`, `BatchCells`); producers fill a batch under their shard's lock, the worker
 //! takes it whole and drains it.
 
-use super::cells::CellRef;
+use super::cells::{
+    BatchCells, CellRef, CellSlot, ChunkCursor, ChunkTable, FrontCells, ShardCursors,
+};
 use super::small_task::Word;
-use super::spans::{BatchCells, CellSlot, ChunkCursor, FrontCells, ShardCursors};
-use super::ChunkTable;
 use super::{sealed, BoxedTask, Enqueue, Shared, Stored};
 use crate::sync::{Arc, Batch};
 
@@ -241,7 +241,7 @@ mod tests {
             .unwrap();
         }
         let mut batch = timer.shared.timeouts.take_all();
-        let mut table = crate::shared::ChunkTable::new();
+        let mut table = crate::shared::cells::ChunkTable::new();
         batch.register(&mut table);
         assert_eq!(batch.len(), N as usize);
         let unwound = catch_unwind(AssertUnwindSafe(|| {

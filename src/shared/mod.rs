@@ -13,9 +13,9 @@
 //! worker's thread and drivers) and the handle; `schedule.rs`, the producer's half of
 //! scheduling and cancelling; `pending.rs`, the pending count; `plan.rs`, the worker's plan and
 //! waking the worker; `counters.rs`, the statistics; `task_storage.rs`, what a timer stores per
-//! timeout; `cells.rs`, the timeout states and their chunks; `spans.rs`, how a shard hands the
-//! cells out and a batch finds them again; `batch.rs`, the queued batches; `small_task.rs`,
-//! tasks stored in place.
+//! timeout; `cells/`, the timeout states and their chunks' lifecycle (a shard's cursors and a
+//! batch's cells for the producers, the chunk table for the worker); `batch.rs`, the queued
+//! batches; `small_task.rs`, tasks stored in place.
 //!
 //! Every type here is generic over `J`, what the timer stores per timeout: [`BoxedTask`] (a
 //! boxed `Job`) for the timer most code uses, the default of every type parameter, or a typed
@@ -37,16 +37,13 @@
 
 pub(crate) mod batch;
 pub(crate) mod cells;
-mod chunks;
 mod counters;
 mod pending;
 mod plan;
 mod schedule;
 pub(crate) mod small_task;
-pub(crate) mod spans;
 mod task_storage;
 
-pub(crate) use chunks::{ChunkTable, Due, Settling};
 pub(crate) use counters::{Counters, LATENESS_CLASSES};
 pub(crate) use plan::AWAKE;
 pub(crate) use task_storage::{sealed, Enqueue, Fresh, Job};

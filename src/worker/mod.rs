@@ -55,10 +55,8 @@ mod thread;
 pub(crate) use thread::{thread_main, turn};
 
 use crate::shared::batch::PendingBatch;
-use crate::shared::cells::CellRef;
-use crate::shared::{
-    catch_user_panic, BoxedTask, ChunkTable, Due, Executor, Settling, Shared, Stored,
-};
+use crate::shared::cells::{CellRef, ChunkTable, Due, Settling};
+use crate::shared::{catch_user_panic, BoxedTask, Executor, Shared, Stored};
 use crate::sync::{Arc, Batch};
 use crate::wheel::{Wheel, NO_INDEX};
 use executor::ExecutorJob;

@@ -5,12 +5,11 @@
 //! Owns [`ChunkTable`]: one reference per chunk whose cells are in the wheel or queued, in the
 //! crate's slab under the ids that [`CellId`]s carry, and the spare chunks the worker hands
 //! back to the producers' shards; and [`Settling`], a bucket's expiry as the table sees it.
-//! Touches the cells, the cursors (`spans.rs`) and `sync` (the shard count); only the worker
-//! uses it. The rules it keeps: `shared::cells`, "Chunks, spans and spares: the protocol".
+//! Touches the chunks, the cursors (`spans.rs`) and `sync` (the shard count); only the worker
+//! uses it. The rules it keeps: `mod.rs`, "Chunks, spans and spares: the protocol".
 
-use super::cells::SPARE_CHUNKS;
-use super::cells::{CellId, CellRef, ChunkRef, Expiry, SpareChunk, CHUNK, MAX_CHUNK_IDS};
-use super::spans::ShardCursors;
+use super::chunk::{MAX_CHUNK_IDS, SPARE_CHUNKS};
+use super::{CellId, CellRef, ChunkRef, Expiry, ShardCursors, SpareChunk, CHUNK};
 use crate::sync::SHARDS;
 use crate::wheel::{Slab, Vacancy, NO_INDEX};
 

@@ -1,9 +1,10 @@
-//! Timeout states: one atomic word per timeout, in reference-counted chunks.
+//! Timeout states: one atomic word per timeout, in reference-counted chunks, and the chunks'
+//! lifecycle.
 //!
-//! Owns the state machine every `Timeout` handle, producer, canceller and the worker share, the
-//! chunks the states live in, their waker slots and their spares. The cursors that hand the
-//! states out, and the spans by which a queued batch finds them again, are in `spans.rs`.
-//! Touches `sync`, the wheel's "no index", and of the rest of `shared` only what a chunk names
+//! Owns the state machine every `Timeout` handle, producer, canceller and the worker share
+//! (here), the chunks the states live in, with their waker slots and spares (`chunk.rs`), the
+//! producers' and the batch's interface (`spans.rs`) and the worker's (`table.rs`). Touches
+//! `sync`, the wheel's "no index" and slab, and of the rest of `shared` only what a chunk names
 //! its timer by ([`ChunkTimer`]: the handle, its counters, its cancellation queue), with the
 //! timer's task type erased.
 //!
@@ -37,10 +38,6 @@
 //! for the producers and the batch, and [`ChunkTable`] (register, settle, lend) and
 //! [`Settling`] for the worker.
 //!
-//! [`ShardCursors`]: super::spans::ShardCursors
-//! [`BatchCells`]: super::spans::BatchCells
-//! [`ChunkTable`]: super::ChunkTable
-//! [`Settling`]: super::Settling
 //!
 //! States live in chunks of [`CHUNK`] cells, reference-counted as a whole. Who holds a
 //! reference to a chunk, from when to when:
@@ -48,7 +45,7 @@
 //! | holder | takes its reference | lets go |
 //! |--------|---------------------|---------|
 //! | a `Timeout` handle on one of its cells | `new_timeout` (detached timeouts take none) | the handle's drop |
-//! | its shard's [`ChunkCursor`](super::spans::ChunkCursor) | when it starts handing the chunk's cells out | when the last cell is handed out |
+//! | its shard's [`ChunkCursor`] | when it starts handing the chunk's cells out | when the last cell is handed out |
 //! | a queued batch's cells ([`BatchCells`]), once per span | the span's first timeout | the batch, once the worker has taken every timeout out (`BatchCells::clear`) |
 //! | the worker's [`ChunkTable`], under an id | the first batch naming the chunk, when the worker takes it | the last of its cells *settled*: taken from the queue cancelled, expired, or unlinked after a cancel |
 //! | a task's `Timeout` while it runs | lent by the table ([`Settling`]; no count moves) | given back to the table after the run |
@@ -68,11 +65,18 @@
 //!   is reused only that way, once nothing can refer to it (no handle, no batch, no table
 //!   entry). An idle worker, and `stop()`, let every spare go.
 
-use super::{Counters, Stored, TimerHandle};
+mod chunk;
+mod spans;
+mod table;
+
+pub(crate) use chunk::{CellId, ChunkRef, ChunkTimer, SpareChunk, CHUNK};
+pub(crate) use spans::{BatchCells, CellSlot, ChunkCursor, FrontCells, ShardCursors};
+pub(crate) use table::{ChunkTable, Due, Settling};
+
+use crate::shared::{Stored, TimerHandle};
 use crate::sync::{lock, Arc, AtomicU32, Mutex, Ordering};
 use crate::wheel::NO_INDEX;
-use std::any::Any;
-use std::sync::PoisonError;
+use chunk::Chunk;
 use std::task::Waker;
 
 const QUEUED: u8 = 0;
@@ -85,6 +89,8 @@ const NO_KEY_BITS: u32 = NO_INDEX >> STATE_BITS;
 
 const STATE_BITS: u32 = 3;
 const STATE_MASK: u32 = (1 << STATE_BITS) - 1;
+// A wheel key fits in a cell's word beside its state.
+const _: () = assert!(crate::wheel::MAX_ENTRIES < NO_KEY_BITS as usize);
 
 #[inline]
 const fn word(key: u32, state: u8) -> u32 {
@@ -135,215 +141,12 @@ pub(crate) struct Cell {
     word: AtomicU32,
 }
 
-/// Timeouts per allocation. States are handed out in chunks so that scheduling does not call
-/// the allocator per timeout, and the worker's expiry walks states that sit side by side
-/// (a chunk holds consecutive timeouts of one queue shard, in practice of one producer
-/// thread). Under loom every timeout gets its own chunk, which keeps the models small.
-pub(crate) const CHUNK: usize = if cfg!(loom) { 1 } else { 32 };
-
-/// Bits of a cell's tag, its index in its chunk, in a [`CellId`].
-const TAG_BITS: u32 = 5;
-const _: () = assert!(CHUNK <= 1 << TAG_BITS);
-
-/// Chunk ids the worker's table hands out at most: a [`CellId`] is `chunk id << TAG_BITS | tag`.
-/// A chunk in the table holds a pending timeout, so `MAX_ENTRIES` bounds the ids in use.
-pub(crate) const MAX_CHUNK_IDS: u32 = 1 << (32 - TAG_BITS);
-const _: () = assert!(crate::wheel::MAX_ENTRIES < MAX_CHUNK_IDS as usize);
-// A wheel key fits in a cell's word beside its state.
-const _: () = assert!(crate::wheel::MAX_ENTRIES < NO_KEY_BITS as usize);
-
-/// A cell as the worker names it in a wheel entry: its chunk's id in the worker's chunk table
-/// and its tag, in one word.
-// `pub` in a crate-private module: named by a sealed trait's methods.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[allow(unreachable_pub)]
-pub struct CellId(u32);
-
-impl CellId {
-    /// Cell `tag` of chunk `chunk` (below [`MAX_CHUNK_IDS`]).
+impl Cell {
+    /// A cell as its chunk hands it out: QUEUED, no wheel key.
     #[inline]
-    pub(crate) const fn new(chunk: u32, tag: u8) -> CellId {
-        debug_assert!(chunk < MAX_CHUNK_IDS && (tag as usize) < CHUNK);
-        CellId((chunk << TAG_BITS) | tag as u32)
-    }
-
-    /// The id of the cell's chunk in the worker's table.
-    #[inline]
-    pub(crate) fn chunk(self) -> u32 {
-        self.0 >> TAG_BITS
-    }
-
-    /// The cell's index in its chunk.
-    #[inline]
-    pub(crate) fn tag(self) -> u8 {
-        (self.0 & ((1 << TAG_BITS) - 1)) as u8
-    }
-}
-
-/// What a chunk knows of its timer without its task type: its counters, its cancellation
-/// queue, and the handle itself (for a `Timeout<J>` to take back as `TimerHandle<J>`).
-pub(crate) trait ChunkTimer: Send + Sync + 'static {
-    /// The timer's statistics (a panic of user code is counted there).
-    fn counters(&self) -> &Counters;
-    /// A timeout cancelled in the wheel: queued for the worker to unlink (`Shared::cancelled`).
-    fn cancelled(&self, state: CellRef);
-    /// The handle, for [`CellRef::timer`] to downcast.
-    fn as_any(&self) -> &dyn Any;
-}
-
-impl<J: Stored> ChunkTimer for TimerHandle<J> {
-    fn counters(&self) -> &Counters {
-        &self.shared.counters
-    }
-
-    #[inline]
-    fn cancelled(&self, state: CellRef) {
-        self.shared.cancelled(state)
-    }
-
-    fn as_any(&self) -> &dyn Any {
-        self
-    }
-}
-
-struct Chunk {
-    /// The timer every cell's timeout belongs to, its task type erased: a `Timeout` reaches its
-    /// timer through its chunk, so handles cost one reference count between them, not one per
-    /// timeout.
-    timer: Arc<dyn ChunkTimer>,
-    /// The queue shard whose cursor hands the cells out (the worker's chunk table keeps it).
-    shard: u8,
-    cells: [Cell; CHUNK],
-    /// A chunk of futures' timeouts (see [`WakerSlots`]); `None` for tasks' timeouts.
-    wakers: Option<Box<WakerSlots>>,
-}
-
-/// Where the futures of a chunk's timeouts leave their wakers (`Sleep` in the `timer` module):
-/// one slot per cell, written by the future's `poll`, emptied by whoever ends the timeout:
-/// the worker's expiry and `stop()` take the waker and wake it; the future's own cancel (its
-/// drop, a `reset`) takes it back. So a slot is empty once its timeout has ended and its
-/// future is gone, and the worker never touches the slot of a cancelled timeout: dropping a
-/// waker there would move its task's reference count between the worker's thread and the
-/// future's, once per cancelled timeout.
-///
-/// The protocol (the loom models of `loom-tests/tests/sleep_future.rs`): a `poll` stores its
-/// waker under the slot's lock and then loads the cell's state; whoever ends the timeout moves
-/// the state first and then takes the waker under the same lock. Whichever takes the lock
-/// second sees the other's work: the waker stored (and wakes it), or the state moved (and
-/// `poll` returns `Ready`). A `poll` that sees the state end before it stores anything stores
-/// nothing.
-///
-/// Why per chunk and not per timeout: one allocation per 32 futures instead of one per future
-/// (which the worker would free, across threads), and 24 bytes a future. Timeouts of tasks
-/// never pay for it: their chunks have no slots, and a shard hands out futures' timeouts from
-/// chunks of their own (`ShardCursors`).
-pub(crate) type WakerSlots = [Mutex<Option<Waker>>; CHUNK];
-
-impl ChunkRef {
-    /// A new chunk of fresh cells, handed out by a cursor of queue shard `shard` of `shared`'s
-    /// timer; with waker slots when `wakers` (see [`WakerSlots`]).
-    pub(super) fn new(timer: &Arc<dyn ChunkTimer>, shard: u8, wakers: bool) -> ChunkRef {
-        ChunkRef(Arc::new(Chunk {
-            timer: Arc::clone(timer),
-            shard,
-            cells: fresh_cells(),
-            wakers: wakers.then(|| Box::new(std::array::from_fn(|_| Mutex::new(None)))),
-        }))
-    }
-}
-
-/// A chunk's cells as they are handed out: QUEUED, no wheel key.
-#[inline]
-fn fresh_cells() -> [Cell; CHUNK] {
-    std::array::from_fn(|_| Cell {
-        word: AtomicU32::new(word(NO_INDEX, QUEUED)),
-    })
-}
-
-/// Spare chunks a shard's cursor keeps, at most, and as many the worker keeps for it. The
-/// worker hands over once a tick what it let go of in the last one, so this covers a tick's
-/// traffic of a producer that schedules and cancels as fast as one thread can (4 096 chunks
-/// are 128 Ki timeouts, the same order as the queue's kept buffers, `worker::KEEP`). An idle
-/// worker lets every spare go.
-pub(crate) const SPARE_CHUNKS: usize = 4096;
-
-/// A chunk nobody refers to any more, its cells reset: a cursor of its shard hands its cells
-/// out again instead of allocating a new chunk.
-///
-/// Under the request-timeout pattern (schedule, then cancel) the worker lets go of about a
-/// chunk per 32 timeouts while the producer needs as many: reusing them keeps the allocator,
-/// and its passing of blocks between the two threads, out of that loop.
-pub(crate) struct SpareChunk(Arc<Chunk>);
-
-impl SpareChunk {
-    /// The chunk, to hand its cells out again.
-    #[inline]
-    pub(super) fn into_chunk(self) -> ChunkRef {
-        ChunkRef(self.0)
-    }
-}
-
-/// A chunk of timeout states, as a queued batch and the worker's chunk table hold it.
-pub(crate) struct ChunkRef(Arc<Chunk>);
-
-impl Clone for ChunkRef {
-    fn clone(&self) -> Self {
-        ChunkRef(Arc::clone(&self.0))
-    }
-}
-
-impl ChunkRef {
-    /// The queue shard the chunk's cells were handed out by.
-    #[inline]
-    pub(crate) fn shard(&self) -> usize {
-        usize::from(self.0.shard)
-    }
-
-    #[inline]
-    pub(crate) fn same(&self, other: &ChunkRef) -> bool {
-        Arc::ptr_eq(&self.0, &other.0)
-    }
-
-    #[inline]
-    pub(crate) fn cell(&self, tag: u8) -> &Cell {
-        &self.0.cells[usize::from(tag)]
-    }
-
-    /// The chunk as a spare, its cells fresh, if this was the last reference to it (no handle,
-    /// no batch, no table holds it: nobody can see its cells any more).
-    #[inline]
-    pub(crate) fn into_spare(self) -> Option<SpareChunk> {
-        let mut chunk = self.0;
-        let inner = Arc::get_mut(&mut chunk)?;
-        if let Some(wakers) = &mut inner.wakers {
-            // Empty already (see `WakerSlots`); reset all the same, without taking a lock.
-            for slot in wakers.iter_mut() {
-                *slot.get_mut().unwrap_or_else(PoisonError::into_inner) = None;
-            }
-        }
-        inner.cells = fresh_cells();
-        Some(SpareChunk(chunk))
-    }
-
-    /// Whether the chunk's timeouts are futures' (their cells have waker slots).
-    #[inline]
-    pub(crate) fn has_wakers(&self) -> bool {
-        self.0.wakers.is_some()
-    }
-
-    /// Cell `tag` as a timeout's state, holding this reference (see
-    /// [`CellRef::into_chunk`] for the way back).
-    #[inline]
-    pub(crate) fn into_state(self, tag: u8) -> CellRef {
-        CellRef { chunk: self.0, tag }
-    }
-
-    /// A handle's reference to cell `tag`.
-    #[inline]
-    pub(crate) fn state(&self, tag: u8) -> CellRef {
-        CellRef {
-            chunk: Arc::clone(&self.0),
-            tag,
+    fn fresh() -> Cell {
+        Cell {
+            word: AtomicU32::new(word(NO_INDEX, QUEUED)),
         }
     }
 }
@@ -484,7 +287,7 @@ impl CellRef {
 
     /// A future's `poll`: how the timeout ended, if it has (cancelled: by its future's drop,
     /// or `stop()`); else leaves `waker` to be woken when it ends (replacing one that would not
-    /// wake the same task). See [`WakerSlots`].
+    /// wake the same task). See [`WakerSlots`](chunk::WakerSlots).
     pub(crate) fn poll_end(&self, waker: &Waker) -> Option<End> {
         if let Some(end) = self.end() {
             return Some(end);

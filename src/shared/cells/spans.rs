@@ -1,15 +1,15 @@
-//! How a queue shard hands out cells and a queued batch finds them again: the shard's chunk
-//! cursor ([`ChunkCursor`]), which gives each timeout the next cell of its current chunk, and
-//! the batch's spans ([`CellSpan`]), which record where each run of consecutive cells starts,
-//! so that nothing is kept per timeout.
+//! The producers' and the batch's interface to the cells: how a queue shard hands out cells
+//! ([`ShardCursors`], each a [`ChunkCursor`] that gives each timeout the next cell of its
+//! current chunk) and how a queued batch finds them again ([`BatchCells`]: spans that record
+//! where each run of consecutive cells starts, so that nothing is kept per timeout).
 //!
-//! Owns the cursor (its current chunk, its spares) and the spans; the rules they follow are
-//! `cells`' ("Chunks, spans and spares: the protocol"). Touches only the `cells` module's
-//! chunks, through [`ChunkRef`].
+//! Owns the cursors (their current chunks, their spares) and a batch's spans and chunk ids;
+//! the rules they follow are in `mod.rs` ("Chunks, spans and spares: the protocol"). Touches
+//! the chunks through [`ChunkRef`], and the worker's table to register and release them.
 
-use super::cells::{CellId, CellRef, ChunkRef, ChunkTimer, SpareChunk, CHUNK, SPARE_CHUNKS};
-use super::chunks::ChunkTable;
-use super::{Shared, Stored, TimerHandle};
+use super::chunk::SPARE_CHUNKS;
+use super::{CellId, CellRef, ChunkRef, ChunkTable, ChunkTimer, SpareChunk, CHUNK};
+use crate::shared::{Shared, Stored, TimerHandle};
 use crate::sync::Arc;
 
 /// The chunk a queue shard's producers take their states from, and its next free cell: kept
@@ -302,7 +302,7 @@ impl CellSlot<'_> {
         self.id
     }
 
-    /// See [`Cell::try_enter_wheel`](super::cells::Cell::try_enter_wheel).
+    /// See [`Cell::try_enter_wheel`](super::Cell::try_enter_wheel).
     #[inline]
     pub(crate) fn try_enter_wheel(&self, key: u32) -> bool {
         self.chunk.cell(self.id.tag()).try_enter_wheel(key)
