@@ -337,7 +337,7 @@ impl<J: Stored> Worker<J> {
     /// Expires the bucket of `tick` in one walk: each due timeout is settled as the walk
     /// unlinks it.
     fn expire(&mut self, shared: &Shared<J>, tick: u64, now: u64) {
-        let mut settle = Settle {
+        let mut expiring = Expiring {
             shared,
             now,
             executor: self.executor.as_ref(),
@@ -348,9 +348,9 @@ impl<J: Stored> Worker<J> {
             timing: RunTiming::new(self.executor.is_none()),
         };
         self.wheel.expire(tick, now, |entry, key, deadline| {
-            settle.due(entry, key, deadline)
+            expiring.due(entry, key, deadline)
         });
-        let (ended, mut timing) = settle.finish();
+        let (ended, mut timing) = expiring.finish();
         // Every timeout this call ended, it expired.
         self.tally.expired += ended.wrapping_sub(self.ended) as u64;
         self.ended = ended;
@@ -446,7 +446,7 @@ fn recycle<T>(buf: &mut Vec<T>) {
 
 /// The settling of a bucket's due entries, as the wheel's walk hands them out (see
 /// [`Worker::expire`]): runs each task whose timeout is still in the wheel, drops the others.
-struct Settle<'a, J: Stored> {
+struct Expiring<'a, J: Stored> {
     shared: &'a Shared<J>,
     now: u64,
     executor: Option<&'a Executor>,
@@ -458,7 +458,7 @@ struct Settle<'a, J: Stored> {
     timing: RunTiming,
 }
 
-impl<J: Stored> Settle<'_, J> {
+impl<J: Stored> Expiring<'_, J> {
     /// Settles one due entry, just unlinked.
     #[inline]
     fn due(&mut self, entry: J::Entry, key: u32, deadline: u64) {
