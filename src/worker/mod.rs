@@ -88,9 +88,6 @@ pub(crate) struct Worker<J: Stored = BoxedTask> {
     executor: Option<Executor>,
     /// The last ticks run took something from the queues: producers are active.
     busy: bool,
-    /// Something was taken from the queues since the shards' buffers and spares were last let
-    /// go of ([`Worker::release_idle_buffers`]): only then do the shards hold any.
-    took_since_release: bool,
     /// Timeouts ended here (expired, or cancelled and accounted for), a running total that
     /// wraps: published in `Shared::set_ended`.
     ended: usize,
@@ -118,7 +115,6 @@ impl<J: Stored> Worker<J> {
             tally: Tally::default(),
             executor,
             busy: false,
-            took_since_release: false,
             ended: 0,
         }
     }
@@ -229,7 +225,6 @@ impl<J: Stored> Worker<J> {
         shared.cancellations.take_into(&mut self.cancellations);
         let n = self.cancellations.len();
         self.busy |= n > 0;
-        self.took_since_release |= n > 0;
         for state in self.cancellations.drain(..) {
             let key = state.wheel_key();
             if key != NO_INDEX {
@@ -284,7 +279,6 @@ impl<J: Stored> Worker<J> {
             }
         });
         self.busy |= took;
-        self.took_since_release |= took;
         self.register_new_batches();
     }
 
@@ -380,12 +374,6 @@ impl<J: Stored> Worker<J> {
         }
         self.empty_batches = Vec::new();
         self.chunks.release_idle();
-        if !std::mem::take(&mut self.took_since_release) {
-            // Nothing taken since the last time: the shards hold no buffer and no spare of the
-            // worker's (an idle timer whose timeouts fire, one tick after another, takes no
-            // shard lock here).
-            return;
-        }
         shared.timeouts.for_each_data(|p| p.cursors.clear_spares());
         // Pushed since we looked, if anything: kept (in order) for the next transfer.
         let late = shared.timeouts.take_all();
