@@ -168,8 +168,14 @@ impl<T: TypedTask> sealed::TaskStorage for T {
     }
 
     #[inline]
-    fn into_entry(self, cell: CellId, _: &mut ()) -> sealed::Whole<T> {
-        sealed::Whole { task: self, cell }
+    fn dequeue_entry(
+        queued: T,
+        _: &[crate::shared::small_task::Word],
+        _: &mut usize,
+        cell: CellId,
+        _: &mut (),
+    ) -> sealed::Whole<T> {
+        sealed::Whole { task: queued, cell }
     }
 
     #[inline]

@@ -8,7 +8,7 @@
 //! takes it whole and drains it.
 
 use super::cells::{
-    BatchCells, CellRef, CellSlot, ChunkCursor, ChunkTable, FrontCells, ShardCursors,
+    BatchCells, CellId, CellRef, CellSlot, ChunkCursor, ChunkTable, FrontCells, ShardCursors,
 };
 use super::small_task::Word;
 use super::{sealed, BoxedTask, Enqueue, Shared, Stored};
@@ -84,7 +84,7 @@ impl<J: Stored> PendingBatch<J> {
         self.cells.register(table);
     }
 
-    /// Removes the first `n` timeouts, in order: task, cell and deadline of each.
+    /// Removes the first `n` timeouts, in order: cell, deadline and task of each.
     pub(crate) fn drain_front(&mut self, n: usize) -> DrainFront<'_, J> {
         DrainFront {
             tasks: self.tasks.drain(..n),
@@ -92,6 +92,7 @@ impl<J: Stored> PendingBatch<J> {
             cells: self.cells.take_front(n),
             words: &self.words,
             words_read: &mut self.words_read,
+            current: None,
         }
     }
 
@@ -122,36 +123,64 @@ impl<J: Stored> PendingBatch<J> {
 /// ([`PendingBatch::drain_front`]).
 ///
 /// The tasks' words are read by a cursor, in push order (`small_task`, invariant 3), so each
-/// task the drain takes out must move the cursor past its words, yielded or not. Dropped
-/// before its end (only a bug of the crate's own unwinds through the transfer: user code there
-/// runs under `catch_user_panic`), it reads out the rest and drops them: no later task is ever
-/// read from another task's words.
+/// task the drain takes out must move the cursor past its words, taken or not: a timeout's
+/// task is taken from the batch straight into the wheel's entry
+/// ([`DrainFront::take_entry`]), or as a task to drop ([`DrainFront::take_task`]), and one not
+/// taken is dropped with the next timeout. Dropped before its end (only a bug of the crate's
+/// own unwinds through the transfer: user code there runs under `catch_user_panic`), the drain
+/// reads out the rest and drops them: no later task is ever read from another task's words.
 pub(crate) struct DrainFront<'a, J: Stored> {
     tasks: std::vec::Drain<'a, J::Queued>,
     deadlines: std::vec::Drain<'a, u64>,
     cells: FrontCells<'a>,
     words: &'a [Word],
     words_read: &'a mut usize,
+    /// The task of the timeout [`DrainFront::next_timeout`] gave last, until taken.
+    current: Option<J::Queued>,
 }
 
-impl<'a, J: Stored> Iterator for DrainFront<'a, J> {
-    type Item = (J, CellSlot<'a>, u64);
-
+impl<'a, J: Stored> DrainFront<'a, J> {
+    /// The next timeout's cell and deadline; its task is then taken with
+    /// [`DrainFront::take_entry`] or [`DrainFront::take_task`].
     #[inline]
-    fn next(&mut self) -> Option<Self::Item> {
-        let queued = self.tasks.next()?;
-        let task = J::dequeue(queued, self.words, self.words_read);
+    pub(crate) fn next_timeout(&mut self) -> Option<(CellSlot<'a>, u64)> {
+        self.drop_current();
+        self.current = Some(self.tasks.next()?);
         let cell = self.cells.next().expect("a cell per queued timeout");
         let deadline = self
             .deadlines
             .next()
             .expect("a deadline per queued timeout");
-        Some((task, cell, deadline))
+        Some((cell, deadline))
+    }
+
+    /// The current timeout's task, moved from the batch's words straight into the wheel's
+    /// entry for cell `cell` (see `sealed::TaskStorage::dequeue_entry`).
+    #[inline]
+    pub(crate) fn take_entry(&mut self, cell: CellId, store: &mut J::Store) -> J::Entry {
+        let queued = self.current.take().expect("a timeout's task, taken once");
+        J::dequeue_entry(queued, self.words, self.words_read, cell, store)
+    }
+
+    /// The current timeout's task.
+    #[inline]
+    pub(crate) fn take_task(&mut self) -> J {
+        let queued = self.current.take().expect("a timeout's task, taken once");
+        J::dequeue(queued, self.words, self.words_read)
+    }
+
+    /// Drops the current timeout's task if it was not taken.
+    #[inline]
+    fn drop_current(&mut self) {
+        if let Some(queued) = self.current.take() {
+            super::drop_caught(J::dequeue(queued, self.words, self.words_read));
+        }
     }
 }
 
 impl<J: Stored> Drop for DrainFront<'_, J> {
     fn drop(&mut self) {
+        self.drop_current();
         for queued in self.tasks.by_ref() {
             super::drop_caught(J::dequeue(queued, self.words, self.words_read));
         }
@@ -246,12 +275,18 @@ mod tests {
         assert_eq!(batch.len(), N as usize);
         let unwound = catch_unwind(AssertUnwindSafe(|| {
             let mut drain = batch.drain_front(7);
-            drop(drain.next());
+            assert!(drain.next_timeout().is_some());
+            drop(drain.take_task());
             panic!("the worker unwinds mid-drain (on purpose)");
         }));
         assert!(unwound.is_err());
         assert_eq!(batch.len(), (N - 7) as usize);
-        let rest: Vec<_> = batch.drain_front(5).map(|(task, _, _)| task).collect();
+        let mut drain = batch.drain_front(5);
+        let mut rest = Vec::new();
+        while drain.next_timeout().is_some() {
+            rest.push(drain.take_task());
+        }
+        drop(drain);
         drop(rest);
         let dropped = dropped.lock().unwrap();
         let mut ids: Vec<u64> = dropped.iter().map(|&(id, _)| id).collect();

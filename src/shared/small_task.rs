@@ -17,9 +17,9 @@
 //!    most 32 bytes, aligned to at most 8 (a larger one is boxed, and the box is what is
 //!    stored).
 //! 2. The value is consumed exactly once: by `vtable.run` (which moves it out), or by
-//!    `vtable.drop` (the `SmallTask`'s `Drop`), or moved whole into a slab
-//!    ([`TaskSlabs::insert`], which forgets the `SmallTask`) and back out
-//!    ([`TaskSlabs::remove`]). Only the words that `vtable.words` counts are copied: the rest
+//!    `vtable.drop` (the `SmallTask`'s `Drop`), or moved whole: into the queue's words
+//!    ([`SmallTask::enqueue`], which forgets the `SmallTask`), from there into a slab
+//!    ([`TaskSlabs::insert_queued`]) and back out ([`TaskSlabs::remove`]). Only the words that `vtable.words` counts are copied: the rest
 //!    never held any byte of the value.
 //! 3. Queued, a task is its table ([`QueuedTask`]) and its words in the batch's vector of words,
 //!    in push order; the batch takes each out once, in that order, or drops it.
@@ -195,7 +195,7 @@ impl SmallTask {
 impl Drop for SmallTask {
     fn drop(&mut self) {
         // SAFETY: the words hold the live task (invariant 1), dropped once, here: `run` and
-        // `TaskSlabs::insert` take the task without running this (invariant 2).
+        // `enqueue` take the task without running this (invariant 2).
         unsafe { (self.vtable.drop)(self.words.as_mut_ptr()) }
     }
 }
@@ -330,8 +330,9 @@ impl<const N: usize> WordSlab<N> {
         }
     }
 
+    /// Stores `words` (`N` of them) in a free slot: its key.
     #[inline]
-    fn insert(&mut self, words: &[Word; WORDS]) -> u32 {
+    fn insert(&mut self, words: &[Word]) -> u32 {
         let key = if self.free != NO_INDEX {
             let key = self.free;
             // SAFETY: a free slot's first word was written by `release`, as a whole `u64`.
@@ -346,7 +347,7 @@ impl<const N: usize> WordSlab<N> {
             u32::try_from(self.len - 1).expect("fewer tasks than wheel keys")
         };
         self.live += 1;
-        self.slot(key).copy_from_slice(&words[..N]);
+        self.slot(key).copy_from_slice(words);
         key
     }
 
@@ -411,21 +412,36 @@ impl std::fmt::Debug for TaskSlabs {
 }
 
 impl TaskSlabs {
-    /// Moves `task`'s words into the slab of its class; `cell` goes along with the key.
+    /// The task `enqueue` queued, its words moved from `words` at `*at` (moved on past them)
+    /// straight into the slab of its class: `SmallTask::dequeue` and then a move into the slab,
+    /// with one copy of the words. `cell` goes along with the key.
     #[inline]
-    pub(crate) fn insert(&mut self, task: SmallTask, cell: CellId) -> TaskEntry {
-        let task = ManuallyDrop::new(task);
-        // The words move to the slab (invariant 2): `task` is forgotten, never dropped.
-        let key = match task.words() {
+    pub(crate) fn insert_queued(
+        &mut self,
+        queued: QueuedTask,
+        words: &[Word],
+        at: &mut usize,
+        cell: CellId,
+    ) -> TaskEntry {
+        let vtable = queued.0;
+        let n = vtable.words;
+        // The words move from the batch to the slab (invariants 2 and 3): the cursor moves
+        // past them once they are stored, so the batch never reads them again.
+        let key = match n {
             0 => 0,
-            2 => self.two.insert(&task.words),
-            _ => self.four.insert(&task.words),
+            2 => self.two.insert(&words[*at..*at + 2]),
+            _ => self.four.insert(&words[*at..*at + WORDS]),
         };
-        TaskEntry {
-            vtable: task.vtable,
-            key,
-            cell,
-        }
+        *at += n;
+        TaskEntry { vtable, key, cell }
+    }
+
+    /// Moves `task`'s words into the slab of its class (as queued and then taken out).
+    #[cfg(test)]
+    fn insert(&mut self, task: SmallTask, cell: CellId) -> TaskEntry {
+        let mut words = Vec::new();
+        let queued = task.enqueue(&mut words);
+        self.insert_queued(queued, &words, &mut 0, cell)
     }
 
     /// Takes a waiting task's words back out of its slab.
@@ -437,7 +453,7 @@ impl TaskSlabs {
             2 => self.two.remove(entry.key, &mut words),
             _ => self.four.remove(entry.key, &mut words),
         }
-        // The words are the ones `insert` moved in under this key (invariant 3).
+        // The words are the ones `insert_queued` moved in under this key (invariant 3).
         SmallTask {
             vtable: entry.vtable,
             words,

@@ -104,8 +104,16 @@ pub(crate) mod sealed {
         /// whether the task returned (false: it panicked).
         fn run_stored(self, state: CellRef) -> (CellRef, bool);
 
-        /// The wheel's entry for this task, whose cell is `cell`.
-        fn into_entry(self, cell: CellId, store: &mut Self::Store) -> Self::Entry;
+        /// The task `enqueue` queued, as [`TaskStorage::dequeue`] takes it out, moved straight
+        /// into the wheel's entry for cell `cell` (a boxed task's words go from the batch to
+        /// the store).
+        fn dequeue_entry(
+            queued: Self::Queued,
+            words: &[Word],
+            at: &mut usize,
+            cell: CellId,
+            store: &mut Self::Store,
+        ) -> Self::Entry;
 
         /// The task of an entry taken out of the wheel.
         fn from_entry(entry: Self::Entry, store: &mut Self::Store) -> Self;
@@ -153,8 +161,14 @@ impl sealed::TaskStorage for BoxedTask {
     }
 
     #[inline]
-    fn into_entry(self, cell: CellId, store: &mut TaskSlabs) -> TaskEntry {
-        store.insert(self.0, cell)
+    fn dequeue_entry(
+        queued: QueuedTask,
+        words: &[Word],
+        at: &mut usize,
+        cell: CellId,
+        store: &mut TaskSlabs,
+    ) -> TaskEntry {
+        store.insert_queued(queued, words, at, cell)
     }
 
     #[inline]

@@ -68,7 +68,7 @@ pub(crate) const TRANSFER_CAP: u64 = 100_000;
 
 /// The worker's state: the wheel and the next tick to process.
 pub(crate) struct Worker<J: Stored = BoxedTask> {
-    /// Per timeout, the task as a wheel entry (`sealed::TaskStorage::into_entry`) with its
+    /// Per timeout, the task as a wheel entry (`sealed::TaskStorage::dequeue_entry`) with its
     /// state's `CellId` (`shared::cells`).
     wheel: Wheel<J::Entry>,
     /// What the wheel's tasks keep outside it (a boxed timer's task words).
@@ -294,19 +294,21 @@ impl<J: Stored> Worker<J> {
             let n = left.min(batch.len());
             left -= n;
             // Draining a prefix shifts what is left: only when the cap is hit.
-            for (task, cell, deadline) in batch.drain_front(n) {
+            let mut drain = batch.drain_front(n);
+            while let Some((cell, deadline)) = drain.next_timeout() {
                 let key = self.wheel.next_key();
                 if !cell.try_enter_wheel(key) {
                     // Cancelled while queued: account for it here, and drop the task now.
                     cancelled += 1;
                     self.chunks.settle(cell.id());
-                    shared.counters.drop_task(task);
+                    shared.counters.drop_task(drain.take_task());
                     continue;
                 }
-                let entry = task.into_entry(cell.id(), &mut self.tasks);
+                let entry = drain.take_entry(cell.id(), &mut self.tasks);
                 let inserted = self.wheel.insert(entry, deadline, tick);
                 debug_assert_eq!(inserted, key);
             }
+            drop(drain);
             if batch.is_empty() {
                 self.retire_front_batch();
             }
