@@ -12,6 +12,7 @@ use super::chunk::{MAX_CHUNK_IDS, SPARE_CHUNKS};
 use super::{CellId, CellRef, ChunkRef, Expiry, ShardCursors, SpareChunk, CHUNK};
 use crate::sync::SHARDS;
 use crate::wheel::{Slab, Vacancy, NO_INDEX};
+use std::sync::Once;
 
 /// The chunks of the timeouts the worker holds, one reference each.
 ///
@@ -347,32 +348,32 @@ impl Drop for Settling<'_> {
 }
 
 /// A wheel entry's chunk id names a chunk that does not hold the entry's cell: a bug of the
-/// worker's bookkeeping. Debug builds stop there; release builds log it once and leave both
-/// chunks as they are (the entry is dropped, its cell never settled: its chunk is never
-/// reused), so that no other timeout's cell is touched.
+/// worker's bookkeeping. Both chunks are left as they are (the entry is dropped, its cell never
+/// settled: its chunk is never reused), so that no other timeout's cell is touched.
 #[cold]
-#[inline(never)]
 fn stale_chunk_id(id: u32) {
-    debug_assert!(false, "wheel entry with a stale chunk id {id}");
-    static LOGGED: std::sync::Once = std::sync::Once::new();
-    LOGGED.call_once(|| {
-        log::error!(
-            "hashed-timer-wheel: a wheel entry named a stale chunk id ({id}); the entry was \
-             dropped unrun (a bug: please report it)"
-        )
-    });
+    static LOGGED: Once = Once::new();
+    bookkeeping_bug(
+        &LOGGED,
+        format_args!("a wheel entry named a stale chunk id ({id}); the entry was dropped unrun"),
+    );
 }
 
 /// See [`ChunkTable::count_settled`].
 #[cold]
-#[inline(never)]
 fn over_settled(id: u32) {
-    debug_assert!(false, "chunk {id} settled more times than it has cells");
-    static LOGGED: std::sync::Once = std::sync::Once::new();
-    LOGGED.call_once(|| {
-        log::error!(
-            "hashed-timer-wheel: chunk {id} was settled more times than it has cells; it is kept \
-             for good (a bug: please report it)"
-        )
-    });
+    static LOGGED: Once = Once::new();
+    bookkeeping_bug(
+        &LOGGED,
+        format_args!("chunk {id} was settled more times than it has cells; it is kept for good"),
+    );
+}
+
+/// A bug of the worker's bookkeeping, which leaves the state as it is: debug builds stop here;
+/// release builds log it (once per kind: `logged`) and go on.
+#[cold]
+#[inline(never)]
+fn bookkeeping_bug(logged: &'static Once, message: std::fmt::Arguments<'_>) {
+    debug_assert!(false, "{message}");
+    logged.call_once(|| log::error!("hashed-timer-wheel: {message} (a bug: please report it)"));
 }
