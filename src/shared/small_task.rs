@@ -491,27 +491,6 @@ impl TaskSlabs {
         }
     }
 
-    /// Asks the CPU to bring `entry`'s words into the cache, for its run soon after: the
-    /// worker's expiry calls it before the cell's compare-and-swap, which would otherwise wait
-    /// for the words' load (see `docs/performance.md`, "Task words prefetched at expiry").
-    #[inline]
-    pub(crate) fn prefetch(&self, entry: &TaskEntry) {
-        let k = entry.key as usize;
-        let words: *const Word = match entry.vtable.words {
-            0 => return,
-            2 => self.two.pages[k / PAGE][k % PAGE].as_ptr(),
-            _ => self.four.pages[k / PAGE][k % PAGE].as_ptr(),
-        };
-        #[cfg(all(target_arch = "x86_64", not(miri)))]
-        // SAFETY: `_mm_prefetch` needs SSE, which every x86_64 CPU has, and reads nothing: it
-        // is a hint, valid for any address (here a slot of the slab's own pages).
-        unsafe {
-            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(words.cast())
-        };
-        #[cfg(not(all(target_arch = "x86_64", not(miri))))]
-        let _ = words;
-    }
-
     /// Tasks kept (with words) right now.
     #[cfg(test)]
     fn live(&self) -> usize {

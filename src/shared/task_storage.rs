@@ -128,11 +128,6 @@ pub(crate) mod sealed {
 
         /// The cell an entry was made with.
         fn cell(entry: &Self::Entry) -> CellId;
-
-        /// The entry's task is to run soon: what of it the store keeps is brought into the
-        /// cache meanwhile.
-        #[inline]
-        fn prefetch(_entry: &Self::Entry, _store: &Self::Store) {}
     }
 
     /// The wheel's entry for a task kept whole in the wheel (a typed timer's).
@@ -189,10 +184,5 @@ impl sealed::TaskStorage for BoxedTask {
     #[inline]
     fn cell(entry: &TaskEntry) -> CellId {
         entry.cell()
-    }
-
-    #[inline]
-    fn prefetch(entry: &TaskEntry, store: &TaskSlabs) {
-        store.prefetch(entry)
     }
 }

@@ -464,8 +464,6 @@ impl<J: Stored> Expiring<'_, J> {
     /// Settles one due entry, just unlinked.
     #[inline]
     fn due(&mut self, entry: J::Entry, key: u32, deadline: u64) {
-        // The task's words load while the cell's compare-and-swap waits for its own line.
-        J::prefetch(&entry, self.tasks);
         let Due::Expired(state) = self.cells.due(J::cell(&entry), key) else {
             // Cancelled since the walk reached it (by a task of this bucket, or after this
             // tick's cancellations were processed), or a stale entry: the task is dropped.
