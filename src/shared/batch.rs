@@ -281,12 +281,24 @@ mod tests {
         }));
         assert!(unwound.is_err());
         assert_eq!(batch.len(), (N - 7) as usize);
+        // Of the rest, every other task is taken; the others are left to the drain, which
+        // drops each as it moves on (or as it goes).
         let mut drain = batch.drain_front(5);
         let mut rest = Vec::new();
+        let mut at = 0;
         while drain.next_timeout().is_some() {
-            rest.push(drain.take_task());
+            if at % 2 == 0 {
+                rest.push(drain.take_task());
+            }
+            at += 1;
         }
+        assert_eq!(at, 5);
         drop(drain);
+        assert_eq!(
+            dropped.lock().unwrap().len(),
+            7 + 2,
+            "left tasks dropped by the drain"
+        );
         drop(rest);
         let dropped = dropped.lock().unwrap();
         let mut ids: Vec<u64> = dropped.iter().map(|&(id, _)| id).collect();

@@ -460,4 +460,27 @@ mod tests {
         );
         assert_eq!(cell(word(NO_INDEX, QUEUED)).wheel_key(), NO_INDEX);
     }
+
+    /// A cell id gives back the chunk id and the tag it was made of, at the ends of both
+    /// ranges, and no two pairs share an id.
+    #[test]
+    fn a_cell_id_keeps_its_chunk_and_tag_apart() {
+        let last_tag = (CHUNK - 1) as u8;
+        let chunks = [
+            0,
+            1,
+            2,
+            1000,
+            chunk::MAX_CHUNK_IDS - 2,
+            chunk::MAX_CHUNK_IDS - 1,
+        ];
+        let mut seen = std::collections::HashSet::new();
+        for &chunk in &chunks {
+            for tag in [0, 1, last_tag / 2, last_tag] {
+                let id = CellId::new(chunk, tag);
+                assert_eq!((id.chunk(), id.tag()), (chunk, tag));
+                assert!(seen.insert(id), "{chunk}, {tag} share an id");
+            }
+        }
+    }
 }
