@@ -424,15 +424,16 @@ impl TaskSlabs {
         cell: CellId,
     ) -> TaskEntry {
         let vtable = queued.0;
-        let n = vtable.words;
-        // The words move from the batch to the slab (invariants 2 and 3): the cursor moves
-        // past them once they are stored, so the batch never reads them again.
-        let key = match n {
+        let start = *at;
+        // The words move from the batch to the slab (invariants 2 and 3). The cursor moves
+        // past them first: should the store panic, the task is leaked, and the batch never
+        // reads its words again for the next task's table (invariant 4).
+        *at += vtable.words;
+        let key = match vtable.words {
             0 => 0,
-            2 => self.two.insert(&words[*at..*at + 2]),
-            _ => self.four.insert(&words[*at..*at + WORDS]),
+            2 => self.two.insert(&words[start..start + 2]),
+            _ => self.four.insert(&words[start..start + WORDS]),
         };
-        *at += n;
         TaskEntry { vtable, key, cell }
     }
 
