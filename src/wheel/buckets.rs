@@ -1,7 +1,7 @@
 //! The wheel's buckets: each the ends of a list of nodes and a lower bound of its entries' fire
 //! ticks, kept in pages that a large wheel allocates as entries first land in them.
 //!
-//! Owns the node of a list ([`Node`]: 24 bytes for the worker's entries), the list ends shared by buckets and far slots ([`List`]), the
+//! Owns the node of a list ([`Node`]: 32 bytes for the worker's entries), the list ends shared by buckets and far slots ([`List`]), the
 //! bucket ([`Bucket`]) and its pages ([`Buckets`]); the wheel (`mod.rs`) links the nodes, which
 //! live in the crate's slab. Touches nothing of the crate.
 
@@ -174,10 +174,10 @@ mod tests {
     use super::Node;
 
     #[test]
-    fn a_node_of_a_task_entry_is_24_bytes() {
-        // A task entry is two `u32`s, its slot and its cell; the slot is never 0, so that the
-        // node's `Option` of an entry costs nothing.
-        type Entry = (std::num::NonZeroU32, u32);
-        assert_eq!(std::mem::size_of::<Node<Entry>>(), 24);
+    fn a_node_of_a_task_entry_is_32_bytes() {
+        // A task entry is 16 bytes with a reference first (`Option` of it costs nothing).
+        type Entry = (&'static u8, u32, u32);
+        assert_eq!(std::mem::size_of::<Entry>(), 16);
+        assert_eq!(std::mem::size_of::<Node<Entry>>(), 32);
     }
 }

@@ -57,8 +57,6 @@ mod slab;
 pub(crate) use buckets::MAX_ENTRIES;
 use buckets::{Buckets, List, Node, EMPTY_BUCKET, EMPTY_LIST};
 use far::{FAR_LEVELS, LEVEL_SLOTS};
-#[cfg(test)]
-pub(crate) use slab::PAGE;
 pub(crate) use slab::{Slab, Vacancy, NO_INDEX};
 
 /// A hashed timing wheel of `T`s. See the module docs.

@@ -8,8 +8,8 @@
 /// worker's chunk ids, a cell's wheel key).
 pub(crate) const NO_INDEX: u32 = u32::MAX;
 
-/// `log2` of the slots per page a slab has unless its owner picks another size: 1024 (24 KB of
-/// the worker's 24-byte wheel nodes: room for one page is all a slab holds beyond its
+/// `log2` of the slots per page a slab has unless its owner picks another size: 1024 (32 KB of
+/// the worker's 32-byte wheel nodes: room for one page is all a slab holds beyond its
 /// high-water mark). A page stops growing at exactly its size: capacities double from 4.
 pub(crate) const PAGE_BITS: u32 = 10;
 #[cfg(test)]
