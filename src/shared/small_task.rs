@@ -19,8 +19,8 @@
 //! 2. The value is consumed exactly once: by `vtable.run` (which moves it out), or by
 //!    `vtable.drop` (the `SmallTask`'s `Drop`), or moved whole: into the queue's words
 //!    ([`SmallTask::enqueue`], which forgets the `SmallTask`), from there into a slab
-//!    ([`TaskSlabs::insert_queued`]) and back out ([`TaskSlabs::remove`]). Only the words that `vtable.words` counts are copied: the rest
-//!    never held any byte of the value.
+//!    ([`TaskSlabs::insert_queued`]) and back out ([`TaskSlabs::remove`]). Only the words
+//!    that `vtable.words` counts are copied: the rest never held any byte of the value.
 //! 3. Queued, a task is its table ([`QueuedTask`]) and its words in the batch's vector of words,
 //!    in push order; the batch takes each out once, in that order, or drops it.
 //!    A slab slot holds a value exactly while a [`TaskEntry`] names it; `remove` takes the

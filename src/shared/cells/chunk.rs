@@ -30,7 +30,8 @@ const _: () = assert!(crate::wheel::MAX_ENTRIES < MAX_CHUNK_IDS as usize);
 /// A cell as the worker names it in a wheel entry: its chunk's id in the worker's chunk table
 /// and its tag, in one word.
 // `pub` in a crate-private module: named by a sealed trait's methods.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(test, derive(Hash))]
 #[allow(unreachable_pub)]
 pub struct CellId(u32);
 
