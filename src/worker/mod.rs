@@ -304,7 +304,7 @@ impl<J: Stored> Worker<J> {
                     shared.counters.drop_task(drain.take_task());
                     continue;
                 }
-                let entry = drain.take_entry(cell.id(), &mut self.tasks);
+                let entry = drain.take_entry(key, cell.id(), &mut self.tasks);
                 let inserted = self.wheel.insert(entry, deadline, tick);
                 debug_assert_eq!(inserted, key);
             }
