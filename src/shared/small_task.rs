@@ -314,7 +314,7 @@ const PAGE: usize = 1 << PAGE_BITS;
 /// The words of the tasks of one size class under the keys of a page, and which of those keys
 /// hold a task's words.
 struct Page<const N: usize> {
-    slots: [[Word; N]; PAGE],
+    slots: Box<[[Word; N]; PAGE]>,
     held: [u64; PAGE / 64],
 }
 
@@ -323,7 +323,7 @@ struct Page<const N: usize> {
 /// whether its slot holds a task's words: a key is taken only while free, so that two entries
 /// never name one slot (invariant 3), whatever keys the worker passes.
 struct WordColumn<const N: usize> {
-    pages: Vec<Option<Box<Page<N>>>>,
+    pages: Vec<Option<Page<N>>>,
     /// Keys holding a task's words.
     live: usize,
 }
@@ -361,10 +361,13 @@ impl<const N: usize> WordColumn<N> {
         if self.pages.len() <= page {
             self.pages.resize_with(page + 1, || None);
         }
-        self.pages[page].insert(Box::new(Page {
-            slots: [[Word::uninit(); N]; PAGE],
+        // Made on the heap: a page is 16 or 32 KB, more than a small stack (a loom model's)
+        // holds.
+        let slots = vec![[Word::uninit(); N]; PAGE].into_boxed_slice();
+        self.pages[page].insert(Page {
+            slots: slots.try_into().expect("a page of slots"),
             held: [0; PAGE / 64],
-        }))
+        })
     }
 
     /// Lets go of the words under `key`: they are the caller's to read once (nothing writes
