@@ -163,6 +163,17 @@ impl<'a, J: Stored> DrainFront<'a, J> {
         J::dequeue_entry(queued, self.words, self.words_read, key, cell, store)
     }
 
+    /// The lane of the wheel's keys the current timeout's entry takes
+    /// (`sealed::TaskStorage::lane`).
+    #[inline]
+    pub(crate) fn lane(&self) -> usize {
+        J::lane(
+            self.current
+                .as_ref()
+                .expect("a timeout's task, not yet taken"),
+        )
+    }
+
     /// The current timeout's task.
     #[inline]
     pub(crate) fn take_task(&mut self) -> J {

@@ -218,6 +218,14 @@ impl std::fmt::Debug for SmallTask {
 #[allow(unreachable_pub)]
 pub struct QueuedTask(&'static VTable);
 
+impl QueuedTask {
+    /// The task's size class as a lane of the wheel's keys: 0, 1 or 2 for 0, 2 or 4 words.
+    #[inline]
+    pub(crate) fn lane(&self) -> usize {
+        self.0.words / 2
+    }
+}
+
 impl SmallTask {
     /// Appends the task's words (as many as its class has: 0, 2 or 4) to `words`, and returns
     /// its table: a zero-sized task queues 8 bytes, not 40.

@@ -116,6 +116,14 @@ pub(crate) mod sealed {
             store: &mut Self::Store,
         ) -> Self::Entry;
 
+        /// The lane of the wheel's keys that a queued task's entry takes (below
+        /// `wheel::LANES`): a boxed task's size class, so that the words of each class are
+        /// kept under keys of its own pages.
+        #[inline]
+        fn lane(_queued: &Self::Queued) -> usize {
+            0
+        }
+
         /// The task of an entry taken out of the wheel.
         fn from_entry(entry: Self::Entry, store: &mut Self::Store) -> Self;
 
@@ -171,6 +179,11 @@ impl sealed::TaskStorage for BoxedTask {
         store: &mut TaskWords,
     ) -> TaskEntry {
         store.insert_queued(queued, words, at, key, cell)
+    }
+
+    #[inline]
+    fn lane(queued: &QueuedTask) -> usize {
+        queued.lane()
     }
 
     #[inline]
