@@ -171,6 +171,18 @@ impl<S: Vacancy, const BITS: u32, const LANES: usize> Slab<S, BITS, LANES> {
     /// When every `u32` but `NO_INDEX` is a key already, or `lane` is not below `LANES`.
     #[inline]
     pub(crate) fn insert_in(&mut self, lane: usize, value: S) -> u32 {
+        let head = self.free[lane];
+        if head != NO_INDEX {
+            // The lane's own free slot: the common case.
+            let slot = &mut self[head];
+            let next = slot
+                .next_vacant()
+                .expect("slab: the free list's head is free");
+            *slot = value;
+            self.free[lane] = next;
+            self.live += 1;
+            return head;
+        }
         let key = self.next_key_in(lane);
         assert!(key != NO_INDEX, "slab: out of keys");
         let owner = if (key as usize) < self.len {
