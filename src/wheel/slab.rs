@@ -434,6 +434,42 @@ mod tests {
         assert_eq!(slab[5], Slot::Value(101));
     }
 
+    /// Each lane's values are on pages of that lane, each lane reuses its own free slots, and
+    /// a lane's first page grows as needed.
+    #[test]
+    fn lanes_keep_their_values_on_pages_of_their_own() {
+        let mut slab: Slab<Slot, 2, 3> = Slab::new();
+        let mut keys = [Vec::new(), Vec::new(), Vec::new()];
+        for v in 0..30u64 {
+            let lane = (v % 3) as usize;
+            assert_eq!(slab.next_key_in(lane), {
+                let key = slab.insert_in(lane, Slot::Value(v));
+                keys[lane].push(key);
+                key
+            });
+        }
+        for (lane, keys) in keys.iter().enumerate() {
+            for &key in keys {
+                assert_eq!(slab.lane_of(key), lane, "key {key}");
+            }
+        }
+        assert_eq!(slab.live(), 30);
+        let (k1, k2) = (keys[1][3], keys[2][5]);
+        assert_eq!(slab.remove(k1), Slot::Value(10));
+        assert_eq!(slab.remove(k2), Slot::Value(17));
+        assert_eq!(
+            slab.next_key_in(0),
+            keys[0][9] + 1,
+            "lane 0 has no free slot"
+        );
+        assert_eq!(slab.insert_in(2, Slot::Value(100)), k2);
+        assert_eq!(slab.insert_in(1, Slot::Value(101)), k1);
+        assert_eq!(slab[k2], Slot::Value(100));
+        let values: Vec<Slot> = slab.drain().collect();
+        assert_eq!(values.len(), 30);
+        assert_eq!((slab.live(), slab.len()), (0, 0));
+    }
+
     #[test]
     #[should_panic(expected = "holds no value")]
     fn removing_a_free_slot_panics() {
