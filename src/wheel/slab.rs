@@ -8,11 +8,6 @@
 /// worker's chunk ids, a cell's wheel key).
 pub(crate) const NO_INDEX: u32 = u32::MAX;
 
-/// Keys a slab of lanes hands out before its lanes share their free slots and room (see
-/// [`Slab::next_key_in`]): half the entries a wheel holds at most (`MAX_ENTRIES`), so that
-/// its keys stay below that bound as a slab of one lane's do.
-const LANE_KEYS: usize = 1 << 26;
-
 /// `log2` of the slots per page a slab has unless its owner picks another size: 1024 (32 KB of
 /// the worker's 32-byte wheel nodes: room for one page is all a slab holds beyond its
 /// high-water mark). A page stops growing at exactly its size: capacities double from 4.
@@ -36,50 +31,36 @@ pub(crate) trait Vacancy: Sized {
 /// A slab hands its keys out itself ([`Slab::insert`]), or takes its owner's ([`Slab::put`]):
 /// one way only for each slab. (A slab that takes its owner's keys still links the slots
 /// `remove` frees, and `put` may write over one of them: its free list is never read.)
-///
-/// A slab that hands its keys out itself may keep its values in `LANES` lanes
-/// ([`Slab::insert_in`]): each page holds the values of one lane, and each lane has its own
-/// free list, so that the keys of a lane's values are the keys of its pages. (The worker's
-/// wheel keeps each size class of task in a lane of its own, so that the words a class keeps
-/// under its tasks' keys span the pages of that class only.) With more than one lane, a slab
-/// is emptied by [`Slab::release`] or [`Slab::drain`] only.
 #[derive(Debug)]
-pub(crate) struct Slab<S, const BITS: u32 = PAGE_BITS, const LANES: usize = 1> {
+pub(crate) struct Slab<S, const BITS: u32 = PAGE_BITS> {
     pages: Vec<Vec<S>>,
-    /// With more than one lane, the lane of each page.
-    page_lanes: Vec<u8>,
     /// Slots handed out so far (live or free).
     len: usize,
     /// Slots holding a value.
     live: usize,
-    /// Per lane, the first free slot, or `NO_INDEX`.
-    free: [u32; LANES],
-    /// With more than one lane, per lane, the page its new slots are made in (`NO_INDEX`:
-    /// none yet).
-    growing: [u32; LANES],
+    /// The first free slot, or `NO_INDEX`.
+    free: u32,
 }
 
-impl<S: Vacancy, const BITS: u32, const LANES: usize> Default for Slab<S, BITS, LANES> {
+impl<S: Vacancy, const BITS: u32> Default for Slab<S, BITS> {
     fn default() -> Self {
         Slab::new()
     }
 }
 
-impl<S: Vacancy, const BITS: u32, const LANES: usize> Slab<S, BITS, LANES> {
+impl<S: Vacancy, const BITS: u32> Slab<S, BITS> {
     /// Slots per page.
     const PAGE: usize = {
-        assert!(BITS >= 2 && BITS < 32 && LANES >= 1 && LANES <= 256);
+        assert!(BITS >= 2 && BITS < 32);
         1 << BITS
     };
 
     pub(crate) const fn new() -> Self {
         Slab {
             pages: Vec::new(),
-            page_lanes: Vec::new(),
             len: 0,
             live: 0,
-            free: [NO_INDEX; LANES],
-            growing: [NO_INDEX; LANES],
+            free: NO_INDEX,
         }
     }
 
@@ -105,53 +86,10 @@ impl<S: Vacancy, const BITS: u32, const LANES: usize> Slab<S, BITS, LANES> {
     /// The key the next [`Slab::insert`] will return.
     #[inline]
     pub(crate) fn next_key(&self) -> u32 {
-        self.next_key_in(0)
-    }
-
-    /// The key the next [`Slab::insert_in`] of `lane` will return: the slot the lane freed
-    /// last, the next of the lane's growing page, or the first of a new page. Past
-    /// [`LANE_KEYS`] keys, a lane takes another lane's free slot or room before a new page,
-    /// so that the keys stay as few as with one lane.
-    #[inline]
-    pub(crate) fn next_key_in(&self, lane: usize) -> u32 {
-        if self.free[lane] != NO_INDEX {
-            return self.free[lane];
-        }
-        if LANES == 1 {
-            return u32::try_from(self.len).unwrap_or(NO_INDEX);
-        }
-        if let Some(key) = self.room(lane) {
-            return key;
-        }
-        let new_page = self.pages.len() << BITS;
-        if new_page >= LANE_KEYS {
-            let other = (0..LANES).find_map(|l| {
-                Some(self.free[l])
-                    .filter(|&key| key != NO_INDEX)
-                    .or_else(|| self.room(l))
-            });
-            if let Some(key) = other {
-                return key;
-            }
-        }
-        u32::try_from(new_page).unwrap_or(NO_INDEX)
-    }
-
-    /// The next slot of `lane`'s growing page, if it has room.
-    #[inline]
-    fn room(&self, lane: usize) -> Option<u32> {
-        let p = self.growing[lane] as usize;
-        let page = self.pages.get(p)?;
-        (page.len() < Self::PAGE).then(|| (p << BITS | page.len()) as u32)
-    }
-
-    /// The lane of the page of `key`.
-    #[inline]
-    fn lane_of(&self, key: u32) -> usize {
-        if LANES == 1 {
-            0
+        if self.free != NO_INDEX {
+            self.free
         } else {
-            usize::from(self.page_lanes[(key >> BITS) as usize])
+            u32::try_from(self.len).unwrap_or(NO_INDEX)
         }
     }
 
@@ -161,67 +99,40 @@ impl<S: Vacancy, const BITS: u32, const LANES: usize> Slab<S, BITS, LANES> {
     /// When every `u32` but `NO_INDEX` is a key already.
     #[inline]
     pub(crate) fn insert(&mut self, value: S) -> u32 {
-        self.insert_in(0, value)
-    }
-
-    /// [`Slab::insert`] in lane `lane`: in the slot its lane freed last, or in a new one of
-    /// a page of its lane.
-    ///
-    /// # Panics
-    /// When every `u32` but `NO_INDEX` is a key already, or `lane` is not below `LANES`.
-    #[inline]
-    pub(crate) fn insert_in(&mut self, lane: usize, value: S) -> u32 {
-        let head = self.free[lane];
-        if head != NO_INDEX {
-            // The lane's own free slot: the common case.
-            let slot = &mut self[head];
-            let next = slot
-                .next_vacant()
-                .expect("slab: the free list's head is free");
-            *slot = value;
-            self.free[lane] = next;
-            self.live += 1;
-            return head;
-        }
-        let key = self.next_key_in(lane);
-        assert!(key != NO_INDEX, "slab: out of keys");
-        let owner = if (key as usize) < self.len {
-            self.lane_of(key)
-        } else {
-            lane
-        };
-        if self.free[owner] == key {
+        let key = if self.free != NO_INDEX {
+            let key = self.free;
             let slot = &mut self[key];
             let next = slot
                 .next_vacant()
                 .expect("slab: the free list's head is free");
             *slot = value;
-            self.free[owner] = next;
-        } else if LANES == 1 {
-            self.push(value);
+            self.free = next;
+            key
         } else {
-            self.push_in(owner, key, value);
-        }
+            let key = u32::try_from(self.len).unwrap_or(NO_INDEX);
+            assert!(key != NO_INDEX, "slab: out of keys");
+            self.push(value);
+            key
+        };
         // Counted once stored: a panic above leaves the count as it was.
         self.live += 1;
         key
     }
 
-    /// Takes the value under `key` out; its slot joins its lane's free list.
+    /// Takes the value under `key` out; its slot joins the free list.
     ///
     /// # Panics
     /// If `key` holds no value (before anything changes).
     #[inline]
     pub(crate) fn remove(&mut self, key: u32) -> S {
-        let lane = self.lane_of(key);
-        let next = self.free[lane];
+        let next = self.free;
         let slot = &mut self[key];
         assert!(
             slot.next_vacant().is_none(),
             "slab: key {key} holds no value"
         );
         let value = std::mem::replace(slot, S::vacant(next));
-        self.free[lane] = key;
+        self.free = key;
         self.live -= 1;
         value
     }
@@ -255,38 +166,20 @@ impl<S: Vacancy, const BITS: u32, const LANES: usize> Slab<S, BITS, LANES> {
     fn push(&mut self, value: S) {
         let p = self.len >> BITS;
         if p == self.pages.len() {
-            self.add_page(0, self.pages.is_empty());
+            self.add_page();
         }
         self.pages[p].push(value);
         self.len += 1;
     }
 
-    /// Makes the slot `key` ([`Slab::next_key_in`] of `lane`, which holds no free slot) with
-    /// `value`: the next of the lane's growing page, or the first of a new page of the lane.
-    #[inline]
-    fn push_in(&mut self, lane: usize, key: u32, value: S) {
-        let p = (key >> BITS) as usize;
-        if p == self.pages.len() {
-            let first = self.growing[lane] == NO_INDEX;
-            self.add_page(lane, first);
-            self.growing[lane] = p as u32;
-        }
-        self.pages[p].push(value);
-        self.len += 1;
-    }
-
-    /// A page for `lane`'s next slots. A lane's first grows as a `Vec` does (4, 8, ... up to a
+    /// A page for the slots from `len` on. The first grows as a `Vec` does (4, 8, ... up to a
     /// page), so that a slab holding a few values holds a few slots' worth; the later ones
     /// come whole.
     #[cold]
     #[inline(never)]
-    fn add_page(&mut self, lane: usize, first: bool) {
-        let capacity = if first { 0 } else { Self::PAGE };
+    fn add_page(&mut self) {
+        let capacity = if self.pages.is_empty() { 0 } else { Self::PAGE };
         self.pages.push(Vec::with_capacity(capacity));
-        if LANES > 1 {
-            self.page_lanes
-                .push(u8::try_from(lane).expect("at most 256 lanes"));
-        }
     }
 
     /// The slot under `key`, if the slab has one there (free or not).
@@ -305,7 +198,6 @@ impl<S: Vacancy, const BITS: u32, const LANES: usize> Slab<S, BITS, LANES> {
     /// capacity. A value's drop that panics leaves an empty slab behind (the pages not yet
     /// cleared go, their values dropped as the panic unwinds).
     pub(crate) fn clear(&mut self) {
-        debug_assert_eq!(LANES, 1, "a slab of lanes is emptied by release");
         let mut pages = std::mem::take(self).pages;
         for page in &mut pages {
             page.clear();
@@ -335,7 +227,6 @@ impl<S: Vacancy, const BITS: u32, const LANES: usize> Slab<S, BITS, LANES> {
 
     /// Makes room for at least `additional` more values than the slots handed out so far.
     pub(crate) fn reserve(&mut self, additional: usize) {
-        debug_assert_eq!(LANES, 1, "a slab of lanes grows by its lanes' pages");
         let want = self.len.saturating_add(additional);
         for p in 0..want.div_ceil(Self::PAGE) {
             let room = (want - p * Self::PAGE).min(Self::PAGE);
@@ -350,7 +241,6 @@ impl<S: Vacancy, const BITS: u32, const LANES: usize> Slab<S, BITS, LANES> {
     /// Gives back the memory past the last value: the free slots after it go, the free list is
     /// relinked lowest key first, and the last page keeps no spare room. Keys stay valid.
     pub(crate) fn shrink_to_fit(&mut self) {
-        debug_assert_eq!(LANES, 1, "a slab of lanes is emptied by release");
         while let Some(page) = self.pages.last_mut() {
             while page.last().is_some_and(|slot| slot.next_vacant().is_some()) {
                 page.pop();
@@ -362,17 +252,17 @@ impl<S: Vacancy, const BITS: u32, const LANES: usize> Slab<S, BITS, LANES> {
             }
             self.pages.pop();
         }
-        self.free[0] = NO_INDEX;
+        self.free = NO_INDEX;
         for key in (0..self.len as u32).rev() {
             if self[key].next_vacant().is_some() {
-                self[key] = S::vacant(self.free[0]);
-                self.free[0] = key;
+                self[key] = S::vacant(self.free);
+                self.free = key;
             }
         }
     }
 }
 
-impl<S, const BITS: u32, const LANES: usize> std::ops::Index<u32> for Slab<S, BITS, LANES> {
+impl<S, const BITS: u32> std::ops::Index<u32> for Slab<S, BITS> {
     type Output = S;
     #[inline]
     fn index(&self, key: u32) -> &S {
@@ -381,7 +271,7 @@ impl<S, const BITS: u32, const LANES: usize> std::ops::Index<u32> for Slab<S, BI
     }
 }
 
-impl<S, const BITS: u32, const LANES: usize> std::ops::IndexMut<u32> for Slab<S, BITS, LANES> {
+impl<S, const BITS: u32> std::ops::IndexMut<u32> for Slab<S, BITS> {
     #[inline]
     fn index_mut(&mut self, key: u32) -> &mut S {
         let key = key as usize;
@@ -432,42 +322,6 @@ mod tests {
             "then at the end"
         );
         assert_eq!(slab[5], Slot::Value(101));
-    }
-
-    /// Each lane's values are on pages of that lane, each lane reuses its own free slots, and
-    /// a lane's first page grows as needed.
-    #[test]
-    fn lanes_keep_their_values_on_pages_of_their_own() {
-        let mut slab: Slab<Slot, 2, 3> = Slab::new();
-        let mut keys = [Vec::new(), Vec::new(), Vec::new()];
-        for v in 0..30u64 {
-            let lane = (v % 3) as usize;
-            assert_eq!(slab.next_key_in(lane), {
-                let key = slab.insert_in(lane, Slot::Value(v));
-                keys[lane].push(key);
-                key
-            });
-        }
-        for (lane, keys) in keys.iter().enumerate() {
-            for &key in keys {
-                assert_eq!(slab.lane_of(key), lane, "key {key}");
-            }
-        }
-        assert_eq!(slab.live(), 30);
-        let (k1, k2) = (keys[1][3], keys[2][5]);
-        assert_eq!(slab.remove(k1), Slot::Value(10));
-        assert_eq!(slab.remove(k2), Slot::Value(17));
-        assert_eq!(
-            slab.next_key_in(0),
-            keys[0][9] + 1,
-            "lane 0 has no free slot"
-        );
-        assert_eq!(slab.insert_in(2, Slot::Value(100)), k2);
-        assert_eq!(slab.insert_in(1, Slot::Value(101)), k1);
-        assert_eq!(slab[k2], Slot::Value(100));
-        let values: Vec<Slot> = slab.drain().collect();
-        assert_eq!(values.len(), 30);
-        assert_eq!((slab.live(), slab.len()), (0, 0));
     }
 
     #[test]

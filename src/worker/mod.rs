@@ -296,8 +296,7 @@ impl<J: Stored> Worker<J> {
             // Draining a prefix shifts what is left: only when the cap is hit.
             let mut drain = batch.drain_front(n);
             while let Some((cell, deadline)) = drain.next_timeout() {
-                let lane = drain.lane();
-                let key = self.wheel.next_key_in(lane);
+                let key = self.wheel.next_key();
                 if !cell.try_enter_wheel(key) {
                     // Cancelled while queued: account for it here, and drop the task now.
                     cancelled += 1;
@@ -305,8 +304,8 @@ impl<J: Stored> Worker<J> {
                     shared.counters.drop_task(drain.take_task());
                     continue;
                 }
-                let entry = drain.take_entry(key, cell.id(), &mut self.tasks);
-                let inserted = self.wheel.insert_in(lane, entry, deadline, tick);
+                let entry = drain.take_entry(cell.id(), &mut self.tasks);
+                let inserted = self.wheel.insert(entry, deadline, tick);
                 debug_assert_eq!(inserted, key);
             }
             drop(drain);
