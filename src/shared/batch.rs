@@ -169,7 +169,6 @@ impl<'a, J: Stored> DrainFront<'a, J> {
         J::dequeue(queued, self.words, self.words_read)
     }
 
-    /// Drops the current timeout's task if it was not taken.
     #[inline]
     fn drop_current(&mut self) {
         if let Some(queued) = self.current.take() {

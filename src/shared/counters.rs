@@ -2,17 +2,17 @@
 //! worker (which stores its running totals after each turn), the producers that refuse a
 //! timeout, and whoever catches a panic of user code.
 //!
-//! Owns the counters' atomics; every access is Relaxed, nothing is ordered by them. Touches
-//! only `sync`, and `shared`'s catching of a panic (a task dropped unrun).
+//! Owns the counters' atomics. Touches only `sync`, and `shared`'s catching of a panic (a task
+//! dropped unrun).
 
 use crate::sync::{process, Ordering};
 
 /// Lateness classes of fired timeouts, in ticks: under 1, 1 to 2, 2 to 4, ... 64 and more.
 pub(crate) const LATENESS_CLASSES: usize = 8;
 
-/// What `TimerStats` reports of the timeouts' outcomes. The worker keeps its own running totals
-/// and stores them here after each turn (it is their only writer); refusing producers
-/// count `refused`. Statistics: every access is Relaxed, nothing is ordered by them.
+/// What `TimerStats` reports of the timeouts' outcomes. The worker is the only writer of its
+/// running totals; refusing producers count `refused`. Statistics: every access is Relaxed,
+/// nothing is ordered by them.
 pub(crate) struct Counters {
     pub(crate) expired: process::AtomicU64,
     pub(crate) cancelled: process::AtomicU64,

@@ -6,8 +6,8 @@
 //! ([`Shared::schedule`]), cancelling ([`Shared::cancelled`]), the pending count and waking the
 //! worker. Touches `sync`, `clock`, `wheel` (its key bounds) and `error`; never the worker nor
 //! the owner, which sit above it: what they need to keep here (the worker, under the lock of
-//! its turns, how to run a user's task) is kept behind types this module defines ([`ErasedWorker`],
-//! [`Job`], [`Stored`]).
+//! its turns, how to run a user's task) is kept behind types this module defines
+//! ([`ErasedWorker`], [`Job`], [`Stored`]).
 //!
 //! The files, a concern each: here, `Shared` itself, its lifecycle (the run state, the
 //! worker's thread and drivers) and the handle; `schedule.rs`, the producer's half of
@@ -260,14 +260,11 @@ impl<J: Stored> Shared<J> {
         self.state.swap(SHUTDOWN, Ordering::SeqCst) == SHUTDOWN
     }
 
-    /// The owner was dropped on the worker thread (inside a task): nobody will call `stop()`.
     pub(crate) fn mark_owner_dropped_in_task(&self) {
         // Release: pairs with the Acquire in `owner_dropped_in_task`.
         self.owner_dropped_in_task.store(true, Ordering::Release);
     }
 
-    /// Whether the owner was dropped on the worker thread: then nobody will take the worker
-    /// out of `worker`, and a `ManualDriver` drops it.
     pub(crate) fn owner_dropped_in_task(&self) -> bool {
         // Acquire: pairs with the Release in `mark_owner_dropped_in_task`.
         self.owner_dropped_in_task.load(Ordering::Acquire)

@@ -157,8 +157,7 @@ mod tests {
     use std::time::Duration;
 
     /// At the wheel's key bound, with no pending limit, `new_timeout` refuses with the count it
-    /// read. It used to ask for the exact count, which locks every queue shard, while holding
-    /// its own: the producer waited on itself for good.
+    /// read, not the exact count, which locks every queue shard while the producer holds its own.
     #[test]
     fn the_key_bound_refuses_and_does_not_wait_on_its_own_shard() {
         let (timer, _driver) = HashedWheelTimer::builder().build_manual().unwrap();

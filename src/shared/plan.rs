@@ -27,8 +27,7 @@ impl<J: Stored> Shared<J> {
     }
 
     /// Makes sure the worker wakes by the end of `tick`: if it plans to sleep past it, lower its
-    /// plan and unpark it. Only the producer whose compare-and-swap lowers the plan unparks, so a
-    /// burst of producers costs one wake-up.
+    /// plan and unpark it.
     #[inline]
     pub(super) fn wake_by(&self, tick: u64) {
         // SeqCst: the plan is one word that the worker and every producer write; keeping all
@@ -81,8 +80,7 @@ impl<J: Stored> Shared<J> {
         self.tick.store(tick, Ordering::Relaxed);
     }
 
-    /// The worker's plan: it will next wake by itself at the end of `tick` (`u64::MAX`: only
-    /// when unparked). See `worker::thread_main`.
+    /// Publishes the worker's plan (see `Shared::planned`).
     pub(crate) fn publish_plan(&self, tick: u64) {
         self.planned.store(tick, Ordering::SeqCst);
     }
@@ -98,7 +96,6 @@ impl<J: Stored> Shared<J> {
         self.tick.load(Ordering::Relaxed)
     }
 
-    /// The worker's wake-ups so far.
     pub(crate) fn wakeups(&self) -> u64 {
         // Relaxed: a statistic.
         self.wakeups.load(Ordering::Relaxed)

@@ -25,7 +25,6 @@ const DETACHED: bool = false;
 /// a future's cell has a waker slot (`cells::WakerSlots`).
 #[derive(Clone, Copy)]
 enum OnExpiry {
-    /// Run a task.
     RunTask,
     /// Wake a future (its job is a [`WakeJob`]).
     WakeFuture,
@@ -114,9 +113,7 @@ impl<J: Stored> Shared<J> {
         Ok(state)
     }
 
-    /// What [`Shared::push`] does under the lock of this thread's queue shard: refuses if the
-    /// timer is shut down (giving back the count reserved when `limited`), counts the timeout
-    /// against the shard's credit when not `limited`, and pushes it with its cell.
+    /// The part of [`Shared::push`] under the lock of this thread's queue shard.
     #[inline(always)]
     fn push_in_shard<const HANDLE: bool>(
         self: &Arc<Self>,

@@ -296,7 +296,6 @@ pub struct TaskEntry {
 }
 
 impl TaskEntry {
-    /// The timeout's cell.
     #[inline]
     pub(crate) fn cell(&self) -> CellId {
         self.cell

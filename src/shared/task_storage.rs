@@ -54,8 +54,7 @@ impl<J: Stored> Enqueue<J> for J {
 }
 
 /// A boxed timer's task as the caller gave it: queued without being built as a [`SmallTask`]
-/// first (a task built on the caller's stack is copied with reads wider than its fields were
-/// written, and each such read waits for the stores: see `SmallTask::enqueue_fresh`).
+/// first (why: `SmallTask::enqueue_fresh`).
 pub(crate) struct Fresh<F>(pub(crate) F);
 
 impl<F: Job> Enqueue<BoxedTask> for Fresh<F> {

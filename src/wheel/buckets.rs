@@ -1,9 +1,9 @@
 //! The wheel's buckets: each the ends of a list of nodes and a lower bound of its entries' fire
 //! ticks, kept in pages that a large wheel allocates as entries first land in them.
 //!
-//! Owns the node of a list ([`Node`]: 32 bytes for the worker's entries), the list ends shared by buckets and far slots ([`List`]), the
-//! bucket ([`Bucket`]) and its pages ([`Buckets`]); the wheel (`mod.rs`) links the nodes, which
-//! live in the crate's slab. Touches nothing of the crate.
+//! Owns the node of a list ([`Node`]: 32 bytes for the worker's entries), the list ends shared
+//! by buckets and far slots ([`List`]), the bucket ([`Bucket`]) and its pages ([`Buckets`]); the
+//! wheel (`mod.rs`) links the nodes, which live in the crate's slab. Touches nothing of the crate.
 
 use super::slab::Vacancy;
 use super::NO_INDEX;
@@ -79,9 +79,8 @@ pub(super) const EMPTY_BUCKET: Bucket = Bucket {
 };
 
 /// A large wheel's buckets come in pages of `2^BUCKET_PAGE_BITS` (4096 buckets, 64 KiB), each
-/// allocated when an entry first lands in it: a wheel of 2^30 buckets (Netty's largest) would
-/// otherwise write 16 GiB of empty buckets before its first timeout. A smaller wheel is one page,
-/// allocated up front.
+/// allocated when an entry first lands in it (see the `wheel` docs, "Layout"). A smaller wheel is
+/// one page, allocated up front.
 pub(super) const BUCKET_PAGE_BITS: u32 = 12;
 
 /// The buckets, by index, in pages (see [`BUCKET_PAGE_BITS`]). A page, once allocated, is kept
@@ -162,7 +161,6 @@ impl Buckets {
         }
     }
 
-    /// Bytes the pages allocated so far hold.
     #[cfg(test)]
     pub(super) fn allocated_bytes(&self) -> usize {
         self.pages.iter().map(|p| std::mem::size_of_val(&**p)).sum()

@@ -2,9 +2,9 @@
 //!
 //! Owns the wheel's data structure (slab, buckets, occupancy bitmap) and its arithmetic (fire
 //! ticks, `remaining_rounds`); touches nothing of the crate. Here: the `Wheel`, its insertion,
-//! removal, expiry and lookahead; its buckets in pages in `buckets.rs`, its far slots and their
-//! cascade in `far.rs`, the occupancy bitmap and the next fire tick in `occupancy.rs`, its nodes
-//! and lists in `buckets.rs`; the nodes live in the crate's slab (`slab.rs`).
+//! removal, expiry and lookahead; its nodes, lists and buckets in `buckets.rs`, its far slots and
+//! their cascade in `far.rs`, the occupancy bitmap and the next fire tick in `occupancy.rs`; the
+//! nodes live in the crate's slab (`slab.rs`).
 //!
 //! # Ground rules
 //! Only the worker owns a `Wheel`; producers never touch it (they talk to the worker through the
@@ -15,10 +15,10 @@
 //! Entries live in one slab and are linked into their bucket by `u32` indices: no allocation
 //! per entry beyond the slab's pages, O(1) unlink on cancel, and a free list that reuses slots.
 //! Each bucket is a doubly linked list kept in insertion order (Netty's bucket order = transfer
-//! order). The slab grows by fixed pages of `PAGE` nodes, never by reallocating, so that a
-//! growing wheel neither copies its nodes nor faults in twice the memory it keeps. The buckets
-//! of a wheel larger than 4096 buckets come in pages too, allocated as entries first land in
-//! them (`Buckets`): a wheel of 2^30 buckets costs what its timeouts touch, not 16 GiB up front.
+//! order). The slab grows by pages that never move (why: `slab.rs`). The buckets of a wheel
+//! larger than 4096 buckets come in pages too, allocated as entries first land in them
+//! (`Buckets`): a wheel of 2^30 buckets (Netty's largest) costs what its timeouts touch, not
+//! 16 GiB up front.
 //!
 //! # Rounds without decrementing
 //! Netty stores `remaining_rounds = (calculated - tick) / wheel_len` and decrements it each time
@@ -80,7 +80,6 @@ pub(crate) struct Wheel<T> {
     /// holds half a kilobyte for them). The list of slot `s` of level `l` is number
     /// `wheel_len + l * LEVEL_SLOTS + s` among the wheel's lists.
     far: [Box<[List]>; FAR_LEVELS],
-    /// One occupancy word per far level.
     far_occupied: [u64; FAR_LEVELS],
     /// Whether the owner hands out the keys ([`Wheel::insert_keyed`]): the slab then keeps its
     /// nodes when the wheel empties, for the owner's keys index it, until
@@ -345,10 +344,8 @@ impl<T> Wheel<T> {
         }
     }
 
-    /// The walk of [`Wheel::expire`] over bucket `b`, which holds something due on `tick`: each
-    /// due entry goes to the free list and to `f`, each other one is linked after the one kept
-    /// before it. Returns the last entry kept (`NO_INDEX`: none) and the least fire tick of those
-    /// kept.
+    /// The walk of [`Wheel::expire`] over bucket `b`, which holds something due on `tick`.
+    /// Returns the last entry kept (`NO_INDEX`: none) and the least fire tick of those kept.
     #[inline(always)]
     fn walk_bucket(
         &mut self,
@@ -412,7 +409,6 @@ impl<T> Wheel<T> {
             self.nodes[kept].next = NO_INDEX;
             let bucket = self.buckets.get_mut(b);
             bucket.ends.tail = kept;
-            // The survivors set the bucket's lower bound of fire ticks.
             bucket.min_fire = min_fire;
         }
     }

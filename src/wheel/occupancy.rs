@@ -1,6 +1,5 @@
 //! The occupancy bitmap: one bit per non-empty bucket (and per non-empty far slot, a word a
-//! level), by which the worker finds the next tick with work without visiting empty buckets or
-//! buckets whose entries are rounds away (see the `wheel` docs, "Occupancy").
+//! level); see the `wheel` docs, "Occupancy".
 //!
 //! Owns [`Wheel::set_occupied`] (an insert sets its list's bit itself, where it links the
 //! entry) and [`Wheel::next_fire_tick`]. Touches nothing of the crate.

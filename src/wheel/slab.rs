@@ -49,7 +49,6 @@ impl<S: Vacancy, const BITS: u32> Default for Slab<S, BITS> {
 }
 
 impl<S: Vacancy, const BITS: u32> Slab<S, BITS> {
-    /// Slots per page.
     const PAGE: usize = {
         assert!(BITS >= 2 && BITS < 32);
         1 << BITS

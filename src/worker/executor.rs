@@ -1,6 +1,5 @@
-//! A task the worker hands to the executor: [`ExecutorJob`], which runs it once or, dropped
-//! unrun, drops it; either way a panic of user code is caught and counted. Touches the cells
-//! and the stored task of the `shared` module.
+//! The job the worker hands to the executor ([`ExecutorJob`]). Touches the cells and the stored
+//! task of the `shared` module.
 
 use crate::shared::cells::CellRef;
 use crate::shared::{sealed, Stored};

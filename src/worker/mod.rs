@@ -40,9 +40,7 @@
 //! the producer's side), and would have given back the buffers the producers then regrow. So a
 //! burst of scheduling ends with one wake-up that finds nothing; an idle timer never wakes.
 //!
-//! On Linux the thread asks for a timer slack of a thousandth of a tick (`thread.rs`): with the
-//! default 50 µs, a sleep ends up to that long after the tick's boundary, and so every expiry
-//! starts up to a twentieth of a 1 ms tick late.
+//! On Linux the thread asks for a timer slack of a thousandth of a tick (why: `thread.rs`).
 //!
 //! Observably this is the same as ticking every tick: the ticks skipped have empty buckets and
 //! empty queues, and rounds are kept as absolute fire ticks (see `wheel`), so nothing about
@@ -192,12 +190,8 @@ impl<J: Stored> Worker<J> {
     /// The tick at whose end the worker plans to wake by itself (`u64::MAX`: only when
     /// unparked); the worker is idle when this is past its current tick.
     ///
-    /// The next tick with work, or the current tick while producers are active (the last ticks
-    /// took something from the queues) even if the queues look empty at this instant: the
-    /// transfer ran them dry, and producers are likely still at it. Looking again at the end of
-    /// this tick, keeping the buffers, beats parking and having the next producer unpark the
-    /// worker (a system call on its side) and regrow the buffers given back. One wake-up after
-    /// a burst ends; an idle timer still never wakes.
+    /// The next tick with work, or the current tick while producers are active even if the
+    /// queues look empty at this instant (see the module docs, "Sleeping").
     pub(crate) fn planned_tick(&self, shared: &Shared<J>) -> u64 {
         let next = self.next_work_tick(shared);
         if self.busy && next.is_none_or(|next| next > self.tick) {
@@ -207,8 +201,7 @@ impl<J: Stored> Worker<J> {
         }
     }
 
-    /// The next tick with work: the current one if a queue holds something, else the wheel's
-    /// earliest fire tick; `None` when nothing is pending.
+    /// The next tick with work; `None` when nothing is pending.
     fn next_work_tick(&self, shared: &Shared<J>) -> Option<u64> {
         if !self.inbox.is_empty() || !shared.timeouts.is_empty() || !shared.cancellations.is_empty()
         {
@@ -243,9 +236,8 @@ impl<J: Stored> Worker<J> {
         recycle(&mut self.cancellations);
     }
 
-    /// Moves up to `cap` queued timeouts, oldest first, into the buckets, as of `tick`: takes
-    /// what the queue holds, then moves it. (Chunks and spans: `shared::cells`, "Chunks,
-    /// spans and spares: the protocol".)
+    /// Moves up to `cap` queued timeouts, oldest first, into the buckets, as of `tick`. (Chunks
+    /// and spans: `shared::cells`, "Chunks, spans and spares: the protocol".)
     fn transfer(&mut self, shared: &Shared<J>, tick: u64, cap: u64) {
         self.take_queued(shared);
         self.move_into_buckets(shared, tick, cap);
@@ -263,17 +255,17 @@ impl<J: Stored> Worker<J> {
         let mut took = false;
         let chunks = &mut self.chunks;
         shared.timeouts.take_each(|items, producer, i| {
-            // With no empty batch kept, capacity for as many as came this time (up to KEEP), so that the
-            // producer does not regrow its batch from nothing.
+            // With no empty batch kept, capacity for as many as came this time (up to KEEP), so
+            // that the producer does not regrow its batch from nothing.
             let empty = empty_batches
                 .pop()
                 .unwrap_or_else(|| PendingBatch::with_capacity(items.len().min(KEEP)));
             inbox.push_back(std::mem::replace(items, empty));
             took = true;
-            // A spare chunk holds a handle on the timer, so none may stay in a shard after `stop()`
-            // clears the cursors. It does so after joining (or taking) the worker, so this runs
-            // before; and should that ever change, the check under the same lock keeps it so:
-            // once `stop()` has cleared this shard, we see SHUTDOWN here.
+            // A spare chunk holds a handle on the timer, so none may stay in a shard after
+            // `stop()` clears the cursors. It does so after joining (or taking) the worker, so
+            // this runs before; and should that ever change, the check under the same lock keeps
+            // it so: once `stop()` has cleared this shard, we see SHUTDOWN here.
             if !shared.is_shutdown() {
                 chunks.lend_spares(i, &mut producer.cursors);
             }
@@ -298,7 +290,7 @@ impl<J: Stored> Worker<J> {
             while let Some((cell, deadline)) = drain.next_timeout() {
                 let key = self.wheel.next_key();
                 if !cell.try_enter_wheel(key) {
-                    // Cancelled while queued: account for it here, and drop the task now.
+                    // Cancelled while queued.
                     cancelled += 1;
                     self.chunks.settle(cell.id());
                     shared.counters.drop_task(drain.take_task());
@@ -487,9 +479,8 @@ impl<J: Stored> Expiring<'_, J> {
         self.cells.give_back(state);
     }
 
-    /// Ends the bucket's settling: the chunk still out goes back to the table, after the runs
-    /// (see [`Settling`]). The worker's new running total of ended timeouts, and the run
-    /// timing to finish.
+    /// Ends the bucket's settling (`cells` dropped: see [`Settling`]): the worker's new running
+    /// total of ended timeouts, and the run timing to finish.
     fn finish(self) -> (usize, RunTiming) {
         (self.ended, self.timing)
     }
@@ -515,7 +506,7 @@ fn run_task<J: Stored>(
     state: CellRef,
 ) -> (CellRef, bool) {
     match executor {
-        // Run from where its words are kept: no copy of the task's words.
+        // Run where its words are kept: no copy.
         None => J::run_entry(entry, tasks, state),
         Some(executor) => {
             // The executor's job outlives this call: it takes a reference of its own.

@@ -8,7 +8,7 @@
 use crate::shared::{Counters, Shared, Stored, LATENESS_CLASSES};
 use crate::sync::Ordering;
 
-/// The worker's running totals for `TimerStats`, stored in `Shared::counters` after each turn: per expiry a comparison or two here, no shared write.
+/// The worker's running totals for `TimerStats`: per expiry a comparison or two, no shared write.
 #[derive(Default)]
 pub(super) struct Tally {
     pub(super) expired: u64,
@@ -30,8 +30,8 @@ pub(super) struct Tally {
 /// worker falls behind, every timeout is late, and a division each would slow it further).
 ///
 /// With `bits(x)` the bit length, `late / tick_nanos` lies in `(2^(d-1), 2^(d+1))` for
-/// `d = bits(late) - bits(tick_nanos)`, so its bit length is `d` or `d + 1`: `d + 1` exactly
-/// when `late >= tick_nanos << d` (a shift that cannot overflow: `tick_nanos < 2^bits(tick_nanos)`).
+/// `d = bits(late) - bits(tick_nanos)`, so its bit length is `d` or `d + 1`: `d + 1` exactly when
+/// `late >= tick_nanos << d` (a shift that cannot overflow: `tick_nanos < 2^bits(tick_nanos)`).
 #[inline]
 pub(super) fn late_class(late: u64, tick_nanos: u64) -> usize {
     debug_assert!(late >= tick_nanos && tick_nanos > 0);
@@ -51,8 +51,8 @@ impl Tally {
     #[inline]
     pub(super) fn fired(&mut self, late: u64, tick_nanos: u64) {
         self.late_max = self.late_max.max(late);
-        // Class k >= 1 holds [2^(k-1), 2^k) ticks, the last one everything beyond; nothing to
-        // count on the common path (under a tick: class 0).
+        // Under a tick (class 0, the common path): nothing to count. The last class takes
+        // everything beyond.
         if late >= tick_nanos {
             self.lateness[late_class(late, tick_nanos).min(LATENESS_CLASSES - 1)] += 1;
         }

@@ -72,7 +72,6 @@ fn driver_keeping_up<J: Stored>(shared: &Shared<J>) -> Option<u64> {
 /// (the worker taken by `stop()`, or the timer shut down).
 fn locked_turn<J: Stored>(shared: &Arc<Shared<J>>) -> Option<u64> {
     let mut held = lock(&shared.worker);
-    // `None`: taken by `stop()`.
     let worker = held.as_mut()?.downcast_mut::<Worker<J>>()?;
     if shared.is_shutdown() {
         return None;
@@ -162,7 +161,6 @@ impl<J: Stored> Drop for StopOnUnwind<'_, J> {
 /// late. Best effort: a refusal (a seccomp filter, say) keeps the slack the thread has.
 #[cfg(all(target_os = "linux", not(loom), not(miri)))]
 fn tighten_timer_slack(tick_nanos: u64) {
-    /// Linux's default: a sleep may end up to this long after the time asked for.
     const DEFAULT_SLACK_NANOS: u64 = 50_000;
     let wanted = (tick_nanos / 1000).clamp(1, DEFAULT_SLACK_NANOS);
     let current = rustix::thread::current_timer_slack().unwrap_or(DEFAULT_SLACK_NANOS);

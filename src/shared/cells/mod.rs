@@ -38,7 +38,6 @@
 //! for the producers and the batch, and [`ChunkTable`] (register, settle, lend) and
 //! [`Settling`] for the worker.
 //!
-//!
 //! States live in chunks of [`CHUNK`] cells, reference-counted as a whole. Who holds a
 //! reference to a chunk, from when to when:
 //!
@@ -151,10 +150,8 @@ impl Cell {
     }
 }
 
-/// What a `Timeout` handle shares with the worker: a reference to one cell of a chunk. The
-/// chunk is freed (or, by the worker, kept as a spare) when the last reference to any of its
-/// cells goes: a cell is reused only once nothing can see it. The cell holds the timeout's
-/// state (see the module's state table).
+/// What a `Timeout` handle shares with the worker: a reference to one cell of a chunk, which
+/// holds the timeout's state (see the module's state table; when a cell is reused: "Spares").
 #[allow(unreachable_pub)]
 pub struct CellRef {
     chunk: Arc<Chunk>,

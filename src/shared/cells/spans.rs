@@ -44,14 +44,12 @@ impl ChunkCursor {
 
     /// A fresh state (QUEUED, no wheel key) for a timeout of `shared`'s timer, from the current
     /// chunk (a new one when it is used up), for the timeout at position `at` of the queued
-    /// batch whose spans are `spans`: a new chunk, or a batch that has none yet, starts a span.
-    /// `shard` is the queue shard this cursor belongs to.
+    /// batch whose spans are `spans` (when a span starts: `CellSpan::push_if_new`). `shard` is
+    /// the queue shard this cursor belongs to.
     ///
     /// The batch's timeouts take this cursor's cells one after another (the cursor and the
-    /// batch are under the same shard lock, and every state handed out is pushed), so a span
-    /// records where it starts and nothing is kept per timeout: the cell of each queued
-    /// timeout follows from its position ([`CellSpan`]). A shard has two cursors (tasks' and
-    /// futures'): when the batch's last span is another chunk, a new span starts too.
+    /// batch are under the same shard lock, and every state handed out is pushed), so the cell
+    /// of each queued timeout follows from its position ([`CellSpan`]).
     ///
     /// One reference count per timeout (the handle's), not two: the queued timeouts of a chunk
     /// share their span's one reference to it.

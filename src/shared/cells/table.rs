@@ -14,13 +14,10 @@ use crate::sync::SHARDS;
 use crate::wheel::{Slab, Vacancy, NO_INDEX};
 use std::sync::Once;
 
-/// The chunks of the timeouts the worker holds, one reference each.
-///
-/// A queued batch holds one reference per chunk, not one per timeout (see
-/// `ChunkCursor::next_state`), and so does this table: the wheel's entries name their chunk by
-/// its id here, its key in the table's slab. A chunk stays until each of its cells has been
-/// settled once: taken from the queue cancelled, or expired, or unlinked after a cancel. Cells
-/// a stopped timer never handed out keep their chunk until the worker is dropped.
+/// The chunks of the timeouts the worker holds, one reference each (until every cell is settled:
+/// see `mod.rs`, "Chunks, spans and spares: the protocol"). The wheel's entries name their chunk
+/// by its id here, its key in the table's slab. Cells a stopped timer never handed out keep
+/// their chunk until the worker is dropped.
 ///
 /// Settling allocates nothing (a freed id is a slot on the slab's free list), so that nothing
 /// in the expiry loop calls the allocator.
