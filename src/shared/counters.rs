@@ -20,8 +20,9 @@ pub(crate) struct Counters {
     pub(crate) refused: process::AtomicU64,
     /// The largest lateness of a fired timeout, in nanoseconds.
     pub(crate) late_max: process::AtomicU64,
-    /// The longest inline task run, in nanoseconds; runs longer than a tick.
+    /// The longest inline task run, in nanoseconds.
     pub(crate) longest_run: process::AtomicU64,
+    /// Inline task runs longer than a tick.
     pub(crate) slow_runs: process::AtomicU64,
     pub(crate) lateness: [process::AtomicU64; LATENESS_CLASSES],
 }

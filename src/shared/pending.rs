@@ -59,7 +59,7 @@ impl<J: Stored> Shared<J> {
         self.accepted.fetch_sub(1, Ordering::Relaxed);
     }
 
-    /// Without a pending limit, producers count their timeouts in `pending` by batches of
+    /// Without a pending limit, producers count their timeouts in `accepted` by batches of
     /// `CREDIT_BATCH`, kept as credit in their shard of the queue: one shared read-modify-write
     /// per batch instead of one per timeout (on the line every producer and the worker write).
     /// The wheel's key space still bounds the count: the last batches shrink to what is left.

@@ -17,8 +17,9 @@ pub(super) struct Tally {
     /// Per lateness class from 1 on (a tick or more late); class 0, on time, is what the
     /// expired count leaves (see [`Tally::classes`]).
     lateness: [u64; LATENESS_CLASSES],
-    /// The longest inline task run, in nanoseconds; runs longer than a tick.
+    /// The longest inline task run, in nanoseconds.
     longest_run: u64,
+    /// Inline task runs longer than a tick.
     slow_runs: u64,
     /// Runs of at least `SLOW_WARNING_TICKS` since the last warning, and when that was.
     unreported: u64,

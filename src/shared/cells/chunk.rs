@@ -116,8 +116,8 @@ pub(super) struct Chunk {
 pub(crate) type WakerSlots = [Mutex<Option<Waker>>; CHUNK];
 
 impl ChunkRef {
-    /// A new chunk of fresh cells, handed out by a cursor of queue shard `shard` of `shared`'s
-    /// timer; with waker slots when `wakers` (see [`WakerSlots`]).
+    /// A new chunk of fresh cells, handed out by a cursor of queue shard `shard` of `timer`;
+    /// with waker slots when `wakers` (see [`WakerSlots`]).
     pub(super) fn new(timer: &Arc<dyn ChunkTimer>, shard: u8, wakers: bool) -> ChunkRef {
         ChunkRef(Arc::new(Chunk {
             timer: Arc::clone(timer),

@@ -33,7 +33,7 @@
 //! # Chunks, spans and spares: the protocol
 //!
 //! This section is the one statement of these rules. They are carried out here, in `spans.rs`
-//! (a shard's cursors, a batch's cells) and in `chunks.rs` (the worker's table); the batch
+//! (a shard's cursors, a batch's cells) and in `table.rs` (the worker's table); the batch
 //! and the worker see only those two files' interfaces: [`ShardCursors`] and [`BatchCells`]
 //! for the producers and the batch, and [`ChunkTable`] (register, settle, lend) and
 //! [`Settling`] for the worker.
