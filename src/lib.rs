@@ -97,9 +97,9 @@
 //! - The tick grid starts when the timer is built, not when its thread starts; this changes no
 //!   guarantee (never early, at most about a tick late).
 //! - `new_timeout` reads the time from the TSC (where, and while, the kernel itself uses it),
-//!   rounded up by at most about a microsecond, where Netty calls `System.nanoTime()`: a deadline is never
-//!   earlier than Netty's, and in rare cases (a deadline within that microsecond of a tick's
-//!   end) it falls in the next tick.
+//!   rounded up by at most about a microsecond, where Netty calls `System.nanoTime()`: a
+//!   deadline is never earlier than Netty's, and in rare cases (a deadline within that
+//!   microsecond of a tick's end) it falls in the next tick.
 //! - **A timeout rounds away costs nothing while it waits.** Netty keeps every timeout in its
 //!   bucket and walks the whole bucket at each visit to decrement `remaining_rounds`: with
 //!   millions of long idle-connection timeouts pending, that walk is most of a core. Here a
@@ -233,9 +233,7 @@ pub mod loom_hooks {
 }
 
 pub use adapters::delay_queue::{self, DelayQueue};
-// The hyper and tower adapters' types, flat: no module of this crate is named after another
-// crate, so `use hashed_timer_wheel::*;` leaves a user's `use tower::...` and `use hyper::...`
-// unambiguous.
+// The hyper and tower adapters' types, flat (why: `adapters/mod.rs`).
 #[cfg(feature = "hyper")]
 pub use adapters::hyper::{HyperSleep, HyperTimer};
 #[cfg(feature = "tower")]

@@ -1,6 +1,6 @@
 //! The `cfg` conditions the crate repeats, each written once under a name (tokio's `cfg_*!`):
 //! a macro that keeps the items it wraps only where its condition holds, and its `cfg_not_*!`
-//! twin for the other targets. Declared first in `lib.rs`, so every module can use them.
+//! twin for the other targets.
 
 /// Where producers read the TSC (`clock`'s fast clock): Linux on x86-64, not under loom.
 macro_rules! cfg_tsc {

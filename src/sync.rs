@@ -5,11 +5,9 @@
 //! producers and the worker meet in, the loom stand-ins for thread parking, and the hooks the
 //! loom models read (`loom_hooks`).
 //!
-//! Normal builds get `std` atomics, threads and mutexes, and the MPSC queues are a `std`
-//! `Mutex<Vec<T>>` whose buffer the worker swaps out (see [`Queue`]). Under `--cfg loom` every
-//! type here comes from loom, and the queues become a loom `Mutex<VecDeque<T>>` with the same
-//! methods and a lock-free length. No other module names these types: the test at the end of
-//! this file fails if one does.
+//! Normal builds get `std` atomics, threads and mutexes; under `--cfg loom` every type here
+//! comes from loom, and [`Queue`] is the same code on loom's mutex. No other module names these
+//! types: the test at the end of this file fails if one does.
 
 #[cfg(not(loom))]
 pub(crate) use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, AtomicUsize};
@@ -170,8 +168,7 @@ pub(crate) mod thread {
     }
 }
 
-/// What the loom models observe and drive beyond the public API (re-exported with the owner's
-/// `advance_clock` as `hashed_timer_wheel::loom_hooks`). Compiled only under `--cfg loom`.
+/// The hooks re-exported, with the owner's `advance_clock`, as `hashed_timer_wheel::loom_hooks`.
 #[cfg(loom)]
 pub(crate) mod loom_hooks {
     use super::Ordering;
@@ -309,8 +306,7 @@ enum Buffers {
 /// A lock-free queue that allocates blocks (crossbeam's `SegQueue`) has the producer allocate
 /// what the worker frees, on another thread; these buffers move whole instead, and the locks
 /// are held for a push (`docs/performance.md`, "Sharded producer queue"; `benches/README.md`,
-/// "Tried and dropped", has `SegQueue`). Producers on different threads
-/// use different shards.
+/// "Tried and dropped", has `SegQueue`).
 pub(crate) struct Queue<B, S = ()> {
     /// Each producer thread pushes to one shard (so its pushes stay in order), chosen round
     /// robin when the thread first pushes: producers on different threads rarely share a lock.
@@ -414,8 +410,8 @@ impl<B: Batch, S> Queue<B, S> {
 
     /// Hands each non-empty shard's batch to `take`, under the shard's lock, in shard order,
     /// with the shard's data and index: `take` moves the batch out (leaving an empty batch,
-    /// ideally one with capacity, for the next pushes). Each thread's pushes are in one batch, in
-    /// order.
+    /// ideally one with capacity, for the next pushes). Each thread's pushes are in one batch,
+    /// in order.
     #[inline]
     pub(crate) fn take_each(&self, mut take: impl FnMut(&mut B, &mut S, usize)) {
         for (i, shard) in self.shards.iter().enumerate() {

@@ -1,6 +1,5 @@
-//! The work a timeout runs: the `TimerTask` trait (any closure, type-erased) and the
-//! `TypedTask` trait (a typed timer's tasks, stored in place), and how each becomes what the
-//! shared state stores and runs.
+//! The work a timeout runs: `TimerTask` (any closure, type-erased) and `TypedTask` (a typed
+//! timer's tasks, stored in place).
 //!
 //! Owns [`TimerTask`] (and its impls for closures and boxed tasks) and [`TypedTask`]. Uses the
 //! `Timeout` handle and the two traits `shared` defines for the layers above it to fill: `Job`

@@ -1,9 +1,8 @@
 //! The `Timeout` handle (Netty's `Timeout`): what `new_timeout` returns and a task receives.
 //!
-//! Owns the public face of one timeout: `cancel`, `is_cancelled`, `is_expired`, `timer`. The
-//! state machine behind it is `shared`'s (`shared::cells`, with its state table); this module
-//! only calls it. Uses the shared state and, through [`TimerHandle`], reaches the owner's
-//! methods without importing `timer`.
+//! Owns the public face of one timeout. The state machine behind it is `shared`'s
+//! (`shared::cells`, with its state table); this module only calls it. Uses the shared state
+//! and, through [`TimerHandle`], reaches the owner's methods without importing `timer`.
 
 use crate::shared::cells::{CancelOutcome, CellRef};
 use crate::shared::{BoxedTask, Stored, TimerHandle};
@@ -46,7 +45,6 @@ impl<J: Stored> Clone for Timeout<J> {
 }
 
 impl<J: Stored> Timeout<J> {
-    /// The handle of a timeout of a timer whose task type is `J`.
     #[inline]
     pub(crate) fn new(state: CellRef) -> Self {
         Timeout {

@@ -1,9 +1,8 @@
 //! A tower timeout layer on the wheel, in the shape of `tower::timeout` (tower 0.5).
 //!
 //! Owns [`TimeoutLayer`], [`TimeoutService`] and [`TimeoutResponseFuture`]. Each call's
-//! deadline is a [`Deadline`] around the inner service's response future: scheduled when the
-//! response future is first polled and pending (never, for a response ready at once),
-//! cancelled when it completes or is dropped. A call past its limit fails with tower's own
+//! deadline is a [`Deadline`] around the inner service's response future (see
+//! [`TimeoutService`]). A call past its limit fails with tower's own
 //! `tower::timeout::error::Elapsed`, so that code written against `tower::timeout` matches it
 //! unchanged. Touches only the crate's public futures.
 

@@ -2,9 +2,7 @@
 //! the parent module, "The producers' clock"). Compiled where `cfg_tsc!` holds.
 //!
 //! The kernel's clock source decides whether the TSC is trusted: when the set-up starts, and
-//! again every [`RECHECK`] for the rest of the process (the set-up's thread stays for it), so
-//! that a TSC the kernel gives up later (marked unstable by its watchdog, a VM migrated to
-//! another host, a clock source changed by hand) stops serving producers too.
+//! again every [`RECHECK`] for the rest of the process (the parent module says why).
 
 use super::duration_to_nanos;
 use crate::sync::process::{AtomicBool, Once, OnceLock, ThreadBuilder};
@@ -84,9 +82,8 @@ pub(super) fn prepare() {
     });
 }
 
-/// The fast clock, once calibrated, if the kernel keeps time with the TSC (so the TSC is
-/// invariant and synchronised across CPUs: the kernel checks both before it uses it), and has
-/// kept doing so at every re-read since.
+/// The fast clock, once calibrated, if the kernel keeps time with the TSC
+/// ([`kernel_keeps_time_with_tsc`]) and has kept doing so at every re-read since.
 #[inline]
 pub(super) fn get() -> Option<&'static Fast> {
     trusted(FAST.get(), &TRUSTED)

@@ -8,21 +8,20 @@
 //! # The producers' clock
 //! `new_timeout` needs the time to compute a deadline, and reading the monotonic clock
 //! (`clock_gettime` through the vDSO) is a large part of the call (`docs/performance.md`, "TSC
-//! clock for producers"). Where
-//! the kernel itself keeps time with the TSC, producers read the TSC instead (through `quanta`)
-//! and interpolate from an anchor: a pair (monotonic time, TSC) taken by the same thread at most
-//! 1 ms earlier. The result is rounded *up* by a margin that covers the TSC's calibration error,
-//! clock slewing and cross-core skew over such a short window, so it is never earlier than the
-//! monotonic clock: a deadline computed from it is never early, and at most about a microsecond
-//! later than one computed from `Instant::now()`. The worker, which decides what has expired,
-//! always reads the monotonic clock. The TSC's calibration (quanta's, which can take up to a
-//! few hundred milliseconds on a loaded machine) runs once per process on a thread of its own,
-//! started by the first timer; until it is done, producers read the monotonic clock. Quanta's
-//! ratio is then checked against one measured over 20 ms between two (monotonic, TSC) pairs
-//! each read within 2 µs (so to 100 ppm): the larger of the two serves if they agree to 1/4096,
-//! ours if they do not, so that a calibration thrown off by a preemption cannot make a deadline
-//! early. A machine too busy to read such a pair, or a ratio 1/16 off ours, keeps producers on
-//! the monotonic clock.
+//! clock for producers"). Where the kernel itself keeps time with the TSC, producers read the TSC
+//! instead (through `quanta`) and interpolate from an anchor: a pair (monotonic time, TSC) taken by
+//! the same thread at most 1 ms earlier. The result is rounded *up* by a margin that covers the
+//! TSC's calibration error, clock slewing and cross-core skew over such a short window, so it is
+//! never earlier than the monotonic clock: a deadline computed from it is never early, and at most
+//! about a microsecond later than one computed from `Instant::now()`. The worker, which decides
+//! what has expired, always reads the monotonic clock. The TSC's calibration (quanta's, which can
+//! take up to a few hundred milliseconds on a loaded machine) runs once per process on a thread of
+//! its own, started by the first timer; until it is done, producers read the monotonic clock.
+//! Quanta's ratio is then checked against one measured over 20 ms between two (monotonic, TSC)
+//! pairs each read within 2 µs (so to 100 ppm): the larger of the two serves if they agree to
+//! 1/4096, ours if they do not, so that a calibration thrown off by a preemption cannot make a
+//! deadline early. A machine too busy to read such a pair, or a ratio 1/16 off ours, keeps
+//! producers on the monotonic clock.
 //!
 //! The TSC is trusted because the kernel keeps time with it, and only while it does: the
 //! set-up's thread stays, reads the kernel's clock source again every second, and when the
@@ -76,8 +75,7 @@ impl Clock {
             origin_from_base, ..
         } = self
         {
-            // Until the fast clock is calibrated (about a millisecond after the first timer is
-            // built), or where it is unavailable, the monotonic clock.
+            // Until the fast clock is calibrated, or where it is unavailable, the monotonic clock.
             if let Some(fast) = fast::get() {
                 // The origin is never before the fast clock's base (see `Clock::system`).
                 return fast.since_base_upper().saturating_sub(*origin_from_base);

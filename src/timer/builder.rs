@@ -1,8 +1,8 @@
 //! The builder: every option, checked once, and the two ways to build (a worker thread, or a
 //! `ManualDriver`).
 //!
-//! Owns argument checking and defaults. Uses the shared state (to create it), the worker (to
-//! create it), the clock and the wheel's size rule; never anything after `build`.
+//! Owns argument checking and defaults. Uses the shared state and the worker (to create them),
+//! the clock and the wheel's size rule; nothing after `build`.
 
 use super::{lifecycle, HashedWheelTimer, ManualDriver, MAX_TICKS_PER_WHEEL};
 use crate::clock::Clock;
@@ -85,9 +85,9 @@ impl Builder {
     }
 
     /// At most this many timeouts pending at once; `new_timeout` refuses the next one with
-    /// [`TimerError::TooManyPending`](crate::TimerError::TooManyPending). 0 (the default) means no limit of your own; a timer
-    /// never holds more than 134 217 727 (2^27 - 1) pending timeouts, the size of its wheel's
-    /// key space (some 6 GB of them).
+    /// [`TimerError::TooManyPending`](crate::TimerError::TooManyPending). 0 (the default) means
+    /// no limit of your own; a timer never holds more than 134 217 727 (2^27 - 1) pending
+    /// timeouts, the size of its wheel's key space (some 6 GB of them).
     ///
     /// ```
     /// let b = hashed_timer_wheel::HashedWheelTimer::builder().max_pending_timeouts(10_000);
@@ -224,7 +224,8 @@ impl Builder {
             .map(|shared| HashedWheelTimer { shared })
     }
 
-    /// [`build_manual`](Builder::build_manual) for a typed timer ([`build_typed`](Builder::build_typed)).
+    /// [`build_manual`](Builder::build_manual) for a typed timer
+    /// ([`build_typed`](Builder::build_typed)).
     ///
     /// # Errors
     /// As [`build`](Builder::build).
@@ -261,8 +262,8 @@ impl Builder {
         )))
     }
 
-    /// The settings checked: the tick in nanoseconds (at least 1 ms) and the wheel's length
-    /// (`ticks_per_wheel` rounded up to a power of two), or why they make no timer.
+    /// The tick in nanoseconds (at least 1 ms) and the wheel's length, or why the settings make
+    /// no timer.
     fn tick_and_wheel_len(&self) -> Result<(u64, usize), BuildError> {
         if self.tick.is_zero() {
             return Err(BuildError::ZeroTickDuration);

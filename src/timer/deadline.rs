@@ -3,9 +3,8 @@
 //!
 //! Owns [`Deadline`], the timer's `timeout` and `timeout_at`, and the process-wide table that
 //! finds an unarmed deadline's timer again without a reference count (`TimerRef`). A deadline
-//! schedules nothing until its future is first pending; then it waits on a [`Sleep`] (from
-//! `sleep.rs`), with all its guarantees. Uses the shared state's clock, the `Sleep` and, for
-//! `TimerRef`, `sync`'s lock.
+//! schedules nothing until its future is first pending; then it waits on a [`Sleep`]. Uses the
+//! shared state's clock, the `Sleep` and, for `TimerRef`, `sync`'s lock.
 
 use super::sleep::Sleep;
 use crate::clock::duration_to_nanos;
@@ -245,7 +244,6 @@ mod timer_ref {
             key
         }
 
-        /// The timer, if it is still alive.
         pub(super) fn upgrade(self) -> Option<Arc<Shared>> {
             let local = LAST.try_with(|last| {
                 last.borrow()

@@ -1,7 +1,5 @@
 //! The wheel driven from an async runtime's own threads: a future that runs the worker's turns
-//! where the runtime polls it, so that the futures a tick wakes are woken from a runtime
-//! thread (tokio queues them there, with no hand-off between threads) and the timer's own
-//! thread stays asleep.
+//! where the runtime polls it (see [`Drive`] for why).
 //!
 //! Owns [`Drive`]. Uses the lifecycle (start, a turn of the worker under its lock) and the
 //! shared state's driver slot (`Control::drivers`, `Control::driver_waker`), through which
@@ -57,10 +55,8 @@ pub struct Drive<F, S> {
     inner: Arc<Driver<F, S>>,
 }
 
-/// What a `Drive` shares with the waker it gives the runtime's sleep: when the runtime's timer
-/// ends the sleep, its wake-up runs the due turn right there (as the runtime runs its own
-/// timers' wake-ups), so that no task sits between the runtime's timer and the futures the
-/// tick wakes; the `Drive`'s task then arms the next sleep.
+/// What a `Drive` shares with the waker it gives the runtime's sleeps, whose wake-up runs the
+/// due turn itself (see `wake`).
 struct Driver<F, S> {
     shared: Arc<Shared>,
     state: Mutex<DriverState<F, S>>,

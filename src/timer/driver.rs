@@ -11,8 +11,8 @@ use crate::sync::{lock, thread, Arc};
 use std::fmt;
 use std::time::Duration;
 
-/// Drives a timer built with [`Builder::build_manual`](crate::Builder::build_manual): moves its clock and runs due work on the
-/// calling thread. Cloneable; clones drive the same timer.
+/// Drives a timer built with [`Builder::build_manual`](crate::Builder::build_manual): moves its
+/// clock and runs due work on the calling thread. Cloneable; clones drive the same timer.
 ///
 /// Each advance runs, for every tick whose end has been reached, Netty's tick in Netty's order:
 /// process cancellations, move queued timeouts into buckets, expire the tick's bucket.
@@ -82,9 +82,8 @@ impl<J: Stored> ManualDriver<J> {
         self.advance_to_nanos(duration_to_nanos(since_origin));
     }
 
-    /// Panics if this thread is the one advancing the timer (a task of the advance under way),
-    /// which holds `worker` until its tasks have run: waiting for the lock here would
-    /// wait for ourselves. Another thread's advance is waited for as usual.
+    /// Panics if this thread is the one advancing the timer (see `advance`'s `# Panics`);
+    /// another thread's advance is waited for as usual.
     #[track_caller]
     fn refuse_reentry(&self) {
         // The worker id is this thread's only while this thread runs an advance (set and

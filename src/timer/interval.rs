@@ -2,8 +2,8 @@
 //! `Interval`), with the periodic tasks' policy for missed ticks.
 //!
 //! Owns [`Interval`]. Each tick is a [`Sleep`] re-armed at the next deadline when the tick
-//! completes (`periodic::next_due`, shared with the periodic tasks). Uses `Sleep`, the periodic
-//! schedule and the shared state's clock.
+//! completes (`periodic::next_due`, shared with the periodic tasks). Uses those and the shared
+//! state's clock.
 
 use super::periodic::next_due;
 use super::sleep::Sleep;
@@ -94,7 +94,7 @@ impl Interval {
                 return Poll::Ready(Err(e));
             }
         }
-        // The tick is due (the wheel fired it, or the clock has passed it): the next one.
+        // Due: arm the next tick.
         let shared = Arc::clone(self.sleep.shared());
         let next = next_due(due, self.period, self.missed, shared.clock.now());
         self.sleep.rearm(&shared, next, shared.clock.now_upper());

@@ -6,8 +6,8 @@
 //! worker thread's, a runtime driver's, a `ManualDriver`'s), taken out at `stop()`, when what
 //! never ran is returned. It is kept type-erased there (`shared::ErasedWorker`, a
 //! `Box<dyn Any>`, because `shared` is below `worker`); only this module erases it and
-//! downcasts it back. Uses the
-//! shared state, the worker (to spawn, join and drain it) and the public `Timeout`.
+//! downcasts it back. Uses the shared state, the worker (to spawn, join and drain it) and the
+//! public `Timeout`.
 
 use crate::shared::cells::CellRef;
 use crate::shared::{ErasedWorker, Shared, Stored};
@@ -44,7 +44,6 @@ fn uncount<J: Stored>(shared: &Shared<J>) {
     }
 }
 
-/// The worker, type-erased, as `Shared::worker` keeps it.
 pub(super) fn erase_worker<J: Stored>(worker: Worker<J>) -> ErasedWorker {
     Box::new(worker)
 }
@@ -56,7 +55,6 @@ pub(super) fn worker_from<J: Stored>(idle: ErasedWorker) -> Worker<J> {
         .expect("`Shared::worker` holds only this timer's worker")
 }
 
-/// The worker in `Shared::worker`, borrowed.
 pub(super) fn worker_mut<J: Stored>(idle: &mut ErasedWorker) -> &mut Worker<J> {
     idle.downcast_mut::<Worker<J>>()
         .expect("`Shared::worker` holds only this timer's worker")

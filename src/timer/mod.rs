@@ -4,9 +4,8 @@
 //! [`TimerStats`] and the `Debug` output (`stats.rs`), the [`Builder`] (`builder.rs`), the
 //! [`ManualDriver`] (`driver.rs`), periodic tasks (`periodic.rs`), the futures (`sleep.rs`,
 //! `deadline.rs`, `interval.rs`) and the lifecycle (`lifecycle.rs`: lazy start, `stop()`, the
-//! live-timer count). Uses every module below it: the shared state, the worker, the clock, the wheel's
-//! limits; and the other public handle types (`Timeout`, `TimerTask`), which refer back to it
-//! as Netty's interfaces do.
+//! live-timer count). Uses every module below it, including the other public handle types
+//! (`Timeout`, `TimerTask`), which refer back to it as Netty's interfaces do.
 //!
 //! The owner and its handles offer the same scheduling methods. Each such method is written
 //! once, in a `macro_rules!` of its file that takes the type and a doc-example line, and

@@ -109,7 +109,6 @@ struct Periodic {
     /// reschedule against `cancel()`: `cancelled` is written, and read by the runs, under it.
     current: Mutex<Option<Timeout>>,
     cancelled: AtomicBool,
-    /// Runs started so far.
     runs: AtomicU64,
 }
 
@@ -158,7 +157,7 @@ impl fmt::Debug for PeriodicTimeout {
     }
 }
 
-/// The task of one run's timeout: the user's task, its handle, and this run's deadline.
+/// The task of one run's timeout.
 struct PeriodicRun<F> {
     periodic: PeriodicTimeout,
     task: F,

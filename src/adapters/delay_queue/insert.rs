@@ -112,7 +112,6 @@ impl<T> DelayQueue<T> {
         Key { index, stamp }
     }
 
-    /// Puts slot `index` in the wheel, due at `deadline`, under the key `index`.
     #[inline]
     fn wait(&mut self, index: u32, deadline: u64) {
         self.wheel.insert_keyed(index, index, deadline, self.tick);

@@ -1,12 +1,12 @@
 //! A queue of values that come back at their deadlines: tokio-util's `DelayQueue`, on this
 //! crate's wheel, with the same method names where the meaning is the same.
 //!
-//! Owns [`DelayQueue`], [`Key`] and [`Expired`]. The queue keeps its values in a slab of its own
-//! and their deadlines in a private `wheel::Wheel` whose keys are the slab's indices (the pure
-//! wheel the timer's worker uses, driven here by the queue's owner, on the owner's task): a
-//! waiting item's wheel entry is under its own index, so neither keeps the other's key. One [`Sleep`] on
-//! the timer is armed for the wheel's next fire tick and wakes the task that polls the queue.
-//! Touches the wheel, the timer's clock and tick (through its handle) and `Sleep`.
+//! Owns [`DelayQueue`], [`Key`] and [`Expired`]. The queue keeps its values in a slab of its
+//! own and their deadlines in a private `wheel::Wheel` whose keys are the slab's indices (the
+//! pure wheel the timer's worker uses, driven here by the queue's owner, on the owner's task):
+//! a waiting item's wheel entry is under its own index, so neither keeps the other's key. One
+//! [`Sleep`] on the timer is armed for the wheel's next fire tick and wakes the task that polls
+//! the queue. Touches the wheel, the timer's clock and tick (through its handle) and `Sleep`.
 //!
 //! Its files, by concern: this one, the queue's state, its constants and construction;
 //! `slab.rs`, the slab of values (slots, stamps, the free list; `remove`, `clear`, the

@@ -1,10 +1,10 @@
 //! The queue's values in the crate's slab: slots by index, each vacant (on the free list),
 //! waiting in the wheel or expired, and the stamps that keep a key from naming a later value.
 //!
-//! Owns [`Slot`], the lookup of a key (`deadline`), removal (`remove`,
-//! `try_remove`, `clear`), what happens when the queue empties, and the slab's memory
-//! (`capacity`, `reserve`, `shrink_to_fit`). Touches the wheel, to take a waiting item out
-//! or rebuild it, and the timer's clock for the deadlines it hands back.
+//! Owns [`Slot`], the lookup of a key (`deadline`), removal (`remove`, `try_remove`, `clear`),
+//! what happens when the queue empties, and the slab's memory (`capacity`, `reserve`,
+//! `shrink_to_fit`). Touches the wheel, to take a waiting item out or rebuild it, and the
+//! timer's clock for the deadlines it hands back.
 
 use super::{DelayQueue, Expired, Key, BUCKETS, UNARMED};
 use crate::wheel::{Vacancy, Wheel, MAX_ENTRIES};
@@ -157,9 +157,9 @@ impl<T> DelayQueue<T> {
     }
 
     /// The queue has just become empty (no item is live; the slab holds values only if
-    /// `clear` let go of them): its `Sleep` goes (its timeout is cancelled), the slab starts again
-    /// from index 0 (keys' stamps keep old keys apart), and the task waiting on the queue is
-    /// woken to see `Ready(None)`.
+    /// `clear` let go of them): its `Sleep` goes (its timeout is cancelled), the slab starts
+    /// again from index 0 (keys' stamps keep old keys apart), and the task waiting on the queue
+    /// is woken to see `Ready(None)`.
     pub(super) fn emptied(&mut self) {
         self.sleep = None;
         self.armed = UNARMED;
