@@ -53,7 +53,7 @@ mod thread;
 pub(crate) use thread::{thread_main, turn};
 
 use crate::shared::batch::PendingBatch;
-use crate::shared::cells::{CellRef, ChunkTable, Due, Settling};
+use crate::shared::cells::{CellRef, ChunkTable, Settling};
 use crate::shared::{catch_user_panic, BoxedTask, Executor, Shared, Stored};
 use crate::sync::{Arc, Batch};
 use crate::wheel::{Wheel, NO_INDEX};
@@ -456,7 +456,7 @@ impl<J: Stored> Expiring<'_, J> {
     /// Settles one due entry, just unlinked.
     #[inline]
     fn due(&mut self, entry: J::Entry, key: u32, deadline: u64) {
-        let Due::Expired(state) = self.cells.due(J::cell(&entry), key) else {
+        let Some(state) = self.cells.due(J::cell(&entry), key) else {
             // Cancelled since the walk reached it (by a task of this bucket, or after this
             // tick's cancellations were processed), or a stale entry: the task is dropped.
             self.shared

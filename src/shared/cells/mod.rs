@@ -70,7 +70,7 @@ mod table;
 
 pub(crate) use chunk::{CellId, ChunkRef, ChunkTimer, SpareChunk, CHUNK};
 pub(crate) use spans::{BatchCells, CellSlot, ChunkCursor, FrontCells, ShardCursors};
-pub(crate) use table::{ChunkTable, Due, Settling};
+pub(crate) use table::{ChunkTable, Settling};
 
 use crate::shared::{Stored, TimerHandle};
 use crate::sync::{lock, Arc, AtomicU32, Mutex, Ordering};

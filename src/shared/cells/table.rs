@@ -276,21 +276,14 @@ pub(crate) struct Settling<'a> {
     chunk: Option<ChunkRef>,
 }
 
-/// What [`Settling::due`] found in a due entry's cell.
-pub(crate) enum Due {
-    /// Expired now: the state, lent for the task's run, to give back ([`Settling::give_back`]).
-    Expired(CellRef),
-    /// Cancelled since the walk reached it: its task is to be dropped.
-    Cancelled,
-    /// The entry named another cell (a stale chunk id, a bug): its task is to be dropped, and
-    /// no cell is touched.
-    Stale,
-}
-
 impl Settling<'_> {
-    /// Settles cell `cell`, whose wheel entry under `key` is due and was just unlinked.
+    /// Settles cell `cell`, whose wheel entry under `key` is due and was just unlinked: its
+    /// state if it expired now, lent for the task's run (to give back with
+    /// [`Settling::give_back`]); `None` if its task is to be dropped instead, because it was
+    /// cancelled since the walk reached it, or because the entry names another cell (a stale
+    /// chunk id, a bug: no cell is touched).
     #[inline]
-    pub(crate) fn due(&mut self, cell: CellId, key: u32) -> Due {
+    pub(crate) fn due(&mut self, cell: CellId, key: u32) -> Option<CellRef> {
         let (id, tag) = (cell.chunk(), cell.tag());
         if id != self.id {
             self.put_back();
@@ -302,19 +295,19 @@ impl Settling<'_> {
             Expiry::Expired => {
                 // The task's `Timeout` borrows the table's reference: no count moves.
                 self.settled += 1;
-                Due::Expired(chunk.into_state(tag))
+                Some(chunk.into_state(tag))
             }
             Expiry::Cancelled => {
                 // Its entry on the cancellation queue ends it (finding NO_INDEX).
                 chunk.cell(tag).clear_wheel_key();
                 self.settled += 1;
                 self.chunk = Some(chunk);
-                Due::Cancelled
+                None
             }
             Expiry::NotItsCell => {
                 stale_chunk_id(id);
                 self.chunk = Some(chunk);
-                Due::Stale
+                None
             }
         }
     }
