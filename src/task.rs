@@ -171,6 +171,7 @@ impl<T: TypedTask> sealed::TaskStorage for T {
         queued: T,
         _: &[crate::shared::small_task::Word],
         _: &mut usize,
+        _: u32,
         cell: CellId,
         _: &mut (),
     ) -> sealed::Whole<T> {

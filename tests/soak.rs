@@ -329,7 +329,8 @@ const FAR_PLAIN: usize = 56;
 const FAR_PANICKY: usize = 8;
 const FAR: usize = FAR_PLAIN + FAR_PANICKY;
 /// Timeouts the wheel holds once, before the baseline: its slab keeps its high-water mark by
-/// design (pages are never given back), so the warm-up takes it past anything the load reaches
+/// design (pages are never given back, and each size class of task has pages of its own, so
+/// the set holds both classes with data), so the warm-up takes it past anything the load reaches
 /// and its growth is not mistaken for a leak. The load stays well under it: its pending count,
 /// sampled every 100 ms, must stay below half (the wheel holds no more than is pending, and
 /// half leaves room for a peak between samples, or a worker that fell behind on its
@@ -1080,18 +1081,27 @@ fn soak() {
         far.insert(t, id);
     }
 
-    // The high-water marks (see `HIGH_WATER`).
+    // The high-water marks (see `HIGH_WATER`), in tasks of both size classes with data (the
+    // wheel keeps each class on pages of its own).
     let many: Vec<(u64, Timeout)> = (0..HIGH_WATER)
-        .map(|_| {
+        .map(|i| {
             let guard = Guard::new(false);
             let id = guard.id();
-            let t = rig
-                .tasks
-                .new_timeout(
-                    move |_: &Timeout| fire(&guard, u64::MAX),
-                    Duration::from_secs(3600),
+            let hour = Duration::from_secs(3600);
+            let t = if i % 2 == 0 {
+                rig.tasks
+                    .new_timeout(move |_: &Timeout| fire(&guard, u64::MAX), hour)
+            } else {
+                let pad = [0u64; 3];
+                rig.tasks.new_timeout(
+                    move |_: &Timeout| {
+                        std::hint::black_box(pad);
+                        fire(&guard, u64::MAX)
+                    },
+                    hour,
                 )
-                .unwrap();
+            }
+            .unwrap();
             b.scheduled.add(id);
             (id, t)
         })

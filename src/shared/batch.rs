@@ -155,11 +155,23 @@ impl<'a, J: Stored> DrainFront<'a, J> {
     }
 
     /// The current timeout's task, moved from the batch's words straight into the wheel's
-    /// entry for cell `cell` (see `sealed::TaskStorage::dequeue_entry`).
+    /// entry for cell `cell`, to be kept under wheel key `key` (see
+    /// `sealed::TaskStorage::dequeue_entry`).
     #[inline]
-    pub(crate) fn take_entry(&mut self, cell: CellId, store: &mut J::Store) -> J::Entry {
+    pub(crate) fn take_entry(&mut self, key: u32, cell: CellId, store: &mut J::Store) -> J::Entry {
         let queued = self.current.take().expect("a timeout's task, taken once");
-        J::dequeue_entry(queued, self.words, self.words_read, cell, store)
+        J::dequeue_entry(queued, self.words, self.words_read, key, cell, store)
+    }
+
+    /// The lane of the wheel's keys the current timeout's entry takes
+    /// (`sealed::TaskStorage::lane`).
+    #[inline]
+    pub(crate) fn lane(&self) -> usize {
+        J::lane(
+            self.current
+                .as_ref()
+                .expect("a timeout's task, not yet taken"),
+        )
     }
 
     /// The current timeout's task.

@@ -1,15 +1,16 @@
 //! A boxed timer's tasks without a heap allocation: a task of up to 32 bytes is stored in
-//! place, in the queue and then, while its timeout waits in the wheel, in the worker's slabs of
-//! task words.
+//! place, in the queue and then, while its timeout waits in the wheel, in the worker's columns
+//! of task words, under the timeout's wheel key.
 //!
 //! Owns [`SmallTask`] (a task of any `Job` type, erased: its words and a table of the
-//! functions that run and drop it) and [`TaskSlabs`] (the worker's store of the words of the
-//! tasks in the wheel, by size class, so that a wheel node stays 32 bytes whatever the task).
+//! functions that run and drop it) and [`TaskWords`] (the worker's store of the words of the
+//! tasks in the wheel, a column per size class under the wheel's keys, so that a wheel node
+//! stays 32 bytes whatever the task).
 //! Touches the cells (`CellRef`, which a task runs with) and nothing else.
 //!
 //! The crate's `unsafe` for tasks is here and only here; no thread meets another in it: a
 //! `SmallTask` is a value, moved between threads as any `Send` value is (through the queue's
-//! locks), and the slabs belong to the worker.
+//! locks), and the columns belong to the worker.
 //!
 //! # Invariants
 //! 1. A `SmallTask`'s `words` hold one live value of the type its `vtable` was made for
@@ -18,27 +19,30 @@
 //!    stored).
 //! 2. The value is consumed exactly once: by `vtable.run` (which moves it out), or by
 //!    `vtable.drop` (the `SmallTask`'s `Drop`), or moved whole: into the queue's words
-//!    ([`SmallTask::enqueue`], which forgets the `SmallTask`), from there into a slab
-//!    ([`TaskSlabs::insert_queued`]) and back out ([`TaskSlabs::remove`]). Only the words
+//!    ([`SmallTask::enqueue`], which forgets the `SmallTask`), from there into a column
+//!    ([`TaskWords::insert_queued`]) and back out ([`TaskWords::remove`]). Only the words
 //!    that `vtable.words` counts are copied: the rest never held any byte of the value.
 //! 3. Queued, a task is its table ([`QueuedTask`]) and its words in the batch's vector of words,
 //!    in push order; the batch takes each out once, in that order, or drops it.
-//!    A slab slot holds a value exactly while a [`TaskEntry`] names it; `remove` takes the
-//!    key by value, so a slot is read once. A `TaskEntry` dropped without `remove` leaks its
-//!    value, never drops it twice: the worker removes every task it takes out of the wheel.
+//!    A column's slot holds a value exactly while its key's bit is set and a [`TaskEntry`]
+//!    names it: a key whose bit is set takes no second value, and a take clears the bit, so
+//!    two entries never name one slot, whatever keys the worker passes; `remove` and
+//!    `run_entry` take the entry by value, so a slot is read once. A `TaskEntry` dropped
+//!    without `remove` leaks its value, never drops it twice, and keeps its key held (a later
+//!    insert under it panics): the worker removes every task it takes out of the wheel.
 //! 4. Under unwinding the invariants hold too. A task's run catches its panic (`Job::run`),
 //!    and the worker drops tasks through `shared::drop_caught`, so user code does not unwind
 //!    through these functions; should anything unwind anyway, each path errs towards a leak,
-//!    never a second read: a task is moved out of its words (`ptr::read`) before it runs, so a
-//!    slot whose release an unwind skipped holds a stale copy that no key names any more; a
-//!    `SmallTask` whose value's `Drop` panics counts as dropped (its own `Drop` is not run
-//!    again); and a batch's drain reads out every task it took before it goes, even when
-//!    dropped early (`batch::DrainFront`), so the cursor of invariant 3 stays in step.
+//!    never a second read: a task's key is let go of before the task runs, and the task is
+//!    moved out of its words (`ptr::read`) before its code does, so a run that unwinds
+//!    leaves a stale copy that no entry names; a `SmallTask` whose value's `Drop` panics
+//!    counts as dropped (its own `Drop` is not run again); and a batch's drain reads out every
+//!    task it took before it goes, even when dropped early (`batch::DrainFront`), so the
+//!    cursor of invariant 3 stays in step.
 #![allow(unsafe_code)]
 
 use super::cells::{CellId, CellRef};
 use super::Job;
-use crate::wheel::NO_INDEX;
 use std::marker::PhantomData;
 use std::mem::{align_of, size_of, ManuallyDrop, MaybeUninit};
 use std::ptr;
@@ -214,6 +218,14 @@ impl std::fmt::Debug for SmallTask {
 #[allow(unreachable_pub)]
 pub struct QueuedTask(&'static VTable);
 
+impl QueuedTask {
+    /// The task's size class as a lane of the wheel's keys: 0, 1 or 2 for 0, 2 or 4 words.
+    #[inline]
+    pub(crate) fn lane(&self) -> usize {
+        self.0.words / 2
+    }
+}
+
 impl SmallTask {
     /// Appends the task's words (as many as its class has: 0, 2 or 4) to `words`, and returns
     /// its table: a zero-sized task queues 8 bytes, not 40.
@@ -283,9 +295,9 @@ impl SmallTask {
     }
 }
 
-/// A task kept in the worker's [`TaskSlabs`] while its timeout waits in the wheel: its table
-/// and, if it has words, their key in the slab of its size class; with the chunk id of its
-/// timeout's cell, this is the wheel's entry for the timeout. 16 bytes.
+/// A task kept in the worker's [`TaskWords`] while its timeout waits in the wheel: its table,
+/// its timeout's wheel key (under which its words, if it has any, are kept) and the chunk id of
+/// its timeout's cell. The wheel's entry for the timeout; 16 bytes.
 // `pub` in a crate-private module: the entry type of a public (sealed) trait's impl.
 #[derive(Debug)]
 #[allow(unreachable_pub)]
@@ -302,78 +314,94 @@ impl TaskEntry {
     }
 }
 
-/// Slots per page of a slab (the slabs grow by pages, never by copying what they hold).
-const PAGE: usize = 1024;
+/// Log2 of the keys a page of a column covers: a page of the wheel's slab (1 024 nodes).
+const PAGE_BITS: u32 = 10;
+const PAGE: usize = 1 << PAGE_BITS;
 
-/// A slab of `N`-word slots, by pages, the free ones linked through their first word (so that
-/// freeing a slot writes only the slot, and nothing grows while tasks run).
-struct WordSlab<const N: usize> {
-    pages: Vec<Box<[[Word; N]; PAGE]>>,
-    /// Slots handed out so far (live or free).
-    len: usize,
-    /// Slots holding a task's words.
-    live: usize,
-    /// The first free slot, or `NO_INDEX`; each free slot's first word holds the next.
-    free: u32,
+/// The words of the tasks of one size class under the keys of a page, and which of those keys
+/// hold a task's words.
+struct Page<const N: usize> {
+    slots: Box<[[Word; N]; PAGE]>,
+    held: [u64; PAGE / 64],
 }
 
-impl<const N: usize> WordSlab<N> {
+/// The words of the waiting tasks of one size class, `N` words a task, under their wheel
+/// keys, in pages allocated as keys of the page get a task of the class. A bit per key says
+/// whether its slot holds a task's words: a key is taken only while free, so that two entries
+/// never name one slot (invariant 3), whatever keys the worker passes.
+struct WordColumn<const N: usize> {
+    pages: Vec<Option<Page<N>>>,
+    /// Keys holding a task's words.
+    live: usize,
+}
+
+impl<const N: usize> WordColumn<N> {
     const fn new() -> Self {
-        // A free slot links the next through its first word.
-        const { assert!(N >= 1) };
-        WordSlab {
+        WordColumn {
             pages: Vec::new(),
-            len: 0,
             live: 0,
-            free: NO_INDEX,
         }
     }
 
-    /// Stores `words` (`N` of them) in a free slot: its key.
+    /// Stores `words` (`N` of them) under `key`.
+    ///
+    /// # Panics
+    /// If `key` holds a task's words already (before anything changes): the worker gave one
+    /// key to two waiting tasks.
     #[inline]
-    fn insert(&mut self, words: &[Word]) -> u32 {
-        let key = if self.free != NO_INDEX {
-            let key = self.free;
-            // SAFETY: a free slot's first word was written by `release`, as a whole `u64`.
-            let next = unsafe { self.slot(key)[0].assume_init() };
-            self.free = next as u32;
-            key
-        } else {
-            if self.len.is_multiple_of(PAGE) {
-                self.pages.push(Box::new([[Word::uninit(); N]; PAGE]));
-            }
-            self.len += 1;
-            u32::try_from(self.len - 1).expect("fewer tasks than wheel keys")
+    fn insert(&mut self, key: u32, words: &[Word]) {
+        let (page, i) = (key >> PAGE_BITS, key as usize % PAGE);
+        let page = match self.pages.get_mut(page as usize) {
+            Some(Some(page)) => page,
+            _ => self.add_page(page as usize),
         };
+        let (w, bit) = (i / 64, 1u64 << (i % 64));
+        assert!(page.held[w] & bit == 0, "two tasks' words under key {key}");
+        page.held[w] |= bit;
+        page.slots[i].copy_from_slice(words);
         self.live += 1;
-        self.slot(key).copy_from_slice(words);
-        key
     }
 
-    #[inline]
-    fn remove(&mut self, key: u32, into: &mut [Word; WORDS]) {
-        into[..N].copy_from_slice(self.slot(key));
-        self.release(key);
-    }
-
-    /// Frees slot `key` (its value moved out already).
-    #[inline]
-    fn release(&mut self, key: u32) {
-        self.live -= 1;
-        if self.live == 0 {
-            // Nothing live: give the memory back rather than keep a burst's worth.
-            *self = WordSlab::new();
-            return;
+    #[cold]
+    #[inline(never)]
+    fn add_page(&mut self, page: usize) -> &mut Page<N> {
+        if self.pages.len() <= page {
+            self.pages.resize_with(page + 1, || None);
         }
-        let next = self.free;
-        self.slot(key)[0] = Word::new(u64::from(next));
-        self.free = key;
+        // Made on the heap: a page is 16 or 32 KB, more than a small stack (a loom model's)
+        // holds.
+        let slots = vec![[Word::uninit(); N]; PAGE].into_boxed_slice();
+        self.pages[page].insert(Page {
+            slots: slots.try_into().expect("a page of slots"),
+            held: [0; PAGE / 64],
+        })
     }
 
+    /// Lets go of the words under `key`: they are the caller's to read once (nothing writes
+    /// the slot before the key is stored again).
+    ///
+    /// # Panics
+    /// If `key` holds no task's words (before anything changes).
     #[inline]
-    fn slot(&mut self, key: u32) -> &mut [Word; N] {
-        let key = key as usize;
-        &mut self.pages[key / PAGE][key % PAGE]
+    fn take(&mut self, key: u32) -> &[Word; N] {
+        let (page, i) = (key >> PAGE_BITS, key as usize % PAGE);
+        let page = self
+            .pages
+            .get_mut(page as usize)
+            .and_then(Option::as_mut)
+            .filter(|page| page.held[i / 64] & (1 << (i % 64)) != 0)
+            .unwrap_or_else(|| panic!("no task's words under key {key}"));
+        page.held[i / 64] &= !(1 << (i % 64));
+        self.live -= 1;
+        &page.slots[i]
+    }
+
+    /// Gives the pages back if no key holds a task's words, rather than keep a burst's worth.
+    #[inline]
+    fn release_if_empty(&mut self) {
+        if self.live == 0 && !self.pages.is_empty() {
+            self.pages = Vec::new();
+        }
     }
 
     fn live(&self) -> usize {
@@ -381,77 +409,88 @@ impl<const N: usize> WordSlab<N> {
     }
 }
 
-/// The worker's store of the words of waiting tasks (see [`TaskEntry`]), one slab per size
-/// class; tasks of no words need none.
+/// The worker's store of the words of waiting tasks (see [`TaskEntry`]): a column per size
+/// class, under the tasks' wheel keys; tasks of no words need none.
 #[allow(unreachable_pub)]
-pub struct TaskSlabs {
-    two: WordSlab<2>,
-    four: WordSlab<WORDS>,
+pub struct TaskWords {
+    two: WordColumn<2>,
+    four: WordColumn<WORDS>,
     /// `Send` (the tasks are), not `Sync`.
     _send: PhantomData<Box<dyn Send>>,
 }
 
-impl Default for TaskSlabs {
+impl Default for TaskWords {
     fn default() -> Self {
-        TaskSlabs {
-            two: WordSlab::new(),
-            four: WordSlab::new(),
+        TaskWords {
+            two: WordColumn::new(),
+            four: WordColumn::new(),
             _send: PhantomData,
         }
     }
 }
 
-impl std::fmt::Debug for TaskSlabs {
+impl std::fmt::Debug for TaskWords {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TaskSlabs")
+        f.debug_struct("TaskWords")
             .field("two_words", &self.two.live())
             .field("four_words", &self.four.live())
             .finish()
     }
 }
 
-impl TaskSlabs {
+impl TaskWords {
     /// The task `enqueue` queued, its words moved from `words` at `*at` (moved on past them)
-    /// straight into the slab of its class: `SmallTask::dequeue` and then a move into the slab,
-    /// with one copy of the words. `cell` goes along with the key.
+    /// straight into the column of its class under `key`, its timeout's wheel key:
+    /// `SmallTask::dequeue` and then a move into the column, with one copy of the words.
+    ///
+    /// # Panics
+    /// If a waiting task of the class has its words under `key` (the task is then leaked).
     #[inline]
     pub(crate) fn insert_queued(
         &mut self,
         queued: QueuedTask,
         words: &[Word],
         at: &mut usize,
+        key: u32,
         cell: CellId,
     ) -> TaskEntry {
         let vtable = queued.0;
         let start = *at;
-        // The words move from the batch to the slab (invariants 2 and 3). The cursor moves
+        // The words move from the batch to the column (invariants 2 and 3). The cursor moves
         // past them first: should the store panic, the task is leaked, and the batch never
         // reads its words again for the next task's table (invariant 4).
         *at += vtable.words;
-        let key = match vtable.words {
-            0 => 0,
-            2 => self.two.insert(&words[start..start + 2]),
-            _ => self.four.insert(&words[start..start + WORDS]),
-        };
+        match vtable.words {
+            0 => {}
+            2 => self.two.insert(key, &words[start..start + 2]),
+            _ => self.four.insert(key, &words[start..start + WORDS]),
+        }
         TaskEntry { vtable, key, cell }
     }
 
-    /// Moves `task`'s words into the slab of its class (as queued and then taken out).
+    /// Moves `task`'s words into the column of its class under `key` (as queued and then
+    /// taken out).
     #[cfg(test)]
-    fn insert(&mut self, task: SmallTask, cell: CellId) -> TaskEntry {
+    fn insert(&mut self, task: SmallTask, key: u32, cell: CellId) -> TaskEntry {
         let mut words = Vec::new();
         let queued = task.enqueue(&mut words);
-        self.insert_queued(queued, &words, &mut 0, cell)
+        self.insert_queued(queued, &words, &mut 0, key, cell)
     }
 
-    /// Takes a waiting task's words back out of its slab.
+    /// Takes a waiting task's words back out of its column.
     #[inline]
     pub(crate) fn remove(&mut self, entry: TaskEntry) -> SmallTask {
         let mut words = [Word::uninit(); WORDS];
         match entry.vtable.words {
             0 => {}
-            2 => self.two.remove(entry.key, &mut words),
-            _ => self.four.remove(entry.key, &mut words),
+            2 => {
+                words[..2].copy_from_slice(self.two.take(entry.key));
+                self.two.release_if_empty();
+            }
+            _ => {
+                words.copy_from_slice(self.four.take(entry.key));
+                self.four.release_if_empty();
+            }
         }
         // The words are the ones `insert_queued` moved in under this key (invariant 3).
         SmallTask {
@@ -462,7 +501,7 @@ impl TaskSlabs {
     }
 
     /// Runs a waiting task where its words are (`remove` then `SmallTask::run`, without copying
-    /// the words out); the slot is free after.
+    /// the words out); its key is free after.
     #[inline]
     pub(crate) fn run_entry(&mut self, entry: TaskEntry, state: CellRef) -> (CellRef, bool) {
         // One match on the class for the run and the release.
@@ -475,17 +514,19 @@ impl TaskSlabs {
                 unsafe { call_run(vtable, zero.as_ptr(), state) }
             }
             2 => {
-                // SAFETY: the slot holds the live task `entry` names (invariant 3), consumed
-                // here once (invariant 2): `entry` is gone, and the slot is freed next
-                // without being read.
-                let out = unsafe { call_run(vtable, self.two.slot(key).as_ptr(), state) };
-                self.two.release(key);
+                let words = self.two.take(key).as_ptr();
+                // SAFETY: the slot held the live task `entry` names (invariant 3), consumed
+                // here once (invariant 2): `entry` is gone and the key is free, and the
+                // column's pages stay until the release after the run.
+                let out = unsafe { call_run(vtable, words, state) };
+                self.two.release_if_empty();
                 out
             }
             _ => {
+                let words = self.four.take(key).as_ptr();
                 // SAFETY: as for two words.
-                let out = unsafe { call_run(vtable, self.four.slot(key).as_ptr(), state) };
-                self.four.release(key);
+                let out = unsafe { call_run(vtable, words, state) };
+                self.four.release_if_empty();
                 out
             }
         }
@@ -576,7 +617,7 @@ mod tests {
     }
 
     /// Every path a task takes, for a task of each class and a boxed one: run, dropped
-    /// unrun, kept and run, kept and dropped, and dropped with the slabs.
+    /// unrun, kept and run, kept and dropped, and dropped with the store.
     #[test]
     fn every_task_is_run_or_dropped_exactly_once() {
         fn check<const PAD: usize>(words: usize) {
@@ -598,22 +639,22 @@ mod tests {
                 (runs.load(Ordering::SeqCst), drops.load(Ordering::SeqCst)),
                 (0, 1)
             );
-            // Kept, then run; kept, then dropped; kept and left in the slabs.
-            let mut slabs = TaskSlabs::default();
+            // Kept, then run; kept, then dropped; kept and left in the store.
+            let mut store = TaskWords::default();
             let (p, runs, drops) = probe::<PAD>();
-            let entry = slabs.insert(SmallTask::new(as_task(p)), CELL);
+            let entry = store.insert(SmallTask::new(as_task(p)), 0, CELL);
             let (p2, runs2, drops2) = probe::<PAD>();
-            let entry2 = slabs.insert(SmallTask::new(as_task(p2)), CELL);
+            let entry2 = store.insert(SmallTask::new(as_task(p2)), 1, CELL);
             let (p3, _, drops3) = probe::<PAD>();
-            let entry3 = slabs.insert(SmallTask::new(as_task(p3)), CELL);
+            let entry3 = store.insert(SmallTask::new(as_task(p3)), 2, CELL);
             assert_eq!(drops.load(Ordering::SeqCst), 0);
-            let (st, ran) = slabs.remove(entry).run(st);
+            let (st, ran) = store.remove(entry).run(st);
             assert!(ran);
             assert_eq!(
                 (runs.load(Ordering::SeqCst), drops.load(Ordering::SeqCst)),
                 (1, 1)
             );
-            drop(slabs.remove(entry2));
+            drop(store.remove(entry2));
             assert_eq!(
                 (runs2.load(Ordering::SeqCst), drops2.load(Ordering::SeqCst)),
                 (0, 1)
@@ -651,8 +692,8 @@ mod tests {
             );
             // Run where it is entry.
             let (p4, runs4, drops4) = probe::<PAD>();
-            let entry4 = slabs.insert(SmallTask::new(as_task(p4)), CELL);
-            let (_st, ran) = slabs.run_entry(entry4, st);
+            let entry4 = store.insert(SmallTask::new(as_task(p4)), 0, CELL);
+            let (_st, ran) = store.run_entry(entry4, st);
             assert!(ran);
             assert_eq!(
                 (runs4.load(Ordering::SeqCst), drops4.load(Ordering::SeqCst)),
@@ -663,8 +704,8 @@ mod tests {
             #[cfg(not(miri))]
             let _leaked: TaskEntry = entry3;
             #[cfg(miri)]
-            drop(slabs.remove(entry3));
-            drop(slabs);
+            drop(store.remove(entry3));
+            drop(store);
             assert_eq!(drops3.load(Ordering::SeqCst), usize::from(cfg!(miri)));
         }
         // Probe: two Arcs (16 bytes) plus padding; the closure captures the probe.
@@ -674,51 +715,78 @@ mod tests {
         check::<17>(2); // boxed: the box's one word
     }
 
-    /// A zero-sized task needs no slot; a slab gives its memory back when it empties, and
-    /// reuses freed slots meanwhile.
+    /// A zero-sized task needs no slot; a column allocates the pages of the keys its tasks
+    /// are under, frees a key as its task leaves, and gives its memory back when it empties.
     #[test]
-    fn slabs_reuse_and_release() {
-        let mut slabs = TaskSlabs::default();
-        let zst = slabs.insert(SmallTask::new(|_: &Timeout| {}), CELL);
-        assert_eq!(slabs.live(), 0);
-        drop(slabs.remove(zst));
+    fn columns_hold_pages_of_used_keys_and_release_them() {
+        let mut store = TaskWords::default();
+        let zst = store.insert(SmallTask::new(|_: &Timeout| {}), 5, CELL);
+        assert_eq!((store.live(), store.two.pages.len()), (0, 0));
+        drop(store.remove(zst));
         let big = [7u64; 3];
-        let entry: Vec<TaskEntry> = (0..PAGE + 1)
-            .map(|_| {
-                slabs.insert(
-                    SmallTask::new(move |_: &Timeout| {
-                        std::hint::black_box(big);
-                    }),
-                    CELL,
-                )
-            })
+        let task = move |_: &Timeout| {
+            std::hint::black_box(big);
+        };
+        let far = 3 * PAGE as u32 + 7;
+        let entries: Vec<TaskEntry> = [0, 1, far]
+            .into_iter()
+            .map(|key| store.insert(SmallTask::new(task), key, CELL))
             .collect();
-        assert_eq!(slabs.live(), PAGE + 1);
-        assert_eq!(slabs.four.pages.len(), 2);
-        let mut entry = entry.into_iter();
-        let first = entry.next().unwrap();
-        let key = first.key;
-        drop(slabs.remove(first));
-        let again = slabs.insert(
-            SmallTask::new(move |_: &Timeout| {
-                std::hint::black_box(big);
-            }),
-            CELL,
-        );
-        assert_eq!(again.key, key, "a freed slot is used first");
-        drop(slabs.remove(again));
-        for p in entry {
-            drop(slabs.remove(p));
+        assert_eq!(store.live(), 3);
+        let allocated: Vec<bool> = store.four.pages.iter().map(Option::is_some).collect();
+        assert_eq!(allocated, [true, false, false, true], "only the pages used");
+        let mut entries = entries.into_iter();
+        drop(store.remove(entries.next().unwrap()));
+        let again = store.insert(SmallTask::new(task), 0, CELL);
+        assert_eq!(again.key, 0, "a freed key holds a task again");
+        drop(store.remove(again));
+        for e in entries {
+            drop(store.remove(e));
         }
-        assert_eq!((slabs.live(), slabs.four.pages.len()), (0, 0));
+        assert_eq!((store.live(), store.four.pages.len()), (0, 0));
     }
 
-    /// A task run where its words are kept frees its slot (used again first), a panicking one too
-    /// (dropped once, its state back), and the run that empties a slab gives its memory back.
+    /// A key that holds a task's words refuses a second task (the first runs whole); a key
+    /// that holds none refuses a take. Either panics before anything changes.
     #[test]
-    fn running_kept_tasks_frees_their_slots() {
+    fn a_key_holds_one_task_at_a_time() {
         let (_timer, st) = state();
-        let mut slabs = TaskSlabs::default();
+        let mut store = TaskWords::default();
+        let (p, runs, drops) = probe::<0>();
+        let held = store.insert(SmallTask::new(as_task(p)), 9, CELL);
+        // The refused task is leaked (invariant 3): one that owns no memory, for Miri.
+        let words = [3u64; 2];
+        let second = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let refused = move |_: &Timeout| {
+                std::hint::black_box(words);
+            };
+            store.insert(SmallTask::new(refused), 9, CELL)
+        }));
+        assert!(second.is_err(), "a second task under a held key");
+        assert_eq!(store.live(), 1);
+        let (st, ran) = store.run_entry(held, st);
+        assert!(ran);
+        assert_eq!(
+            (runs.load(Ordering::SeqCst), drops.load(Ordering::SeqCst)),
+            (1, 1)
+        );
+        let stray = TaskEntry {
+            vtable: &InPlace::<fn(&Timeout)>::VTABLE,
+            key: 9,
+            cell: CELL,
+        };
+        let take =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| store.run_entry(stray, st)));
+        assert!(take.is_err(), "a take from a free key");
+        assert_eq!(store.live(), 0);
+    }
+
+    /// Tasks run where their words are kept free their keys, a panicking one too (dropped
+    /// once, its state back), and the run that empties a column gives its memory back.
+    #[test]
+    fn running_kept_tasks_frees_their_keys() {
+        let (_timer, st) = state();
+        let mut store = TaskWords::default();
         let runs = Arc::new(AtomicUsize::new(0));
         let counted = |runs: &Arc<AtomicUsize>| {
             let runs = Arc::clone(runs);
@@ -726,31 +794,30 @@ mod tests {
                 runs.fetch_add(1, Ordering::SeqCst);
             }
         };
-        let first = slabs.insert(SmallTask::new(counted(&runs)), CELL);
-        let second = slabs.insert(SmallTask::new(counted(&runs)), CELL);
-        let zero_sized = slabs.insert(SmallTask::new(|_: &Timeout| {}), CELL);
-        let first_key = first.key;
-        let (st, ran) = slabs.run_entry(first, st);
+        let first = store.insert(SmallTask::new(counted(&runs)), 0, CELL);
+        let second = store.insert(SmallTask::new(counted(&runs)), 1, CELL);
+        let zero_sized = store.insert(SmallTask::new(|_: &Timeout| {}), 2, CELL);
+        let (st, ran) = store.run_entry(first, st);
         assert!(ran);
-        assert_eq!(slabs.live(), 1);
-        let again = slabs.insert(SmallTask::new(counted(&runs)), CELL);
-        assert_eq!(again.key, first_key, "a freed slot is used first");
+        assert_eq!(store.live(), 1);
+        let again = store.insert(SmallTask::new(counted(&runs)), 0, CELL);
         let (p, _, drops) = probe::<0>();
-        let panics = slabs.insert(
+        let panics = store.insert(
             SmallTask::new(move |_: &Timeout| {
                 let _p = p;
                 panic!("task panics");
             }),
+            3,
             CELL,
         );
-        let (st, ran) = slabs.run_entry(panics, st);
+        let (st, ran) = store.run_entry(panics, st);
         assert!(!ran && !st.is_cancelled());
         assert_eq!(drops.load(Ordering::SeqCst), 1);
-        let (st, _) = slabs.run_entry(second, st);
-        assert_eq!(slabs.two.pages.len(), 1);
-        let (st, _) = slabs.run_entry(again, st);
-        assert_eq!((slabs.live(), slabs.two.pages.len()), (0, 0));
-        let (_st, ran) = slabs.run_entry(zero_sized, st);
+        let (st, _) = store.run_entry(second, st);
+        assert_eq!(store.two.pages.len(), 1);
+        let (st, _) = store.run_entry(again, st);
+        assert_eq!((store.live(), store.two.pages.len()), (0, 0));
+        let (_st, ran) = store.run_entry(zero_sized, st);
         assert!(ran);
         assert_eq!(runs.load(Ordering::SeqCst), 3);
     }
@@ -798,26 +865,26 @@ mod tests {
     /// A kept task whose `Drop` panics as it is removed and dropped (a cancel): its slot
     /// is free, and the other kept tasks come back whole.
     #[test]
-    fn a_drop_that_panics_after_a_remove_leaves_the_slabs_whole() {
+    fn a_drop_that_panics_after_a_remove_leaves_the_other_tasks_whole() {
         let (_timer, st) = state();
         let panicking = Arc::new(AtomicUsize::new(0));
-        let mut slabs = TaskSlabs::default();
+        let mut store = TaskWords::default();
         let (before, before_runs, _) = probe::<8>();
         let (after, after_runs, _) = probe::<8>();
-        let before = slabs.insert(SmallTask::new(as_task(before)), CELL);
+        let before = store.insert(SmallTask::new(as_task(before)), 0, CELL);
         let p = PanicsOnDrop(Arc::clone(&panicking));
-        let doomed = slabs.insert(SmallTask::new(move |_: &Timeout| drop((p, 0u64))), CELL);
-        let after = slabs.insert(SmallTask::new(as_task(after)), CELL);
-        assert!(!crate::shared::drop_caught(slabs.remove(doomed)));
+        let doomed = store.insert(SmallTask::new(move |_: &Timeout| drop((p, 0u64))), 1, CELL);
+        let after = store.insert(SmallTask::new(as_task(after)), 2, CELL);
+        assert!(!crate::shared::drop_caught(store.remove(doomed)));
         assert_eq!(panicking.load(Ordering::SeqCst), 1);
-        assert_eq!(slabs.live(), 2);
-        let (st, ran) = slabs.run_entry(after, st);
+        assert_eq!(store.live(), 2);
+        let (st, ran) = store.run_entry(after, st);
         assert!(ran);
-        let (_st, ran) = slabs.run_entry(before, st);
+        let (_st, ran) = store.run_entry(before, st);
         assert!(ran);
         assert_eq!(before_runs.load(Ordering::SeqCst), 1);
         assert_eq!(after_runs.load(Ordering::SeqCst), 1);
-        assert_eq!(slabs.live(), 0);
+        assert_eq!(store.live(), 0);
     }
 
     /// A task that panics is caught by the job (its state comes back) and dropped once.

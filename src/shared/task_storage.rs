@@ -8,7 +8,7 @@
 //! `shared`.
 
 use super::cells::{CellId, CellRef};
-use super::small_task::{QueuedTask, SmallTask, TaskEntry, TaskSlabs, Word};
+use super::small_task::{QueuedTask, SmallTask, TaskEntry, TaskWords, Word};
 
 /// A timeout's task as the queues and the worker carry it: the `timer` module turns a user's
 /// `TimerTask` into one (`task.rs`), the worker runs it with its timeout's state, and nothing
@@ -104,15 +104,24 @@ pub(crate) mod sealed {
         fn run_stored(self, state: CellRef) -> (CellRef, bool);
 
         /// The task `enqueue` queued, as [`TaskStorage::dequeue`] takes it out, moved straight
-        /// into the wheel's entry for cell `cell` (a boxed task's words go from the batch to
-        /// the store).
+        /// into the wheel's entry for cell `cell`, to be kept under wheel key `key` (a boxed
+        /// task's words go from the batch to the store, under that key).
         fn dequeue_entry(
             queued: Self::Queued,
             words: &[Word],
             at: &mut usize,
+            key: u32,
             cell: CellId,
             store: &mut Self::Store,
         ) -> Self::Entry;
+
+        /// The lane of the wheel's keys that a queued task's entry takes (below
+        /// `wheel::LANES`): a boxed task's size class, so that the words of each class are
+        /// kept under keys of its own pages.
+        #[inline]
+        fn lane(_queued: &Self::Queued) -> usize {
+            0
+        }
 
         /// The task of an entry taken out of the wheel.
         fn from_entry(entry: Self::Entry, store: &mut Self::Store) -> Self;
@@ -141,7 +150,7 @@ impl Stored for BoxedTask {}
 
 impl sealed::TaskStorage for BoxedTask {
     type Entry = TaskEntry;
-    type Store = TaskSlabs;
+    type Store = TaskWords;
     type Queued = QueuedTask;
 
     #[inline]
@@ -164,19 +173,25 @@ impl sealed::TaskStorage for BoxedTask {
         queued: QueuedTask,
         words: &[Word],
         at: &mut usize,
+        key: u32,
         cell: CellId,
-        store: &mut TaskSlabs,
+        store: &mut TaskWords,
     ) -> TaskEntry {
-        store.insert_queued(queued, words, at, cell)
+        store.insert_queued(queued, words, at, key, cell)
     }
 
     #[inline]
-    fn from_entry(entry: TaskEntry, store: &mut TaskSlabs) -> BoxedTask {
+    fn lane(queued: &QueuedTask) -> usize {
+        queued.lane()
+    }
+
+    #[inline]
+    fn from_entry(entry: TaskEntry, store: &mut TaskWords) -> BoxedTask {
         BoxedTask(store.remove(entry))
     }
 
     #[inline]
-    fn run_entry(entry: TaskEntry, store: &mut TaskSlabs, state: CellRef) -> (CellRef, bool) {
+    fn run_entry(entry: TaskEntry, store: &mut TaskWords, state: CellRef) -> (CellRef, bool) {
         store.run_entry(entry, state)
     }
 

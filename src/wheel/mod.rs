@@ -57,13 +57,20 @@ mod slab;
 pub(crate) use buckets::MAX_ENTRIES;
 use buckets::{Buckets, List, Node, EMPTY_BUCKET, EMPTY_LIST};
 use far::{FAR_LEVELS, LEVEL_SLOTS};
+use slab::PAGE_BITS;
 pub(crate) use slab::{Slab, Vacancy, NO_INDEX};
+
+/// The lanes of a wheel's keys (see [`Wheel::insert_in`]): one per size class of the boxed
+/// timer's tasks (three), rounded up to a power of two, so that a key's lane is two bits of
+/// its page's number.
+pub(crate) const LANES: usize = 4;
 
 /// A hashed timing wheel of `T`s. See the module docs.
 #[derive(Debug)]
 pub(crate) struct Wheel<T> {
-    /// The entries (live nodes hold an item), linked into lists by their keys.
-    nodes: Slab<Node<T>>,
+    /// The entries (live nodes hold an item), linked into lists by their keys; in the lane
+    /// their owner names ([`Wheel::insert_in`]).
+    nodes: Slab<Node<T>, PAGE_BITS, LANES>,
     buckets: Buckets,
     /// One bit per bucket, set while the bucket holds an entry. Allocated zeroed, so that the
     /// system maps its memory only as it is written (an eighth of a byte per bucket).
@@ -145,12 +152,22 @@ impl<T> Wheel<T> {
     ///
     /// # Panics
     /// When more than [`MAX_ENTRIES`] entries are live at once.
-    #[inline]
+    #[cfg(test)]
     pub(crate) fn insert(&mut self, item: T, deadline: u64, tick: u64) -> u32 {
+        self.insert_in(0, item, deadline, tick)
+    }
+
+    /// [`Wheel::insert`] under a key of lane `lane` (below [`LANES`]): the wheel hands out
+    /// the keys of each lane from pages of that lane's only, so that what the owner keeps
+    /// under the keys of one lane spans that lane's pages.
+    #[inline]
+    pub(crate) fn insert_in(&mut self, lane: usize, item: T, deadline: u64, tick: u64) -> u32 {
         debug_assert!(!self.keyed);
         self.catch_up(tick);
         let fire = self.calculated(deadline).max(tick);
-        let key = self.nodes.insert(Node::new(item, deadline, NO_INDEX));
+        let key = self
+            .nodes
+            .insert_in(lane, Node::new(item, deadline, NO_INDEX));
         // Unreachable: `new_timeout` refuses beyond MAX_ENTRIES (`Shared::refill_credit`).
         assert!(
             (key as usize) < MAX_ENTRIES,
@@ -230,9 +247,15 @@ impl<T> Wheel<T> {
     }
 
     /// The key the next `insert` will return.
-    #[inline]
+    #[cfg(test)]
     pub(crate) fn next_key(&self) -> u32 {
         self.nodes.next_key()
+    }
+
+    /// The key the next [`Wheel::insert_in`] of `lane` will return.
+    #[inline]
+    pub(crate) fn next_key_in(&self, lane: usize) -> u32 {
+        self.nodes.next_key_in(lane)
     }
 
     /// Unlinks and returns the entry under `key`.

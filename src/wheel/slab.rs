@@ -8,6 +8,11 @@
 /// worker's chunk ids, a cell's wheel key).
 pub(crate) const NO_INDEX: u32 = u32::MAX;
 
+/// The pages a slab of lanes numbers, at most: with the wheel's pages of 2^10 nodes, its keys
+/// stay below 2^27, the wheel key's width. A lane whose next page would pass the bound takes
+/// another lane's free slot or room (see [`Slab::next_key_in`]).
+const LANE_PAGES: usize = 1 << 17;
+
 /// `log2` of the slots per page a slab has unless its owner picks another size: 1024 (32 KB of
 /// the worker's 32-byte wheel nodes: room for one page is all a slab holds beyond its
 /// high-water mark). A page stops growing at exactly its size: capacities double from 4.
@@ -31,26 +36,37 @@ pub(crate) trait Vacancy: Sized {
 /// A slab hands its keys out itself ([`Slab::insert`]), or takes its owner's ([`Slab::put`]):
 /// one way only for each slab. (A slab that takes its owner's keys still links the slots
 /// `remove` frees, and `put` may write over one of them: its free list is never read.)
+///
+/// A slab that hands its keys out itself may keep its values in `LANES` lanes (a power of
+/// two; [`Slab::insert_in`]): page `p` holds the values of lane `p % LANES`, and each lane has
+/// its own free list, so that the keys of a lane's values are the keys of its pages, and a
+/// key names its lane. (The worker's wheel keeps each size class of task in a lane of its
+/// own, so that the words a class keeps under its tasks' keys span that class's pages only.)
+/// With more than one lane, a slab is emptied by [`Slab::release`] or [`Slab::drain`] only.
 #[derive(Debug)]
-pub(crate) struct Slab<S, const BITS: u32 = PAGE_BITS> {
+pub(crate) struct Slab<S, const BITS: u32 = PAGE_BITS, const LANES: usize = 1> {
+    /// Pages by number; with lanes, the pages of lanes not yet grown that far are empty.
     pages: Vec<Vec<S>>,
     /// Slots handed out so far (live or free).
     len: usize,
     /// Slots holding a value.
     live: usize,
-    /// The first free slot, or `NO_INDEX`.
-    free: u32,
+    /// Per lane, the first free slot, or `NO_INDEX`.
+    free: [u32; LANES],
+    /// With more than one lane, per lane, its last page, where its new slots are made
+    /// (`NO_INDEX`: none yet).
+    growing: [u32; LANES],
 }
 
-impl<S: Vacancy, const BITS: u32> Default for Slab<S, BITS> {
+impl<S: Vacancy, const BITS: u32, const LANES: usize> Default for Slab<S, BITS, LANES> {
     fn default() -> Self {
         Slab::new()
     }
 }
 
-impl<S: Vacancy, const BITS: u32> Slab<S, BITS> {
+impl<S: Vacancy, const BITS: u32, const LANES: usize> Slab<S, BITS, LANES> {
     const PAGE: usize = {
-        assert!(BITS >= 2 && BITS < 32);
+        assert!(BITS >= 2 && BITS < 32 && LANES.is_power_of_two() && LANES <= 256);
         1 << BITS
     };
 
@@ -59,7 +75,8 @@ impl<S: Vacancy, const BITS: u32> Slab<S, BITS> {
             pages: Vec::new(),
             len: 0,
             live: 0,
-            free: NO_INDEX,
+            free: [NO_INDEX; LANES],
+            growing: [NO_INDEX; LANES],
         }
     }
 
@@ -70,7 +87,7 @@ impl<S: Vacancy, const BITS: u32> Slab<S, BITS> {
         slab
     }
 
-    /// Slots handed out so far (live or free): the keys below this one have been used.
+    /// Slots handed out so far (live or free); with one lane, the keys below this one.
     #[inline]
     pub(crate) fn len(&self) -> usize {
         self.len
@@ -85,11 +102,61 @@ impl<S: Vacancy, const BITS: u32> Slab<S, BITS> {
     /// The key the next [`Slab::insert`] will return.
     #[inline]
     pub(crate) fn next_key(&self) -> u32 {
-        if self.free != NO_INDEX {
-            self.free
-        } else {
-            u32::try_from(self.len).unwrap_or(NO_INDEX)
+        self.next_key_in(0)
+    }
+
+    /// The key the next [`Slab::insert_in`] of `lane` will return: the slot the lane freed
+    /// last, the next of the lane's last page, or the first of its next page. A lane whose
+    /// next page would pass [`LANE_PAGES`] takes another lane's free slot or room.
+    #[inline]
+    pub(crate) fn next_key_in(&self, lane: usize) -> u32 {
+        if self.free[lane] != NO_INDEX {
+            return self.free[lane];
         }
+        if LANES == 1 {
+            return u32::try_from(self.len).unwrap_or(NO_INDEX);
+        }
+        if let Some(key) = self.room(lane) {
+            return key;
+        }
+        self.new_page_key(lane)
+            .or_else(|| self.other_lanes_key())
+            .unwrap_or(NO_INDEX)
+    }
+
+    /// The next slot of `lane`'s last page, if it has room.
+    #[inline]
+    fn room(&self, lane: usize) -> Option<u32> {
+        let p = self.growing[lane] as usize;
+        let page = self.pages.get(p)?;
+        (page.len() < Self::PAGE).then(|| (p << BITS | page.len()) as u32)
+    }
+
+    /// The first key of `lane`'s next page, if it is below [`LANE_PAGES`].
+    #[inline]
+    fn new_page_key(&self, lane: usize) -> Option<u32> {
+        let p = match self.growing[lane] {
+            NO_INDEX => lane,
+            last => last as usize + LANES,
+        };
+        (p < LANE_PAGES).then(|| (p << BITS) as u32)
+    }
+
+    /// A free slot, room, or new page of any lane, for a lane out of keys of its own.
+    #[cold]
+    fn other_lanes_key(&self) -> Option<u32> {
+        (0..LANES).find_map(|l| {
+            Some(self.free[l])
+                .filter(|&key| key != NO_INDEX)
+                .or_else(|| self.room(l))
+                .or_else(|| self.new_page_key(l))
+        })
+    }
+
+    /// The lane of the page of `key`.
+    #[inline]
+    fn lane_of(key: u32) -> usize {
+        (key >> BITS) as usize & (LANES - 1)
     }
 
     /// Stores `value` in the last slot freed, or in a new one; its key.
@@ -98,40 +165,63 @@ impl<S: Vacancy, const BITS: u32> Slab<S, BITS> {
     /// When every `u32` but `NO_INDEX` is a key already.
     #[inline]
     pub(crate) fn insert(&mut self, value: S) -> u32 {
-        let key = if self.free != NO_INDEX {
-            let key = self.free;
+        self.insert_in(0, value)
+    }
+
+    /// [`Slab::insert`] in lane `lane`: in the slot its lane freed last, or in a new one of
+    /// a page of its lane.
+    ///
+    /// # Panics
+    /// When every `u32` but `NO_INDEX` is a key already, or `lane` is not below `LANES`.
+    #[inline]
+    pub(crate) fn insert_in(&mut self, lane: usize, value: S) -> u32 {
+        let head = self.free[lane];
+        if head != NO_INDEX {
+            // The lane's own free slot: the common case.
+            let slot = &mut self[head];
+            let next = slot
+                .next_vacant()
+                .expect("slab: the free list's head is free");
+            *slot = value;
+            self.free[lane] = next;
+            self.live += 1;
+            return head;
+        }
+        let key = self.next_key_in(lane);
+        assert!(key != NO_INDEX, "slab: out of keys");
+        let owner = Self::lane_of(key);
+        if self.free[owner] == key {
             let slot = &mut self[key];
             let next = slot
                 .next_vacant()
                 .expect("slab: the free list's head is free");
             *slot = value;
-            self.free = next;
-            key
-        } else {
-            let key = u32::try_from(self.len).unwrap_or(NO_INDEX);
-            assert!(key != NO_INDEX, "slab: out of keys");
+            self.free[owner] = next;
+        } else if LANES == 1 {
             self.push(value);
-            key
-        };
+        } else {
+            self.push_in(owner, key, value);
+        }
         // Counted once stored: a panic above leaves the count as it was.
         self.live += 1;
         key
     }
 
-    /// Takes the value under `key` out; its slot joins the free list.
+    /// Takes the value under `key` out; its slot joins its lane's free list.
     ///
     /// # Panics
     /// If `key` holds no value (before anything changes).
     #[inline]
     pub(crate) fn remove(&mut self, key: u32) -> S {
-        let next = self.free;
+        let lane = Self::lane_of(key);
+        let next = self.free[lane];
         let slot = &mut self[key];
         assert!(
             slot.next_vacant().is_none(),
             "slab: key {key} holds no value"
         );
         let value = std::mem::replace(slot, S::vacant(next));
-        self.free = key;
+        self.free[lane] = key;
         self.live -= 1;
         value
     }
@@ -171,14 +261,40 @@ impl<S: Vacancy, const BITS: u32> Slab<S, BITS> {
         self.len += 1;
     }
 
-    /// A page for the slots from `len` on. The first grows as a `Vec` does (4, 8, ... up to a
-    /// page), so that a slab holding a few values holds a few slots' worth; the later ones
-    /// come whole.
+    /// Makes the slot `key` ([`Slab::next_key_in`] of `lane`, which holds no free slot) with
+    /// `value`: the next of the lane's last page, or the first of its next page.
+    #[inline]
+    fn push_in(&mut self, lane: usize, key: u32, value: S) {
+        let p = (key >> BITS) as usize;
+        if self.growing[lane] as usize != p {
+            self.add_lane_page(lane, p);
+        }
+        self.pages[p].push(value);
+        self.len += 1;
+    }
+
+    /// A page for the next slots of a slab of one lane. The first grows as a `Vec` does (4, 8, ...
+    /// up to a page), so that a slab holding a few values holds a few slots' worth; the later
+    /// ones come whole.
     #[cold]
     #[inline(never)]
     fn add_page(&mut self) {
         let capacity = if self.pages.is_empty() { 0 } else { Self::PAGE };
         self.pages.push(Vec::with_capacity(capacity));
+    }
+
+    /// Page `p`, `lane`'s next, made (as [`Slab::add_page`] makes them) and its last.
+    #[cold]
+    #[inline(never)]
+    fn add_lane_page(&mut self, lane: usize, p: usize) {
+        debug_assert!(self.pages.get(p).is_none_or(|page| page.capacity() == 0));
+        if self.pages.len() <= p {
+            self.pages.resize_with(p + 1, Vec::new);
+        }
+        if self.growing[lane] != NO_INDEX {
+            self.pages[p] = Vec::with_capacity(Self::PAGE);
+        }
+        self.growing[lane] = p as u32;
     }
 
     /// The slot under `key`, if the slab has one there (free or not).
@@ -197,6 +313,7 @@ impl<S: Vacancy, const BITS: u32> Slab<S, BITS> {
     /// capacity. A value's drop that panics leaves an empty slab behind (the pages not yet
     /// cleared go, their values dropped as the panic unwinds).
     pub(crate) fn clear(&mut self) {
+        debug_assert_eq!(LANES, 1, "a slab of lanes is emptied by release");
         let mut pages = std::mem::take(self).pages;
         for page in &mut pages {
             page.clear();
@@ -226,6 +343,7 @@ impl<S: Vacancy, const BITS: u32> Slab<S, BITS> {
 
     /// Makes room for at least `additional` more values than the slots handed out so far.
     pub(crate) fn reserve(&mut self, additional: usize) {
+        debug_assert_eq!(LANES, 1, "a slab of lanes grows by its lanes' pages");
         let want = self.len.saturating_add(additional);
         for p in 0..want.div_ceil(Self::PAGE) {
             let room = (want - p * Self::PAGE).min(Self::PAGE);
@@ -240,6 +358,7 @@ impl<S: Vacancy, const BITS: u32> Slab<S, BITS> {
     /// Gives back the memory past the last value: the free slots after it go, the free list is
     /// relinked lowest key first, and the last page keeps no spare room. Keys stay valid.
     pub(crate) fn shrink_to_fit(&mut self) {
+        debug_assert_eq!(LANES, 1, "a slab of lanes is emptied by release");
         while let Some(page) = self.pages.last_mut() {
             while page.last().is_some_and(|slot| slot.next_vacant().is_some()) {
                 page.pop();
@@ -251,17 +370,17 @@ impl<S: Vacancy, const BITS: u32> Slab<S, BITS> {
             }
             self.pages.pop();
         }
-        self.free = NO_INDEX;
+        self.free[0] = NO_INDEX;
         for key in (0..self.len as u32).rev() {
             if self[key].next_vacant().is_some() {
-                self[key] = S::vacant(self.free);
-                self.free = key;
+                self[key] = S::vacant(self.free[0]);
+                self.free[0] = key;
             }
         }
     }
 }
 
-impl<S, const BITS: u32> std::ops::Index<u32> for Slab<S, BITS> {
+impl<S, const BITS: u32, const LANES: usize> std::ops::Index<u32> for Slab<S, BITS, LANES> {
     type Output = S;
     #[inline]
     fn index(&self, key: u32) -> &S {
@@ -270,7 +389,7 @@ impl<S, const BITS: u32> std::ops::Index<u32> for Slab<S, BITS> {
     }
 }
 
-impl<S, const BITS: u32> std::ops::IndexMut<u32> for Slab<S, BITS> {
+impl<S, const BITS: u32, const LANES: usize> std::ops::IndexMut<u32> for Slab<S, BITS, LANES> {
     #[inline]
     fn index_mut(&mut self, key: u32) -> &mut S {
         let key = key as usize;
@@ -321,6 +440,69 @@ mod tests {
             "then at the end"
         );
         assert_eq!(slab[5], Slot::Value(101));
+    }
+
+    /// Each lane's values are on pages of that lane, each lane reuses its own free slots, and
+    /// a lane's first page grows as needed.
+    #[test]
+    fn lanes_keep_their_values_on_pages_of_their_own() {
+        let mut slab: Slab<Slot, 2, 4> = Slab::new();
+        let mut keys = [Vec::new(), Vec::new(), Vec::new()];
+        for v in 0..30u64 {
+            let lane = (v % 3) as usize;
+            assert_eq!(slab.next_key_in(lane), {
+                let key = slab.insert_in(lane, Slot::Value(v));
+                keys[lane].push(key);
+                key
+            });
+        }
+        for (lane, keys) in keys.iter().enumerate() {
+            for &key in keys {
+                assert_eq!(
+                    (key >> 2) % 4,
+                    lane as u32,
+                    "key {key}: page p is lane p % 4's"
+                );
+            }
+        }
+        assert_eq!(slab.live(), 30);
+        let (k1, k2) = (keys[1][3], keys[2][5]);
+        assert_eq!(slab.remove(k1), Slot::Value(10));
+        assert_eq!(slab.remove(k2), Slot::Value(17));
+        assert_eq!(
+            slab.next_key_in(0),
+            keys[0][9] + 1,
+            "lane 0 has no free slot"
+        );
+        assert_eq!(slab.insert_in(2, Slot::Value(100)), k2);
+        assert_eq!(slab.insert_in(1, Slot::Value(101)), k1);
+        assert_eq!(slab[k2], Slot::Value(100));
+        let values: Vec<Slot> = slab.drain().collect();
+        assert_eq!(values.len(), 30);
+        assert_eq!((slab.live(), slab.len()), (0, 0));
+    }
+
+    /// A lane out of pages of its own takes another lane's, and every key stays below the
+    /// bound until each slot of each page is taken.
+    #[test]
+    fn a_lane_out_of_pages_takes_another_lanes() {
+        let mut slab: Slab<Slot, 2, 4> = Slab::new();
+        let own = (LANE_PAGES / 4) << 2;
+        for v in 0..own as u64 {
+            let key = slab.insert_in(0, Slot::Value(v));
+            assert_eq!((key >> 2) % 4, 0, "key {key} on a page of lane 0");
+        }
+        let key = slab.insert_in(0, Slot::Value(0));
+        assert_eq!(key, 4, "the first key of lane 1's first page");
+        assert_eq!(slab.remove(key), Slot::Value(0));
+        assert_eq!(slab.next_key_in(1), key, "freed to the lane of its page");
+        assert_eq!(slab.next_key_in(0), key, "taken back by lane 0 first");
+        let total = LANE_PAGES << 2;
+        while slab.live() < total {
+            let key = slab.insert_in(3, Slot::Value(1));
+            assert!((key as usize) < total, "key {key}");
+        }
+        assert_eq!(slab.next_key_in(2), NO_INDEX, "out of keys");
     }
 
     #[test]

@@ -288,7 +288,8 @@ impl<J: Stored> Worker<J> {
             // Draining a prefix shifts what is left: only when the cap is hit.
             let mut drain = batch.drain_front(n);
             while let Some((cell, deadline)) = drain.next_timeout() {
-                let key = self.wheel.next_key();
+                let lane = drain.lane();
+                let key = self.wheel.next_key_in(lane);
                 if !cell.try_enter_wheel(key) {
                     // Cancelled while queued.
                     cancelled += 1;
@@ -296,8 +297,8 @@ impl<J: Stored> Worker<J> {
                     shared.counters.drop_task(drain.take_task());
                     continue;
                 }
-                let entry = drain.take_entry(cell.id(), &mut self.tasks);
-                let inserted = self.wheel.insert(entry, deadline, tick);
+                let entry = drain.take_entry(key, cell.id(), &mut self.tasks);
+                let inserted = self.wheel.insert_in(lane, entry, deadline, tick);
                 debug_assert_eq!(inserted, key);
             }
             drop(drain);
