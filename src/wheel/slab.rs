@@ -175,33 +175,36 @@ impl<S: Vacancy, const BITS: u32, const LANES: usize> Slab<S, BITS, LANES> {
     /// When every `u32` but `NO_INDEX` is a key already, or `lane` is not below `LANES`.
     #[inline]
     pub(crate) fn insert_in(&mut self, lane: usize, value: S) -> u32 {
-        let head = self.free[lane];
-        if head != NO_INDEX {
+        if self.free[lane] != NO_INDEX {
             // The lane's own free slot: the common case.
-            let slot = &mut self[head];
-            let next = slot
-                .next_vacant()
-                .expect("slab: the free list's head is free");
-            *slot = value;
-            self.free[lane] = next;
-            self.live += 1;
-            return head;
+            return self.take_free(lane, value);
         }
         let key = self.next_key_in(lane);
         assert!(key != NO_INDEX, "slab: out of keys");
         let owner = Self::lane_of(key);
         if self.free[owner] == key {
-            let slot = &mut self[key];
-            let next = slot
-                .next_vacant()
-                .expect("slab: the free list's head is free");
-            *slot = value;
-            self.free[owner] = next;
-        } else if LANES == 1 {
+            return self.take_free(owner, value);
+        }
+        if LANES == 1 {
             self.push(value);
         } else {
             self.push_in(owner, key, value);
         }
+        // Counted once stored: a panic above leaves the count as it was.
+        self.live += 1;
+        key
+    }
+
+    /// Stores `value` in the head of `lane`'s free list (there is one); its key.
+    #[inline]
+    fn take_free(&mut self, lane: usize, value: S) -> u32 {
+        let key = self.free[lane];
+        let slot = &mut self[key];
+        let next = slot
+            .next_vacant()
+            .expect("slab: the free list's head is free");
+        *slot = value;
+        self.free[lane] = next;
         // Counted once stored: a panic above leaves the count as it was.
         self.live += 1;
         key
