@@ -7,7 +7,7 @@
 //!
 //! Normal builds get `std` atomics, threads and mutexes; under `--cfg loom` every type here
 //! comes from loom, and [`Queue`] is the same code on loom's mutex. No other module names these
-//! types: the test at the end of this file fails if one does.
+//! types: `tests/architecture.rs` fails if one does.
 
 #[cfg(not(loom))]
 pub(crate) use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, AtomicUsize};
