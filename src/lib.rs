@@ -49,13 +49,14 @@
 //!   up so that a deadline is never early. The TSC is calibrated once per process, and the
 //!   calibration checked over 20 ms, on a thread (`hashed-timer-wheel-tsc`) that the first timer
 //!   built starts, so that building it does not wait; meanwhile `new_timeout` reads the
-//!   monotonic clock. The thread then stays, waking once a second to read the kernel's clock
-//!   source again: once the kernel no longer keeps time with the TSC (it found the TSC
-//!   unstable, the VM moved to another host, the clock source was changed), `new_timeout`
-//!   reads the monotonic clock for the rest of the process. The assumption: until that
-//!   re-read, up to a second after the kernel's switch (plus however long the kernel takes to
-//!   decide), the TSC's skew between cores stays within the 512 ns the reading is rounded up
-//!   by.
+//!   monotonic clock. The thread ends there. A worker's turn reads the kernel's clock source
+//!   again once a second has passed since the last read (so an idle process wakes for
+//!   nothing): once the kernel no longer keeps time with the TSC (it found the TSC unstable,
+//!   the VM moved to another host, the clock source was changed), `new_timeout` reads the
+//!   monotonic clock for the rest of the process. The assumption: until that re-read, up to a
+//!   second after the kernel's switch, or a tick after a pause (plus however long the kernel
+//!   takes to decide, or a task holds up its worker), the TSC's skew between cores stays
+//!   within the 512 ns the reading is rounded up by.
 //! - A timeout moves `pending -> cancelled` or `pending -> expired` by compare-and-swap; exactly
 //!   one of `cancel()`, the worker's expiry and `stop()` wins.
 //! - Tasks run on the worker thread, one after another (or on the executor you configure), so a

@@ -223,7 +223,7 @@ pub(crate) mod process {
     pub(crate) use std::sync::atomic::{AtomicBool, AtomicUsize};
     cfg_tsc! {
         pub(crate) use std::{
-            sync::{Once, OnceLock},
+            sync::{Mutex, Once, OnceLock},
             thread::Builder as ThreadBuilder,
         };
     }

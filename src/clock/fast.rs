@@ -2,11 +2,12 @@
 //! the parent module, "The producers' clock"). Compiled where `cfg_tsc!` holds.
 //!
 //! The kernel's clock source decides whether the TSC is trusted: when the set-up starts, and
-//! again every [`RECHECK`] for the rest of the process (the parent module says why).
+//! again in a worker's turn once [`RECHECK`] has passed since the last read, for the rest of
+//! the process (the parent module says why).
 
 use super::duration_to_nanos;
-use crate::sync::process::{AtomicBool, Once, OnceLock, ThreadBuilder};
-use crate::sync::Ordering;
+use crate::sync::process::{AtomicBool, AtomicU64, Mutex, Once, OnceLock, ThreadBuilder};
+use crate::sync::{try_lock, Ordering};
 use std::cell::Cell;
 use std::time::Instant;
 
@@ -19,10 +20,10 @@ const CHECK_NS: u64 = 20_000_000;
 /// The most a checking pair's two TSC readings may be apart, around its monotonic reading: each
 /// end of the check is then known to 1 µs, so the check's own ratio to 100 ppm.
 const PAIR_NS: u64 = 2_000;
-/// How often the kernel's clock source is read again once the fast clock serves: a wake-up a
-/// second for the process, and a TSC the kernel gives up is given up here within a second of
-/// the kernel.
-const RECHECK: std::time::Duration = std::time::Duration::from_secs(1);
+/// How often, at most, the kernel's clock source is read again once the fast clock serves (in
+/// nanoseconds): a TSC the kernel gives up is given up here within a second of the kernel, or
+/// at the next turn of a worker idle since.
+const RECHECK: u64 = 1_000_000_000;
 /// Where the kernel names the clock source it keeps time with.
 const CLOCKSOURCE: &str = "/sys/devices/system/clocksource/clocksource0/current_clocksource";
 
@@ -46,8 +47,13 @@ static FAST: OnceLock<Option<Fast>> = OnceLock::new();
 static PREPARE: Once = Once::new();
 /// Set if the TSC was there but its calibration was not used (for the tests).
 static REFUSED: AtomicBool = AtomicBool::new(false);
-/// Cleared, for good, once the kernel no longer keeps time with the TSC (see [`watch`]).
+/// Cleared, for good, once the kernel no longer keeps time with the TSC (see [`recheck`]).
 static TRUSTED: AtomicBool = AtomicBool::new(true);
+/// When the kernel's clock source was last read again, in nanoseconds since [`base`];
+/// `u64::MAX` once the TSC is given up.
+static READ_AT: AtomicU64 = AtomicU64::new(0);
+/// The kernel's clock source, kept open between the re-reads.
+static SOURCE: Mutex<ClockSource> = Mutex::new(ClockSource { file: None });
 
 /// The instant every fast reading counts from: the first call's.
 pub(super) fn base() -> Instant {
@@ -66,14 +72,7 @@ pub(super) fn prepare() {
                 // the whole calibration: step aside first, so that the thread building the
                 // timer goes on rather than waiting for it.
                 std::thread::sleep(std::time::Duration::from_millis(1));
-                if FAST.get_or_init(calibrate).is_some() {
-                    let mut source = ClockSource::default();
-                    watch(
-                        || source.names_tsc(),
-                        || std::thread::sleep(RECHECK),
-                        &TRUSTED,
-                    );
-                }
+                FAST.get_or_init(calibrate);
             });
         if spawned.is_err() {
             // No thread to spare: stay on the monotonic clock.
@@ -94,28 +93,54 @@ pub(super) fn get() -> Option<&'static Fast> {
 fn trusted<'a>(set_up: Option<&'a Option<Fast>>, trust: &AtomicBool) -> Option<&'a Fast> {
     let fast = set_up?.as_ref()?;
     // Relaxed: pairs with nothing. The flag guards no data (the `Fast` stays valid whatever
-    // it says, and the monotonic clock read instead needs nothing from the watcher); a
+    // it says, and the monotonic clock read instead needs nothing from the re-read); a
     // producer that has not seen the withdrawal yet reads the TSC as it would have just
     // before it, and sees it within the time the store takes to reach its core.
     trust.load(Ordering::Relaxed).then_some(fast)
 }
 
-/// While the fast clock serves: waits (`wait`), asks whether the kernel still keeps time
-/// with the TSC (`keeps_tsc`), and once it does not, withdraws `trust` for good and returns.
+/// Reads the kernel's clock source again if [`RECHECK`] has passed since the last read (`now`:
+/// nanoseconds since [`base`]), and gives the TSC up for good if the kernel no longer keeps
+/// time with it. Called at each worker's turn: a process whose timers are idle reads nothing,
+/// and a producer that reads the TSC after a pause wakes its worker within a tick.
+#[inline]
+pub(super) fn recheck(now: u64) {
+    let last = READ_AT.load(Ordering::Relaxed);
+    if now.saturating_sub(last) >= RECHECK && get().is_some() {
+        // A turn finding another one reading: that read stands for both.
+        reread(&READ_AT, last, now, &TRUSTED, || {
+            try_lock(&SOURCE).map(|mut source| source.names_tsc())
+        });
+    }
+}
+
+/// The re-read of [`recheck`] on given state: of the turns that saw `last` in `read_at`, the
+/// one that moves it to `now` asks `keeps_tsc` (`None`: another read is under way), and on a
+/// `false` withdraws `trust` and parks `read_at` at `u64::MAX`, so that no turn reads again.
 /// A kernel that goes back to the TSC later gets no second chance: what made it drop the TSC
 /// (drift between cores, a host that differs) may still be there.
-fn watch(mut keeps_tsc: impl FnMut() -> bool, mut wait: impl FnMut(), trust: &AtomicBool) {
-    loop {
-        wait();
-        if !keeps_tsc() {
-            // Relaxed: see `trusted`.
-            trust.store(false, Ordering::Relaxed);
-            log::warn!(
-                "the kernel no longer keeps time with the TSC: new timeouts read the \
-                 monotonic clock from now on"
-            );
-            return;
-        }
+#[cold]
+fn reread(
+    read_at: &AtomicU64,
+    last: u64,
+    now: u64,
+    trust: &AtomicBool,
+    keeps_tsc: impl FnOnce() -> Option<bool>,
+) {
+    // Relaxed, here and below: see `trusted`.
+    if read_at
+        .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+        .is_err()
+    {
+        return;
+    }
+    if keeps_tsc() == Some(false) {
+        trust.store(false, Ordering::Relaxed);
+        read_at.store(u64::MAX, Ordering::Relaxed);
+        log::warn!(
+            "the kernel no longer keeps time with the TSC: new timeouts read the \
+             monotonic clock from now on"
+        );
     }
 }
 
@@ -165,9 +190,8 @@ fn kernel_keeps_time_with_tsc() -> bool {
     ClockSource::default().names_tsc()
 }
 
-/// The kernel's `current_clocksource`, kept open between the watcher's reads: a read from
-/// offset 0 of an open sysfs file renders it again, and costs a tenth of opening it each time
-/// (the idle timer's CPU, `docs/performance.md`, "TSC clock for producers").
+/// The kernel's `current_clocksource`, kept open between the re-reads: a read from offset 0 of
+/// an open sysfs file renders it again, and costs a tenth of opening it each time.
 #[derive(Default)]
 struct ClockSource {
     file: Option<std::fs::File>,
@@ -361,8 +385,8 @@ mod tests {
     }
 
     /// The clock source changes from `tsc` after the set-up (a VM migrated, the kernel's
-    /// watchdog marked the TSC unstable): the watcher withdraws its trust at the first re-read
-    /// that sees it, and the calibrated clock no longer serves.
+    /// watchdog marked the TSC unstable): the first re-read that sees it withdraws the trust,
+    /// the calibrated clock no longer serves, and nothing is read again.
     #[test]
     fn trust_is_withdrawn_when_the_clock_source_is_no_longer_the_tsc() {
         let (tsc, _mock) = quanta::Clock::mock();
@@ -371,33 +395,49 @@ mod tests {
             window_raw: 1,
             ns_per_2_32: 1,
         });
-        let trust = AtomicBool::new(true);
-        assert!(trusted(Some(&set_up), &trust).is_some());
-        let mut sources = ["tsc\n", "tsc\n", "hpet\n", "tsc\n"].into_iter();
-        let (mut reads, mut waits) = (0, 0);
-        watch(
-            || {
-                reads += 1;
-                names_tsc(sources.next().unwrap().as_bytes())
-            },
-            || {
-                waits += 1;
-                // Trusted for as long as the kernel said `tsc`.
-                assert!(trusted(Some(&set_up), &trust).is_some());
-            },
-            &trust,
+        let (trust, read_at) = (AtomicBool::new(true), AtomicU64::new(0));
+        let mut reads = Vec::new();
+        // A turn at `now`, as `recheck` makes it, the kernel's clock source being `source`.
+        let mut turn = |now: u64, source: &'static str| {
+            let last = read_at.load(Ordering::Relaxed);
+            if now.saturating_sub(last) >= RECHECK {
+                reread(&read_at, last, now, &trust, || {
+                    reads.push(now);
+                    Some(names_tsc(source.as_bytes()))
+                });
+            }
+            trusted(Some(&set_up), &trust).is_some()
+        };
+        const S: u64 = RECHECK;
+        assert!(
+            turn(S / 2, "hpet\n"),
+            "no read within a second of the start"
         );
-        assert_eq!(
-            (reads, waits),
-            (3, 3),
-            "it waits before each read, and stops at hpet"
+        assert!(turn(S, "tsc\n"));
+        assert!(
+            turn(S + S / 2, "hpet\n"),
+            "no read within a second of the last"
         );
+        assert!(turn(5 * S, "tsc\n"), "a turn after a pause reads");
+        assert!(
+            !turn(6 * S, "hpet\n"),
+            "withdrawn at the first read of hpet"
+        );
+        assert!(!turn(9 * S, "tsc\n"), "and for good");
         assert_eq!(
-            sources.next(),
-            Some("tsc\n"),
+            reads,
+            [S, 5 * S, 6 * S],
             "nothing read after the withdrawal"
         );
-        assert!(trusted(Some(&set_up), &trust).is_none());
+        assert_eq!(read_at.load(Ordering::Relaxed), u64::MAX);
+        // Two turns that saw the same last read: one reads. A read under way elsewhere (`None`)
+        // withdraws nothing.
+        let (trust, read_at) = (AtomicBool::new(true), AtomicU64::new(0));
+        reread(&read_at, 0, S, &trust, || None);
+        reread(&read_at, 0, S, &trust, || {
+            unreachable!("the other turn reads")
+        });
+        assert!(trust.load(Ordering::Relaxed));
         // Nothing calibrated, or refused: nothing to trust either way.
         assert!(trusted(Some(&None), &AtomicBool::new(true)).is_none());
         assert!(trusted(None, &AtomicBool::new(true)).is_none());

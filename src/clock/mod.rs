@@ -23,14 +23,18 @@
 //! deadline early. A machine too busy to read such a pair, or a ratio 1/16 off ours, keeps
 //! producers on the monotonic clock.
 //!
-//! The TSC is trusted because the kernel keeps time with it, and only while it does: the
-//! set-up's thread stays, reads the kernel's clock source again every second, and when the
-//! kernel has given the TSC up (its watchdog marked it unstable, a VM moved to another host,
-//! the clock source was changed by hand) producers read the monotonic clock from then on, for
-//! the rest of the process. Until that re-read, for up to a second after the kernel's switch
-//! (and for as long as the kernel's own watchdog takes to notice), producers still read the
-//! TSC: never-early then rests on the TSC's skew between cores staying within the 512 ns
-//! margin, which is what the kernel checked before it chose the TSC.
+//! The TSC is trusted because the kernel keeps time with it, and only while it does: a
+//! worker's turn reads the kernel's clock source again once a second has passed since the last
+//! read (process-wide, one read however many timers turn), and when the kernel has given the
+//! TSC up (its watchdog marked it unstable, a VM moved to another host, the clock source was
+//! changed by hand) producers read the monotonic clock from then on, for the rest of the
+//! process. The set-up's thread ends with the calibration: an idle process wakes for nothing,
+//! and a producer that reads the TSC after a pause has its worker turn within a tick. Until
+//! the re-read, for up to a second after the kernel's switch, or a tick after a pause, or for
+//! as long as a task holds up its worker's turns (and for as long as the kernel's own watchdog
+//! takes to notice), producers still read the TSC: never-early then rests on the TSC's skew
+//! between cores staying within the 512 ns margin, which is what the kernel checked before it
+//! chose the TSC.
 
 use crate::sync::{Arc, AtomicU64, Ordering};
 use std::time::Instant;
@@ -161,6 +165,20 @@ impl Clock {
         }
     }
 
+    /// Reads the kernel's clock source again if a second has passed since the last read,
+    /// process-wide (`now`: [`Clock::now`]'s reading), and gives up the producers' TSC if the
+    /// kernel has (see "The producers' clock"). Each worker's turn calls it; nothing on a
+    /// manual clock.
+    #[inline]
+    pub(crate) fn recheck_source(&self, now: u64) {
+        if let Clock::System {
+            origin_from_base, ..
+        } = self
+        {
+            fast::recheck(now.saturating_add(*origin_from_base));
+        }
+    }
+
     /// Moves a manual clock forward to `nanos` (never backwards). No effect on the system clock.
     pub(crate) fn advance_to(&self, nanos: u64) {
         if let Clock::Manual(t) = self {
@@ -215,6 +233,8 @@ cfg_not_tsc! {
         }
 
         pub(super) fn prepare() {}
+
+        pub(super) fn recheck(_now: u64) {}
 
         pub(super) fn get() -> Option<&'static Fast> {
             None

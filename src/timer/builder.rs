@@ -136,10 +136,10 @@ impl Builder {
     ///
     /// On x86-64 Linux, the first timer built in the process (by `build` or `build_typed`)
     /// starts the producers' clock thread, `hashed-timer-wheel-tsc`: it calibrates the TSC,
-    /// which `new_timeout` then reads while the kernel keeps time with it, and stays to read the
-    /// kernel's clock source once a second, so that producers go back to the monotonic clock
-    /// once the kernel gives the TSC up (see the crate docs, "Threading model", for what holds
-    /// until that re-read).
+    /// which `new_timeout` then reads while the kernel keeps time with it, and ends. The
+    /// worker's turns read the kernel's clock source again, at most once a second, so that
+    /// producers go back to the monotonic clock once the kernel gives the TSC up (see the
+    /// crate docs, "Threading model", for what holds until that re-read).
     ///
     /// # Errors
     /// A [`BuildError`] for a zero tick, a zero or above-2^30 `ticks_per_wheel`, or a tick times

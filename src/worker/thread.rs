@@ -117,6 +117,7 @@ fn watch_parked<J: Stored>(shared: &Shared<J>) -> bool {
 pub(crate) fn turn<J: Stored>(worker: &mut Worker<J>, shared: &Arc<Shared<J>>) -> u64 {
     shared.mark_awake();
     let now = shared.clock.now();
+    shared.clock.recheck_source(now);
     worker.advance(shared, now);
     let mut plan = worker.planned_tick(shared);
     shared.publish_plan(plan);
