@@ -133,9 +133,8 @@ fn the_clock_set_up_thread_ends_after_the_calibration() {
         let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
             return None; // no procfs: nothing to look at
         };
-        let names = tasks.filter_map(|task| {
-            std::fs::read_to_string(task.ok()?.path().join("comm")).ok()
-        });
+        let names =
+            tasks.filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("comm")).ok());
         Some(names.filter(|name| name.trim_end() == SET_UP).count())
     };
     let timer = one_ms_timer();

@@ -78,31 +78,36 @@ impl ChunkCursor {
         }
     }
 
-    /// The current chunk (a spare, or a new one, when there is none) and the tag of its next
-    /// free cell, which is taken.
+    /// The current chunk (started if there is none) and the tag of its next free cell, which
+    /// is taken.
     #[inline(always)]
     fn next_cell<J: Stored>(&mut self, shared: &Arc<Shared<J>>, shard: u8) -> (&ChunkRef, u8) {
-        let next = &mut self.next;
-        let spares = &mut self.spares;
-        let wakers = self.wakers;
-        let timer = &mut self.timer;
-        let chunk = self.chunk.get_or_insert_with(|| {
-            *next = 0;
-            match spares.pop() {
-                Some(spare) => spare.into_chunk(),
-                None => {
-                    let timer = timer.get_or_insert_with(|| {
-                        Arc::new(TimerHandle {
-                            shared: Arc::clone(shared),
-                        })
-                    });
-                    ChunkRef::new(timer, shard, wakers)
-                }
+        if self.chunk.is_none() {
+            self.start_chunk(shared, shard);
+        }
+        let tag = self.next;
+        self.next += 1;
+        (self.chunk.as_ref().expect("a chunk was just started"), tag)
+    }
+
+    /// Starts the next chunk: a spare, or a new one when there is none. Out of line, as it runs
+    /// once in `CHUNK` pushes (`docs/performance.md`, "`inline(always)` / `inline(never)`
+    /// placements").
+    #[inline(never)]
+    fn start_chunk<J: Stored>(&mut self, shared: &Arc<Shared<J>>, shard: u8) {
+        self.next = 0;
+        let chunk = match self.spares.pop() {
+            Some(spare) => spare.into_chunk(),
+            None => {
+                let timer = self.timer.get_or_insert_with(|| {
+                    Arc::new(TimerHandle {
+                        shared: Arc::clone(shared),
+                    })
+                });
+                ChunkRef::new(timer, shard, self.wakers)
             }
-        });
-        let tag = *next;
-        *next += 1;
-        (chunk, tag)
+        };
+        self.chunk = Some(chunk);
     }
 
     /// Lets go of the current chunk (its unused cells are freed with it) and of the spares.
