@@ -105,18 +105,32 @@ fn trusted<'a>(set_up: Option<&'a Option<Fast>>, trust: &AtomicBool) -> Option<&
 /// and a producer that reads the TSC after a pause wakes its worker within a tick.
 #[inline]
 pub(super) fn recheck(now: u64) {
-    let last = READ_AT.load(Ordering::Relaxed);
-    if now.saturating_sub(last) >= RECHECK && get().is_some() {
-        // A turn finding another one reading: that read stands for both.
-        reread(&READ_AT, last, now, &TRUSTED, || {
-            try_lock(&SOURCE).map(|mut source| source.names_tsc())
-        });
+    reread_if_due(&READ_AT, now, &TRUSTED, || {
+        // Nothing to read before the set-up is done (it has just read the source), nor
+        // without a fast clock; and a turn finding another one reading: that read stands
+        // for both.
+        get()?;
+        try_lock(&SOURCE).map(|mut source| source.names_tsc())
+    });
+}
+
+/// [`recheck`] on given state: the re-read, once `RECHECK` has passed since `read_at`.
+#[inline]
+fn reread_if_due(
+    read_at: &AtomicU64,
+    now: u64,
+    trust: &AtomicBool,
+    keeps_tsc: impl FnOnce() -> Option<bool>,
+) {
+    let last = read_at.load(Ordering::Relaxed);
+    if now.saturating_sub(last) >= RECHECK {
+        reread(read_at, last, now, trust, keeps_tsc);
     }
 }
 
-/// The re-read of [`recheck`] on given state: of the turns that saw `last` in `read_at`, the
-/// one that moves it to `now` asks `keeps_tsc` (`None`: another read is under way), and on a
-/// `false` withdraws `trust` and parks `read_at` at `u64::MAX`, so that no turn reads again.
+/// The re-read: of the turns that saw `last` in `read_at`, the one that moves it to `now` asks
+/// `keeps_tsc` (`None`: nothing to read), and on a `false` withdraws `trust` and parks
+/// `read_at` at `u64::MAX`, so that no turn reads again.
 /// A kernel that goes back to the TSC later gets no second chance: what made it drop the TSC
 /// (drift between cores, a host that differs) may still be there.
 #[cold]
@@ -397,15 +411,12 @@ mod tests {
         });
         let (trust, read_at) = (AtomicBool::new(true), AtomicU64::new(0));
         let mut reads = Vec::new();
-        // A turn at `now`, as `recheck` makes it, the kernel's clock source being `source`.
+        // A turn at `now`, the kernel's clock source being `source`.
         let mut turn = |now: u64, source: &'static str| {
-            let last = read_at.load(Ordering::Relaxed);
-            if now.saturating_sub(last) >= RECHECK {
-                reread(&read_at, last, now, &trust, || {
-                    reads.push(now);
-                    Some(names_tsc(source.as_bytes()))
-                });
-            }
+            reread_if_due(&read_at, now, &trust, || {
+                reads.push(now);
+                Some(names_tsc(source.as_bytes()))
+            });
             trusted(Some(&set_up), &trust).is_some()
         };
         const S: u64 = RECHECK;
