@@ -60,7 +60,7 @@ use far::{FAR_LEVELS, LEVEL_SLOTS};
 use slab::PAGE_BITS;
 pub(crate) use slab::{Slab, Vacancy, NO_INDEX};
 
-/// The lanes of a wheel's keys (see [`Wheel::insert_in`]): one per size class of the boxed
+/// The lanes of a wheel's keys (see [`Wheel::next_key_in`]): one per size class of the boxed
 /// timer's tasks (three), rounded up to a power of two, so that a key's lane is two bits of
 /// its page's number.
 pub(crate) const LANES: usize = 4;
@@ -69,7 +69,7 @@ pub(crate) const LANES: usize = 4;
 #[derive(Debug)]
 pub(crate) struct Wheel<T> {
     /// The entries (live nodes hold an item), linked into lists by their keys; in the lane
-    /// their owner names ([`Wheel::insert_in`]).
+    /// their owner names ([`Wheel::next_key_in`]).
     nodes: Slab<Node<T>, PAGE_BITS, LANES>,
     buckets: Buckets,
     /// One bit per bucket, set while the bucket holds an entry. Allocated zeroed, so that the
@@ -88,7 +88,7 @@ pub(crate) struct Wheel<T> {
     /// `wheel_len + l * LEVEL_SLOTS + s` among the wheel's lists.
     far: [Box<[List]>; FAR_LEVELS],
     far_occupied: [u64; FAR_LEVELS],
-    /// Whether the owner hands out the keys ([`Wheel::insert_keyed`]): the slab then keeps its
+    /// Whether the owner hands out the keys ([`Wheel::new_keyed`]): the slab then keeps its
     /// nodes when the wheel empties, for the owner's keys index it, until
     /// [`Wheel::release_nodes`].
     keyed: bool,
@@ -118,7 +118,9 @@ impl<T> Wheel<T> {
         }
     }
 
-    /// A wheel whose owner hands out the keys (see [`Wheel::insert_keyed`]).
+    /// A wheel whose owner hands out the keys (the `DelayQueue` keys its entries by its own
+    /// slab's index, so neither keeps the other's key). A wheel takes its keys one way only:
+    /// from [`Wheel::next_key_in`], or from its owner (and never reuses one by itself).
     pub(crate) fn new_keyed(tick_nanos: u64, wheel_len: usize) -> Self {
         Wheel {
             keyed: true,
@@ -149,47 +151,36 @@ impl<T> Wheel<T> {
 
     /// Puts an entry in the bucket of tick `max(deadline / tick_nanos, tick)` (a deadline in the
     /// past goes into the current bucket) and returns its key.
-    ///
-    /// # Panics
-    /// When more than [`MAX_ENTRIES`] entries are live at once.
     #[cfg(test)]
     pub(crate) fn insert(&mut self, item: T, deadline: u64, tick: u64) -> u32 {
-        self.insert_in(0, item, deadline, tick)
+        let key = self.next_key_in(0);
+        self.insert_at(key, item, deadline, tick);
+        key
     }
 
-    /// [`Wheel::insert`] under a key of lane `lane` (below [`LANES`]): the wheel hands out
-    /// the keys of each lane from pages of that lane's only, so that what the owner keeps
-    /// under the keys of one lane spans that lane's pages.
+    /// [`Wheel::insert`] under `key`: in a wheel that hands out its keys, the
+    /// [`Wheel::next_key_in`] of a lane, with nothing inserted or removed since; in a wheel whose
+    /// owner hands them out ([`Wheel::new_keyed`]), one that is not live.
+    ///
+    /// # Panics
+    /// When `key` is not below [`MAX_ENTRIES`], or (a bug of the owner's) is not such a key.
     #[inline]
-    pub(crate) fn insert_in(&mut self, lane: usize, item: T, deadline: u64, tick: u64) -> u32 {
-        debug_assert!(!self.keyed);
-        self.catch_up(tick);
-        let fire = self.calculated(deadline).max(tick);
-        let key = self
-            .nodes
-            .insert_in(lane, Node::new(item, deadline, NO_INDEX));
+    pub(crate) fn insert_at(&mut self, key: u32, item: T, deadline: u64, tick: u64) {
         // Unreachable: `new_timeout` refuses beyond MAX_ENTRIES (`Shared::refill_credit`).
         assert!(
             (key as usize) < MAX_ENTRIES,
             "more than 2^27 - 1 timeouts in one wheel"
         );
-        self.link(key, fire);
-        key
-    }
-
-    /// [`insert`](Wheel::insert) under `key`, which the wheel's owner hands out (the
-    /// `DelayQueue` keys its entries by its own slab's index, so neither keeps the other's
-    /// key). A wheel takes its keys one way only: every entry from `insert`, or every entry
-    /// from `insert_keyed` (whose wheel never reuses a key by itself). `key` is not live and is
-    /// below [`MAX_ENTRIES`].
-    #[inline]
-    pub(crate) fn insert_keyed(&mut self, key: u32, item: T, deadline: u64, tick: u64) {
-        debug_assert!(self.keyed && (key as usize) < MAX_ENTRIES);
         self.catch_up(tick);
         let fire = self.calculated(deadline).max(tick);
         // The node is written once, linked already.
         let tail = self.push_back(key, fire);
-        self.nodes.put(key, Node::new(item, deadline, tail));
+        let node = Node::new(item, deadline, tail);
+        if self.keyed {
+            self.nodes.put(key, node);
+        } else {
+            self.nodes.insert_at(key, node);
+        }
         if tail != NO_INDEX {
             self.nodes[tail].next = key;
         }
@@ -252,7 +243,9 @@ impl<T> Wheel<T> {
         self.nodes.next_key()
     }
 
-    /// The key the next [`Wheel::insert_in`] of `lane` will return.
+    /// The key under which the lane `lane` (below [`LANES`]) takes its next entry: the wheel
+    /// hands out the keys of each lane from pages of that lane's only, so that what the owner
+    /// keeps under the keys of one lane spans that lane's pages.
     #[inline]
     pub(crate) fn next_key_in(&self, lane: usize) -> u32 {
         self.nodes.next_key_in(lane)
@@ -840,13 +833,13 @@ mod tests {
     #[test]
     fn a_keyed_wheel_puts_entries_under_its_owners_keys() {
         let mut w = Wheel::new_keyed(MS, 8);
-        w.insert_keyed(5, 'a', 3 * MS, 0);
-        w.insert_keyed(0, 'b', 3 * MS, 0);
-        w.insert_keyed(2 * PAGE as u32, 'c', 200 * MS, 0);
+        w.insert_at(5, 'a', 3 * MS, 0);
+        w.insert_at(0, 'b', 3 * MS, 0);
+        w.insert_at(2 * PAGE as u32, 'c', 200 * MS, 0);
         assert_eq!(w.nodes.len(), 2 * PAGE + 1);
         assert_eq!((w.deadline(5), w.deadline(0)), (3 * MS, 3 * MS));
         assert_eq!(w.remove(5), 'a');
-        w.insert_keyed(5, 'd', 4 * MS, 0);
+        w.insert_at(5, 'd', 4 * MS, 0);
         let mut fired = vec![];
         for tick in 0..300 {
             w.expire(tick, (tick + 1) * MS, |item, _, _| fired.push((tick, item)));
@@ -854,7 +847,7 @@ mod tests {
         assert_eq!(fired, vec![(3, 'b'), (4, 'd'), (200, 'c')]);
         assert_eq!(w.len(), 0);
         assert_eq!(w.nodes.len(), 2 * PAGE + 1, "empty, it keeps its nodes");
-        w.insert_keyed(7, 'e', 301 * MS, 300);
+        w.insert_at(7, 'e', 301 * MS, 300);
         assert_eq!(w.peek(300), Some(7));
         w.remove(7);
         w.release_nodes();

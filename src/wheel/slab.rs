@@ -38,7 +38,7 @@ pub(crate) trait Vacancy: Sized {
 /// `remove` frees, and `put` may write over one of them: its free list is never read.)
 ///
 /// A slab that hands its keys out itself may keep its values in `LANES` lanes (a power of
-/// two; [`Slab::insert_in`]): page `p` holds the values of lane `p % LANES`, and each lane has
+/// two; [`Slab::next_key_in`]): page `p` holds the values of lane `p % LANES`, and each lane has
 /// its own free list, so that the keys of a lane's values are the keys of its pages, and a
 /// key names its lane. (The worker's wheel keeps each size class of task in a lane of its
 /// own, so that the words a class keeps under its tasks' keys span that class's pages only.)
@@ -105,7 +105,7 @@ impl<S: Vacancy, const BITS: u32, const LANES: usize> Slab<S, BITS, LANES> {
         self.next_key_in(0)
     }
 
-    /// The key the next [`Slab::insert_in`] of `lane` will return: the slot the lane freed
+    /// The key of `lane`'s next value ([`Slab::insert_at`]): the slot the lane freed
     /// last, the next of the lane's last page, or the first of its next page. A lane whose
     /// next page would pass [`LANE_PAGES`] takes another lane's free slot or room.
     #[inline]
@@ -165,7 +165,9 @@ impl<S: Vacancy, const BITS: u32, const LANES: usize> Slab<S, BITS, LANES> {
     /// When every `u32` but `NO_INDEX` is a key already.
     #[inline]
     pub(crate) fn insert(&mut self, value: S) -> u32 {
-        self.insert_in(0, value)
+        let key = self.next_key();
+        self.insert_at(key, value);
+        key
     }
 
     /// [`Slab::insert`] in lane `lane`: in the slot its lane freed last, or in a new one of
@@ -173,31 +175,40 @@ impl<S: Vacancy, const BITS: u32, const LANES: usize> Slab<S, BITS, LANES> {
     ///
     /// # Panics
     /// When every `u32` but `NO_INDEX` is a key already, or `lane` is not below `LANES`.
-    #[inline]
+    #[cfg(test)]
     pub(crate) fn insert_in(&mut self, lane: usize, value: S) -> u32 {
-        if self.free[lane] != NO_INDEX {
-            // The lane's own free slot: the common case.
-            return self.take_free(lane, value);
-        }
         let key = self.next_key_in(lane);
+        self.insert_at(key, value);
+        key
+    }
+
+    /// Stores `value` under `key`: the slab's [`Slab::next_key_in`] of a lane, with nothing
+    /// stored or removed since.
+    ///
+    /// # Panics
+    /// When `key` is `NO_INDEX` (every other `u32` is a key already), or is not such a key
+    /// (before anything changes).
+    #[inline]
+    pub(crate) fn insert_at(&mut self, key: u32, value: S) {
         assert!(key != NO_INDEX, "slab: out of keys");
         let owner = Self::lane_of(key);
         if self.free[owner] == key {
+            // A free slot: the common case.
             return self.take_free(owner, value);
         }
         if LANES == 1 {
+            assert!(key as usize == self.len, "slab: {key} is not the next key");
             self.push(value);
         } else {
             self.push_in(owner, key, value);
         }
         // Counted once stored: a panic above leaves the count as it was.
         self.live += 1;
-        key
     }
 
-    /// Stores `value` in the head of `lane`'s free list (there is one); its key.
+    /// Stores `value` in the head of `lane`'s free list (there is one).
     #[inline]
-    fn take_free(&mut self, lane: usize, value: S) -> u32 {
+    fn take_free(&mut self, lane: usize, value: S) {
         let key = self.free[lane];
         let slot = &mut self[key];
         let next = slot
@@ -207,7 +218,6 @@ impl<S: Vacancy, const BITS: u32, const LANES: usize> Slab<S, BITS, LANES> {
         self.free[lane] = next;
         // Counted once stored: a panic above leaves the count as it was.
         self.live += 1;
-        key
     }
 
     /// Takes the value under `key` out; its slot joins its lane's free list.
@@ -268,11 +278,13 @@ impl<S: Vacancy, const BITS: u32, const LANES: usize> Slab<S, BITS, LANES> {
     /// `value`: the next of the lane's last page, or the first of its next page.
     #[inline]
     fn push_in(&mut self, lane: usize, key: u32, value: S) {
-        let p = (key >> BITS) as usize;
+        let (p, i) = ((key >> BITS) as usize, key as usize & (Self::PAGE - 1));
         if self.growing[lane] as usize != p {
-            self.add_lane_page(lane, p);
+            self.add_lane_page(lane, p, i);
         }
-        self.pages[p].push(value);
+        let page = &mut self.pages[p];
+        assert!(page.len() == i, "slab: {key} is not the next key");
+        page.push(value);
         self.len += 1;
     }
 
@@ -286,10 +298,17 @@ impl<S: Vacancy, const BITS: u32, const LANES: usize> Slab<S, BITS, LANES> {
         self.pages.push(Vec::with_capacity(capacity));
     }
 
-    /// Page `p`, `lane`'s next, made (as [`Slab::add_page`] makes them) and its last.
+    /// Page `p`, `lane`'s next, made (as [`Slab::add_page`] makes them) and its last; `i`, the
+    /// slot of it to be filled first.
     #[cold]
     #[inline(never)]
-    fn add_lane_page(&mut self, lane: usize, p: usize) {
+    fn add_lane_page(&mut self, lane: usize, p: usize, i: usize) {
+        assert!(
+            i == 0
+                && self.room(lane).is_none()
+                && self.new_page_key(lane) == Some((p << BITS) as u32),
+            "slab: page {p} is not lane {lane}'s next"
+        );
         debug_assert!(self.pages.get(p).is_none_or(|page| page.capacity() == 0));
         if self.pages.len() <= p {
             self.pages.resize_with(p + 1, Vec::new);
@@ -405,7 +424,7 @@ mod tests {
     use super::*;
 
     /// A slot for the tests: free, or a value.
-    #[derive(Debug, PartialEq)]
+    #[derive(Debug, PartialEq, Clone)]
     enum Slot {
         Free(u32),
         Value(u64),
@@ -506,6 +525,41 @@ mod tests {
             assert!((key as usize) < total, "key {key}");
         }
         assert_eq!(slab.next_key_in(2), NO_INDEX, "out of keys");
+    }
+
+    /// A key that is not a lane's next (a slot holding a value, a free slot behind the head of
+    /// its list, a slot past the next, a page not yet the lane's next) panics before anything
+    /// changes, in every build.
+    #[test]
+    fn a_key_not_handed_out_is_refused_and_changes_nothing() {
+        let mut slab: Slab<Slot, 2, 4> = Slab::new();
+        let keys: Vec<u32> = (0..12u64)
+            .map(|v| slab.insert_in((v % 2) as usize, Slot::Value(v)))
+            .collect();
+        slab.remove(keys[2]);
+        slab.remove(keys[4]);
+        let next = slab.next_key_in(0);
+        assert_eq!(next, keys[4]);
+        let lane0_room = slab.next_key_in(1) - 4 * 4;
+        for wrong in [keys[0], keys[2], next + 1, lane0_room + 1, 8 * 4] {
+            let before = (
+                slab.live(),
+                slab.len(),
+                slab.iter().cloned().collect::<Vec<_>>(),
+            );
+            let refused = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                slab.insert_at(wrong, Slot::Value(99));
+            }));
+            assert!(refused.is_err(), "key {wrong} accepted");
+            let after = (
+                slab.live(),
+                slab.len(),
+                slab.iter().cloned().collect::<Vec<_>>(),
+            );
+            assert_eq!(before, after, "key {wrong} changed the slab");
+        }
+        slab.insert_at(next, Slot::Value(100));
+        assert_eq!(slab[next], Slot::Value(100));
     }
 
     #[test]

@@ -298,8 +298,7 @@ impl<J: Stored> Worker<J> {
                     continue;
                 }
                 let entry = drain.take_entry(key, cell.id(), &mut self.tasks);
-                let inserted = self.wheel.insert_in(lane, entry, deadline, tick);
-                debug_assert_eq!(inserted, key);
+                self.wheel.insert_at(key, entry, deadline, tick);
             }
             drop(drain);
             if batch.is_empty() {

@@ -114,7 +114,7 @@ impl<T> DelayQueue<T> {
 
     #[inline]
     fn wait(&mut self, index: u32, deadline: u64) {
-        self.wheel.insert_keyed(index, index, deadline, self.tick);
+        self.wheel.insert_at(index, index, deadline, self.tick);
     }
 
     /// Reads the producers' clock, and notes whether the reading is within `slack` of the

@@ -273,7 +273,7 @@ impl<T> DelayQueue<T> {
         for (index, slot) in self.slots.iter().enumerate() {
             if let Slot::Waiting { .. } = slot {
                 let index = index as u32;
-                wheel.insert_keyed(index, index, self.wheel.deadline(index), self.tick);
+                wheel.insert_at(index, index, self.wheel.deadline(index), self.tick);
             }
         }
         self.wheel = wheel;
