@@ -30,6 +30,8 @@ pub(crate) struct PendingBatch<J: crate::shared::sealed::TaskStorage = BoxedTask
     words_read: usize,
     deadlines: Vec<u64>,
     cells: BatchCells,
+    /// Whether `tasks` and `deadlines` are back to front (see [`PendingBatch::drain_front`]).
+    reversed: bool,
 }
 
 impl<J: Stored> Default for PendingBatch<J> {
@@ -40,6 +42,7 @@ impl<J: Stored> Default for PendingBatch<J> {
             words_read: 0,
             deadlines: Vec::new(),
             cells: BatchCells::default(),
+            reversed: false,
         }
     }
 }
@@ -85,10 +88,24 @@ impl<J: Stored> PendingBatch<J> {
     }
 
     /// Removes the first `n` timeouts, in order: cell, deadline and task of each.
+    ///
+    /// A batch the transfer's cap cuts (`n` short of its length) is turned back to front once,
+    /// and each drain then takes its timeouts from the end: no drain shifts what it leaves (a
+    /// batch of `m` timeouts drained `n` at a time would otherwise move `m^2 / 2n` of them).
     pub(crate) fn drain_front(&mut self, n: usize) -> DrainFront<'_, J> {
+        let len = self.tasks.len();
+        if n < len && !self.reversed {
+            self.turn_round();
+        }
+        let from = if self.reversed { len - n } else { 0 };
+        if self.reversed {
+            // The oldest `n`, back in order.
+            self.tasks[from..].reverse();
+            self.deadlines[from..].reverse();
+        }
         DrainFront {
-            tasks: self.tasks.drain(..n),
-            deadlines: self.deadlines.drain(..n),
+            tasks: self.tasks.drain(from..),
+            deadlines: self.deadlines.drain(from..),
             cells: self.cells.take_front(n),
             words: &self.words,
             words_read: &mut self.words_read,
@@ -96,9 +113,17 @@ impl<J: Stored> PendingBatch<J> {
         }
     }
 
+    /// Turns the tasks and deadlines back to front, or back in order.
+    fn turn_round(&mut self) {
+        self.tasks.reverse();
+        self.deadlines.reverse();
+        self.reversed = !self.reversed;
+    }
+
     /// Once every timeout is out: hands the cells' chunks to `table`, keeping the capacity.
     pub(crate) fn clear(&mut self, table: &mut ChunkTable) {
         debug_assert!(self.tasks.is_empty());
+        self.reversed = false;
         self.words.clear();
         self.words_read = 0;
         self.cells.clear(table);
@@ -108,6 +133,9 @@ impl<J: Stored> PendingBatch<J> {
     /// and counted by its timer).
     pub(crate) fn into_states(mut self) -> Vec<CellRef> {
         let states = self.cells.states();
+        if self.reversed {
+            self.turn_round();
+        }
         let (words, at) = (&self.words, &mut self.words_read);
         for (queued, state) in self.tasks.drain(..).zip(&states) {
             state
@@ -202,6 +230,10 @@ impl<J: sealed::TaskStorage> Drop for PendingBatch<J> {
     /// A batch dropped with timeouts in it (a queue let go of whole) drops their tasks, each
     /// once, from its words; a panic of a `Drop` is caught, so that the others are dropped too.
     fn drop(&mut self) {
+        if self.reversed {
+            // In order again: the words are read in push order.
+            self.tasks.reverse();
+        }
         let (words, at) = (&self.words, &mut self.words_read);
         for queued in self.tasks.drain(..) {
             if !super::drop_caught(J::dequeue(queued, words, at)) {
@@ -219,7 +251,7 @@ impl<J: Stored> Batch for PendingBatch<J> {
     fn append(&mut self, other: &mut Self) {
         // Only batches fresh from a shard are appended (`Queue::take_all`), and to one the
         // worker has not started on; positions carry over shifted by what is already here.
-        debug_assert_eq!(other.words_read, 0);
+        debug_assert!(other.words_read == 0 && !self.reversed && !other.reversed);
         self.tasks.append(&mut other.tasks);
         self.words.append(&mut other.words);
         self.deadlines.append(&mut other.deadlines);
@@ -257,8 +289,8 @@ mod tests {
         }
     }
 
-    /// A batch of tasks of three sizes (0, 2 and 4 words, so that a cursor out of step reads
-    /// a table with the wrong words), the worker's drain unwound after the first task: the
+    /// A batch of tasks of two word counts (4, and 2 for a boxed task, so that a cursor out of
+    /// step reads a table with the wrong words), the worker's drain unwound after the first task: the
     /// tasks the drain took are read out and dropped, and the rest of the batch is read from
     /// its own words, each task once.
     #[test]
@@ -272,11 +304,13 @@ mod tests {
                 check: !id,
                 dropped: Arc::clone(&dropped),
             };
+            // Captured: 24, 32 and 40 bytes (4 words, 4 words, and a box of 2).
+            let (pad, pads) = (id, [id; 2]);
             let delay = Duration::from_secs(1);
             let _ = match id % 3 {
                 0 => timer.new_timeout(move |_: &Timeout| drop(probe), delay),
-                1 => timer.new_timeout(move |_: &Timeout| drop((probe, 1u64)), delay),
-                _ => timer.new_timeout(move |_: &Timeout| drop((probe, [2u64; 2])), delay),
+                1 => timer.new_timeout(move |_: &Timeout| drop((probe, pad)), delay),
+                _ => timer.new_timeout(move |_: &Timeout| drop((probe, pads)), delay),
             }
             .unwrap();
         }
@@ -318,5 +352,58 @@ mod tests {
         assert!(dropped.iter().all(|&(id, check)| check == !id));
         drop(dropped);
         batch.clear(&mut table);
+    }
+
+    /// A batch the cap cuts is drained over several ticks: each drain gives the oldest
+    /// timeouts left, in push order, and what no drain took (dropped with the batch, or
+    /// returned by `stop()`) is read from its own words, each task once.
+    #[test]
+    fn a_batch_cut_by_the_cap_comes_out_oldest_first() {
+        for at_end in ["dropped", "states"] {
+            let (timer, _driver) = HashedWheelTimer::builder().build_manual().unwrap();
+            let dropped: Arc<Mutex<Vec<(u64, u64)>>> = Arc::default();
+            const N: u64 = 11;
+            for id in 0..N {
+                let probe = Probe {
+                    id,
+                    check: !id,
+                    dropped: Arc::clone(&dropped),
+                };
+                let (pad, pads) = (id, [id; 2]);
+                let delay = Duration::from_secs(1 + id);
+                let _ = match id % 3 {
+                    0 => timer.new_timeout(move |_: &Timeout| drop(probe), delay),
+                    1 => timer.new_timeout(move |_: &Timeout| drop((probe, pad)), delay),
+                    _ => timer.new_timeout(move |_: &Timeout| drop((probe, pads)), delay),
+                }
+                .unwrap();
+            }
+            let mut batch = timer.shared.timeouts.take_all();
+            let mut table = crate::shared::cells::ChunkTable::new();
+            batch.register(&mut table);
+            let mut deadlines = Vec::new();
+            for n in [3, 4, 1] {
+                let mut drain = batch.drain_front(n);
+                while let Some((_, deadline)) = drain.next_timeout() {
+                    deadlines.push(deadline);
+                    drop(drain.take_task());
+                }
+            }
+            assert_eq!(deadlines.len(), 8);
+            assert!(deadlines.windows(2).all(|w| w[0] < w[1]), "{deadlines:?}");
+            assert_eq!(batch.len(), 3);
+            match at_end {
+                "dropped" => drop(batch),
+                _ => assert_eq!(batch.into_states().len(), 3),
+            }
+            let dropped = dropped.lock().unwrap();
+            let ids: Vec<u64> = dropped.iter().map(|&(id, _)| id).collect();
+            assert_eq!(
+                ids,
+                (0..N).collect::<Vec<_>>(),
+                "{at_end}: in order, once each"
+            );
+            assert!(dropped.iter().all(|&(id, check)| check == !id), "{at_end}");
+        }
     }
 }
