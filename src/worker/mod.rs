@@ -285,7 +285,6 @@ impl<J: Stored> Worker<J> {
             };
             let n = left.min(batch.len());
             left -= n;
-            // Draining a prefix shifts what is left: only when the cap is hit.
             let mut drain = batch.drain_front(n);
             while let Some((cell, deadline)) = drain.next_timeout() {
                 let lane = drain.lane();
