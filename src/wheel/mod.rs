@@ -163,7 +163,8 @@ impl<T> Wheel<T> {
     /// owner hands them out ([`Wheel::new_keyed`]), one that is not live.
     ///
     /// # Panics
-    /// When `key` is not below [`MAX_ENTRIES`], or (a bug of the owner's) is not such a key.
+    /// When `key` is not below [`MAX_ENTRIES`], or, in a wheel that hands out its keys, is not
+    /// such a key (a bug of the owner's); before anything changes.
     #[inline]
     pub(crate) fn insert_at(&mut self, key: u32, item: T, deadline: u64, tick: u64) {
         // Unreachable: `new_timeout` refuses beyond MAX_ENTRIES (`Shared::refill_credit`).
@@ -173,16 +174,17 @@ impl<T> Wheel<T> {
         );
         self.catch_up(tick);
         let fire = self.calculated(deadline).max(tick);
-        // The node is written once, linked already.
-        let tail = self.push_back(key, fire);
-        let node = Node::new(item, deadline, tail);
+        // Stored before it is linked: the slab checks the key first.
+        let node = Node::new(item, deadline, NO_INDEX);
         if self.keyed {
             self.nodes.put(key, node);
         } else {
             self.nodes.insert_at(key, node);
         }
+        let tail = self.push_back(key, fire);
         if tail != NO_INDEX {
             self.nodes[tail].next = key;
+            self.nodes[key].prev = tail;
         }
     }
 
@@ -830,6 +832,26 @@ mod tests {
 
     /// A keyed wheel takes its owner's keys: past the end (the nodes before are pushed vacant),
     /// reused after a removal; it keeps its nodes when it empties, until `release_nodes`.
+    /// A key the wheel did not hand out (a live one, one past the next) panics before the
+    /// wheel changes: the entries in it fire as before.
+    #[test]
+    fn a_key_not_handed_out_panics_before_the_wheel_changes() {
+        let mut w = Wheel::new(MS, 8);
+        let a = w.insert('a', 3 * MS, 0);
+        for wrong in [a, w.next_key_in(0) + 1] {
+            let refused = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                w.insert_at(wrong, 'x', 3 * MS, 0);
+            }));
+            assert!(refused.is_err(), "key {wrong} accepted");
+        }
+        w.insert('b', 3 * MS, 0);
+        let mut fired = vec![];
+        for tick in 0..5 {
+            w.expire(tick, (tick + 1) * MS, |item, _, _| fired.push(item));
+        }
+        assert_eq!((fired, w.len()), (vec!['a', 'b'], 0));
+    }
+
     #[test]
     fn a_keyed_wheel_puts_entries_under_its_owners_keys() {
         let mut w = Wheel::new_keyed(MS, 8);
