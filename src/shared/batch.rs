@@ -289,31 +289,39 @@ mod tests {
         }
     }
 
-    /// A batch of tasks of two word counts (4, and 2 for a boxed task, so that a cursor out of
-    /// step reads a table with the wrong words), the worker's drain unwound after the first task: the
-    /// tasks the drain took are read out and dropped, and the rest of the batch is read from
-    /// its own words, each task once.
-    #[test]
-    fn a_drain_unwound_early_keeps_the_word_cursor_in_step() {
-        let (timer, _driver) = HashedWheelTimer::builder().build_manual().unwrap();
+    /// Schedules `n` probes due `delay(id)` from now, their tasks capturing 24, 32 and 40 bytes
+    /// in turn (4 words, 4 words, and a box: 2), so that a word cursor out of step reads a
+    /// table with the wrong words; what they drop is recorded in the list returned.
+    fn schedule_probes(
+        timer: &HashedWheelTimer,
+        n: u64,
+        delay: impl Fn(u64) -> Duration,
+    ) -> Arc<Mutex<Vec<(u64, u64)>>> {
         let dropped: Arc<Mutex<Vec<(u64, u64)>>> = Arc::default();
-        const N: u64 = 12;
-        for id in 0..N {
+        for id in 0..n {
             let probe = Probe {
                 id,
                 check: !id,
                 dropped: Arc::clone(&dropped),
             };
-            // Captured: 24, 32 and 40 bytes (4 words, 4 words, and a box of 2).
             let (pad, pads) = (id, [id; 2]);
-            let delay = Duration::from_secs(1);
             let _ = match id % 3 {
-                0 => timer.new_timeout(move |_: &Timeout| drop(probe), delay),
-                1 => timer.new_timeout(move |_: &Timeout| drop((probe, pad)), delay),
-                _ => timer.new_timeout(move |_: &Timeout| drop((probe, pads)), delay),
+                0 => timer.new_timeout(move |_: &Timeout| drop(probe), delay(id)),
+                1 => timer.new_timeout(move |_: &Timeout| drop((probe, pad)), delay(id)),
+                _ => timer.new_timeout(move |_: &Timeout| drop((probe, pads)), delay(id)),
             }
             .unwrap();
         }
+        dropped
+    }
+
+    /// The worker's drain unwound after the first task: the tasks the drain took are read out
+    /// and dropped, and the rest of the batch is read from its own words, each task once.
+    #[test]
+    fn a_drain_unwound_early_keeps_the_word_cursor_in_step() {
+        let (timer, _driver) = HashedWheelTimer::builder().build_manual().unwrap();
+        const N: u64 = 12;
+        let dropped = schedule_probes(&timer, N, |_| Duration::from_secs(1));
         let mut batch = timer.shared.timeouts.take_all();
         let mut table = crate::shared::cells::ChunkTable::new();
         batch.register(&mut table);
@@ -361,23 +369,8 @@ mod tests {
     fn a_batch_cut_by_the_cap_comes_out_oldest_first() {
         for at_end in ["dropped", "states"] {
             let (timer, _driver) = HashedWheelTimer::builder().build_manual().unwrap();
-            let dropped: Arc<Mutex<Vec<(u64, u64)>>> = Arc::default();
             const N: u64 = 11;
-            for id in 0..N {
-                let probe = Probe {
-                    id,
-                    check: !id,
-                    dropped: Arc::clone(&dropped),
-                };
-                let (pad, pads) = (id, [id; 2]);
-                let delay = Duration::from_secs(1 + id);
-                let _ = match id % 3 {
-                    0 => timer.new_timeout(move |_: &Timeout| drop(probe), delay),
-                    1 => timer.new_timeout(move |_: &Timeout| drop((probe, pad)), delay),
-                    _ => timer.new_timeout(move |_: &Timeout| drop((probe, pads)), delay),
-                }
-                .unwrap();
-            }
+            let dropped = schedule_probes(&timer, N, |id| Duration::from_secs(1 + id));
             let mut batch = timer.shared.timeouts.take_all();
             let mut table = crate::shared::cells::ChunkTable::new();
             batch.register(&mut table);
