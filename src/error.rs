@@ -1,13 +1,10 @@
-//! The public error types: why a timer could not be built, why an operation was refused.
-//!
-//! Owns [`BuildError`], [`TimerError`] and [`DeadlineError`]; touches nothing of the crate.
+//! The public error types. Owns [`BuildError`], [`TimerError`] and [`DeadlineError`]; imports
+//! nothing of the crate.
 
 use std::fmt;
 use std::time::Duration;
 
 /// Why a [`HashedWheelTimer`](crate::HashedWheelTimer) could not be built.
-///
-/// Every variant is permanent: the same arguments always fail the same way.
 ///
 /// ```
 /// use hashed_timer_wheel::{BuildError, HashedWheelTimer};
@@ -83,20 +80,17 @@ impl std::error::Error for BuildError {}
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum TimerError {
-    /// The timer has been stopped (or its owner dropped). Permanent: a stopped timer never
-    /// accepts work again.
+    /// The timer has been stopped (or its owner dropped). Permanent.
     Stopped,
-    /// The pending limit is reached. Transient: the call succeeds again once a pending timeout
-    /// expires or its cancellation has been processed (within about one tick).
+    /// The pending limit is reached; transient (an expiry or processed cancellation frees a place).
     TooManyPending {
         /// Timeouts pending when the call was refused.
         pending: usize,
         /// The configured limit.
         max: usize,
     },
-    /// [`stop`](crate::HashedWheelTimer::stop) was called from the timer's own worker thread,
-    /// which would wait for itself. Permanent for that call site: stop the timer from another
-    /// thread, or drop it.
+    /// [`stop`](crate::HashedWheelTimer::stop) was called on the timer's own worker thread, which
+    /// would wait for itself: stop it from another thread, or drop it.
     StopFromWorker,
 }
 
@@ -139,9 +133,8 @@ impl std::error::Error for TimerError {}
 pub enum DeadlineError {
     /// The deadline passed first (tokio's `Elapsed`).
     Elapsed,
-    /// The timer could not keep the deadline: it was stopped or dropped
-    /// ([`TimerError::Stopped`]), or refused it at its pending limit
-    /// ([`TimerError::TooManyPending`]). The future was dropped unfinished.
+    /// The timer was stopped or dropped ([`TimerError::Stopped`]) or at its pending limit
+    /// ([`TimerError::TooManyPending`]); the future was dropped unfinished.
     Timer(TimerError),
 }
 

@@ -1,8 +1,7 @@
-// The crate root: the crate's documentation, the list of its modules and the public names they
-// export. It owns no code of its own; ARCHITECTURE.md is the map.
+// The crate root: docs, module list and public exports; ARCHITECTURE.md is the map.
 
-//! A Rust port of Netty's `HashedWheelTimer`: the same contract and the same timing, for Java
-//! services moving to Rust, with Netty's known defects fixed.
+//! A Rust port of Netty's `HashedWheelTimer`: the same contract and the same timing, with
+//! Netty's known defects fixed.
 //!
 //! ```
 //! use hashed_timer_wheel::{HashedWheelTimer, Timeout};
@@ -15,115 +14,52 @@
 //! ```
 //!
 //! # Design
-//! Time is cut into *ticks* of `tick_duration`. The *wheel* is a ring of `ticks_per_wheel`
-//! *buckets* (rounded up to a power of two, so the bucket of tick `t` is `t & mask`). A timeout
-//! due at `deadline` (nanoseconds since the timer's origin) belongs to tick
-//! `calculated = deadline / tick_duration` and waits in bucket `calculated & mask`; if that is
-//! more than one turn of the wheel away it has `remaining_rounds > 0` and survives the bucket's
-//! visits until its round comes. A deadline already in the past goes into the current bucket.
-//! The firing ticks are Netty's; what differs is where a timeout waits while it is rounds away
-//! (see "Differences from Netty").
-//!
-//! One worker thread runs the ticks. At the end of each tick it, in this order (Netty's):
-//! 1. processes the cancellation queue (unlinks cancelled timeouts, frees them);
-//! 2. moves up to 100 000 new timeouts from the `timeouts` queue into their buckets;
-//! 3. expires the current bucket: every timeout whose round has come and whose deadline has
-//!    passed runs its task;
-//! 4. moves to the next tick.
-//!
-//! A timeout therefore never fires before its deadline, and at most about one tick after it.
+//! Time is cut into *ticks* of `tick_duration`; the *wheel* is a ring of `ticks_per_wheel`
+//! *buckets*, rounded up to a power of two. A timeout due at `deadline` belongs to tick
+//! `calculated = deadline / tick_duration`, in bucket `calculated & mask`, and waits out
+//! `remaining_rounds` turns of the wheel; a past deadline goes into the current bucket. At the
+//! end of each tick the one worker thread, in Netty's order, unlinks the cancelled timeouts,
+//! moves up to 100 000 new ones into their buckets, runs the current bucket's due timeouts,
+//! and moves on. So a timeout never fires before its deadline, and at most about a tick after.
 //!
 //! # Threading model
-//! - `new_timeout` and `cancel` may be called from any thread. They never touch the wheel: they
-//!   push onto MPSC queues (a short lock around a `Vec::push`, sharded by producer thread; the
-//!   worker swaps the buffers out once per tick) and flip one atomic state per timeout. Only the
-//!   worker touches buckets. A cancel of a timeout not yet moved into a bucket is that one
-//!   atomic flip and nothing else.
-//! - Timeout states are allocated 32 at a time per producer thread, and a task of up to 32
-//!   bytes (a closure capturing an id, a deadline and a reference, say) is stored in place, so
-//!   `new_timeout` does not call the allocator and the worker frees nothing when the task has
-//!   run; a larger task is boxed. While producers are busy the worker hands the chunks of
-//!   settled timeouts back to them for reuse, so the schedule-then-cancel pattern allocates
-//!   nothing once warm.
-//! - The time is read from the TSC where the kernel trusts it (see the `clock` module), rounded
-//!   up so that a deadline is never early. The TSC is calibrated once per process, and the
-//!   calibration checked over 20 ms, on a thread (`hashed-timer-wheel-tsc`) that the first timer
-//!   built starts, so that building it does not wait; meanwhile `new_timeout` reads the
-//!   monotonic clock. The thread ends there. A worker's turn reads the kernel's clock source
-//!   again once a second has passed since the last read (so an idle process wakes for
-//!   nothing): once the kernel no longer keeps time with the TSC (it found the TSC unstable,
-//!   the VM moved to another host, the clock source was changed), `new_timeout` reads the
-//!   monotonic clock for the rest of the process. The assumption: until that re-read, up to a
-//!   second after the kernel's switch, or a tick after a pause (plus however long the kernel
-//!   takes to decide, or a task holds up its worker), the TSC's skew between cores stays
-//!   within the 512 ns the reading is rounded up by.
-//! - A timeout moves `pending -> cancelled` or `pending -> expired` by compare-and-swap; exactly
-//!   one of `cancel()`, the worker's expiry and `stop()` wins.
-//! - Tasks run on the worker thread, one after another (or on the executor you configure), so a
-//!   slow task delays the ones after it; hand heavy work to another thread.
-//! - The worker starts lazily on the first `new_timeout` (or `start`), exactly once. It sleeps
-//!   until the next tick that has work and parks when nothing is pending; a producer whose
-//!   timeout is due sooner wakes it.
-//! - The concurrent protocols (`new_timeout`, `cancel`, tick, `stop`, lazy start, the pending
-//!   limit, sleeping and waking) are model-checked with loom (`loom-tests/`).
+//! - `new_timeout` and `cancel` may be called from any thread and never touch the wheel: they
+//!   push onto MPSC queues sharded by producer thread and flip one atomic state per timeout by
+//!   compare-and-swap, so exactly one of `cancel()`, the worker's expiry and `stop()` wins.
+//! - Timeout states and tasks of up to 32 bytes need no allocation per timeout once warm.
+//! - `new_timeout` reads the TSC where the kernel keeps time with it, calibrated on a thread of
+//!   its own (`hashed-timer-wheel-tsc`) and rounded up: never early while the cores' TSC skew
+//!   stays within 512 ns (see the `clock` module).
+//! - Tasks run on the worker thread one at a time (or on the configured executor): keep them short.
+//! - The worker starts on the first `new_timeout` (or `start`), sleeps until the next tick with
+//!   work, and parks when nothing is pending. The protocols are model-checked with loom.
 //!
 //! # Differences from Netty
-//! - **Never wakes for nothing.** Netty's worker wakes every tick even when idle (1 000
-//!   wake-ups a second at a 1 ms tick). This one sleeps until the next tick with work; firing
-//!   ticks are the same.
-//! - **`new_timeout` racing `stop()` is never lost**: the timeout is either refused with
-//!   [`TimerError::Stopped`] or returned by `stop()`. Netty can drop it.
-//! - **`pending_timeouts()` is exact**: a refused call does not count (Netty counts +1 on a
-//!   stopped timer), a timeout cancelled during its due tick is not counted twice (Netty #14959),
-//!   and it is 0 after `stop()`.
-//! - **`Duration::MAX` never fires** (Netty #7760 fired `Long.MAX_VALUE` delays at once):
-//!   deadlines saturate.
+//! - **Never wakes for nothing**: the worker sleeps until a tick with work; Netty wakes every tick.
+//! - **`new_timeout` racing `stop()` is never lost**: it is refused with
+//!   [`TimerError::Stopped`] or returned by `stop()`.
+//! - **`pending_timeouts()` is exact**: refused calls do not count, nothing counts twice (Netty
+//!   #14959), and it is 0 after `stop()`.
+//! - **`Duration::MAX` never fires** (Netty #7760): deadlines saturate.
 //! - **More than 100 000 timeouts in one tick all fire**, the rest on the following ticks.
-//! - **`ticks_per_wheel` above 2^30 is an error** (Netty 4.1.107+ throws
-//!   `NegativeArraySizeException`).
-//! - `stop()` from the worker thread is an error value, not an exception; dropping the last
-//!   owner inside a task does not deadlock.
-//! - **User code may panic anywhere**: a task (Netty catches its `Throwable` too), a task's
-//!   `Drop` (when it is cancelled, or dropped by `stop()`), a future's waker, the executor.
-//!   The timer catches each panic, counts it in [`TimerStats::panicked`] and logs it, and goes
-//!   on: nothing is lost, nothing is run twice, nothing is run on another task's data, and
-//!   `stop()` still returns every timeout that never ran. (A task that panics when run and
-//!   again in its `Drop` while that panic unwinds aborts the process, as any such value does
-//!   in Rust.)
-//! - One timer holds at most 134 217 727 (2^27 - 1) pending timeouts (some 6 GB of them); beyond
-//!   that `new_timeout` returns [`TimerError::TooManyPending`]. Netty has no such bound. It keeps
-//!   a wheel node at 40 bytes.
-//! - `stop()` returns the cancelled timeouts, but their tasks are dropped (a task is owned by the
-//!   timer, not shared with the handle).
-//! - The tick grid starts when the timer is built, not when its thread starts; this changes no
-//!   guarantee (never early, at most about a tick late).
-//! - `new_timeout` reads the time from the TSC (where, and while, the kernel itself uses it),
-//!   rounded up by at most about a microsecond, where Netty calls `System.nanoTime()`: a
-//!   deadline is never earlier than Netty's, and in rare cases (a deadline within that
-//!   microsecond of a tick's end) it falls in the next tick.
-//! - **A timeout rounds away costs nothing while it waits.** Netty keeps every timeout in its
-//!   bucket and walks the whole bucket at each visit to decrement `remaining_rounds`: with
-//!   millions of long idle-connection timeouts pending, that walk is most of a core. Here a
-//!   bucket holds only what fires in the current or next round; later timeouts wait in far
-//!   slots by round (levels of 64, as tokio's and Linux's wheels) and move into their bucket
-//!   at the start of the round before theirs, before that tick's transfer, so firing ticks and
-//!   the order within a tick are Netty's.
-//! - `remaining_rounds` is not decremented in place: each entry keeps its deadline, and the
-//!   worker compares `calculated <= tick` when the bucket comes round, which is Netty's
-//!   `remaining_rounds == 0` (see the design notes in the source, `wheel/mod.rs`).
+//! - **`ticks_per_wheel` above 2^30 is an error** (Netty 4.1.107+ throws).
+//! - `stop()` on the worker thread is an error; dropping the owner in a task does not deadlock.
+//! - **User code may panic anywhere** (a task, its `Drop`, a waker, the executor): the timer
+//!   counts it in [`TimerStats::panicked`], logs it and goes on; nothing is lost or run twice.
+//! - At most 2^27 - 1 pending timeouts per timer; beyond, [`TimerError::TooManyPending`].
+//! - `stop()` returns the cancelled timeouts, but their tasks are dropped (the timer owns them).
+//! - The tick grid starts when the timer is built, not when its thread starts.
+//! - Deadlines come from the TSC, rounded up by about a microsecond: rarely a tick after Netty's.
+//! - **A timeout rounds away costs nothing while it waits**: it waits in a far slot (levels of
+//!   64, as in tokio's wheel) and enters its bucket a round ahead, where Netty walks every
+//!   entry of a bucket at each visit. Firing ticks and the order within a tick are Netty's.
 //!
 //! # Beyond Netty
-//! - **Timeouts without a handle**: [`HashedWheelTimer::new_timeout_detached`] schedules work
-//!   nobody cancels with the same timing and no [`Timeout`] returned, so no reference is taken
-//!   for one.
-//! - **Futures on the same wheel**, for async code, with no runtime dependency and no thread
-//!   of their own: [`HashedWheelTimer::sleep`] and [`sleep_until`](HashedWheelTimer::sleep_until)
-//!   give a [`Sleep`]; [`HashedWheelTimer::timeout`] puts a deadline on any future
-//!   ([`Deadline`], failing with [`DeadlineError::Elapsed`]). Any executor drives them (tokio,
-//!   `futures`' `block_on`, smol); the timer's worker wakes them. Dropping one cancels its
-//!   timeout; a stopped timer completes them with an error, so they never hang.
-//!   [`HashedWheelTimer::interval`] gives an [`Interval`], ticks at a fixed rate awaited one by
-//!   one, with the periodic tasks' [`MissedRuns`] policy.
+//! - [`HashedWheelTimer::new_timeout_detached`]: a timeout with no [`Timeout`] handle.
+//! - **Futures**, on any executor and with no thread of their own: [`HashedWheelTimer::sleep`]
+//!   and [`sleep_until`](HashedWheelTimer::sleep_until) give a [`Sleep`];
+//!   [`HashedWheelTimer::timeout`] a [`Deadline`] (failing with [`DeadlineError::Elapsed`]);
+//!   [`HashedWheelTimer::interval`] an [`Interval`]. Dropping one cancels its timeout.
 //!
 //!   ```
 //!   use hashed_timer_wheel::{DeadlineError, HashedWheelTimer};
@@ -140,36 +76,19 @@
 //!   assert_eq!(reply, Ok("pong"));
 //!   # let _: Result<&str, DeadlineError> = reply;
 //!   ```
-//! - **Typed timers** for tasks that carry data at a high rate: a
-//!   `HashedWheelTimer<T>` built by [`Builder::build_typed`] takes tasks of one type
-//!   `T:`[`TypedTask`] and stores each whole in its queue and wheel, where the timer most code
-//!   uses erases each task's type (stored in place up to 32 bytes, boxed beyond) and keeps its
-//!   words aside while it waits. The same contract, handles and counters; periodic tasks and the
-//!   futures are on the default timer.
-//! - **Periodic tasks** on the same wheel: [`HashedWheelTimer::schedule_at_fixed_rate`] (Java's
-//!   `scheduleAtFixedRate`: deadlines fixed from the first, no drift, and a [`MissedRuns`]
-//!   policy for runs the worker could not make on time) and
-//!   [`HashedWheelTimer::schedule_with_fixed_delay`]; one [`PeriodicTimeout`] cancels every
-//!   future run, runs never overlap, and `pending_timeouts()` counts the task once.
-//! - **Operational counters**: [`HashedWheelTimer::stats`] gives expired, cancelled, refused
-//!   and panicked counts and how late timeouts fired ([`TimerStats`]), at no cost to
-//!   `new_timeout` and `cancel`.
+//! - **Typed timers** ([`Builder::build_typed`]): tasks of one type `T:`[`TypedTask`], stored
+//!   whole, with no box. Periodic tasks and futures are on the default timer.
+//! - **Periodic tasks**: [`HashedWheelTimer::schedule_at_fixed_rate`] (with a [`MissedRuns`]
+//!   policy) and [`HashedWheelTimer::schedule_with_fixed_delay`], cancelled by one
+//!   [`PeriodicTimeout`].
+//! - **Counters**: [`HashedWheelTimer::stats`] ([`TimerStats`]).
 //!
 //! # In the Rust service stack
-//! The wheel plugs in where services reach for a timer, one timer serving all of them. Their
-//! limits round up to the timer's tick (never early, up to about a tick late): build a
-//! service's timer with a 1 ms tick (`HashedWheelTimer::new(Duration::from_millis(1), 512)`),
-//! not the default timer's 100 ms, on which a 50 ms limit fires up to 150 ms after the call.
-//! - [`DelayQueue`] ([`delay_queue`]): tokio-util's queue of values that come back at their
-//!   deadlines, with its method names (`insert`, `remove`, `reset`, `peek`, `poll_expired`...),
-//!   on a wheel of its own woken by one [`Sleep`]. Any `Duration` is accepted; an empty queue
-//!   returns `Ready(None)`; `remove`, `clear` and a reset into the past wake the waiting task.
-//! - `HyperTimer` (feature `hyper`): `hyper::rt::Timer` for hyper 1.x, so that hyper's
-//!   connection timeouts (header read, keep-alive) are sleeps on the wheel.
-//! - `TimeoutLayer` (feature `tower`): a tower 0.5 `Layer` in the shape of
-//!   `tower::timeout`; a call past its limit fails with tower's own
-//!   `tower::timeout::error::Elapsed` in a `tower::BoxError`, so that code ported from
-//!   `tower::timeout` (`e.is::<tower::timeout::error::Elapsed>()`) matches it unchanged.
+//! Give a service's timer a 1 ms tick: limits round up to the tick (by default, 100 ms).
+//! - [`DelayQueue`] ([`delay_queue`]): tokio-util's, on a wheel of its own. Any `Duration` is
+//!   accepted; `remove`, `clear` and a reset into the past wake the waiting task.
+//! - `HyperTimer` (feature `hyper`): `hyper::rt::Timer` for hyper 1.x.
+//! - `TimeoutLayer` (feature `tower`): `tower::timeout` (tower 0.5), failing with its `Elapsed`.
 //!
 //! ```
 //! use hashed_timer_wheel::{DelayQueue, HashedWheelTimer};
@@ -184,23 +103,18 @@
 //! ```
 //!
 //! # Cargo features
-//! None is on by default, and the default build depends on none of their crates.
-//! - `hyper`: `HyperTimer` and `HyperSleep` (depends on `hyper` 1.x, no features).
-//! - `tower`: `TimeoutLayer`, `TimeoutService` and `TimeoutResponseFuture` (depends on `tower`
-//!   0.5 with its `timeout` feature, for its `Elapsed` error, which builds `tokio` with `time`
-//!   only: no runtime, no thread).
-//! - `stream`: `futures_core::Stream` for [`DelayQueue`] (depends on `futures-core`).
+//! None by default: `hyper` and `tower` (their adapters; `tower` builds tokio with `time` only,
+//! no runtime) and `stream` (`futures_core::Stream` for [`DelayQueue`]).
 //!
 //! # Testing code that uses a timer
-//! [`Builder::build_manual`] gives a timer with no thread and a [`ManualDriver`] that moves its
-//! clock: tests run due tasks deterministically, with no sleeps.
+//! [`Builder::build_manual`]: a timer with no thread, whose [`ManualDriver`] moves its clock.
 #![warn(missing_docs)]
-// The one exception allows it: `shared::small_task` (a task's words stored in place).
+// Only `shared::small_task` allows it (a task's words stored in place).
 #![deny(unsafe_code)]
 
-// The modules, bottom up by layer, in the order of ARCHITECTURE.md's module table: each
-// imports only modules listed before it (`tests/architecture.rs` checks the table's order
-// against the imports). `macros` comes first so that every module can use its `cfg_*!` macros.
+// Bottom up, in the order of ARCHITECTURE.md's module table (`tests/architecture.rs` checks
+// it); `macros` first, for its `cfg_*!` macros. The comments between them keep rustfmt from
+// sorting them.
 #[macro_use]
 mod macros;
 // Concurrency primitives (std or loom) and the producers' queue.
@@ -224,8 +138,7 @@ mod timer;
 // Adapters to other crates' timer interfaces.
 mod adapters;
 
-/// What the loom models observe and drive beyond the public API. Compiled only under
-/// `--cfg loom`.
+/// What the loom models observe and drive beyond the public API (`--cfg loom` only).
 #[cfg(loom)]
 #[doc(hidden)]
 pub mod loom_hooks {

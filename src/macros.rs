@@ -1,6 +1,5 @@
-//! The `cfg` conditions the crate repeats, each written once under a name (tokio's `cfg_*!`):
-//! a macro that keeps the items it wraps only where its condition holds, and its `cfg_not_*!`
-//! twin for the other targets.
+//! The `cfg_*!` macros (as tokio's): each repeated `cfg` condition written once, with a
+//! `cfg_not_*!` twin. Imports nothing.
 
 /// Where producers read the TSC (`clock`'s fast clock): Linux on x86-64, not under loom.
 macro_rules! cfg_tsc {
@@ -12,7 +11,6 @@ macro_rules! cfg_tsc {
     };
 }
 
-/// Where `cfg_tsc!` does not hold.
 macro_rules! cfg_not_tsc {
     ($($item:item)*) => {
         $(

@@ -1,13 +1,6 @@
-//! The one module that names the concurrency primitives: the bottom of the crate, importing
-//! nothing of it.
-//!
-//! Owns the choice between std (and crossbeam) and loom, the multi-producer [`Queue`] the
-//! producers and the worker meet in, the loom stand-ins for thread parking, and the hooks the
-//! loom models read (`loom_hooks`).
-//!
-//! Normal builds get `std` atomics, threads and mutexes; under `--cfg loom` every type here
-//! comes from loom, and [`Queue`] is the same code on loom's mutex. No other module names these
-//! types: `tests/architecture.rs` fails if one does.
+//! The concurrency primitives (std and crossbeam, or loom's), the sharded MPSC [`Queue`], and
+//! loom's parking stand-in and `loom_hooks`. Imports nothing of the crate; no other module
+//! names these types (loom would miss it), which `tests/architecture.rs` checks.
 
 #[cfg(not(loom))]
 pub(crate) use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, AtomicUsize};
@@ -22,24 +15,15 @@ pub(crate) use loom::sync::atomic::{
 };
 #[cfg(loom)]
 pub(crate) use loom::sync::{Mutex, MutexGuard};
-// std's `Arc` even under loom: loom's `Arc` can be neither a method receiver
-// (`self: &Arc<Self>`) nor coerced to `Arc<dyn Fn ..>` (the executor). No protocol here hangs
-// on a reference count: every hand-over goes through a loom atomic, mutex or queue, which loom
-// does see. (What is lost is loom's leak check on `Arc`s.)
+// std's `Arc` even under loom: loom's can be neither a method receiver nor an `Arc<dyn Fn ..>`.
+// No protocol hangs on a reference count; only loom's leak check on `Arc`s is lost.
 #[cfg(loom)]
 pub(crate) use std::sync::Arc;
 
-/// Under loom: loom's threads, with spawns counted for the lazy-start model
-/// (`loom_hooks::threads_spawned`), and std's park/unpark semantics.
-///
-/// Loom's own `Thread::unpark` makes its target runnable whatever it is blocked on: a thread
-/// waiting for a mutex or in `JoinHandle::join` then resumes and trips loom's internal
-/// assertions ("expected to be able to acquire lock"; tokio-rs/loom#249). With std an unpark
-/// racing a lock or a join is harmless, and this crate does race them (`stop` unparks the
-/// worker while a producer's `wake_by` may too). So the park token here is std's futex parker
-/// on a loom atomic: an unpark before the park is remembered, and loom's unpark is called only
-/// for a thread inside `park` (parked, or about to be with nothing else in between). A lost
-/// wake-up is still a loom deadlock.
+/// Under loom: loom's threads, spawns counted, with std's park/unpark semantics. Loom's own
+/// `unpark` also wakes a thread in a mutex or `join`, tripping loom (tokio-rs/loom#249); here
+/// the token is std's futex parker on a loom atomic, and loom's unpark reaches only a thread
+/// inside `park`. A lost wake-up is still a loom deadlock.
 #[cfg(loom)]
 pub(crate) mod thread {
     use super::Ordering::SeqCst;
@@ -69,7 +53,6 @@ pub(crate) mod thread {
         TOKEN.with(|t| Arc::clone(t.borrow_mut().get_or_insert_with(new_token)))
     }
 
-    /// A handle on a thread, as `std::thread::Thread`.
     #[derive(Clone, Debug)]
     pub(crate) struct Thread {
         inner: loom::thread::Thread,
@@ -98,9 +81,8 @@ pub(crate) mod thread {
     pub(crate) fn park() {
         let token = my_token();
         let state = &token.0;
-        // EMPTY -> PARKED; or a token is there (NOTIFIED, from an unpark before or just now):
-        // consume it and return. Every access to the token is a read-modify-write: loom orders
-        // plain stores only partially against them, and lets a later swap read around one.
+        // EMPTY -> PARKED, or consume the token (NOTIFIED) and return. Read-modify-writes only:
+        // loom orders plain stores only partially against them.
         if state
             .compare_exchange(EMPTY, PARKED, SeqCst, SeqCst)
             .is_err()
@@ -174,8 +156,7 @@ pub(crate) mod loom_hooks {
     use super::Ordering;
     use std::sync::atomic::{AtomicBool, AtomicUsize};
 
-    // Loom lazy statics live for one execution: each starts afresh. (Plain std types inside:
-    // loom runs an execution on one OS thread, and these are not part of any protocol.)
+    // Per loom execution; plain std inside (one OS thread per execution, in no protocol).
     loom::lazy_static! {
         pub(super) static ref SPAWNED: AtomicUsize = AtomicUsize::new(0);
         pub(super) static ref WORKER: std::sync::Mutex<Option<super::thread::Thread>> =
@@ -188,9 +169,8 @@ pub(crate) mod loom_hooks {
         SPAWNED.load(Ordering::Relaxed)
     }
 
-    /// From now on in this execution, a timer built with `build()` keeps its clock still until
-    /// `advance_clock` moves it: the worker's bounded sleeps become parks that only the clock
-    /// (or a producer's wake-up) ends. Call before building the timer.
+    /// For the rest of this execution, a timer built with `build()` keeps its clock still until
+    /// `advance_clock` moves it. Call before building the timer.
     pub fn hold_clock() {
         CLOCK_HELD.store(true, Ordering::Relaxed);
     }
@@ -199,8 +179,7 @@ pub(crate) mod loom_hooks {
         CLOCK_HELD.load(Ordering::Relaxed)
     }
 
-    /// Unparks the worker thread last spawned in this execution, if any (the model's stand-in
-    /// for an OS timer ending a `park_timeout`).
+    /// Unparks the last spawned worker: the stand-in for a `park_timeout` running out.
     pub(crate) fn unpark_worker() {
         if let Some(worker) = WORKER.lock().unwrap().as_ref() {
             worker.unpark();
@@ -213,12 +192,9 @@ pub(crate) use std::sync::atomic::Ordering;
 /// Keeps a hot atomic on a cache line of its own (not a primitive: the same under loom).
 pub(crate) use crossbeam_utils::CachePadded;
 
-/// Process-wide state (the live-timer count, the fast clock's one-time set-up and the thread
-/// that runs it): plain std even under loom, because it is static and outside every modelled
-/// protocol.
+/// Process-wide statics, outside every modelled protocol: plain std even under loom.
 pub(crate) mod process {
-    /// For statistics (`shared::Counters`): outside every protocol, so not modelled by loom
-    /// either (loom would explore their every store for nothing).
+    /// For statistics (`shared::Counters`): in no protocol, so loom need not explore them.
     pub(crate) use std::sync::atomic::AtomicU64;
     pub(crate) use std::sync::atomic::{AtomicBool, AtomicUsize};
     cfg_tsc! {
@@ -229,9 +205,8 @@ pub(crate) mod process {
     }
 }
 
-/// Locks a mutex, ignoring poisoning: every critical section in this crate leaves its data
-/// consistent before it can panic (the user code run under the worker's lock, tasks, runs
-/// under `catch_unwind`).
+/// Locks, ignoring poisoning: every critical section leaves its data consistent before it can
+/// panic (user code under the worker's lock runs under `catch_unwind`).
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     #[cfg(not(loom))]
     {
@@ -277,40 +252,25 @@ impl<T> Batch for Vec<T> {
     }
 }
 
-/// What a drain of every shard does with the shards' buffers: keeps them for the next pushes,
-/// or lets them go.
+/// Whether a drain keeps the shards' buffers for the next pushes or frees them.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Buffers {
     Keep,
     Free,
 }
 
-/// An unbounded multi-producer queue; the worker is its only consumer, and takes everything
-/// queued at once ([`Queue::take_into`]). The items are held in a [`Batch`] `B` per shard (a
-/// `Vec`, or the timeouts' parallel vectors), and each shard also keeps a little data of type
-/// `S` that its producers update under the shard's lock (the timeouts queue keeps
-/// pending-count credit there: see `Shared::refill_credit`).
+/// An unbounded multi-producer queue; its one consumer, the worker, takes everything at once
+/// ([`Queue::take_into`]). Each shard is a mutex-guarded [`Batch`] `B` plus data `S` (the
+/// pending-count credit: `Shared::refill_credit`); the worker swaps the buffers for empty ones,
+/// so a steady state allocates nothing (`docs/performance.md`, "Sharded producer queue").
 ///
-/// Mutex-guarded batches, one per shard of producer threads, whose buffers the worker swaps for
-/// empty ones of its own: a push is a lock, a `Vec::push` and an unlock, and in a steady state
-/// the buffers are reused, so the queue allocates nothing per timeout.
-///
-/// **The lock is part of the protocol.** A producer pushes and then reads a flag (`state`,
-/// `planned`); the worker and `stop()` write that flag and then look at the queue
-/// ([`Queue::is_empty`], [`Queue::take_all`]), which locks every shard. Whichever of the two
-/// critical sections on a shard comes second sees what the first did: the consumer sees the
-/// item, or the producer (whose lock acquires the consumer's unlock) sees the flag. So neither
-/// side needs a fence. (A lock-free queue would need a `SeqCst` fence on both sides. Under
-/// loom the queue is the same code with loom's mutex, so the models check this argument.)
-///
-/// A lock-free queue that allocates blocks (crossbeam's `SegQueue`) has the producer allocate
-/// what the worker frees, on another thread; these buffers move whole instead, and the locks
-/// are held for a push (`docs/performance.md`, "Sharded producer queue"; `benches/README.md`,
-/// "Tried and dropped", has `SegQueue`).
+/// **The lock is part of the protocol.** A producer pushes, then reads a flag (`state`,
+/// `planned`); the worker and `stop()` write it, then look at every shard under its lock
+/// ([`Queue::is_empty`], [`Queue::take_all`]): whichever comes second sees what the first
+/// did, so neither side needs a fence.
 pub(crate) struct Queue<B, S = ()> {
-    /// Each producer thread pushes to one shard (so its pushes stay in order), chosen round
-    /// robin when the thread first pushes: producers on different threads rarely share a lock.
-    /// (Under loom, one shard: more would add contention, not behaviour.)
+    /// A producer thread pushes to one shard (its pushes stay in order), chosen round robin at
+    /// its first push. Under loom, one: more would add contention, not behaviour.
     shards: Box<[PaddedShard<B, S>]>,
 }
 
@@ -321,7 +281,6 @@ struct Shard<B, S> {
     data: S,
 }
 
-/// Shards per `Queue` (see `Queue::shards`).
 pub(crate) const SHARDS: usize = if cfg!(loom) { 1 } else { 8 };
 // A shard's index travels as a `u8` (`ShardGuard::index`, a chunk's shard).
 const _: () = assert!(SHARDS <= 256);
@@ -376,18 +335,16 @@ impl<B: Batch, S> Queue<B, S> {
     #[inline]
     pub(crate) fn my_shard(&self) -> ShardGuard<'_, B, S> {
         let i = my_shard();
-        // SHARDS is far below 256 (checked where it is defined).
+        // Fits: `SHARDS <= 256`.
         ShardGuard(lock(&self.shards[i]), i as u8)
     }
 
-    /// Runs `f` on every shard's data, each under its lock.
     pub(crate) fn for_each_data(&self, mut f: impl FnMut(&mut S)) {
         for shard in self.shards.iter() {
             f(&mut lock(shard).data);
         }
     }
 
-    /// Folds every shard's data, each read under its lock.
     pub(crate) fn fold_data<A>(&self, init: A, mut f: impl FnMut(A, &S) -> A) -> A {
         let mut acc = init;
         for shard in self.shards.iter() {
@@ -401,17 +358,13 @@ impl<B: Batch, S> Queue<B, S> {
         self.shards.iter().all(|s| lock(s).items.is_empty())
     }
 
-    /// Moves every queued item to the end of `buf`, each thread's pushes in push order. When
-    /// `buf` is empty the queue keeps its allocation for the next pushes.
+    /// Moves every queued item to `buf`, each thread's in order; an empty `buf` is swapped in.
     #[inline]
     pub(crate) fn take_into(&self, buf: &mut B) {
         self.take(buf, Buffers::Keep)
     }
 
-    /// Hands each non-empty shard's batch to `take`, under the shard's lock, in shard order,
-    /// with the shard's data and index: `take` moves the batch out (leaving an empty batch,
-    /// ideally one with capacity, for the next pushes). Each thread's pushes are in one batch,
-    /// in order.
+    /// Hands each non-empty shard's batch (to move out), data and index to `take`, under its lock.
     #[inline]
     pub(crate) fn take_each(&self, mut take: impl FnMut(&mut B, &mut S, usize)) {
         for (i, shard) in self.shards.iter().enumerate() {
@@ -422,8 +375,7 @@ impl<B: Batch, S> Queue<B, S> {
         }
     }
 
-    /// Every queued item, each thread's pushes in order, and the queue's buffers with them: the
-    /// queue holds no memory afterwards (for `stop`, and an idle worker).
+    /// Every queued item, and the buffers with them, for `stop` and an idle worker.
     pub(crate) fn take_all(&self) -> B {
         let mut out = B::default();
         self.take(&mut out, Buffers::Free);
@@ -456,12 +408,10 @@ impl<B: Batch, S> Queue<B, S> {
 pub(crate) struct ShardGuard<'a, B, S>(MutexGuard<'a, Shard<B, S>>, u8);
 
 impl<B, S> ShardGuard<'_, B, S> {
-    /// Which shard this is (below [`SHARDS`]).
     #[inline]
     pub(crate) fn index(&self) -> u8 {
         self.1
     }
-    /// The shard's data and its batch at once.
     #[inline]
     pub(crate) fn parts(&mut self) -> (&mut S, &mut B) {
         let shard = &mut *self.0;

@@ -1,10 +1,6 @@
-//! The work a timeout runs: `TimerTask` (any closure, type-erased) and `TypedTask` (a typed
-//! timer's tasks, stored in place).
-//!
-//! Owns [`TimerTask`] (and its impls for closures and boxed tasks) and [`TypedTask`]. Uses the
-//! `Timeout` handle and the two traits `shared` defines for the layers above it to fill: `Job`
-//! (a boxed task), implemented for every `TimerTask`, and `Stored` (what a timer stores per
-//! timeout), implemented for every `TypedTask`.
+//! The work a timeout runs. Owns [`TimerTask`] (any closure, type-erased) and [`TypedTask`] (a
+//! typed timer's tasks, stored in place). Imports `timeout`, and fills `shared`'s `Job` (for every
+//! `TimerTask`) and `Stored` (for every `TypedTask`).
 
 use crate::shared::cells::{CellId, CellRef};
 use crate::shared::{sealed, Job, Stored};
@@ -13,17 +9,9 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 
 /// A task run once when its [`Timeout`] expires (Netty's `TimerTask`).
 ///
-/// Every `FnOnce(&Timeout) + Send + 'static` closure is a `TimerTask`, so most code never names
-/// this trait. Implement it by hand for a named type, or when the task is a struct you want to
-/// inspect in tests.
-///
-/// The timer stores a task of up to 32 bytes (aligned to at most 8) in place: scheduling a
-/// closure that captures, say, an id, a deadline and a reference allocates nothing, and nothing
-/// is freed when it has run. A larger task is boxed when it is scheduled. A task of your own
-/// type is boxed for [`run`](TimerTask::run) when it runs, on the thread that runs it.
-///
-/// The task receives its own timeout, from which it can reach the timer
-/// ([`Timeout::timer`]) and schedule again.
+/// Every `FnOnce(&Timeout) + Send + 'static` closure is one. A task of up to 32 bytes (aligned to
+/// at most 8) is stored in place, allocating nothing; a larger one is boxed when scheduled, and one
+/// of your own type when it runs.
 ///
 /// ```
 /// use hashed_timer_wheel::{HashedWheelTimer, Timeout, TimerTask};
@@ -44,15 +32,13 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 /// timer.new_timeout(Retry { attempt: 0 }, Duration::from_millis(10)).unwrap();
 /// ```
 pub trait TimerTask: Send + 'static {
-    /// Runs the task. Called at most once, on the worker thread (or on the configured executor).
+    /// Runs the task: at most once, on the worker thread (or the executor).
     ///
-    /// A panic is caught, counted in [`TimerStats::panicked`](crate::TimerStats::panicked)
-    /// and logged at warn level; the worker goes on with the next task. So is a panic of the
-    /// task's `Drop` when the timer drops it unrun (cancelled, or at `stop()`).
+    /// A panic, of the task or of its `Drop` when dropped unrun, is caught, counted in
+    /// [`TimerStats::panicked`](crate::TimerStats::panicked) and logged.
     fn run(self: Box<Self>, timeout: &Timeout);
 
-    /// Runs the task from where the timer stored it, without a box: a closure is called in
-    /// place; any other task is boxed for [`TimerTask::run`] here, on the thread that runs it.
+    /// Runs a closure in place, without a box; other tasks are boxed for [`TimerTask::run`].
     #[doc(hidden)]
     #[inline]
     fn run_unboxed(self, timeout: &Timeout)
@@ -89,8 +75,7 @@ impl TimerTask for Box<dyn TimerTask> {
     }
 }
 
-/// How a user's task travels through the queues and the wheel: as a job the worker runs with
-/// its timeout's state, which becomes the `Timeout` the task receives.
+/// A task as `shared` carries it: a job run with its cell, which becomes the task's `Timeout`.
 impl<T: TimerTask> Job for T {
     #[inline]
     fn run(self, state: CellRef) -> (CellRef, bool) {
@@ -107,13 +92,10 @@ impl<T: TimerTask> Job for T {
     }
 }
 
-/// A task of a typed timer (`HashedWheelTimer<T>`): stored whole in the timer's queue and
-/// wheel, whatever its size, so scheduling it allocates nothing, and nothing is freed when it
-/// runs. For tasks that carry data (an id, a channel) scheduled at a high rate; the default
-/// timer ([`TimerTask`]) takes any closure, and stores those of up to 32 bytes in place too.
+/// A task of a typed timer (`HashedWheelTimer<T>`), stored in place: scheduling allocates nothing.
 ///
-/// A typed timer holds one task type: make it an enum for several kinds of work. It is built
-/// with [`Builder::build_typed`](crate::Builder::build_typed).
+/// One type per timer (make it an enum for several kinds of work), built with
+/// [`Builder::build_typed`](crate::Builder::build_typed).
 ///
 /// ```
 /// use hashed_timer_wheel::{HashedWheelTimer, Timeout, TypedTask};
@@ -143,9 +125,8 @@ impl<T: TimerTask> Job for T {
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub trait TypedTask: Send + Sized + 'static {
-    /// Runs the task. Called at most once, on the worker thread (or on the configured
-    /// executor). A panic, or a panic of the task's `Drop`, is caught, counted and logged, as
-    /// for [`TimerTask`].
+    /// Runs the task: at most once, on the worker thread (or the executor). A panic, or one of its
+    /// `Drop`, is caught, counted and logged, as for [`TimerTask`].
     fn run(self, timeout: &Timeout<Self>);
 }
 
@@ -183,8 +164,7 @@ impl<T: TypedTask> sealed::TaskStorage for T {
         entry.task
     }
 
-    // `always`: in a large binary LLVM keeps this out of line, and the pair it returns then
-    // goes through memory; inline, the task's run is part of the worker's loop.
+    // `always`: out of line (as LLVM leaves it in a large binary) its pair goes through memory.
     #[inline(always)]
     fn run_entry(entry: sealed::Whole<T>, _: &mut (), state: CellRef) -> (CellRef, bool) {
         sealed::TaskStorage::run_stored(entry.task, state)

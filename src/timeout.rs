@@ -1,8 +1,6 @@
-//! The `Timeout` handle (Netty's `Timeout`): what `new_timeout` returns and a task receives.
-//!
-//! Owns the public face of one timeout. The state machine behind it is `shared`'s
-//! (`shared::cells`, with its state table); this module only calls it. Uses the shared state
-//! and, through [`TimerHandle`], reaches the owner's methods without importing `timer`.
+//! The `Timeout` handle (Netty's `Timeout`), the public face of one timeout; the state machine
+//! behind it is `shared::cells`'s. Imports `shared`, and reaches the owner's methods through
+//! [`TimerHandle`] without importing `timer`.
 
 use crate::shared::cells::{CancelOutcome, CellRef};
 use crate::shared::{BoxedTask, Stored, TimerHandle};
@@ -11,16 +9,12 @@ use std::marker::PhantomData;
 
 /// A handle on a scheduled task (Netty's `Timeout`).
 ///
-/// Returned by [`new_timeout`](crate::HashedWheelTimer::new_timeout) and passed to the task when
-/// it runs. Cloning is cheap; all clones refer to the same timeout. Two handles compare equal
-/// when they refer to the same timeout.
+/// Returned by [`new_timeout`](crate::HashedWheelTimer::new_timeout) and passed to the task when it
+/// runs. Clones are cheap, refer to the same timeout and compare equal.
 ///
-/// **Dropping a `Timeout` does not cancel it**: the task still runs when it is due. Keep the
-/// handle if you may want to [`cancel`](Timeout::cancel).
-///
-/// A handle does not keep the timer's worker thread alive: when the timer's owner is dropped the
-/// worker stops, and [`timer()`](Timeout::timer) then refuses new work with
-/// [`TimerError::Stopped`](crate::TimerError::Stopped).
+/// **Dropping a `Timeout` does not cancel it**: the task still runs when it is due. Nor does a
+/// handle keep the timer alive: once the owner is dropped, [`timer()`](Timeout::timer) refuses new
+/// work with [`TimerError::Stopped`](crate::TimerError::Stopped).
 ///
 /// ```
 /// use hashed_timer_wheel::HashedWheelTimer;
@@ -55,9 +49,8 @@ impl<J: Stored> Timeout<J> {
 
     /// Cancels the timeout so that its task never runs.
     ///
-    /// Returns `true` for the one call that cancelled it; `false` if it had already been
-    /// cancelled, has expired (the task ran or is running), or was returned by `stop()`.
-    /// The timer frees the timeout and drops its task within about one tick.
+    /// Returns `true` for the one call that cancelled it; `false` once cancelled, expired (the task
+    /// ran or runs) or returned by `stop()`. The task is dropped within about a tick.
     ///
     /// ```
     /// # use hashed_timer_wheel::HashedWheelTimer;

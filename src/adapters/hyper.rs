@@ -1,8 +1,5 @@
-//! `hyper::rt::Timer` on the wheel (hyper 1.x): what hyper's connections time with (header
-//! read timeout, keep-alive) becomes the crate's [`Sleep`].
-//!
-//! Owns [`HyperTimer`] and [`HyperSleep`]. Touches the crate's public futures and the timer's
-//! clock (through its handle).
+//! `hyper::rt::Timer` (hyper 1.x) on the wheel: hyper's connection timeouts become [`Sleep`]s.
+//! Owns [`HyperTimer`] and [`HyperSleep`]; touches the public futures and the timer's clock.
 
 use super::StoppedTimer;
 use crate::{Sleep, TimerHandle};
@@ -13,28 +10,17 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 /// A `hyper::rt::Timer` whose sleeps are the timer's [`Sleep`]s: give it to hyper's connection
-/// builders (`.timer(HyperTimer::new(timer.handle()))`).
-///
-/// - `sleep` and `sleep_until` box a [`HyperSleep`] (one allocation, as hyper's own timers);
-/// - `reset` moves the deadline of that same sleep ([`Sleep::reset`]): no new box;
-/// - `now` reads the timer's clock, the one its deadlines are measured on.
-///
-/// When the timer stops, every sleep completes at once: hyper's timeouts on its connections
-/// fire (the connections close with a timeout error) rather than hang.
-///
-/// # The tick is the resolution
-/// A sleep ends at the end of the timer's tick it falls in: never early, up to about a tick
-/// late, so hyper's timeouts round up to a tick. Build the timer with a service-grade tick,
-/// `HashedWheelTimer::new(Duration::from_millis(1), 512)` as below; the default timer's tick is
-/// Netty's 100 ms, on which a 50 ms timeout fires up to 150 ms after the call.
+/// builders (`.timer(HyperTimer::new(timer.handle()))`). `sleep` boxes a [`HyperSleep`],
+/// `reset` moves that same sleep's deadline ([`Sleep::reset`]), `now` reads the timer's clock.
+/// Sleeps round up to the end of a tick (never early, up to about a tick late): build the timer
+/// with a 1 ms tick, as below, not the default 100 ms.
 ///
 /// # Keep the timer's owner alive
 /// A [`TimerHandle`] does not keep its timer alive. If the owner ([`HashedWheelTimer`]) is
-/// dropped while the server runs, the timer stops, every sleep completes at once, and hyper
-/// closes every connection as a header-read timeout. That mistake is logged (`log::error!`,
-/// naming `HyperTimer`) the first time a `HyperTimer` is built on, or asked for a sleep by, a
-/// stopped timer, once per process. Keep the owner for the server's life (in `main`, or in an
-/// `Arc` the server holds), and stop it after the server.
+/// dropped while the server runs, every sleep completes at once and hyper closes every
+/// connection as a header-read timeout; this is logged once (`log::error!`, naming
+/// `HyperTimer`). Keep the owner for the server's life (in `main`, or in an `Arc` the server
+/// holds), and stop it after the server.
 ///
 /// [`HashedWheelTimer`]: crate::HashedWheelTimer
 ///
@@ -90,8 +76,7 @@ impl hyper::rt::Timer for HyperTimer {
     }
 
     fn now(&self) -> Instant {
-        // The producers' clock: what `sleep`'s deadlines count from (never behind the
-        // monotonic clock).
+        // The producers' clock, which `sleep`'s deadlines count from.
         let clock = &self.timer.shared.clock;
         clock.instant_at(clock.now_upper())
     }

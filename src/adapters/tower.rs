@@ -1,10 +1,7 @@
-//! A tower timeout layer on the wheel, in the shape of `tower::timeout` (tower 0.5).
-//!
-//! Owns [`TimeoutLayer`], [`TimeoutService`] and [`TimeoutResponseFuture`]. Each call's
-//! deadline is a [`Deadline`] around the inner service's response future (see
-//! [`TimeoutService`]). A call past its limit fails with tower's own
-//! `tower::timeout::error::Elapsed`, so that code written against `tower::timeout` matches it
-//! unchanged. Touches only the crate's public futures.
+//! A tower 0.5 timeout layer on the wheel, in the shape of `tower::timeout`. Owns
+//! [`TimeoutLayer`], [`TimeoutService`] and [`TimeoutResponseFuture`]; each call is a
+//! [`Deadline`] on the inner response. Touches the crate's public futures, `TimerHandle` and
+//! the adapters' `StoppedTimer`.
 
 use super::StoppedTimer;
 use crate::{Deadline, DeadlineError, TimerHandle};
@@ -16,13 +13,9 @@ use std::time::Duration;
 use tower::timeout::error::Elapsed;
 use tower::{BoxError, Layer, Service};
 
-/// Applies a [`TimeoutService`] to every service it wraps: each request gets at most `limit`
-/// to produce its response (`tower::timeout::TimeoutLayer`, on the wheel).
-///
-/// A limit ends at the end of the timer's tick it falls in: never early, up to about a tick
-/// late, so limits round up to a tick. Build the timer with a service-grade tick,
-/// `HashedWheelTimer::new(Duration::from_millis(1), 512)` as below; the default timer's tick is
-/// Netty's 100 ms, on which a 50 ms limit fires up to 150 ms after the call.
+/// `tower::timeout::TimeoutLayer` on the wheel: each request gets at most `limit` to produce
+/// its response ([`TimeoutService`]). Limits round up to the end of a tick (never early, up to
+/// about a tick late): build the timer with a 1 ms tick, as below, not the default 100 ms.
 ///
 /// ```
 /// use hashed_timer_wheel::{HashedWheelTimer, TimeoutLayer};
@@ -40,12 +33,9 @@ use tower::{BoxError, Layer, Service};
 ///
 /// # Keep the timer's owner alive
 /// A [`TimerHandle`] does not keep its timer alive. If the owner ([`HashedWheelTimer`]) is
-/// dropped while the service runs, the timer stops and no limit can be kept: every call whose
-/// response is not ready when polled fails with
-/// [`TimerError::Stopped`](crate::TimerError::Stopped) (see [`TimeoutService`]). That mistake
-/// is logged (`log::error!`, naming `TimeoutLayer`) the first time a layer or service is built
-/// on, or a call is made through, a stopped timer, once per process. Keep the owner for the
-/// service's life, and stop it after the server.
+/// dropped, every call whose response is not ready when polled fails with
+/// [`TimerError::Stopped`](crate::TimerError::Stopped) (see [`TimeoutService`]), logged once
+/// (`log::error!`). Keep the owner for the service's life, and stop it after the server.
 ///
 /// [`HashedWheelTimer`]: crate::HashedWheelTimer
 #[derive(Clone, Debug)]
@@ -86,21 +76,10 @@ impl<S> Layer<S> for TimeoutLayer {
 
 /// A service whose responses fail with tower's own
 /// [`Elapsed`](https://docs.rs/tower/0.5/tower/timeout/error/struct.Elapsed.html) when they
-/// take longer than the limit (`tower::timeout::Timeout`, on the wheel).
-///
-/// `poll_ready` is the inner service's. A call's limit starts when its response future is
-/// first polled and found pending (as [`Deadline`]'s: never earlier than from the call); the
-/// inner service's errors pass through, boxed.
-///
-/// A stopped timer (stopped, or its owner dropped) can keep no limit. Each poll of a call's
-/// response polls the inner response first, as `tower::timeout` does, so:
-/// - a response that is ready when polled is returned, stopped timer or not;
-/// - one that is still pending fails with
-///   [`TimerError::Stopped`](crate::TimerError::Stopped), boxed: at its first poll when the
-///   call was made on a stopped timer, at its next poll when the timer stops during the call
-///   (the stop wakes it). The inner response future is dropped.
-///
-/// Building a service on, or calling through, a stopped timer logs an error once (see
+/// take longer than the limit (`tower::timeout::Timeout`, on the wheel), counted from the first
+/// poll that finds the response pending. `poll_ready` and inner errors pass through, boxed.
+/// On a stopped timer a poll returns a ready response, and otherwise drops it and fails with
+/// [`TimerError::Stopped`](crate::TimerError::Stopped), boxed; this is logged once (see
 /// [`TimeoutLayer`]).
 ///
 /// ```

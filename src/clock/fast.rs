@@ -1,9 +1,6 @@
-//! The producers' fast clock: the TSC through `quanta`, anchored to the monotonic clock (see
-//! the parent module, "The producers' clock"). Compiled where `cfg_tsc!` holds.
-//!
-//! The kernel's clock source decides whether the TSC is trusted: when the set-up starts, and
-//! again in a worker's turn once [`RECHECK`] has passed since the last read, for the rest of
-//! the process (the parent module says why).
+//! The producers' fast clock: the TSC through `quanta`, anchored to the monotonic clock, and
+//! trusted while the kernel's clock source is the TSC (the parent module's "The producers'
+//! clock" says why). Compiled where `cfg_tsc!` holds; imports the parent and `sync`.
 
 use super::duration_to_nanos;
 use crate::sync::process::{AtomicBool, AtomicU64, Mutex, Once, OnceLock, ThreadBuilder};
@@ -11,28 +8,21 @@ use crate::sync::{try_lock, Ordering};
 use std::cell::Cell;
 use std::time::Instant;
 
-/// An anchor older than this (in TSC units) is renewed from the monotonic clock.
+/// An anchor older than this is renewed from the monotonic clock.
 const WINDOW_NS: u64 = 1_000_000;
 /// Fixed part of the rounding up (cross-core TSC skew, the anchor's own read).
 const MARGIN_NS: u64 = 512;
-/// The span over which quanta's calibration is checked against one of our own.
 const CHECK_NS: u64 = 20_000_000;
-/// The most a checking pair's two TSC readings may be apart, around its monotonic reading: each
-/// end of the check is then known to 1 µs, so the check's own ratio to 100 ppm.
+/// The most a checking pair's TSC readings may be apart: 1 µs per end, 100 ppm over `CHECK_NS`.
 const PAIR_NS: u64 = 2_000;
-/// How often, at most, the kernel's clock source is read again once the fast clock serves (in
-/// nanoseconds): a TSC the kernel gives up is given up here within a second of the kernel, or
-/// at the next turn of a worker idle since.
+/// The least time between re-reads of the kernel's clock source (nanoseconds).
 const RECHECK: u64 = 1_000_000_000;
-/// Where the kernel names the clock source it keeps time with.
 const CLOCKSOURCE: &str = "/sys/devices/system/clocksource/clocksource0/current_clocksource";
 
 pub(super) struct Fast {
     tsc: quanta::Clock,
     window_raw: u64,
-    /// Nanoseconds per 2^32 TSC units, rounded up: a delta of at most `window_raw` units
-    /// is `delta * ns_per_2_32 >> 32` nanoseconds, in 64-bit arithmetic (the product is
-    /// about `WINDOW_NS << 32`, below 2^53, whatever the TSC's frequency).
+    /// Nanoseconds per 2^32 TSC units, rounded up; `window_raw * ns_per_2_32` is below 2^53.
     ns_per_2_32: u64,
 }
 
@@ -49,10 +39,8 @@ static PREPARE: Once = Once::new();
 static REFUSED: AtomicBool = AtomicBool::new(false);
 /// Cleared, for good, once the kernel no longer keeps time with the TSC (see [`recheck`]).
 static TRUSTED: AtomicBool = AtomicBool::new(true);
-/// When the kernel's clock source was last read again, in nanoseconds since [`base`];
-/// `u64::MAX` once the TSC is given up.
+/// The last re-read, in nanoseconds since [`base`]; `u64::MAX` once the TSC is given up.
 static READ_AT: AtomicU64 = AtomicU64::new(0);
-/// The kernel's clock source, kept open between the re-reads.
 static SOURCE: Mutex<ClockSource> = Mutex::new(ClockSource { file: None });
 
 /// The instant every fast reading counts from: the first call's.
@@ -60,17 +48,13 @@ pub(super) fn base() -> Instant {
     *BASE.get_or_init(Instant::now)
 }
 
-/// Starts the fast clock's set-up, once per process, on a thread of its own: quanta's
-/// calibration of the TSC against the monotonic clock can take a long while on a loaded
-/// machine, and nobody waits for it (until it is done, the monotonic clock serves).
+/// Starts the set-up once per process, on its own thread: nobody waits for the calibration.
 pub(super) fn prepare() {
     PREPARE.call_once(|| {
         let spawned = ThreadBuilder::new()
             .name("hashed-timer-wheel-tsc".into())
             .spawn(|| {
-                // A new thread tends to start on its parent's CPU, and this one spins for
-                // the whole calibration: step aside first, so that the thread building the
-                // timer goes on rather than waiting for it.
+                // Step aside: a new thread starts on its parent's CPU, and this one spins.
                 std::thread::sleep(std::time::Duration::from_millis(1));
                 FAST.get_or_init(calibrate);
             });
@@ -81,40 +65,32 @@ pub(super) fn prepare() {
     });
 }
 
-/// The fast clock, once calibrated, if the kernel keeps time with the TSC
-/// ([`kernel_keeps_time_with_tsc`]) and has kept doing so at every re-read since.
+/// The fast clock, once calibrated, while the kernel keeps time with the TSC.
 #[inline]
 pub(super) fn get() -> Option<&'static Fast> {
     trusted(FAST.get(), &TRUSTED)
 }
 
-/// The calibrated fast clock in `set_up`, unless `trust` has been withdrawn.
 #[inline]
 fn trusted<'a>(set_up: Option<&'a Option<Fast>>, trust: &AtomicBool) -> Option<&'a Fast> {
     let fast = set_up?.as_ref()?;
-    // Relaxed: pairs with nothing. The flag guards no data (the `Fast` stays valid whatever
-    // it says, and the monotonic clock read instead needs nothing from the re-read); a
-    // producer that has not seen the withdrawal yet reads the TSC as it would have just
-    // before it, and sees it within the time the store takes to reach its core.
+    // Relaxed: the flag guards no data (the `Fast` stays valid); a producer that has not yet
+    // seen the withdrawal reads the TSC as it would have just before it.
     trust.load(Ordering::Relaxed).then_some(fast)
 }
 
-/// Reads the kernel's clock source again if [`RECHECK`] has passed since the last read (`now`:
-/// nanoseconds since [`base`]), and gives the TSC up for good if the kernel no longer keeps
-/// time with it. Called at each worker's turn: a process whose timers are idle reads nothing,
-/// and a producer that reads the TSC after a pause wakes its worker within a tick.
+/// Re-reads the kernel's clock source if [`RECHECK`] has passed (`now`: nanoseconds since
+/// [`base`]), and gives the TSC up for good if the kernel has. Called at each worker's turn.
 #[inline]
 pub(super) fn recheck(now: u64) {
     reread_if_due(&READ_AT, now, &TRUSTED, || {
-        // Nothing to read before the set-up is done (it has just read the source), nor
-        // without a fast clock; and a turn finding another one reading: that read stands
-        // for both.
+        // Nothing to read before the set-up ends, without a fast clock, or while another turn
+        // reads (that read stands for both).
         get()?;
         try_lock(&SOURCE).map(|mut source| source.names_tsc())
     });
 }
 
-/// [`recheck`] on given state: the re-read, once `RECHECK` has passed since `read_at`.
 #[inline]
 fn reread_if_due(
     read_at: &AtomicU64,
@@ -128,11 +104,8 @@ fn reread_if_due(
     }
 }
 
-/// The re-read: of the turns that saw `last` in `read_at`, the one that moves it to `now` asks
-/// `keeps_tsc` (`None`: nothing to read), and on a `false` withdraws `trust` and parks
-/// `read_at` at `u64::MAX`, so that no turn reads again.
-/// A kernel that goes back to the TSC later gets no second chance: what made it drop the TSC
-/// (drift between cores, a host that differs) may still be there.
+/// Of the turns that saw `last`, the one that moves `read_at` to `now` asks `keeps_tsc`; a
+/// `false` withdraws `trust` for good (what made the kernel drop the TSC may still be there).
 #[cold]
 fn reread(
     read_at: &AtomicU64,
@@ -158,14 +131,12 @@ fn reread(
     }
 }
 
-/// Whether the set-up has finished (with or without a usable fast clock).
 #[cfg(test)]
 pub(super) fn settled() -> bool {
     FAST.get().is_some()
 }
 
-/// Whether the set-up found a TSC clock source but did not use it: the machine was too busy to
-/// read a tight pair, or quanta's ratio and ours were more than 1/16 apart.
+/// Whether the set-up found a TSC clock source but refused its calibration.
 #[cfg(test)]
 pub(super) fn refused() -> bool {
     REFUSED.load(Ordering::Relaxed)
@@ -176,9 +147,7 @@ fn calibrate() -> Option<Fast> {
         return None;
     }
     let tsc = quanta::Clock::new();
-    // Quanta's ratio, checked against our own measurement: quanta's calibration ends after at
-    // most 200 ms whatever it found, and a thread preempted between the two readings of its
-    // last pair throws the ratio off.
+    // Checked: quanta's calibration stops at 200 ms whatever it found; a preemption skews it.
     let quanta_ns = quanta_ns_per_2_32(&tsc);
     let chosen = measured_ns_per_2_32(&tsc, quanta_ns)
         .and_then(|own_ns| chosen_ns_per_2_32(quanta_ns, own_ns));
@@ -186,7 +155,6 @@ fn calibrate() -> Option<Fast> {
         REFUSED.store(true, Ordering::Relaxed);
         return None;
     };
-    // TSC units per window.
     let window_raw = u64::try_from((u128::from(WINDOW_NS) << 32) / u128::from(ns_per_2_32)).ok()?;
     // The interpolation below stays in 64 bits (checked once here, not per read).
     window_raw.checked_mul(ns_per_2_32)?;
@@ -197,23 +165,20 @@ fn calibrate() -> Option<Fast> {
     })
 }
 
-/// Whether the kernel keeps time with the TSC (so the TSC is invariant and synchronised across
-/// CPUs: the kernel checks both before it uses it). Read into a buffer on the stack: the
-/// re-reads allocate nothing, in a process whose memory may be being counted.
+/// Whether the kernel keeps time with the TSC (so it is invariant and synchronised), read
+/// without allocating: a process's memory may be being counted.
 fn kernel_keeps_time_with_tsc() -> bool {
     ClockSource::default().names_tsc()
 }
 
-/// The kernel's `current_clocksource`, kept open between the re-reads: a read from offset 0 of
-/// an open sysfs file renders it again, and costs a tenth of opening it each time.
+/// `current_clocksource`, kept open: a read from offset 0 is cheaper than opening it again.
 #[derive(Default)]
 struct ClockSource {
     file: Option<std::fs::File>,
 }
 
 impl ClockSource {
-    /// Whether the clock source is the TSC now; a file that cannot be read is opened again
-    /// next time, and counts as not the TSC.
+    /// Whether the clock source is the TSC now; an unreadable file is not, and is reopened.
     fn names_tsc(&mut self) -> bool {
         use std::os::unix::fs::FileExt;
         let mut buf = [0u8; 64];
@@ -234,7 +199,6 @@ impl ClockSource {
     }
 }
 
-/// Whether the contents of the kernel's `current_clocksource` name the TSC.
 fn names_tsc(source: &[u8]) -> bool {
     source.trim_ascii() == b"tsc"
 }
@@ -244,15 +208,12 @@ fn quanta_ns_per_2_32(tsc: &quanta::Clock) -> u64 {
     tsc.delta_as_nanos(0, 1 << 32).max(1)
 }
 
-/// TSC units in `PAIR_NS`, by a ratio (nanoseconds per 2^32 units) that only has to be roughly
-/// right.
+/// TSC units in `PAIR_NS`, by a roughly right ratio.
 fn pair_raw(ns_per_2_32: u64) -> Option<u64> {
     u64::try_from((u128::from(PAIR_NS) << 32) / u128::from(ns_per_2_32)).ok()
 }
 
-/// Nanoseconds per 2^32 TSC units, measured over `CHECK_NS` between two (monotonic, TSC)
-/// pairs each read within `PAIR_NS` (converted with quanta's ratio). `None` if the machine is
-/// too busy to read a tight pair.
+/// Nanoseconds per 2^32 TSC units, measured over `CHECK_NS`; `None` without tight pairs.
 fn measured_ns_per_2_32(tsc: &quanta::Clock, quanta_ns: u64) -> Option<u64> {
     let pair_raw = pair_raw(quanta_ns)?;
     let (t0, r0) = tight_pair(tsc, pair_raw)?;
@@ -263,8 +224,8 @@ fn measured_ns_per_2_32(tsc: &quanta::Clock, quanta_ns: u64) -> Option<u64> {
     u64::try_from((u128::from(ns) << 32) / u128::from(raw)).ok()
 }
 
-/// A monotonic reading and the TSC at its moment: the midpoint of a TSC reading before it
-/// and one after, taken at most `pair_raw` apart (in up to 100 tries).
+/// A monotonic reading and the TSC at its moment: the midpoint of TSC readings before and
+/// after, at most `pair_raw` apart (up to 100 tries).
 fn tight_pair(tsc: &quanta::Clock, pair_raw: u64) -> Option<(Instant, u64)> {
     (0..100).find_map(|_| {
         let before = tsc.raw();
@@ -275,12 +236,9 @@ fn tight_pair(tsc: &quanta::Clock, pair_raw: u64) -> Option<(Instant, u64)> {
     })
 }
 
-/// The ratio the fast clock uses (nanoseconds per 2^32 TSC units), plus one for the rounding:
-/// the larger of quanta's and ours if they agree to 1/4096 (quanta's error, our 100 ppm and
-/// room, well inside the 1/1024 each reading is rounded up by); ours alone if they do not, as
-/// its error is bounded by its pairs' and quanta's is not. `None` (the monotonic clock) if they
-/// differ by more than 1/16: our pairs' bound, converted with quanta's ratio, would no longer
-/// hold ours to 100 ppm.
+/// The ratio to use, plus one for rounding: the larger if the two agree to 1/4096 (well inside
+/// the 1/1024 each reading is rounded up by); else ours, whose error its pairs bound. `None`
+/// beyond 1/16: our pairs, converted with quanta's ratio, no longer hold ours to 100 ppm.
 fn chosen_ns_per_2_32(quanta_ns: u64, own_ns: u64) -> Option<u64> {
     let (low, high) = (quanta_ns.min(own_ns), quanta_ns.max(own_ns));
     let apart = high - low;
@@ -294,8 +252,7 @@ fn chosen_ns_per_2_32(quanta_ns: u64, own_ns: u64) -> Option<u64> {
 }
 
 impl Fast {
-    /// An upper bound of `base().elapsed()` in nanoseconds (see the module docs); every
-    /// anchor counts from `base()`.
+    /// An upper bound of `base().elapsed()` in nanoseconds.
     #[inline]
     pub(super) fn since_base_upper(&self) -> u64 {
         let raw = self.tsc.raw();
@@ -303,15 +260,12 @@ impl Fast {
             let (ns, raw0) = anchor.get();
             let delta = raw.wrapping_sub(raw0);
             if raw0 != 0 && delta <= self.window_raw {
-                // quanta's own conversion multiplies in 128 bits by a variable shift; a
-                // delta this short needs only 64 (see `ns_per_2_32`).
+                // 64 bits suffice for a delta this short (see `ns_per_2_32`); quanta uses 128.
                 let d = (delta * self.ns_per_2_32) >> 32;
-                // Round up by 1/1024 of the interval (covers up to ~1000 ppm of calibration
-                // error and slewing) plus a fixed margin.
+                // Round up by 1/1024 (~1000 ppm of calibration error and slewing) and a margin.
                 ns + d + (d >> 10) + MARGIN_NS
             } else {
-                // The TSC was read first, so this anchor's time is at or after the TSC
-                // reading: interpolating from it can only overestimate.
+                // The TSC was read first: interpolating from this anchor only overestimates.
                 let ns = duration_to_nanos(base().elapsed());
                 anchor.set((ns, raw));
                 ns
@@ -319,17 +273,14 @@ impl Fast {
         })
     }
 
-    /// A TSC reading, for [`raw_limit`](Fast::raw_limit).
     #[inline]
     pub(super) fn raw(&self) -> u64 {
         self.tsc.raw()
     }
 
-    /// The last TSC reading that [`since_base_upper`](Fast::since_base_upper) on this thread's
-    /// anchor turns into at most `upper`: a reading up to it, on any thread, was taken at or
-    /// before `upper` on the monotonic clock (the margin covers the skew between cores, as for
-    /// a thread that moves to another core within its anchor's window). `None` without an
-    /// anchor, or if `upper` is before it.
+    /// The last TSC reading this thread's anchor turns into at most `upper`: one up to it, on
+    /// any core (the margin covers the skew), was taken by `upper`. `None` without an anchor,
+    /// or if `upper` is before it.
     pub(super) fn raw_limit(&self, upper: u64) -> Option<u64> {
         let (ns, raw0) = ANCHOR.with(Cell::get);
         if raw0 == 0 {
@@ -358,8 +309,7 @@ mod tests {
         let near = quanta + (quanta >> 12) - 1;
         assert_eq!(chosen_ns_per_2_32(quanta, near), Some(near + 1));
         assert_eq!(chosen_ns_per_2_32(near, quanta), Some(near + 1));
-        // Quanta's ratio 1 % off ours, either way (a calibration cut short on a loaded
-        // machine): ours.
+        // 1 % apart, either way (a calibration cut short): ours.
         let off = quanta / 100 * 101;
         assert_eq!(chosen_ns_per_2_32(off, quanta), Some(quanta + 1));
         assert_eq!(chosen_ns_per_2_32(quanta, off), Some(off + 1));
@@ -385,11 +335,8 @@ mod tests {
         ] {
             assert!(!names_tsc(source.as_bytes()), "{source:?}");
         }
-        // The file as the kernel has it, read without an allocation, says what a plain read
-        // says.
         if let Ok(source) = std::fs::read_to_string(CLOCKSOURCE) {
             assert_eq!(kernel_keeps_time_with_tsc(), source.trim() == "tsc");
-            // Kept open, the file reads the same again and again (each read from offset 0).
             let mut kept = ClockSource::default();
             for _ in 0..3 {
                 assert_eq!(kept.names_tsc(), source.trim() == "tsc");
@@ -398,9 +345,6 @@ mod tests {
         }
     }
 
-    /// The clock source changes from `tsc` after the set-up (a VM migrated, the kernel's
-    /// watchdog marked the TSC unstable): the first re-read that sees it withdraws the trust,
-    /// the calibrated clock no longer serves, and nothing is read again.
     #[test]
     fn trust_is_withdrawn_when_the_clock_source_is_no_longer_the_tsc() {
         let (tsc, _mock) = quanta::Clock::mock();
@@ -441,8 +385,7 @@ mod tests {
             "nothing read after the withdrawal"
         );
         assert_eq!(read_at.load(Ordering::Relaxed), u64::MAX);
-        // Two turns that saw the same last read: one reads. A read under way elsewhere (`None`)
-        // withdraws nothing.
+        // Of two turns that saw the same last read, one reads; `None` withdraws nothing.
         let (trust, read_at) = (AtomicBool::new(true), AtomicU64::new(0));
         reread(&read_at, 0, S, &trust, || None);
         reread(&read_at, 0, S, &trust, || {
@@ -465,8 +408,7 @@ mod tests {
         let Some(own) = measured_ns_per_2_32(&tsc, quanta_ns) else {
             return;
         };
-        // Converting a span of TSC units with it gives the monotonic clock's span, to 0.1 %
-        // (each end read within 2 µs: 0.007 % of the span each).
+        // It converts a span of TSC units to the monotonic clock's span, to 0.1 %.
         let pair_raw = pair_raw(quanta_ns).unwrap();
         let Some((t0, r0)) = tight_pair(&tsc, pair_raw) else {
             return;

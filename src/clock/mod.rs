@@ -1,40 +1,18 @@
-//! Where time comes from: the monotonic system clock, or a manual clock that tests and loom
-//! models move by hand.
-//!
-//! All times inside the crate are nanoseconds since the timer's origin (`u64`, about 584 years).
-//!
-//! Owns the time base and the producers' fast clock (below). Touches only `sync`.
+//! Where time comes from: the monotonic clock, or a manual clock that tests and loom models
+//! move by hand; times are `u64` nanoseconds since the timer's origin. Owns the time base and
+//! the producers' fast clock (`fast.rs`); imports only `sync`.
 //!
 //! # The producers' clock
-//! `new_timeout` needs the time to compute a deadline, and reading the monotonic clock
-//! (`clock_gettime` through the vDSO) is a large part of the call (`docs/performance.md`, "TSC
-//! clock for producers"). Where the kernel itself keeps time with the TSC, producers read the TSC
-//! instead (through `quanta`) and interpolate from an anchor: a pair (monotonic time, TSC) taken by
-//! the same thread at most 1 ms earlier. The result is rounded *up* by a margin that covers the
-//! TSC's calibration error, clock slewing and cross-core skew over such a short window, so it is
-//! never earlier than the monotonic clock: a deadline computed from it is never early, and at most
-//! about a microsecond later than one computed from `Instant::now()`. The worker, which decides
-//! what has expired, always reads the monotonic clock. The TSC's calibration (quanta's, which can
-//! take up to a few hundred milliseconds on a loaded machine) runs once per process on a thread of
-//! its own, started by the first timer; until it is done, producers read the monotonic clock.
-//! Quanta's ratio is then checked against one measured over 20 ms between two (monotonic, TSC)
-//! pairs each read within 2 µs (so to 100 ppm): the larger of the two serves if they agree to
-//! 1/4096, ours if they do not, so that a calibration thrown off by a preemption cannot make a
-//! deadline early. A machine too busy to read such a pair, or a ratio 1/16 off ours, keeps
-//! producers on the monotonic clock.
-//!
-//! The TSC is trusted because the kernel keeps time with it, and only while it does: a
-//! worker's turn reads the kernel's clock source again once a second has passed since the last
-//! read (process-wide, one read however many timers turn), and when the kernel has given the
-//! TSC up (its watchdog marked it unstable, a VM moved to another host, the clock source was
-//! changed by hand) producers read the monotonic clock from then on, for the rest of the
-//! process. The set-up's thread ends with the calibration: an idle process wakes for nothing,
-//! and a producer that reads the TSC after a pause has its worker turn within a tick. Until
-//! the re-read, for up to a second after the kernel's switch, or a tick after a pause, or for
-//! as long as a task holds up its worker's turns (and for as long as the kernel's own watchdog
-//! takes to notice), producers still read the TSC: never-early then rests on the TSC's skew
-//! between cores staying within the 512 ns margin, which is what the kernel checked before it
-//! chose the TSC.
+//! Reading the monotonic clock is a large part of `new_timeout` (`docs/performance.md`, "TSC
+//! clock for producers"), so where the kernel keeps time with the TSC, producers read the TSC
+//! (through `quanta`), interpolate from a (monotonic, TSC) anchor at most 1 ms old, and round
+//! *up* for calibration error, slewing and cross-core skew: never behind the monotonic clock,
+//! which the worker reads to decide what has expired. Quanta's calibration runs once per
+//! process on a thread of its own and is checked against our own ratio over 20 ms (the larger
+//! serves if they agree to 1/4096, ours if not, neither if 1/16 apart), so that a preempted
+//! calibration cannot make a deadline early. A worker's turn re-reads the kernel's clock source
+//! once a second has passed; once the kernel gives the TSC up, so do producers, for good. Until
+//! then, never-early rests on the cores' TSC skew staying within the 512 ns margin.
 
 use crate::sync::{Arc, AtomicU64, Ordering};
 use std::time::Instant;
@@ -56,8 +34,7 @@ pub(crate) enum Clock {
 impl Clock {
     #[cfg_attr(loom, allow(dead_code))]
     pub(crate) fn system() -> Clock {
-        // The fast clock's base is fixed (once per process) before any origin, so that an
-        // origin is never before it; its calibration runs in the background.
+        // The base (once per process) comes before any origin, so no origin precedes it.
         let base = fast::base();
         let origin = Instant::now();
         fast::prepare();
@@ -71,29 +48,23 @@ impl Clock {
         Clock::Manual(Arc::new(AtomicU64::new(0)))
     }
 
-    /// Nanoseconds since the origin, never less than [`Clock::now`] would return at this
-    /// moment (and at most a few microseconds more): what producers use for deadlines.
+    /// Nanoseconds since the origin, never behind [`Clock::now`] (at most a few microseconds
+    /// ahead): what producers use for deadlines.
     #[inline]
     pub(crate) fn now_upper(&self) -> u64 {
         if let Clock::System {
             origin_from_base, ..
         } = self
         {
-            // Until the fast clock is calibrated, or where it is unavailable, the monotonic clock.
             if let Some(fast) = fast::get() {
-                // The origin is never before the fast clock's base (see `Clock::system`).
                 return fast.since_base_upper().saturating_sub(*origin_from_base);
             }
         }
         self.now()
     }
 
-    /// A limit on the fast clock's raw reading ([`Clock::raw`]): a reading at most the limit
-    /// was taken no later than `upper` (nanoseconds since the origin). So a run of calls each
-    /// checks that its time is before `upper` with one TSC read and a comparison, rather than
-    /// a full [`now_upper`](Clock::now_upper). `None` on a manual clock, without the fast
-    /// clock, or if `upper` is already past the limits this thread's anchor can give (call
-    /// `now_upper` first: it renews the anchor).
+    /// A limit on [`Clock::raw`]: a reading up to it was taken by `upper`. `None` on a manual
+    /// clock, without the fast clock, or past this thread's anchor (`now_upper` renews it).
     pub(crate) fn raw_limit(&self, upper: u64) -> Option<u64> {
         let Clock::System {
             origin_from_base, ..
@@ -104,28 +75,23 @@ impl Clock {
         fast::get()?.raw_limit(upper.checked_add(*origin_from_base)?)
     }
 
-    /// The fast clock's raw reading (the TSC), to compare with a [`Clock::raw_limit`];
-    /// `u64::MAX` without the fast clock, past every limit: a limit given before the kernel's
-    /// TSC was given up (see "The producers' clock") no longer passes any reading.
+    /// The TSC, to compare with a [`Clock::raw_limit`]; `u64::MAX` without the fast clock, so
+    /// that a limit given before the TSC was given up passes no reading.
     #[inline]
     pub(crate) fn raw(&self) -> u64 {
         fast::get().map_or(u64::MAX, fast::Fast::raw)
     }
 
-    /// Nanoseconds since the origin.
     #[inline]
     pub(crate) fn now(&self) -> u64 {
         match self {
             Clock::System { origin, .. } => duration_to_nanos(origin.elapsed()),
-            // Acquire: pairs with the Release in `advance_to`, so whoever reads a time also sees
-            // what was done before the clock reached it.
+            // Acquire, with `advance_to`'s Release: a reader sees what preceded the move.
             Clock::Manual(t) => t.load(Ordering::Acquire),
         }
     }
 
-    /// `instant` in nanoseconds since the origin (0 before it). A manual clock has no
-    /// `Instant` of its own: there, `instant` counts from the moment of the call, which is the
-    /// manual clock's `now()`.
+    /// `instant` in nanoseconds since the origin (0 before it); a manual clock's now is `now()`.
     pub(crate) fn nanos_at(&self, instant: Instant) -> u64 {
         match self {
             Clock::System { origin, .. } => {
@@ -137,8 +103,7 @@ impl Clock {
         }
     }
 
-    /// The `Instant` of `nanos` since the origin (the inverse of [`Clock::nanos_at`]); the
-    /// latest `Instant` the platform can represent if it cannot represent that one.
+    /// The `Instant` of `nanos` since the origin ([`Clock::nanos_at`] inverted), or a far one.
     pub(crate) fn instant_at(&self, nanos: u64) -> Instant {
         match self {
             Clock::System { origin, .. } => instant_after(*origin, nanos),
@@ -154,9 +119,7 @@ impl Clock {
         }
     }
 
-    /// [`Clock::instant_at`] in two parts that [`instant_after`] adds up, for a caller that
-    /// may never need the sum: the origin and `nanos` on the system clock; on a manual clock,
-    /// whose instants count from the call, the whole `Instant` and 0.
+    /// [`Clock::instant_at`] in two parts for [`instant_after`], for callers that rarely sum.
     #[inline]
     pub(crate) fn instant_parts(&self, nanos: u64) -> (Instant, u64) {
         match self {
@@ -165,10 +128,8 @@ impl Clock {
         }
     }
 
-    /// Reads the kernel's clock source again if a second has passed since the last read,
-    /// process-wide (`now`: [`Clock::now`]'s reading), and gives up the producers' TSC if the
-    /// kernel has (see "The producers' clock"). Each worker's turn calls it; nothing on a
-    /// manual clock.
+    /// At each worker's turn, re-reads the clock source once a second has passed (see "The
+    /// producers' clock"). `now`: [`Clock::now`].
     #[inline]
     pub(crate) fn recheck_source(&self, now: u64) {
         if let Clock::System {
@@ -188,8 +149,7 @@ impl Clock {
     }
 }
 
-/// `base` and `nanos` after it; the latest `Instant` the platform can represent if it cannot
-/// represent that one.
+/// `base` plus `nanos`, or a far `Instant` if the platform cannot represent that one.
 pub(crate) fn instant_after(base: Instant, nanos: u64) -> Instant {
     let mut ahead = std::time::Duration::from_nanos(nanos);
     // Halve what does not fit: the result is only ever compared with clock readings.
@@ -256,7 +216,6 @@ cfg_not_tsc! {
 mod tests {
     use super::*;
 
-    /// The producers' clock is an upper bound of the monotonic clock, and a tight one.
     #[test]
     fn a_raw_reading_within_the_limit_was_taken_before_the_upper_bound() {
         let clock = Clock::system();

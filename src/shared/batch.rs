@@ -1,11 +1,7 @@
-//! Timeouts on their way from producers to the worker: the batches a queue shard holds, and
-//! what each shard keeps for its producers.
-//!
-//! Owns [`PendingBatch`] (a shard's queued timeouts: jobs, deadlines, their cells) and
-//! [`ProducerShard`] (a shard's pending-count credit and its chunk cursors). Touches `sync`
-//! (the queue's `Batch` trait), and of the cells only their two interfaces in `spans.rs`
-//! (`ShardCursors`, `BatchCells`); producers fill a batch under their shard's lock, the worker
-//! takes it whole and drains it.
+//! Timeouts on their way to the worker. Owns [`PendingBatch`] (a shard's queued jobs, deadlines
+//! and cells: producers fill it under the shard's lock, the worker takes it whole and drains
+//! it) and [`ProducerShard`] (a shard's credit and chunk cursors). Touches `sync` (the queue's
+//! `Batch`) and, of the cells, only `spans.rs`'s `ShardCursors` and `BatchCells`.
 
 use super::cells::{
     BatchCells, CellId, CellRef, CellSlot, ChunkCursor, ChunkTable, FrontCells, ShardCursors,
@@ -14,15 +10,11 @@ use super::small_task::Word;
 use super::{sealed, BoxedTask, Enqueue, Shared, Stored};
 use crate::sync::{Arc, Batch};
 
-/// Timeouts on their way from producers to the worker: task and deadline of each, in two
-/// parallel vectors, and the cells their states are in ([`BatchCells`]).
-///
-/// Not one vector of structs: a struct pushed into a `Vec` is built on the stack first (its
-/// drop on unwinding needs an address) and then copied with wide loads over narrower stores,
-/// which the CPU cannot forward. Each field of its own is pushed straight from registers.
+/// Queued timeouts: tasks and deadlines in parallel vectors, and their cells ([`BatchCells`]).
+/// Not a vector of structs: a pushed struct is built on the stack, then copied with wide loads
+/// over narrower stores, which the CPU cannot forward; separate fields push from registers.
 pub(crate) struct PendingBatch<J: crate::shared::sealed::TaskStorage = BoxedTask> {
-    /// Per timeout, what the stored task queues (`sealed::TaskStorage::enqueue`): the task
-    /// itself on a typed timer, its table on the default one, whose words follow in `words`.
+    /// Per timeout, what `sealed::TaskStorage::enqueue` returned (its words, if any, in `words`).
     tasks: Vec<J::Queued>,
     /// The queued tasks' words, in push order (none on a typed timer).
     words: Vec<Word>,
@@ -55,8 +47,7 @@ impl<J: Stored> PendingBatch<J> {
         batch
     }
 
-    /// Queues a timeout: its task, its deadline, and a fresh state from `cursor` (returned,
-    /// for the handle, when `HANDLE`).
+    /// Queues a timeout with a fresh state from `cursor`, returned when `HANDLE`.
     #[inline]
     pub(super) fn push<const HANDLE: bool>(
         &mut self,
@@ -81,17 +72,14 @@ impl<J: Stored> PendingBatch<J> {
         self.tasks.capacity()
     }
 
-    /// Gives the chunks of the batch's cells their ids in `table` (see
-    /// [`BatchCells::register`]).
+    /// See [`BatchCells::register`].
     pub(crate) fn register(&mut self, table: &mut ChunkTable) {
         self.cells.register(table);
     }
 
-    /// Removes the first `n` timeouts, in order: cell, deadline and task of each.
-    ///
-    /// A batch the transfer's cap cuts (`n` short of its length) is turned back to front once,
-    /// and each drain then takes its timeouts from the end: no drain shifts what it leaves (a
-    /// batch of `m` timeouts drained `n` at a time would otherwise move `m^2 / 2n` of them).
+    /// Removes the first `n` timeouts, in order. A batch the transfer's cap cuts is turned back
+    /// to front once, and each drain then takes from the end: no drain shifts what it leaves
+    /// (`m` timeouts drained `n` at a time would otherwise move `m^2 / 2n`).
     pub(crate) fn drain_front(&mut self, n: usize) -> DrainFront<'_, J> {
         let len = self.tasks.len();
         if n < len && !self.reversed {
@@ -113,7 +101,6 @@ impl<J: Stored> PendingBatch<J> {
         }
     }
 
-    /// Turns the tasks and deadlines back to front, or back in order.
     fn turn_round(&mut self) {
         self.tasks.reverse();
         self.deadlines.reverse();
@@ -129,8 +116,7 @@ impl<J: Stored> PendingBatch<J> {
         self.cells.clear(table);
     }
 
-    /// The states, in order; the tasks are dropped, each once (a panic of its `Drop` caught
-    /// and counted by its timer).
+    /// The states, in order; each task dropped once (a `Drop` panic caught and counted).
     pub(crate) fn into_states(mut self) -> Vec<CellRef> {
         let states = self.cells.states();
         if self.reversed {
@@ -147,16 +133,11 @@ impl<J: Stored> PendingBatch<J> {
     }
 }
 
-/// The front of a batch as the worker takes it, one timeout at a time
-/// ([`PendingBatch::drain_front`]).
-///
-/// The tasks' words are read by a cursor, in push order (`small_task`, invariant 3), so each
-/// task the drain takes out must move the cursor past its words, taken or not: a timeout's
-/// task is taken from the batch straight into the wheel's entry
-/// ([`DrainFront::take_entry`]), or as a task to drop ([`DrainFront::take_task`]), and one not
-/// taken is dropped with the next timeout. Dropped before its end (only a bug of the crate's
-/// own unwinds through the transfer: user code there runs under `catch_user_panic`), the drain
-/// reads out the rest and drops them: no later task is ever read from another task's words.
+/// A batch's front as the worker takes it ([`PendingBatch::drain_front`]). Task words are read
+/// in push order (`small_task`, invariant 3), so every task passed moves the cursor past its
+/// words: taken ([`DrainFront::take_entry`], [`DrainFront::take_task`]) or dropped with the
+/// next. Dropped early (only a crate bug unwinds here: user code runs under
+/// `catch_user_panic`), the drain drops the rest: no task is read from another's words.
 pub(crate) struct DrainFront<'a, J: Stored> {
     tasks: std::vec::Drain<'a, J::Queued>,
     deadlines: std::vec::Drain<'a, u64>,
@@ -168,8 +149,7 @@ pub(crate) struct DrainFront<'a, J: Stored> {
 }
 
 impl<'a, J: Stored> DrainFront<'a, J> {
-    /// The next timeout's cell and deadline; its task is then taken with
-    /// [`DrainFront::take_entry`] or [`DrainFront::take_task`].
+    /// The next timeout's cell and deadline (its task is taken separately).
     #[inline]
     pub(crate) fn next_timeout(&mut self) -> Option<(CellSlot<'a>, u64)> {
         self.drop_current();
@@ -182,17 +162,14 @@ impl<'a, J: Stored> DrainFront<'a, J> {
         Some((cell, deadline))
     }
 
-    /// The current timeout's task, moved from the batch's words straight into the wheel's
-    /// entry for cell `cell`, to be kept under wheel key `key` (see
-    /// `sealed::TaskStorage::dequeue_entry`).
+    /// See `sealed::TaskStorage::dequeue_entry`.
     #[inline]
     pub(crate) fn take_entry(&mut self, key: u32, cell: CellId, store: &mut J::Store) -> J::Entry {
         let queued = self.current.take().expect("a timeout's task, taken once");
         J::dequeue_entry(queued, self.words, self.words_read, key, cell, store)
     }
 
-    /// The lane of the wheel's keys the current timeout's entry takes
-    /// (`sealed::TaskStorage::lane`).
+    /// See `sealed::TaskStorage::lane`.
     #[inline]
     pub(crate) fn lane(&self) -> usize {
         J::lane(
@@ -202,7 +179,6 @@ impl<'a, J: Stored> DrainFront<'a, J> {
         )
     }
 
-    /// The current timeout's task.
     #[inline]
     pub(crate) fn take_task(&mut self) -> J {
         let queued = self.current.take().expect("a timeout's task, taken once");
@@ -227,8 +203,7 @@ impl<J: Stored> Drop for DrainFront<'_, J> {
 }
 
 impl<J: sealed::TaskStorage> Drop for PendingBatch<J> {
-    /// A batch dropped with timeouts in it (a queue let go of whole) drops their tasks, each
-    /// once, from its words; a panic of a `Drop` is caught, so that the others are dropped too.
+    /// Drops the tasks left, each once; a `Drop` panic is caught, so the others drop too.
     fn drop(&mut self) {
         if self.reversed {
             // In order again: the words are read in push order.
@@ -249,8 +224,7 @@ impl<J: Stored> Batch for PendingBatch<J> {
         self.tasks.is_empty()
     }
     fn append(&mut self, other: &mut Self) {
-        // Only batches fresh from a shard are appended (`Queue::take_all`), and to one the
-        // worker has not started on; positions carry over shifted by what is already here.
+        // Only fresh batches are appended (`Queue::take_all`), to one not started on.
         debug_assert!(other.words_read == 0 && !self.reversed && !other.reversed);
         self.tasks.append(&mut other.tasks);
         self.words.append(&mut other.words);
@@ -264,7 +238,6 @@ impl<J: Stored> Batch for PendingBatch<J> {
 pub(crate) struct ProducerShard {
     /// Pending-count credit (see `Shared::refill_credit`).
     pub(super) credit: usize,
-    /// Where the shard's timeouts get their states.
     pub(crate) cursors: ShardCursors,
 }
 
@@ -275,9 +248,8 @@ mod tests {
     use std::sync::{Arc, Mutex};
     use std::time::Duration;
 
-    /// Records the id of the task that drops it, and the id it was given as a check: a task
-    /// read from another task's words records a pair that does not match. A probe made to
-    /// panic does so in its `Drop`, after the record.
+    /// Records its id and a check on drop: a task read from another's words records a pair
+    /// that does not match. A panicking probe panics in `Drop`, after the record.
     struct Probe {
         id: u64,
         check: u64,
@@ -294,10 +266,8 @@ mod tests {
         }
     }
 
-    /// Schedules `n` probes due `delay(id)` from now, their tasks capturing 24, 32 and 40 bytes
-    /// in turn (4 words, 4 words, and a box: 2), so that a word cursor out of step reads a
-    /// table with the wrong words; what they drop is recorded in the list returned. Those
-    /// `panics` picks panic in their `Drop`.
+    /// `n` probes due `delay(id)`, capturing 24, 32 and 40 bytes in turn (4 words, 4, a box: 2)
+    /// so an out-of-step word cursor reads wrong words; those `panics` picks panic in `Drop`.
     fn schedule_probes(
         timer: &HashedWheelTimer,
         n: u64,
@@ -323,8 +293,8 @@ mod tests {
         dropped
     }
 
-    /// The worker's drain unwound after the first task: the tasks the drain took are read out
-    /// and dropped, and the rest of the batch is read from its own words, each task once.
+    /// A drain unwound after its first task: its tasks are read out and dropped, and the rest
+    /// is read from its own words, each task once.
     #[test]
     fn a_drain_unwound_early_keeps_the_word_cursor_in_step() {
         let (timer, _driver) = HashedWheelTimer::builder().build_manual().unwrap();
@@ -342,8 +312,7 @@ mod tests {
         }));
         assert!(unwound.is_err());
         assert_eq!(batch.len(), (N - 7) as usize);
-        // Of the rest, every other task is taken; the others are left to the drain, which
-        // drops each as it moves on (or as it goes).
+        // Every other task is taken; the drain drops those left.
         let mut drain = batch.drain_front(5);
         let mut rest = Vec::new();
         let mut at = 0;
@@ -370,11 +339,9 @@ mod tests {
         batch.clear(&mut table);
     }
 
-    /// A batch the cap cuts is drained over several ticks: each drain gives the oldest
-    /// timeouts left, in push order, and what no drain took (dropped with the batch, or
-    /// returned by `stop()`) is read from its own words, each task once. Every fourth task
-    /// panics in its `Drop`, left for the drain or the batch to drop: nothing is lost or
-    /// dropped twice, and the order holds.
+    /// A batch the cap cuts drains oldest first; what is left (dropped with the batch, or
+    /// through `into_states`) is read from its own words. Every fourth task panics in `Drop`:
+    /// none is lost or dropped twice, and the order holds.
     #[test]
     fn a_batch_cut_by_the_cap_comes_out_oldest_first() {
         for at_end in ["dropped", "states"] {
@@ -390,7 +357,7 @@ mod tests {
                 let mut drain = batch.drain_front(n);
                 while let Some((_, deadline)) = drain.next_timeout() {
                     deadlines.push(deadline);
-                    // A panicking one is left: the drain drops it, its panic caught.
+                    // A panicking one is left for the drain to drop.
                     if !panics(deadlines.len() as u64 - 1) {
                         drop(drain.take_task());
                     }

@@ -1,18 +1,14 @@
-//! The statistics `TimerStats` reports of the timeouts' outcomes ([`Counters`]), shared by the
-//! worker (which stores its running totals after each turn), the producers that refuse a
-//! timeout, and whoever catches a panic of user code.
-//!
-//! Owns the counters' atomics. Touches only `sync`, and `shared`'s catching of a panic (a task
-//! dropped unrun).
+//! Owns the statistics `TimerStats` reports ([`Counters`]), written by the worker (its totals
+//! after each turn), refusing producers, and whoever catches a panic of user code. Touches only
+//! `sync`, and `shared`'s catching of a panic.
 
 use crate::sync::{process, Ordering};
 
 /// Lateness classes of fired timeouts, in ticks: under 1, 1 to 2, 2 to 4, ... 64 and more.
 pub(crate) const LATENESS_CLASSES: usize = 8;
 
-/// What `TimerStats` reports of the timeouts' outcomes. The worker is the only writer of its
-/// running totals; refusing producers count `refused`. Statistics: every access is Relaxed,
-/// nothing is ordered by them.
+/// Only the worker writes its running totals; refusing producers count `refused`. Every access
+/// is Relaxed: nothing is ordered by them.
 pub(crate) struct Counters {
     pub(crate) expired: process::AtomicU64,
     pub(crate) cancelled: process::AtomicU64,
@@ -28,9 +24,8 @@ pub(crate) struct Counters {
 }
 
 impl Counters {
-    /// User code panicked on the timer's side (a task, its `Drop`, a future's waker, the
-    /// executor) and the panic was caught: counted in `stats().panicked`, logged. Any thread
-    /// may count one (a worker, `stop()`), hence the add.
+    /// A caught panic of user code: counted in `stats().panicked` and logged. Any thread may
+    /// count one (the worker, `stop()`), hence the add.
     #[cold]
     pub(crate) fn user_code_panicked(&self, what: &str) {
         // Relaxed: a statistic.
@@ -38,8 +33,7 @@ impl Counters {
         log::warn!("{what} panicked; the timer goes on");
     }
 
-    /// Drops a task the timer lets go of without running it (cancelled, or never run at a
-    /// stop), counting a panic of its `Drop` in `stats().panicked`.
+    /// Drops a task that will not run (cancelled, or left at a stop), counting a `Drop` panic.
     #[inline]
     pub(crate) fn drop_task<T>(&self, task: T) {
         if !super::drop_caught(task) {

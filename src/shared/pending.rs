@@ -1,10 +1,7 @@
-//! The pending count: `pending_timeouts()` is the timeouts producers accepted less those the
-//! worker ended, two running totals that only grow (and wrap). Producers count what they accept
-//! against `max_pending`, one compare-and-swap a timeout, or, with no limit, by batches of
-//! credit kept in their queue shard; the worker stores its total of ended timeouts.
-//!
-//! Owns `accepted`, `ended` and every access to them, and the shards' credit. Touches the
-//! wheel's key bounds (`MAX_ENTRIES`, which bounds any count).
+//! The pending count: accepted less ended, two running totals that only grow (and wrap). Owns
+//! `accepted` (producers: one CAS a timeout against `max_pending`, or with no limit batches of
+//! credit kept in their shard), `ended` (the worker's total) and the credit. Touches the
+//! wheel's `MAX_ENTRIES`, which bounds any count.
 
 use super::batch::ProducerShard;
 use super::{Shared, Stored};
@@ -12,16 +9,15 @@ use crate::error::TimerError;
 use crate::sync::Ordering;
 use crate::wheel::MAX_ENTRIES;
 
-/// Pending-count credit a producer's shard takes at once when there is no pending limit (see
-/// `Shared::refill_credit`). Small under loom, so that the models cross refills.
+/// Credit a shard takes at once with no pending limit; small under loom, so models cross refills.
 const CREDIT_BATCH: usize = if cfg!(loom) { 2 } else { 256 };
 
 impl<J: Stored> Shared<J> {
     /// Counts one more pending timeout against `max_pending`, or refuses.
     #[inline]
     pub(super) fn reserve_limited(&self) -> Result<(), TimerError> {
-        // Relaxed: a pure counter; whoever needs to see it settle synchronises through its own
-        // means (a task's side effect, a join). A stale `ended` only refuses more eagerly.
+        // Relaxed: a pure counter; whoever needs it settled synchronises by other means (a
+        // task's side effect, a join). A stale `ended` only refuses more eagerly.
         let mut cur = self.accepted.load(Ordering::Relaxed);
         loop {
             let pending = pending_between(cur, self.ended.load(Ordering::Relaxed));
@@ -40,8 +36,7 @@ impl<J: Stored> Shared<J> {
         }
     }
 
-    /// Counts one more pending timeout against the credit of the producer's shard (`producer`,
-    /// under its lock), refilling it first when it is used up; or refuses.
+    /// As `reserve_limited`, against the credit of `producer` (under its lock), refilled as needed.
     #[inline(always)]
     pub(super) fn take_credit(&self, producer: &mut ProducerShard) -> Result<(), TimerError> {
         if producer.credit == 0 {
@@ -51,19 +46,16 @@ impl<J: Stored> Shared<J> {
         Ok(())
     }
 
-    /// Gives back the count `reserve_limited` took, for a timeout refused after all (the timer
-    /// is shut down).
+    /// Undoes `reserve_limited` for a timeout refused after all (shut down).
     #[inline]
     pub(super) fn unreserve_limited(&self) {
         // Relaxed: see `reserve_limited`.
         self.accepted.fetch_sub(1, Ordering::Relaxed);
     }
 
-    /// Without a pending limit, producers count their timeouts in `accepted` by batches of
-    /// `CREDIT_BATCH`, kept as credit in their shard of the queue: one shared read-modify-write
-    /// per batch instead of one per timeout (on the line every producer and the worker write).
-    /// The wheel's key space still bounds the count: the last batches shrink to what is left.
-    /// Called under the producer's shard lock: it takes no other.
+    /// Takes `CREDIT_BATCH` of `accepted` as shard credit: one write of the shared line per
+    /// batch, not per timeout; the last batches shrink to the key space. Called under the
+    /// producer's shard lock; takes no other.
     #[cold]
     pub(super) fn refill_credit(&self) -> Result<usize, TimerError> {
         // Relaxed: see `reserve_limited`.
@@ -72,9 +64,8 @@ impl<J: Stored> Shared<J> {
             let pending = pending_between(cur, self.ended.load(Ordering::Relaxed));
             let keys_left = MAX_ENTRIES.saturating_sub(pending);
             if keys_left == 0 {
-                // The wheel's key space (2^27 - 1 entries, ~6 GB of them): refused rather than
-                // overflowed. The count reported includes the shards' unused credit: `counted`
-                // would lock every shard, and the caller holds one of them.
+                // Key space full: refuse rather than overflow. The count reported includes the
+                // shards' unused credit: `counted` would lock every shard, and we hold one.
                 return Err(TimerError::TooManyPending {
                     pending,
                     max: MAX_ENTRIES,
@@ -110,26 +101,21 @@ impl<J: Stored> Shared<J> {
         }
     }
 
-    /// Timeouts counted as pending: `accepted` less `ended` and less the credit the queue's
-    /// shards hold. Exact when nothing runs concurrently; under concurrent scheduling it can be
-    /// off by what is in flight, as Netty's counter is.
+    /// Pending less the shards' credit; off by what is in flight, as Netty's counter is.
     pub(crate) fn counted(&self) -> usize {
-        // `ended` first, then credit, then `accepted`, so that each later read counts at least
-        // what the earlier ones imply. Acquire: pairs with the Release in `set_ended`; the
-        // worker ended those timeouts after taking them from the queue under their shard locks,
-        // so their acceptance is seen below.
+        // `ended`, credit, then `accepted`: each later read counts at least what the earlier
+        // imply. Acquire: pairs with `set_ended`'s Release; the worker took those timeouts from
+        // the queue under their shard locks, so their acceptance is seen below.
         let ended = self.ended.load(Ordering::Acquire);
-        // A refill seen in a shard is then seen in `accepted` too (the refill's increment is
-        // made under the shard's lock, which our read took after it).
+        // A refill seen in a shard is seen in `accepted` too: made under the shard's lock.
         let credit = self.timeouts.fold_data(0, |sum, p| sum + p.credit);
         // Relaxed: see `reserve_limited`.
         let accepted = self.accepted.load(Ordering::Relaxed);
         pending_between(accepted, ended).saturating_sub(credit)
     }
 
-    /// The worker's running total of timeouts it has ended (expired, or cancelled and
-    /// accounted for): stored before each task runs, so that a task can schedule again even at
-    /// the pending limit. Called only by whoever holds the worker.
+    /// The worker's running total of ended timeouts, stored before each task runs so a task can
+    /// schedule again even at the limit. Only whoever holds the worker calls it.
     #[inline]
     pub(crate) fn set_ended(&self, total: usize) {
         // Release: pairs with the Acquire in `counted`.
@@ -137,9 +123,8 @@ impl<J: Stored> Shared<J> {
     }
 }
 
-/// Timeouts accepted and not ended, from two running totals read one after the other: `ended`,
-/// read after `accepted`, may have moved past it (timeouts accepted and ended in between). That
-/// counts as none pending, not as a count wrapped to nearly `usize::MAX`.
+/// Accepted and not ended. `ended`, read after `accepted`, may have passed it: that is none
+/// pending, not a count wrapped to nearly `usize::MAX`.
 fn pending_between(accepted: usize, ended: usize) -> usize {
     let pending = accepted.wrapping_sub(ended);
     if pending > usize::MAX / 2 {
@@ -156,12 +141,11 @@ mod tests {
     use std::sync::mpsc;
     use std::time::Duration;
 
-    /// At the wheel's key bound, with no pending limit, `new_timeout` refuses with the count it
-    /// read, not the exact count, which locks every queue shard while the producer holds its own.
+    /// At the key bound with no pending limit, `new_timeout` refuses with the count it read, not
+    /// the exact count (which would lock every shard while the producer holds its own).
     #[test]
     fn the_key_bound_refuses_and_does_not_wait_on_its_own_shard() {
         let (timer, _driver) = HashedWheelTimer::builder().build_manual().unwrap();
-        // As if 2^27 - 1 timeouts were pending (6 GB of them).
         let bound = super::MAX_ENTRIES;
         timer.shared.accepted.store(bound, Ordering::Relaxed);
         let (tx, rx) = mpsc::channel();

@@ -1,11 +1,8 @@
-//! The worker's plan and the producers' wake-up: the tick at whose end the worker will next
-//! wake by itself (`Shared::planned`), which the worker publishes before it looks at the
-//! queues, and which a producer whose timeout or cancellation is due sooner lowers, unparking
-//! whoever runs the worker's turns (the protocol: the `worker` module, "Sleeping").
-//!
-//! Owns `planned`, the worker's published tick and its wake-up count, and the unpark. Touches
-//! `sync` (the `control` lock, the threads); a driver's waker is user code, run under
-//! `catch_user_panic`.
+//! The worker's plan (`Shared::planned`): the tick at whose end it next wakes by itself,
+//! published before it looks at the queues; a producer with work due sooner lowers it and
+//! unparks whoever runs the turns (protocol: the `worker` module, "Sleeping"). Owns `planned`,
+//! the published tick, the wake-up count and the unpark. Touches `sync`; a driver's waker is
+//! user code, run under `catch_user_panic`.
 
 use super::{catch_user_panic, Shared, Stored};
 use crate::sync::{lock, Ordering};
@@ -15,8 +12,8 @@ use crate::sync::{lock, Ordering};
 pub(crate) const AWAKE: u64 = u64::MAX - 1;
 
 impl<J: Stored> Shared<J> {
-    /// `wake_by` for the tick that contains `now`, without a division on the common path: the
-    /// worker's plan `p` is past that tick exactly when `p * tick_nanos > now`.
+    /// `wake_by` for `now`'s tick, with no division on the common path: plan `p` is past that
+    /// tick exactly when `p * tick_nanos > now`.
     #[inline]
     pub(super) fn wake_by_end_of_tick_at(&self, now: u64) {
         // SeqCst: as in `wake_by`, which this only screens for.
@@ -26,13 +23,11 @@ impl<J: Stored> Shared<J> {
         }
     }
 
-    /// Makes sure the worker wakes by the end of `tick`: if it plans to sleep past it, lower its
-    /// plan and unpark it.
+    /// Makes sure the worker wakes by the end of `tick`, lowering its plan and unparking it.
     #[inline]
     pub(super) fn wake_by(&self, tick: u64) {
-        // SeqCst: the plan is one word that the worker and every producer write; keeping all
-        // of its accesses in one total order keeps the reasoning simple (and costs nothing on
-        // the load side on x86). The hand-over with the worker is ordered by the queue locks.
+        // SeqCst: one word the worker and every producer write; one total order keeps the
+        // reasoning simple (loads cost nothing more on x86). The queue locks order the hand-over.
         let mut planned = self.planned.load(Ordering::SeqCst);
         while planned > tick && planned != AWAKE {
             match self.planned.compare_exchange_weak(
@@ -50,10 +45,8 @@ impl<J: Stored> Shared<J> {
         }
     }
 
-    /// Wakes whoever runs the worker's turns: a runtime's driver while one is attached, else
-    /// the worker thread. With a driver, the thread is woken too when the worker was idle
-    /// (`from_idle`): it then watches over the driver again, which it does not while nothing is
-    /// pending.
+    /// Wakes an attached driver, else the worker thread; the thread too if the worker was idle
+    /// (`from_idle`), to watch over the driver again.
     #[cold]
     pub(crate) fn unpark_worker(&self, from_idle: bool) {
         let control = lock(&self.control);
@@ -73,24 +66,21 @@ impl<J: Stored> Shared<J> {
         }
     }
 
-    /// The worker's current tick, as the worker publishes it (diagnostics, and the cancel
-    /// path's wake-up check: a stale value only makes it wake the worker more eagerly).
+    /// Relaxed: for diagnostics and the cancel path, which a stale tick only makes more eager.
     #[inline]
     pub(crate) fn set_tick(&self, tick: u64) {
         self.tick.store(tick, Ordering::Relaxed);
     }
 
-    /// Publishes the worker's plan (see `Shared::planned`).
     pub(crate) fn publish_plan(&self, tick: u64) {
         self.planned.store(tick, Ordering::SeqCst);
     }
 
-    /// The plan as it stands: the worker's, or lower if a producer lowered it since.
+    /// The worker's plan, or lower if a producer lowered it since.
     pub(crate) fn plan(&self) -> u64 {
         self.planned.load(Ordering::SeqCst)
     }
 
-    /// The tick the worker last published (see [`Shared::set_tick`]).
     pub(crate) fn worker_tick(&self) -> u64 {
         // Relaxed: diagnostics.
         self.tick.load(Ordering::Relaxed)
@@ -101,7 +91,7 @@ impl<J: Stored> Shared<J> {
         self.wakeups.load(Ordering::Relaxed)
     }
 
-    /// The worker woke and runs (`AWAKE`): producers need not wake it. Counted as a wake-up.
+    /// The worker runs (`AWAKE`): producers need not wake it. Counts a wake-up.
     pub(crate) fn mark_awake(&self) {
         self.planned.store(AWAKE, Ordering::SeqCst);
         // Relaxed: a statistic.

@@ -1,11 +1,7 @@
-//! The producer's half of scheduling and cancelling: a timeout is counted as pending, pushed
-//! with its cell on this thread's shard of the `timeouts` queue (refused once the timer is shut
-//! down), and the worker woken if it plans to sleep past its tick; a cancel in the wheel goes on
-//! the `cancellations` queue.
-//!
-//! Owns [`Shared::schedule`] and its variants, [`Shared::cancelled`], and the job of a future's
-//! timeout ([`WakeJob`]). Touches `clock` (the producers' clock) and `error`; the pending count
-//! is kept in `pending.rs`, the worker's plan in `plan.rs`.
+//! The producer's half of scheduling and cancelling. Owns [`Shared::schedule`] and variants (a
+//! timeout counted pending, pushed with its cell on this thread's shard, the worker woken if it
+//! plans to sleep past its tick), [`Shared::cancelled`] (onto `cancellations`) and [`WakeJob`].
+//! Touches `clock` and `error`; the count is `pending.rs`'s, the plan `plan.rs`'s.
 
 use super::cells::CellRef;
 use super::task_storage::{BoxedTask, Enqueue, Job, Stored};
@@ -15,22 +11,19 @@ use crate::error::TimerError;
 use crate::sync::{Arc, Ordering};
 use std::time::Duration;
 
-/// The kinds of `push` (its const parameter, so that neither path tests it at run time): a
-/// timeout with a handle, whose reference to its chunk the handle holds, or a detached one
-/// (`new_timeout_detached`), which takes none.
+/// `push`'s const parameter, so neither path tests it at run time: with a handle (which holds
+/// the chunk reference) or detached (`new_timeout_detached`: none taken).
 const WITH_HANDLE: bool = true;
 const DETACHED: bool = false;
 
-/// What a timeout does when it expires, which decides the kind of chunk its cell comes from:
-/// a future's cell has a waker slot (`cells::WakerSlots`).
+/// Decides the kind of chunk the cell comes from: a future's has waker slots.
 #[derive(Clone, Copy)]
 enum OnExpiry {
     RunTask,
-    /// Wake a future (its job is a [`WakeJob`]).
     WakeFuture,
 }
 
-/// The job of a future's timeout: wake the future. Zero-sized: stored in no words at all.
+/// A future's job: wake it. Zero-sized, so it takes no words.
 struct WakeJob;
 
 impl Job for WakeJob {
@@ -42,8 +35,7 @@ impl Job for WakeJob {
 }
 
 impl<J: Stored> Shared<J> {
-    /// Queues a timeout of a started timer: its job, due `delay` from now. The producer's
-    /// half of `new_timeout` (the `timer` module starts the worker first).
+    /// Queues a started timer's timeout, due `delay` from now (`timer` starts the worker).
     #[inline]
     pub(crate) fn schedule(
         self: &Arc<Self>,
@@ -61,8 +53,7 @@ impl<J: Stored> Shared<J> {
         (now.saturating_add(duration_to_nanos(delay)), now)
     }
 
-    /// As [`Shared::schedule`], due at `deadline` (nanoseconds since the origin; `now` is the
-    /// producers' clock, read by the caller).
+    /// As [`Shared::schedule`], due at `deadline` (ns since the origin; `now` read by the caller).
     #[inline]
     pub(crate) fn schedule_at(
         self: &Arc<Self>,
@@ -74,9 +65,8 @@ impl<J: Stored> Shared<J> {
             .map(|state| state.expect("a state for the handle"))
     }
 
-    /// As [`Shared::schedule`], with no handle: nothing can cancel the timeout or ask after it,
-    /// so no reference to its cell is taken (one locked instruction fewer here, and one fewer
-    /// where the handle would have been dropped).
+    /// As [`Shared::schedule`], with no handle: nothing can cancel or query the timeout, so no
+    /// cell reference is taken (a locked instruction fewer here and at the handle's drop).
     #[inline]
     pub(crate) fn schedule_detached(
         self: &Arc<Self>,
@@ -88,8 +78,7 @@ impl<J: Stored> Shared<J> {
             .map(|_| ())
     }
 
-    /// Queues a timeout, its cell from the cursor for `on_expiry`; its state for the handle when
-    /// `HANDLE`.
+    /// Queues a timeout, its cell from `on_expiry`'s cursor; its state, when `HANDLE`.
     #[inline]
     fn push<const HANDLE: bool>(
         self: &Arc<Self>,
@@ -103,12 +92,10 @@ impl<J: Stored> Shared<J> {
             self.reserve_limited()?;
         }
         let state = self.push_in_shard::<HANDLE>(job, deadline, on_expiry, limited)?;
-        // Nothing to re-check against `stop()`: it sets SHUTDOWN before it takes each shard,
-        // so a push either came before its take (and `stop()` returns this timeout, cancelled,
-        // as it does every timeout that never ran) or we saw SHUTDOWN under the lock above.
-        // No fence before the worker's plan is read either: the worker publishes its plan
-        // before it looks at the shards under their locks, so it sees our entry or we see its
-        // plan (see `sync::Queue`).
+        // No re-check against `stop()`: it sets SHUTDOWN before taking each shard, so this push
+        // preceded the take (`stop()` returns it) or saw SHUTDOWN. No fence before reading the
+        // plan: the worker publishes it before looking at the shards under their locks, so it
+        // sees our entry or we see its plan (`sync::Queue`).
         self.wake_by_end_of_tick_at(now);
         Ok(state)
     }
@@ -125,9 +112,8 @@ impl<J: Stored> Shared<J> {
         let mut shard = self.timeouts.my_shard();
         let shard_index = shard.index();
         let (producer, items) = shard.parts();
-        // Relaxed, under the lock: `stop()` sets SHUTDOWN before it takes each shard and
-        // clears its chunk, so once it has taken this one we see SHUTDOWN here, and push
-        // nothing (it would never be drained) and start no chunk (see `ChunkCursor`).
+        // Relaxed, under the lock: once `stop()` has taken this shard and cleared its chunk we
+        // see SHUTDOWN: push nothing (never drained), start no chunk (see `ChunkCursor`).
         if self.state.load(Ordering::Relaxed) == SHUTDOWN {
             if limited {
                 self.unreserve_limited();
@@ -143,12 +129,10 @@ impl<J: Stored> Shared<J> {
         Ok(items.push::<HANDLE>(cursor, self, shard_index, job, deadline))
     }
 
-    /// A successful `cancel()`: queue the state for the worker and make sure it runs by the end
-    /// of its current tick.
+    /// A successful `cancel()`: queues the state; the worker runs by the end of its tick.
     #[inline]
     pub(crate) fn cancelled(&self, state: CellRef) {
-        // No fence: as in `new_timeout`, the queue's lock orders the push before the load of
-        // the worker's plan.
+        // No fence: as in `push`, the queue's lock orders the push before the plan's load.
         self.cancellations.push(state);
         // Relaxed: a stale (lower) tick only makes us more eager to wake the worker.
         self.wake_by(self.tick.load(Ordering::Relaxed));
@@ -156,9 +140,8 @@ impl<J: Stored> Shared<J> {
 }
 
 impl Shared {
-    /// A future's timeout (the `timer` module's `Sleep`), due at `deadline` (as in
-    /// [`Shared::schedule_at`]): its state has a waker slot, and its expiry wakes what the
-    /// future left there (see `cells::WakerSlots`). Nothing is allocated for its job.
+    /// A future's timeout (`Sleep`), due as in [`Shared::schedule_at`]: its cell has a waker
+    /// slot, which its expiry wakes (`cells::WakerSlots`); its job allocates nothing.
     #[inline]
     pub(crate) fn schedule_wake_at(
         self: &Arc<Self>,

@@ -1,44 +1,40 @@
-//! A boxed timer's tasks without a heap allocation: a task of up to 32 bytes is stored in
-//! place, in the queue and then, while its timeout waits in the wheel, in the worker's columns
-//! of task words, under the timeout's wheel key.
+//! A boxed timer's tasks without a heap allocation: a task of up to 32 bytes is stored in place,
+//! in the queue and then, while its timeout waits, in the worker's columns of task words under
+//! its wheel key.
 //!
-//! Owns [`SmallTask`] (a task of any `Job` type, erased: its words and a table of the
-//! functions that run and drop it) and [`TaskWords`] (the worker's store of the words of the
-//! tasks in the wheel, a column per size class under the wheel's keys, so that a wheel node
-//! stays 32 bytes whatever the task).
-//! Touches the cells (`CellRef`, which a task runs with) and nothing else.
-//!
-//! The crate's `unsafe` for tasks is here and only here; no thread meets another in it: a
-//! `SmallTask` is a value, moved between threads as any `Send` value is (through the queue's
-//! locks), and the columns belong to the worker.
+//! Owns [`SmallTask`] (a task of any `Job` type, erased: its words and a table of the functions
+//! that run and drop it) and [`TaskWords`] (the words of the tasks in the wheel, a column per
+//! size class, so a wheel node stays 32 bytes). Touches the cells (`CellRef`, which a task runs
+//! with) and nothing else. The crate's `unsafe` for tasks is here only, and no thread meets
+//! another in it: a `SmallTask` is a `Send` value moved through the queue's locks, and the
+//! columns belong to the worker.
 //!
 //! # Invariants
 //! 1. A `SmallTask`'s `words` hold one live value of the type its `vtable` was made for
-//!    (`VTable::of::<F>`), written by [`SmallTask::new`]; that type is `Send + 'static`, at
-//!    most 32 bytes, aligned to at most 8 (a larger one is boxed, and the box is what is
-//!    stored).
-//! 2. The value is consumed exactly once: by `vtable.run` (which moves it out), or by
-//!    `vtable.drop` (the `SmallTask`'s `Drop`), or moved whole: into the queue's words
-//!    ([`SmallTask::enqueue`], which forgets the `SmallTask`), from there into a column
-//!    ([`TaskWords::insert_queued`]) and back out ([`TaskWords::remove`]). Only the words
-//!    that `vtable.words` counts are copied: the rest never held any byte of the value.
-//! 3. Queued, a task is its table ([`QueuedTask`]) and its words in the batch's vector of words,
-//!    in push order; the batch takes each out once, in that order, or drops it.
-//!    A column's slot holds a value exactly while its key's bit is set and a [`TaskEntry`]
-//!    names it: a key whose bit is set takes no second value, and a take clears the bit, so
-//!    two entries never name one slot, whatever keys the worker passes; `remove` and
-//!    `run_entry` take the entry by value, so a slot is read once. A `TaskEntry` dropped
-//!    without `remove` leaks its value, never drops it twice, and keeps its key held (a later
-//!    insert under it panics): the worker removes every task it takes out of the wheel.
-//! 4. Under unwinding the invariants hold too. A task's run catches its panic (`Job::run`),
-//!    and the worker drops tasks through `shared::drop_caught`, so user code does not unwind
-//!    through these functions; should anything unwind anyway, each path errs towards a leak,
-//!    never a second read: a task's key is let go of before the task runs, and the task is
-//!    moved out of its words (`ptr::read`) before its code does, so a run that unwinds
-//!    leaves a stale copy that no entry names; a `SmallTask` whose value's `Drop` panics
-//!    counts as dropped (its own `Drop` is not run again); and a batch's drain reads out every
-//!    task it took before it goes, even when dropped early (`batch::DrainFront`), so the
-//!    cursor of invariant 3 stays in step.
+//!    (`InPlace::<F>::VTABLE` or `Boxed::<F>::VTABLE`), written by [`SmallTask::new`]: a
+//!    `Send + 'static` type of at most 32 bytes, aligned to at most 8 (a larger one is boxed,
+//!    the box stored).
+//! 2. The value is consumed exactly once: by `vtable.run` (which moves it out), by `vtable.drop`
+//!    (the `SmallTask`'s `Drop`), or moved whole: into the queue's words ([`SmallTask::enqueue`],
+//!    which forgets the `SmallTask`), into a column ([`TaskWords::insert_queued`]) and back out
+//!    ([`TaskWords::remove`]). Only the words `vtable.words` counts are copied: the rest never
+//!    held a byte of the value.
+//! 3. Queued, a task is its table ([`QueuedTask`]) and its words in the batch's vector, in push
+//!    order; the batch takes each out once, in that order, or drops it. A column's slot holds a
+//!    value exactly while its key's bit is set and a [`TaskEntry`] names it: a held key takes no
+//!    second value and a take clears the bit, so two entries never name one slot, whatever keys
+//!    the worker passes; `remove` and `run_entry` take the entry by value, so a slot is read
+//!    once. A `TaskEntry` dropped without `remove` leaks its value (never a double drop) and
+//!    keeps its key held (a later insert under it panics): the worker removes every task it
+//!    takes out of the wheel.
+//! 4. Unwinding keeps them. Runs catch their panics (`Job::run`) and the worker drops tasks
+//!    through `shared::drop_caught`, so user code does not unwind through here; if anything
+//!    does, each path errs towards a leak, never a second read: a task's key is let go of, and
+//!    the task moved out of its words (`ptr::read`), before its code runs, so an unwinding run
+//!    leaves a stale copy no entry names; a `SmallTask` whose value's `Drop` panics counts as
+//!    dropped (its `Drop` does not run again); a batch's drain reads out every task it took
+//!    before it goes, even dropped early (`batch::DrainFront`), so invariant 3's cursor stays
+//!    in step.
 #![allow(unsafe_code)]
 
 use super::cells::{CellId, CellRef};
@@ -50,19 +46,16 @@ use std::ptr;
 /// Bytes of a task stored in place; a larger task is boxed.
 pub(crate) const INLINE_BYTES: usize = 32;
 
-/// The place a task's words are kept: eight-byte words, so that a task aligned to at most 8
-/// is read and written in place.
+/// Eight-byte words: a task aligned to at most 8 is read and written in place.
 pub(crate) type Word = MaybeUninit<u64>;
 const WORDS: usize = INLINE_BYTES / size_of::<Word>();
 
 /// How the task in a `SmallTask`'s words runs and drops: one table per task type.
 pub(crate) struct VTable {
-    /// Moves the task out of the words and runs it with its timeout's state; gives the state
-    /// back, and sets the flag if the task returned (it stays clear if the task panicked).
-    /// The state comes back alone, in registers: a returned `(CellRef, bool)` would go
-    /// through memory, which the caller reads back wider than it was written.
+    /// Moves the task out of the words and runs it; gives the state back, and sets the flag if
+    /// the task returned (not if it panicked). The state comes back alone, in registers: a
+    /// returned `(CellRef, bool)` goes through memory, read back wider than it was written.
     run: unsafe fn(*const Word, CellRef, &mut bool) -> CellRef,
-    /// Drops the task in the words.
     drop: unsafe fn(*mut Word),
     /// The words the task occupies: 0, 2 or 4 (its size class).
     words: usize,
@@ -74,7 +67,6 @@ impl std::fmt::Debug for VTable {
     }
 }
 
-/// The size class of a task of `bytes` bytes: 0, 2 or 4 words.
 const fn class_words(bytes: usize) -> usize {
     match bytes {
         0 => 0,
@@ -83,7 +75,6 @@ const fn class_words(bytes: usize) -> usize {
     }
 }
 
-/// A task type `F` stored in place.
 struct InPlace<F>(PhantomData<F>);
 
 impl<F: Job> InPlace<F> {
@@ -109,8 +100,8 @@ impl<F: Job> Boxed<F> {
 /// # Safety
 /// `words` holds a live `F` (invariant 1), which this consumes (invariant 2).
 unsafe fn run_in_place<F: Job>(words: *const Word, state: CellRef, ran: &mut bool) -> CellRef {
-    // SAFETY: the caller's: `words` holds a live `F`, suitably aligned (invariant 1: `F`
-    // fits in place), and nobody reads it again.
+    // SAFETY: the caller's: `words` holds a live `F`, aligned (invariant 1: `F` fits in
+    // place), and nobody reads it again.
     let task = unsafe { ptr::read(words.cast::<F>()) };
     let (state, returned) = task.run(state);
     *ran = returned;
@@ -127,8 +118,6 @@ unsafe fn run_boxed<F: Job>(words: *const Word, state: CellRef, ran: &mut bool) 
     state
 }
 
-/// Calls a table's `run`: the state back, and whether the task returned.
-///
 /// # Safety
 /// As the table's `run`: `words` holds the live task `vtable` was made for, consumed here.
 #[inline(always)]
@@ -146,8 +135,7 @@ unsafe fn drop_in_place<T>(words: *mut Word) {
     unsafe { ptr::drop_in_place(words.cast::<T>()) }
 }
 
-/// A task of any type, stored in place when it fits in 32 bytes (else boxed). See the module
-/// docs for its invariants.
+/// A task of any type, in place if it fits in 32 bytes, else boxed. Invariants: module docs.
 pub(crate) struct SmallTask {
     vtable: &'static VTable,
     words: [Word; WORDS],
@@ -156,7 +144,6 @@ pub(crate) struct SmallTask {
 }
 
 impl SmallTask {
-    /// Stores `task`: in place if it fits, else in a box.
     #[inline]
     pub(crate) fn new<F: Job>(task: F) -> SmallTask {
         if InPlace::<F>::FITS {
@@ -181,7 +168,6 @@ impl SmallTask {
         }
     }
 
-    /// Runs the task (see `Job::run`).
     #[inline]
     pub(crate) fn run(self, state: CellRef) -> (CellRef, bool) {
         let this = ManuallyDrop::new(self);
@@ -212,8 +198,8 @@ impl std::fmt::Debug for SmallTask {
     }
 }
 
-/// A task on its way through the queue: its table; its words follow, in the batch's vector of
-/// words, in push order (see [`SmallTask::enqueue`]). 8 bytes.
+/// A task on its way through the queue: its table, its words following in the batch's vector
+/// of words, in push order (see [`SmallTask::enqueue`]). 8 bytes.
 #[derive(Debug)]
 #[allow(unreachable_pub)]
 pub struct QueuedTask(&'static VTable);
@@ -227,13 +213,13 @@ impl QueuedTask {
 }
 
 impl SmallTask {
-    /// Appends the task's words (as many as its class has: 0, 2 or 4) to `words`, and returns
-    /// its table: a zero-sized task queues 8 bytes, not 40.
+    /// Appends the task's words (0, 2 or 4) and returns its table: a zero-sized task queues 8
+    /// bytes, not 40.
     #[inline]
     pub(crate) fn enqueue(self, words: &mut Vec<Word>) -> QueuedTask {
         let task = ManuallyDrop::new(self);
-        // The words move to `words` (invariant 2): `task` is forgotten, never dropped. One
-        // copy of a fixed length per class, not a copy of a length read at run time.
+        // The words move to `words` (invariant 2); `task` is never dropped. A fixed-length
+        // copy per class, not one of a length read at run time.
         match task.words() {
             0 => {}
             2 => words.extend_from_slice(&task.words[..2]),
@@ -242,11 +228,9 @@ impl SmallTask {
         QueuedTask(task.vtable)
     }
 
-    /// As `SmallTask::new(task).enqueue(words)`, with the task written straight into `words`:
-    /// a task built first on the stack is then copied with reads wider than its fields were
-    /// written (a 16-byte load of two 8-byte fields), and each such read waits for the stores
-    /// to reach the cache instead of taking its bytes from them (a failed store forward; see
-    /// `docs/performance.md`, "Tasks of up to 32 bytes in place").
+    /// As `SmallTask::new(task).enqueue(words)`, written straight into `words`: a task built on
+    /// the stack first is copied with reads wider than its fields were written, each a failed
+    /// store forward (see `docs/performance.md`, "Tasks of up to 32 bytes in place").
     #[inline]
     pub(crate) fn enqueue_fresh<F: Job>(task: F, words: &mut Vec<Word>) -> QueuedTask {
         if !InPlace::<F>::FITS {
@@ -254,19 +238,17 @@ impl SmallTask {
         }
         let n = class_words(size_of::<F>());
         if n == 0 {
-            // No bytes to queue, and `words` untouched (its header is a line the worker's
-            // core may hold): the task is forgotten here and made again, from no bytes, where
-            // it runs or is dropped (invariant 2, as `enqueue` does).
+            // Nothing queued and `words` untouched (the worker's core may hold its header): the
+            // task is forgotten and made again from no bytes where it runs or drops (invariant 2).
             std::mem::forget(task);
             return QueuedTask(&InPlace::<F>::VTABLE);
         }
         words.reserve(n);
         let len = words.len();
-        // SAFETY: `words` has room for `n` more words (reserved), which `F` fits in, aligned
-        // to at most a word (`FITS`, `class_words`), so the write stays in the allocation and
-        // is aligned. The `n` words now hold a live `F` for `InPlace::<F>::VTABLE` (invariants
-        // 1 and 3: what `enqueue` would have appended), and `Word` is `MaybeUninit`, so the
-        // bytes `F` leaves unwritten are valid words.
+        // SAFETY: `n` more words are reserved, and `F` fits in them aligned to at most a word
+        // (`FITS`, `class_words`): the write is in bounds and aligned. They now hold a live `F`
+        // for `InPlace::<F>::VTABLE`, as `enqueue` would append them (invariants 1 and 3), and
+        // the bytes `F` leaves unwritten are valid `MaybeUninit` words.
         unsafe {
             ptr::write(words.as_mut_ptr().add(len).cast::<F>(), task);
             words.set_len(len + n);
@@ -274,8 +256,8 @@ impl SmallTask {
         QueuedTask(&InPlace::<F>::VTABLE)
     }
 
-    /// The task `enqueue` queued, its words read from `words` at `*at` (moved on past them).
-    /// Each queued task is taken out once, in push order, with the same `words`.
+    /// The task `enqueue` queued, its words read from `words` at `*at` (moved past them). Each
+    /// queued task is taken out once, in push order, with the same `words`.
     #[inline]
     pub(crate) fn dequeue(queued: QueuedTask, words: &[Word], at: &mut usize) -> SmallTask {
         let n = queued.0.words;
@@ -295,9 +277,8 @@ impl SmallTask {
     }
 }
 
-/// A task kept in the worker's [`TaskWords`] while its timeout waits in the wheel: its table,
-/// its timeout's wheel key (under which its words, if it has any, are kept) and the chunk id of
-/// its timeout's cell. The wheel's entry for the timeout; 16 bytes.
+/// A task kept in [`TaskWords`] while its timeout waits: the wheel's entry for the timeout (16
+/// bytes): its table, its wheel key (its words' key, if any) and its cell's chunk id.
 // `pub` in a crate-private module: the entry type of a public (sealed) trait's impl.
 #[derive(Debug)]
 #[allow(unreachable_pub)]
@@ -318,17 +299,15 @@ impl TaskEntry {
 const PAGE_BITS: u32 = 10;
 const PAGE: usize = 1 << PAGE_BITS;
 
-/// The words of the tasks of one size class under the keys of a page, and which of those keys
-/// hold a task's words.
+/// One size class's words under the keys of a page, and which of those keys hold a task's words.
 struct Page<const N: usize> {
     slots: Box<[[Word; N]; PAGE]>,
     held: [u64; PAGE / 64],
 }
 
-/// The words of the waiting tasks of one size class, `N` words a task, under their wheel
-/// keys, in pages allocated as keys of the page get a task of the class. A bit per key says
-/// whether its slot holds a task's words: a key is taken only while free, so that two entries
-/// never name one slot (invariant 3), whatever keys the worker passes.
+/// The words of waiting tasks of one size class, `N` words a task, under their wheel keys, in
+/// pages allocated as keys of the page get a task. A bit per key says whether its slot holds
+/// words: a key is taken only while free, so two entries never name one slot (invariant 3).
 struct WordColumn<const N: usize> {
     pages: Vec<Option<Page<N>>>,
     /// Keys holding a task's words.
@@ -343,11 +322,8 @@ impl<const N: usize> WordColumn<N> {
         }
     }
 
-    /// Stores `words` (`N` of them) under `key`.
-    ///
     /// # Panics
-    /// If `key` holds a task's words already (before anything changes): the worker gave one
-    /// key to two waiting tasks.
+    /// If `key` holds words already (one key given to two tasks), before anything changes.
     #[inline]
     fn insert(&mut self, key: u32, words: &[Word]) {
         let (page, i) = (key >> PAGE_BITS, key as usize % PAGE);
@@ -368,8 +344,7 @@ impl<const N: usize> WordColumn<N> {
         if self.pages.len() <= page {
             self.pages.resize_with(page + 1, || None);
         }
-        // Made on the heap: a page is 16 or 32 KB, more than a small stack (a loom model's)
-        // holds.
+        // On the heap: a page is 16 or 32 KB, more than a small stack (a loom model's) holds.
         let slots = vec![[Word::uninit(); N]; PAGE].into_boxed_slice();
         self.pages[page].insert(Page {
             slots: slots.try_into().expect("a page of slots"),
@@ -377,11 +352,8 @@ impl<const N: usize> WordColumn<N> {
         })
     }
 
-    /// Lets go of the words under `key`: they are the caller's to read once (nothing writes
-    /// the slot before the key is stored again).
-    ///
-    /// # Panics
-    /// If `key` holds no task's words (before anything changes).
+    /// Lets go of the words under `key`, the caller's to read once (nothing writes the slot
+    /// until the key is stored again). Panics, before any change, if `key` holds none.
     #[inline]
     fn take(&mut self, key: u32) -> &[Word; N] {
         let (page, i) = (key >> PAGE_BITS, key as usize % PAGE);
@@ -409,8 +381,7 @@ impl<const N: usize> WordColumn<N> {
     }
 }
 
-/// The worker's store of the words of waiting tasks (see [`TaskEntry`]): a column per size
-/// class, under the tasks' wheel keys; tasks of no words need none.
+/// The worker's store of waiting tasks' words (see [`TaskEntry`]): a column per size class.
 #[allow(unreachable_pub)]
 pub struct TaskWords {
     two: WordColumn<2>,
@@ -439,12 +410,9 @@ impl std::fmt::Debug for TaskWords {
 }
 
 impl TaskWords {
-    /// The task `enqueue` queued, its words moved from `words` at `*at` (moved on past them)
-    /// straight into the column of its class under `key`, its timeout's wheel key:
-    /// `SmallTask::dequeue` and then a move into the column, with one copy of the words.
-    ///
-    /// # Panics
-    /// If a waiting task of the class has its words under `key` (the task is then leaked).
+    /// `SmallTask::dequeue` and a move into its class's column under `key` (its timeout's wheel
+    /// key), with one copy of the words. Panics, the task leaked, if a waiting task of the
+    /// class has its words under `key`.
     #[inline]
     pub(crate) fn insert_queued(
         &mut self,
@@ -457,8 +425,8 @@ impl TaskWords {
         let vtable = queued.0;
         let start = *at;
         // The words move from the batch to the column (invariants 2 and 3). The cursor moves
-        // past them first: should the store panic, the task is leaked, and the batch never
-        // reads its words again for the next task's table (invariant 4).
+        // past them first: should the store panic, the task leaks, and its words are never read
+        // as the next task's (invariant 4).
         *at += vtable.words;
         match vtable.words {
             0 => {}
@@ -468,8 +436,7 @@ impl TaskWords {
         TaskEntry { vtable, key, cell }
     }
 
-    /// Moves `task`'s words into the column of its class under `key` (as queued and then
-    /// taken out).
+    /// As queued and then taken out.
     #[cfg(test)]
     fn insert(&mut self, task: SmallTask, key: u32, cell: CellId) -> TaskEntry {
         let mut words = Vec::new();
@@ -477,7 +444,6 @@ impl TaskWords {
         self.insert_queued(queued, &words, &mut 0, key, cell)
     }
 
-    /// Takes a waiting task's words back out of its column.
     #[inline]
     pub(crate) fn remove(&mut self, entry: TaskEntry) -> SmallTask {
         let mut words = [Word::uninit(); WORDS];
@@ -500,8 +466,7 @@ impl TaskWords {
         }
     }
 
-    /// Runs a waiting task where its words are (`remove` then `SmallTask::run`, without copying
-    /// the words out); its key is free after.
+    /// `remove` then `SmallTask::run`, without copying the words out; the key is free after.
     #[inline]
     pub(crate) fn run_entry(&mut self, entry: TaskEntry, state: CellRef) -> (CellRef, bool) {
         // One match on the class for the run and the release.
@@ -516,8 +481,8 @@ impl TaskWords {
             2 => {
                 let words = self.two.take(key).as_ptr();
                 // SAFETY: the slot held the live task `entry` names (invariant 3), consumed
-                // here once (invariant 2): `entry` is gone and the key is free, and the
-                // column's pages stay until the release after the run.
+                // here once (invariant 2): `entry` is gone and the key free; the column's pages
+                // stay until the release after the run.
                 let out = unsafe { call_run(vtable, words, state) };
                 self.two.release_if_empty();
                 out
@@ -532,7 +497,6 @@ impl TaskWords {
         }
     }
 
-    /// Tasks kept (with words) right now.
     #[cfg(test)]
     fn live(&self) -> usize {
         self.two.live() + self.four.live()
@@ -577,7 +541,6 @@ mod tests {
         }
     }
 
-    /// A state to run tasks with: one from a manual timer.
     fn state() -> (crate::HashedWheelTimer, CellRef) {
         let (timer, _driver) = crate::HashedWheelTimer::builder().build_manual().unwrap();
         let t = timer
@@ -671,8 +634,7 @@ mod tests {
                 (runs5.load(Ordering::SeqCst), drops5.load(Ordering::SeqCst)),
                 (1, 1)
             );
-            // Queued fresh (written straight into the words, after another task's), then
-            // run; queued fresh, then dropped.
+            // Queued fresh after another task's words, then run; queued fresh, then dropped.
             let (p6, runs6, drops6) = probe::<PAD>();
             let (p7, runs7, drops7) = probe::<PAD>();
             let first = SmallTask::enqueue_fresh(as_task(p6), &mut queue);
@@ -754,7 +716,7 @@ mod tests {
         let mut store = TaskWords::default();
         let (p, runs, drops) = probe::<0>();
         let held = store.insert(SmallTask::new(as_task(p)), 9, CELL);
-        // The refused task is leaked (invariant 3): one that owns no memory, for Miri.
+        // The refused task leaks (invariant 3): one that owns no memory, for Miri.
         let words = [3u64; 2];
         let second = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             let refused = move |_: &Timeout| {

@@ -1,21 +1,15 @@
-//! What a timer stores per timeout, and how a task travels from the producer to its run,
-//! without this module knowing the `task` module's types: the [`Job`] a boxed timer's task
-//! becomes, the sealed [`sealed::TaskStorage`] interface through which the queues and the worker
-//! keep and run a stored task ([`Stored`]), the default [`BoxedTask`], and what a producer
-//! hands the queue ([`Enqueue`], [`Fresh`]).
-//!
-//! Owns those traits and `BoxedTask`'s storage through `small_task`. Touches nothing outside
-//! `shared`.
+//! What a timer stores per timeout, and how a task travels from producer to run without this
+//! module knowing the `task` module's types. Owns [`Job`], the sealed [`sealed::TaskStorage`]
+//! behind [`Stored`], the default [`BoxedTask`] (stored through `small_task`), and what a
+//! producer hands the queue ([`Enqueue`], [`Fresh`]). Touches nothing outside `shared`.
 
 use super::cells::{CellId, CellRef};
 use super::small_task::{QueuedTask, SmallTask, TaskEntry, TaskWords, Word};
 
-/// A timeout's task as the queues and the worker carry it: the `timer` module turns a user's
-/// `TimerTask` into one (`task.rs`), the worker runs it with its timeout's state, and nothing
-/// in between needs to know what it is.
+/// A task as the queues and the worker carry it, opaque: `task.rs` makes one of a user's
+/// `TimerTask`, and the worker runs it with its timeout's state.
 pub(crate) trait Job: Send + Sized + 'static {
-    /// Runs the task of the timeout whose state this is, catching a panic; gives the state
-    /// back, and whether the task returned (false: it panicked).
+    /// Runs the task, catching a panic; gives the state back, and whether the task returned.
     fn run(self, state: CellRef) -> (CellRef, bool);
 
     /// As [`Job::run`], for a task too large to be stored in place.
@@ -24,15 +18,13 @@ pub(crate) trait Job: Send + Sized + 'static {
     }
 }
 
-/// Any task, type-erased: what a timer of boxed tasks (the default, [`HashedWheelTimer`])
-/// stores per timeout. A task of up to 32 bytes is stored in place (no allocation); a larger
-/// one is boxed. Opaque; it appears only as that default type parameter.
+/// Any task, type-erased: what the default timer ([`HashedWheelTimer`]) stores per timeout. Up
+/// to 32 bytes in place, larger boxed. Opaque; it appears only as that default type parameter.
 ///
 /// [`HashedWheelTimer`]: crate::HashedWheelTimer
 pub struct BoxedTask(SmallTask);
 
 impl BoxedTask {
-    /// Stores `task` (in place when it fits).
     #[inline]
     pub(crate) fn new<F: Job>(task: F) -> BoxedTask {
         BoxedTask(SmallTask::new(task))
@@ -40,9 +32,8 @@ impl BoxedTask {
 }
 
 /// What a producer hands the queue: a stored task (`J` itself), or, on a boxed timer, the
-/// caller's task as it was given ([`Fresh`]), written straight into the queue's words.
+/// caller's task as given ([`Fresh`]), written straight into the queue's words.
 pub(crate) trait Enqueue<J: Stored> {
-    /// Queues the task: what the batch holds for it, its words appended to `words`.
     fn enqueue(self, words: &mut Vec<Word>) -> J::Queued;
 }
 
@@ -53,8 +44,7 @@ impl<J: Stored> Enqueue<J> for J {
     }
 }
 
-/// A boxed timer's task as the caller gave it: queued without being built as a [`SmallTask`]
-/// first (why: `SmallTask::enqueue_fresh`).
+/// A boxed timer's task, queued without first becoming a [`SmallTask`] (see `enqueue_fresh`).
 pub(crate) struct Fresh<F>(pub(crate) F);
 
 impl<F: Job> Enqueue<BoxedTask> for Fresh<F> {
@@ -70,42 +60,36 @@ impl std::fmt::Debug for BoxedTask {
     }
 }
 
-/// What a timer stores per timeout: [`BoxedTask`] on the timer most code uses, or a typed
-/// timer's own task type ([`TypedTask`](crate::TypedTask)), stored in place with no
-/// allocation. Sealed: implemented by those two only.
+/// What a timer stores per timeout: [`BoxedTask`] by default, or a typed timer's own task type
+/// ([`TypedTask`](crate::TypedTask)), stored in place. Sealed: implemented by those two only.
 pub trait Stored: sealed::TaskStorage + Send + 'static {}
 
 pub(crate) mod sealed {
     use crate::shared::cells::{CellId, CellRef};
     use crate::shared::small_task::Word;
 
-    /// How the worker keeps and runs a stored task (the interface through which the `task`
-    /// module's types are run without this module importing them).
+    /// How the worker keeps and runs a stored task without this module importing `task`'s types.
     #[allow(unreachable_pub)]
     pub trait TaskStorage: Sized {
-        /// What the wheel holds per timeout: the task (in place, or its words in the worker's
-        /// store) and its cell's id.
+        /// Per timeout in the wheel: the task (in place, or its words in the store), its cell id.
         type Entry: Send + 'static;
         /// Where the worker keeps what of a task its entry does not hold.
         type Store: Default + Send + 'static;
-        /// What a queued batch holds per timeout (its words, if any, follow in the batch's
-        /// vector of words).
+        /// What a queued batch holds per timeout (its words, if any, in the batch's words).
         type Queued: Send + 'static;
 
         /// Queues the task: what the batch holds for it, its words appended to `words`.
         fn enqueue(self, words: &mut Vec<Word>) -> Self::Queued;
 
-        /// The task `enqueue` queued; its words read at `*at`, which moves past them. Each
-        /// queued task is taken out once, in push order.
+        /// The task `enqueue` queued, its words read at `*at` (moved past them). Each queued
+        /// task is taken out once, in push order.
         fn dequeue(queued: Self::Queued, words: &[Word], at: &mut usize) -> Self;
 
-        /// Runs the task, catching a panic; gives the state back (the worker lent it), and
-        /// whether the task returned (false: it panicked).
+        /// As `Job::run`; the worker lent the state.
         fn run_stored(self, state: CellRef) -> (CellRef, bool);
 
-        /// The task `enqueue` queued, as [`TaskStorage::dequeue`] takes it out, moved straight
-        /// into the wheel's entry for cell `cell`, to be kept under wheel key `key` (a boxed
-        /// task's words go from the batch to the store, under that key).
+        /// [`TaskStorage::dequeue`] straight into the wheel's entry for `cell`, under wheel key
+        /// `key` (a boxed task's words go from the batch to the store under that key).
         fn dequeue_entry(
             queued: Self::Queued,
             words: &[Word],
@@ -115,26 +99,22 @@ pub(crate) mod sealed {
             store: &mut Self::Store,
         ) -> Self::Entry;
 
-        /// The lane of the wheel's keys that a queued task's entry takes (below
-        /// `wheel::LANES`): a boxed task's size class, so that the words of each class are
-        /// kept under keys of its own pages.
+        /// The lane of wheel keys a queued task's entry takes (below `wheel::LANES`): a boxed
+        /// task's size class, so each class's words sit under keys of its own pages.
         #[inline]
         fn lane(_queued: &Self::Queued) -> usize {
             0
         }
 
-        /// The task of an entry taken out of the wheel.
         fn from_entry(entry: Self::Entry, store: &mut Self::Store) -> Self;
 
-        /// [`TaskStorage::from_entry`], then [`TaskStorage::run_stored`], without moving the task in
-        /// between.
+        /// [`TaskStorage::from_entry`], then [`TaskStorage::run_stored`], not moving the task.
         fn run_entry(
             entry: Self::Entry,
             store: &mut Self::Store,
             state: CellRef,
         ) -> (CellRef, bool);
 
-        /// The cell an entry was made with.
         fn cell(entry: &Self::Entry) -> CellId;
     }
 

@@ -1,8 +1,5 @@
-//! The builder: every option, checked once, and the two ways to build (a worker thread, or a
-//! `ManualDriver`).
-//!
-//! Owns argument checking and defaults. Uses the shared state and the worker (to create them),
-//! the clock and the wheel's size rule; nothing after `build`.
+//! The builder: the options, their defaults and their checks. Creates the shared state and the
+//! worker; uses the clock and the wheel's size rule.
 
 use super::{lifecycle, HashedWheelTimer, ManualDriver, MAX_TICKS_PER_WHEEL};
 use crate::clock::Clock;
@@ -68,13 +65,8 @@ impl Builder {
         self
     }
 
-    /// The number of buckets, rounded up to a power of two (1 to 2^30, as Netty).
-    ///
-    /// A bucket takes 16 bytes once used, plus a bit of an occupancy bitmap: up to 4096 buckets
-    /// are allocated when the timer is built, a larger wheel's buckets 4096 at a time, as
-    /// timeouts land among them (and kept until the timer stops). So a wheel of 2^30 buckets
-    /// is built in about 132 MiB of address space, most of it the bitmap, mapped only as it is
-    /// written, and grows towards 16 GiB only if timeouts reach every part of it.
+    /// The number of buckets, rounded up to a power of two (1 to 2^30, as Netty). They are
+    /// allocated 4096 at a time as timeouts reach them (16 bytes each, kept until the timer stops).
     ///
     /// ```
     /// let b = hashed_timer_wheel::HashedWheelTimer::builder().ticks_per_wheel(1024);
@@ -85,9 +77,8 @@ impl Builder {
     }
 
     /// At most this many timeouts pending at once; `new_timeout` refuses the next one with
-    /// [`TimerError::TooManyPending`](crate::TimerError::TooManyPending). 0 (the default) means
-    /// no limit of your own; a timer never holds more than 134 217 727 (2^27 - 1) pending
-    /// timeouts, the size of its wheel's key space (some 6 GB of them).
+    /// [`TimerError::TooManyPending`](crate::TimerError::TooManyPending). 0 (the default) means no
+    /// limit beyond the wheel's key space, 2^27 - 1 timeouts.
     ///
     /// ```
     /// let b = hashed_timer_wheel::HashedWheelTimer::builder().max_pending_timeouts(10_000);
@@ -107,10 +98,9 @@ impl Builder {
         self
     }
 
-    /// Hands expired tasks to `executor` instead of running them on the worker thread. A panic
-    /// in `executor` (a refusal) is caught, counted in `stats().panicked` and logged; the
-    /// timeout stays expired, and the job, run or not, drops its task once. A task that panics
-    /// on the executor is counted too.
+    /// Hands expired tasks to `executor` instead of running them on the worker thread. A panic of
+    /// `executor` or of a task it runs is caught, counted in `stats().panicked` and logged; the
+    /// timeout stays expired, and its task is dropped once.
     ///
     /// ```
     /// use hashed_timer_wheel::HashedWheelTimer;
@@ -131,15 +121,12 @@ impl Builder {
         self
     }
 
-    /// Checks the arguments and builds the timer. No worker thread starts until the first
+    /// Checks the arguments and builds the timer; its worker thread starts with the first
     /// `new_timeout` (or `start`).
     ///
-    /// On x86-64 Linux, the first timer built in the process (by `build` or `build_typed`)
-    /// starts the producers' clock thread, `hashed-timer-wheel-tsc`: it calibrates the TSC,
-    /// which `new_timeout` then reads while the kernel keeps time with it, and ends. The
-    /// worker's turns read the kernel's clock source again, at most once a second, so that
-    /// producers go back to the monotonic clock once the kernel gives the TSC up (see the
-    /// crate docs, "Threading model", for what holds until that re-read).
+    /// On x86-64 Linux the first timer built in the process starts a short-lived thread,
+    /// `hashed-timer-wheel-tsc`, that calibrates the producers' clock (see the crate docs,
+    /// "Threading model").
     ///
     /// # Errors
     /// A [`BuildError`] for a zero tick, a zero or above-2^30 `ticks_per_wheel`, or a tick times
@@ -158,9 +145,8 @@ impl Builder {
         self.threaded()
     }
 
-    /// Builds a timer driven by hand, for deterministic tests: no worker thread, and time moves
-    /// only when the returned [`ManualDriver`] advances it, running the due tasks on the
-    /// caller's thread. The clock starts at zero.
+    /// Builds a timer driven by hand, for deterministic tests: its clock starts at zero and moves
+    /// only when the returned [`ManualDriver`] advances it, on the caller's thread.
     ///
     /// # Errors
     /// As [`build`](Builder::build).
@@ -187,9 +173,8 @@ impl Builder {
         self.manual()
     }
 
-    /// Builds a typed timer: one whose tasks are all of type `T`, stored in place in its
-    /// queue and wheel, so that scheduling one allocates nothing (see [`TypedTask`]). The same
-    /// options, limits and errors as [`build`](Builder::build).
+    /// Builds a typed timer: its tasks are all of type `T`, stored in place, so scheduling
+    /// allocates nothing (see [`TypedTask`]). Options and limits as [`build`](Builder::build).
     ///
     /// # Errors
     /// As [`build`](Builder::build).
@@ -214,7 +199,6 @@ impl Builder {
         self.threaded()
     }
 
-    /// A timer with a worker thread (started by its first timeout), on the system clock.
     fn threaded<J: Stored>(self) -> Result<HashedWheelTimer<J>, BuildError> {
         #[cfg(not(loom))]
         let clock = Clock::system();
@@ -262,8 +246,6 @@ impl Builder {
         )))
     }
 
-    /// The tick in nanoseconds (at least 1 ms) and the wheel's length, or why the settings make
-    /// no timer.
     fn tick_and_wheel_len(&self) -> Result<(u64, usize), BuildError> {
         if self.tick.is_zero() {
             return Err(BuildError::ZeroTickDuration);
@@ -296,9 +278,7 @@ impl Builder {
 /// What runs a timer's worker.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum DrivenBy {
-    /// A thread of its own, started by the first timeout.
     WorkerThread,
-    /// The caller's thread, through a [`ManualDriver`].
     ManualDriver,
 }
 

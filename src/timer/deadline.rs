@@ -1,10 +1,6 @@
-//! A deadline around any future, that any executor can drive: its output, or an error once
-//! the deadline passes (tokio's `Timeout`).
-//!
-//! Owns [`Deadline`], the timer's `timeout` and `timeout_at`, and the process-wide table that
-//! finds an unarmed deadline's timer again without a reference count (`TimerRef`). A deadline
-//! schedules nothing until its future is first pending; then it waits on a [`Sleep`]. Uses the
-//! shared state's clock, the `Sleep` and, for `TimerRef`, `sync`'s lock.
+//! A deadline around any future (tokio's `Timeout`). Owns [`Deadline`], the timer's `timeout` and
+//! `timeout_at`, and `TimerRef`, a process-wide table that finds an unarmed deadline's timer
+//! without a reference count. Uses the [`Sleep`], the shared state's clock and `sync`'s lock.
 
 use super::sleep::Sleep;
 use crate::clock::duration_to_nanos;
@@ -18,30 +14,18 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 pin_project_lite::pin_project! {
-    /// A future with a deadline: its output, or [`DeadlineError::Elapsed`] if the deadline
-    /// passes first (tokio's `Timeout`; named apart from this crate's
-    /// [`Timeout`](crate::Timeout) handle).
+    /// A future with a deadline: its output, or [`DeadlineError::Elapsed`] if the deadline passes
+    /// first (tokio's `Timeout`, named apart from the [`Timeout`](crate::Timeout) handle).
     ///
-    /// Made by [`HashedWheelTimer::timeout`] and [`HashedWheelTimer::timeout_at`]. Each poll
-    /// polls the inner future first, so a future that is ready by the deadline's poll wins.
+    /// Made by [`HashedWheelTimer::timeout`] and [`HashedWheelTimer::timeout_at`]. Each poll polls
+    /// the inner future first. **Nothing is scheduled until the inner future is pending**: a future
+    /// ready at its first poll never reaches the timer. Then the deadline is a [`Sleep`]: dropping
+    /// the `Deadline` cancels it; a timer stopped, dropped or at its pending limit completes it
+    /// with [`DeadlineError::Timer`].
     ///
-    /// **Nothing is scheduled until the inner future is pending.** Making a `Deadline` reads
-    /// no clock and writes nothing the timer's other users share (but for a thread's first
-    /// deadline on a timer, which enters the timer in a process-wide table); a future that is
-    /// ready at its first poll (a response already there) completes without the timer ever
-    /// hearing of it. The first poll that finds the inner future pending schedules the
-    /// deadline as a [`Sleep`], with all its guarantees: dropping the `Deadline` (the
-    /// request-timeout pattern: the response came first) cancels its timeout; a stopped
-    /// timer completes it with [`DeadlineError::Timer`], as does a timer at its pending limit
-    /// or one dropped before the future was pending.
-    ///
-    /// **When the limit starts.** `timeout(limit, future)` counts `limit` from that first
-    /// pending poll (pingora's lazy timeout), not from the call (tokio's `timeout`): the
-    /// deadline is never earlier than tokio's for the same call, and later by the time
-    /// between the call and the first poll plus the inner future's first poll, which for the
-    /// usual `timer.timeout(limit, call).await` is the first poll's own work. `timeout_at`
-    /// keeps its instant, wherever the first poll falls. Either way the error never comes
-    /// before the deadline, and at most about a tick after it.
+    /// Unlike tokio's `timeout`, `timeout(limit, future)` counts `limit` from that first pending
+    /// poll (pingora's lazy timeout), so its deadline is never earlier than tokio's; `timeout_at`
+    /// keeps its instant. The error never comes before the deadline, at most about a tick after.
     ///
     /// ```
     /// use hashed_timer_wheel::{DeadlineError, HashedWheelTimer};
@@ -66,7 +50,6 @@ pin_project_lite::pin_project! {
     }
 }
 
-/// A deadline's timeout: not yet scheduled, or its [`Sleep`].
 enum Wait {
     /// The inner future has not been pending yet: nothing scheduled, nothing shared written.
     Unarmed {
@@ -121,29 +104,23 @@ use timer_ref::TimerRef;
 
 /// Which timer an unarmed deadline belongs to, found again without a reference count.
 ///
-/// Holding a [`TimerHandle`] would cost every `Deadline` two locked instructions on the
-/// timer's reference count, a cache line that every thread using the timer writes: the whole
-/// cost of a deadline whose future is ready at once. A `TimerRef` is a slot of a process-wide
-/// table of the timers that made deadlines (each held by a `Weak`, so the table keeps no timer
-/// alive) and the slot's generation; each thread remembers the last few timers it made
-/// deadlines for and their slots, so making one is a thread-local read and a pointer
-/// comparison. The first pending poll upgrades that thread's `Weak` (or, on another thread,
-/// the table's): the timer's count is touched only by a deadline that schedules anyway.
+/// A [`TimerHandle`] would cost every `Deadline` two locked instructions on a cache line that every
+/// thread using the timer writes. A `TimerRef` is a slot and generation in a process-wide table of
+/// `Weak`s (which keeps no timer alive); each thread remembers its last few timers, so making one
+/// is a thread-local read, and only the first pending poll upgrades a `Weak`.
 #[cfg(not(loom))]
 mod timer_ref {
     use crate::shared::Shared;
     use crate::sync::{Arc, Mutex};
     use std::cell::RefCell;
     use std::sync::PoisonError;
-    // The shim has no `Weak`; this module is not built under loom, where the shim's types
-    // would differ from std's.
+    // std's `Weak`: the loom shim has none, and this module is not built under loom.
     use std::sync::Weak;
 
     #[derive(Clone, Copy, Debug, PartialEq, Eq)]
     pub(super) struct TimerRef {
         index: u32,
-        /// Bumped each time the slot is given to another timer: a deadline of the timer
-        /// that had it finds its timer gone rather than the new one.
+        /// Bumped when the slot passes to another timer: an old deadline finds its timer gone.
         generation: u64,
     }
 
@@ -155,23 +132,21 @@ mod timer_ref {
     /// One slot per live timer that made a deadline; a dead timer's slot is reused.
     static SLOTS: Mutex<Vec<Slot>> = Mutex::new(Vec::new());
 
-    /// How many timers a thread remembers: a thread that makes deadlines on a few timers in
-    /// turn takes the table's lock only when it moves to yet another.
+    /// Timers a thread remembers: moving among this few takes no lock on the table.
     const REMEMBERED: usize = 4;
 
     type Remembered = [Option<(TimerRef, Weak<Shared>)>; REMEMBERED];
 
     std::thread_local! {
-        /// The timers this thread last made deadlines for, the latest first. Each `Weak` keeps
-        /// its timer's allocation, so an address here is that timer's while it is remembered:
-        /// comparing addresses suffices.
+        /// This thread's last timers, the latest first. Each `Weak` keeps its timer's allocation,
+        /// so comparing addresses suffices.
         static LAST: RefCell<Remembered> = const { RefCell::new([const { None }; REMEMBERED]) };
     }
 
     impl TimerRef {
         #[inline]
         pub(super) fn new(shared: &Arc<Shared>) -> TimerRef {
-            // The latest alone on this path: it is the one nearly every deadline names.
+            // Only the latest here: nearly every deadline names it.
             let cached = LAST.try_with(|last| match &last.borrow()[0] {
                 Some((key, timer)) if std::ptr::eq(timer.as_ptr(), Arc::as_ptr(shared)) => {
                     Some(*key)
@@ -207,8 +182,7 @@ mod timer_ref {
         fn register(shared: &Arc<Shared>) -> TimerRef {
             let key = {
                 let mut slots = SLOTS.lock().unwrap_or_else(PoisonError::into_inner);
-                // A live timer's address is its own (a dead one's `Weak` keeps its
-                // allocation), so a slot at this address is this timer's.
+                // A `Weak` keeps its allocation, so a slot at this address is this timer's.
                 let same = |slot: &Slot| std::ptr::eq(slot.timer.as_ptr(), Arc::as_ptr(shared));
                 let index = match slots.iter().position(same) {
                     Some(index) => index,
@@ -233,9 +207,8 @@ mod timer_ref {
                     generation: slots[index].generation,
                 }
             };
-            // Outside the table's lock: the oldest timer remembered goes, and dropping its `Weak`
-            // may free a dead timer's allocation. (A thread whose locals are gone does not
-            // remember.)
+            // Outside the table's lock: dropping the oldest `Weak` may free a dead timer. (A thread
+            // whose locals are gone does not remember.)
             let _ = LAST.try_with(|last| {
                 let mut last = last.borrow_mut();
                 last.rotate_right(1);
@@ -265,8 +238,7 @@ mod timer_ref {
     }
 }
 
-/// Under loom (whose models run every thread on one, sharing thread locals) a deadline holds
-/// its timer: the models check the protocol, not the cost.
+/// Under loom (one thread for all, sharing thread locals) a deadline holds its timer.
 #[cfg(loom)]
 struct TimerRef(Arc<Shared>);
 
@@ -297,10 +269,8 @@ impl<F> Deadline<F> {
         self.future
     }
 
-    /// When the deadline is ([`Sleep::deadline`]) once the inner future has been pending, or
-    /// for `timeout_at`. Before that, a `timeout(limit, ..)` has no deadline yet: this is the
-    /// one it would get if its first pending poll were now (`limit` from now). Now, if the
-    /// timer was dropped before the future was pending (it completes at once).
+    /// When the deadline is ([`Sleep::deadline`]). Before the first pending poll, `timeout` gives
+    /// the deadline it would get now; if the timer was dropped meanwhile, now.
     pub fn deadline(&self) -> Instant {
         match &self.wait {
             Wait::Armed(sleep) => sleep.deadline(),
@@ -362,13 +332,8 @@ fn deadline<F: IntoFuture>(
 macro_rules! deadline_methods {
     ($ty:ty, $example:literal) => {
         impl $ty {
-            /// `future` with a deadline `limit` after its first poll that finds it pending:
-            /// its output, or [`DeadlineError::Elapsed`] (see [`Deadline`]).
-            ///
-            /// Nothing is scheduled, and no clock read, until that poll: a future ready at
-            /// its first poll costs the timer nothing. The limit counts from then (pingora's
-            /// lazy timeout), not from the call (tokio's `timeout`): the deadline is never
-            /// earlier than tokio's, and later by the time from the call to that poll.
+            /// `future` with a deadline `limit` after its first pending poll (not after the call,
+            /// as in tokio): its output, or [`DeadlineError::Elapsed`] (see [`Deadline`]).
             ///
             /// ```
             /// # use hashed_timer_wheel::{DeadlineError, HashedWheelTimer};
@@ -387,9 +352,8 @@ macro_rules! deadline_methods {
                 deadline(&self.shared, Start::After(duration_to_nanos(limit)), future)
             }
 
-            /// `future` with a deadline at `deadline`: its output, or
-            /// [`DeadlineError::Elapsed`] (see [`Deadline`]). Scheduled, as `timeout`, only
-            /// once the future is pending; the instant is kept wherever that falls.
+            /// `future` with a deadline at `deadline`: its output, or [`DeadlineError::Elapsed`]
+            /// (see [`Deadline`]).
             ///
             /// ```
             /// # use hashed_timer_wheel::HashedWheelTimer;

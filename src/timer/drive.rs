@@ -1,9 +1,7 @@
-//! The wheel driven from an async runtime's own threads: a future that runs the worker's turns
-//! where the runtime polls it (see [`Drive`] for why).
-//!
-//! Owns [`Drive`]. Uses the lifecycle (start, a turn of the worker under its lock) and the
-//! shared state's driver slot (`Control::drivers`, `Control::driver_waker`), through which
-//! producers whose deadline is earlier than the plan wake the driver instead of the thread.
+//! The wheel driven from an async runtime: [`Drive`], a future that runs the worker's turns where
+//! the runtime polls it. Uses the lifecycle (start, a turn under the worker's lock) and the shared
+//! driver slot (`Control::drivers`, `Control::driver_waker`), through which producers wake the
+//! driver.
 
 use super::lifecycle;
 use crate::shared::{catch_user_panic, Shared, AWAKE};
@@ -15,27 +13,18 @@ use std::pin::Pin;
 use std::task::{Context, Poll, Wake, Waker};
 use std::time::Instant;
 
-/// A future that runs a timer's worker on the runtime that polls it: each due tick is
-/// processed there, and between ticks it sleeps on the runtime's own timer, asked for one
-/// sleep at a time. Made by [`HashedWheelTimer::drive`](crate::HashedWheelTimer::drive);
-/// spawn it on the runtime that serves the timer's futures.
+/// A future that runs a timer's worker on the runtime that polls it, sleeping between ticks on the
+/// runtime's own timer. Made by [`HashedWheelTimer::drive`](crate::HashedWheelTimer::drive); spawn
+/// it on the runtime that serves the timer's futures.
 ///
-/// Why: on its own thread, the timer's worker wakes at each tick with work and wakes the
-/// futures due from there, each wake-up a hand-off to a runtime thread. Driven from the
-/// runtime, the tick is processed on the thread that the runtime's own timer wakes anyway,
-/// and the woken futures are queued where they run. Tasks ([`TimerTask`](crate::TimerTask))
-/// due meanwhile run there too (or on the executor, if one is set): keep them short, as any
-/// code on a runtime thread.
+/// Why: the tick is processed on the thread the runtime's timer wakes anyway, and the futures it
+/// wakes are queued where they run, with no hand-off from the timer's thread. Tasks
+/// ([`TimerTask`](crate::TimerTask)) due meanwhile run there too (unless an executor is set): keep
+/// them short.
 ///
-/// The timer's thread stays as a watchdog: while a driver keeps up, it wakes once every 32
-/// ticks and finds nothing due; if the driver is not polled (a runtime blocked or shut down),
-/// the thread runs the ticks itself, at most 32 ticks late. Dropping the `Drive` (or the
-/// runtime, which drops its tasks) hands the ticks back to the thread. Nothing about the
-/// timer's contract changes: never early, Netty's order, at most about a tick late while the
-/// runtime's timer is on time.
-///
-/// It completes when the timer stops. On a manual timer ([`Builder::build_manual`]) it
-/// completes at once: its [`ManualDriver`](crate::ManualDriver) runs the ticks.
+/// The timer's thread stays as a watchdog: if the driver is not polled, it runs the ticks, at most
+/// 32 ticks late; dropping the `Drive` hands them back. The timing contract is unchanged. It
+/// completes when the timer stops, at once on a manual timer ([`Builder::build_manual`]).
 ///
 /// [`Builder::build_manual`]: crate::Builder::build_manual
 ///
@@ -55,15 +44,13 @@ pub struct Drive<F, S> {
     inner: Arc<Driver<F, S>>,
 }
 
-/// What a `Drive` shares with the waker it gives the runtime's sleeps, whose wake-up runs the
-/// due turn itself (see `wake`).
+/// What a `Drive` shares with the waker of the runtime's sleeps, whose wake-up runs the turn.
 struct Driver<F, S> {
     shared: Arc<Shared>,
     state: Mutex<DriverState<F, S>>,
     /// A turn was asked for while another caller held `state`: that caller runs one more.
     again: AtomicBool,
-    /// The last tick a sleep is armed for: a wake-up that finds the worker near it has the
-    /// task arm more.
+    /// The last tick a sleep is armed for; a wake-up near it has the task arm more.
     armed_until: AtomicU64,
 }
 
@@ -74,8 +61,7 @@ const REFILL: u64 = 2;
 
 struct DriverState<F, S> {
     sleep_until: F,
-    /// The runtime's sleeps, each for the end of its tick, in tick order: the next tick with
-    /// work, and while every tick has work the ones after it (`AHEAD`).
+    /// The runtime's sleeps in tick order, each for the end of its tick.
     sleeps: VecDeque<(u64, Pin<Box<S>>)>,
     /// The timer stopped: the `Drive` completes.
     done: bool,
@@ -111,27 +97,23 @@ where
     F: FnMut(Instant) -> S + Send + 'static,
     S: Future<Output = ()> + Send + 'static,
 {
-    /// The instant tick `tick` ends, on the runtime's clock (`Instant`).
     fn end_of(&self, tick: u64) -> Instant {
         let clock = &self.shared.clock;
         let nanos = tick
             .saturating_add(1)
             .saturating_mul(self.shared.tick_nanos);
-        // The end of the tick, rounded up to the next microsecond: a runtime whose timer
-        // rounds (tokio rounds a deadline up to its millisecond) never wakes the driver before
-        // the tick is over.
+        // Rounded up to the microsecond, so that a runtime whose timer rounds (tokio: up to the
+        // millisecond) never wakes the driver before the tick is over.
         clock.instant_at(nanos.div_ceil(1_000).saturating_mul(1_000))
     }
 
-    /// Runs the due turns and arms the runtime's sleep for the next, with this driver as its
-    /// waker; one caller at a time (another caller meanwhile has this one run once more).
-    /// Returns whether the timer has stopped.
+    /// Runs the due turns and arms the next sleep, one caller at a time (a caller meanwhile has
+    /// this one run once more). True once the timer has stopped.
     fn run(self: &Arc<Self>) -> bool {
         self.again.store(true, Ordering::SeqCst);
         loop {
             let Some(mut state) = try_lock(&self.state) else {
-                // The holder runs once more after it sees `again` (set above, before its
-                // last look at it, or it has not looked yet).
+                // The holder runs once more: it has yet to read `again`, set above.
                 return false;
             };
             while self.again.swap(false, Ordering::SeqCst) {
@@ -153,8 +135,7 @@ where
         }
     }
 
-    /// Wakes the `Drive`'s task: user code (the runtime's waker), whose panic is caught and
-    /// counted, as any (this may run inside the runtime's timer).
+    /// Wakes the `Drive`'s task; a panic of the runtime's waker is caught and counted.
     fn wake_task(&self, task: Waker) {
         if !catch_user_panic(|| task.wake()) {
             self.shared
@@ -163,8 +144,7 @@ where
         }
     }
 
-    /// One turn (if due), then the runtime's sleeps for the ticks planned. True once the
-    /// timer has stopped.
+    /// One turn (if due), then the sleeps for the ticks planned. True once the timer has stopped.
     fn turn_and_arm(self: &Arc<Self>, state: &mut DriverState<F, S>) -> bool {
         loop {
             let Some(plan) = lifecycle::drive_turn(&self.shared) else {
@@ -190,9 +170,7 @@ where
         }
     }
 
-    /// Arms the runtime's sleeps for the ticks from `plan` (or after the last armed) to
-    /// `until`, each polled once, and notes the last tick armed. True if one has ended
-    /// already: its tick is due, for another turn.
+    /// Arms and polls the sleeps up to `until`, noting the last; true if one has ended already.
     fn arm_sleeps(self: &Arc<Self>, state: &mut DriverState<F, S>, plan: u64, until: u64) -> bool {
         let waker = Waker::from(Arc::clone(self));
         let mut cx = Context::from_waker(&waker);
@@ -211,15 +189,13 @@ where
 }
 
 impl<F, S> DriverState<F, S> {
-    /// Drops the sleeps a turn that planned `plan` no longer needs: those for the ticks
-    /// before it (ended, or not needed), and all of them if it plans nothing, or plans a tick
-    /// before the first one armed.
+    /// Drops the sleeps before `plan`, and all of them if it plans nothing or a tick before the
+    /// first.
     fn retire_sleeps(&mut self, plan: u64) {
         while self.sleeps.front().is_some_and(|&(tick, _)| tick < plan) {
             self.sleeps.pop_front();
         }
         if plan == u64::MAX {
-            // Nothing pending.
             self.sleeps.clear();
         } else if self.sleeps.front().is_some_and(|&(tick, _)| tick > plan) {
             // A producer's deadline came before the sleeps armed: arm from the plan.
@@ -233,10 +209,9 @@ where
     F: FnMut(Instant) -> S + Send + 'static,
     S: Future<Output = ()> + Send + 'static,
 {
-    /// The runtime's sleep ended: the tick's turn runs here, where the runtime's timer wakes
-    /// its own sleeps, so that the futures the tick wakes are queued as the runtime's own
-    /// timers' are. The task arms the next sleep: a runtime may refuse a new timer from inside
-    /// its timer's wake-ups (tokio does while it shuts down).
+    /// The sleep ended: the turn runs here, so that the futures it wakes are queued as the
+    /// runtime's own timers' are. The task arms the next sleep: a runtime may refuse a timer from
+    /// inside its wake-ups (tokio does while it shuts down).
     fn wake(self: Arc<Self>) {
         let plan = lifecycle::drive_turn(&self.shared);
         let near_the_end =
@@ -296,8 +271,7 @@ where
 impl<F, S> Drop for Drive<F, S> {
     /// Hands the ticks back to the worker thread.
     fn drop(&mut self) {
-        // The runtime's sleeps hold the driver as their waker: dropped here, or the driver
-        // would keep itself alive.
+        // The sleeps hold the driver as their waker: drop them, or it keeps itself alive.
         let sleeps = std::mem::take(&mut lock(&self.inner.state).sleeps);
         drop(sleeps);
         let mut control = lock(&self.inner.shared.control);

@@ -1,8 +1,6 @@
-//! The manual driver: a timer's worker run on the caller's thread, on a clock moved by hand,
-//! for deterministic tests.
-//!
-//! Owns [`ManualDriver`]. Uses the shared state (the clock, `Shared::worker`), the worker
-//! (its `advance`) and the lifecycle's type erasure of the worker (`lifecycle::worker_mut`).
+//! The manual driver: [`ManualDriver`] runs a timer's worker on the caller's thread, on a clock
+//! moved by hand. Uses the shared state (clock, `Shared::worker`), the worker's `advance` and
+//! `lifecycle::worker_mut`.
 
 use super::lifecycle;
 use crate::clock::duration_to_nanos;
@@ -14,14 +12,10 @@ use std::time::Duration;
 /// Drives a timer built with [`Builder::build_manual`](crate::Builder::build_manual): moves its
 /// clock and runs due work on the calling thread. Cloneable; clones drive the same timer.
 ///
-/// Each advance runs, for every tick whose end has been reached, Netty's tick in Netty's order:
-/// process cancellations, move queued timeouts into buckets, expire the tick's bucket.
-///
-/// An advance holds the timer's worker while it runs the due tasks, so a task cannot advance
-/// the timer that runs it: [`advance`](ManualDriver::advance) and
-/// [`advance_to`](ManualDriver::advance_to) panic when called so (see their `# Panics`).
-/// [`now`](ManualDriver::now) and [`current_tick`](ManualDriver::current_tick) hold nothing and
-/// may be called from anywhere, a task included.
+/// Each advance runs every tick whose end it passes, in Netty's order (cancellations, queued
+/// timeouts, the bucket). A task cannot advance its own timer (see
+/// [`advance`](ManualDriver::advance)); [`now`](ManualDriver::now) and
+/// [`current_tick`](ManualDriver::current_tick) work anywhere.
 pub struct ManualDriver<J: Stored = BoxedTask> {
     pub(super) shared: Arc<Shared<J>>,
 }
@@ -46,11 +40,9 @@ impl<J: Stored> ManualDriver<J> {
     /// ```
     ///
     /// # Panics
-    /// When called from inside one of this timer's own tasks, on the thread that runs it (the
-    /// advance under way, or an executor that runs tasks in place): that advance holds the
-    /// worker until its tasks have run, so this one would wait for itself. The panic is the
-    /// task's, caught and logged as any task's panic is; the advance under way goes on. Move
-    /// the clock from the driving thread instead, or schedule the next step as a timeout.
+    /// From inside one of this timer's tasks, on the thread that runs it: the advance under way
+    /// holds the worker, so this one would wait for itself. The panic is caught as any task's;
+    /// advance from the driving thread, or schedule the next step as a timeout.
     #[track_caller]
     pub fn advance(&self, by: Duration) {
         self.refuse_reentry();
@@ -74,20 +66,17 @@ impl<J: Stored> ManualDriver<J> {
     /// ```
     ///
     /// # Panics
-    /// As [`advance`](ManualDriver::advance): when called from inside one of this timer's own
-    /// tasks, on the thread that runs it.
+    /// As [`advance`](ManualDriver::advance).
     #[track_caller]
     pub fn advance_to(&self, since_origin: Duration) {
         self.refuse_reentry();
         self.advance_to_nanos(duration_to_nanos(since_origin));
     }
 
-    /// Panics if this thread is the one advancing the timer (see `advance`'s `# Panics`);
-    /// another thread's advance is waited for as usual.
+    /// Panics on the thread advancing the timer; another thread's advance is waited for.
     #[track_caller]
     fn refuse_reentry(&self) {
-        // The worker id is this thread's only while this thread runs an advance (set and
-        // cleared below, under `worker`): no other thread can make it so.
+        // The worker id is this thread's only while it runs an advance (set below, under `worker`).
         if self.shared.on_worker_thread() {
             panic!(
                 "ManualDriver::advance called from inside a task of the timer it drives: the \
@@ -118,8 +107,7 @@ impl<J: Stored> ManualDriver<J> {
         self.shared.set_worker_id(Some(thread::current().id()));
         let now = self.shared.clock.now();
         worker.advance(&self.shared, now);
-        // As the worker thread does: buffers and spare chunks are kept while producers are at
-        // work (the ticks just run took something from the queues), given back once idle.
+        // As on the worker thread: buffers are kept while producers work, given back once idle.
         if worker.planned_tick(&self.shared) > worker.tick() {
             worker.release_idle_buffers(&self.shared);
         }

@@ -1,9 +1,6 @@
-//! An async interval on the wheel: ticks at `start + k * period`, each awaited (tokio's
-//! `Interval`), with the periodic tasks' policy for missed ticks.
-//!
-//! Owns [`Interval`]. Each tick is a [`Sleep`] re-armed at the next deadline when the tick
-//! completes (`periodic::next_due`, shared with the periodic tasks). Uses those and the shared
-//! state's clock.
+//! An async interval on the wheel (tokio's `Interval`): [`Interval`], whose ticks are a [`Sleep`]
+//! re-armed at each next deadline (`periodic::next_due`, shared with the periodic tasks). Uses
+//! those and the shared state's clock.
 
 use super::periodic::next_due;
 use super::sleep::Sleep;
@@ -17,19 +14,13 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-/// Ticks at a fixed rate on a [`HashedWheelTimer`]'s wheel, for async code (tokio's
-/// `Interval`): deadlines at `start + k * period`, never early, at most about a tick late, with
-/// no drift. Made by [`HashedWheelTimer::interval`] (first tick at once) and
-/// [`HashedWheelTimer::interval_at`].
+/// Ticks at a fixed rate on a [`HashedWheelTimer`]'s wheel (tokio's `Interval`): deadlines at
+/// `start + k * period`, never early, at most about a tick late, no drift. Made by
+/// [`HashedWheelTimer::interval`] and [`HashedWheelTimer::interval_at`].
 ///
-/// [`tick`](Interval::tick) completes at the next deadline with the `Instant` it was due at.
-/// Ticks the task could not take on time (it was busy, or the worker late) follow the
-/// [`MissedRuns`] policy, [`MissedRuns::Burst`] by default as in tokio: missed ticks complete
-/// at once, one per call, until the schedule has caught up. `tick` is cancel-safe: in a
-/// `select!`, a tick not taken is taken by the next call.
-///
-/// Dropping the interval cancels its pending timeout. When the timer stops, `tick` completes
-/// with `Err(`[`TimerError::Stopped`]`)`.
+/// Missed ticks follow the [`MissedRuns`] policy, [`MissedRuns::Burst`] by default as in tokio.
+/// [`tick`](Interval::tick) is cancel-safe. Dropping the interval cancels its timeout; once the
+/// timer stops, `tick` completes with `Err(`[`TimerError::Stopped`]`)`.
 ///
 /// ```
 /// use hashed_timer_wheel::HashedWheelTimer;
@@ -65,12 +56,11 @@ impl Interval {
         }
     }
 
-    /// Completes at the next tick's deadline, with that deadline. A tick whose deadline has
-    /// passed completes at once.
+    /// Completes at the next tick's deadline (at once if it has passed), with that deadline.
     ///
     /// # Errors
-    /// [`TimerError::Stopped`] once the timer has stopped; [`TimerError::TooManyPending`] if
-    /// the timer refused the tick's timeout (at its pending limit: the next call tries again).
+    /// [`TimerError::Stopped`] once the timer has stopped; [`TimerError::TooManyPending`] if the
+    /// timer refused the tick (the next call tries again).
     pub async fn tick(&mut self) -> Result<Instant, TimerError> {
         poll_fn(|cx| self.poll_tick(cx)).await
     }
@@ -88,13 +78,11 @@ impl Interval {
             Poll::Pending => return Poll::Pending,
             Poll::Ready(Err(e)) => {
                 if matches!(e, TimerError::TooManyPending { .. }) {
-                    // Try again at the next call.
                     self.rearm(due);
                 }
                 return Poll::Ready(Err(e));
             }
         }
-        // Due: arm the next tick.
         let shared = Arc::clone(self.sleep.shared());
         let next = next_due(due, self.period, self.missed, shared.clock.now());
         self.sleep.rearm(&shared, next, shared.clock.now_upper());

@@ -1,13 +1,9 @@
-//! Starting and stopping: the lazy start of the worker thread, `stop()`, dropping the owner on
-//! the worker thread, the process's live-timer count, and a runtime driver's turn.
-//!
-//! Owns the moves of the shared run state (`INIT -> STARTED -> SHUTDOWN`, under the `control`
-//! lock) and the worker's place: in `Shared::worker`, under the lock each turn holds (the
-//! worker thread's, a runtime driver's, a `ManualDriver`'s), taken out at `stop()`, when what
-//! never ran is returned. It is kept type-erased there (`shared::ErasedWorker`, a
-//! `Box<dyn Any>`, because `shared` is below `worker`); only this module erases it and
-//! downcasts it back. Uses the shared state, the worker (to spawn, join and drain it) and the
-//! public `Timeout`.
+//! Starting and stopping: the worker thread's lazy start, `stop()`, the owner dropped on the worker
+//! thread, the live-timer count, and a runtime driver's turn. Owns the run state's moves
+//! (`INIT -> STARTED -> SHUTDOWN`, under `control`) and the worker's place: `Shared::worker`, under
+//! the lock each turn holds, taken out at `stop()`. It is kept there type-erased (`shared` is below
+//! `worker`); only this module erases and downcasts it. Uses the shared state, the worker and
+//! `Timeout`.
 
 use crate::shared::cells::CellRef;
 use crate::shared::{ErasedWorker, Shared, Stored};
@@ -15,8 +11,8 @@ use crate::sync::{lock, process, thread, try_lock, Arc, Ordering};
 use crate::worker::{self, Worker};
 use crate::{Timeout, TimerError};
 
-/// Live timers in the process above which an error is logged once (Netty's
-/// `INSTANCE_COUNT_LIMIT`). A timer counts from construction until it is stopped or dropped.
+/// Live timers above which an error is logged once (Netty's `INSTANCE_COUNT_LIMIT`). A timer counts
+/// from construction until stopped or dropped.
 ///
 /// ```
 /// assert_eq!(hashed_timer_wheel::INSTANCE_COUNT_LIMIT, 64);
@@ -60,14 +56,12 @@ pub(super) fn worker_mut<J: Stored>(idle: &mut ErasedWorker) -> &mut Worker<J> {
         .expect("`Shared::worker` holds only this timer's worker")
 }
 
-/// A timeout that never ran, ended (see `CellRef::cancel_never_run`): its handle, for
-/// `stop()` to return, unless it had ended already or is a future's.
+/// Ends a timeout that never ran: its handle for `stop()`, unless it had ended or is a future's.
 fn cancel_never_run<J: Stored>(state: CellRef) -> Option<Timeout<J>> {
     state.cancel_never_run().map(|state| Timeout::new(state))
 }
 
-/// The first `new_timeout` (or `start()`): starts the worker thread, once, unless a
-/// `ManualDriver` runs the worker.
+/// Starts the worker thread, once, unless a `ManualDriver` runs the worker.
 #[cold]
 pub(super) fn start_slow<J: Stored>(shared: &Arc<Shared<J>>) -> Result<(), TimerError> {
     let mut control = lock(&shared.control);
@@ -96,7 +90,6 @@ pub(super) fn start_slow<J: Stored>(shared: &Arc<Shared<J>>) -> Result<(), Timer
     Ok(())
 }
 
-/// `stop()`: see `HashedWheelTimer::stop`.
 pub(super) fn stop<J: Stored>(shared: &Arc<Shared<J>>) -> Result<Vec<Timeout<J>>, TimerError> {
     if shared.on_worker_thread() {
         return Err(TimerError::StopFromWorker);
@@ -119,18 +112,15 @@ pub(super) fn stop<J: Stored>(shared: &Arc<Shared<J>>) -> Result<Vec<Timeout<J>>
     Ok(out)
 }
 
-/// Wakes the worker thread of a timer just marked SHUTDOWN and waits for it to end.
 fn join_worker_thread(join: thread::JoinHandle<()>) {
     join.thread().unpark();
-    // The thread leaves its loop after its current turn. User code cannot unwind it
-    // (every place that runs or drops some catches its panic); a bug of the crate's own
-    // that did has stopped the timer and logged it.
+    // User code cannot unwind the thread (each place that runs or drops it catches its panic); a
+    // crate bug that did has stopped the timer and logged it.
     let _ = join.join();
 }
 
-/// Takes the worker out of `Shared::worker` (waiting for a turn under way: a runtime's
-/// driver, a `ManualDriver`) and ends the timeouts in its wheel that never ran: the handles
-/// `stop()` returns for them.
+/// Takes the worker out (waiting for a turn under way) and ends its wheel's timeouts: the handles
+/// `stop()` returns.
 fn drain_worker<J: Stored>(shared: &Shared<J>) -> Vec<Timeout<J>> {
     let worker = lock(&shared.worker).take();
     let mut out = Vec::new();
@@ -141,16 +131,13 @@ fn drain_worker<J: Stored>(shared: &Shared<J>) -> Vec<Timeout<J>> {
     out
 }
 
-/// Empties a stopped timer's queues: ends the timeouts queued that never reached the wheel,
-/// their handles added to `out`, and lets go of the shards' chunks and the cancellations.
+/// Ends a stopped timer's queued timeouts (their handles into `out`) and frees the shards' chunks.
 fn drain_queues<J: Stored>(shared: &Shared<J>, out: &mut Vec<Timeout<J>>) {
-    // Take the buffers themselves, so that their memory goes too. A producer that locks a
-    // shard after this take sees SHUTDOWN (set in `stop`) and pushes nothing: nothing stays
-    // queued, where a task holding a handle would keep the timer alive.
+    // The buffers themselves, so that their memory goes too. A producer that locks a shard after
+    // this sees SHUTDOWN and pushes nothing: no queued task's handle keeps the timer alive.
     let queued = shared.timeouts.take_all();
-    // The shards' current and spare chunks hold handles on this timer: let them go (a
-    // producer that locks a shard after this sees SHUTDOWN and starts no chunk; the worker,
-    // handing spares over under the same lock, sees it too and hands none).
+    // The chunks hold handles on this timer. A producer (or the worker handing spares over) that
+    // locks a shard after this sees SHUTDOWN and adds none.
     shared.timeouts.for_each_data(|p| p.cursors.clear());
     out.extend(
         queued
@@ -161,8 +148,7 @@ fn drain_queues<J: Stored>(shared: &Shared<J>, out: &mut Vec<Timeout<J>>) {
     drop(shared.cancellations.take_all());
 }
 
-/// Dropping the owner on the worker thread (inside a task): stop without waiting for
-/// ourselves. The worker leaves its loop after the running task and drops its wheel.
+/// The owner dropped inside a task: stop without joining; the worker drops its wheel itself.
 pub(super) fn shutdown_from_worker<J: Stored>(shared: &Shared<J>) {
     let join = {
         let mut control = lock(&shared.control);
@@ -172,13 +158,12 @@ pub(super) fn shutdown_from_worker<J: Stored>(shared: &Shared<J>) {
     shared.mark_owner_dropped_in_task();
     uncount(shared);
     wake_driver(shared);
-    // Detach: the thread drops the worker as it leaves its loop (or, in a runtime driver's
-    // turn, the driver does after the turn). Unparked, in case it sleeps with no deadline.
+    // Detached: the thread (or a driver, after its turn) drops the worker. Unparked, in case it
+    // sleeps with no deadline.
     if let Some(join) = join {
         join.thread().unpark();
     }
-    // Nobody will drain the queues: do it now, so that queued tasks holding a handle on
-    // this timer do not keep it alive in a cycle.
+    // Nobody else drains the queues: queued tasks holding a handle would keep the timer alive.
     for state in shared.timeouts.take_all().into_states() {
         drop(state.cancel_never_run());
     }
@@ -186,10 +171,9 @@ pub(super) fn shutdown_from_worker<J: Stored>(shared: &Shared<J>) {
     drop(shared.cancellations.take_all());
 }
 
-/// A runtime driver's turn of the worker (see `timer::drive`): runs it if no other turn is
-/// under way, with the caller as the worker's thread for the turn (a task it runs that stops
-/// the timer or drops the owner is treated as on the worker thread). The plan, as
-/// `worker::turn` returns it; `None` once the timer is stopped (or manual).
+/// A runtime driver's turn (see `timer::drive`), unless another is under way, with the caller as
+/// the worker's thread meanwhile (a task that stops the timer is then on it). The plan, as
+/// `worker::turn` returns it; `None` once stopped (or manual).
 pub(super) fn drive_turn<J: Stored>(shared: &Arc<Shared<J>>) -> Option<u64> {
     if shared.manual || shared.is_shutdown() {
         return None;
@@ -230,8 +214,7 @@ pub(super) fn drive_turn<J: Stored>(shared: &Arc<Shared<J>>) -> Option<u64> {
     Some(plan)
 }
 
-/// Wakes a runtime's driver, if one is attached, so that it sees the timer stopped and
-/// completes.
+/// Wakes a runtime's driver, if any, so that it sees the timer stopped and completes.
 fn wake_driver<J: Stored>(shared: &Shared<J>) {
     let waker = lock(&shared.control).driver_waker.clone();
     if let Some(waker) = waker {

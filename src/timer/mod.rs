@@ -1,19 +1,9 @@
-//! The owner's layer: the public timer types, and how they start, drive and stop the worker.
-//!
-//! Owns [`HashedWheelTimer`] (the owner), the methods of [`TimerHandle`], the [`Timer`] trait,
-//! [`TimerStats`] and the `Debug` output (`stats.rs`), the [`Builder`] (`builder.rs`), the
-//! [`ManualDriver`] (`driver.rs`), periodic tasks (`periodic.rs`), the futures (`sleep.rs`,
-//! `deadline.rs`, `interval.rs`) and the lifecycle (`lifecycle.rs`: lazy start, `stop()`, the
-//! live-timer count). Uses every module below it, including the other public handle types
-//! (`Timeout`, `TimerTask`), which refer back to it as Netty's interfaces do.
-//!
-//! The owner and its handles offer the same scheduling methods. Each such method is written
-//! once, in a `macro_rules!` of its file that takes the type and a doc-example line, and
-//! `for_owner_and_handle!` implements it for both.
+//! The public timer: [`HashedWheelTimer`], the methods of [`TimerHandle`], the [`Timer`] trait, and
+//! in its files the [`Builder`], [`ManualDriver`], [`TimerStats`], periodic tasks, futures and
+//! lifecycle. Uses every module below it. A method of both owner and handle is written once, in a
+//! `macro_rules!` of its file that `for_owner_and_handle!` applies to both.
 
-/// Implements the methods a macro `$methods` defines for the owner ([`HashedWheelTimer`]) and for
-/// its handles ([`TimerHandle`]). `$methods` takes the type and a line for the doc examples that
-/// binds `t` to a value of that type, made from a `timer`.
+/// Implements `$methods!` for the owner and the handle; its second argument binds `t` in examples.
 macro_rules! for_owner_and_handle {
     ($methods:ident) => {
         $methods!(HashedWheelTimer, "let t = &timer;");
@@ -56,9 +46,8 @@ use std::time::Duration;
 /// ```
 pub const MAX_TICKS_PER_WHEEL: usize = 1 << 30;
 
-/// With the clock held (`loom_hooks::hold_clock`): moves `timer`'s clock to `to` (never back)
-/// and, as the OS timer of a `park_timeout` (or a runtime's timer) would, unparks the worker
-/// and wakes a runtime's driver if the tick planned has ended.
+/// Loom only, with the clock held: moves the clock to `to` (never back) and, as an OS timer would,
+/// wakes the worker and a runtime's driver if the planned tick has ended.
 #[cfg(loom)]
 pub fn advance_clock(timer: &HashedWheelTimer, to: Duration) {
     let shared = &timer.shared;
@@ -77,7 +66,6 @@ pub fn advance_clock(timer: &HashedWheelTimer, to: Duration) {
     }
 }
 
-/// Every `new_timeout`: starts the worker on the first call, then queues the job.
 #[inline]
 fn new_timeout<J: Stored>(
     shared: &Arc<Shared<J>>,
@@ -90,7 +78,6 @@ fn new_timeout<J: Stored>(
     )
 }
 
-/// As [`new_timeout`], with no handle.
 #[inline]
 fn new_timeout_detached<J: Stored>(
     shared: &Arc<Shared<J>>,
@@ -142,10 +129,8 @@ fn refused<J: Stored>(shared: &Shared<J>, e: TimerError) -> TimerError {
 
 /// Netty's `Timer` interface: code that takes "any timer" takes `&dyn Timer` or `impl Timer`.
 ///
-/// Implemented by [`HashedWheelTimer`] and [`TimerHandle`]; implement it for a fake to test code
-/// that schedules work. The task is boxed so that the trait stays object-safe; the inherent
-/// `new_timeout` methods take any `TimerTask` unboxed (a closure of up to 32 bytes costs no
-/// allocation there, where the trait's box is one).
+/// Implemented by [`HashedWheelTimer`] and [`TimerHandle`]. The task is boxed to keep the trait
+/// object-safe; the inherent `new_timeout` methods take any `TimerTask` unboxed.
 ///
 /// ```
 /// use hashed_timer_wheel::{HashedWheelTimer, Timeout, Timer, TimerError};
@@ -179,18 +164,14 @@ pub trait Timer: Send + Sync {
 macro_rules! scheduling_methods {
     ($ty:ident, $example:literal) => {
         impl $ty {
-            /// Schedules `task` to run once, on the worker thread (or the executor), after
-            /// `delay`.
+            /// Schedules `task` to run once after `delay`, on the worker thread (or the executor).
             ///
-            /// The task runs no earlier than `delay` from now and, unless the worker is
-            /// overloaded, at most about one tick later. `Duration::ZERO` runs it on the next
-            /// tick; `Duration::MAX` never (the deadline saturates, it does not wrap). The first
-            /// call starts the worker thread.
+            /// Never earlier than `delay`, at most about a tick later unless the worker is
+            /// overloaded; `Duration::MAX` never runs. The first call starts the worker thread.
             ///
             /// # Errors
-            /// [`TimerError::Stopped`] once the timer is stopped or its owner dropped (checked
-            /// first); [`TimerError::TooManyPending`] when `max_pending_timeouts` timeouts are
-            /// pending. A refused call changes nothing.
+            /// [`TimerError::Stopped`] once the timer is stopped or its owner dropped;
+            /// [`TimerError::TooManyPending`] at the pending limit. A refused call changes nothing.
             ///
             /// ```
             /// use hashed_timer_wheel::{HashedWheelTimer, Timeout};
@@ -215,13 +196,9 @@ macro_rules! scheduling_methods {
                 new_timeout(&self.shared, Fresh(task), delay)
             }
 
-            /// Schedules `task` as [`new_timeout`](Self::new_timeout) does, with the same
-            /// timing, and returns no [`Timeout`]: for work nobody cancels (a retry, a delayed
-            /// write, a lease renewal that schedules the next one). Without a handle the call
-            /// takes no reference to the timeout's state: one locked instruction fewer here,
-            /// and one fewer when the handle would have been dropped. The task still gets a
-            /// `&Timeout` when it runs, and [`stop`](Self::stop) returns the timeout if it
-            /// never ran.
+            /// Schedules `task` as [`new_timeout`](Self::new_timeout) does, but returns no
+            /// [`Timeout`]: for work nobody cancels, it saves the handle's reference count.
+            /// [`stop`](Self::stop) still returns the timeout if it never ran.
             ///
             /// # Errors
             /// As [`new_timeout`](Self::new_timeout); the task is dropped.
@@ -247,24 +224,19 @@ macro_rules! scheduling_methods {
                 task: T,
                 delay: Duration,
             ) -> Result<(), TimerError> {
-                // Built first, not queued `Fresh` as `new_timeout` does: through `Fresh` this
-                // call is slower and bimodal (`benches/README.md`, "Tried and dropped").
+                // Built here, not queued `Fresh`: through `Fresh` this call is slower and bimodal
+                // (`benches/README.md`, "Tried and dropped").
                 new_timeout_detached(&self.shared, BoxedTask::new(task), delay)
             }
         }
 
         impl<J: Stored> $ty<J> {
-            /// Stops the timer for good and returns every timeout that had neither expired nor
-            /// been cancelled, each now cancelled (their tasks are dropped), in no particular
-            /// order (as Netty's `Set`).
-            ///
-            /// Wakes the worker and waits for the task it is running, if any. Before start, or
-            /// when already stopped, returns an empty list. Afterwards `new_timeout` and `start`
-            /// return [`TimerError::Stopped`] and `pending_timeouts()` is 0.
+            /// Stops the timer for good and returns the timeouts that never ran, now cancelled
+            /// (their tasks dropped), in no particular order. Waits for the task the worker is
+            /// running, if any; afterwards new work is refused with [`TimerError::Stopped`].
             ///
             /// # Errors
-            /// [`TimerError::StopFromWorker`] when called from a task running on the worker
-            /// thread (it would wait for itself). The timer keeps running.
+            /// [`TimerError::StopFromWorker`] on the worker thread; the timer keeps running.
             ///
             /// ```
             /// use hashed_timer_wheel::HashedWheelTimer;
@@ -283,15 +255,10 @@ macro_rules! scheduling_methods {
                 lifecycle::stop(&self.shared)
             }
 
-            /// Timeouts accepted that have neither expired nor had their cancellation
-            /// processed: the memory the timer holds, which `max_pending_timeouts` bounds. 0
-            /// after `stop()`.
-            ///
-            /// Exact whenever no other thread is scheduling at that moment; while others are,
-            /// it may count a few of their timeouts early or late (as Netty's counter may).
-            /// Without a pending limit producers count in batches (a row of the crate's
-            /// performance ledger), so this call takes a lock per queue shard: a statistic,
-            /// not a hot-path call.
+            /// Timeouts accepted that have neither expired nor had their cancellation processed
+            /// (bounded by `max_pending_timeouts`); 0 after `stop()`. Exact unless other threads
+            /// schedule meanwhile. Without a pending limit it locks each queue shard (see the
+            /// performance ledger): a statistic, not a hot-path call.
             ///
             /// ```
             /// # use hashed_timer_wheel::HashedWheelTimer;
@@ -322,12 +289,10 @@ macro_rules! scheduling_methods {
             }
         }
 
-        /// A typed timer's scheduling: its tasks are all of type `T`, stored in place (see
-        /// [`TypedTask`]).
+        /// A typed timer's scheduling: tasks of type `T`, stored in place (see [`TypedTask`]).
         impl<T: TypedTask> $ty<T> {
-            /// Schedules `task` to run once after `delay`, with no allocation: see
-            /// [`HashedWheelTimer::new_timeout`] for the contract, and [`TypedTask`] for an
-            /// example.
+            /// Schedules `task` to run once after `delay`, with no allocation (contract as
+            /// [`HashedWheelTimer::new_timeout`]; [`TypedTask`] has an example).
             ///
             /// # Errors
             /// [`TimerError::Stopped`] after `stop()`; [`TimerError::TooManyPending`] at the
@@ -337,8 +302,7 @@ macro_rules! scheduling_methods {
                 new_timeout(&self.shared, task, delay)
             }
 
-            /// As [`new_timeout`](Self::new_timeout), with no handle returned: see
-            /// [`HashedWheelTimer::new_timeout_detached`].
+            /// As [`new_timeout`](Self::new_timeout), returning no handle.
             ///
             /// # Errors
             /// As [`new_timeout`](Self::new_timeout); the task is dropped.
@@ -370,9 +334,8 @@ for_owner_and_handle!(scheduling_methods);
 
 /// A hashed wheel timer: Netty's `HashedWheelTimer`, with the same contract and timing.
 ///
-/// The owner of the timer. It is `Send + Sync`: share it behind an `Arc`, or hand out cheap
-/// [`TimerHandle`]s (which do not keep it alive). Dropping the owner stops the worker thread
-/// and drops every task that never ran; no thread outlives the timer.
+/// The owner, `Send + Sync`: share it behind an `Arc`, or hand out [`TimerHandle`]s (which do not
+/// keep it alive). Dropping it stops the worker thread and drops every task that never ran.
 ///
 /// ```
 /// use hashed_timer_wheel::{HashedWheelTimer, Timeout};
@@ -390,13 +353,11 @@ pub struct HashedWheelTimer<J: Stored = BoxedTask> {
 }
 
 impl HashedWheelTimer {
-    /// A timer with the given tick and wheel size, tasks run on its worker thread, no pending
-    /// limit. `ticks_per_wheel` is rounded up to a power of two; a tick below 1 ms becomes 1 ms
-    /// (with a warning in the log).
+    /// A timer with the given tick and wheel size, tasks on its worker thread, no pending limit.
+    /// `ticks_per_wheel` is rounded up to a power of two; a tick below 1 ms becomes 1 ms.
     ///
     /// # Panics
-    /// On a zero tick, a zero or above-2^30 `ticks_per_wheel`, or a tick times wheel length that
-    /// overflows 64-bit nanoseconds. Use [`HashedWheelTimer::builder`] to get these as errors.
+    /// On an argument that [`HashedWheelTimer::builder`] reports as an error instead.
     ///
     /// ```
     /// use hashed_timer_wheel::HashedWheelTimer;
@@ -433,8 +394,7 @@ impl HashedWheelTimer {
 }
 
 impl<J: Stored> HashedWheelTimer<J> {
-    /// Starts the worker thread now rather than on the first `new_timeout`. Starting a started
-    /// timer does nothing.
+    /// Starts the worker thread now rather than at the first `new_timeout`; a no-op if started.
     ///
     /// # Errors
     /// [`TimerError::Stopped`] once the timer is stopped.
@@ -511,10 +471,8 @@ impl<J: Stored> Drop for HashedWheelTimer<J> {
 macro_rules! drive_methods {
     ($ty:ty, $example:literal) => {
         impl $ty {
-            /// A future that runs this timer's ticks on the runtime that polls it, sleeping
-            /// between them with `sleep_until` (the runtime's own sleep: tokio's
-            /// `|at| tokio::time::sleep_until(at.into())`). Spawn it on the runtime that
-            /// serves the timer's futures: see [`Drive`] for why, and what changes.
+            /// A future that runs this timer's ticks on the runtime that polls it, sleeping with
+            /// `sleep_until` (tokio: `|at| tokio::time::sleep_until(at.into())`); see [`Drive`].
             ///
             /// ```
             /// # use hashed_timer_wheel::HashedWheelTimer;

@@ -1,12 +1,7 @@
-//! Periodic tasks: a task run again and again on the same wheel, at a fixed rate (deadlines at
-//! `start + k * period`, no drift) or with a fixed delay between runs, and one handle that
-//! cancels every future run.
-//!
-//! Owns [`PeriodicTimeout`], [`MissedRuns`] and `PeriodicRun`, the task that runs the user's
-//! task and reschedules itself. Each run is an ordinary timeout on an absolute deadline; the
-//! next is scheduled when the run has returned, so runs of one task never overlap, and one
-//! timeout per task is pending at a time. Uses the owner's scheduling at a deadline
-//! (`new_timeout_at`), the shared state's clock and `sync`.
+//! Periodic tasks: [`PeriodicTimeout`], [`MissedRuns`] and `PeriodicRun`, the task that runs the
+//! user's task and reschedules it. Each run is an ordinary timeout on an absolute deadline, the
+//! next scheduled once the run returns: runs never overlap, and a task has one timeout pending.
+//! Uses `new_timeout_at`, the shared state's clock and `sync`.
 
 use super::new_timeout_at;
 use crate::clock::duration_to_nanos;
@@ -16,9 +11,8 @@ use crate::{HashedWheelTimer, Timeout, TimerError, TimerTask};
 use std::fmt;
 use std::time::Duration;
 
-/// What a fixed-rate task does about runs it missed: the worker was late (a stall, slow tasks
-/// before it) or a run took longer than a period. tokio's `MissedTickBehavior`, by the same
-/// names; Java's `scheduleAtFixedRate` is [`MissedRuns::Burst`].
+/// What a fixed-rate task does about runs it missed (the worker late, or a run longer than a
+/// period): tokio's `MissedTickBehavior`; Java's `scheduleAtFixedRate` is [`MissedRuns::Burst`].
 ///
 /// ```
 /// use hashed_timer_wheel::{HashedWheelTimer, MissedRuns};
@@ -33,19 +27,17 @@ use std::time::Duration;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum MissedRuns {
-    /// Run the missed ones, one after another, until the schedule has caught up; the
-    /// schedule itself does not move.
+    /// Run the missed ones back to back until caught up; the schedule does not move.
     #[default]
     Burst,
     /// Skip them: the next run is the first of the original schedule still ahead.
     Skip,
-    /// Shift the schedule: the next run is a period after the late one, and the ones after it
-    /// follow from there.
+    /// Shift the schedule: the next run is a period after the late one.
     Delay,
 }
 
-/// The deadline after `due` on a fixed-rate schedule of `period` (nanoseconds), as of `now`:
-/// `due + period` if that is still ahead, else what `missed` says.
+/// The deadline after `due` on a fixed-rate schedule: `due + period` if still after `now`, else
+/// what `missed` says.
 pub(super) fn next_due(due: u64, period: u64, missed: MissedRuns, now: u64) -> u64 {
     let on_time = due.saturating_add(period);
     match missed {
@@ -68,11 +60,9 @@ enum Schedule {
 
 /// The handle on a periodic task: cancels every future run.
 ///
-/// Cloning is cheap; clones refer to the same task. The task receives it, and can cancel its
-/// own schedule. Dropping the handle does not cancel the task (as dropping a [`Timeout`]
-/// does not). A run that panics ends the schedule (the panic is logged, as any task's), as a
-/// failed run ends Java's `scheduleAtFixedRate`. Once the timer stops, no run is scheduled
-/// again; `stop()` returns the pending run's [`Timeout`].
+/// Clones are cheap and refer to the same task, which receives one and can cancel its own schedule.
+/// Dropping the handle does not cancel the task (as dropping a [`Timeout`] does not). A run that
+/// panics ends the schedule, as in Java; `stop()` returns the pending run's [`Timeout`].
 ///
 /// ```
 /// use hashed_timer_wheel::{HashedWheelTimer, MissedRuns, PeriodicTimeout};
@@ -113,8 +103,7 @@ struct Periodic {
 }
 
 impl PeriodicTimeout {
-    /// Cancels every future run; a run already under way finishes. Returns `true` for the one
-    /// call that cancelled the schedule.
+    /// Cancels every future run (one under way finishes); `true` for the one call that cancelled.
     pub fn cancel(&self) -> bool {
         let inner = &self.inner;
         let mut current = lock(&inner.current);
@@ -207,7 +196,6 @@ where
     }
 }
 
-/// Schedules the first run of a periodic task on `shared`'s timer.
 fn schedule_periodic<F>(
     shared: &Arc<Shared>,
     task: F,
@@ -248,15 +236,10 @@ where
 macro_rules! periodic_methods {
     ($ty:ident, $example:literal) => {
         impl $ty {
-            /// Runs `task` first after `initial_delay`, then every `period`, on deadlines fixed
-            /// from the first (`first + k * period`: no drift). Like Java's
-            /// `scheduleAtFixedRate`, with a choice of what to do about missed runs
-            /// ([`MissedRuns`]).
-            ///
-            /// Each run is a timeout on the wheel: never before its deadline, at most about a
-            /// tick after it. The next run is scheduled when this one has returned, so runs
-            /// never overlap (with an executor too), and `pending_timeouts()` counts the task
-            /// once.
+            /// Runs `task` first after `initial_delay`, then every `period` on deadlines fixed from
+            /// the first (no drift), as Java's `scheduleAtFixedRate`, with a policy for missed runs
+            /// ([`MissedRuns`]). Runs never overlap: the next is scheduled when one returns, so
+            /// `pending_timeouts()` counts the task once.
             ///
             /// # Errors
             /// As [`HashedWheelTimer::new_timeout`], for the first run; a later refusal (the

@@ -1,12 +1,8 @@
-//! A future on the wheel: a sleep for a delay or until an `Instant`, that any executor can
-//! drive (no runtime, no thread of its own).
-//!
-//! Owns [`Sleep`] and the timer's `sleep` and `sleep_until`. A `Sleep` is an ordinary timeout
-//! of the timer whose job is to wake the future: scheduled when the `Sleep` is made, cancelled
-//! when it is dropped, and its waker left in a slot beside its state
-//! (`shared::cells::WakerSlots`, with the protocol; the loom model
-//! `loom-tests/tests/sleep_future.rs`). The deadline around a future (`deadline.rs`) and
-//! `Interval` are built on it. Uses the owner's scheduling, the shared state's cells and clock.
+//! A future on the wheel: [`Sleep`], and the timer's `sleep` and `sleep_until`. A `Sleep` is an
+//! ordinary timeout whose job wakes the future, with its waker in a slot beside its state
+//! (`shared::cells::WakerSlots` has the protocol; the loom model is
+//! `loom-tests/tests/sleep_future.rs`). `Deadline` and `Interval` build on it. Uses the owner's
+//! scheduling, the shared state's cells and clock.
 
 use super::{accepted, start};
 use crate::clock::duration_to_nanos;
@@ -22,24 +18,20 @@ use std::time::{Duration, Instant};
 
 /// A future that completes at a deadline on a [`HashedWheelTimer`]'s wheel (tokio's `Sleep`).
 ///
-/// Made by [`HashedWheelTimer::sleep`] and [`HashedWheelTimer::sleep_until`] (or the same
-/// methods of a [`TimerHandle`]). It is scheduled at once, like a `new_timeout`, and completes
-/// with `Ok(())` when its timeout expires: never before its deadline, at most about a tick
-/// after it. Any executor can poll it (tokio, `futures`' `block_on`, smol...): the timer's own
-/// worker thread wakes it.
+/// Made by [`HashedWheelTimer::sleep`] and [`HashedWheelTimer::sleep_until`] (or a
+/// [`TimerHandle`]'s), and scheduled at once. It completes with `Ok(())` never before its deadline,
+/// at most about a tick after; any executor can poll it.
 ///
-/// - **Dropping** it cancels its timeout; the timer frees the entry within about a tick, as
-///   for [`Timeout::cancel`].
-/// - **Polled from another task**, it wakes that task (the last poll's waker is the one kept).
-/// - **When the timer stops** (or its owner is dropped) before the deadline, it completes with
-///   `Err(`[`TimerError::Stopped`]`)`: it never hangs. A timer at its pending limit refuses it:
-///   it completes at once with `Err(TimerError::TooManyPending { .. })`.
-/// - It is `Unpin`: `&mut sleep` is itself a future, for `select!` in a loop, and
-///   [`reset`](Sleep::reset) moves its deadline.
+/// - **Dropping** it cancels its timeout.
+/// - **Polled from another task**, it wakes that task (the last poll's waker is kept).
+/// - **When the timer stops** (or its owner is dropped) it completes with
+///   `Err(`[`TimerError::Stopped`]`)`: it never hangs. At the pending limit it completes at once
+///   with `Err(TimerError::TooManyPending { .. })`.
+/// - It is `Unpin` (`&mut sleep` is a future, for `select!` in a loop), and [`reset`](Sleep::reset)
+///   moves its deadline.
 ///
-/// It counts in [`pending_timeouts()`](HashedWheelTimer::pending_timeouts) while it waits, and
-/// in [`stats()`](HashedWheelTimer::stats) as any timeout; `stop()` does not return it (nothing
-/// can run it: its future completes with `Stopped` instead).
+/// It counts as a timeout in [`pending_timeouts()`](HashedWheelTimer::pending_timeouts) and
+/// [`stats()`](HashedWheelTimer::stats); `stop()` does not return it.
 ///
 /// ```
 /// use hashed_timer_wheel::HashedWheelTimer;
@@ -57,9 +49,8 @@ pub struct Sleep {
     scheduled: Scheduled,
     /// Nanoseconds since the timer's origin.
     pub(super) deadline: u64,
-    /// The deadline of the timeout in `scheduled`: earlier than `deadline` after a `reset` to
-    /// a later deadline, which schedules nothing; the timeout's expiry then arms one for the
-    /// rest (tokio's timer extends an entry the same way).
+    /// The deadline of the timeout in `scheduled`: before `deadline` after a reset to a later one,
+    /// which schedules nothing; the expiry then arms the rest (as tokio's timer extends an entry).
     armed_for: u64,
 }
 
@@ -78,8 +69,7 @@ struct Refused {
 }
 
 impl Sleep {
-    /// Schedules a sleep on `shared`'s timer, due at `deadline` (nanoseconds since its
-    /// origin); `now` is the producers' clock, read by the caller.
+    /// A sleep due at `deadline`; `now` is the producers' clock, read by the caller.
     pub(crate) fn at(shared: &Arc<Shared>, deadline: u64, now: u64) -> Sleep {
         Sleep {
             scheduled: arm(shared, deadline, now),
@@ -94,8 +84,8 @@ impl Sleep {
     }
 
     fn until(shared: &Arc<Shared>, deadline: Instant) -> Sleep {
-        // Never early: a deadline at or before now is due at once, and the producers' clock
-        // is never behind the worker's.
+        // Never early: a deadline passed is due at once, and the producers' clock is never behind
+        // the worker's.
         let now = shared.clock.now_upper();
         Sleep::at(shared, shared.clock.nanos_at(deadline).max(now), now)
     }
@@ -107,9 +97,8 @@ impl Sleep {
         }
     }
 
-    /// When the sleep is due: the deadline it was made with, or the last
-    /// [`reset`](Sleep::reset). (On a timer with a manual clock, an `Instant` counted from the
-    /// moment of the call.)
+    /// When the sleep is due: as made, or by the last [`reset`](Sleep::reset). On a manual clock,
+    /// an `Instant` counted from the call.
     ///
     /// ```
     /// # use hashed_timer_wheel::HashedWheelTimer;
@@ -135,13 +124,9 @@ impl Sleep {
             && matches!(&self.scheduled, Scheduled::Armed(timeout) if timeout.is_expired())
     }
 
-    /// Moves the deadline to `deadline` (earlier or later), whether or not the sleep had
-    /// completed: its timeout is cancelled and a new one scheduled. A task waiting on the sleep
-    /// is woken at the new deadline (its waker moves with it). For idle detection: reset on
-    /// every message, and the sleep completes only after a quiet period.
-    ///
-    /// On a stopped timer the sleep completes with `Stopped`; at the pending limit, with
-    /// `TooManyPending`.
+    /// Moves the deadline to `deadline` (earlier or later), whether or not the sleep had completed;
+    /// a waiting task is woken at the new one. For idle detection: reset on every message. On a
+    /// stopped or full timer the sleep completes with the error.
     ///
     /// ```
     /// # use hashed_timer_wheel::HashedWheelTimer;
@@ -157,8 +142,8 @@ impl Sleep {
         self.rearm(&shared, shared.clock.nanos_at(deadline).max(now), now);
     }
 
-    /// [`reset`](Sleep::reset) to `delay` from now, read from the timer's own clock (cheaper
-    /// than `Instant::now()` where the TSC is used).
+    /// [`reset`](Sleep::reset) to `delay` from now, on the timer's own clock (cheaper than
+    /// `Instant::now()`).
     ///
     /// ```
     /// # use hashed_timer_wheel::HashedWheelTimer;
@@ -174,12 +159,9 @@ impl Sleep {
         self.rearm(&shared, now.saturating_add(duration_to_nanos(delay)), now);
     }
 
-    /// A reset for a caller that takes a spurious wake-up in its stride (hyper's timer): a
-    /// later deadline than the armed timeout's, while that timeout is pending, only moves
-    /// `deadline`; the timeout's expiry wakes the task, whose poll arms the rest of the wait.
-    /// So a timeout pushed back on every request (hyper's header read timeout) touches the
-    /// wheel once per period, not once per reset. [`Sleep::reset`] keeps its promise of no
-    /// wake-up before the new deadline.
+    /// A reset for a caller that takes spurious wake-ups (hyper): a later deadline while the armed
+    /// timeout is pending only moves `deadline`, and the poll after its expiry arms the rest. A
+    /// timeout pushed back on every request touches the wheel once per period, not per reset.
     #[cfg_attr(not(feature = "hyper"), allow(dead_code))]
     pub(crate) fn extend_or_reset(&mut self, deadline: Instant) {
         let shared = Arc::clone(self.shared());
@@ -201,15 +183,13 @@ impl Sleep {
         self.deadline = deadline;
         self.armed_for = deadline;
         if let Scheduled::Armed(old) = old {
-            // Whether or not the cancel wins (the old timeout may have expired), the waker we
-            // left there is ours to take: the task waiting on the old timeout now waits on the
-            // new one.
+            // Whether or not the cancel wins, the waker we left there is ours: the task waits on
+            // the new timeout instead.
             old.cancel();
             if let Some(waker) = old.state.take_waker() {
                 let wait = match &self.scheduled {
                     Scheduled::Armed(new) => new.state.poll_end(&waker).is_none(),
-                    // Refused: the sleep is complete (with the error), and its task must
-                    // hear so.
+                    // Refused: the sleep is complete, and its task must hear so.
                     Scheduled::Refused(_) => false,
                 };
                 if !wait {
@@ -260,9 +240,8 @@ impl Future for Sleep {
 impl Drop for Sleep {
     fn drop(&mut self) {
         if let Scheduled::Armed(timeout) = &self.scheduled {
-            // Expired already: nothing to do. Else the worker unlinks the entry within about
-            // a tick, and the waker we may have left is ours to take back (see
-            // `shared::cells::WakerSlots`).
+            // Expired already: nothing to do. Else the waker we may have left is ours to take back
+            // (see `shared::cells::WakerSlots`).
             if timeout.cancel() {
                 drop(timeout.state.take_waker());
             }
@@ -285,11 +264,7 @@ impl fmt::Debug for Sleep {
 macro_rules! sleep_methods {
     ($ty:ty, $example:literal) => {
         impl $ty {
-            /// A future that completes `delay` from now (see [`Sleep`]).
-            ///
-            /// The timeout is scheduled now (the worker thread starts with the first one), so
-            /// a refusal shows when the future is polled: `Err(Stopped)` or
-            /// `Err(TooManyPending { .. })`.
+            /// A future that completes `delay` from now (see [`Sleep`]); refusals show when polled.
             ///
             /// ```
             /// # use hashed_timer_wheel::HashedWheelTimer;

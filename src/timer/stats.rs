@@ -38,34 +38,26 @@ pub struct TimerStats {
     /// `new_timeout` calls refused ([`TimerError::Stopped`](crate::TimerError::Stopped) or
     /// [`TimerError::TooManyPending`](crate::TimerError::TooManyPending)).
     pub refused: u64,
-    /// Panics of user code the timer caught and logged: tasks run on the worker thread or on
-    /// the executor, a task's `Drop` when the timer drops it unrun (a cancel, `stop()`), a
-    /// future's waker, the executor itself. Each is counted once; the timer goes on.
+    /// Panics of user code caught and logged: tasks, a task's `Drop` when dropped unrun, a future's
+    /// waker, the executor. Each is counted once; the timer goes on.
     pub panicked: u64,
-    /// The latest a timeout has fired after its deadline (as the worker's clock saw it when it
-    /// processed the timeout's tick).
+    /// The latest a timeout fired after its deadline (by the worker's clock at its tick).
     pub late_max: Duration,
-    /// Expired timeouts by lateness, in ticks: under 1, 1 to 2, 2 to 4, 4 to 8, ..., 64 and
-    /// more. Netty's contract is the first two classes; the rest is a worker that fell behind
-    /// (slow tasks, a starved thread).
+    /// Expired timeouts by lateness in ticks: under 1, 1 to 2, 2 to 4, ..., 64 and more. Netty's
+    /// contract is the first two; the rest is a worker that fell behind.
     pub lateness: [u64; 8],
-    /// The longest a task has held the worker thread (tasks run on an executor are not
-    /// timed). Measured with the producers' clock, so its resolution is tens of nanoseconds.
+    /// The longest a task held the worker thread (executor tasks are not timed), to tens of ns.
     pub longest_run: Duration,
-    /// Tasks that held the worker thread longer than a tick: each delays every timeout due
-    /// meanwhile. One that holds it four ticks or more is also warned about in the log, at
-    /// most once every ten seconds.
+    /// Tasks that held the worker thread longer than a tick, delaying every timeout due meanwhile;
+    /// four ticks or more is also logged, at most once every ten seconds.
     pub slow_runs: u64,
 }
 
 macro_rules! stats_methods {
     ($ty:ident, $example:literal) => {
         impl<J: Stored> $ty<J> {
-            /// Counters about the worker and the timeouts' outcomes: wake-ups, current tick,
-            /// expired, cancelled, refused and panicked counts, and how late timeouts fired.
-            /// Each is read with a relaxed load, so a snapshot taken while the timer works may
-            /// be a few timeouts apart between fields; the worker publishes its counts after
-            /// each turn. A handle reads the same counters as the owner.
+            /// Counters about the worker and the timeouts' outcomes, read with relaxed loads: a
+            /// snapshot taken while the timer works may be a few timeouts apart between fields.
             ///
             /// ```
             /// use hashed_timer_wheel::{HashedWheelTimer, Timeout};

@@ -1,16 +1,13 @@
-//! The wheel's buckets: each the ends of a list of nodes and a lower bound of its entries' fire
-//! ticks, kept in pages that a large wheel allocates as entries first land in them.
-//!
-//! Owns the node of a list ([`Node`]: 32 bytes for the worker's entries), the list ends shared
-//! by buckets and far slots ([`List`]), the bucket ([`Bucket`]) and its pages ([`Buckets`]); the
-//! wheel (`mod.rs`) links the nodes, which live in the crate's slab. Touches nothing of the crate.
+//! The wheel's buckets. Owns the list node ([`Node`]), the list ends of buckets and far slots
+//! ([`List`]), the bucket ([`Bucket`]: list ends and a lower bound of its fire ticks) and its
+//! pages ([`Buckets`]); the wheel (`mod.rs`) links the nodes, which live in the slab. Touches
+//! nothing of the crate.
 
 use super::slab::Vacancy;
 use super::NO_INDEX;
 
-/// Entries one wheel holds at most (134 217 727): `new_timeout` refuses beyond it
-/// (`Shared::refill_credit`), and so does `DelayQueue::insert`. A timer's cells keep a key in
-/// fewer bits than a `u32` (`shared::cells` checks that this bound fits).
+/// Entries one wheel holds at most: `new_timeout` (`Shared::refill_credit`) and
+/// `DelayQueue::insert` refuse beyond. Cells keep a key in under 32 bits (`shared::cells` checks).
 pub(crate) const MAX_ENTRIES: usize = (1 << 27) - 1;
 
 #[derive(Debug)]
@@ -25,7 +22,6 @@ pub(super) struct Node<T> {
 }
 
 impl<T> Node<T> {
-    /// A live node, the last of its list, after `prev` (`NO_INDEX` for none).
     #[inline]
     pub(super) fn new(item: T, deadline: u64, prev: u32) -> Self {
         Node {
@@ -78,19 +74,16 @@ pub(super) const EMPTY_BUCKET: Bucket = Bucket {
     min_fire: u64::MAX,
 };
 
-/// A large wheel's buckets come in pages of `2^BUCKET_PAGE_BITS` (4096 buckets, 64 KiB), each
-/// allocated when an entry first lands in it (see the `wheel` docs, "Layout"). A smaller wheel is
-/// one page, allocated up front.
+/// A large wheel's buckets come in pages of `2^BUCKET_PAGE_BITS`, each allocated when an entry
+/// first lands in it (`wheel` docs, "Layout"); a smaller wheel is one page, allocated up front.
 pub(super) const BUCKET_PAGE_BITS: u32 = 12;
 
-/// The buckets, by index, in pages (see [`BUCKET_PAGE_BITS`]). A page, once allocated, is kept
-/// until the wheel is drained: one `new_timeout` at a time into a large wheel would otherwise
-/// allocate and fill a page for each.
+/// The buckets in pages ([`BUCKET_PAGE_BITS`]). A page is kept until the wheel is drained: else
+/// one `new_timeout` at a time into a large wheel would allocate and fill a page each.
 #[derive(Debug)]
 pub(super) struct Buckets {
     /// Empty for a page not allocated yet.
     pub(super) pages: Box<[Box<[Bucket]>]>,
-    /// `log2` of a page's length.
     page_bits: u32,
     len: usize,
 }
@@ -145,7 +138,7 @@ impl Buckets {
         &mut page[i]
     }
 
-    /// The first bucket (by index) that `found` holds for.
+    /// The first bucket, by index, for which `found` holds.
     pub(super) fn position(&self, found: impl Fn(&Bucket) -> bool) -> Option<usize> {
         self.pages.iter().enumerate().find_map(|(p, page)| {
             let i = page.iter().position(&found)?;

@@ -1,10 +1,7 @@
-//! The far slots: where an entry waits while its round is past the horizon, and how the horizon
-//! moves on, moving far entries down a level or into their bucket (see the `wheel` docs, "Far
-//! timeouts wait outside the buckets").
-//!
-//! Owns the far levels' arithmetic (which level and slot a round waits in), the cascade as the
-//! horizon advances, and the lookups of the next far slot to move or to peek at. Touches
-//! nothing of the crate.
+//! The far slots, where an entry waits while its round is past the horizon (`wheel` docs, "Far
+//! timeouts wait outside the buckets"). Owns the far levels' arithmetic, the cascade down a
+//! level or into a bucket as the horizon advances, and the lookups of the next far slot to move
+//! or peek at. Touches nothing of the crate.
 
 use super::{Wheel, EMPTY_LIST, NO_INDEX};
 
@@ -15,8 +12,8 @@ pub(super) const LEVEL_SLOTS: usize = 1 << LEVEL_BITS;
 pub(super) const FAR_LEVELS: usize = 64usize.div_ceil(LEVEL_BITS as usize);
 
 impl<T> Wheel<T> {
-    /// [`Wheel::push_back`] for a round past the horizon: makes `key` the tail of the far slot
-    /// `round` waits in, allocating the level's slots with its first entry; the old tail.
+    /// [`Wheel::push_back`] past the horizon: `key` becomes the tail of `round`'s far slot (the
+    /// level's slots allocated with its first entry); returns the old tail.
     #[inline]
     pub(super) fn push_back_far(&mut self, key: u32, round: u64) -> u32 {
         let (level, slot) = self.far_slot(round);
@@ -33,14 +30,13 @@ impl<T> Wheel<T> {
         tail
     }
 
-    /// The list index of the far slot `round` waits in, relative to the current horizon.
+    /// The list index of `round`'s far slot, relative to the current horizon.
     #[inline]
     pub(super) fn far_index(&self, round: u64) -> usize {
         let (level, slot) = self.far_slot(round);
         self.buckets.len() + level * LEVEL_SLOTS + slot
     }
 
-    /// The level and slot of the far slot `round` waits in, relative to the current horizon.
     #[inline]
     pub(super) fn far_slot(&self, round: u64) -> (usize, usize) {
         debug_assert!(round > self.horizon);
@@ -51,7 +47,7 @@ impl<T> Wheel<T> {
         (level, slot)
     }
 
-    /// Lets go of every far slot (the wheel is empty, or drained).
+    /// Drops every far slot (the wheel is empty, or drained).
     pub(super) fn clear_far(&mut self) {
         self.far = std::array::from_fn(|_| Box::default());
         self.far_occupied = [0; FAR_LEVELS];
@@ -80,10 +76,9 @@ impl<T> Wheel<T> {
         }
     }
 
-    /// The horizon has just reached `round`: every far slot whose range starts there moves its
-    /// entries, in order, down to their level for the new horizon or into their bucket. What
-    /// moves never lands in a slot that starts at `round` (an entry there would differ from the
-    /// new horizon in a lower digit), so no slot is visited twice.
+    /// The horizon has reached `round`: each far slot starting there moves its entries, in
+    /// order, down a level or into their bucket. Nothing lands in a slot starting at `round` (it
+    /// would differ from the horizon in a lower digit), so no slot is visited twice.
     fn cascade(&mut self, round: u64) {
         for level in (0..FAR_LEVELS).rev() {
             let shift = LEVEL_BITS * level as u32;
@@ -130,8 +125,8 @@ impl<T> Wheel<T> {
         best
     }
 
-    /// The list index of the occupied far slot whose range starts first (it holds the
-    /// earliest far entries: a round waits in one slot only).
+    /// The list index of the occupied far slot that starts first (it holds the earliest far
+    /// entries: a round waits in one slot only).
     pub(super) fn first_far_slot(&self) -> Option<usize> {
         let mut best: Option<(u64, usize)> = None;
         for (level, &word) in self.far_occupied.iter().enumerate() {

@@ -1,53 +1,40 @@
 //! The pure wheel: buckets, mask indexing, rounds, expiry. No threads, no clock, no atomics.
 //!
-//! Owns the wheel's data structure (slab, buckets, occupancy bitmap) and its arithmetic (fire
-//! ticks, `remaining_rounds`); touches nothing of the crate. Here: the `Wheel`, its insertion,
-//! removal, expiry and lookahead; its nodes, lists and buckets in `buckets.rs`, its far slots and
-//! their cascade in `far.rs`, the occupancy bitmap and the next fire tick in `occupancy.rs`; the
-//! nodes live in the crate's slab (`slab.rs`).
-//!
-//! # Ground rules
-//! Only the worker owns a `Wheel`; producers never touch it (they talk to the worker through the
-//! queues in `Shared`). Everything here is single-threaded and deterministic, so it is tested
-//! exhaustively with plain unit tests and a model-based test against a sorted list.
+//! Owns the wheel's data structure and arithmetic (fire ticks, `remaining_rounds`); touches
+//! nothing of the crate, and only the worker holds a `Wheel`. Here: the `Wheel`, its insertion,
+//! removal, expiry and lookahead; nodes, lists and buckets in `buckets.rs`, far slots and their
+//! cascade in `far.rs`, the occupancy bitmap and next fire tick in `occupancy.rs`, the slab in
+//! `slab.rs`. Tested by unit tests and a model-based test against a sorted list.
 //!
 //! # Layout
-//! Entries live in one slab and are linked into their bucket by `u32` indices: no allocation
-//! per entry beyond the slab's pages, O(1) unlink on cancel, and a free list that reuses slots.
-//! Each bucket is a doubly linked list kept in insertion order (Netty's bucket order = transfer
-//! order). The slab grows by pages that never move (why: `slab.rs`). The buckets of a wheel
-//! larger than 4096 buckets come in pages too, allocated as entries first land in them
-//! (`Buckets`): a wheel of 2^30 buckets (Netty's largest) costs what its timeouts touch, not
-//! 16 GiB up front.
+//! Entries live in one slab whose pages never move (`slab.rs`), linked into their bucket by
+//! `u32` indices: no allocation per entry, O(1) unlink on cancel, freed slots reused. A bucket
+//! is a doubly linked list in insertion order (Netty's bucket order = transfer order). A wheel
+//! of more than 4096 buckets allocates them in pages as entries land (`Buckets`): 2^30 buckets
+//! cost what the timeouts touch, not 16 GiB up front.
 //!
 //! # Rounds without decrementing
-//! Netty stores `remaining_rounds = (calculated - tick) / wheel_len` and decrements it each time
-//! the bucket comes round, expiring the entry when it is 0. An entry placed at tick `T` with
-//! `calculated = deadline / tick_nanos` therefore expires on tick `max(calculated, T)`: its
-//! *fire tick*. We keep the deadline only and compare `calculated <= tick` when the bucket comes
-//! round, which is `remaining_rounds == 0` without the per-round write, and stays exact when the
-//! worker sleeps through ticks that have no work (a decrement per visit would need every skipped
-//! visit replayed). `Wheel::remaining_rounds` (in tests) gives Netty's figure for any tick.
-//! The `deadline <= now` guard is kept as well, as in Netty.
+//! Netty stores `remaining_rounds = (calculated - tick) / wheel_len`, decrements it at each
+//! visit and expires the entry at 0: an entry placed at tick `T`, with `calculated` the deadline
+//! over `tick_nanos`, expires on tick `max(calculated, T)`, its *fire tick*. This wheel keeps
+//! the deadline and tests `calculated <= tick` at the visit: the same without a write per round,
+//! and exact when the worker sleeps through ticks with no work. Netty's `deadline <= now` guard
+//! is kept as well.
 //!
 //! # Occupancy
-//! A bitmap of non-empty buckets and, per bucket, a lower bound of its entries' fire ticks let
-//! the worker find the next tick with work ([`Wheel::next_fire_tick`]) without visiting empty
-//! buckets or buckets whose entries are rounds away.
+//! A bitmap of non-empty buckets and, per bucket, a lower bound of its fire ticks find the next
+//! tick with work ([`Wheel::next_fire_tick`]) without visiting empty buckets or ones rounds away.
 //!
 //! # Far timeouts wait outside the buckets
-//! A bucket holds only entries that fire in the current round or the next (rounds up to the
-//! *horizon*, the current round + 1). Later ones wait in *far slots*, levels of 64 slots indexed
-//! by the fire round's base-64 digits (tokio's and Linux's hierarchical layout, over rounds):
-//! an entry waits at the level of the highest digit in which its round differs from the
-//! horizon. When the horizon reaches the start of a far slot's range, the slot's entries move
-//! down a level, or into their bucket when their round is the horizon. So the worker's cost
-//! follows what fires, not what waits: Netty walks every entry of a bucket at each visit (at
-//! 10^7 idle-connection timeouts that is most of a core), this wheel walks a bucket only when
-//! something in it is due, and moves each far entry at most once per level (a few times over its
-//! life). A move happens at the start of the round before the entry's round, before that tick's
-//! transfer: every entry for a round is in its bucket before any later-transferred entry for the
-//! same round, so a bucket keeps transfer order.
+//! A bucket holds only entries of rounds up to the *horizon* (the current round + 1). Later
+//! ones wait in *far slots*: levels of 64 slots indexed by the fire round's base-64 digits
+//! (tokio's and Linux's hierarchical layout), at the level of the highest digit in which the
+//! round differs from the horizon. As the horizon reaches a slot's range, its entries move down
+//! a level, or into their bucket once their round is the horizon. So a bucket is walked only
+//! when something in it is due, and a far entry moves at most once per level: the worker's cost
+//! follows what fires, not what waits. A move happens at the start of the round before the
+//! entry's, before that tick's transfer: a round's entries are all in their bucket before any
+//! entry of that round transferred later, so a bucket keeps transfer order.
 
 mod buckets;
 mod far;
@@ -60,48 +47,38 @@ use far::{FAR_LEVELS, LEVEL_SLOTS};
 use slab::PAGE_BITS;
 pub(crate) use slab::{Slab, Vacancy, NO_INDEX};
 
-/// The lanes of a wheel's keys (see [`Wheel::next_key_in`]): one per size class of the boxed
-/// timer's tasks (three), rounded up to a power of two, so that a key's lane is two bits of
-/// its page's number.
+/// The lanes of a wheel's keys ([`Wheel::next_key_in`]): one per size class of the boxed
+/// timer's tasks (three), rounded up to a power of two so that a lane is two bits of a page's.
 pub(crate) const LANES: usize = 4;
 
-/// A hashed timing wheel of `T`s. See the module docs.
 #[derive(Debug)]
 pub(crate) struct Wheel<T> {
-    /// The entries (live nodes hold an item), linked into lists by their keys; in the lane
-    /// their owner names ([`Wheel::next_key_in`]).
+    /// The entries, linked into lists by their keys, each in the lane its owner names.
     nodes: Slab<Node<T>, PAGE_BITS, LANES>,
     buckets: Buckets,
-    /// One bit per bucket, set while the bucket holds an entry. Allocated zeroed, so that the
-    /// system maps its memory only as it is written (an eighth of a byte per bucket).
+    /// A bit per non-empty bucket; allocated zeroed, so its memory is mapped only as written.
     occupied: Box<[u64]>,
     mask: u64,
     tick_nanos: u64,
     /// `log2(wheel_len)`: the round of tick `t` is `t >> round_shift`.
     round_shift: u32,
-    /// The latest round whose entries are in the buckets (the current round + 1); later ones
-    /// are in `far`.
+    /// The latest round whose entries are in the buckets (the current round + 1).
     horizon: u64,
-    /// The far slots: per level, `LEVEL_SLOTS` lists, allocated with the level's first entry
-    /// and let go of when the wheel empties (8 bytes a slot: a timer with a few far timeouts
-    /// holds half a kilobyte for them). The list of slot `s` of level `l` is number
-    /// `wheel_len + l * LEVEL_SLOTS + s` among the wheel's lists.
+    /// Per far level, `LEVEL_SLOTS` lists, allocated with its first entry, let go of when the
+    /// wheel empties; slot `s` of level `l` is list `wheel_len + l * LEVEL_SLOTS + s`.
     far: [Box<[List]>; FAR_LEVELS],
     far_occupied: [u64; FAR_LEVELS],
-    /// Whether the owner hands out the keys ([`Wheel::new_keyed`]): the slab then keeps its
-    /// nodes when the wheel empties, for the owner's keys index it, until
-    /// [`Wheel::release_nodes`].
+    /// Whether the owner hands out the keys ([`Wheel::new_keyed`]): then the slab keeps its
+    /// nodes when the wheel empties (the owner's keys index it) until [`Wheel::release_nodes`].
     keyed: bool,
 }
 
-/// Rounds a requested wheel size up to the next power of two (Netty's `normalizeTicksPerWheel`).
-/// The caller has checked `1 <= ticks <= 2^30`.
+/// Netty's `normalizeTicksPerWheel`; the caller has checked `1 <= ticks <= 2^30`.
 pub(crate) fn normalize_ticks_per_wheel(ticks: usize) -> usize {
     ticks.next_power_of_two()
 }
 
 impl<T> Wheel<T> {
-    /// `wheel_len` must be a power of two, `tick_nanos` non-zero.
     pub(crate) fn new(tick_nanos: u64, wheel_len: usize) -> Self {
         assert!(wheel_len.is_power_of_two() && tick_nanos > 0);
         Wheel {
@@ -118,9 +95,9 @@ impl<T> Wheel<T> {
         }
     }
 
-    /// A wheel whose owner hands out the keys (the `DelayQueue` keys its entries by its own
-    /// slab's index, so neither keeps the other's key). A wheel takes its keys one way only:
-    /// from [`Wheel::next_key_in`], or from its owner (and never reuses one by itself).
+    /// A wheel whose owner hands out the keys (the `DelayQueue`'s: its own slab's index). A
+    /// wheel takes keys one way only: from [`Wheel::next_key_in`], or from its owner (never
+    /// reusing one by itself).
     pub(crate) fn new_keyed(tick_nanos: u64, wheel_len: usize) -> Self {
         Wheel {
             keyed: true,
@@ -142,15 +119,13 @@ impl<T> Wheel<T> {
         deadline / self.tick_nanos
     }
 
-    /// Netty's `remaining_rounds` for an entry with this deadline when its bucket is visited on
-    /// `tick`.
+    /// Netty's `remaining_rounds` for this deadline at a visit on `tick`.
     #[cfg(test)]
     pub(crate) fn remaining_rounds(&self, deadline: u64, tick: u64) -> u64 {
         self.calculated(deadline).saturating_sub(tick) / self.wheel_len()
     }
 
-    /// Puts an entry in the bucket of tick `max(deadline / tick_nanos, tick)` (a deadline in the
-    /// past goes into the current bucket) and returns its key.
+    /// Puts an entry in the bucket of tick `max(deadline / tick_nanos, tick)`; returns its key.
     #[cfg(test)]
     pub(crate) fn insert(&mut self, item: T, deadline: u64, tick: u64) -> u32 {
         let key = self.next_key_in(0);
@@ -158,13 +133,10 @@ impl<T> Wheel<T> {
         key
     }
 
-    /// [`Wheel::insert`] under `key`: in a wheel that hands out its keys, the
-    /// [`Wheel::next_key_in`] of a lane, with nothing inserted or removed since; in a wheel whose
-    /// owner hands them out ([`Wheel::new_keyed`]), one that is not live.
-    ///
-    /// # Panics
-    /// When `key` is not below [`MAX_ENTRIES`], or, in a wheel that hands out its keys, is not
-    /// such a key (a bug of the owner's); before anything changes.
+    /// `insert` under `key`: in a wheel that hands out its keys, the [`Wheel::next_key_in`] of
+    /// a lane, nothing inserted or removed since; in a keyed wheel, one that is not live.
+    /// Panics before anything changes if `key` is not below [`MAX_ENTRIES`] or, in a wheel
+    /// that hands out its keys, not such a key (a bug of the owner's).
     #[inline]
     pub(crate) fn insert_at(&mut self, key: u32, item: T, deadline: u64, tick: u64) {
         // Unreachable: `new_timeout` refuses beyond MAX_ENTRIES (`Shared::refill_credit`).
@@ -188,8 +160,7 @@ impl<T> Wheel<T> {
         }
     }
 
-    /// Appends `key` (firing on tick `fire`) to its bucket, or to its far slot if its round is
-    /// past the horizon.
+    /// Appends `key` (firing on tick `fire`) to its bucket, or to its far slot past the horizon.
     #[inline]
     fn link(&mut self, key: u32, fire: u64) {
         let tail = self.push_back(key, fire);
@@ -201,10 +172,8 @@ impl<T> Wheel<T> {
         node.next = NO_INDEX;
     }
 
-    /// Makes `key` (firing on tick `fire`) the tail of its bucket, or of its far slot if its
-    /// round is past the horizon (allocating the far slots with the first): the list's ends,
-    /// occupancy and least fire tick. Returns the old tail (`NO_INDEX` for none), which the caller
-    /// links to `key` and `key` back to.
+    /// Makes `key` the tail of its bucket or far slot (ends, occupancy, least fire tick);
+    /// returns the old tail (`NO_INDEX`: none) for the caller to link with `key`.
     #[inline]
     fn push_back(&mut self, key: u32, fire: u64) -> u32 {
         let round = fire >> self.round_shift;
@@ -239,31 +208,25 @@ impl<T> Wheel<T> {
         }
     }
 
-    /// The key the next `insert` will return.
     #[cfg(test)]
     pub(crate) fn next_key(&self) -> u32 {
         self.nodes.next_key()
     }
 
-    /// The key under which the lane `lane` (below [`LANES`]) takes its next entry: the wheel
-    /// hands out the keys of each lane from pages of that lane's only, so that what the owner
-    /// keeps under the keys of one lane spans that lane's pages.
+    /// The key of lane `lane`'s (below [`LANES`]) next entry: a lane's keys come from its own
+    /// pages only, so what the owner keeps under one lane's keys spans that lane's pages.
     #[inline]
     pub(crate) fn next_key_in(&self, lane: usize) -> u32 {
         self.nodes.next_key_in(lane)
     }
 
-    /// Unlinks and returns the entry under `key`.
-    ///
-    /// # Panics
-    /// If `key` is not live (a worker bug).
+    /// Unlinks and returns the entry under `key`; panics if it is not live (a worker bug).
     #[inline(always)]
     pub(crate) fn remove(&mut self, key: u32) -> T {
         self.unlink(key, None)
     }
 
-    /// Unlinks `key`; `bucket` is its bucket when the caller knows it. The node is looked up
-    /// once (each lookup is two indexings: page, then node).
+    /// Unlinks `key` (`bucket`: its bucket, if the caller knows it), looking the node up once.
     // `always`: LLVM keeps it out of line otherwise, and a `DelayQueue::remove` is mostly this.
     #[inline(always)]
     fn unlink(&mut self, key: u32, bucket: Option<usize>) -> T {
@@ -277,7 +240,6 @@ impl<T> Wheel<T> {
             self.nodes[next].prev = prev;
         }
         if prev == NO_INDEX || next == NO_INDEX {
-            // A head or a tail: the bucket's ends change.
             let b = bucket.unwrap_or_else(|| self.bucket_of_end(key, deadline));
             let list = self.list_mut(b);
             if prev == NO_INDEX {
@@ -300,8 +262,7 @@ impl<T> Wheel<T> {
         item
     }
 
-    /// Nothing live: gives the slab and the far slots back rather than keep a burst's worth of
-    /// memory.
+    /// Nothing live: gives the slab and far slots back rather than keep a burst's worth.
     fn release_memory(&mut self) {
         if !self.keyed {
             self.nodes.release();
@@ -330,24 +291,17 @@ impl<T> Wheel<T> {
         if b.head == key || b.tail == key {
             return natural;
         }
-        // An entry whose deadline had already passed when it was inserted sits in the bucket of
-        // its insertion tick instead, and expires on that very tick; only a removal between its
-        // insertion and that expiry (which the worker never does) would reach this scan.
+        // An entry placed past its deadline sits in its insertion tick's bucket and expires on
+        // that tick: only a removal before then (which the worker never does) scans.
         self.buckets
             .position(|b| b.ends.head == key || b.ends.tail == key)
             .expect("wheel: live key in no bucket")
     }
 
-    /// Visits the bucket of `tick`: every entry whose fire tick has come (`remaining_rounds == 0`)
-    /// and whose deadline is `<= now` is unlinked and handed to `f` (entry, key, deadline), in
-    /// bucket order. The others stay. `f` runs while the walk is under way (it cannot reach the
-    /// wheel).
-    ///
-    /// The walk goes from the head: a due entry goes straight to the free list, and each kept
-    /// entry is linked after the one kept before it; the bucket is whole again when the walk is
-    /// over. With no entry of the bucket firing yet (all rounds away), nothing is walked: Netty
-    /// would walk the bucket to decrement `remaining_rounds`; with absolute fire ticks there is
-    /// nothing to do.
+    /// Visits the bucket of `tick`: each entry whose fire tick has come and whose deadline is
+    /// `<= now` is unlinked and handed to `f` (entry, key, deadline) in bucket order, during the
+    /// walk. The others stay, relinked in order; a bucket whose entries are all rounds away is
+    /// not walked (with absolute fire ticks there is no count to decrement).
     #[inline]
     pub(crate) fn expire(&mut self, tick: u64, now: u64, f: impl FnMut(T, u32, u64)) {
         self.catch_up(tick);
@@ -362,8 +316,8 @@ impl<T> Wheel<T> {
         }
     }
 
-    /// The walk of [`Wheel::expire`] over bucket `b`, which holds something due on `tick`.
-    /// Returns the last entry kept (`NO_INDEX`: none) and the least fire tick of those kept.
+    /// [`Wheel::expire`]'s walk of bucket `b`, which holds something due on `tick`: returns
+    /// the last entry kept (`NO_INDEX`: none) and the least fire tick of those kept.
     #[inline(always)]
     fn walk_bucket(
         &mut self,
@@ -372,8 +326,7 @@ impl<T> Wheel<T> {
         now: u64,
         mut f: impl FnMut(T, u32, u64),
     ) -> (u32, u64) {
-        // `calculated(deadline) <= tick` without a division per entry: the deadline is before
-        // the end of `tick`.
+        // `calculated(deadline) <= tick` without a division: the deadline is before `tick`'s end.
         let tick_end = tick.saturating_add(1).saturating_mul(self.tick_nanos);
         let tick_nanos = self.tick_nanos;
         // The bucket holds something due: its page is allocated.
@@ -392,8 +345,7 @@ impl<T> Wheel<T> {
                     deadline,
                 );
             } else {
-                // Survivors are rounds away (or, with a clock that lags the tick, not yet due).
-                // (`calculated`, on the borrowed node's deadline.)
+                // Survivors are rounds away (or not yet due, with a clock that lags the tick).
                 let fire = if due { tick } else { deadline / tick_nanos };
                 min_fire = min_fire.min(fire);
                 self.nodes[cursor].prev = kept;
@@ -405,8 +357,7 @@ impl<T> Wheel<T> {
         (kept, min_fire)
     }
 
-    /// Links `key`, which the walk of bucket `b` keeps, after `kept`, the entry it kept before
-    /// (`NO_INDEX`: none, and `key` is the bucket's head).
+    /// Links `key`, kept by the walk of bucket `b`, after `kept` (`NO_INDEX`: as the head).
     #[inline(always)]
     fn link_kept(&mut self, b: usize, kept: u32, key: u32) {
         if kept == NO_INDEX {
@@ -416,8 +367,7 @@ impl<T> Wheel<T> {
         }
     }
 
-    /// Ends the walk of bucket `b`: `kept`, the last entry kept, is its tail, and the survivors'
-    /// least fire tick its lower bound; with nothing kept, the bucket is empty.
+    /// Ends the walk of bucket `b`: `kept` is its tail and `min_fire` its bound, or it is empty.
     #[inline(always)]
     fn close_walked_bucket(&mut self, b: usize, kept: u32, min_fire: u64) {
         if kept == NO_INDEX {
@@ -431,25 +381,18 @@ impl<T> Wheel<T> {
         }
     }
 
-    /// The deadline of the live entry under `key`.
-    ///
-    /// # Panics
-    /// If `key` is not live.
+    /// The deadline of the live entry under `key`; panics if `key` is not live.
     pub(crate) fn deadline(&self, key: u32) -> u64 {
         let node = &self.nodes[key];
         assert!(node.item.is_some(), "wheel: key is not live");
         node.deadline
     }
 
-    /// The key of the entry that comes due first, ticks `>= from` visited in order (every tick
-    /// before `from` has been processed, and each entry went in at the tick then current):
-    /// among the entries of the least fire tick, the one with the least deadline,
-    /// the first in bucket order on a tie. That is the least deadline of all: an entry placed
-    /// past its deadline fires on the tick it was placed on, the earliest, and any other entry
-    /// fires on its deadline's tick. [`Wheel::expire`] hands a tick's entries out in bucket
-    /// order, so an owner that yields by deadline sorts what it hands out (the `DelayQueue`
-    /// does). Read-only; walks the buckets up to the first that holds it, or the earliest far
-    /// slot.
+    /// The key of the entry that comes due first (every tick before `from` processed): the
+    /// least deadline among the entries of the least fire tick, the first in bucket order on a
+    /// tie; that is the least deadline of all, as an entry placed past its deadline fires on
+    /// the tick it was placed on. [`Wheel::expire`] hands a tick's entries out in bucket order,
+    /// so an owner that yields by deadline sorts them (the `DelayQueue` does).
     pub(crate) fn peek(&self, from: u64) -> Option<u32> {
         if self.nodes.live() == 0 {
             return None;
@@ -478,9 +421,8 @@ impl<T> Wheel<T> {
         best.map(|(_, key)| key)
     }
 
-    /// (fire tick, key) of list `b`'s entry with the least fire tick and, among those, the
-    /// least deadline (the first in list order on a tie), the list first visited on tick
-    /// `visit`; the list is not empty.
+    /// (fire tick, key) of non-empty list `b`'s entry with the least fire tick, then the least
+    /// deadline (the first in list order on a tie), the list first visited on tick `visit`.
     fn first_of(&self, b: usize, visit: u64) -> (u64, u32) {
         let mut cursor = self.list(b).head;
         let mut best = (u64::MAX, u64::MAX, NO_INDEX);
@@ -495,9 +437,8 @@ impl<T> Wheel<T> {
         (best.0, best.2)
     }
 
-    /// Removes every entry, in slot order (about the order of insertion: freed slots are
-    /// reused first). One pass over the slab's pages, in memory order, rather than a walk of
-    /// each bucket's list over nodes scattered across the slab.
+    /// Removes every entry, in slot order (about insertion order): one pass over the slab's
+    /// pages in memory order, not a walk of lists scattered across it.
     pub(crate) fn drain(&mut self) -> Vec<T> {
         let mut out = Vec::with_capacity(self.nodes.live());
         out.extend(
@@ -509,8 +450,7 @@ impl<T> Wheel<T> {
         if self.buckets.pages.len() == 1 {
             self.occupied.fill(0);
         } else {
-            // A fresh zeroed bitmap rather than a write of zeros over every word of the old
-            // one, which would map all of it.
+            // A fresh zeroed bitmap: writing zeros over every word of the old one maps it all.
             self.occupied = vec![0; self.occupied.len()].into_boxed_slice();
         }
         self.clear_far();
@@ -526,9 +466,8 @@ mod tests {
 
     const MS: u64 = 1_000_000;
 
-    /// A wheel of 8 ticks a round whose bucket 3 mixes entries due on tick 3 and entries a
-    /// round later, and one entry in bucket 5; returns it with the key of a survivor from the
-    /// middle of the bucket, if there is one.
+    /// A wheel of 8 ticks whose bucket 3 mixes entries due on tick 3 and a round later, and one
+    /// entry in bucket 5; with the key of a survivor from the middle of the bucket, if any.
     fn mixed_bucket(later: impl Fn(u32) -> bool) -> (Wheel<u32>, Option<u32>) {
         let mut w = Wheel::new(MS, 8);
         let mut middle = None;
@@ -548,8 +487,7 @@ mod tests {
     fn expire_then_the_rest(mut w: Wheel<u32>, middle: Option<u32>) -> Vec<(u32, u64)> {
         let mut got = Vec::new();
         w.expire(3, 4 * MS, |i, _, d| got.push((i, d)));
-        // The bucket is whole: from its head, each node is live and links back to the one
-        // before; the last is its tail.
+        // The bucket is whole: from its head, each node is live and links back to the one before.
         let (mut at, mut before, mut walked) = (w.list(3).head, NO_INDEX, 0);
         while at != NO_INDEX {
             let node = &w.nodes[at];
@@ -559,8 +497,7 @@ mod tests {
         }
         assert_eq!((w.list(3).tail, walked), (before, w.len() - 1));
         assert_eq!(w.occupied[0] & (1 << 3) != 0, walked > 0);
-        // A survivor in the middle is cancelled (its neighbours' links must be right), and a
-        // new entry joins the bucket's tail.
+        // A survivor in the middle is cancelled (its neighbours relinked); a new entry joins.
         if let Some(key) = middle {
             let item = w.remove(key);
             got.push((item, 0));
@@ -584,8 +521,7 @@ mod tests {
         ];
         for later in patterns {
             let (w, middle) = mixed_bucket(later);
-            // By definition: the entries due on tick 3 in insertion order, the removed survivor,
-            // then bucket 5's entry, then the other survivors and the new entry in order.
+            // By definition: tick 3's entries in order, the removed survivor, bucket 5's, the rest.
             let mut by_definition: Vec<(u32, u64)> = (0..40u32)
                 .filter(|&i| !later(i))
                 .map(|i| (i, 3 * MS + u64::from(i)))
@@ -612,8 +548,8 @@ mod tests {
         assert_eq!(normalize_ticks_per_wheel(1 << 30), 1 << 30);
     }
 
-    /// A wheel of 2^30 buckets holds a page of buckets only where entries have landed, and
-    /// fires them as any wheel does; draining it lets the pages go.
+    /// A wheel of 2^30 buckets allocates bucket pages only where entries land, fires them as
+    /// any wheel does, and frees the pages on a drain.
     #[test]
     fn a_largest_wheel_allocates_the_pages_of_its_buckets_as_entries_land() {
         let mut w = Wheel::new(MS, 1 << 30);
@@ -672,8 +608,7 @@ mod tests {
         );
     }
 
-    /// Regression (the `wheeltimer` crate): an entry one round away in the same bucket must
-    /// survive the expiry of its neighbour.
+    /// Regression (the `wheeltimer` crate): of two entries a round apart in one bucket, both fire.
     #[test]
     fn same_bucket_one_round_apart_both_fire() {
         let mut w = Wheel::new(10 * MS, 8);
@@ -775,8 +710,7 @@ mod tests {
         assert_eq!(w.next_fire_tick(6), Some(9));
     }
 
-    /// Removing far entries (a cancel) from any place in a far slot's list keeps the others,
-    /// in order, and they still fire on their ticks.
+    /// Far entries removed anywhere in their slot's list leave the others in order, on time.
     #[test]
     fn far_entries_can_be_removed_anywhere_in_their_slot() {
         let mut w = Wheel::new(MS, 4);
@@ -830,10 +764,8 @@ mod tests {
         assert_eq!(w.insert(9, 100 * MS, 0), k);
     }
 
-    /// A keyed wheel takes its owner's keys: past the end (the nodes before are pushed vacant),
-    /// reused after a removal; it keeps its nodes when it empties, until `release_nodes`.
-    /// A key the wheel did not hand out (a live one, one past the next) panics before the
-    /// wheel changes: the entries in it fire as before.
+    /// A key not handed out (a live one, one past the next) panics before the wheel changes:
+    /// its entries fire as before.
     #[test]
     fn a_key_not_handed_out_panics_before_the_wheel_changes() {
         let mut w = Wheel::new(MS, 8);
@@ -852,6 +784,8 @@ mod tests {
         assert_eq!((fired, w.len()), (vec!['a', 'b'], 0));
     }
 
+    /// A keyed wheel takes its owner's keys: past the end (the nodes before are pushed vacant),
+    /// reused after a removal; it keeps its nodes when it empties, until `release_nodes`.
     #[test]
     fn a_keyed_wheel_puts_entries_under_its_owners_keys() {
         let mut w = Wheel::new_keyed(MS, 8);
@@ -876,9 +810,8 @@ mod tests {
         assert_eq!(w.nodes.capacity(), 0);
     }
 
-    /// Entries on several slab pages keep their items and links: a bucket's list runs
-    /// across pages, removals on one page relink neighbours on another, freed slots on any page
-    /// are reused, and an emptied wheel gives its pages back.
+    /// Entries on several slab pages keep their items and links: lists run across pages,
+    /// removals relink across pages, freed slots are reused, an emptied wheel frees its pages.
     #[test]
     fn entries_across_slab_pages_keep_links_and_items() {
         let mut w = Wheel::new(MS, 8);
@@ -893,7 +826,7 @@ mod tests {
         for (i, &k) in keys.iter().enumerate().filter(|(i, _)| i % 3 == 0) {
             assert_eq!(w.remove(k), i as u64);
         }
-        // The slots just freed are reused before the slab grows (last freed, first reused).
+        // Freed slots are reused before the slab grows, last freed first.
         let last_freed = keys[(n as usize - 1) / 3 * 3];
         assert_eq!(w.insert(n, 7 * MS, 0), last_freed);
         assert_eq!(w.nodes.capacity(), 4 * PAGE);
@@ -913,9 +846,8 @@ mod tests {
         assert_eq!(w.nodes.capacity(), 0, "an empty wheel keeps no page");
     }
 
-    /// `peek` names the key `expire` hands out first: in buckets, in far slots (two deadlines
-    /// in one far slot, the later inserted first), with ties in bucket order, and after
-    /// removals.
+    /// `peek` names the key `expire` hands out first: in buckets, in far slots (the later of
+    /// two deadlines in one slot inserted first), with ties in bucket order, after removals.
     #[test]
     fn peek_names_the_first_entry_expire_hands_out() {
         let mut w = Wheel::new(MS, 64);
@@ -952,9 +884,8 @@ mod tests {
         assert_eq!(order, vec![0, 1]);
     }
 
-    /// Two deadlines in one tick, the later inserted first: `peek` names the sooner, though
-    /// `expire` at the tick's end hands them out in bucket order; in the middle of the tick
-    /// only the sooner is due, and `peek` names the other after it.
+    /// Two deadlines in one tick, the later inserted first: `peek` names the sooner (`expire`
+    /// keeps bucket order); mid-tick only the sooner expires, and `peek` names the other next.
     #[test]
     fn peek_names_the_least_deadline_of_a_tick() {
         let mut w = Wheel::new(MS, 64);

@@ -1,6 +1,4 @@
-//! The occupancy bitmap: one bit per non-empty bucket (and per non-empty far slot, a word a
-//! level); see the `wheel` docs, "Occupancy".
-//!
+//! The occupancy bitmap: a bit per non-empty bucket and far slot (`wheel` docs, "Occupancy").
 //! Owns [`Wheel::set_occupied`] (an insert sets its list's bit itself, where it links the
 //! entry) and [`Wheel::next_fire_tick`]. Touches nothing of the crate.
 
@@ -21,9 +19,8 @@ impl<T> Wheel<T> {
         }
     }
 
-    /// The earliest tick `>= from` on which the wheel has work, if any: an entry may fire, or
-    /// far entries move down (which [`Wheel::expire`] of that tick does first). The worker has
-    /// already processed every tick before `from`.
+    /// The earliest tick `>= from` with work: an entry may fire, or far entries move down (done
+    /// first by that tick's [`Wheel::expire`]). Every tick before `from` is processed.
     pub(crate) fn next_fire_tick(&self, from: u64) -> Option<u64> {
         if self.nodes.live() == 0 {
             return None;
@@ -44,8 +41,8 @@ impl<T> Wheel<T> {
         let len = self.wheel_len();
         let start = from & self.mask;
         let mut best = u64::MAX;
-        // Visit occupied buckets in tick order from `from`: bucket at offset k is next visited on
-        // tick from + k, and no entry in it fires earlier, so once from + k >= best we are done.
+        // Occupied buckets in tick order: the one at offset k comes round at tick from + k, and
+        // nothing in it fires earlier, so once from + k >= best we are done.
         let mut offset = 0u64;
         while offset < len {
             let b = (start + offset) & self.mask;

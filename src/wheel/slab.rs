@@ -1,21 +1,16 @@
-//! The crate's slab: values under `u32` keys, in pages that never move, the free slots linked
-//! through the slots themselves.
-//!
-//! Owns [`Slab`] and the [`Vacancy`] a slot type gives it. The wheel keeps its nodes in one,
-//! the worker its chunk table, and the `DelayQueue` its items. Touches nothing of the crate.
+//! The crate's slab ([`Slab`], and the [`Vacancy`] a slot type gives it): values under `u32`
+//! keys, in pages that never move, free slots linked through the slots themselves. Holds the
+//! wheel's nodes, the worker's chunk table and the `DelayQueue`'s items. Touches nothing else.
 
-/// No index: the crate's one sentinel for "no key, no slot, no id" (the slabs' keys, the
-/// worker's chunk ids, a cell's wheel key).
+/// The crate's one "none" for keys, slots and ids (slab keys, chunk ids, a cell's wheel key).
 pub(crate) const NO_INDEX: u32 = u32::MAX;
 
-/// The pages a slab of lanes numbers, at most: with the wheel's pages of 2^10 nodes, its keys
-/// stay below 2^27, the wheel key's width. A lane whose next page would pass the bound takes
-/// another lane's free slot or room (see [`Slab::next_key_in`]).
+/// Pages a slab of lanes numbers at most: with pages of 2^10 nodes, keys stay below 2^27, the
+/// wheel key's width. A lane past it takes another lane's free slot or room.
 const LANE_PAGES: usize = 1 << 17;
 
-/// `log2` of the slots per page a slab has unless its owner picks another size: 1024 (32 KB of
-/// the worker's 32-byte wheel nodes: room for one page is all a slab holds beyond its
-/// high-water mark). A page stops growing at exactly its size: capacities double from 4.
+/// `log2` of the default slots per page: 1024 (32 KB of 32-byte wheel nodes, the most a slab
+/// holds beyond its high-water mark). Capacities double from 4 up to exactly a page.
 pub(crate) const PAGE_BITS: u32 = 10;
 #[cfg(test)]
 pub(crate) const PAGE: usize = 1 << PAGE_BITS;
@@ -28,33 +23,27 @@ pub(crate) trait Vacancy: Sized {
     fn next_vacant(&self) -> Option<u32>;
 }
 
-/// Values under `u32` keys, in pages of `2^BITS` slots that never move once allocated: a
-/// growing slab neither copies what it holds nor faults in twice the memory it keeps. Freeing
-/// a slot writes only that slot (it joins the free list, last freed first reused), so nothing
-/// allocates while values leave.
+/// Values under `u32` keys, in pages of `2^BITS` slots that never move: a growing slab neither
+/// copies what it holds nor faults in twice the memory it keeps. A freed slot joins the free
+/// list (last freed, first reused), written alone: nothing allocates as values leave.
 ///
-/// A slab hands its keys out itself ([`Slab::insert`]), or takes its owner's ([`Slab::put`]):
-/// one way only for each slab. (A slab that takes its owner's keys still links the slots
-/// `remove` frees, and `put` may write over one of them: its free list is never read.)
-///
-/// A slab that hands its keys out itself may keep its values in `LANES` lanes (a power of
-/// two; [`Slab::next_key_in`]): page `p` holds the values of lane `p % LANES`, and each lane has
-/// its own free list, so that the keys of a lane's values are the keys of its pages, and a
-/// key names its lane. (The worker's wheel keeps each size class of task in a lane of its
-/// own, so that the words a class keeps under its tasks' keys span that class's pages only.)
-/// With more than one lane, a slab is emptied by [`Slab::release`] or [`Slab::drain`] only.
+/// A slab hands its keys out itself ([`Slab::insert`]) or takes its owner's ([`Slab::put`]),
+/// one way only (taking its owner's, it still links the slots `remove` frees, which `put` may
+/// overwrite: it never reads that list). Handing out its own, it may keep `LANES` lanes (a
+/// power of two; [`Slab::next_key_in`]): page `p` is lane `p % LANES`'s, each lane has its own
+/// free list, and a key names its lane (the wheel keeps a lane per task size class, so that a
+/// class's task words span its pages only). [`Slab::release`] or [`Slab::drain`] alone empty a
+/// slab of more than one lane.
 #[derive(Debug)]
 pub(crate) struct Slab<S, const BITS: u32 = PAGE_BITS, const LANES: usize = 1> {
     /// Pages by number; with lanes, the pages of lanes not yet grown that far are empty.
     pages: Vec<Vec<S>>,
     /// Slots handed out so far (live or free).
     len: usize,
-    /// Slots holding a value.
     live: usize,
     /// Per lane, the first free slot, or `NO_INDEX`.
     free: [u32; LANES],
-    /// With more than one lane, per lane, its last page, where its new slots are made
-    /// (`NO_INDEX`: none yet).
+    /// With more than one lane, per lane, its last page, where new slots go (`NO_INDEX`: none).
     growing: [u32; LANES],
 }
 
@@ -80,7 +69,6 @@ impl<S: Vacancy, const BITS: u32, const LANES: usize> Slab<S, BITS, LANES> {
         }
     }
 
-    /// An empty slab with room for `capacity` values.
     pub(crate) fn with_capacity(capacity: usize) -> Self {
         let mut slab = Slab::new();
         slab.reserve(capacity);
@@ -93,21 +81,19 @@ impl<S: Vacancy, const BITS: u32, const LANES: usize> Slab<S, BITS, LANES> {
         self.len
     }
 
-    /// Values held.
     #[inline]
     pub(crate) fn live(&self) -> usize {
         self.live
     }
 
-    /// The key the next [`Slab::insert`] will return.
     #[inline]
     pub(crate) fn next_key(&self) -> u32 {
         self.next_key_in(0)
     }
 
-    /// The key of `lane`'s next value ([`Slab::insert_at`]): the slot the lane freed
-    /// last, the next of the lane's last page, or the first of its next page. A lane whose
-    /// next page would pass [`LANE_PAGES`] takes another lane's free slot or room.
+    /// The key of `lane`'s next value ([`Slab::insert_at`]): the slot the lane freed last, the
+    /// next of its last page, or the first of its next page; past [`LANE_PAGES`], another
+    /// lane's free slot or room.
     #[inline]
     pub(crate) fn next_key_in(&self, lane: usize) -> u32 {
         if self.free[lane] != NO_INDEX {
@@ -153,14 +139,11 @@ impl<S: Vacancy, const BITS: u32, const LANES: usize> Slab<S, BITS, LANES> {
         })
     }
 
-    /// The lane of the page of `key`.
     #[inline]
     fn lane_of(key: u32) -> usize {
         (key >> BITS) as usize & (LANES - 1)
     }
 
-    /// Stores `value` in the last slot freed, or in a new one; its key.
-    ///
     /// # Panics
     /// When every `u32` but `NO_INDEX` is a key already.
     #[inline]
@@ -170,11 +153,7 @@ impl<S: Vacancy, const BITS: u32, const LANES: usize> Slab<S, BITS, LANES> {
         key
     }
 
-    /// [`Slab::insert`] in lane `lane`: in the slot its lane freed last, or in a new one of
-    /// a page of its lane.
-    ///
-    /// # Panics
-    /// When every `u32` but `NO_INDEX` is a key already, or `lane` is not below `LANES`.
+    /// [`Slab::insert`] in lane `lane` (below `LANES`).
     #[cfg(test)]
     pub(crate) fn insert_in(&mut self, lane: usize, value: S) -> u32 {
         let key = self.next_key_in(lane);
@@ -182,12 +161,9 @@ impl<S: Vacancy, const BITS: u32, const LANES: usize> Slab<S, BITS, LANES> {
         key
     }
 
-    /// Stores `value` under `key`: the slab's [`Slab::next_key_in`] of a lane, with nothing
-    /// stored or removed since.
-    ///
-    /// # Panics
-    /// When `key` is `NO_INDEX` (every other `u32` is a key already), or is not such a key
-    /// (before anything changes).
+    /// Stores `value` under `key`: the [`Slab::next_key_in`] of a lane, nothing stored or
+    /// removed since. Panics otherwise, or when `key` is `NO_INDEX` (out of keys), before
+    /// anything changes.
     #[inline]
     pub(crate) fn insert_at(&mut self, key: u32, value: S) {
         assert!(key != NO_INDEX, "slab: out of keys");
@@ -216,12 +192,9 @@ impl<S: Vacancy, const BITS: u32, const LANES: usize> Slab<S, BITS, LANES> {
             .expect("slab: the free list's head is free");
         *slot = value;
         self.free[lane] = next;
-        // Counted once stored: a panic above leaves the count as it was.
         self.live += 1;
     }
 
-    /// Takes the value under `key` out; its slot joins its lane's free list.
-    ///
     /// # Panics
     /// If `key` holds no value (before anything changes).
     #[inline]
@@ -239,9 +212,8 @@ impl<S: Vacancy, const BITS: u32, const LANES: usize> Slab<S, BITS, LANES> {
         value
     }
 
-    /// Stores `value` under `key`, which the owner hands out: a slot that holds no value, or
-    /// one past the end (the slots up to it are made, free and on no list). Not for a slab that
-    /// hands out its own keys.
+    /// Stores `value` under `key`, which the owner hands out: a slot holding no value, or one
+    /// past the end (the slots up to it made free, on no list).
     #[inline]
     pub(crate) fn put(&mut self, key: u32, value: S) {
         debug_assert!(self
@@ -288,9 +260,8 @@ impl<S: Vacancy, const BITS: u32, const LANES: usize> Slab<S, BITS, LANES> {
         self.len += 1;
     }
 
-    /// A page for the next slots of a slab of one lane. The first grows as a `Vec` does (4, 8, ...
-    /// up to a page), so that a slab holding a few values holds a few slots' worth; the later
-    /// ones come whole.
+    /// A page for a one-lane slab's next slots: the first grows as a `Vec` does (4, 8, ... up
+    /// to a page), so that a few values hold a few slots; the later ones come whole.
     #[cold]
     #[inline(never)]
     fn add_page(&mut self) {
@@ -331,9 +302,8 @@ impl<S: Vacancy, const BITS: u32, const LANES: usize> Slab<S, BITS, LANES> {
         self.pages.iter().flatten()
     }
 
-    /// Drops every value, in key order; the slab keeps its pages, as `Vec::clear` keeps its
-    /// capacity. A value's drop that panics leaves an empty slab behind (the pages not yet
-    /// cleared go, their values dropped as the panic unwinds).
+    /// Drops every value, in key order, keeping the pages (as `Vec::clear` keeps capacity). A
+    /// drop that panics leaves an empty slab (the rest dropped as the panic unwinds).
     pub(crate) fn clear(&mut self) {
         debug_assert_eq!(LANES, 1, "a slab of lanes is emptied by release");
         let mut pages = std::mem::take(self).pages;
@@ -358,7 +328,6 @@ impl<S: Vacancy, const BITS: u32, const LANES: usize> Slab<S, BITS, LANES> {
             .filter(|slot| slot.next_vacant().is_none())
     }
 
-    /// Values the slab holds room for without allocating.
     pub(crate) fn capacity(&self) -> usize {
         self.pages.iter().map(Vec::capacity).sum()
     }
@@ -423,7 +392,6 @@ impl<S, const BITS: u32, const LANES: usize> std::ops::IndexMut<u32> for Slab<S,
 mod tests {
     use super::*;
 
-    /// A slot for the tests: free, or a value.
     #[derive(Debug, PartialEq, Clone)]
     enum Slot {
         Free(u32),
@@ -527,9 +495,9 @@ mod tests {
         assert_eq!(slab.next_key_in(2), NO_INDEX, "out of keys");
     }
 
-    /// A key that is not a lane's next (a slot holding a value, a free slot behind the head of
-    /// its list, a slot past the next, a page not yet the lane's next) panics before anything
-    /// changes, in every build.
+    /// A key that is not a lane's next (one holding a value, a free slot behind its list's
+    /// head, one past the next, a page not the lane's next) panics before any change, in every
+    /// build.
     #[test]
     fn a_key_not_handed_out_is_refused_and_changes_nothing() {
         let mut slab: Slab<Slot, 2, 4> = Slab::new();

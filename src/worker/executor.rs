@@ -1,12 +1,11 @@
-//! The job the worker hands to the executor ([`ExecutorJob`]). Touches the cells and the stored
-//! task of the `shared` module.
+//! Owns the executor's job ([`ExecutorJob`]); touches `shared`'s cells and stored tasks.
 
 use crate::shared::cells::CellRef;
 use crate::shared::{sealed, Stored};
 
-/// An expired task handed to the executor with its timeout's state. Run, it counts a panic of
-/// the task; dropped unrun (an executor that refuses it, or panics, or shuts down), it drops
-/// the task catching a panic of its `Drop`, which may happen while the executor unwinds.
+/// An expired task and its state, for the executor. Run, it counts a panic of the task; dropped
+/// unrun (the executor refuses it, panics or shuts down), it drops the task catching a panic of
+/// its `Drop`, perhaps while the executor unwinds.
 pub(super) struct ExecutorJob<J: Stored> {
     pub(super) task: Option<J>,
     pub(super) state: Option<CellRef>,

@@ -5,18 +5,15 @@
 //! move a timeout makes once it leaves the producers: transfer into a bucket, unlink after a
 //! cancel, expiry and the task's run. Touches the `shared` module (queues, counters, cells, the
 //! plan), the wheel and `sync`; never the owner (`timer`), which starts, drives and stops it.
-//!
-//! # Ground rules
-//! The `Worker` (and its wheel) lives in `Shared::worker`, and one thread at a time runs a
-//! turn of it under that lock: the worker thread, a runtime's `Drive`, or a `ManualDriver`'s
-//! caller; `stop()` takes it out after the join. It reads the queues and `Shared`'s atomics; it
-//! never blocks on a producer.
+//! The `Worker` lives in `Shared::worker`: one thread at a time runs a turn of it under that
+//! lock (the worker thread, a runtime's `Drive`, or a `ManualDriver`'s caller), `stop()` takes
+//! it out after the join, and it never blocks on a producer.
 //!
 //! # Sleeping (never wake for nothing)
-//! Netty wakes on every tick. This worker computes the next tick that has work (the earliest
-//! fire tick in the wheel, or the current tick if a queue is non-empty), publishes it in
-//! `Shared::planned`, and sleeps until that tick's end, or parks with no timeout when nothing is
-//! pending. Producers make up for what the worker cannot see:
+//! Netty wakes on every tick. This worker publishes the next tick with work (the earliest fire
+//! tick, or the current tick if a queue is non-empty) in `Shared::planned`, and sleeps until
+//! that tick's end, or parks with no timeout when nothing is pending. Producers make up for
+//! what it cannot see:
 //!
 //! ```text
 //! worker                                   producer (new_timeout / cancel)
@@ -26,25 +23,20 @@
 //! park until plan
 //! ```
 //!
-//! The shard locks make it impossible for both sides to miss each other: if the worker's look
-//! at the producer's shard comes after the push, it sees the push and does not sleep past the
-//! current tick; if it comes before, the producer's lock acquires the worker's unlock, so the
-//! producer's load sees the plan (or a later one) and unparks the worker (an unpark before the
-//! park is remembered by the thread's park token). Only the producer whose compare-and-swap
-//! lowers the plan unparks, so a burst costs one wake-up. (A lock-free queue would need a
-//! `SeqCst` fence on each side instead; the loom models check that the locks suffice.)
+//! The shard locks keep both sides from missing each other: a worker looking at the shard after
+//! the push sees it and does not sleep past the current tick; before it, the producer's lock
+//! acquires the worker's unlock, so its load sees the plan (or a later one) and it unparks the
+//! worker (an unpark before the park is kept by the park token). Only the producer whose
+//! compare-and-swap lowers the plan unparks: a burst costs one wake-up. (A lock-free queue
+//! would need a `SeqCst` fence on each side; the loom models check that the locks suffice.)
 //!
-//! While producers are active (the ticks just run took something from the queues), the worker
-//! also wakes at the end of the current tick even if the queues look empty at that instant: a
-//! worker that parked there would be unparked by the very next `new_timeout` (a system call on
-//! the producer's side), and would have given back the buffers the producers then regrow. So a
-//! burst of scheduling ends with one wake-up that finds nothing; an idle timer never wakes.
-//!
-//! On Linux the thread asks for a timer slack of a thousandth of a tick (why: `thread.rs`).
-//!
-//! Observably this is the same as ticking every tick: the ticks skipped have empty buckets and
-//! empty queues, and rounds are kept as absolute fire ticks (see `wheel`), so nothing about
-//! them needs replaying.
+//! While producers are active (the last ticks took from the queues), the worker also wakes at
+//! the end of the current tick, queues empty or not: parked, it would be unparked by the next
+//! `new_timeout` (a system call for the producer), having given back buffers the producers then
+//! regrow. A burst ends with one wake-up that finds nothing; an idle timer never wakes. On
+//! Linux the thread asks for a timer slack of a thousandth of a tick (`thread.rs`). Observably
+//! this is ticking every tick: skipped ticks have empty buckets and queues, and rounds are
+//! absolute fire ticks (see `wheel`), so nothing needs replaying.
 
 mod executor;
 mod tally;
@@ -64,21 +56,16 @@ use tally::{RunTiming, Tally};
 /// Timeouts moved from the `timeouts` queue into buckets per tick, at most (Netty's cap).
 pub(crate) const TRANSFER_CAP: u64 = 100_000;
 
-/// The worker's state: the wheel and the next tick to process.
 pub(crate) struct Worker<J: Stored = BoxedTask> {
-    /// Per timeout, the task as a wheel entry (`sealed::TaskStorage::dequeue_entry`) with its
-    /// state's `CellId` (`shared::cells`).
+    /// Per timeout, its task as a wheel entry, with its state's `CellId`.
     wheel: Wheel<J::Entry>,
     /// What the wheel's tasks keep outside it (a boxed timer's task words).
     tasks: J::Store,
     tick: u64,
-    /// Timeouts taken from the `timeouts` queue and not yet moved into buckets (beyond the
-    /// per-tick cap): one batch per shard taken, oldest first, none empty.
+    /// Batches taken from the queue, not yet in buckets (past the cap): oldest first, none empty.
     inbox: VecDeque<PendingBatch<J>>,
-    /// Emptied batches, kept with their capacity to hand to the queue's shards in exchange for
-    /// full ones: in a steady state no buffer grows, and nothing is copied.
+    /// Emptied batches, kept to trade with the shards for full ones: a steady state grows none.
     empty_batches: Vec<PendingBatch<J>>,
-    /// Reused buffer for the cancellation queue.
     cancellations: Vec<CellRef>,
     chunks: ChunkTable,
     tally: Tally,
@@ -86,8 +73,7 @@ pub(crate) struct Worker<J: Stored = BoxedTask> {
     executor: Option<Executor>,
     /// The last ticks run took something from the queues: producers are active.
     busy: bool,
-    /// Timeouts ended here (expired, or cancelled and accounted for), a running total that
-    /// wraps: published in `Shared::set_ended`.
+    /// Timeouts ended here (expired or cancelled), a wrapping total for `Shared::set_ended`.
     ended: usize,
 }
 
@@ -125,10 +111,8 @@ impl<J: Stored> Worker<J> {
         self.tick = tick;
     }
 
-    /// Runs every tick whose end (`(tick + 1) * tick_nanos`) is at or before `now`, in Netty's
-    /// order for each: process cancellations, transfer queued timeouts into buckets (at most
-    /// 100 000 per tick), expire the tick's bucket. Ticks with nothing to do are skipped in O(1)
-    /// each (via the wheel's occupancy bitmap). Returns whether any tick was due.
+    /// Runs every tick that has ended by `now`, each in Netty's order: cancellations, transfer
+    /// (up to the cap), expiry; ticks with nothing to do are skipped. Whether a tick was due.
     pub(crate) fn advance(&mut self, shared: &Arc<Shared<J>>, now: u64) -> bool {
         let due = now / shared.tick_nanos; // ticks before `due` have ended
         if due <= self.tick {
@@ -147,8 +131,8 @@ impl<J: Stored> Worker<J> {
             cap = TRANSFER_CAP;
             self.expire(shared, tick, now);
             if shared.is_shutdown() {
-                // Like Netty's loop, which checks its state after every tick: a stop (or the
-                // owner dropped by a task) ends the turn after the current tick.
+                // As Netty checks its state after every tick: a stop (or the owner dropped by
+                // a task) ends the turn after this tick.
                 self.end_turn(shared, tick + 1);
                 return true;
             }
@@ -161,13 +145,11 @@ impl<J: Stored> Worker<J> {
         true
     }
 
-    /// The tick the turn goes on with after `tick` (`last` is the turn's last tick), if any.
+    /// The tick the turn goes on with after `tick` (`last`: the turn's last tick), if any.
     #[inline]
     fn next_tick_of_turn(&self, shared: &Shared<J>, tick: u64, last: u64) -> Option<u64> {
-        // A timeout queued during this tick (a task that scheduled one, or leftovers past
-        // the cap) is transferred on the next, as Netty would, when the turn goes on: it
-        // may be due before the wheel's next entry (a periodic task's absolute deadline).
-        // A cancellation made during this tick (by a task) is processed on the next too.
+        // What was queued during this tick (a task's timeout or cancel, leftovers past the cap)
+        // is taken on the next, as in Netty: it may be due before the wheel's next entry.
         let queued = tick < last
             && (!self.inbox.is_empty()
                 || !shared.timeouts.is_empty()
@@ -179,7 +161,6 @@ impl<J: Stored> Worker<J> {
         }
     }
 
-    /// Ends a turn: `next` is the next tick to process, published with the statistics.
     #[inline]
     fn end_turn(&mut self, shared: &Shared<J>, next: u64) {
         self.tick = next;
@@ -187,11 +168,9 @@ impl<J: Stored> Worker<J> {
         self.tally.publish(&shared.counters);
     }
 
-    /// The tick at whose end the worker plans to wake by itself (`u64::MAX`: only when
-    /// unparked); the worker is idle when this is past its current tick.
-    ///
-    /// The next tick with work, or the current tick while producers are active even if the
-    /// queues look empty at this instant (see the module docs, "Sleeping").
+    /// The tick at whose end the worker plans to wake (`u64::MAX`: only when unparked; past
+    /// the current tick: idle): the next tick with work, or the current tick while producers
+    /// are active even if the queues look empty (see the module docs, "Sleeping").
     pub(crate) fn planned_tick(&self, shared: &Shared<J>) -> u64 {
         let next = self.next_work_tick(shared);
         if self.busy && next.is_none_or(|next| next > self.tick) {
@@ -201,7 +180,6 @@ impl<J: Stored> Worker<J> {
         }
     }
 
-    /// The next tick with work; `None` when nothing is pending.
     fn next_work_tick(&self, shared: &Shared<J>) -> Option<u64> {
         if !self.inbox.is_empty() || !shared.timeouts.is_empty() || !shared.cancellations.is_empty()
         {
@@ -210,11 +188,9 @@ impl<J: Stored> Worker<J> {
         self.wheel.next_fire_tick(self.tick)
     }
 
-    /// Unlinks the timeouts cancelled while in the wheel (a cancel of a queued timeout never
-    /// comes here: the transfer accounts for it).
+    /// Unlinks timeouts cancelled in the wheel (those cancelled while queued end in transfer).
     fn process_cancelled(&mut self, shared: &Shared<J>) {
-        // Unbounded, as in Netty: each is an unlink, and the queue only holds cancellations of
-        // timeouts already in the wheel.
+        // Unbounded, as in Netty: each is one unlink.
         shared.cancellations.take_into(&mut self.cancellations);
         let n = self.cancellations.len();
         self.busy |= n > 0;
@@ -236,36 +212,31 @@ impl<J: Stored> Worker<J> {
         recycle(&mut self.cancellations);
     }
 
-    /// Moves up to `cap` queued timeouts, oldest first, into the buckets, as of `tick`. (Chunks
-    /// and spans: `shared::cells`, "Chunks, spans and spares: the protocol".)
+    /// Moves up to `cap` queued timeouts, oldest first, into the buckets, as of `tick` (chunks
+    /// and spans: `shared::cells`, "Chunks, spans and spares: the protocol").
     fn transfer(&mut self, shared: &Shared<J>, tick: u64, cap: u64) {
         self.take_queued(shared);
         self.move_into_buckets(shared, tick, cap);
     }
 
-    /// Takes each shard's batch into the inbox (after what an earlier tick left over), handing
-    /// the shard an emptied batch and its spare chunks in exchange.
-    ///
-    /// What is queued now is taken once: what producers push meanwhile waits for the next tick,
-    /// as if pushed a moment later. (Netty polls until the queue is empty; here that would have
-    /// the worker touch the cells producers are creating and cancelling at that moment.)
+    /// Takes each shard's batch into the inbox, handing the shard an emptied batch and its
+    /// spare chunks. Pushes after this wait for the next tick (Netty polls until the queue is
+    /// empty: here the worker would touch the cells producers are creating and cancelling).
     fn take_queued(&mut self, shared: &Shared<J>) {
         let empty_batches = &mut self.empty_batches;
         let inbox = &mut self.inbox;
         let mut took = false;
         let chunks = &mut self.chunks;
         shared.timeouts.take_each(|items, producer, i| {
-            // With no empty batch kept, capacity for as many as came this time (up to KEEP), so
-            // that the producer does not regrow its batch from nothing.
+            // With no empty batch kept, room for as many as came (up to KEEP): no regrowth.
             let empty = empty_batches
                 .pop()
                 .unwrap_or_else(|| PendingBatch::with_capacity(items.len().min(KEEP)));
             inbox.push_back(std::mem::replace(items, empty));
             took = true;
-            // A spare chunk holds a handle on the timer, so none may stay in a shard after
-            // `stop()` clears the cursors. It does so after joining (or taking) the worker, so
-            // this runs before; and should that ever change, the check under the same lock keeps
-            // it so: once `stop()` has cleared this shard, we see SHUTDOWN here.
+            // A spare chunk holds a handle on the timer: none may stay in a shard after `stop()`
+            // clears the cursors. `stop()` does so after joining or taking the worker, and should
+            // that change, this check under the same lock sees SHUTDOWN once it has.
             if !shared.is_shutdown() {
                 chunks.lend_spares(i, &mut producer.cursors);
             }
@@ -274,8 +245,7 @@ impl<J: Stored> Worker<J> {
         self.register_new_batches();
     }
 
-    /// Moves up to `cap` timeouts from the inbox, oldest first, into their buckets as of
-    /// `tick`; the ones cancelled while queued end here.
+    /// Moves up to `cap` inbox timeouts into their buckets; those cancelled while queued end here.
     fn move_into_buckets(&mut self, shared: &Shared<J>, tick: u64, cap: u64) {
         let mut left = usize::try_from(cap).unwrap_or(usize::MAX);
         let mut cancelled = 0;
@@ -310,8 +280,7 @@ impl<J: Stored> Worker<J> {
         }
     }
 
-    /// The inbox's front batch is empty: its chunks are let go of, and the batch is kept empty
-    /// for a shard unless there are enough or it grew large.
+    /// Lets the empty front batch's chunks go; keeps the batch unless enough are kept or it is big.
     fn retire_front_batch(&mut self) {
         let mut empty = self.inbox.pop_front().expect("the front batch");
         empty.clear(&mut self.chunks);
@@ -320,15 +289,13 @@ impl<J: Stored> Worker<J> {
         }
     }
 
-    /// `n` more timeouts have ended: no longer pending.
     #[inline]
     fn end(&mut self, shared: &Shared<J>, n: usize) {
         self.ended = self.ended.wrapping_add(n);
         shared.set_ended(self.ended);
     }
 
-    /// Expires the bucket of `tick` in one walk: each due timeout is settled as the walk
-    /// unlinks it.
+    /// Expires the bucket of `tick`, settling each due timeout as the walk unlinks it.
     fn expire(&mut self, shared: &Shared<J>, tick: u64, now: u64) {
         let mut expiring = Expiring {
             shared,
@@ -350,17 +317,16 @@ impl<J: Stored> Worker<J> {
         timing.finish(shared, &mut self.tally);
     }
 
-    /// Gives the chunks of the batches just taken their ids (in the order the batches were
-    /// pushed, so that a chunk a shard's earlier batch registered is found again).
+    /// Gives the chunks of the batches just taken their ids, in push order, so that a chunk an
+    /// earlier batch of the shard registered is found again.
     fn register_new_batches(&mut self) {
         for batch in self.inbox.iter_mut() {
             batch.register(&mut self.chunks);
         }
     }
 
-    /// When nothing is queued, gives back the queue buffers kept for reuse, the spare chunks
-    /// (the worker's and the shards') and the chunk table's capacity, so that an idle timer does
-    /// not hold a past burst's worth of memory.
+    /// When nothing is queued, gives back the kept queue buffers, the spare chunks (the
+    /// worker's and the shards') and the chunk table's capacity: an idle timer keeps no burst's.
     pub(crate) fn release_idle_buffers(&mut self, shared: &Shared<J>) {
         if !self.inbox.is_empty() {
             return;
@@ -368,7 +334,7 @@ impl<J: Stored> Worker<J> {
         self.empty_batches = Vec::new();
         self.chunks.release_idle();
         shared.timeouts.for_each_data(|p| p.cursors.clear_spares());
-        // Pushed since we looked, if anything: kept (in order) for the next transfer.
+        // Pushed since we looked: kept, in order, for the next transfer.
         let late = shared.timeouts.take_all();
         if !late.is_empty() {
             self.inbox.push_back(late);
@@ -379,8 +345,8 @@ impl<J: Stored> Worker<J> {
         self.cancellations = cancellations;
     }
 
-    /// Empties the wheel and the inbox (for `stop`): the states of everything still in them.
-    /// Their tasks are dropped, a panic of a `Drop` caught and counted.
+    /// Empties the wheel and the inbox (for `stop`): the states of what is in them. Their
+    /// tasks are dropped, a panicking `Drop` caught and counted.
     pub(crate) fn drain(&mut self) -> Vec<CellRef> {
         let chunks = &self.chunks;
         let tasks = &mut self.tasks;
@@ -405,12 +371,10 @@ impl<J: Stored> Worker<J> {
 }
 
 impl<J: Stored> Drop for Worker<J> {
-    /// A worker dropped with timeouts still in it is a shutdown that nobody drains (the owner
-    /// was dropped inside a task, so no `stop()` returns them): they will never run, and end
-    /// cancelled, like the timeouts `stop()` returns. After a `stop()` this finds nothing.
+    /// Timeouts still in a dropped worker are a shutdown nobody drains (the owner dropped inside
+    /// a task): they never run, and end cancelled, as those `stop()` returns do.
     fn drop(&mut self) {
-        // A loom failure unwinding through the worker: calling into loom again would turn the
-        // report into an abort of the whole test binary.
+        // A loom failure unwinding through here: calling loom again would abort the binary.
         #[cfg(loom)]
         if std::thread::panicking() {
             return;
@@ -424,26 +388,23 @@ impl<J: Stored> Drop for Worker<J> {
 /// Items a drained buffer may keep capacity for.
 const KEEP: usize = 128 * 1024;
 
-/// Emptied batches the worker keeps for the queue's shards (one per producer thread, up to the
-/// shard count, is what a steady state needs).
+/// Emptied batches kept for the shards (a steady state needs one per producer thread).
 const EMPTY_BATCHES: usize = 8;
 
-/// Keeps a drained buffer's allocation for reuse unless a burst made it very large, so that a
-/// steady load does not regrow it every tick. (Buffers a busy timer keeps are given back when
-/// it goes idle: `release_idle_buffers`.)
+/// Keeps a drained buffer's allocation unless a burst made it very large, so a steady load does
+/// not regrow it every tick (`release_idle_buffers` gives it back when idle).
 fn recycle<T>(buf: &mut Vec<T>) {
     if buf.capacity() > KEEP {
         *buf = Vec::new();
     }
 }
 
-/// The settling of a bucket's due entries, as the wheel's walk hands them out (see
-/// [`Worker::expire`]): runs each task whose timeout is still in the wheel, drops the others.
+/// The settling of a bucket's due entries as the wheel's walk hands them out (see
+/// [`Worker::expire`]): runs each task still in the wheel, drops the others.
 struct Expiring<'a, J: Stored> {
     shared: &'a Shared<J>,
     now: u64,
     executor: Option<&'a Executor>,
-    /// The due cells, through the chunk table.
     cells: Settling<'a>,
     tasks: &'a mut J::Store,
     tally: &'a mut Tally,
@@ -452,12 +413,11 @@ struct Expiring<'a, J: Stored> {
 }
 
 impl<J: Stored> Expiring<'_, J> {
-    /// Settles one due entry, just unlinked.
     #[inline]
     fn due(&mut self, entry: J::Entry, key: u32, deadline: u64) {
         let Some(state) = self.cells.due(J::cell(&entry), key) else {
             // Cancelled since the walk reached it (by a task of this bucket, or after this
-            // tick's cancellations were processed), or a stale entry: the task is dropped.
+            // tick's cancellations), or a stale entry: the task is dropped.
             self.shared
                 .counters
                 .drop_task(J::from_entry(entry, self.tasks));
@@ -478,8 +438,8 @@ impl<J: Stored> Expiring<'_, J> {
         self.cells.give_back(state);
     }
 
-    /// Ends the bucket's settling (`cells` dropped: see [`Settling`]): the worker's new running
-    /// total of ended timeouts, and the run timing to finish.
+    /// Ends the settling (dropping `cells`: see [`Settling`]): the new total of ended timeouts,
+    /// and the run timing to finish.
     fn finish(self) -> (usize, RunTiming) {
         (self.ended, self.timing)
     }
@@ -495,9 +455,8 @@ fn run_panicked<J: Stored>(shared: &Shared<J>, on_executor: bool) {
     });
 }
 
-/// Runs an expired timeout's task, inline or on the executor; a panic is caught, never
-/// propagated. Returns the state it was lent, and false if the task (inline) or the executor
-/// panicked on this thread.
+/// Runs an expired timeout's task, inline or on the executor, catching any panic: the state
+/// it was lent, and false if the task (inline) or the executor panicked on this thread.
 fn run_task<J: Stored>(
     executor: Option<&Executor>,
     entry: J::Entry,
@@ -534,7 +493,7 @@ mod tests {
 
     #[test]
     fn a_lateness_class_is_the_bit_length_of_the_ticks_late() {
-        // Ticks of every bit length, at and around powers of two, against the division.
+        // Ticks of every bit length, around powers of two, against the division.
         let mut ticks: Vec<u64> = vec![1, 3, 7, 1_000, 999_983, 1_000_000, u64::MAX / 3, u64::MAX];
         ticks.extend((1..64).flat_map(|b| [(1u64 << b) - 1, 1 << b, (1 << b) + 1]));
         for &tick in &ticks {
@@ -605,10 +564,8 @@ mod tests {
 
     const TICK: Duration = Duration::from_millis(10);
 
-    /// A manual timer, and `chunks` chunks' worth of timeouts scheduled and cancelled on it,
-    /// their handles dropped, then a tick: the worker settles them and keeps their chunks as
-    /// spares. Then one more timeout (returned) and a tick: the worker takes it from its shard
-    /// and hands the spares over.
+    /// A manual timer with `chunks` chunks' worth of timeouts cancelled and settled into spares,
+    /// then one more timeout (returned) and a tick: the worker hands the spares to its shard.
     fn spares_handed_over(chunks: usize) -> (HashedWheelTimer, crate::ManualDriver, Timeout) {
         let (timer, driver) = HashedWheelTimer::builder()
             .tick_duration(TICK)
@@ -623,9 +580,8 @@ mod tests {
         (timer, driver, first)
     }
 
-    /// A chunk settled more times than it has cells is a bug of the worker's bookkeeping:
-    /// debug builds panic; release builds keep the chunk for good rather than let it go (and
-    /// be reused under a live timeout).
+    /// A chunk settled more times than it has cells (a bookkeeping bug): debug builds panic;
+    /// release builds keep the chunk for good rather than let it be reused under a live timeout.
     #[test]
     fn a_chunk_settled_too_often_panics_in_debug_and_is_kept_in_release() {
         let (timer, driver) = HashedWheelTimer::builder()
@@ -659,9 +615,8 @@ mod tests {
         }
     }
 
-    /// Chunks whose timeouts are all settled, with no handle left, come back to their shard as
-    /// spares (the request-timeout pattern allocates nothing in a steady state), their cells
-    /// fresh; an idle timer lets them go.
+    /// Chunks all settled with no handle left come back to their shard as spares, cells fresh
+    /// (a steady request-timeout load allocates nothing); an idle timer lets them go.
     #[test]
     fn chunks_let_go_by_the_worker_are_handed_out_again_fresh() {
         let (timer, driver, first) = spares_handed_over(2);
@@ -679,10 +634,8 @@ mod tests {
         assert_eq!(spares(&timer), (0, 0));
     }
 
-    /// Tasks' and futures' timeouts interleaved in one batch, so that the batch's spans go back
-    /// and forth between a chunk of each kind: once all have ended, the worker's chunk table
-    /// holds no chunk (each was registered once, and settled to the last cell), and the
-    /// chunks came back as spares of their own kind.
+    /// Tasks' and futures' timeouts interleaved in one batch (spans alternating between a chunk
+    /// of each kind): once all end, the table holds no chunk, and each is a spare of its kind.
     #[test]
     fn interleaved_tasks_and_futures_settle_every_chunk() {
         let (timer, driver) = HashedWheelTimer::builder()
@@ -714,8 +667,7 @@ mod tests {
         };
         assert_eq!(table(&timer).0, 0, "chunks still held by the table");
         drop(sleeps);
-        // Futures dropped before the worker is done with their chunks (the request-timeout
-        // pattern): their chunks come back as futures' spares.
+        // Futures dropped before the worker is done with their chunks: futures' spares.
         for _ in 0..2 * CHUNK {
             drop(timer.sleep(TICK));
         }
@@ -732,8 +684,8 @@ mod tests {
     #[test]
     fn stop_lets_go_of_the_spare_chunks() {
         let (timer, driver, first) = spares_handed_over(3);
-        // The rest of `first`'s chunk, a spare whole, one cell of another: one spare left
-        // in the cursor, and the whole one back to the worker as a spare.
+        // The rest of `first`'s chunk, a whole spare, one cell of another: one spare stays in
+        // the cursor, and the whole one goes back to the worker.
         cancelled_pairs(&timer, 2 * CHUNK);
         driver.advance(TICK);
         assert_eq!(spares(&timer), (1, 1));

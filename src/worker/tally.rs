@@ -1,9 +1,7 @@
-//! What the worker counts for `TimerStats` as it goes: its running totals ([`Tally`]), the
-//! lateness classes of fired timeouts, and the timing of the tasks it runs inline
-//! ([`RunTiming`]); stored in `Shared::counters` after each turn.
-//!
-//! Owns those counts and when they are published; no shared write per timeout. Touches the
-//! `shared` module's counters and clock.
+//! What the worker counts for `TimerStats`: running totals and lateness classes ([`Tally`]),
+//! the timing of inline task runs ([`RunTiming`]). Owns those counts and their publication in
+//! `Shared::counters` after each turn (no shared write per timeout); touches the `shared`
+//! module's counters and clock.
 
 use crate::shared::{Counters, Shared, Stored, LATENESS_CLASSES};
 use crate::sync::Ordering;
@@ -14,10 +12,9 @@ pub(super) struct Tally {
     pub(super) expired: u64,
     pub(super) cancelled: u64,
     late_max: u64,
-    /// Per lateness class from 1 on (a tick or more late); class 0, on time, is what the
-    /// expired count leaves (see [`Tally::classes`]).
+    /// Per lateness class from 1 on; class 0 (on time) is the rest of `expired`.
     lateness: [u64; LATENESS_CLASSES],
-    /// The longest inline task run, in nanoseconds.
+    /// The longest inline task run, in ns.
     longest_run: u64,
     /// Inline task runs longer than a tick.
     slow_runs: u64,
@@ -26,13 +23,11 @@ pub(super) struct Tally {
     warned_at: Option<u64>,
 }
 
-/// The lateness class of a timeout `late` nanoseconds late, `late >= tick_nanos`: the bit length
-/// of the whole ticks late (class k holds [2^(k-1), 2^k) ticks), without a division (when the
-/// worker falls behind, every timeout is late, and a division each would slow it further).
-///
-/// With `bits(x)` the bit length, `late / tick_nanos` lies in `(2^(d-1), 2^(d+1))` for
-/// `d = bits(late) - bits(tick_nanos)`, so its bit length is `d` or `d + 1`: `d + 1` exactly when
-/// `late >= tick_nanos << d` (a shift that cannot overflow: `tick_nanos < 2^bits(tick_nanos)`).
+/// The lateness class of a timeout `late` ns late (`late >= tick_nanos`): the bit length of the
+/// whole ticks late, without a division (a worker behind finds every timeout late, and a
+/// division each would slow it further). With `d = bits(late) - bits(tick_nanos)`, the
+/// quotient `late / tick_nanos` lies in `(2^(d-1), 2^(d+1))`: its bit length is `d + 1` exactly
+/// when `late >= tick_nanos << d` (no overflow: `tick_nanos < 2^bits(tick_nanos)`), else `d`.
 #[inline]
 pub(super) fn late_class(late: u64, tick_nanos: u64) -> usize {
     debug_assert!(late >= tick_nanos && tick_nanos > 0);
@@ -40,26 +35,22 @@ pub(super) fn late_class(late: u64, tick_nanos: u64) -> usize {
     (d + u32::from(late >= tick_nanos << d)) as usize
 }
 
-/// A task that holds the worker this many ticks or more is warned about in the log (Netty's
-/// most common misuse: a slow task delays every timeout after it), at most once every
-/// `WARNING_INTERVAL_NS`.
+/// A task holding the worker this many ticks or more is logged (Netty's most common misuse: a
+/// slow task delays every timeout after it), at most once per `WARNING_INTERVAL_NS`.
 const SLOW_WARNING_TICKS: u64 = 4;
 const WARNING_INTERVAL_NS: u64 = 10_000_000_000;
 
 impl Tally {
-    /// A timeout fired `late` nanoseconds after its deadline. (The caller counts it in
-    /// `expired`, a batch at a time.)
+    /// A timeout fired `late` ns after its deadline (the caller counts `expired` per batch).
     #[inline]
     pub(super) fn fired(&mut self, late: u64, tick_nanos: u64) {
         self.late_max = self.late_max.max(late);
-        // Under a tick (class 0, the common path): nothing to count. The last class takes
-        // everything beyond.
+        // Class 0 (under a tick, the common path) counts nothing; the last class takes the rest.
         if late >= tick_nanos {
             self.lateness[late_class(late, tick_nanos).min(LATENESS_CLASSES - 1)] += 1;
         }
     }
 
-    /// The count of each lateness class, class 0 included.
     pub(super) fn classes(&self) -> [u64; LATENESS_CLASSES] {
         let mut classes = self.lateness;
         classes[0] = self.expired - self.lateness[1..].iter().sum::<u64>();
@@ -113,11 +104,10 @@ impl Tally {
     }
 }
 
-/// Times the tasks run inline, for `TimerStats::longest_run` and `slow_runs`, reading the clock
-/// once per stretch of consecutive tasks rather than once per task: a stretch is one task after
-/// a long one, and doubles (up to `MAX_STRETCH`) while tasks stay short (a stretch under
-/// `tick / 64`), so that a burst of short tasks costs a clock read per 128 of them, and a slow
-/// task is timed with at most the short tasks run just before it.
+/// Times the inline task runs (`TimerStats::longest_run`, `slow_runs`) with one clock read per
+/// stretch of consecutive tasks: a stretch is one task after a long one, and doubles (up to
+/// `MAX_STRETCH`) while stretches stay under `tick / 64`. A burst of short tasks costs a read
+/// per 128, and a slow task is timed with at most the short tasks just before it.
 pub(super) struct RunTiming {
     on: bool,
     /// When the open stretch started, if one is open.
@@ -169,7 +159,6 @@ impl RunTiming {
         }
     }
 
-    /// Ends the open stretch at `end`, if one is open.
     fn close(&mut self, end: u64, tick_nanos: u64, tally: &mut Tally) {
         let Some(start) = self.start.take() else {
             return;

@@ -1,29 +1,23 @@
-//! The worker thread: the loop that runs due ticks, publishes its plan and sleeps until the
-//! next tick with work (see the `worker` module's docs, "Sleeping").
-//!
-//! Owns the thread's loop and its sleep; touches the worker ([`Worker`]), the `shared` module
-//! (the plan, the queues, the clock) and `sync`. Never the owner: the `timer` module spawns
-//! this loop and joins it.
+//! The worker thread: runs due ticks, publishes its plan, sleeps until the next tick with work
+//! (`worker` docs, "Sleeping"). Owns the loop and its sleep; touches the worker ([`Worker`]),
+//! `shared` (plan, queues, clock) and `sync`; never the owner (`timer` spawns and joins this).
 
 use super::Worker;
 use crate::shared::{Shared, Stored, AWAKE};
 use crate::sync::{lock, thread, Arc};
 
-/// Ticks the worker thread sleeps past a runtime driver's plan before it runs a turn itself:
-/// while a driver keeps up, the thread wakes once every this many ticks and finds nothing
-/// due; should the driver stop being polled (a runtime shut down or blocked), timeouts are at
-/// most this many ticks late.
+/// Ticks the thread sleeps past a driver's plan before running a turn itself: how late
+/// timeouts can be if the driver stops being polled (its runtime shut down or blocked).
 pub(crate) const DRIVEN_GRACE_TICKS: u64 = 32;
 
-/// The worker thread's loop: a turn of the worker whenever one is due, under the worker's
-/// lock, then a sleep until the plan's tick ends. While a runtime's driver is attached, the
-/// driver runs the turns and the thread only watches over it (`DRIVEN_GRACE_TICKS`).
+/// A turn whenever one is due, then a sleep until the plan's tick ends. While a runtime's
+/// driver is attached, it runs the turns and the thread only watches (`DRIVEN_GRACE_TICKS`).
 pub(crate) fn thread_main<J: Stored>(shared: Arc<Shared<J>>) {
     let _loud = StopOnUnwind(&shared);
     tighten_timer_slack(shared.tick_nanos);
     loop {
         if let Some(wake) = driver_keeping_up(&shared) {
-            // A driver ran the turns due: nothing for the watchdog to do, nor to wake.
+            // A driver ran the turns due: nothing to do.
             sleep_until_end_of(&shared, wake);
             continue;
         }
@@ -43,33 +37,30 @@ pub(crate) fn thread_main<J: Stored>(shared: Arc<Shared<J>>) {
         }
     }
     if shared.owner_dropped_in_task() {
-        // Nobody calls `stop()` to take the worker: drop it here (outside the lock), with what
-        // it holds.
+        // Nobody will `stop()` to take the worker: drop it here, outside the lock.
         let worker = lock(&shared.worker).take();
         drop(worker);
     }
 }
 
-/// While a runtime's driver keeps up (its plan is less than `DRIVEN_GRACE_TICKS` behind the
-/// clock), the tick the watchdog sleeps until before it looks again; `None` when the thread
-/// must run a turn: no driver, nothing planned (the turn parks the watchdog), a turn under
-/// way, or a driver that fell behind.
+/// While a driver keeps up (plan under `DRIVEN_GRACE_TICKS` behind the clock), the tick the
+/// watchdog sleeps until; `None` when the thread must run a turn: no driver, nothing planned
+/// (the turn parks the watchdog), a turn under way, or a driver behind.
 fn driver_keeping_up<J: Stored>(shared: &Shared<J>) -> Option<u64> {
     if shared.is_shutdown() || !shared.is_driven() {
         return None;
     }
     let plan = shared.plan();
     if plan == u64::MAX || plan == AWAKE {
-        // Nothing pending, or a turn under way: the thread's turn parks it, or waits for the
-        // lock and looks after that turn.
+        // Nothing pending (the turn parks it), or a turn under way (wait for it, then look).
         return None;
     }
     let now = shared.clock.now() / shared.tick_nanos;
     (plan.saturating_add(DRIVEN_GRACE_TICKS) > now).then(|| plan.max(now) + DRIVEN_GRACE_TICKS)
 }
 
-/// A [`turn`] under the worker's lock: its plan, or `None` once the thread's loop must end
-/// (the worker taken by `stop()`, or the timer shut down).
+/// A [`turn`] under the worker's lock: its plan, or `None` once the loop must end (the worker
+/// taken by `stop()`, or shut down).
 fn locked_turn<J: Stored>(shared: &Arc<Shared<J>>) -> Option<u64> {
     let mut held = lock(&shared.worker);
     let worker = held.as_mut()?.downcast_mut::<Worker<J>>()?;
@@ -79,12 +70,10 @@ fn locked_turn<J: Stored>(shared: &Arc<Shared<J>>) -> Option<u64> {
     Some(turn(worker, shared))
 }
 
-/// The tick whose end the thread sleeps until after a turn that planned `plan`; `None` if it
-/// must not sleep but run another turn at once.
+/// The tick whose end the thread sleeps until after planning `plan`; `None`: run another turn.
 fn wake_tick<J: Stored>(shared: &Shared<J>, plan: u64) -> Option<u64> {
     if plan == u64::MAX {
-        // Parked with no deadline, also while no driver is attached: one may attach, and
-        // its turns then plan ticks the thread must watch over.
+        // Flag the park even with no driver: one may attach, and its turns plan ticks to watch.
         return watch_parked(shared).then_some(plan);
     }
     if shared.is_driven() {
@@ -95,14 +84,13 @@ fn wake_tick<J: Stored>(shared: &Shared<J>, plan: u64) -> Option<u64> {
     Some(plan)
 }
 
-/// The watchdog is about to park with no deadline: says so, for a driver whose turn plans a
-/// tick to unpark it (`timer::drive`), then looks at the plan again. False if a turn has
-/// planned a tick since (the watchdog must not park then: that turn's driver may have looked
-/// before the flag was set).
+/// Flags the watchdog parked, for a driver whose turn plans a tick to unpark it, then rechecks
+/// the plan: false (do not park) if a turn planned a tick since, as its driver may have looked
+/// before the flag was set.
 fn watch_parked<J: Stored>(shared: &Shared<J>) -> bool {
     lock(&shared.control).watchdog_parked = true;
-    // After the lock: a driver's turn that published its plan before it looked at the flag
-    // (under the same lock) is seen here.
+    // After the lock: a driver's turn that published its plan before reading the flag (under
+    // the same lock) is seen here.
     if shared.plan() != u64::MAX {
         lock(&shared.control).watchdog_parked = false;
         return false;
@@ -110,10 +98,8 @@ fn watch_parked<J: Stored>(shared: &Shared<J>) -> bool {
     true
 }
 
-/// One turn of the worker, by whoever holds its lock (the worker thread, or a runtime's
-/// driver): runs the due ticks, publishes the plan, then looks at the queues again under
-/// their locks (see the module docs, "Sleeping"). Returns the plan: the tick at whose end the
-/// next turn is due (`u64::MAX`: only when woken).
+/// One turn, by whoever holds the worker's lock (`worker` docs, "Sleeping"). Returns the plan:
+/// the tick at whose end the next turn is due (`u64::MAX`: only when woken).
 pub(crate) fn turn<J: Stored>(worker: &mut Worker<J>, shared: &Arc<Shared<J>>) -> u64 {
     shared.mark_awake();
     let now = shared.clock.now();
@@ -134,16 +120,13 @@ pub(crate) fn turn<J: Stored>(worker: &mut Worker<J>, shared: &Arc<Shared<J>>) -
     plan
 }
 
-/// Stops the timer if its worker thread unwinds. User code never unwinds it (every place that
-/// runs or drops some catches its panic), so only a bug of the crate's own could: the failure
-/// is then loud (logged, and `new_timeout` refused with `Stopped`), never a timer that accepts
-/// timeouts and fires none.
+/// Stops the timer if the thread unwinds (only a crate bug can: user code's panics are caught):
+/// the failure is loud (logged, `new_timeout` refused), never a timer that fires nothing.
 struct StopOnUnwind<'a, J: Stored>(&'a Shared<J>);
 
 impl<J: Stored> Drop for StopOnUnwind<'_, J> {
     fn drop(&mut self) {
-        // Under loom a failing model unwinds through here: calling into loom again would turn
-        // its report into an abort.
+        // A failing loom model unwinds here: calling into loom would make its report an abort.
         if cfg!(loom) || !std::thread::panicking() {
             return;
         }
@@ -156,10 +139,9 @@ impl<J: Stored> Drop for StopOnUnwind<'_, J> {
     }
 }
 
-/// Asks the kernel to end this thread's sleeps within a thousandth of a tick of the time asked
-/// for (1 µs at a 1 ms tick), never looser than the slack the thread already has. With Linux's
-/// default slack of 50 µs, every tick's expiry would start up to a twentieth of a 1 ms tick
-/// late. Best effort: a refusal (a seccomp filter, say) keeps the slack the thread has.
+/// Asks the kernel to end this thread's sleeps within a thousandth of a tick, never looser than
+/// its current slack (Linux's default, 50 µs, is a twentieth of a 1 ms tick). Best effort: a
+/// refusal (a seccomp filter, say) keeps the current slack.
 #[cfg(all(target_os = "linux", not(loom), not(miri)))]
 fn tighten_timer_slack(tick_nanos: u64) {
     const DEFAULT_SLACK_NANOS: u64 = 50_000;
@@ -176,8 +158,7 @@ fn tighten_timer_slack(tick_nanos: u64) {
 #[cfg(not(all(target_os = "linux", not(loom), not(miri))))]
 fn tighten_timer_slack(_tick_nanos: u64) {}
 
-/// Sleeps until the end of `tick` (`u64::MAX`: until unparked). May return early (unpark,
-/// spurious wake-up); the loop re-plans.
+/// Sleeps until the end of `tick` (`u64::MAX`: until unparked); may return early.
 #[cfg(not(loom))]
 fn sleep_until_end_of<J: Stored>(shared: &Shared<J>, tick: u64) {
     if tick == u64::MAX {
@@ -191,13 +172,9 @@ fn sleep_until_end_of<J: Stored>(shared: &Shared<J>, tick: u64) {
     }
 }
 
-/// Under loom time is a manual clock: a bounded sleep jumps the clock to its end; an unbounded
-/// one is a real (loom) park, so a lost wake-up shows up as a deadlock.
-///
-/// A model that holds the clock (`loom_hooks::hold_clock`) moves time itself, and a bounded
-/// sleep is then a park too, ended like an OS timer would end it: by the model's clock
-/// (`loom_hooks::advance_clock`) once the planned tick is over. A wake-up the worker needed
-/// earlier and did not get is then a deadlock as well.
+/// Under loom a bounded sleep jumps the manual clock to its end; an unbounded one parks, so a
+/// lost wake-up deadlocks. If the model holds the clock (`loom_hooks::hold_clock`), a bounded
+/// sleep parks too, until `loom_hooks::advance_clock` ends the planned tick as an OS timer would.
 #[cfg(loom)]
 fn sleep_until_end_of<J: Stored>(shared: &Shared<J>, tick: u64) {
     if tick == u64::MAX {
@@ -208,9 +185,8 @@ fn sleep_until_end_of<J: Stored>(shared: &Shared<J>, tick: u64) {
 
     let wake_at = tick.saturating_add(1).saturating_mul(shared.tick_nanos);
     if crate::sync::loom_hooks::clock_held() {
-        // The model's clock stands for real time, which no memory ordering hides from a sleeping
-        // thread: this fence and the one in `advance_clock` make sure that either we see the
-        // time or the clock sees our plan (and unparks us).
+        // The model's clock is real time, which no memory ordering hides from a sleeper: this
+        // fence and `advance_clock`'s make sure we see the time or the clock sees our plan.
         fence(Ordering::SeqCst);
         if shared.clock.now() < wake_at {
             thread::park();

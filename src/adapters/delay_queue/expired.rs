@@ -1,24 +1,18 @@
-//! What the queue hands out: the [`Key`] naming an item, and an item taken out, [`Expired`].
-//!
-//! Owns both public types; touches only the clock, to add up an item's deadline.
+//! The public [`Key`] and [`Expired`]; touches only the clock, to add up a deadline.
 
 use crate::clock::instant_after;
 use std::fmt;
 use std::time::Instant;
 
-/// Names a value in a [`DelayQueue`](super::DelayQueue), from its insertion until it is
-/// removed or yielded.
-///
-/// A key that no longer names a value (removed, yielded, cleared) names no other either:
-/// [`DelayQueue::try_remove`](super::DelayQueue::try_remove) returns `None` for it.
+/// Names a value in a [`DelayQueue`](super::DelayQueue) until it is removed or yielded, and
+/// then no other: [`DelayQueue::try_remove`](super::DelayQueue::try_remove) returns `None`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Key {
     pub(super) index: u32,
     pub(super) stamp: u32,
 }
 
-/// A value whose deadline has passed, taken out of its [`DelayQueue`](super::DelayQueue) (or
-/// removed from it).
+/// A value taken out of its [`DelayQueue`](super::DelayQueue), expired or removed.
 ///
 /// ```
 /// # use hashed_timer_wheel::{DelayQueue, HashedWheelTimer};
@@ -31,8 +25,7 @@ pub struct Key {
 /// ```
 pub struct Expired<T> {
     pub(super) value: T,
-    /// The deadline in the parts of `Clock::instant_parts`, added up by
-    /// [`deadline`](Expired::deadline): most callers of `remove` never ask for it.
+    /// `Clock::instant_parts`, summed only if asked: most callers of `remove` never ask.
     pub(super) deadline: (Instant, u64),
     pub(super) key: Key,
 }

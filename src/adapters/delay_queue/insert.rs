@@ -1,10 +1,6 @@
-//! Deadlines in: items inserted and reset, each placed in the wheel under its slab index,
-//! never early, and the task waiting on the queue woken when an item comes due sooner than
-//! the `Sleep` is armed for.
-//!
-//! Owns `insert`, `insert_at`, `reset`, `reset_at`, the queue's readings of the producers'
-//! clock and its bursts (see the ground rules in `mod.rs`), and the wake-up for a sooner
-//! item. Touches the slab (`slab.rs`) for a vacant slot, the wheel, the clock and `Sleep`.
+//! Deadlines in: `insert`, `insert_at`, `reset` and `reset_at` place items in the wheel under
+//! their slab index, never early; the clock readings and bursts (ground rules in `mod.rs`); the
+//! wake-up for an item due sooner. Touches the slab, the wheel, the clock and `Sleep`.
 
 use super::{DelayQueue, Key, Slot, NO_READING};
 use crate::clock::duration_to_nanos;
@@ -31,8 +27,8 @@ impl<T> DelayQueue<T> {
         if !self.burst {
             return self.insert_after_reading(value, timeout);
         }
-        // In a burst the item goes in first, as if the clock read `slack` past the last
-        // reading; the fresh reading only checks that this is not early (ground rules).
+        // In a burst the item goes in first, as if read `slack` past the last reading; the
+        // fresh reading only checks that this is not early (ground rules).
         let read = self.last_read.saturating_add(self.slack);
         let deadline = read.saturating_add(timeout);
         let key = self.insert_nanos(value, deadline, read);
@@ -42,9 +38,8 @@ impl<T> DelayQueue<T> {
         key
     }
 
-    /// The item under `key`, just inserted in a burst at `deadline`, is checked against a
-    /// full reading of the clock: it moves if its deadline would be early (and the burst ends),
-    /// or the burst counts from this reading.
+    /// Checks a burst's item against a full reading: it moves if early (ending the burst);
+    /// otherwise the burst counts from this reading.
     #[inline(never)]
     fn burst_checked(&mut self, key: &Key, timeout: u64, deadline: u64) {
         let now = self.timer.shared.clock.now_upper();
@@ -56,7 +51,6 @@ impl<T> DelayQueue<T> {
         }
     }
 
-    /// Sets the raw limit for the burst counting from `last_read`.
     fn renew_raw_limit(&mut self) {
         let upper = self.last_read.saturating_add(self.slack / 2);
         self.raw_limit = self.timer.shared.clock.raw_limit(upper).unwrap_or(0);
@@ -69,9 +63,7 @@ impl<T> DelayQueue<T> {
         self.insert_nanos(value, now.saturating_add(timeout), now)
     }
 
-    /// The clock moved more than `slack` since the last reading: the item under `key`, just
-    /// inserted at a deadline that would be early, moves to the one the reading `now` gives,
-    /// and the next insert reads first.
+    /// The clock moved more than `slack`: the item just inserted moves to `now`'s deadline.
     #[cold]
     #[inline(never)]
     fn burst_ended(&mut self, key: &Key, now: u64, timeout: u64) {
@@ -79,8 +71,7 @@ impl<T> DelayQueue<T> {
         self.reset_nanos(key, now.saturating_add(timeout), now);
     }
 
-    /// Inserts `value`, due at `when`, and returns its key. A `when` that has passed is due at
-    /// once.
+    /// Inserts `value`, due at `when` (at once if it has passed), and returns its key.
     ///
     /// # Panics
     /// When the queue already holds 134 217 727 (2^27 - 1) items.
@@ -117,8 +108,7 @@ impl<T> DelayQueue<T> {
         self.wheel.insert_at(index, index, deadline, self.tick);
     }
 
-    /// Reads the producers' clock, and notes whether the reading is within `slack` of the
-    /// last one (inserts come in a burst).
+    /// Reads the producers' clock, noting whether inserts come in a burst.
     fn read_clock(&mut self) -> u64 {
         let now = self.timer.shared.clock.now_upper();
         self.burst = now <= self.last_read.saturating_add(self.slack);
@@ -129,8 +119,7 @@ impl<T> DelayQueue<T> {
         now
     }
 
-    /// Moves the deadline of the item under `key` to `timeout` from now, whether or not it had
-    /// expired (an expired item not yet yielded waits again). The old deadline no longer counts.
+    /// Moves the item's deadline to `timeout` from now, expired or not (it then waits again).
     ///
     /// # Panics
     /// If `key` names no item.
@@ -146,13 +135,11 @@ impl<T> DelayQueue<T> {
     /// ```
     #[track_caller]
     pub fn reset(&mut self, key: &Key, timeout: Duration) {
-        // Never early: the producers' clock rounds up.
         let now = self.read_clock();
         self.reset_nanos(key, now.saturating_add(duration_to_nanos(timeout)), now);
     }
 
-    /// Moves the deadline of the item under `key` to `when` (see
-    /// [`reset`](DelayQueue::reset)); a `when` that has passed makes it due at once.
+    /// Moves the deadline of the item under `key` to `when`; a past `when` makes it due at once.
     ///
     /// # Panics
     /// If `key` names no item.
@@ -195,20 +182,15 @@ impl<T> DelayQueue<T> {
         self.wake_for(deadline, read);
     }
 
-    /// An item due at `deadline` has just been placed, its deadline counting from the clock
-    /// reading `read` (`NO_READING` for a deadline given as an `Instant`): the task waiting on
-    /// the queue must hear of it by the end of the item's fire tick, and at once if the item is
-    /// due already (its next poll takes it).
+    /// An item due at `deadline`, counted from reading `read` (or `NO_READING`), was just
+    /// placed: the waiting task must hear of it by the end of its fire tick, at once if it is due.
     #[inline]
     fn wake_for(&mut self, deadline: u64, read: u64) {
         if self.sleep.is_none() && self.waker.is_none() {
             return; // nobody waits: the next poll looks at the wheel
         }
-        // The common case, tested without a division or a clock reading: the item fires on the
-        // tick armed for or after it (the `Sleep` comes first), and is not due yet, for its
-        // deadline is past the reading it counts from or past the end of the armed tick (due
-        // already, it would mean that tick has ended: the `Sleep` has woken the task, or is
-        // about to).
+        // Common case, no division or clock read: the item fires on or after the armed tick and
+        // is not due (past its reading) or lies past that tick's end, whose `Sleep` wakes us.
         let armed_start = self.armed.saturating_mul(self.tick_nanos);
         if deadline >= armed_start
             && (deadline > read || deadline >= armed_start.saturating_add(self.tick_nanos))
@@ -218,14 +200,12 @@ impl<T> DelayQueue<T> {
         self.wake_sooner(deadline);
     }
 
-    /// [`wake_for`](DelayQueue::wake_for) an item that may be due already, or fires before the
-    /// tick armed for.
+    /// [`wake_for`](DelayQueue::wake_for) an item that may be due, or fires before the armed tick.
     #[cold]
     #[inline(never)]
     fn wake_sooner(&mut self, deadline: u64) {
         let shared = &self.timer.shared;
-        // Nothing armed (no poll has waited yet, or a refusal is being retried), or the item
-        // is due already: the waiting task looks at the wheel on its next poll.
+        // Nothing armed, or the item is due: the waiting task looks at the wheel on its next poll.
         if self.sleep.is_none() || deadline <= shared.clock.now() {
             if let Some(waker) = self.waker.take() {
                 waker.wake();

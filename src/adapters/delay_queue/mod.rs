@@ -1,41 +1,20 @@
-//! A queue of values that come back at their deadlines: tokio-util's `DelayQueue`, on this
-//! crate's wheel, with the same method names where the meaning is the same.
-//!
-//! Owns [`DelayQueue`], [`Key`] and [`Expired`]. The queue keeps its values in a slab of its
-//! own and their deadlines in a private `wheel::Wheel` whose keys are the slab's indices (the
-//! pure wheel the timer's worker uses, driven here by the queue's owner, on the owner's task):
-//! a waiting item's wheel entry is under its own index, so neither keeps the other's key. One
-//! [`Sleep`] on the timer is armed for the wheel's next fire tick and wakes the task that polls
-//! the queue. Touches the wheel, the timer's clock and tick (through its handle) and `Sleep`.
-//!
-//! Its files, by concern: this one, the queue's state, its constants and construction;
-//! `slab.rs`, the slab of values (slots, stamps, the free list; `remove`, `clear`, the
-//! capacity); `insert.rs`, deadlines in (`insert`, `reset`, the burst's clock readings,
-//! waking the task for a sooner item); `poll.rs`, expiry and polling (`peek`,
-//! `poll_expired` and the `Stream`, due ticks moved to `ready`, the `Sleep`); `expired.rs`,
-//! the [`Key`] and [`Expired`] types.
+//! tokio-util's `DelayQueue` on this crate's wheel. Owns [`DelayQueue`], [`Key`], [`Expired`]:
+//! values in a slab of the queue's own (`slab.rs`), deadlines in a private `wheel::Wheel` keyed
+//! by slab index, driven on the owner's task (`insert.rs`, `poll.rs`), and one [`Sleep`] on the
+//! timer that wakes the polling task. Touches the wheel, the timer's clock and tick, `Sleep`.
 //!
 //! # Ground rules
-//! - The queue's wheel ticks on the timer's grid (same tick, same origin), so a `Sleep` armed
-//!   for the start of fire tick `t` completes once the timer's worker has passed the end of
-//!   `t`, when every entry firing on `t` is due: each wake-up finds work.
+//! - The wheel ticks on the timer's grid, so a `Sleep` armed for the start of fire tick `t`
+//!   completes once the worker has passed the end of `t`: each wake-up finds work.
 //! - Every tick before `tick` has been processed; inserts go in at `tick`.
-//! - A key is a slab index and a stamp given at insertion (a 32-bit count of the queue's
-//!   inserts): a removed or expired key never names a later value, even after its slot is
-//!   reused, short of 2^32 inserts landing a new value in the same slot with the same stamp.
-//! - Whatever makes the queue empty drops the `Sleep` (its timeout is cancelled) and wakes the
-//!   task that waits on the queue, which then sees `Ready(None)`; whatever makes an item due
-//!   at once wakes it too. A move to an earlier fire tick re-arms the `Sleep`, whose waker moves
-//!   with it.
-//! - A deadline is never early: an insert reads the producers' clock, which rounds up. In a
-//!   burst (the last reading within `BURST_NANOS` of the one before, and no poll since) an
-//!   insert goes into the wheel first, at the last reading plus `BURST_NANOS` (plus nothing on
-//!   a manual clock), and its own reading, taken after, checks that this deadline is not
-//!   early, moving the item if it is. So the wheel's work does not wait for the clock (a TSC
-//!   read is slow to return), and a deadline is at most `BURST_NANOS` past the insert's own
-//!   reading. The check is one TSC read against a limit (`Clock::raw_limit`) that stands for
-//!   the last reading plus half of `BURST_NANOS`: past it, the insert reads the clock in full,
-//!   and the burst counts from that reading.
+//! - A key is a slab index and a stamp (a 32-bit count of inserts): a dead key names no later
+//!   value, short of 2^32 inserts reusing its slot with the same stamp.
+//! - Whatever empties the queue, or makes an item due at once, wakes the waiting task; a move
+//!   to an earlier fire tick re-arms the `Sleep`.
+//! - Never early: inserts read the producers' clock, which rounds up. In a burst (readings
+//!   within `BURST_NANOS`, no poll since) an insert goes into the wheel first, at the last
+//!   reading plus `BURST_NANOS`, and a TSC read against `Clock::raw_limit` after it checks
+//!   that; past the limit, a full reading moves the item if early (ending the burst).
 
 mod expired;
 mod insert;
@@ -53,50 +32,29 @@ use std::collections::VecDeque;
 use std::fmt;
 use std::task::Waker;
 
-/// Buckets of the queue's wheel: one far level's worth (entries further than 64 ticks wait in
-/// far slots, moved down once per level). 1.5 KB per queue.
+/// Buckets of the queue's wheel: one far level's worth (further entries wait in far slots).
 const BUCKETS: usize = 64;
-/// No fire tick armed.
 const UNARMED: u64 = u64::MAX;
-/// No clock reading behind a deadline (one given as an `Instant`): see
-/// [`DelayQueue::wake_for`].
+/// No clock reading behind a deadline (one given as an `Instant`).
 const NO_READING: u64 = u64::MAX;
-/// Inserts whose clock readings are within this long of each other come in a burst: each
-/// goes in as if its reading were this long past the last one (see the ground rules). Of the
-/// order of the producers' clock's own rounding up.
+/// Inserts with readings this close come in a burst (see the ground rules).
 const BURST_NANOS: u64 = 1_000;
 
 /// A queue of values, each returned once its deadline has passed (tokio-util's `DelayQueue`,
 /// on a [`HashedWheelTimer`](crate::HashedWheelTimer)'s clock).
 ///
-/// [`insert`](DelayQueue::insert) and [`insert_at`](DelayQueue::insert_at) give a [`Key`];
-/// with it, [`remove`](DelayQueue::remove) takes the value back and
-/// [`reset`](DelayQueue::reset) moves its deadline. [`poll_expired`](DelayQueue::poll_expired)
-/// (or the `Stream` under the `stream` feature) yields each value once its deadline has passed,
-/// as an [`Expired`]: never early, about a tick late at most (the timer's tick), each value
-/// once. Deadlines round up to a tick: build the timer with a service-grade tick,
-/// `HashedWheelTimer::new(Duration::from_millis(1), 512)` as below, not the default timer's
-/// 100 ms (Netty's). Items come back by deadline, equal deadlines in the order of insertion (or
-/// of the last reset): a poll with nothing left over from the one before takes every item then
-/// due, sorted so, and yields them before it looks again (an item that an insert or a reset
-/// makes due meanwhile comes after them). [`peek`](DelayQueue::peek) names the next.
+/// [`poll_expired`](DelayQueue::poll_expired) (or the `Stream`, feature `stream`) yields each
+/// value once, as an [`Expired`], never early and at most about a tick late (build the timer
+/// with a 1 ms tick, as below). Items come back by deadline, equal ones in insertion (or last
+/// reset) order; a poll takes every item then due and yields them before it looks again.
 ///
-/// The queue is single-owner (`&mut self`), as tokio-util's; any executor polls it. It costs
-/// the timer one pending timeout (its `Sleep`) while it holds items and a task waits on it,
-/// none when it is empty.
-///
-/// - **Any `Duration`** is accepted: a deadline past what 64-bit nanoseconds represent (about
-///   584 years) never fires.
-/// - **Empty:** `poll_expired` returns `Ready(None)`, and a task waiting on the queue is woken
-///   when `remove` or `clear` empties it. An insert after that makes it yield again.
-/// - **A stopped timer** ends the queue: `poll_expired` returns what is already due, then
-///   `Ready(None)`; the values stay in the queue until removed. A [`TimerHandle`] does not
-///   keep its timer alive: keep the owner ([`HashedWheelTimer`](crate::HashedWheelTimer)) for
-///   as long as the queue is used. A queue built on a stopped timer (its owner already
-///   dropped, say) logs an error (`log::error!`, naming `DelayQueue`), once per process.
-///
-/// Porting from tokio-util: build it with the timer's handle (`DelayQueue::new(timer.handle())`
-/// instead of `DelayQueue::new()` in a runtime); the methods keep their names and meaning.
+/// - **Single-owner** (`&mut self`); costs the timer one pending timeout while a task waits.
+/// - **Any `Duration`** is accepted: one past 64-bit nanoseconds (584 years) never fires.
+/// - **Empty:** `poll_expired` returns `Ready(None)`; `remove` or `clear` emptying the queue
+///   wakes the waiting task. An insert makes it yield again.
+/// - **A stopped timer** ends the queue: `poll_expired` returns what is due, then
+///   `Ready(None)`. A [`TimerHandle`] does not keep its timer alive: keep the owner.
+/// - **Built** with `DelayQueue::new(timer.handle())`, not in a runtime; methods as tokio-util's.
 ///
 /// ```
 /// use hashed_timer_wheel::{DelayQueue, HashedWheelTimer};
@@ -115,37 +73,26 @@ const BURST_NANOS: u64 = 1_000;
 /// });
 /// ```
 pub struct DelayQueue<T> {
-    /// The items held (waiting in the wheel, or expired and not yet yielded), under their
-    /// keys' indices; in pages of 2^16 slots, so that a queue of up to 65 536 items is one
-    /// page that grows as a `Vec` does, and a large one allocates a page per 65 536 inserts.
+    /// Items held (waiting, or expired and not yet yielded) under their keys' indices.
     slots: Slab<Slot<T>, 16>,
-    /// The next key's stamp.
     stamp: u32,
     /// Waiting items' slab indices, by deadline, each under its own index.
     wheel: Wheel<u32>,
-    /// Every tick before this one has been processed.
     tick: u64,
     tick_nanos: u64,
-    /// The keys of expired items, in the order they are yielded. An item that leaves
-    /// otherwise (removed, or reset into the wheel) leaves its key behind, stale: a key counts
-    /// while its slot is `Ready` under its stamp. The front key is never stale
-    /// ([`DelayQueue::drop_stale_front`]), so that `peek` needs no walk.
+    /// Expired items' keys, in yield order; a key whose slot is not `Ready` under its stamp is
+    /// stale, but never the front ([`DelayQueue::drop_stale_front`]), so `peek` needs no walk.
     ready: VecDeque<Key>,
     /// Armed for the start of fire tick `armed`.
     sleep: Option<Sleep>,
     armed: u64,
     /// The queue's last reading of the producers' clock.
     last_read: u64,
-    /// Whether the last reading came within `slack` of the one before and no poll has come
-    /// since: the next insert goes into the wheel before it reads the clock.
+    /// In a burst (see the ground rules): the next insert goes in before it reads the clock.
     burst: bool,
-    /// In a burst, the fast clock's raw reading up to which an insert's time is before
-    /// `last_read` plus half the slack (`Clock::raw_limit`); 0 for none (every insert reads
-    /// the clock in full).
+    /// In a burst, the `Clock::raw_limit` for `last_read` plus half the slack; 0 for none.
     raw_limit: u64,
-    /// How far past `last_read` an insert in a burst takes its own reading to be:
-    /// `BURST_NANOS`, or 0 on a manual clock (which moves only when told: its deadlines stay
-    /// exact).
+    /// How far past `last_read` a burst's insert takes its reading to be (0 on a manual clock).
     slack: u64,
     /// The task that last saw `Pending`.
     waker: Option<Waker>,
@@ -158,8 +105,7 @@ static STOPPED: StoppedTimer = StoppedTimer::new(
 );
 
 impl<T> DelayQueue<T> {
-    /// An empty queue on `timer`'s clock: deadlines are measured, and the queue woken, by that
-    /// timer.
+    /// An empty queue on `timer`'s clock, woken by that timer.
     ///
     /// ```
     /// # use hashed_timer_wheel::{DelayQueue, HashedWheelTimer};

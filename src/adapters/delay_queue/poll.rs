@@ -1,9 +1,5 @@
-//! Expiry and polling: the due ticks' items moved from the wheel to `ready`, yielded in
-//! deadline order, and the one `Sleep` that wakes the task polling the queue.
-//!
-//! Owns `peek`, `poll_expired` (and the `Stream` over it), the arming of the `Sleep` for the
-//! wheel's next fire tick, and the waker of the task that last saw `Pending`. Touches the
-//! slab (`slab.rs`) to take yielded items out, the wheel, the timer's clock and `Sleep`.
+//! Expiry and polling: `peek`, `poll_expired`, the `Stream`, due items moved to `ready` in
+//! deadline order, and the waking `Sleep`. Touches the slab, the wheel, the clock and `Sleep`.
 
 use super::{DelayQueue, Expired, Key, Slot, UNARMED};
 use crate::wheel::NO_INDEX;
@@ -13,11 +9,8 @@ use std::pin::Pin;
 use std::task::{Context, Poll, Waker};
 
 impl<T> DelayQueue<T> {
-    /// The key of the item [`poll_expired`](DelayQueue::poll_expired) yields next, if any,
-    /// whenever it comes: the next left over from the last poll's batch of due items, or, with
-    /// none left, the item with the earliest deadline (the first inserted, or last reset, on a
-    /// tie), due or not. Until an insert, a reset or a removal, the next item yielded is the one
-    /// named.
+    /// The key of the item [`poll_expired`](DelayQueue::poll_expired) yields next, due or not,
+    /// until an insert, a reset or a removal.
     ///
     /// ```
     /// # use hashed_timer_wheel::{DelayQueue, HashedWheelTimer};
@@ -39,9 +32,8 @@ impl<T> DelayQueue<T> {
         }
     }
 
-    /// Yields the next item whose deadline has passed; `Pending` (and the task is woken when
-    /// one is due) if none has yet; `Ready(None)` when the queue is empty, or its timer has
-    /// stopped and nothing more is due.
+    /// Yields the next item whose deadline has passed; `Pending` (the task is woken when one
+    /// is due) if none; `Ready(None)` when the queue is empty or its timer stopped.
     ///
     /// ```
     /// # use hashed_timer_wheel::{DelayQueue, HashedWheelTimer};
@@ -94,16 +86,13 @@ impl<T> DelayQueue<T> {
         }
     }
 
-    /// The queue waits: `waker` is the task's to wake, unless the one kept already wakes the
-    /// same task.
     fn keep_waker(&mut self, waker: &Waker) {
         if !self.waker.as_ref().is_some_and(|w| w.will_wake(waker)) {
             self.waker = Some(waker.clone());
         }
     }
 
-    /// A transient refusal of the `Sleep` (the timer's pending limit): it is dropped, to be
-    /// armed again on the next poll, which `waker` makes come at once.
+    /// A refused `Sleep` (the pending limit): the next poll, made to come at once, arms it again.
     #[cold]
     fn retry_refused(&mut self, waker: &Waker) {
         self.sleep = None;
@@ -111,8 +100,7 @@ impl<T> DelayQueue<T> {
         waker.wake_by_ref();
     }
 
-    /// Arms the `Sleep` for the start of fire tick `fire` (it completes once the timer has
-    /// passed the tick's end).
+    /// Arms the `Sleep` for the start of fire tick `fire`: it completes once that tick ends.
     fn arm(&mut self, fire: u64) {
         if self.sleep.is_some() && self.armed == fire {
             return;
@@ -127,14 +115,12 @@ impl<T> DelayQueue<T> {
         self.armed = fire;
     }
 
-    /// Moves every item now due from the wheel to `ready`, by deadline (equal ones in the
-    /// order they went in); whether any moved.
+    /// Moves every due item from the wheel to `ready`, by deadline; whether any moved.
     fn expire_due(&mut self) -> bool {
         let now = self.timer.shared.clock.now();
         self.burst = false; // a poll ends a burst: the next insert reads first
         let now_tick = now / self.tick_nanos;
-        // The wheel hands a tick's entries out in the order they went in, and the ticks in
-        // order, so the batch comes sorted unless deadlines within a tick went in out of order.
+        // Ticks come in order, each in insertion order: sorted unless a tick's went in unsorted.
         let start = self.ready.len();
         let (mut last, mut sorted) = (0, true);
         while let Some(tick) = self.wheel.next_fire_tick(self.tick) {
@@ -156,9 +142,7 @@ impl<T> DelayQueue<T> {
         self.ready.len() > start
     }
 
-    /// Moves the items of fire tick `tick` due by `now` from the wheel to the back of `ready`.
-    /// `last` is the deadline of the item this poll moved last, and is moved on; false if an
-    /// item came with an earlier deadline than the one before it (the batch needs a sort).
+    /// Moves tick `tick`'s items due by `now` to `ready`; false if a deadline went below `*last`.
     fn expire_tick(&mut self, tick: u64, now: u64, last: &mut u64) -> bool {
         let mut sorted = true;
         let (slots, ready) = (&mut self.slots, &mut self.ready);
@@ -180,10 +164,8 @@ impl<T> DelayQueue<T> {
         sorted
     }
 
-    /// Sorts the keys in `ready` from `start` on (expired items, just moved) by deadline; a
-    /// stable sort, so equal deadlines keep the order the wheel gave them in (the order they
-    /// went in: an entry placed past its deadline fires on the tick it was placed on, and
-    /// entries with the same deadline share a tick).
+    /// Sorts the keys in `ready` from `start` on by deadline; stable, so equal deadlines keep
+    /// insertion order (they share a tick, unless the later went in past it, on a later tick).
     #[cold]
     #[inline(never)]
     fn sort_ready_from(&mut self, start: usize) {
@@ -194,7 +176,6 @@ impl<T> DelayQueue<T> {
         });
     }
 
-    /// Takes the first expired item out of `ready` and its slot.
     fn pop_ready(&mut self) -> Option<Expired<T>> {
         let key = self.ready.pop_front()?;
         debug_assert!(self.is_ready(&key), "the front of `ready` is never stale");

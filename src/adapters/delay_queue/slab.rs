@@ -1,22 +1,15 @@
-//! The queue's values in the crate's slab: slots by index, each vacant (on the free list),
-//! waiting in the wheel or expired, and the stamps that keep a key from naming a later value.
-//!
-//! Owns [`Slot`], the lookup of a key (`deadline`), removal (`remove`, `try_remove`, `clear`),
-//! what happens when the queue empties, and the slab's memory (`capacity`, `reserve`,
-//! `shrink_to_fit`). Touches the wheel, to take a waiting item out or rebuild it, and the
-//! timer's clock for the deadlines it hands back.
+//! The queue's values in the crate's slab, with the stamps that keep a key from naming a later
+//! value: [`Slot`], lookup, removal, emptying, memory. Touches the wheel and the clock.
 
 use super::{DelayQueue, Expired, Key, BUCKETS, UNARMED};
 use crate::wheel::{Vacancy, Wheel, MAX_ENTRIES};
 use std::time::Instant;
 
-/// A slot of the slab: a stamp and a value, no wheel key (the wheel keys a waiting item's
-/// entry by the slot's index); a waiting item's deadline is in the wheel's entry.
+/// A stamp and a value; a waiting item's deadline is in the wheel, under the slot's index.
 pub(super) enum Slot<T> {
     Vacant {
         next: u32,
     },
-    /// In the wheel, under the slot's index.
     Waiting {
         stamp: u32,
         value: T,
@@ -45,10 +38,7 @@ impl<T> Vacancy for Slot<T> {
 }
 
 impl<T> DelayQueue<T> {
-    /// Checks that the slab's next slot is a wheel key.
-    ///
-    /// # Panics
-    /// Before anything changes, when it is not.
+    /// Panics, before anything changes, unless the slab's next slot is a valid wheel key.
     #[inline]
     #[track_caller]
     pub(super) fn check_index(&self) {
@@ -58,7 +48,6 @@ impl<T> DelayQueue<T> {
         );
     }
 
-    /// The item under `key`, if it names one: its slot.
     pub(super) fn slot_of(&self, key: &Key) -> Option<&Slot<T>> {
         match self.slots.get(key.index)? {
             slot @ (Slot::Waiting { stamp, .. } | Slot::Ready { stamp, .. })
@@ -73,8 +62,7 @@ impl<T> DelayQueue<T> {
     /// Removes the item under `key` and returns it, whether or not its deadline has passed.
     ///
     /// # Panics
-    /// If `key` names no item (it was removed, yielded or cleared), as tokio-util's does; see
-    /// [`try_remove`](DelayQueue::try_remove).
+    /// If `key` names no item, as tokio-util's; see [`try_remove`](DelayQueue::try_remove).
     ///
     /// ```
     /// # use hashed_timer_wheel::{DelayQueue, HashedWheelTimer};
@@ -115,8 +103,7 @@ impl<T> DelayQueue<T> {
         })
     }
 
-    /// Takes the item under `key` out of its (occupied) slot and, if it waits, the wheel (an
-    /// expired item's key in `ready` goes stale); the slot joins the free list.
+    /// Frees the item's slot and takes it out of the wheel or, expired, leaves a stale key.
     fn vacate(&mut self, key: &Key) -> (T, u64) {
         match self.free_slot(key.index) {
             Slot::Waiting { value, .. } => {
@@ -134,7 +121,6 @@ impl<T> DelayQueue<T> {
         }
     }
 
-    /// Puts occupied slot `index` on the free list; what it held.
     pub(super) fn free_slot(&mut self, index: u32) -> Slot<T> {
         self.slots.remove(index)
     }
@@ -145,8 +131,7 @@ impl<T> DelayQueue<T> {
             Some(Slot::Ready { stamp, .. }) if *stamp == key.stamp)
     }
 
-    /// Drops the stale keys at the front of `ready` (their items left it otherwise), so that
-    /// its front names the next item to yield.
+    /// Drops stale keys off the front of `ready`, so that it names the next item to yield.
     pub(super) fn drop_stale_front(&mut self) {
         while let Some(key) = self.ready.front() {
             if self.is_ready(key) {
@@ -156,10 +141,7 @@ impl<T> DelayQueue<T> {
         }
     }
 
-    /// The queue has just become empty (no item is live; the slab holds values only if
-    /// `clear` let go of them): its `Sleep` goes (its timeout is cancelled), the slab starts
-    /// again from index 0 (keys' stamps keep old keys apart), and the task waiting on the queue
-    /// is woken to see `Ready(None)`.
+    /// Emptied: drops the `Sleep`, restarts the slab at 0 (stamps keep keys apart), wakes the task.
     pub(super) fn emptied(&mut self) {
         self.sleep = None;
         self.armed = UNARMED;
@@ -168,9 +150,8 @@ impl<T> DelayQueue<T> {
         if let Some(waker) = self.waker.take() {
             waker.wake();
         }
-        // Last, for a value's drop may panic: the queue is empty and whole already, and the
-        // slab's length is 0 before the first value is dropped (the rest are dropped all the
-        // same as the panic unwinds).
+        // Last, as a value's drop may panic: the queue is whole and empty by then, the slab's
+        // length 0 before the first drop (the rest drop as the panic unwinds).
         self.slots.clear();
     }
 
@@ -197,9 +178,8 @@ impl<T> DelayQueue<T> {
         self.timer.shared.clock.instant_at(nanos)
     }
 
-    /// Drops every item. A task waiting on the queue is woken (it sees `Ready(None)`). If a
-    /// value's drop panics, the queue is empty all the same, and the other values are dropped
-    /// as the panic unwinds.
+    /// Drops every item and wakes a waiting task (it sees `Ready(None)`). If a value's drop
+    /// panics, the queue is empty all the same, and the rest drop as the panic unwinds.
     ///
     /// ```
     /// # use hashed_timer_wheel::{DelayQueue, HashedWheelTimer};
@@ -217,7 +197,6 @@ impl<T> DelayQueue<T> {
             return;
         }
         self.wheel = Wheel::new_keyed(self.tick_nanos, BUCKETS);
-        // Drops the values, last.
         self.emptied();
     }
 
@@ -247,11 +226,8 @@ impl<T> DelayQueue<T> {
         self.slots.reserve(additional);
     }
 
-    /// Gives back the memory a burst left: the slab is cut after its last item (keys stay
-    /// valid; free slots below it stay, lowest reused first) and the wheel is rebuilt with only
-    /// the waiting items, so its nodes shrink too. O(items). Items with equal deadlines may
-    /// come back in slab order rather than insertion order. An empty queue holds no slab
-    /// memory after it.
+    /// Gives back the memory a burst left, in O(items); keys stay valid. Equal deadlines may
+    /// then come back in slab order rather than insertion order.
     ///
     /// ```
     /// # use hashed_timer_wheel::{DelayQueue, HashedWheelTimer};

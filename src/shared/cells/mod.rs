@@ -1,68 +1,51 @@
-//! Timeout states: one atomic word per timeout, in reference-counted chunks, and the chunks'
-//! lifecycle.
+//! Timeout states: one atomic word per timeout, in reference-counted chunks, and their lifecycle.
 //!
-//! Owns the state machine every `Timeout` handle, producer, canceller and the worker share
-//! (here), the chunks the states live in, with their waker slots and spares (`chunk.rs`), the
-//! producers' and the batch's interface (`spans.rs`) and the worker's (`table.rs`). Touches
-//! `sync`, the wheel's "no index" and slab, and of the rest of `shared` only what a chunk names
-//! its timer by ([`ChunkTimer`]: the handle, its counters, its cancellation queue), with the
-//! timer's task type erased.
+//! Owns the state machine (here), the chunks (`chunk.rs`), the producers' and batch's interface
+//! (`spans.rs`) and the worker's (`table.rs`). Touches `sync`, the wheel's "no index" and slab,
+//! and of `shared` only [`ChunkTimer`] (task type erased).
 //!
 //! # State table (`CellRef::state`)
+//! | from                | to          | who                    | the winner owns                |
+//! |---------------------|-------------|------------------------|--------------------------------|
+//! | `QUEUED`            | `IN_WHEEL`  | the worker's transfer  | its place in the wheel         |
+//! | `QUEUED`            | `CANCELLED` | `cancel()`, any thread | nothing; the transfer drops it |
+//! | `IN_WHEEL`          | `CANCELLED` | `cancel()`, any thread | queueing it to be unlinked     |
+//! | `QUEUED`/`IN_WHEEL` | `CANCELLED` | `stop()`               | returning it from `stop()`     |
+//! | `IN_WHEEL`          | `EXPIRED`   | the worker, when due   | running the task               |
 //!
-//! | from       | to          | who                                  | what the winner owns                    |
-//! |------------|-------------|--------------------------------------|-----------------------------------------|
-//! | `QUEUED`   | `IN_WHEEL`  | the worker, when it transfers it     | the entry's place in the wheel          |
-//! | `QUEUED`   | `CANCELLED` | `cancel()` (any thread)              | nothing more: the transfer will see it, drop the task and decrement pending |
-//! | `IN_WHEEL` | `CANCELLED` | `cancel()` (any thread)              | pushing the state on the cancellation queue (the worker then unlinks it and decrements pending) |
-//! | `QUEUED` or `IN_WHEEL` | `CANCELLED` | `stop()` (the stopping thread) | returning the timeout in `stop()`'s list |
-//! | `IN_WHEEL` | `EXPIRED`   | the worker, when the bucket comes round | decrementing pending, running the task |
+//! `CANCELLED` and `EXPIRED` are terminal. Every move is a compare-and-swap: exactly one party
+//! decides a timeout's fate, and exactly one counts it ended (the worker as it expires it, drops
+//! it cancelled from the queue or unlinks it; or `stop()`). A queued timeout's cancel costs just
+//! that CAS.
 //!
-//! `CANCELLED` and `EXPIRED` are terminal. Every move is a compare-and-swap, so exactly one party
-//! decides each timeout's fate, and exactly one decrements `pending`. A cancel of a timeout still
-//! in the `timeouts` queue (the request-timeout pattern: schedule, then cancel on the response)
-//! costs that one compare-and-swap and nothing else.
-//!
-//! The state shares one `u32` with the entry's *wheel key*, its key in the wheel's slab (`NO_INDEX`
-//! while the entry is in the `timeouts` queue or gone): the worker sets the key in the same
-//! compare-and-swap that moves the state to `IN_WHEEL`, and clears it in the one that moves it to
-//! `EXPIRED` (or with a plain store once the state is the terminal `CANCELLED`: nobody else
-//! writes a terminal word). A `cancel()` keeps the key, which the worker then reads to unlink
-//! the entry. Four bytes per timeout.
+//! The state shares its `u32` with the *wheel key* (slab key; `NO_INDEX` while queued or gone),
+//! set by the worker's CAS to `IN_WHEEL`, cleared by its CAS to `EXPIRED` or, once `CANCELLED`,
+//! by a plain store (nobody else writes a terminal word). `cancel()` keeps it for the unlink.
 //!
 //! # Chunks, spans and spares: the protocol
+//! Carried out here, in `spans.rs` and `table.rs`; others see only [`ShardCursors`],
+//! [`BatchCells`], [`ChunkTable`] and [`Settling`]. A chunk of [`CHUNK`] cells is counted whole:
 //!
-//! This section is the one statement of these rules. They are carried out here, in `spans.rs`
-//! (a shard's cursors, a batch's cells) and in `table.rs` (the worker's table); the batch
-//! and the worker see only those two files' interfaces: [`ShardCursors`] and [`BatchCells`]
-//! for the producers and the batch, and [`ChunkTable`] (register, settle, lend) and
-//! [`Settling`] for the worker.
+//! | holder                              | takes its reference            | lets go               |
+//! |-------------------------------------|--------------------------------|-----------------------|
+//! | a `Timeout` handle on a cell        | `new_timeout` (detached: none) | its drop              |
+//! | its shard's [`ChunkCursor`]         | handing out its first cell     | handing out its last  |
+//! | a batch, per span ([`BatchCells`])  | the span's first timeout       | `BatchCells::clear`   |
+//! | the worker's [`ChunkTable`], per id | the first batch naming it      | its last cell settled |
+//! | a running task's `Timeout`          | lent ([`Settling`]), no count  | after the run         |
 //!
-//! States live in chunks of [`CHUNK`] cells, reference-counted as a whole. Who holds a
-//! reference to a chunk, from when to when:
-//!
-//! | holder | takes its reference | lets go |
-//! |--------|---------------------|---------|
-//! | a `Timeout` handle on one of its cells | `new_timeout` (detached timeouts take none) | the handle's drop |
-//! | its shard's [`ChunkCursor`] | when it starts handing the chunk's cells out | when the last cell is handed out |
-//! | a queued batch's cells ([`BatchCells`]), once per span | the span's first timeout | the batch, once the worker has taken every timeout out (`BatchCells::clear`) |
-//! | the worker's [`ChunkTable`], under an id | the first batch naming the chunk, when the worker takes it | the last of its cells *settled*: taken from the queue cancelled, expired, or unlinked after a cancel |
-//! | a task's `Timeout` while it runs | lent by the table ([`Settling`]; no count moves) | given back to the table after the run |
-//!
-//! - **Spans.** A batch records, per span, the position of its first timeout (`first`, counted
-//!   from the batch's first timeout, including those already taken out) and its first cell
-//!   (`start`): the timeout at position `first + k` has cell `start + k`. Nothing is kept per
-//!   timeout. A shard has two cursors (tasks' chunks, and futures' with waker slots); a new
-//!   chunk, or a switch between the two, starts a new span.
-//! - **Ids.** The wheel's entries name their cell by a [`CellId`]: its chunk's id in the worker's
-//!   table, which keeps per id the count of cells not yet settled (`CHUNK` when registered),
-//!   and its tag. An id is registered when a batch is taken (`BatchCells::register`); only the
-//!   last chunk registered per shard and kind can be named again by a later batch.
-//! - **Spares.** A chunk is freed with its last holder, unless that holder is the worker: then it
-//!   becomes a [`SpareChunk`], its cells reset, and the worker hands it back to its shard's
-//!   cursor (when it next takes that shard's batch) to use instead of a new allocation. A cell
-//!   is reused only that way, once nothing can refer to it (no handle, no batch, no table
-//!   entry). An idle worker, and `stop()`, let every spare go.
+//! - **Spans.** A batch keeps per span, not per timeout, its first timeout's position (`first`,
+//!   from the batch's start, taken ones included) and first cell (`start`): position `first + k`
+//!   has cell `start + k`. A new chunk, or a switch of a shard's cursor (tasks', futures'),
+//!   starts a span.
+//! - **Ids.** Entries name their cell by a [`CellId`] (chunk id in the worker's table, tag). The
+//!   table counts per id the cells not yet *settled* (taken from the queue cancelled, expired,
+//!   or unlinked), from `CHUNK` at `BatchCells::register`. Only the last chunk per shard and
+//!   kind recurs in a later batch.
+//! - **Spares.** A chunk is freed with its last holder, unless that is the worker: it becomes a
+//!   [`SpareChunk`], cells reset, handed back to its shard's cursor when the worker next takes
+//!   that shard's batch; the only way a cell is reused. An idle worker, and `stop()`, let every
+//!   spare go.
 
 mod chunk;
 mod spans;
@@ -104,34 +87,30 @@ const fn state_of(word: u32) -> u8 {
 /// What the worker found in a due entry's cell ([`Cell::try_expire`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Expiry {
-    /// The timeout was in the wheel: it is expired now, and its task is the worker's to run.
+    /// Just expired: its task is the worker's to run.
     Expired,
-    /// The timeout was cancelled: its task is dropped.
+    /// Cancelled: its task is dropped.
     Cancelled,
-    /// The cell holds another entry's key (or none): the entry's chunk id is stale. A bug,
-    /// which panics in debug builds; in release builds the entry is dropped and the cell left
-    /// alone.
+    /// The cell holds another key (or none): a stale chunk id. A bug: panics in debug builds;
+    /// in release the entry is dropped and the cell left alone.
     NotItsCell,
 }
 
-/// What a `cancel()` found: the move to `CANCELLED` is the caller's unless the timeout had
-/// ended.
+/// What a `cancel()` found; unless the timeout had ended, the move to `CANCELLED` is the caller's.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub(crate) enum CancelOutcome {
-    /// The timeout had already ended (expired, or cancelled before): nothing changed.
+    /// Expired, or cancelled before: nothing changed.
     AlreadyEnded,
     /// Cancelled while in the `timeouts` queue: the worker's transfer drops it.
     WasQueued,
-    /// Cancelled in the wheel: the worker must unlink it (the canceller queues it for that).
+    /// Cancelled in the wheel: the canceller queues it for the worker to unlink.
     WasInWheel,
 }
 
-/// How a timeout ended.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub(crate) enum End {
-    /// Its deadline came and the worker ran its task.
     Expired,
-    /// A `cancel()` or `stop()` ended it.
+    /// By `cancel()` or `stop()`.
     Cancelled,
 }
 
@@ -141,7 +120,6 @@ pub(crate) struct Cell {
 }
 
 impl Cell {
-    /// A cell as its chunk hands it out: QUEUED, no wheel key.
     #[inline]
     fn fresh() -> Cell {
         Cell {
@@ -150,8 +128,7 @@ impl Cell {
     }
 }
 
-/// What a `Timeout` handle shares with the worker: a reference to one cell of a chunk, which
-/// holds the timeout's state (see the module's state table; when a cell is reused: "Spares").
+/// A reference to a timeout's cell in its chunk (the module's state table; reuse: "Spares").
 #[allow(unreachable_pub)]
 pub struct CellRef {
     chunk: Arc<Chunk>,
@@ -183,7 +160,6 @@ impl CellRef {
         Arc::ptr_eq(&self.chunk, &other.chunk) && self.tag == other.tag
     }
 
-    /// Whether this cell is one of `chunk`'s.
     #[inline]
     pub(crate) fn is_in(&self, chunk: &ChunkRef) -> bool {
         Arc::ptr_eq(&self.chunk, &chunk.0)
@@ -194,16 +170,13 @@ impl CellRef {
         self.cell() as *const Cell as usize
     }
 
-    /// The reference to the timeout's chunk this state holds.
     #[inline]
     pub(crate) fn into_chunk(self) -> ChunkRef {
         ChunkRef(self.chunk)
     }
 
-    /// The timer the timeout belongs to, as the handle of its task type `J`.
-    ///
-    /// # Panics
-    /// If `J` is not the timer's task type (a `Timeout<J>` is only made for its timer's `J`).
+    /// The timeout's timer, as the handle of task type `J`. Panics if `J` is not the timer's
+    /// (a `Timeout<J>` is only made for its timer's `J`).
     #[inline]
     pub(crate) fn timer<J: Stored>(&self) -> &TimerHandle<J> {
         self.chunk
@@ -213,13 +186,11 @@ impl CellRef {
             .expect("a timeout's task type is its timer's")
     }
 
-    /// The timer the timeout belongs to, its task type erased.
     #[inline]
     pub(crate) fn chunk_timer(&self) -> &dyn ChunkTimer {
         &*self.chunk.timer
     }
 
-    /// "pending", "cancelled" or "expired", from a relaxed load (for `Debug`).
     pub(crate) fn state_name(&self) -> &'static str {
         self.cell().state_name()
     }
@@ -230,9 +201,8 @@ impl CellRef {
         self.cell().cancel()
     }
 
-    /// Ends a timeout that never ran and never will (the timer is shutting down), unless it has
-    /// ended already: cancels it and wakes its future, if it is a future's; else gives it back
-    /// (for `stop()` to return).
+    /// At shutdown, cancels a timeout not yet ended: wakes its future if a future's, else gives
+    /// it back for `stop()` to return.
     pub(crate) fn cancel_never_run(self) -> Option<CellRef> {
         if self.cancel() == CancelOutcome::AlreadyEnded {
             return None;
@@ -272,7 +242,6 @@ impl CellRef {
         self.cell().clear_wheel_key()
     }
 
-    /// Whether this is a future's timeout (its cell has a waker slot).
     #[inline]
     pub(crate) fn has_waker(&self) -> bool {
         self.chunk.wakers.is_some()
@@ -282,9 +251,8 @@ impl CellRef {
         Some(&self.chunk.wakers.as_ref()?[usize::from(self.tag)])
     }
 
-    /// A future's `poll`: how the timeout ended, if it has (cancelled: by its future's drop,
-    /// or `stop()`); else leaves `waker` to be woken when it ends (replacing one that would not
-    /// wake the same task). See [`WakerSlots`](chunk::WakerSlots).
+    /// A future's `poll`: how the timeout ended, if it has; else leaves `waker` in the slot
+    /// (replacing one that would not wake the same task). See [`WakerSlots`](chunk::WakerSlots).
     pub(crate) fn poll_end(&self, waker: &Waker) -> Option<End> {
         if let Some(end) = self.end() {
             return Some(end);
@@ -298,16 +266,15 @@ impl CellRef {
                 *stored = Some(waker.clone());
             }
         }
-        // After the store (the lock orders it): an end that took the slot before we stored
-        // moved the state before that, and we see it here.
+        // After the store (ordered by the lock): an end that took the slot first moved the
+        // state before that, so we see it.
         let end = self.end()?;
-        // Ended meanwhile: whoever ended it may have found the slot empty; take back what we
-        // left, so that it does not keep the task alive.
+        // Ended meanwhile, perhaps finding the slot empty: take our waker back, so that it does
+        // not keep the task alive.
         drop(lock(slot).take());
         Some(end)
     }
 
-    /// How the timeout ended, if it has.
     #[inline]
     fn end(&self) -> Option<End> {
         match state_of(self.cell().load()) {
@@ -322,8 +289,7 @@ impl CellRef {
         lock(self.waker_slot()?).take()
     }
 
-    /// Wakes the future of an ended timeout (its expiry, or `stop()`), if it left a waker.
-    /// A waker that panics is caught (`catch_user_panic`): returns false then.
+    /// Wakes an ended timeout's future, if it left a waker; false if the waker panicked.
     pub(crate) fn wake(&self) -> bool {
         let Some(slot) = self.waker_slot() else {
             return true;
@@ -343,8 +309,8 @@ impl Cell {
 
     #[inline]
     fn transition(&self, from: u32, to: u32) -> Result<(), u32> {
-        // AcqRel: the winner's later work (the task run, the push on the cancellation queue)
-        // is ordered after the win; the loser's Acquire sees the winner's move.
+        // AcqRel: the winner's later work (the task run, the cancellation push) is ordered
+        // after the win; the loser's Acquire sees the winner's move.
         self.word
             .compare_exchange(from, to, Ordering::AcqRel, Ordering::Acquire)
             .map(drop)
@@ -367,21 +333,18 @@ impl Cell {
         }
     }
 
-    /// QUEUED -> IN_WHEEL at wheel key `key`; the worker only. False if it was cancelled while
-    /// queued (the worker then accounts for it).
+    /// QUEUED -> IN_WHEEL at `key`; worker only. False if cancelled while queued.
     #[inline]
     pub(crate) fn try_enter_wheel(&self, key: u32) -> bool {
-        // A plain load first: most of what the request-timeout pattern queues is cancelled by
-        // the time it is transferred, and a failing compare-and-swap costs as much as one that
-        // succeeds (it too takes the line exclusively).
+        // A load first: the request-timeout pattern's timeouts are mostly cancelled by transfer
+        // time, and a failing compare-and-swap takes the line exclusively too.
         let cur = self.load();
         debug_assert!(matches!(state_of(cur), QUEUED | CANCELLED));
         cur == word(NO_INDEX, QUEUED) && self.transition(cur, word(key, IN_WHEEL)).is_ok()
     }
 
-    /// IN_WHEEL at wheel key `key` -> EXPIRED (the key cleared); the worker only, for the
-    /// entry under `key`. A cell holding another key is not that entry's cell: a chunk id gone
-    /// stale, which must not touch the timeout the cell belongs to.
+    /// IN_WHEEL at `key` -> EXPIRED (key cleared); worker only, for the entry under `key`. A cell
+    /// holding another key belongs to another timeout (a stale chunk id) and is left alone.
     #[inline]
     pub(crate) fn try_expire(&self, key: u32) -> Expiry {
         let cur = self.load();
@@ -401,7 +364,7 @@ impl Cell {
     /// Worker only: the entry's wheel key (`NO_INDEX` if none).
     #[inline]
     pub(crate) fn wheel_key(&self) -> u32 {
-        // Relaxed: the key bits are written only by the worker (a cancel copies them).
+        // Relaxed: only the worker writes the key bits (a cancel copies them).
         match self.word.load(Ordering::Relaxed) >> STATE_BITS {
             NO_KEY_BITS => NO_INDEX,
             key => key,
@@ -412,8 +375,7 @@ impl Cell {
     #[inline]
     pub(crate) fn clear_wheel_key(&self) {
         debug_assert_eq!(state_of(self.load()), CANCELLED);
-        // Relaxed: the word is terminal, so no other thread writes it; readers only look at
-        // the state bits, which do not change.
+        // Relaxed: a terminal word no other thread writes; readers look only at its state bits.
         self.word
             .store(word(NO_INDEX, CANCELLED), Ordering::Relaxed)
     }
@@ -437,8 +399,8 @@ mod tests {
         }
     }
 
-    /// The worker expires a due entry's cell only if the cell holds that entry's key: a cell
-    /// reached through a stale chunk id (another timeout's, or a fresh one) is left alone.
+    /// A due entry expires its cell only if the cell holds its key: a cell reached through a
+    /// stale chunk id (another timeout's, or a fresh one) is left alone.
     #[test]
     fn a_cell_expires_only_for_the_entry_whose_key_it_holds() {
         let in_wheel = cell(word(7, IN_WHEEL));
@@ -458,8 +420,7 @@ mod tests {
         assert_eq!(cell(word(NO_INDEX, QUEUED)).wheel_key(), NO_INDEX);
     }
 
-    /// A cell id gives back the chunk id and the tag it was made of, at the ends of both
-    /// ranges, and no two pairs share an id.
+    /// A cell id gives back its chunk id and tag at both ranges' ends; no two pairs share one.
     #[test]
     fn a_cell_id_keeps_its_chunk_and_tag_apart() {
         let last_tag = (CHUNK - 1) as u8;

@@ -1,40 +1,28 @@
-//! The producers' and the batch's interface to the cells: how a queue shard hands out cells
-//! ([`ShardCursors`], each a [`ChunkCursor`] that gives each timeout the next cell of its
-//! current chunk) and how a queued batch finds them again ([`BatchCells`]: spans that record
-//! where each run of consecutive cells starts, so that nothing is kept per timeout).
-//!
-//! Owns the cursors (their current chunks, their spares) and a batch's spans and chunk ids;
-//! the rules they follow are in `mod.rs` ("Chunks, spans and spares: the protocol"). Touches
-//! the chunks through [`ChunkRef`], and the worker's table to register and release them.
+//! The producers' and the batch's interface to the cells. Owns a shard's [`ShardCursors`] and a
+//! batch's [`BatchCells`] (spans, chunk ids), under `mod.rs`'s "Chunks, spans and spares: the
+//! protocol". Touches the chunks through [`ChunkRef`], and the worker's table.
 
 use super::chunk::SPARE_CHUNKS;
 use super::{CellId, CellRef, ChunkRef, ChunkTable, ChunkTimer, SpareChunk, CHUNK};
 use crate::shared::{Shared, Stored, TimerHandle};
 use crate::sync::Arc;
 
-/// The chunk a queue shard's producers take their states from, and its next free cell: kept
-/// in the shard, under its lock (see `Shared::schedule`).
-///
-/// The cursor holds a handle on its timer (the one its chunks share), as do its current chunk
-/// and its spares, and the shard is part of the timer: from the cursor's first chunk on, the
-/// two keep each other alive. `stop()` breaks the cycle by clearing every shard's cursor
-/// ([`ChunkCursor::clear`]), and a producer never starts a chunk on a stopped timer.
+/// A shard's current chunk and next free cell. It holds a handle on the timer, which holds the
+/// shard: `stop()` breaks the cycle by clearing every cursor ([`ChunkCursor::clear`]), and a
+/// producer never starts a chunk on a stopped timer.
 #[derive(Default)]
 pub(crate) struct ChunkCursor {
     chunk: Option<ChunkRef>,
     next: u8,
-    /// Chunks of this shard the worker has finished with, their cells reset, to be used
-    /// before allocating (see [`SpareChunk`]); of this cursor's kind (waker slots or none).
+    /// This shard's [`SpareChunk`]s of this cursor's kind, used before allocating.
     spares: Vec<SpareChunk>,
-    /// Whether this cursor's chunks carry waker slots (futures' timeouts).
     wakers: bool,
-    /// The timer, as every chunk of this cursor names it: one handle for them all (made with
-    /// the first chunk, let go of by `clear`), so that a new chunk costs one allocation.
+    /// The handle all this cursor's chunks share (made with the first, dropped by `clear`), so
+    /// a new chunk costs one allocation.
     timer: Option<Arc<dyn ChunkTimer>>,
 }
 
 impl ChunkCursor {
-    /// A cursor whose chunks carry waker slots, for futures' timeouts.
     fn with_wakers() -> ChunkCursor {
         ChunkCursor {
             wakers: true,
@@ -42,20 +30,10 @@ impl ChunkCursor {
         }
     }
 
-    /// A fresh state (QUEUED, no wheel key) for a timeout of `shared`'s timer, from the current
-    /// chunk (a new one when it is used up), for the timeout at position `at` of the queued
-    /// batch whose spans are `spans` (when a span starts: `CellSpan::push_if_new`). `shard` is
-    /// the queue shard this cursor belongs to.
-    ///
-    /// The batch's timeouts take this cursor's cells one after another (the cursor and the
-    /// batch are under the same shard lock, and every state handed out is pushed), so the cell
-    /// of each queued timeout follows from its position ([`CellSpan`]).
-    ///
-    /// One reference count per timeout (the handle's), not two: the queued timeouts of a chunk
-    /// share their span's one reference to it.
-    ///
-    /// With `HANDLE` false (a detached timeout: nobody holds a handle) no reference is taken
-    /// for it: `None`, and no locked instruction but the chunk's last cell's hand-over.
+    /// A fresh state for position `at` of the batch with `spans`. The batch takes this cursor's
+    /// cells in order (same lock, every state pushed), so a cell follows from its position
+    /// ([`CellSpan`]). The handle's is the one count per timeout: queued ones share their span's.
+    /// Detached: `None`, no locked instruction but the last cell's hand-over.
     #[inline]
     fn next_state<J: Stored, const HANDLE: bool>(
         &mut self,
@@ -67,8 +45,8 @@ impl ChunkCursor {
         let (chunk, tag) = self.next_cell(shared, shard);
         CellSpan::push_if_new(spans, chunk, tag, at);
         if usize::from(tag) == CHUNK - 1 {
-            // The last cell: hand the cursor's reference over instead of cloning it (or, with
-            // no handle to take it, let it go: the span holds the chunk).
+            // The last cell: hand the cursor's reference over instead of cloning it (detached:
+            // drop it; the span holds the chunk).
             let chunk = self.chunk.take().expect("just inserted");
             HANDLE.then_some(chunk.into_state(tag))
         } else if HANDLE {
@@ -78,8 +56,7 @@ impl ChunkCursor {
         }
     }
 
-    /// The current chunk (started if there is none) and the tag of its next free cell, which
-    /// is taken.
+    /// The current chunk (started if none) and its next free cell's tag, which is taken.
     #[inline(always)]
     fn next_cell<J: Stored>(&mut self, shared: &Arc<Shared<J>>, shard: u8) -> (&ChunkRef, u8) {
         if self.chunk.is_none() {
@@ -90,9 +67,8 @@ impl ChunkCursor {
         (self.chunk.as_ref().expect("a chunk was just started"), tag)
     }
 
-    /// Starts the next chunk: a spare, or a new one when there is none. Out of line, as it runs
-    /// once in `CHUNK` pushes (`docs/performance.md`, "`inline(always)` / `inline(never)`
-    /// placements").
+    /// A spare, else a new chunk. Out of line: once in `CHUNK` pushes (`docs/performance.md`,
+    /// "`inline(always)` / `inline(never)` placements").
     #[inline(never)]
     fn start_chunk<J: Stored>(&mut self, shared: &Arc<Shared<J>>, shard: u8) {
         self.next = 0;
@@ -110,20 +86,19 @@ impl ChunkCursor {
         self.chunk = Some(chunk);
     }
 
-    /// Lets go of the current chunk (its unused cells are freed with it) and of the spares.
+    /// Drops the current chunk (and its unused cells) and the spares.
     fn clear(&mut self) {
         self.chunk = None;
         self.timer = None;
         self.clear_spares();
     }
 
-    /// Lets go of the spare chunks (an idle timer gives their memory back).
+    /// Drops the spares (an idle timer gives their memory back).
     fn clear_spares(&mut self) {
         self.spares = Vec::new();
     }
 
-    /// Takes spare chunks from `from` (the worker's, all of this cursor's shard), up to
-    /// [`SPARE_CHUNKS`] in all.
+    /// Takes the worker's spares of this shard from `from`, up to [`SPARE_CHUNKS`] in all.
     fn add_spares(&mut self, from: &mut Vec<SpareChunk>) {
         let free = SPARE_CHUNKS.saturating_sub(self.spares.len());
         if self.spares.is_empty() && from.len() <= free {
@@ -151,7 +126,6 @@ impl Default for ShardCursors {
 }
 
 impl ShardCursors {
-    /// The cursor of futures' timeouts (`wakers`) or of tasks'.
     #[inline]
     pub(crate) fn of(&mut self, wakers: bool) -> &mut ChunkCursor {
         if wakers {
@@ -161,13 +135,12 @@ impl ShardCursors {
         }
     }
 
-    /// Lets go of both cursors' chunks and spares (`stop()`: they hold handles on the timer).
+    /// For `stop()`: the cursors hold handles on the timer.
     pub(crate) fn clear(&mut self) {
         self.tasks.clear();
         self.futures.clear();
     }
 
-    /// Takes the worker's spare chunks of this shard: tasks' and futures'.
     pub(super) fn add_spares(
         &mut self,
         tasks: &mut Vec<SpareChunk>,
@@ -177,22 +150,19 @@ impl ShardCursors {
         self.futures.add_spares(futures);
     }
 
-    /// Lets go of both cursors' spare chunks (an idle timer gives their memory back).
     pub(crate) fn clear_spares(&mut self) {
         self.tasks.clear_spares();
         self.futures.clear_spares();
     }
 
-    /// Spare chunks held by both cursors.
     #[cfg(test)]
     pub(crate) fn spare_count(&self) -> usize {
         self.tasks.spares.len() + self.futures.spares.len()
     }
 }
 
-/// The cells of a queued batch's timeouts, in push order: one [`CellSpan`] per run of
-/// consecutive cells of a chunk, and, once the worker has taken the batch, each span's chunk
-/// id in its table. What the batch knows of its cells is this and nothing more.
+/// A batch's cells, in push order: a [`CellSpan`] per run of consecutive cells of a chunk and,
+/// once the worker takes the batch, each span's chunk id. All the batch knows of its cells.
 #[derive(Default)]
 pub(crate) struct BatchCells {
     spans: Vec<CellSpan>,
@@ -205,7 +175,7 @@ pub(crate) struct BatchCells {
 }
 
 impl BatchCells {
-    /// A fresh state for the next timeout, from `cursor` (see [`ChunkCursor::next_state`]).
+    /// See [`ChunkCursor::next_state`].
     #[inline]
     pub(crate) fn push<J: Stored, const HANDLE: bool>(
         &mut self,
@@ -220,8 +190,7 @@ impl BatchCells {
         cursor.next_state::<J, HANDLE>(shared, shard, &mut self.spans, at)
     }
 
-    /// Gives each span its chunk id, in push order (a chunk may recur), unless done already.
-    /// The ids' vector keeps its capacity across the batch's uses: nothing is allocated.
+    /// Gives each span its chunk id (a chunk may recur), unless done; `ids` keeps its capacity.
     pub(crate) fn register(&mut self, table: &mut ChunkTable) {
         if self.ids.len() != self.spans.len() {
             debug_assert!(self.ids.is_empty());
@@ -230,7 +199,6 @@ impl BatchCells {
         }
     }
 
-    /// The cells of the next `n` timeouts, taken from the front in order.
     #[inline]
     pub(crate) fn take_front(&mut self, n: usize) -> FrontCells<'_> {
         debug_assert_eq!(self.ids.len(), self.spans.len(), "a registered batch");
@@ -260,8 +228,7 @@ impl BatchCells {
             .collect()
     }
 
-    /// Appends `other`'s cells, fresh from a shard, to these, which the worker has not started
-    /// on: its positions shift by what is here.
+    /// Appends `other`'s cells, fresh from a shard, to these (not started on).
     pub(crate) fn append(&mut self, other: &mut BatchCells) {
         debug_assert!(other.drained == 0 && self.ids.is_empty() && other.ids.is_empty());
         let offset = self.pushed;
@@ -299,7 +266,6 @@ pub(crate) struct CellSlot<'a> {
 }
 
 impl CellSlot<'_> {
-    /// The name the wheel's entry keeps.
     #[inline]
     pub(crate) fn id(&self) -> CellId {
         self.id
@@ -312,9 +278,7 @@ impl CellSlot<'_> {
     }
 }
 
-/// Consecutive timeouts of a queued batch whose cells are consecutive cells of one chunk: the
-/// timeout at position `first + k` of the batch has cell `start + k` of `chunk`. Positions
-/// count from the batch's first timeout, including those the worker has taken out since.
+/// A run of a batch's timeouts on consecutive cells of `chunk` ("Spans" in `mod.rs`).
 struct CellSpan {
     chunk: ChunkRef,
     first: usize,
@@ -322,9 +286,8 @@ struct CellSpan {
 }
 
 impl CellSpan {
-    /// Makes the last of `spans` the span of cell `tag` of `chunk`, the cell of the timeout at
-    /// position `at`: a new span starts on a chunk's first cell, in a batch with no span yet,
-    /// and after a span of another chunk.
+    /// Makes the last span that of cell `tag` of `chunk` (position `at`): a new span starts on
+    /// a chunk's first cell, in an empty batch, and after another chunk's span.
     #[inline(always)]
     fn push_if_new(spans: &mut Vec<CellSpan>, chunk: &ChunkRef, tag: u8, at: usize) {
         if tag == 0 || spans.last().is_none_or(|span| !span.chunk.same(chunk)) {
@@ -339,7 +302,6 @@ impl CellSpan {
         ));
     }
 
-    /// The cell tag of the timeout at batch position `at` (within this span).
     #[inline]
     fn tag(&self, at: usize) -> u8 {
         debug_assert!(at >= self.first && at - self.first < CHUNK);
@@ -348,8 +310,7 @@ impl CellSpan {
     }
 }
 
-/// Walks a batch's positions from `at` on, one step per timeout: each step gives the index of
-/// its span and its cell tag.
+/// Walks a batch's positions from `at`, giving per timeout its span's index and its tag.
 struct CellSpanCursor<'a> {
     spans: &'a [CellSpan],
     span: usize,

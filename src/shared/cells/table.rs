@@ -1,12 +1,10 @@
-//! The worker's side of the chunks: its table of the chunks of timeout states it holds, and
-//! what the worker does with a cell through it (register a batch's chunks, settle a cell, lend
-//! a due cell's state to its task's run, hand spare chunks back to a shard).
+//! The worker's side of the chunks: registering a batch's chunks, settling cells, lending a due
+//! cell's state to its task's run, handing spare chunks back to a shard.
 //!
-//! Owns [`ChunkTable`]: one reference per chunk whose cells are in the wheel or queued, in the
-//! crate's slab under the ids that [`CellId`]s carry, and the spare chunks the worker hands
-//! back to the producers' shards; and [`Settling`], a bucket's expiry as the table sees it.
-//! Touches the chunks, the cursors (`spans.rs`) and `sync` (the shard count); only the worker
-//! uses it. The rules it keeps: `mod.rs`, "Chunks, spans and spares: the protocol".
+//! Owns [`ChunkTable`] (a reference per chunk whose cells are in the wheel or queued, under the
+//! ids [`CellId`]s carry, and the shards' spares) and [`Settling`] (a bucket's expiry as the
+//! table sees it). Touches the chunks, the cursors (`spans.rs`) and `sync` (the shard count);
+//! only the worker uses it. Its rules: `mod.rs`, "Chunks, spans and spares: the protocol".
 
 use super::chunk::{MAX_CHUNK_IDS, SPARE_CHUNKS};
 use super::{CellId, CellRef, ChunkRef, Expiry, ShardCursors, SpareChunk, CHUNK};
@@ -14,25 +12,20 @@ use crate::sync::SHARDS;
 use crate::wheel::{Slab, Vacancy, NO_INDEX};
 use std::sync::Once;
 
-/// The chunks of the timeouts the worker holds, one reference each (until every cell is settled:
-/// see `mod.rs`, "Chunks, spans and spares: the protocol"). The wheel's entries name their chunk
-/// by its id here, its key in the table's slab. Cells a stopped timer never handed out keep
-/// their chunk until the worker is dropped.
-///
-/// Settling allocates nothing (a freed id is a slot on the slab's free list), so that nothing
-/// in the expiry loop calls the allocator.
+/// The chunks of the timeouts the worker holds, one reference each until every cell is settled;
+/// a wheel entry names its chunk by its id (its slab key). Cells a stopped timer never handed
+/// out keep their chunk until the worker is dropped. Settling allocates nothing (a freed id is
+/// a free-list slot): the expiry loop never calls the allocator.
 pub(crate) struct ChunkTable {
     chunks: Slab<Held>,
-    /// Per queue shard and kind (tasks', futures'), the id of the chunk of that cursor
-    /// registered last: the only one a batch can refer to again (each of a shard's two cursors
-    /// hands its chunks out one after the other, and the worker takes each shard's batches in
-    /// order), so the only one to look for. Kept per kind as well as per shard because a batch
-    /// can alternate between its shard's two chunks (see the regression test
-    /// `interleaved_tasks_and_futures_settle_every_chunk`).
+    /// Per queue shard and kind (tasks', futures'), the id of the cursor's chunk registered
+    /// last: the only one a batch can name again (a cursor hands its chunks out one after the
+    /// other, and the worker takes a shard's batches in order). Per kind too, as a batch may
+    /// alternate between its shard's two chunks (test `interleaved_tasks_and_futures_...`).
     latest: [[u32; 2]; SHARDS],
     /// Per queue shard, chunks let go of with nothing else holding them, for the shard's
-    /// cursors to use again (see `SpareChunk`); handed over when the worker next takes the
-    /// shard's batch. Tasks' chunks, and futures' (with waker slots).
+    /// cursors to reuse (`SpareChunk`), handed over as the worker next takes the shard's batch.
+    /// Tasks' chunks, and futures' (with waker slots).
     spares: [Vec<SpareChunk>; SHARDS],
     wake_spares: [Vec<SpareChunk>; SHARDS],
 }
@@ -72,7 +65,6 @@ impl ChunkTable {
         }
     }
 
-    /// Ids holding a chunk.
     pub(crate) fn held(&self) -> usize {
         self.chunks.live()
     }
@@ -84,8 +76,7 @@ impl ChunkTable {
         (count(&self.spares), count(&self.wake_spares))
     }
 
-    /// Hands shard `shard`'s cursors the spare chunks kept for them (the worker does, as it
-    /// takes the shard's batch).
+    /// Hands shard `shard`'s cursors their spare chunks (as the worker takes its batch).
     #[inline]
     pub(crate) fn lend_spares(&mut self, shard: usize, cursors: &mut ShardCursors) {
         let (tasks, futures) = (&mut self.spares[shard], &mut self.wake_spares[shard]);
@@ -144,10 +135,9 @@ impl ChunkTable {
         }
     }
 
-    /// The table's reference to chunk `id`, taken out for its cells to be settled (a task's
-    /// `Timeout` borrows it while the task runs), one after another while the entries being
-    /// settled are of this chunk: given back with [`ChunkTable::put_back_settled`] before the
-    /// table is asked for the id again (meanwhile the holder asks the chunk itself).
+    /// The table's reference to chunk `id`, taken out while its cells are settled one after
+    /// another (a running task's `Timeout` borrows it); given back with
+    /// [`ChunkTable::put_back_settled`] before the table is asked for the id again.
     #[inline]
     fn take(&mut self, id: u32) -> ChunkRef {
         self.slot(id)
@@ -156,9 +146,9 @@ impl ChunkTable {
             .expect("a chunk with unsettled cells")
     }
 
-    /// Gives back what [`ChunkTable::take`] took, with `settled` (at least 1) more of its
-    /// cells settled while it was out: the last one lets the chunk go. Once per chunk out of a
-    /// bucket walk: kept out of the walk's loop.
+    /// Gives back what [`ChunkTable::take`] took, with `settled` (at least 1) more of its cells
+    /// settled meanwhile: the last lets the chunk go. Once per chunk out of a bucket walk: kept
+    /// out of the walk's loop.
     #[inline(never)]
     fn put_back_settled(&mut self, id: u32, chunk: ChunkRef, settled: u32) {
         if self.count_settled(id, settled) {
@@ -170,8 +160,8 @@ impl ChunkTable {
         }
     }
 
-    /// Frees id `id`, whose cells are all settled, and lets its chunk go (once per chunk of
-    /// 32 timeouts: out of the settling loop's way).
+    /// Frees id `id`, its cells all settled, and lets its chunk go (once per 32 timeouts: out
+    /// of the settling loop's way).
     #[inline(never)]
     fn let_go(&mut self, id: u32, chunk: ChunkRef) {
         self.release(chunk);
@@ -188,8 +178,8 @@ impl ChunkTable {
         }
     }
 
-    /// For an idle worker: lets the spares go, and the table's capacity too if it holds no chunk
-    /// (a busy worker keeps it: it would regrow it in the next tick).
+    /// For an idle worker: lets the spares go, and the table's capacity if it holds no chunk (a
+    /// busy worker would regrow it in the next tick).
     pub(crate) fn release_idle(&mut self) {
         if self.held() == 0 {
             *self = ChunkTable::new();
@@ -210,9 +200,8 @@ impl ChunkTable {
     }
 
     /// Counts `settled` (at least 1) more of chunk `id`'s cells settled; whether they were its
-    /// last. More settled than the chunk has cells left is a bug: debug builds stop there;
-    /// release builds log it once and keep the chunk for good, never letting it go (a chunk
-    /// let go of too early could be reused under a live timeout).
+    /// last. Over-settling is a bug: debug builds stop; release builds log it once and keep the
+    /// chunk for good (let go too early, it could be reused under a live timeout).
     #[inline]
     fn count_settled(&mut self, id: u32, settled: u32) -> bool {
         debug_assert!(settled >= 1);
@@ -240,15 +229,13 @@ impl ChunkTable {
         }
     }
 
-    /// Takes chunk `id` out and puts it back with `settled` of its cells settled, as a
-    /// [`Settling`] does.
+    /// As a [`Settling`] does: takes chunk `id` out, puts it back with `settled` settled.
     #[cfg(test)]
     pub(crate) fn settle_out(&mut self, id: u32, settled: u32) {
         let chunk = self.take(id);
         self.put_back_settled(id, chunk, settled);
     }
 
-    /// The settling of a bucket's due cells (see [`Settling`]).
     #[inline]
     pub(crate) fn settling(&mut self) -> Settling<'_> {
         Settling {
@@ -262,10 +249,9 @@ impl ChunkTable {
 
 const CHUNK_CELLS: u32 = CHUNK as u32;
 
-/// A bucket's due cells, settled one after another as the wheel's walk hands them out: each
-/// still in the wheel is expired and its state lent to its task's run, each cancelled meanwhile
-/// is let go of. The chunk of the cells just settled stays out of the table while the cells
-/// that follow are of the same chunk (a bucket's timeouts mostly come a chunk at a time).
+/// A bucket's due cells, settled as the wheel's walk hands them out: each still in the wheel is
+/// expired and its state lent to its task's run, each cancelled let go of. Their chunk stays
+/// out of the table while the next cells are of it (timeouts mostly come a chunk at a time).
 pub(crate) struct Settling<'a> {
     table: &'a mut ChunkTable,
     /// The id of the chunk out of the table (`NO_INDEX`: none yet), and how many of its cells
@@ -277,11 +263,10 @@ pub(crate) struct Settling<'a> {
 }
 
 impl Settling<'_> {
-    /// Settles cell `cell`, whose wheel entry under `key` is due and was just unlinked: its
-    /// state if it expired now, lent for the task's run (to give back with
-    /// [`Settling::give_back`]); `None` if its task is to be dropped instead, because it was
-    /// cancelled since the walk reached it, or because the entry names another cell (a stale
-    /// chunk id, a bug: no cell is touched).
+    /// Settles cell `cell`, whose wheel entry under `key` is due and just unlinked: its state if
+    /// it expired now, lent for the task's run (back through [`Settling::give_back`]); `None`
+    /// if its task is to be dropped: cancelled since the walk reached it, or the entry names
+    /// another cell (a stale chunk id, a bug: no cell is touched).
     #[inline]
     pub(crate) fn due(&mut self, cell: CellId, key: u32) -> Option<CellRef> {
         let (id, tag) = (cell.chunk(), cell.tag());
@@ -319,7 +304,6 @@ impl Settling<'_> {
         self.chunk = Some(state.into_chunk());
     }
 
-    /// The chunk out goes back to the table, with the count of its cells settled meanwhile.
     #[inline]
     fn put_back(&mut self) {
         if let Some(chunk) = self.chunk.take() {
@@ -329,17 +313,16 @@ impl Settling<'_> {
 }
 
 impl Drop for Settling<'_> {
-    /// The chunk still out goes back to the table, after the runs, so that a chunk whose
-    /// timeouts all ran comes back as a spare (unless an executor or a task still holds a
-    /// reference to it).
+    /// The chunk still out goes back after the runs, so that a chunk whose timeouts all ran
+    /// comes back as a spare (unless an executor or a task still holds it).
     fn drop(&mut self) {
         self.put_back();
     }
 }
 
-/// A wheel entry's chunk id names a chunk that does not hold the entry's cell: a bug of the
-/// worker's bookkeeping. Both chunks are left as they are (the entry is dropped, its cell never
-/// settled: its chunk is never reused), so that no other timeout's cell is touched.
+/// A wheel entry's chunk id names a chunk not holding the entry's cell: a bookkeeping bug. Both
+/// chunks are left as they are (the entry is dropped, its cell never settled, so its chunk is
+/// never reused): no other timeout's cell is touched.
 #[cold]
 fn stale_chunk_id(id: u32) {
     static LOGGED: Once = Once::new();
