@@ -178,7 +178,9 @@ where
         let shared = &periodic.inner.timer.shared;
         let next = match schedule {
             Schedule::Delay { delay } => shared.clock.now_upper().saturating_add(delay),
-            Schedule::Rate { period, missed } => next_due(due, period, missed, shared.clock.now()),
+            Schedule::Rate { period, missed } => {
+                next_due(due, period, missed, shared.clock.now_upper())
+            }
         };
         let mut current = lock(&periodic.inner.current);
         // Relaxed: under the lock (see `Periodic::current`).
