@@ -107,8 +107,8 @@ use timer_ref::TimerRef;
 /// A [`TimerHandle`] would cost every `Deadline` two locked instructions on a cache line that every
 /// thread using the timer writes. A `TimerRef` is a slot and generation in a process-wide table of
 /// `Weak`s (which keeps no timer alive); each thread remembers its last few timers, so making one
-/// is a thread-local read, and only the first pending poll upgrades a `Weak` (`docs/performance.md`,
-/// "An unarmed `Deadline` names its timer by a `TimerRef`").
+/// is a thread-local read, and only the first pending poll upgrades a `Weak`
+/// (`docs/performance.md`, "An unarmed `Deadline` names its timer by a `TimerRef`").
 #[cfg(not(loom))]
 mod timer_ref {
     use crate::shared::Shared;
