@@ -5,7 +5,7 @@
 //! worker. Touches `sync`, `clock`, `wheel` (its key bounds) and `error`; never the worker nor
 //! the owner above it, whose state here hides behind [`ErasedWorker`], [`Job`] and [`Stored`].
 //! All is generic over `J`, what a timer stores per timeout ([`BoxedTask`] by default), held by
-//! value and never looked into. The files' concerns: ARCHITECTURE.md.
+//! value and never looked into. Each file opens with what it owns.
 //!
 //! # Ground rules
 //! - Producers (`schedule`, `cancelled`) never touch the wheel: they push on one of two MPSC
