@@ -86,7 +86,7 @@
 //! # In the Rust service stack
 //! Give a service's timer a 1 ms tick: limits round up to the tick (by default, 100 ms).
 //! - [`DelayQueue`] ([`delay_queue`]): tokio-util's, on a wheel of its own. Any `Duration` is
-//!   accepted; `remove`, `clear` and a reset into the past wake the waiting task.
+//!   accepted; removing the last item, `clear` and a reset into the past wake the waiting task.
 //! - `HyperTimer` (feature `hyper`): `hyper::rt::Timer` for hyper 1.x.
 //! - `TimeoutLayer` (feature `tower`): `tower::timeout` (tower 0.5), failing with its `Elapsed`.
 //!
