@@ -3,7 +3,7 @@
 # CI (.ci/run) calls it with no arguments. See loom-tests/README.md.
 #
 #   bash loom-tests/run.sh                          # the CI bound: LOOM_MAX_PREEMPTIONS=3
-#   LOOM_MAX_PREEMPTIONS=4 bash loom-tests/run.sh   # deeper (about 8 minutes of models on one core)
+#   LOOM_MAX_PREEMPTIONS=4 bash loom-tests/run.sh   # deeper (about half an hour on two cores)
 #   bash loom-tests/run.sh sleep_wake stop_vs_cancel   # some protocol files only
 set -euo pipefail
 cd "$(dirname "$0")/.."
