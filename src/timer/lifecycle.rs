@@ -2,7 +2,8 @@
 //! thread, the live-timer count, and a runtime driver's turn. Owns the run state's moves
 //! (`INIT -> STARTED -> SHUTDOWN`, under `control`) and the worker's place: `Shared::worker`, under
 //! the lock each turn holds, taken out at `stop()`. It is kept there type-erased (`shared` is below
-//! `worker`); only this module erases and downcasts it. Uses the shared state, the worker and
+//! `worker`); this module erases it and takes it back, and the thread's turn downcasts it in
+//! place (`worker/thread.rs`). Uses the shared state, the worker and
 //! `Timeout`.
 
 use crate::shared::cells::CellRef;
