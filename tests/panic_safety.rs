@@ -472,3 +472,54 @@ fn a_periodic_task_whose_drop_panics_is_dropped_once() {
     assert_eq!(fired.load(SeqCst), 1);
     assert_eq!(timer.pending_timeouts(), 0);
 }
+
+/// A fixed-rate task that panics in its third run, and whose `Drop` panics too: the panic ends
+/// the schedule, the task is dropped once (both panics counted, no abort), no run came before
+/// its due time, and the worker goes on.
+#[test]
+fn a_fixed_rate_task_that_panics_in_a_run_and_in_its_drop_ends_once() {
+    let (timer, driver) = manual_timer(ms(1));
+    let drops = Arc::new(AtomicUsize::new(0));
+    let probe = DropProbe::new(&drops, true);
+    let runs = Arc::new(Mutex::new(Vec::new()));
+    let r = Arc::clone(&runs);
+    // The manual clock's reading while a turn runs: set before each advance.
+    let now_ms = Arc::new(AtomicUsize::new(0));
+    let n = Arc::clone(&now_ms);
+    timer
+        .schedule_at_fixed_rate(
+            move |_: &PeriodicTimeout| {
+                let _keep = &probe;
+                let mut runs = r.lock().unwrap();
+                runs.push(n.load(SeqCst) as u64);
+                if runs.len() == 3 {
+                    drop(runs);
+                    panic!("a periodic run panics (on purpose)");
+                }
+            },
+            ms(2),
+            ms(3),
+            hashed_timer_wheel::MissedRuns::Delay,
+        )
+        .unwrap();
+    for t in 1..=30 {
+        now_ms.store(t, SeqCst);
+        driver.advance(ms(1));
+    }
+    let runs = runs.lock().unwrap().clone();
+    assert_eq!(
+        runs.len(),
+        3,
+        "the panicking run ends the schedule: {runs:?}"
+    );
+    for (k, at) in runs.iter().enumerate() {
+        assert!(*at >= 2 + 3 * k as u64, "run {k} early, at {at} ms");
+    }
+    assert_eq!(drops.load(SeqCst), 1);
+    assert_eq!(timer.stats().panicked, 2);
+    let fired = Arc::new(AtomicUsize::new(0));
+    timer.new_timeout(common::counting(&fired), ms(2)).unwrap();
+    driver.advance(ms(5));
+    assert_eq!(fired.load(SeqCst), 1);
+    assert_eq!(timer.pending_timeouts(), 0);
+}

@@ -9,6 +9,7 @@ use crate::shared::{BoxedTask, Shared, TimerHandle};
 use crate::sync::{lock, Arc, AtomicBool, AtomicU64, Mutex, Ordering};
 use crate::{HashedWheelTimer, Timeout, TimerError, TimerTask};
 use std::fmt;
+use std::panic::AssertUnwindSafe;
 use std::time::Duration;
 
 /// What a fixed-rate task does about runs it missed (the worker late, or a run longer than a
@@ -174,8 +175,13 @@ where
             }
             periodic.inner.runs.fetch_add(1, Ordering::Relaxed);
         }
-        task(&periodic);
         let shared = &periodic.inner.timer.shared;
+        if let Err(panic) = std::panic::catch_unwind(AssertUnwindSafe(|| task(&periodic))) {
+            // The panic ends the schedule. The task is dropped here, not by the unwind: a `Drop`
+            // that panics while a panic unwinds would abort the process.
+            shared.counters.drop_task(task);
+            std::panic::resume_unwind(panic);
+        }
         let next = match schedule {
             Schedule::Delay { delay } => shared.clock.now_upper().saturating_add(delay),
             Schedule::Rate { period, missed } => {
