@@ -82,6 +82,8 @@ impl<J: Stored> PendingBatch<J> {
     /// (`m` timeouts drained `n` at a time would otherwise move `m^2 / 2n`).
     pub(crate) fn drain_front(&mut self, n: usize) -> DrainFront<'_, J> {
         let len = self.tasks.len();
+        // The cells' cursor moves by `n` too: a longer drain would leave them out of step.
+        assert!(n <= len, "a drain of {n} from a batch of {len}");
         if n < len && !self.reversed {
             self.turn_round();
         }
