@@ -323,13 +323,6 @@ impl<B: Batch, S: Default> Queue<B, S> {
     }
 }
 
-impl<T, S> Queue<Vec<T>, S> {
-    #[inline]
-    pub(crate) fn push(&self, value: T) {
-        lock(&self.shards[my_shard()]).items.push(value)
-    }
-}
-
 impl<B: Batch, S> Queue<B, S> {
     /// Locks this thread's shard: push through the guard, with the shard's data at hand.
     #[inline]

@@ -5,12 +5,14 @@
 mod common;
 
 use common::{ms, noop};
-use hashed_timer_wheel::{HashedWheelTimer, PeriodicTimeout, Timeout, TypedTask};
+use hashed_timer_wheel::{DelayQueue, HashedWheelTimer, PeriodicTimeout, Timeout, TypedTask};
 use std::future::Future;
-use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
-use std::sync::{Arc, Mutex};
-use std::task::{Context, Wake, Waker};
-use std::time::Duration;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
+use std::sync::{mpsc, Arc, Mutex};
+use std::task::{Context, Poll, Wake, Waker};
+use std::time::{Duration, Instant};
 
 /// Counts the drops of the tasks that carry it, and panics in its own `Drop` when `panics`.
 struct DropProbe {
@@ -522,4 +524,305 @@ fn a_fixed_rate_task_that_panics_in_a_run_and_in_its_drop_ends_once() {
     driver.advance(ms(5));
     assert_eq!(fired.load(SeqCst), 1);
     assert_eq!(timer.pending_timeouts(), 0);
+}
+
+/// Runs `f` on a thread of its own and fails if it has not returned within 30 s (a deadlock:
+/// the thread is left behind), rather than hanging the test binary.
+fn within_30_s(f: impl FnOnce() + Send + 'static) {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let outcome = catch_unwind(AssertUnwindSafe(f));
+        let _ = tx.send(outcome);
+    });
+    match rx.recv_timeout(Duration::from_secs(30)) {
+        Ok(outcome) => outcome.unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
+        Err(_) => panic!("not done within 30 s: a deadlock"),
+    }
+}
+
+/// A waker that panics when woken while `armed`; counts its wake-ups.
+#[derive(Default)]
+struct PanickingWaker {
+    armed: AtomicBool,
+    woken: AtomicUsize,
+}
+
+impl Wake for PanickingWaker {
+    fn wake(self: Arc<Self>) {
+        self.woken.fetch_add(1, SeqCst);
+        if self.armed.load(SeqCst) {
+            panic!("a waker panics (on purpose)");
+        }
+    }
+}
+
+/// A `DelayQueue`'s `clear()` whose waiting task's waker panics: the queue is empty and whole
+/// (it takes and yields items again), every value is dropped once, the panic is counted.
+#[test]
+fn a_delay_queue_cleared_with_a_panicking_waker_stays_whole() {
+    let (timer, driver) = manual_timer(ms(1));
+    let drops = Arc::new(AtomicUsize::new(0));
+    let mut queue = DelayQueue::new(timer.handle());
+    queue.insert(DropProbe::new(&drops, false), ms(5));
+    queue.insert(DropProbe::new(&drops, false), ms(10));
+    let waiting = Arc::new(PanickingWaker::default());
+    waiting.armed.store(true, SeqCst);
+    let waker = Waker::from(Arc::clone(&waiting));
+    assert!(queue
+        .poll_expired(&mut Context::from_waker(&waker))
+        .is_pending());
+    queue.clear();
+    assert_eq!(waiting.woken.load(SeqCst), 1);
+    assert_eq!(drops.load(SeqCst), 2);
+    assert!(queue.is_empty());
+    assert_eq!(timer.stats().panicked, 1);
+    let key = queue.insert(DropProbe::new(&drops, false), ms(3));
+    driver.advance(ms(5));
+    let ok = Waker::from(Arc::new(PanickingWaker::default()));
+    let mut cx = Context::from_waker(&ok);
+    match queue.poll_expired(&mut cx) {
+        Poll::Ready(Some(item)) => assert_eq!(item.key(), key),
+        other => panic!("the item inserted after the clear: {:?}", other.map(|_| ())),
+    }
+    assert!(matches!(queue.poll_expired(&mut cx), Poll::Ready(None)));
+    assert_eq!(drops.load(SeqCst), 3);
+}
+
+/// The last item of a `DelayQueue` yielded while an earlier poll's waker, which panics, is
+/// still stored: the item is yielded, not dropped by the panic.
+#[test]
+fn a_delay_queues_last_item_is_yielded_whatever_a_stored_waker_does() {
+    let (timer, driver) = manual_timer(ms(1));
+    let mut queue = DelayQueue::new(timer.handle());
+    queue.insert("last", ms(3));
+    let earlier = Arc::new(PanickingWaker::default());
+    let waker = Waker::from(Arc::clone(&earlier));
+    assert!(queue
+        .poll_expired(&mut Context::from_waker(&waker))
+        .is_pending());
+    earlier.armed.store(true, SeqCst);
+    driver.advance(ms(5));
+    let now = Waker::from(Arc::new(PanickingWaker::default()));
+    let polled = queue.poll_expired(&mut Context::from_waker(&now));
+    match polled {
+        Poll::Ready(Some(item)) => assert_eq!(item.into_inner(), "last"),
+        _ => panic!("the last item is yielded"),
+    }
+    assert!(queue.is_empty());
+}
+
+/// Values whose `Drop` panics, two of them, in a `DelayQueue` that is cleared, then in one that
+/// is dropped: every value is dropped once, the first panic reaches the caller, no abort.
+#[test]
+fn a_delay_queue_drops_every_value_when_several_drops_panic() {
+    let (timer, _driver) = manual_timer(ms(1));
+    let drops = Arc::new(AtomicUsize::new(0));
+    let fill = |queue: &mut DelayQueue<DropProbe>| {
+        for panics in [true, false, true] {
+            queue.insert(DropProbe::new(&drops, panics), ms(5));
+        }
+    };
+    let mut queue = DelayQueue::new(timer.handle());
+    fill(&mut queue);
+    assert!(catch_unwind(AssertUnwindSafe(|| queue.clear())).is_err());
+    assert_eq!(drops.load(SeqCst), 3);
+    assert!(queue.is_empty());
+    fill(&mut queue);
+    assert!(catch_unwind(AssertUnwindSafe(move || drop(queue))).is_err());
+    assert_eq!(drops.load(SeqCst), 6);
+}
+
+/// A runtime sleep that never completes and panics in its `Drop` once `bomb` is set.
+struct PanickingSleep {
+    bomb: Arc<AtomicBool>,
+}
+
+impl Future for PanickingSleep {
+    type Output = ();
+    fn poll(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<()> {
+        Poll::Pending
+    }
+}
+
+impl Drop for PanickingSleep {
+    fn drop(&mut self) {
+        if self.bomb.swap(false, SeqCst) {
+            panic!("a runtime's sleep panics in its Drop (on purpose)");
+        }
+    }
+}
+
+/// A `Drive` dropped while its runtime sleep's `Drop` panics still hands the ticks back to the
+/// worker thread: a timeout then fires about on time, not 32 ticks late (the watchdog's pace).
+#[test]
+fn a_drive_whose_sleep_panics_in_drop_hands_the_ticks_back() {
+    const TICK: u64 = 50;
+    let timer = HashedWheelTimer::builder()
+        .tick_duration(ms(TICK))
+        .build()
+        .unwrap();
+    timer.new_timeout(noop, Duration::from_secs(600)).unwrap();
+    let bomb = Arc::new(AtomicBool::new(false));
+    let b = Arc::clone(&bomb);
+    let mut drive = Box::pin(timer.drive(move |_| PanickingSleep {
+        bomb: Arc::clone(&b),
+    }));
+    let waker = Waker::from(Arc::new(PanickingWaker::default()));
+    assert!(drive
+        .as_mut()
+        .poll(&mut Context::from_waker(&waker))
+        .is_pending());
+    bomb.store(true, SeqCst);
+    assert!(catch_unwind(AssertUnwindSafe(move || drop(drive))).is_err());
+    let (tx, rx) = mpsc::channel();
+    let start = Instant::now();
+    timer
+        .new_timeout(
+            move |_: &Timeout| tx.send(Instant::now()).unwrap(),
+            ms(TICK),
+        )
+        .unwrap();
+    let fired = rx.recv_timeout(Duration::from_secs(30)).unwrap() - start;
+    // Handed back, it fires within 2 ticks (plus a loaded host's delays); not, 32 ticks late.
+    assert!(fired < ms(16 * TICK), "fired after {fired:?}");
+}
+
+/// A periodic task whose `Drop` cancels its own schedule, when its reschedule is refused (the
+/// pending limit): the refused run's task is dropped without the schedule's lock held, so the
+/// cancel does not wait for itself.
+#[test]
+fn a_periodic_task_whose_drop_cancels_it_when_its_reschedule_is_refused() {
+    within_30_s(|| {
+        let (timer, driver) = HashedWheelTimer::builder()
+            .tick_duration(ms(1))
+            .max_pending_timeouts(2)
+            .build_manual()
+            .unwrap();
+        let me: Arc<Mutex<Option<PeriodicTimeout>>> = Arc::default();
+        struct CancelOnDrop(Arc<Mutex<Option<PeriodicTimeout>>>);
+        impl Drop for CancelOnDrop {
+            fn drop(&mut self) {
+                let periodic = self.0.lock().unwrap().clone();
+                if let Some(periodic) = periodic {
+                    periodic.cancel();
+                }
+            }
+        }
+        let guard = CancelOnDrop(Arc::clone(&me));
+        let handle = timer.handle();
+        let filler = Arc::new(Mutex::new(Vec::new()));
+        let f = Arc::clone(&filler);
+        let periodic = timer
+            .schedule_with_fixed_delay(
+                move |_: &PeriodicTimeout| {
+                    let _keep = &guard;
+                    // Takes the last place under the limit: the reschedule is refused.
+                    while let Ok(t) = handle.new_timeout(noop, Duration::from_secs(60)) {
+                        f.lock().unwrap().push(t);
+                    }
+                },
+                ms(2),
+                ms(2),
+            )
+            .unwrap();
+        *me.lock().unwrap() = Some(periodic.clone());
+        driver.advance(ms(5));
+        assert_eq!(periodic.runs(), 1);
+        assert!(periodic.is_cancelled());
+        assert_eq!(timer.stats().refused, 2);
+    });
+}
+
+/// A task's `Drop` that advances the manual clock, run as the driver drops the worker of a
+/// timer whose owner a task dropped: the advance finds the timer stopped instead of waiting
+/// for the lock its own driver holds.
+#[test]
+fn advancing_from_a_drop_as_the_driver_lets_the_worker_go_returns() {
+    within_30_s(|| {
+        let (timer, driver) = manual_timer(ms(1));
+        struct AdvanceOnDrop(hashed_timer_wheel::ManualDriver, Arc<AtomicUsize>);
+        impl Drop for AdvanceOnDrop {
+            fn drop(&mut self) {
+                self.0.advance(ms(1));
+                self.1.fetch_add(1, SeqCst);
+            }
+        }
+        let dropped = Arc::new(AtomicUsize::new(0));
+        let probe = AdvanceOnDrop(driver.clone(), Arc::clone(&dropped));
+        timer
+            .new_timeout(move |_: &Timeout| drop(probe), Duration::from_secs(60))
+            .unwrap();
+        let handle = timer.handle();
+        let owner = Arc::new(Mutex::new(Some(timer)));
+        let o = Arc::clone(&owner);
+        handle
+            .new_timeout(move |_: &Timeout| drop(o.lock().unwrap().take()), ms(2))
+            .unwrap();
+        driver.advance(ms(5));
+        assert_eq!(dropped.load(SeqCst), 1);
+        assert!(owner.lock().unwrap().is_none());
+    });
+}
+
+/// An executor whose own `Drop` panics, dropped as `stop()` lets the worker go: `stop()` still
+/// returns every timeout that never ran (in the wheel, and queued), and drops each task once.
+#[test]
+fn stop_returns_every_timeout_when_the_executors_drop_panics() {
+    struct PanicsOnDrop;
+    impl Drop for PanicsOnDrop {
+        fn drop(&mut self) {
+            panic!("the executor's Drop panics (on purpose)");
+        }
+    }
+    let captured = PanicsOnDrop;
+    let (timer, driver) = HashedWheelTimer::builder()
+        .tick_duration(ms(1))
+        .executor(move |job: Box<dyn FnOnce() + Send>| {
+            let _keep = &captured;
+            job()
+        })
+        .build_manual()
+        .unwrap();
+    let drops = Arc::new(AtomicUsize::new(0));
+    let probe = DropProbe::new(&drops, false);
+    timer
+        .new_timeout(move |_: &Timeout| drop(probe), Duration::from_secs(60))
+        .unwrap();
+    driver.advance(ms(2)); // the first is in the wheel
+    let probe = DropProbe::new(&drops, false);
+    timer
+        .new_timeout(move |_: &Timeout| drop(probe), Duration::from_secs(60))
+        .unwrap();
+    let stopped = timer.stop().unwrap();
+    assert_eq!(stopped.len(), 2);
+    assert!(stopped.iter().all(Timeout::is_cancelled));
+    assert_eq!(drops.load(SeqCst), 2);
+}
+
+/// A refused timeout whose task's `Drop` panics: the refusal is counted before the task drops,
+/// and the panic (the caller's own task) reaches the caller.
+#[test]
+fn a_refused_timeout_whose_drop_panics_is_counted() {
+    let (timer, _driver) = HashedWheelTimer::builder()
+        .tick_duration(ms(1))
+        .max_pending_timeouts(1)
+        .build_manual()
+        .unwrap();
+    timer.new_timeout(noop, ms(100)).unwrap();
+    let drops = Arc::new(AtomicUsize::new(0));
+    for detached in [false, true] {
+        let probe = DropProbe::new(&drops, true);
+        let task = move |_: &Timeout| drop(probe);
+        let refused = catch_unwind(AssertUnwindSafe(|| {
+            if detached {
+                timer.new_timeout_detached(task, ms(100)).map(drop)
+            } else {
+                timer.new_timeout(task, ms(100)).map(drop)
+            }
+        }));
+        assert!(refused.is_err());
+    }
+    assert_eq!(drops.load(SeqCst), 2);
+    assert_eq!(timer.stats().refused, 2);
+    assert_eq!(timer.pending_timeouts(), 1);
 }

@@ -1,11 +1,12 @@
-//! A periodic task's run, rescheduling the next under the task's lock, racing a
+//! A periodic task's run, storing the next run's timeout under the task's lock, racing a
 //! `cancel()` of the schedule from another thread.
 //!
 //! The worker (the manual driver) runs the first run of a fixed-rate task, which schedules the
 //! second when it returns; another thread cancels the schedule. (Not on the real worker thread:
-//! under loom its sleeps jump the clock, so a schedule not yet cancelled runs without end.) Whatever the interleaving: once `cancel()` has returned, no later run starts (the
-//! reschedule either sees the cancel, or stored the timeout the cancel then cancels), and
-//! nothing stays scheduled: `pending_timeouts()` returns to 0.
+//! under loom its sleeps jump the clock, so a schedule not yet cancelled runs without end.)
+//! Whatever the interleaving: once `cancel()` has returned, no later run starts (the store
+//! either sees the cancel and cancels the new timeout, or comes first and the cancel cancels
+//! it), and nothing stays scheduled: `pending_timeouts()` returns to 0.
 #![cfg(loom)]
 
 use hashed_timer_wheel::{MissedRuns, PeriodicTimeout};

@@ -89,7 +89,8 @@ impl<J: Stored> Shared<J> {
     ) -> Result<Option<CellRef>, TimerError> {
         let limited = self.max_pending != 0;
         if limited {
-            self.reserve_limited()?;
+            // Counted before `job` drops (at the return): its `Drop` is user code.
+            self.reserve_limited().map_err(|e| self.refuse(e))?;
         }
         let state = self.push_in_shard::<HANDLE>(job, deadline, on_expiry, limited)?;
         // No re-check against `stop()`: it sets SHUTDOWN before taking each shard, so this push
@@ -118,10 +119,10 @@ impl<J: Stored> Shared<J> {
             if limited {
                 self.unreserve_limited();
             }
-            return Err(TimerError::Stopped);
+            return Err(self.refuse(TimerError::Stopped));
         }
         if !limited {
-            self.take_credit(producer)?;
+            self.take_credit(producer).map_err(|e| self.refuse(e))?;
         }
         let cursor = producer
             .cursors
@@ -129,11 +130,31 @@ impl<J: Stored> Shared<J> {
         Ok(items.push::<HANDLE>(cursor, self, shard_index, job, deadline))
     }
 
-    /// A successful `cancel()`: queues the state; the worker runs by the end of its tick.
+    /// Counts a refused timeout; called before its job drops (user code that may panic).
+    #[cold]
+    pub(crate) fn refuse(&self, e: TimerError) -> TimerError {
+        // Relaxed: a statistic.
+        self.counters.refused.fetch_add(1, Ordering::Relaxed);
+        e
+    }
+
+    /// A successful `cancel()`: queues the state; the worker runs by the end of its tick. Once
+    /// shut down, the state is dropped instead: whoever drains the wheel drops the task, and
+    /// nobody drains this queue again (a state left there would keep the timer alive).
     #[inline]
     pub(crate) fn cancelled(&self, state: CellRef) {
+        {
+            let mut shard = self.cancellations.my_shard();
+            // Relaxed, under the lock: `stop()` (or a shutdown in a task) sets SHUTDOWN before
+            // it takes each shard, so this push precedes the take or sees SHUTDOWN.
+            if self.state.load(Ordering::Relaxed) == SHUTDOWN {
+                drop(shard);
+                drop(state);
+                return;
+            }
+            shard.parts().1.push(state);
+        }
         // No fence: as in `push`, the queue's lock orders the push before the plan's load.
-        self.cancellations.push(state);
         // Relaxed: a stale (lower) tick only makes us more eager to wake the worker.
         self.wake_by(self.tick.load(Ordering::Relaxed));
     }

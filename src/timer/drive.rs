@@ -6,6 +6,7 @@
 use super::lifecycle;
 use crate::shared::{catch_user_panic, Shared, AWAKE};
 use crate::sync::{lock, try_lock, Arc, AtomicBool, AtomicU64, Mutex, Ordering};
+use crate::wheel::drop_each;
 use std::collections::VecDeque;
 use std::fmt;
 use std::future::Future;
@@ -271,9 +272,10 @@ where
 impl<F, S> Drop for Drive<F, S> {
     /// Hands the ticks back to the worker thread.
     fn drop(&mut self) {
-        // The sleeps hold the driver as their waker: drop them, or it keeps itself alive.
+        // The sleeps hold the driver as their waker: drop them, or it keeps itself alive. Last,
+        // each under a catch: they are the runtime's (user code), and the ticks are handed back
+        // whatever their drops do.
         let sleeps = std::mem::take(&mut lock(&self.inner.state).sleeps);
-        drop(sleeps);
         let mut control = lock(&self.inner.shared.control);
         control.drivers -= 1;
         if control.drivers == 0 {
@@ -281,6 +283,10 @@ impl<F, S> Drop for Drive<F, S> {
             if let Some(thread) = &control.worker_thread {
                 thread.unpark();
             }
+        }
+        drop(control);
+        if let Err(panic) = drop_each(sleeps) {
+            std::panic::resume_unwind(panic);
         }
     }
 }

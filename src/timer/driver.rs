@@ -96,7 +96,9 @@ impl<J: Stored> ManualDriver<J> {
             // A `stop()` under way takes the worker next and returns what its wheel holds: leave
             // it. Only when nobody will (the owner was dropped inside a task) drop it here.
             if self.shared.owner_dropped_in_task() {
-                drop(idle.take());
+                let worker = idle.take();
+                drop(idle);
+                drop(worker);
             }
             return;
         }
@@ -114,8 +116,10 @@ impl<J: Stored> ManualDriver<J> {
         self.shared.set_worker_id(None);
         if self.shared.is_shutdown() && self.shared.owner_dropped_in_task() {
             // A task dropped the owner: nobody else will drop the worker, whose entries may
-            // hold handles on this timer.
-            drop(idle.take());
+            // hold handles on this timer. Dropped unlocked: its tasks' drops may call in.
+            let worker = idle.take();
+            drop(idle);
+            drop(worker);
         }
     }
 

@@ -31,9 +31,8 @@ pub use periodic::{MissedRuns, PeriodicTimeout};
 pub use sleep::Sleep;
 pub use stats::TimerStats;
 
-use crate::shared::cells::CellRef;
 use crate::shared::{BoxedTask, Enqueue, Fresh, Shared, Stored, TimerHandle};
-use crate::sync::{Arc, Ordering};
+use crate::sync::Arc;
 use crate::{Timeout, TimerError, TimerTask, TypedTask};
 use std::time::Duration;
 
@@ -72,10 +71,8 @@ fn new_timeout<J: Stored>(
     job: impl Enqueue<J>,
     delay: Duration,
 ) -> Result<Timeout<J>, TimerError> {
-    accepted(
-        shared,
-        start(shared).and_then(|()| shared.schedule(job, delay)),
-    )
+    started(shared)?;
+    shared.schedule(job, delay).map(Timeout::new)
 }
 
 #[inline]
@@ -84,9 +81,8 @@ fn new_timeout_detached<J: Stored>(
     job: impl Enqueue<J>,
     delay: Duration,
 ) -> Result<(), TimerError> {
-    start(shared)
-        .and_then(|()| shared.schedule_detached(job, delay))
-        .map_err(|e| refused(shared, e))
+    started(shared)?;
+    shared.schedule_detached(job, delay)
 }
 
 /// As [`new_timeout`], due at `deadline` (nanoseconds since the timer's origin).
@@ -95,10 +91,10 @@ fn new_timeout_at<J: Stored>(
     job: J,
     deadline: u64,
 ) -> Result<Timeout<J>, TimerError> {
-    accepted(
-        shared,
-        start(shared).and_then(|()| shared.schedule_at(job, deadline, shared.clock.now_upper())),
-    )
+    started(shared)?;
+    shared
+        .schedule_at(job, deadline, shared.clock.now_upper())
+        .map(Timeout::new)
 }
 
 #[inline]
@@ -110,21 +106,11 @@ fn start<J: Stored>(shared: &Arc<Shared<J>>) -> Result<(), TimerError> {
     }
 }
 
+/// [`start`] for a new timeout: a refusal is counted (as `Shared::push` counts its own) before
+/// the caller returns and drops the task, whose `Drop` is user code.
 #[inline]
-fn accepted<J: Stored>(
-    shared: &Shared<J>,
-    scheduled: Result<CellRef, TimerError>,
-) -> Result<Timeout<J>, TimerError> {
-    match scheduled {
-        Ok(state) => Ok(Timeout::new(state)),
-        Err(e) => Err(refused(shared, e)),
-    }
-}
-
-#[cold]
-fn refused<J: Stored>(shared: &Shared<J>, e: TimerError) -> TimerError {
-    shared.counters.refused.fetch_add(1, Ordering::Relaxed);
-    e
+fn started<J: Stored>(shared: &Arc<Shared<J>>) -> Result<(), TimerError> {
+    start(shared).map_err(|e| shared.refuse(e))
 }
 
 /// Netty's `Timer` interface: code that takes "any timer" takes `&dyn Timer` or `impl Timer`.

@@ -96,11 +96,30 @@ pub struct PeriodicTimeout {
 
 struct Periodic {
     timer: TimerHandle,
-    /// The timeout of the next run (or of the one running). Its lock orders a run's
-    /// reschedule against `cancel()`: `cancelled` is written, and read by the runs, under it.
-    current: Mutex<Option<Timeout>>,
+    /// The timeout of the latest run scheduled (or of the one running), with that run's
+    /// number (the first is 1). Its lock orders the storing of a run's timeout against
+    /// `cancel()`: `cancelled` is written, and read by the runs, under it.
+    current: Mutex<(u64, Option<Timeout>)>,
     cancelled: AtomicBool,
     runs: AtomicU64,
+}
+
+impl Periodic {
+    /// Stores the timeout of run `nth` (`None`: refused, which ends the schedule), or cancels
+    /// it if the task was cancelled first. Run `nth` may have run already (on an executor) and
+    /// stored its successor's: that one is kept.
+    fn store(&self, nth: u64, timeout: Option<Timeout>) {
+        let mut current = lock(&self.current);
+        // Relaxed: under the lock (see `Periodic::current`).
+        if self.cancelled.load(Ordering::Relaxed) {
+            drop(current);
+            if let Some(timeout) = timeout {
+                timeout.cancel();
+            }
+        } else if current.0 < nth {
+            *current = (nth, timeout);
+        }
+    }
 }
 
 impl PeriodicTimeout {
@@ -112,9 +131,9 @@ impl PeriodicTimeout {
         if inner.cancelled.swap(true, Ordering::Relaxed) {
             return false;
         }
-        // Under the lock: a run that has just returned reschedules under it too, so it either
-        // sees `cancelled` or has stored the timeout cancelled here.
-        if let Some(current) = current.take() {
+        // Under the lock: a run that has just returned stores its successor's timeout under it
+        // too, so it either sees `cancelled` (and cancels that timeout) or stored it first.
+        if let Some(current) = current.1.take() {
             current.cancel();
         }
         true
@@ -153,6 +172,8 @@ struct PeriodicRun<F> {
     task: F,
     /// This run's deadline, nanoseconds since the timer's origin.
     due: u64,
+    /// This run's number: the first is 1.
+    nth: u64,
     schedule: Schedule,
 }
 
@@ -165,6 +186,7 @@ where
             periodic,
             mut task,
             due,
+            nth,
             schedule,
         } = *self;
         {
@@ -188,8 +210,7 @@ where
                 next_due(due, period, missed, shared.clock.now_upper())
             }
         };
-        let mut current = lock(&periodic.inner.current);
-        // Relaxed: under the lock (see `Periodic::current`).
+        // Relaxed: a hint (`store` looks again under the lock).
         if periodic.inner.cancelled.load(Ordering::Relaxed) {
             return;
         }
@@ -197,10 +218,13 @@ where
             periodic: periodic.clone(),
             task,
             due: next,
+            nth: nth + 1,
             schedule,
         };
-        // A refusal (the timer stopped, or the pending limit) ends the schedule.
-        *current = new_timeout_at(shared, BoxedTask::new(run), next).ok();
+        // Not under the lock: a refused run's task is dropped in the call, and its `Drop` may
+        // cancel the schedule. A refusal (the timer stopped, or the pending limit) ends it.
+        let timeout = new_timeout_at(shared, BoxedTask::new(run), next).ok();
+        periodic.inner.store(nth + 1, timeout);
     }
 }
 
@@ -218,7 +242,7 @@ where
             timer: TimerHandle {
                 shared: Arc::clone(shared),
             },
-            current: Mutex::new(None),
+            current: Mutex::new((0, None)),
             cancelled: AtomicBool::new(false),
             runs: AtomicU64::new(0),
         }),
@@ -231,13 +255,11 @@ where
         periodic: periodic.clone(),
         task,
         due: first,
+        nth: 1,
         schedule,
     };
-    // Under the lock: the first run may start before the timeout is stored, and it
-    // reschedules under the same lock.
-    let mut current = lock(&periodic.inner.current);
-    *current = Some(new_timeout_at(shared, BoxedTask::new(run), first)?);
-    drop(current);
+    let timeout = new_timeout_at(shared, BoxedTask::new(run), first)?;
+    periodic.inner.store(1, Some(timeout));
     Ok(periodic)
 }
 

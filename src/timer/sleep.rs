@@ -4,7 +4,7 @@
 //! `loom-tests/tests/sleep_future.rs`). `Deadline` and `Interval` build on it. Uses the owner's
 //! scheduling, the shared state's cells and clock.
 
-use super::{accepted, start};
+use super::started;
 use crate::clock::duration_to_nanos;
 use crate::shared::cells::End;
 use crate::shared::{Shared, TimerHandle};
@@ -201,8 +201,8 @@ impl Sleep {
 }
 
 fn arm(shared: &Arc<Shared>, deadline: u64, now: u64) -> Scheduled {
-    let scheduled = start(shared).and_then(|()| shared.schedule_wake_at(deadline, now));
-    match accepted(shared, scheduled) {
+    let scheduled = started(shared).and_then(|()| shared.schedule_wake_at(deadline, now));
+    match scheduled.map(Timeout::new) {
         Ok(timeout) => Scheduled::Armed(timeout),
         Err(error) => Scheduled::Refused(Box::new(Refused {
             error,

@@ -39,7 +39,8 @@ pub struct TimerStats {
     /// [`TimerError::TooManyPending`](crate::TimerError::TooManyPending)).
     pub refused: u64,
     /// Panics of user code caught and logged: tasks, a task's `Drop` when dropped unrun, a future's
-    /// waker, the executor. Each is counted once; the timer goes on.
+    /// waker, the executor. Each is counted once; the timer goes on. (The executor's own `Drop`,
+    /// run as the stopped timer lets its worker go, is caught and logged only.)
     pub panicked: u64,
     /// The latest a timeout fired after its deadline (by the worker's clock at its tick).
     pub late_max: Duration,

@@ -302,18 +302,22 @@ impl<S: Vacancy, const BITS: u32, const LANES: usize> Slab<S, BITS, LANES> {
         self.pages.iter().flatten()
     }
 
-    /// Drops every value, in key order, keeping the pages (as `Vec::clear` keeps capacity). A
-    /// drop that panics leaves an empty slab (the rest dropped as the panic unwinds).
+    /// Drops every value, in key order, keeping the pages (as `Vec::clear` keeps capacity). The
+    /// slab is empty before the first drop; every value is dropped even if some drops panic,
+    /// and the first such panic then goes on.
     pub(crate) fn clear(&mut self) {
         debug_assert_eq!(LANES, 1, "a slab of lanes is emptied by release");
-        let mut pages = std::mem::take(self).pages;
-        for page in &mut pages {
-            page.clear();
-        }
+        let mut pages = std::mem::take(&mut self.pages);
+        *self = Slab::new();
+        let dropped = drop_each(pages.iter_mut().flat_map(|page| page.drain(..)));
         self.pages = pages;
+        if let Err(panic) = dropped {
+            std::panic::resume_unwind(panic);
+        }
     }
 
-    /// Empties the slab and gives its memory back; the values are dropped in key order.
+    /// Empties the slab and gives its memory back; the values are dropped in key order (as
+    /// the slab's `Drop`).
     pub(crate) fn release(&mut self) {
         // Emptied first, so that a value's drop that panics leaves an empty slab behind.
         drop(std::mem::take(self));
@@ -321,7 +325,8 @@ impl<S: Vacancy, const BITS: u32, const LANES: usize> Slab<S, BITS, LANES> {
 
     /// Empties the slab and gives its memory back; the values, in key order.
     pub(crate) fn drain(&mut self) -> impl Iterator<Item = S> {
-        let pages = std::mem::take(self).pages;
+        let pages = std::mem::take(&mut self.pages);
+        *self = Slab::new();
         pages
             .into_iter()
             .flatten()
@@ -369,6 +374,34 @@ impl<S: Vacancy, const BITS: u32, const LANES: usize> Slab<S, BITS, LANES> {
             }
         }
     }
+}
+
+impl<S, const BITS: u32, const LANES: usize> Drop for Slab<S, BITS, LANES> {
+    /// Drops every value, in key order, even if some drops panic; the first panic then goes on
+    /// (dropped in one go, a second panicking value would abort the process).
+    fn drop(&mut self) {
+        let pages = std::mem::take(&mut self.pages);
+        if let Err(panic) = drop_each(pages.into_iter().flatten()) {
+            std::panic::resume_unwind(panic);
+        }
+    }
+}
+
+/// Drops each item under its own catch, so that every item is dropped whatever the others'
+/// drops do (user code, which may panic); the first panic, for the caller to go on with.
+pub(crate) fn drop_each<T>(items: impl IntoIterator<Item = T>) -> std::thread::Result<()> {
+    let mut first = Ok(());
+    if !std::mem::needs_drop::<T>() {
+        items.into_iter().for_each(drop);
+        return first;
+    }
+    for item in items {
+        let dropped = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(item)));
+        if first.is_ok() {
+            first = dropped;
+        }
+    }
+    first
 }
 
 impl<S, const BITS: u32, const LANES: usize> std::ops::Index<u32> for Slab<S, BITS, LANES> {

@@ -46,7 +46,7 @@ pub(crate) use thread::{thread_main, turn};
 
 use crate::shared::batch::PendingBatch;
 use crate::shared::cells::{CellRef, ChunkTable, Settling};
-use crate::shared::{catch_user_panic, BoxedTask, Executor, Shared, Stored};
+use crate::shared::{catch_user_panic, drop_caught, BoxedTask, Executor, Shared, Stored};
 use crate::sync::{Arc, Batch};
 use crate::wheel::{Wheel, NO_INDEX};
 use executor::ExecutorJob;
@@ -381,6 +381,11 @@ impl<J: Stored> Drop for Worker<J> {
         }
         for state in self.drain() {
             drop(state.cancel_never_run());
+        }
+        // The executor is user code: a `Drop` that panics must not unwind a `stop()` with
+        // timeouts yet to end (`drain_queues`).
+        if !drop_caught(self.executor.take()) {
+            log::warn!("the executor's Drop panicked; the timer goes on stopping");
         }
     }
 }

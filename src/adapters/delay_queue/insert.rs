@@ -207,9 +207,7 @@ impl<T> DelayQueue<T> {
         let shared = &self.timer.shared;
         // Nothing armed, or the item is due: the waiting task looks at the wheel on its next poll.
         if self.sleep.is_none() || deadline <= shared.clock.now() {
-            if let Some(waker) = self.waker.take() {
-                waker.wake();
-            }
+            self.wake_waiting();
             return;
         }
         let fire = (deadline / self.tick_nanos).max(self.tick);

@@ -2,7 +2,9 @@
 //! value: [`Slot`], lookup, removal, emptying, memory. Touches the wheel and the clock.
 
 use super::{DelayQueue, Expired, Key, BUCKETS, UNARMED};
+use crate::shared::catch_user_panic;
 use crate::wheel::{Vacancy, Wheel, MAX_ENTRIES};
+use std::panic::AssertUnwindSafe;
 use std::time::Instant;
 
 /// A stamp and a value; a waiting item's deadline is in the wheel, under the slot's index.
@@ -141,18 +143,31 @@ impl<T> DelayQueue<T> {
         }
     }
 
-    /// Emptied: drops the `Sleep`, restarts the slab at 0 (stamps keep keys apart), wakes the task.
+    /// Emptied: drops the `Sleep`, restarts the slab at 0 (stamps keep keys apart), wakes the
+    /// task. The queue is whole and empty before user code runs; every value is dropped even if
+    /// some drops panic, and the first such panic goes on once the task is woken.
     pub(super) fn emptied(&mut self) {
         self.sleep = None;
         self.armed = UNARMED;
         self.ready.clear();
         self.wheel.release_nodes();
-        if let Some(waker) = self.waker.take() {
-            waker.wake();
+        let dropped = std::panic::catch_unwind(AssertUnwindSafe(|| self.slots.clear()));
+        self.wake_waiting();
+        if let Err(panic) = dropped {
+            std::panic::resume_unwind(panic);
         }
-        // Last, as a value's drop may panic: the queue is whole and empty by then, the slab's
-        // length 0 before the first drop (the rest drop as the panic unwinds).
-        self.slots.clear();
+    }
+
+    /// Wakes the task waiting on the queue, if any. A waker that panics is counted and logged,
+    /// as the timer's own wakers are: the queue's caller (with an item in hand, maybe) is not
+    /// the waker's owner.
+    pub(super) fn wake_waiting(&mut self) {
+        if let Some(waker) = self.waker.take() {
+            if !catch_user_panic(|| waker.wake()) {
+                let counters = &self.timer.shared.counters;
+                counters.user_code_panicked("a DelayQueue's waker");
+            }
+        }
     }
 
     /// When the item under `key` is due.
@@ -178,8 +193,9 @@ impl<T> DelayQueue<T> {
         self.timer.shared.clock.instant_at(nanos)
     }
 
-    /// Drops every item and wakes a waiting task (it sees `Ready(None)`). If a value's drop
-    /// panics, the queue is empty all the same, and the rest drop as the panic unwinds.
+    /// Drops every item and wakes a waiting task (it sees `Ready(None)`). If values' drops
+    /// panic, every item is dropped all the same and the queue is empty; the first panic then
+    /// goes on.
     ///
     /// ```
     /// # use hashed_timer_wheel::{DelayQueue, HashedWheelTimer};
