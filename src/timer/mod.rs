@@ -53,7 +53,7 @@ pub fn advance_clock(timer: &HashedWheelTimer, to: Duration) {
     let now = crate::clock::duration_to_nanos(to);
     shared.clock.advance_to(now);
     // Pairs with the fence in the worker's `sleep_until_end_of`.
-    crate::sync::fence(Ordering::SeqCst);
+    crate::sync::fence(crate::sync::Ordering::SeqCst);
     let planned = shared.plan();
     let ends = planned.saturating_add(1).saturating_mul(shared.tick_nanos);
     if planned < crate::shared::AWAKE && ends <= now {
