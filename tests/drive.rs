@@ -265,3 +265,104 @@ fn a_dropped_driver_frees_itself() {
     // The ticks are the thread's again.
     assert_eq!(thread_of_task(&timer, ms(5)), THREAD);
 }
+
+/// A driver that stalls while its plan is far away (one long timeout in the wheel): a new,
+/// earlier deadline unparks the watching thread too, so it fires within the grace, not when the
+/// long one would.
+#[test]
+fn a_stalled_driver_with_a_far_plan_leaves_an_earlier_deadline_within_the_grace() {
+    let timer = timer();
+    let mut drive = Box::pin(timer.drive(|_| std::future::pending::<()>()));
+    assert!(drive
+        .as_mut()
+        .poll(&mut Context::from_waker(Waker::noop()))
+        .is_pending());
+    let _far = timer.new_timeout(|_: &Timeout| {}, Duration::from_secs(5));
+    // The watchdog's turn moves it into the wheel: the plan is 5 s away.
+    std::thread::sleep(ms(100));
+    let (tx, rx) = std::sync::mpsc::channel();
+    let start = Instant::now();
+    timer
+        .new_timeout(move |_: &Timeout| tx.send(Instant::now()).unwrap(), ms(5))
+        .unwrap();
+    let fired = rx.recv_timeout(Duration::from_secs(30)).unwrap() - start;
+    // 5 ms plus the 32 ticks' grace, with room for a loaded host; the far plan would be ~4.9 s.
+    assert!(fired >= ms(5) && fired < ms(1000), "fired after {fired:?}");
+    drop(drive);
+}
+
+/// One of two drivers dropped while the other goes on: the timer stays on time. Producers no
+/// longer wake the dropped one's task; the thread runs the ticks until the other is polled.
+#[test]
+fn dropping_one_of_two_drivers_leaves_the_timer_on_time() {
+    const TICK: u64 = 20;
+    let timer = HashedWheelTimer::builder()
+        .tick_duration(ms(TICK))
+        .build()
+        .unwrap();
+    let rt = runtime();
+    let _first = rt.spawn(timer.drive(|at| tokio::time::sleep_until(at.into())));
+    std::thread::sleep(ms(50));
+    let second = rt.spawn(timer.drive(|at| tokio::time::sleep_until(at.into())));
+    std::thread::sleep(ms(50));
+    rt.block_on(async {
+        second.abort();
+        assert!(second.await.unwrap_err().is_cancelled());
+        for _ in 0..3 {
+            let start = Instant::now();
+            timer.sleep(ms(30)).await.unwrap();
+            let took = start.elapsed();
+            // Within 2 ticks and a loaded host's delays; not the watchdog's 32 ticks (640 ms).
+            assert!(
+                took >= ms(30) && took < ms(400),
+                "a 30 ms sleep took {took:?}"
+            );
+        }
+    });
+}
+
+/// A waker that panics in its `Drop` (when its last clone goes).
+struct PanicsWhenDropped;
+
+impl std::task::Wake for PanicsWhenDropped {
+    fn wake(self: Arc<Self>) {}
+}
+
+impl Drop for PanicsWhenDropped {
+    fn drop(&mut self) {
+        panic!("a runtime's waker panics in its Drop (on purpose)");
+    }
+}
+
+/// A `Drive` dropped whose task's waker panics in its `Drop`: the panic is caught and counted,
+/// and the ticks are handed back to the thread (a timeout fires on time, not 32 ticks late).
+#[test]
+fn a_drive_dropped_with_a_waker_that_panics_in_drop_hands_the_ticks_back() {
+    const TICK: u64 = 20;
+    let timer = HashedWheelTimer::builder()
+        .tick_duration(ms(TICK))
+        .build()
+        .unwrap();
+    let mut drive = Box::pin(timer.drive(|_| std::future::pending::<()>()));
+    let waker = Waker::from(Arc::new(PanicsWhenDropped));
+    assert!(drive
+        .as_mut()
+        .poll(&mut Context::from_waker(&waker))
+        .is_pending());
+    drop(waker); // the drive holds the last clones
+    drop(drive);
+    assert_eq!(timer.stats().panicked, 1);
+    let (tx, rx) = std::sync::mpsc::channel();
+    let start = Instant::now();
+    timer
+        .new_timeout(
+            move |_: &Timeout| tx.send(Instant::now()).unwrap(),
+            ms(3 * TICK),
+        )
+        .unwrap();
+    let fired = rx.recv_timeout(Duration::from_secs(30)).unwrap() - start;
+    assert!(
+        fired >= ms(3 * TICK) && fired < ms(16 * TICK),
+        "fired after {fired:?}"
+    );
+}

@@ -826,3 +826,55 @@ fn a_refused_timeout_whose_drop_panics_is_counted() {
     assert_eq!(timer.stats().refused, 2);
     assert_eq!(timer.pending_timeouts(), 1);
 }
+
+/// Set: the next clone of a `clone_bomb_waker` panics. Counts the wake-ups of every clone.
+static CLONE_BOMB: AtomicBool = AtomicBool::new(false);
+static CLONE_BOMB_WOKEN: AtomicUsize = AtomicUsize::new(0);
+
+/// A waker whose clone panics once `CLONE_BOMB` is set (a `Wake` waker's clone cannot panic).
+fn clone_bomb_waker() -> Waker {
+    use std::task::{RawWaker, RawWakerVTable};
+    fn clone(_: *const ()) -> RawWaker {
+        if CLONE_BOMB.swap(false, SeqCst) {
+            panic!("a waker panics in its clone (on purpose)");
+        }
+        RawWaker::new(std::ptr::null(), &VTABLE)
+    }
+    fn wake(_: *const ()) {
+        CLONE_BOMB_WOKEN.fetch_add(1, SeqCst);
+    }
+    fn drop(_: *const ()) {}
+    static VTABLE: RawWakerVTable = RawWakerVTable::new(clone, wake, wake, drop);
+    // SAFETY: no function of the vtable reads the data pointer (null), and each is safe to call
+    // from any thread any number of times, as `RawWaker`'s contract asks.
+    unsafe { Waker::from_raw(RawWaker::new(std::ptr::null(), &VTABLE)) }
+}
+
+/// A `Sleep` reset while its task waits, whose waker panics as the new timeout keeps a clone:
+/// the task is woken (to poll again and wait on the new timeout) before the panic goes on, so
+/// it is not left waiting for nothing.
+#[test]
+fn a_sleep_reset_whose_waker_panics_in_its_clone_wakes_the_task() {
+    let (timer, driver) = manual_timer(ms(1));
+    let waker = clone_bomb_waker();
+    let mut sleep = timer.sleep(ms(10));
+    assert!(Pin::new(&mut sleep)
+        .poll(&mut Context::from_waker(&waker))
+        .is_pending());
+    CLONE_BOMB.store(true, SeqCst);
+    assert!(catch_unwind(AssertUnwindSafe(|| sleep.reset_after(ms(20)))).is_err());
+    assert_eq!(CLONE_BOMB_WOKEN.load(SeqCst), 1, "woken to poll again");
+    assert!(Pin::new(&mut sleep)
+        .poll(&mut Context::from_waker(&waker))
+        .is_pending());
+    driver.advance(ms(25));
+    assert_eq!(
+        CLONE_BOMB_WOKEN.load(SeqCst),
+        2,
+        "woken at the new deadline"
+    );
+    assert!(Pin::new(&mut sleep)
+        .poll(&mut Context::from_waker(&waker))
+        .is_ready());
+    assert_eq!(timer.pending_timeouts(), 0);
+}

@@ -30,7 +30,7 @@ pub(crate) mod small_task;
 mod task_storage;
 
 pub(crate) use counters::{Counters, LATENESS_CLASSES};
-pub(crate) use plan::AWAKE;
+pub(crate) use plan::{AWAKE, DRIVEN_GRACE_TICKS};
 pub(crate) use task_storage::{sealed, Enqueue, Fresh, Job};
 pub use task_storage::{BoxedTask, Stored};
 
@@ -166,6 +166,9 @@ pub(crate) struct Control {
     /// The thread, watching over a driver, parks with no deadline (nothing was pending at its
     /// last turn): a driver whose turn plans a tick unparks it.
     pub(crate) watchdog_parked: bool,
+    /// The tick at whose end the thread, watching over a driver, wakes: a producer lowering the
+    /// plan well below it unparks the thread too (`Shared::unpark_worker`).
+    pub(crate) watchdog_until: u64,
 }
 
 impl<J: Stored> Shared<J> {
@@ -248,8 +251,10 @@ impl<J: Stored> Shared<J> {
         }
     }
 
+    /// A driver is attached and can be woken: it has been polled since the last one went.
     pub(crate) fn is_driven(&self) -> bool {
-        lock(&self.control).drivers > 0
+        let control = lock(&self.control);
+        control.drivers > 0 && control.driver_waker.is_some()
     }
 
     pub(crate) fn on_worker_thread(&self) -> bool {

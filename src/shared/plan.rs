@@ -11,6 +11,10 @@ use crate::sync::{lock, Ordering};
 /// means parked with no deadline; real ticks stay far below both.)
 pub(crate) const AWAKE: u64 = u64::MAX - 1;
 
+/// Ticks the thread sleeps past a driver's plan before running a turn itself: how late
+/// timeouts can be if the driver stops being polled (its runtime shut down or blocked).
+pub(crate) const DRIVEN_GRACE_TICKS: u64 = 32;
+
 impl<J: Stored> Shared<J> {
     /// `wake_by` for `now`'s tick, with no division on the common path: plan `p` is past that
     /// tick exactly when `p * tick_nanos > now`.
@@ -37,7 +41,7 @@ impl<J: Stored> Shared<J> {
                 Ordering::SeqCst,
             ) {
                 Ok(_) => {
-                    self.unpark_worker(planned == u64::MAX);
+                    self.unpark_worker(planned == u64::MAX, tick);
                     return;
                 }
                 Err(actual) => planned = actual,
@@ -45,15 +49,18 @@ impl<J: Stored> Shared<J> {
         }
     }
 
-    /// Wakes an attached driver, else the worker thread; the thread too if the worker was idle
-    /// (`from_idle`), to watch over the driver again.
+    /// Wakes an attached driver, else the worker thread, for a plan lowered to `tick`; the
+    /// thread too if the worker was idle (`from_idle`), to watch over the driver again, or if
+    /// it watches until more than the driver's grace past `tick` (a driver that is not polled
+    /// then leaves the timeout no later than that grace).
     #[cold]
-    pub(crate) fn unpark_worker(&self, from_idle: bool) {
+    pub(crate) fn unpark_worker(&self, from_idle: bool, tick: u64) {
         let control = lock(&self.control);
-        let thread = control
-            .worker_thread
-            .clone()
-            .filter(|_| from_idle || control.driver_waker.is_none());
+        let thread = control.worker_thread.clone().filter(|_| {
+            from_idle
+                || control.driver_waker.is_none()
+                || tick.saturating_add(DRIVEN_GRACE_TICKS) < control.watchdog_until
+        });
         let driver = control.driver_waker.clone();
         drop(control);
         if let Some(thread) = thread {

@@ -100,6 +100,8 @@ impl Wait {
 }
 
 #[cfg(not(loom))]
+pub(super) use timer_ref::forget as forget_timer;
+#[cfg(not(loom))]
 use timer_ref::TimerRef;
 
 /// Which timer an unarmed deadline belongs to, found again without a reference count.
@@ -183,6 +185,11 @@ mod timer_ref {
         fn register(shared: &Arc<Shared>) -> TimerRef {
             let key = {
                 let mut slots = SLOTS.lock().unwrap_or_else(PoisonError::into_inner);
+                // Under the table's lock, which `forget` takes after the shutdown: a stopped
+                // timer is not remembered again (its deadlines find it gone, as stopped).
+                if shared.is_shutdown() {
+                    return TimerRef::GONE;
+                }
                 // A `Weak` keeps its allocation, so a slot at this address is this timer's.
                 let same = |slot: &Slot| std::ptr::eq(slot.timer.as_ptr(), Arc::as_ptr(shared));
                 let index = match slots.iter().position(same) {
@@ -218,6 +225,12 @@ mod timer_ref {
             key
         }
 
+        /// Names no timer: a stopped one's.
+        const GONE: TimerRef = TimerRef {
+            index: u32::MAX,
+            generation: 0,
+        };
+
         pub(super) fn upgrade(self) -> Option<Arc<Shared>> {
             let local = LAST.try_with(|last| {
                 last.borrow()
@@ -237,11 +250,42 @@ mod timer_ref {
             }
         }
     }
+
+    /// Lets go of a stopped timer, named by its address: its slot and this thread's memory of
+    /// it no longer keep its allocation (a `Weak` does), and its deadlines find it gone.
+    pub(in crate::timer) fn forget(timer: *const ()) {
+        let is_it = |weak: &Weak<Shared>| std::ptr::eq(weak.as_ptr().cast::<()>(), timer);
+        let slot_weak = {
+            let mut slots = SLOTS.lock().unwrap_or_else(PoisonError::into_inner);
+            slots
+                .iter_mut()
+                .find(|slot| is_it(&slot.timer))
+                .map(|slot| {
+                    slot.generation += 1;
+                    std::mem::take(&mut slot.timer)
+                })
+        };
+        // Outside the table's lock, as in `register`.
+        drop(slot_weak);
+        let _ = LAST.try_with(|last| {
+            let forgotten = last.borrow_mut().iter_mut().find_map(|entry| {
+                entry
+                    .as_ref()
+                    .is_some_and(|(_, weak)| is_it(weak))
+                    .then(|| entry.take())
+            });
+            drop(forgotten);
+        });
+    }
 }
 
 /// Under loom (one thread for all, sharing thread locals) a deadline holds its timer.
 #[cfg(loom)]
 struct TimerRef(Arc<Shared>);
+
+/// Under loom a deadline holds its timer: there is nothing to let go of.
+#[cfg(loom)]
+pub(super) fn forget_timer(_timer: *const ()) {}
 
 #[cfg(loom)]
 impl TimerRef {

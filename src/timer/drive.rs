@@ -4,7 +4,7 @@
 //! driver.
 
 use super::lifecycle;
-use crate::shared::{catch_user_panic, Shared, AWAKE};
+use crate::shared::{catch_user_panic, drop_caught, Shared, AWAKE};
 use crate::sync::{lock, try_lock, Arc, AtomicBool, AtomicU64, Mutex, Ordering};
 use crate::wheel::drop_each;
 use std::collections::VecDeque;
@@ -24,8 +24,10 @@ use std::time::Instant;
 /// them short.
 ///
 /// The timer's thread stays as a watchdog: if the driver is not polled, it runs the ticks, at most
-/// 32 ticks late; dropping the `Drive` hands them back. The timing contract is unchanged. It
-/// completes when the timer stops, at once on a manual timer ([`Builder::build_manual`]).
+/// 32 ticks late; dropping the `Drive` hands them back. Until a `Drive` is first polled, and after
+/// another `Drive` of the timer is dropped until one is polled again, the thread runs the ticks
+/// itself. The timing contract is unchanged. It completes when the timer stops, at once on a
+/// manual timer ([`Builder::build_manual`]).
 ///
 /// [`Builder::build_manual`]: crate::Builder::build_manual
 ///
@@ -270,21 +272,29 @@ where
 }
 
 impl<F, S> Drop for Drive<F, S> {
-    /// Hands the ticks back to the worker thread.
+    /// Hands the ticks back to the worker thread. Other drivers, if any, run them again once
+    /// polled: until then nothing wakes them, so the thread runs the turns.
     fn drop(&mut self) {
-        // The sleeps hold the driver as their waker: drop them, or it keeps itself alive. Last,
-        // each under a catch: they are the runtime's (user code), and the ticks are handed back
-        // whatever their drops do.
-        let sleeps = std::mem::take(&mut lock(&self.inner.state).sleeps);
-        let mut control = lock(&self.inner.shared.control);
+        // The sleeps hold the driver as their waker: drop them, or it keeps itself alive.
+        let (sleeps, task) = {
+            let mut state = lock(&self.inner.state);
+            (std::mem::take(&mut state.sleeps), state.task.take())
+        };
+        let shared = &self.inner.shared;
+        let mut control = lock(&shared.control);
         control.drivers -= 1;
-        if control.drivers == 0 {
-            control.driver_waker = None;
-            if let Some(thread) = &control.worker_thread {
-                thread.unpark();
-            }
+        let waker = control.driver_waker.take();
+        if let Some(thread) = &control.worker_thread {
+            thread.unpark();
         }
         drop(control);
+        // Last, each under a catch: the runtime's wakers and sleeps are user code, and the
+        // ticks are handed back whatever their drops do.
+        for waker in [waker, task] {
+            if !drop_caught(waker) {
+                shared.counters.user_code_panicked("a driver's waker");
+            }
+        }
         if let Err(panic) = drop_each(sleeps) {
             std::panic::resume_unwind(panic);
         }

@@ -103,6 +103,7 @@ pub(super) fn stop<J: Stored>(shared: &Arc<Shared<J>>) -> Result<Vec<Timeout<J>>
         return Ok(Vec::new());
     }
     uncount(shared);
+    super::deadline::forget_timer(Arc::as_ptr(shared).cast());
     // A runtime's driver completes once it sees SHUTDOWN: it may be waiting to be woken.
     wake_driver(shared);
     if let Some(join) = join {
@@ -158,6 +159,7 @@ pub(super) fn shutdown_from_worker<J: Stored>(shared: &Shared<J>) {
     };
     shared.mark_owner_dropped_in_task();
     uncount(shared);
+    super::deadline::forget_timer(std::ptr::from_ref(shared).cast());
     wake_driver(shared);
     // Detached: the thread (or a driver, after its turn) drops the worker. Unparked, in case it
     // sleeps with no deadline.

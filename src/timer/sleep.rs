@@ -12,6 +12,7 @@ use crate::sync::Arc;
 use crate::{HashedWheelTimer, Timeout, TimerError};
 use std::fmt;
 use std::future::Future;
+use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
@@ -188,7 +189,17 @@ impl Sleep {
             old.cancel();
             if let Some(waker) = old.state.take_waker() {
                 let wait = match &self.scheduled {
-                    Scheduled::Armed(new) => new.state.poll_end(&waker).is_none(),
+                    Scheduled::Armed(new) => {
+                        // The slot keeps a clone: the waker's, user code that may panic. The
+                        // task is then woken, to poll again, before the panic goes on.
+                        match catch_unwind(AssertUnwindSafe(|| new.state.poll_end(&waker))) {
+                            Ok(end) => end.is_none(),
+                            Err(panic) => {
+                                waker.wake();
+                                resume_unwind(panic);
+                            }
+                        }
+                    }
                     // Refused: the sleep is complete, and its task must hear so.
                     Scheduled::Refused(_) => false,
                 };

@@ -3,12 +3,8 @@
 //! `shared` (plan, queues, clock) and `sync`; never the owner (`timer` spawns and joins this).
 
 use super::Worker;
-use crate::shared::{Shared, Stored, AWAKE};
+use crate::shared::{Shared, Stored, AWAKE, DRIVEN_GRACE_TICKS};
 use crate::sync::{lock, thread, Arc};
-
-/// Ticks the thread sleeps past a driver's plan before running a turn itself: how late
-/// timeouts can be if the driver stops being polled (its runtime shut down or blocked).
-pub(crate) const DRIVEN_GRACE_TICKS: u64 = 32;
 
 /// A turn whenever one is due, then a sleep until the plan's tick ends. While a runtime's
 /// driver is attached, it runs the turns and the thread only watches (`DRIVEN_GRACE_TICKS`).
@@ -18,7 +14,9 @@ pub(crate) fn thread_main<J: Stored>(shared: Arc<Shared<J>>) {
     loop {
         if let Some(wake) = driver_keeping_up(&shared) {
             // A driver ran the turns due: nothing to do.
-            sleep_until_end_of(&shared, wake);
+            if watch_until(&shared, wake) {
+                sleep_until_end_of(&shared, wake);
+            }
             continue;
         }
         let Some(plan) = locked_turn(&shared) else {
@@ -77,11 +75,23 @@ fn wake_tick<J: Stored>(shared: &Shared<J>, plan: u64) -> Option<u64> {
         return watch_parked(shared).then_some(plan);
     }
     if shared.is_driven() {
+        let wake = plan.saturating_add(DRIVEN_GRACE_TICKS);
+        let watching = watch_until(shared, wake);
         // The driver may sleep past a plan this turn lowered: it is woken to plan again.
-        shared.unpark_worker(false);
-        return Some(plan.saturating_add(DRIVEN_GRACE_TICKS));
+        shared.unpark_worker(false, plan);
+        return watching.then_some(wake);
     }
     Some(plan)
+}
+
+/// Notes that the thread watches over a driver until the end of tick `wake`, for producers that
+/// lower the plan well below it (`Shared::unpark_worker`), then rechecks the plan: false (do not
+/// sleep) if a producer lowered it since, as it may have looked before the note.
+fn watch_until<J: Stored>(shared: &Shared<J>, wake: u64) -> bool {
+    lock(&shared.control).watchdog_until = wake;
+    // After the lock: a producer that lowered the plan before reading the note (under the same
+    // lock) is seen here.
+    shared.plan().saturating_add(DRIVEN_GRACE_TICKS) >= wake
 }
 
 /// Flags the watchdog parked, for a driver whose turn plans a tick to unpark it, then rechecks
