@@ -12,9 +12,9 @@ pub(crate) fn thread_main<J: Stored>(shared: Arc<Shared<J>>) {
     let _loud = StopOnUnwind(&shared);
     tighten_timer_slack(shared.tick_nanos);
     loop {
-        if let Some(wake) = driver_keeping_up(&shared) {
+        if let Some((plan, wake)) = driver_keeping_up(&shared) {
             // A driver ran the turns due: nothing to do.
-            if watch_until(&shared, wake) {
+            if watch_until(&shared, plan, wake) {
                 sleep_until_end_of(&shared, wake);
             }
             continue;
@@ -41,10 +41,10 @@ pub(crate) fn thread_main<J: Stored>(shared: Arc<Shared<J>>) {
     }
 }
 
-/// While a driver keeps up (plan under `DRIVEN_GRACE_TICKS` behind the clock), the tick the
-/// watchdog sleeps until; `None` when the thread must run a turn: no driver, nothing planned
-/// (the turn parks the watchdog), a turn under way, or a driver behind.
-fn driver_keeping_up<J: Stored>(shared: &Shared<J>) -> Option<u64> {
+/// While a driver keeps up (plan under `DRIVEN_GRACE_TICKS` behind the clock), its plan and the
+/// tick the watchdog sleeps until; `None` when the thread must run a turn: no driver, nothing
+/// planned (the turn parks the watchdog), a turn under way, or a driver behind.
+fn driver_keeping_up<J: Stored>(shared: &Shared<J>) -> Option<(u64, u64)> {
     if shared.is_shutdown() || !shared.is_driven() {
         return None;
     }
@@ -54,7 +54,8 @@ fn driver_keeping_up<J: Stored>(shared: &Shared<J>) -> Option<u64> {
         return None;
     }
     let now = shared.clock.now() / shared.tick_nanos;
-    (plan.saturating_add(DRIVEN_GRACE_TICKS) > now).then(|| plan.max(now) + DRIVEN_GRACE_TICKS)
+    (plan.saturating_add(DRIVEN_GRACE_TICKS) > now)
+        .then(|| (plan, plan.max(now) + DRIVEN_GRACE_TICKS))
 }
 
 /// A [`turn`] under the worker's lock: its plan, or `None` once the loop must end (the worker
@@ -76,7 +77,7 @@ fn wake_tick<J: Stored>(shared: &Shared<J>, plan: u64) -> Option<u64> {
     }
     if shared.is_driven() {
         let wake = plan.saturating_add(DRIVEN_GRACE_TICKS);
-        let watching = watch_until(shared, wake);
+        let watching = watch_until(shared, plan, wake);
         // The driver may sleep past a plan this turn lowered: it is woken to plan again.
         shared.unpark_worker(false, plan);
         return watching.then_some(wake);
@@ -84,14 +85,15 @@ fn wake_tick<J: Stored>(shared: &Shared<J>, plan: u64) -> Option<u64> {
     Some(plan)
 }
 
-/// Notes that the thread watches over a driver until the end of tick `wake`, for producers that
-/// lower the plan well below it (`Shared::unpark_worker`), then rechecks the plan: false (do not
-/// sleep) if a producer lowered it since, as it may have looked before the note.
-fn watch_until<J: Stored>(shared: &Shared<J>, wake: u64) -> bool {
+/// Notes that the thread, having seen the driver's `plan`, watches over it until the end of
+/// tick `wake`, for producers that lower the plan well below that (`Shared::unpark_worker`);
+/// then rechecks the plan: false (do not sleep) if a producer lowered it since, as it may have
+/// looked before the note.
+fn watch_until<J: Stored>(shared: &Shared<J>, plan: u64, wake: u64) -> bool {
     lock(&shared.control).watchdog_until = wake;
     // After the lock: a producer that lowered the plan before reading the note (under the same
-    // lock) is seen here.
-    shared.plan().saturating_add(DRIVEN_GRACE_TICKS) >= wake
+    // lock) is seen here. (A turn's `AWAKE` or a later plan is no lowering.)
+    shared.plan() >= plan
 }
 
 /// Flags the watchdog parked, for a driver whose turn plans a tick to unpark it, then rechecks
