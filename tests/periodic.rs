@@ -219,3 +219,81 @@ fn runs_never_overlap_on_an_executor() {
     assert_eq!(overlapped.load(SeqCst), 0);
     assert_eq!(periodic.runs(), 5);
 }
+
+/// Runs on a thread each while another thread moves the manual clock without pause (a run's
+/// successor may then fire before the run that scheduled it has stored its timeout, which the
+/// schedule allows for; rare, as the store follows at once). Runs never overlap; once
+/// `cancel()` has returned and the runs under way have ended, no run starts; nothing stays
+/// pending.
+#[test]
+fn runs_on_threads_of_their_own_under_a_moving_clock_end_with_cancel() {
+    let (timer, driver) = HashedWheelTimer::builder()
+        .tick_duration(MS)
+        .ticks_per_wheel(64)
+        .executor(|job: Box<dyn FnOnce() + Send>| {
+            std::thread::spawn(job);
+        })
+        .build_manual()
+        .unwrap();
+    let (active, overlapped, bodies) = (
+        Arc::new(AtomicUsize::new(0)),
+        Arc::new(AtomicUsize::new(0)),
+        Arc::new(AtomicUsize::new(0)),
+    );
+    let (a, o, b) = (active.clone(), overlapped.clone(), bodies.clone());
+    let periodic = timer
+        .schedule_at_fixed_rate(
+            move |_: &PeriodicTimeout| {
+                if a.fetch_add(1, SeqCst) > 0 {
+                    o.fetch_add(1, SeqCst);
+                }
+                b.fetch_add(1, SeqCst);
+                a.fetch_sub(1, SeqCst);
+            },
+            MS,
+            MS,
+            MissedRuns::Burst,
+        )
+        .unwrap();
+    let moving = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let clock = {
+        let (driver, moving) = (driver.clone(), moving.clone());
+        std::thread::spawn(move || {
+            while moving.load(SeqCst) {
+                driver.advance(MS);
+                std::thread::yield_now();
+            }
+        })
+    };
+    let start = std::time::Instant::now();
+    while bodies.load(SeqCst) < 2000 {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "2000 runs within a minute"
+        );
+        std::thread::sleep(MS);
+    }
+    assert!(periodic.cancel());
+    // The runs under way end; then no run may start, however far the clock moves.
+    let settled = || {
+        let before = bodies.load(SeqCst);
+        std::thread::sleep(20 * MS);
+        active.load(SeqCst) == 0 && bodies.load(SeqCst) == before
+    };
+    while !settled() {}
+    let after_cancel = bodies.load(SeqCst);
+    std::thread::sleep(50 * MS);
+    moving.store(false, SeqCst);
+    clock.join().unwrap();
+    driver.advance(10 * MS);
+    std::thread::sleep(20 * MS);
+    assert_eq!(
+        bodies.load(SeqCst),
+        after_cancel,
+        "a run started after cancel()"
+    );
+    assert_eq!(overlapped.load(SeqCst), 0);
+    assert_eq!(periodic.runs() as usize, after_cancel);
+    assert_eq!(timer.pending_timeouts(), 0);
+    assert!(timer.stop().unwrap().is_empty());
+}
