@@ -32,6 +32,8 @@ pub enum BuildError {
         /// The wheel length, after rounding up to a power of two.
         wheel_len: usize,
     },
+    /// The worker thread's name holds a NUL byte, which no thread name may.
+    ThreadNameWithNul,
 }
 
 impl fmt::Display for BuildError {
@@ -52,6 +54,7 @@ impl fmt::Display for BuildError {
                 f,
                 "tick duration {tick_duration:?} times wheel length {wheel_len} overflows 64-bit nanoseconds"
             ),
+            BuildError::ThreadNameWithNul => f.write_str("the thread name may not hold a NUL byte"),
         }
     }
 }

@@ -990,3 +990,23 @@ fn a_queue_is_send_and_sync_and_its_types_debug() {
     assert!(format!("{queue:?}").contains("len: 1"));
     assert!(format!("{key:?}").contains("Key"));
 }
+
+/// Room for more items than any queue holds is refused at once with a panic (tokio-util's
+/// "capacity overflow"), not by the allocator aborting the process page after page.
+#[test]
+fn room_for_more_than_a_queue_holds_is_a_capacity_overflow_panic() {
+    let (timer, _driver) = manual();
+    let overflow = |f: &mut dyn FnMut()| {
+        let panic = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_err();
+        let msg = panic.downcast_ref::<String>().cloned().unwrap_or_default();
+        assert!(msg.contains("capacity overflow"), "{msg:?}");
+    };
+    overflow(&mut || drop(DelayQueue::<u64>::with_capacity(timer.handle(), usize::MAX)));
+    let mut queue: DelayQueue<u64> = DelayQueue::new(timer.handle());
+    queue.insert(1, ms(5));
+    overflow(&mut || queue.reserve(usize::MAX));
+    overflow(&mut || queue.reserve((1 << 27) - 1));
+    queue.reserve(1000);
+    assert!(queue.capacity() >= 1001);
+    assert_eq!(queue.len(), 1);
+}

@@ -175,6 +175,15 @@ fn build_reports_every_invalid_argument_as_an_error() {
             wheel_len: 1024
         })
     );
+    // A thread name no thread may have is refused here, not at the first timeout.
+    let named = |name: &str| {
+        HashedWheelTimer::builder()
+            .thread_name(name)
+            .build()
+            .map(drop)
+    };
+    assert_eq!(named("timer\0one"), Err(BuildError::ThreadNameWithNul));
+    assert_eq!(named(""), Ok(()));
     // `build_manual` checks the same way.
     let manual_err = HashedWheelTimer::builder()
         .ticks_per_wheel(0)
@@ -188,6 +197,7 @@ fn build_reports_every_invalid_argument_as_an_error() {
         Box::new(BuildError::ZeroTicksPerWheel),
         Box::new(build(ms(1), usize::MAX).unwrap_err()),
         Box::new(build(huge, 1024).unwrap_err()),
+        Box::new(BuildError::ThreadNameWithNul),
         Box::new(TimerError::Stopped),
         Box::new(TimerError::TooManyPending { pending: 2, max: 2 }),
         Box::new(TimerError::StopFromWorker),
@@ -1184,4 +1194,38 @@ fn a_slow_task_is_counted_and_warned_about() {
     assert!(stats.slow_runs >= 1, "{stats:?}");
     assert!(stats.longest_run >= Duration::from_millis(8), "{stats:?}");
     assert!(logged(log::Level::Warn, "held the timer's worker"));
+}
+
+/// A second `stop()`, racing the first while the worker runs a long task, waits for that task
+/// as the first does, and returns nothing.
+#[test]
+fn a_second_stop_waits_for_the_running_task_too() {
+    init();
+    let timer = HashedWheelTimer::new(ms(1), 64);
+    let state = Arc::new(AtomicUsize::new(0));
+    let s = Arc::clone(&state);
+    timer
+        .new_timeout(
+            move |_: &Timeout| {
+                s.store(1, SeqCst);
+                thread::sleep(ms(300));
+                s.store(2, SeqCst);
+            },
+            Duration::ZERO,
+        )
+        .unwrap();
+    while state.load(SeqCst) == 0 {
+        thread::sleep(ms(1));
+    }
+    let handle = timer.handle();
+    let first = thread::spawn(move || handle.stop().map(|left| left.len()));
+    thread::sleep(ms(50));
+    let second = timer.stop();
+    assert_eq!(
+        state.load(SeqCst),
+        2,
+        "the second stop returned before the task ended"
+    );
+    assert_eq!(second, Ok(Vec::new()));
+    assert_eq!(first.join().unwrap(), Ok(0));
 }

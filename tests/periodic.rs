@@ -297,3 +297,37 @@ fn runs_on_threads_of_their_own_under_a_moving_clock_end_with_cancel() {
     assert_eq!(timer.pending_timeouts(), 0);
     assert!(timer.stop().unwrap().is_empty());
 }
+
+/// A run whose successor the pending limit refuses ends the schedule, and says so:
+/// `is_cancelled()` turns true (and a warning is logged), rather than the task going quiet.
+#[test]
+fn a_successor_refused_at_the_pending_limit_ends_the_schedule_visibly() {
+    let (timer, driver) = HashedWheelTimer::builder()
+        .tick_duration(10 * MS)
+        .max_pending_timeouts(2)
+        .build_manual()
+        .unwrap();
+    let handle = timer.handle();
+    let renew = timer
+        .schedule_at_fixed_rate(
+            move |p: &PeriodicTimeout| {
+                if p.runs() == 1 {
+                    // Fills the limit (the run's own timeout has ended as it runs).
+                    for _ in 0..2 {
+                        let far = Duration::from_secs(60);
+                        let _kept = handle.new_timeout(|_: &hashed_timer_wheel::Timeout| {}, far);
+                    }
+                }
+            },
+            10 * MS,
+            10 * MS,
+            MissedRuns::Burst,
+        )
+        .unwrap();
+    driver.advance(120 * MS);
+    assert_eq!(renew.runs(), 1);
+    assert!(renew.is_cancelled(), "the schedule ended: it says so");
+    assert!(!renew.cancel(), "already ended");
+    assert_eq!(timer.stats().refused, 1);
+    assert_eq!(timer.pending_timeouts(), 2);
+}

@@ -129,8 +129,8 @@ impl Builder {
     /// "Threading model").
     ///
     /// # Errors
-    /// A [`BuildError`] for a zero tick, a zero or above-2^30 `ticks_per_wheel`, or a tick times
-    /// wheel length that overflows 64-bit nanoseconds.
+    /// A [`BuildError`] for a zero tick, a zero or above-2^30 `ticks_per_wheel`, a tick times
+    /// wheel length that overflows 64-bit nanoseconds, or a thread name with a NUL byte.
     ///
     /// ```
     /// use hashed_timer_wheel::{BuildError, HashedWheelTimer};
@@ -247,6 +247,10 @@ impl Builder {
     }
 
     fn tick_and_wheel_len(&self) -> Result<(u64, usize), BuildError> {
+        if self.thread_name.contains('\0') {
+            // The thread would be refused at the first timeout: say so here.
+            return Err(BuildError::ThreadNameWithNul);
+        }
         if self.tick.is_zero() {
             return Err(BuildError::ZeroTickDuration);
         }

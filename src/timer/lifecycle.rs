@@ -100,6 +100,9 @@ pub(super) fn stop<J: Stored>(shared: &Arc<Shared<J>>) -> Result<Vec<Timeout<J>>
         (shared.mark_shutdown(), control.join.take())
     };
     if was_stopped {
+        // Another `stop()` is under way: wait, as it does, for the task the worker may be
+        // running (a turn holds the worker's lock).
+        drop(lock(&shared.worker));
         return Ok(Vec::new());
     }
     uncount(shared);

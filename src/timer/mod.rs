@@ -219,7 +219,8 @@ macro_rules! scheduling_methods {
         impl<J: Stored> $ty<J> {
             /// Stops the timer for good and returns the timeouts that never ran, now cancelled
             /// (their tasks dropped), in no particular order. Waits for the task the worker is
-            /// running, if any; afterwards new work is refused with [`TimerError::Stopped`].
+            /// running, if any; afterwards new work is refused with [`TimerError::Stopped`]. A
+            /// second call (or one racing the first) returns nothing, once that task has ended.
             ///
             /// # Errors
             /// [`TimerError::StopFromWorker`] on the worker thread; the timer keeps running.

@@ -105,9 +105,9 @@ struct Periodic {
 }
 
 impl Periodic {
-    /// Stores the timeout of run `nth` (`None`: refused, which ends the schedule), or cancels
-    /// it if the task was cancelled first. Run `nth` may have run already (on an executor) and
-    /// stored its successor's: that one is kept.
+    /// Stores the timeout of run `nth` (`None`: refused, which ends the schedule as a cancel
+    /// does), or cancels it if the task was cancelled first. Run `nth` may have run already (on
+    /// an executor) and stored its successor's: that one is kept.
     fn store(&self, nth: u64, timeout: Option<Timeout>) {
         let mut current = lock(&self.current);
         // Relaxed: under the lock (see `Periodic::current`).
@@ -117,6 +117,9 @@ impl Periodic {
                 timeout.cancel();
             }
         } else if current.0 < nth {
+            if timeout.is_none() {
+                self.cancelled.store(true, Ordering::Relaxed);
+            }
             *current = (nth, timeout);
         }
     }
@@ -139,7 +142,8 @@ impl PeriodicTimeout {
         true
     }
 
-    /// Whether [`cancel`](PeriodicTimeout::cancel) has been called.
+    /// Whether the schedule has ended: [`cancel`](PeriodicTimeout::cancel) was called, or a
+    /// run's successor was refused (the timer stopped, or at its pending limit).
     pub fn is_cancelled(&self) -> bool {
         // Relaxed: a snapshot (see `cancel`).
         self.inner.cancelled.load(Ordering::Relaxed)
@@ -223,7 +227,14 @@ where
         };
         // Not under the lock: a refused run's task is dropped in the call, and its `Drop` may
         // cancel the schedule. A refusal (the timer stopped, or the pending limit) ends it.
-        let timeout = new_timeout_at(shared, BoxedTask::new(run), next).ok();
+        let timeout = match new_timeout_at(shared, BoxedTask::new(run), next) {
+            Ok(timeout) => Some(timeout),
+            Err(TimerError::Stopped) => None,
+            Err(e) => {
+                log::warn!("a periodic task's next run was refused ({e}): its schedule ends");
+                None
+            }
+        };
         periodic.inner.store(nth + 1, timeout);
     }
 }
@@ -272,8 +283,9 @@ macro_rules! periodic_methods {
             /// `pending_timeouts()` counts the task once.
             ///
             /// # Errors
-            /// As [`HashedWheelTimer::new_timeout`], for the first run; a later refusal (the
-            /// timer stopped) ends the schedule.
+            /// As [`HashedWheelTimer::new_timeout`], for the first run. A later refusal (the
+            /// timer stopped, or at its pending limit, which is logged) ends the schedule:
+            /// [`PeriodicTimeout::is_cancelled`] then returns true.
             ///
             /// # Panics
             /// If `period` is zero.
@@ -326,8 +338,9 @@ macro_rules! periodic_methods {
             /// returned. Like Java's `scheduleWithFixedDelay`.
             ///
             /// # Errors
-            /// As [`HashedWheelTimer::new_timeout`], for the first run; a later refusal (the
-            /// timer stopped) ends the schedule.
+            /// As [`HashedWheelTimer::new_timeout`], for the first run. A later refusal (the
+            /// timer stopped, or at its pending limit, which is logged) ends the schedule:
+            /// [`PeriodicTimeout::is_cancelled`] then returns true.
             ///
             /// ```
             /// # use hashed_timer_wheel::HashedWheelTimer;

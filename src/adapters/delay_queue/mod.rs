@@ -25,7 +25,7 @@ pub use expired::{Expired, Key};
 
 use super::StoppedTimer;
 use crate::clock::Clock;
-use crate::wheel::{Slab, Wheel};
+use crate::wheel::{Slab, Wheel, MAX_ENTRIES};
 use crate::{Sleep, TimerHandle};
 use slab::Slot;
 use std::collections::VecDeque;
@@ -104,6 +104,15 @@ static STOPPED: StoppedTimer = StoppedTimer::new(
     "its items stop expiring: poll_expired returns Ready(None) while they wait",
 );
 
+/// Panics if a queue is asked to hold room for more items than any queue can hold.
+#[track_caller]
+fn check_capacity(items: usize) {
+    assert!(
+        items <= MAX_ENTRIES,
+        "DelayQueue: capacity overflow ({items} items asked for, at most 2^27 - 1)"
+    );
+}
+
 impl<T> DelayQueue<T> {
     /// An empty queue on `timer`'s clock, woken by that timer.
     ///
@@ -120,6 +129,10 @@ impl<T> DelayQueue<T> {
 
     /// An empty queue with room for `capacity` items before it allocates.
     ///
+    /// # Panics
+    /// If `capacity` is above the most items a queue holds, 2^27 - 1 ("capacity overflow", as
+    /// tokio-util's for what no allocation can hold).
+    ///
     /// ```
     /// # use hashed_timer_wheel::{DelayQueue, HashedWheelTimer};
     /// # use std::time::Duration;
@@ -127,7 +140,9 @@ impl<T> DelayQueue<T> {
     /// let queue: DelayQueue<u64> = DelayQueue::with_capacity(timer.handle(), 1000);
     /// assert!(queue.capacity() >= 1000);
     /// ```
+    #[track_caller]
     pub fn with_capacity(timer: TimerHandle, capacity: usize) -> Self {
+        check_capacity(capacity);
         STOPPED.check(&timer);
         let tick_nanos = timer.shared.tick_nanos;
         let now = timer.shared.clock.now();

@@ -230,6 +230,9 @@ impl<T> DelayQueue<T> {
 
     /// Makes room for at least `additional` more items.
     ///
+    /// # Panics
+    /// If the items held and `additional` come to more than a queue holds, 2^27 - 1.
+    ///
     /// ```
     /// # use hashed_timer_wheel::{DelayQueue, HashedWheelTimer};
     /// # use std::time::Duration;
@@ -238,7 +241,9 @@ impl<T> DelayQueue<T> {
     /// queue.reserve(100);
     /// assert!(queue.capacity() >= 100);
     /// ```
+    #[track_caller]
     pub fn reserve(&mut self, additional: usize) {
+        super::check_capacity(self.slots.live().saturating_add(additional));
         self.slots.reserve(additional);
     }
 
