@@ -89,7 +89,7 @@ pub enum TimerError {
     TooManyPending {
         /// Timeouts pending when the call was refused.
         pending: usize,
-        /// The configured limit.
+        /// The configured limit (at most 2^27 - 1, the most timeouts a wheel holds).
         max: usize,
     },
     /// [`stop`](crate::HashedWheelTimer::stop) was called on the timer's own worker thread, which

@@ -1010,3 +1010,31 @@ fn room_for_more_than_a_queue_holds_is_a_capacity_overflow_panic() {
     assert!(queue.capacity() >= 1001);
     assert_eq!(queue.len(), 1);
 }
+
+/// A timer at its pending limit still gives a waiting queue its wake-up (which the limit does
+/// not refuse): the task waits for the item's tick instead of polling again at once.
+#[test]
+fn a_queue_on_a_timer_at_its_pending_limit_waits_without_spinning() {
+    let (timer, driver) = HashedWheelTimer::builder()
+        .tick_duration(ms(1))
+        .max_pending_timeouts(1)
+        .build_manual()
+        .unwrap();
+    let _full = timer
+        .new_timeout(|_: &hashed_timer_wheel::Timeout| {}, ms(3_600_000))
+        .unwrap();
+    let mut queue = DelayQueue::new(timer.handle());
+    queue.insert("x", ms(50));
+    let (counter, waker) = counter();
+    assert!(poll(&mut queue, &waker).is_pending());
+    assert_eq!(wakes(&counter), 0, "no wake-up at once: the queue waits");
+    assert_eq!(
+        timer.pending_timeouts(),
+        2,
+        "the queue's wake-up counts, past the limit"
+    );
+    step_to(&driver, ms(51));
+    assert_eq!(wakes(&counter), 1);
+    assert!(matches!(poll(&mut queue, &waker), Poll::Ready(Some(item)) if *item.get_ref() == "x"));
+    assert_eq!(timer.pending_timeouts(), 1);
+}

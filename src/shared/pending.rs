@@ -16,13 +16,26 @@ impl<J: Stored> Shared<J> {
     /// Counts one more pending timeout against `max_pending`, or refuses.
     #[inline]
     pub(super) fn reserve_limited(&self) -> Result<(), TimerError> {
+        self.reserve_below(self.max_pending)
+    }
+
+    /// As `reserve_limited` for a timeout that passes the limit: refused only when the wheel's
+    /// keys would run out.
+    #[cold]
+    pub(super) fn reserve_exempt(&self) -> Result<(), TimerError> {
+        self.reserve_below(MAX_ENTRIES)
+    }
+
+    /// Counts one more pending timeout if fewer than `bound` are, else refuses.
+    #[inline]
+    fn reserve_below(&self, bound: usize) -> Result<(), TimerError> {
         // Relaxed: a pure counter; whoever needs it settled synchronises by other means (a
         // task's side effect, a join). A stale `ended` only refuses more eagerly.
         let mut cur = self.accepted.load(Ordering::Relaxed);
         loop {
             let pending = pending_between(cur, self.ended.load(Ordering::Relaxed));
-            if pending >= self.max_pending {
-                return Err(self.too_many(pending));
+            if pending >= bound {
+                return Err(too_many(pending, bound));
             }
             match self.accepted.compare_exchange_weak(
                 cur,
@@ -84,14 +97,6 @@ impl<J: Stored> Shared<J> {
         }
     }
 
-    #[cold]
-    fn too_many(&self, pending: usize) -> TimerError {
-        TimerError::TooManyPending {
-            pending,
-            max: self.max_pending,
-        }
-    }
-
     #[inline]
     pub(crate) fn pending_timeouts(&self) -> usize {
         if self.is_shutdown() {
@@ -132,6 +137,11 @@ fn pending_between(accepted: usize, ended: usize) -> usize {
     } else {
         pending
     }
+}
+
+#[cold]
+fn too_many(pending: usize, max: usize) -> TimerError {
+    TimerError::TooManyPending { pending, max }
 }
 
 #[cfg(test)]

@@ -15,6 +15,8 @@ use std::time::Duration;
 /// the chunk reference) or detached (`new_timeout_detached`: none taken).
 const WITH_HANDLE: bool = true;
 const DETACHED: bool = false;
+/// `push`'s `exempt`: the timeout counts against a pending limit.
+const LIMITED: bool = false;
 
 /// Decides the kind of chunk the cell comes from: a future's has waker slots.
 #[derive(Clone, Copy)]
@@ -61,7 +63,7 @@ impl<J: Stored> Shared<J> {
         deadline: u64,
         now: u64,
     ) -> Result<CellRef, TimerError> {
-        self.push::<WITH_HANDLE>(job, deadline, now, OnExpiry::RunTask)
+        self.push::<WITH_HANDLE>(job, deadline, now, OnExpiry::RunTask, LIMITED)
             .map(|state| state.expect("a state for the handle"))
     }
 
@@ -74,11 +76,12 @@ impl<J: Stored> Shared<J> {
         delay: Duration,
     ) -> Result<(), TimerError> {
         let (deadline, now) = self.due_after(delay);
-        self.push::<DETACHED>(job, deadline, now, OnExpiry::RunTask)
+        self.push::<DETACHED>(job, deadline, now, OnExpiry::RunTask, LIMITED)
             .map(|_| ())
     }
 
-    /// Queues a timeout, its cell from `on_expiry`'s cursor; its state, when `HANDLE`.
+    /// Queues a timeout, its cell from `on_expiry`'s cursor; its state, when `HANDLE`. An
+    /// `exempt` timeout counts as pending but passes a pending limit (not the key space).
     #[inline]
     fn push<const HANDLE: bool>(
         self: &Arc<Self>,
@@ -86,11 +89,17 @@ impl<J: Stored> Shared<J> {
         deadline: u64,
         now: u64,
         on_expiry: OnExpiry,
+        exempt: bool,
     ) -> Result<Option<CellRef>, TimerError> {
         let limited = self.max_pending != 0;
         if limited {
+            let reserved = if exempt {
+                self.reserve_exempt()
+            } else {
+                self.reserve_limited()
+            };
             // Counted before `job` drops (at the return): its `Drop` is user code.
-            self.reserve_limited().map_err(|e| self.refuse(e))?;
+            reserved.map_err(|e| self.refuse(e))?;
         }
         let state = self.push_in_shard::<HANDLE>(job, deadline, on_expiry, limited)?;
         // No re-check against `stop()`: it sets SHUTDOWN before taking each shard, so this push
@@ -162,14 +171,17 @@ impl<J: Stored> Shared<J> {
 
 impl Shared {
     /// A future's timeout (`Sleep`), due as in [`Shared::schedule_at`]: its cell has a waker
-    /// slot, which its expiry wakes (`cells::WakerSlots`); its job allocates nothing.
+    /// slot, which its expiry wakes (`cells::WakerSlots`); its job allocates nothing. An
+    /// `exempt` one (a `DelayQueue`'s wake-up) passes a pending limit.
     #[inline]
     pub(crate) fn schedule_wake_at(
         self: &Arc<Self>,
         deadline: u64,
         now: u64,
+        exempt: bool,
     ) -> Result<CellRef, TimerError> {
-        self.push::<WITH_HANDLE>(BoxedTask::new(WakeJob), deadline, now, OnExpiry::WakeFuture)
+        let job = BoxedTask::new(WakeJob);
+        self.push::<WITH_HANDLE>(job, deadline, now, OnExpiry::WakeFuture, exempt)
             .map(|state| state.expect("a state for the handle"))
     }
 }

@@ -78,7 +78,7 @@ impl Builder {
 
     /// At most this many timeouts pending at once; `new_timeout` refuses the next one with
     /// [`TimerError::TooManyPending`](crate::TimerError::TooManyPending). 0 (the default) means no
-    /// limit beyond the wheel's key space, 2^27 - 1 timeouts.
+    /// limit beyond the wheel's key space, 2^27 - 1 timeouts; a larger limit is that one.
     ///
     /// ```
     /// let b = hashed_timer_wheel::HashedWheelTimer::builder().max_pending_timeouts(10_000);

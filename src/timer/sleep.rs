@@ -72,8 +72,18 @@ struct Refused {
 impl Sleep {
     /// A sleep due at `deadline`; `now` is the producers' clock, read by the caller.
     pub(crate) fn at(shared: &Arc<Shared>, deadline: u64, now: u64) -> Sleep {
+        Sleep::armed(shared, deadline, now, false)
+    }
+
+    /// As [`Sleep::at`], passing a pending limit: a `DelayQueue`'s wake-up, which has no way
+    /// to report a refusal but to poll again at once.
+    pub(crate) fn exempt_at(shared: &Arc<Shared>, deadline: u64, now: u64) -> Sleep {
+        Sleep::armed(shared, deadline, now, true)
+    }
+
+    fn armed(shared: &Arc<Shared>, deadline: u64, now: u64, exempt: bool) -> Sleep {
         Sleep {
-            scheduled: arm(shared, deadline, now),
+            scheduled: arm(shared, deadline, now, exempt),
             deadline,
             armed_for: deadline,
         }
@@ -180,7 +190,16 @@ impl Sleep {
     }
 
     pub(crate) fn rearm(&mut self, shared: &Arc<Shared>, deadline: u64, now: u64) {
-        let old = std::mem::replace(&mut self.scheduled, arm(shared, deadline, now));
+        self.rearm_as(shared, deadline, now, false);
+    }
+
+    /// As [`Sleep::rearm`] for a sleep made by [`Sleep::exempt_at`].
+    pub(crate) fn rearm_exempt(&mut self, shared: &Arc<Shared>, deadline: u64, now: u64) {
+        self.rearm_as(shared, deadline, now, true);
+    }
+
+    fn rearm_as(&mut self, shared: &Arc<Shared>, deadline: u64, now: u64, exempt: bool) {
+        let old = std::mem::replace(&mut self.scheduled, arm(shared, deadline, now, exempt));
         self.deadline = deadline;
         self.armed_for = deadline;
         if let Scheduled::Armed(old) = old {
@@ -211,8 +230,8 @@ impl Sleep {
     }
 }
 
-fn arm(shared: &Arc<Shared>, deadline: u64, now: u64) -> Scheduled {
-    let scheduled = started(shared).and_then(|()| shared.schedule_wake_at(deadline, now));
+fn arm(shared: &Arc<Shared>, deadline: u64, now: u64, exempt: bool) -> Scheduled {
+    let scheduled = started(shared).and_then(|()| shared.schedule_wake_at(deadline, now, exempt));
     match scheduled.map(Timeout::new) {
         Ok(timeout) => Scheduled::Armed(timeout),
         Err(error) => Scheduled::Refused(Box::new(Refused {

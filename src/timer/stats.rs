@@ -35,8 +35,10 @@ pub struct TimerStats {
     pub expired: u64,
     /// Cancellations the worker has processed (a timeout `stop()` returned is not counted).
     pub cancelled: u64,
-    /// `new_timeout` calls refused ([`TimerError::Stopped`](crate::TimerError::Stopped) or
-    /// [`TimerError::TooManyPending`](crate::TimerError::TooManyPending)).
+    /// Timeouts refused ([`TimerError::Stopped`](crate::TimerError::Stopped) or
+    /// [`TimerError::TooManyPending`](crate::TimerError::TooManyPending)): `new_timeout` and
+    /// detached calls, sleeps, interval ticks, periodic runs. (A `Deadline` made before the
+    /// timer stopped and first pending after asks for no timeout: not counted.)
     pub refused: u64,
     /// Panics of user code caught and logged: tasks, a task's `Drop` when dropped unrun, a future's
     /// waker, the executor. Each is counted once; the timer goes on. (The executor's own `Drop`,

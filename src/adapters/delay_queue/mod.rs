@@ -46,9 +46,12 @@ const BURST_NANOS: u64 = 1_000;
 /// [`poll_expired`](DelayQueue::poll_expired) (or the `Stream`, feature `stream`) yields each
 /// value once, as an [`Expired`], never early and at most about a tick late (build the timer
 /// with a 1 ms tick, as below). Items come back by deadline, equal ones in insertion (or last
-/// reset) order; a poll takes every item then due and yields them before it looks again.
+/// reset) order; a poll takes every item then due and yields them before it looks again. An
+/// instant before the timer was built counts as its start (as tokio-util's count from the
+/// queue's), so such items come back in insertion order, reporting that start as deadline.
 ///
-/// - **Single-owner** (`&mut self`); costs the timer one pending timeout while a task waits.
+/// - **Single-owner** (`&mut self`); costs the timer one pending timeout while a task waits,
+///   which a pending limit does not refuse (the queue would have to poll again at once).
 /// - **Any `Duration`** is accepted: one past 64-bit nanoseconds (584 years) never fires.
 /// - **Empty:** `poll_expired` returns `Ready(None)`; `remove` or `clear` emptying the queue
 ///   wakes the waiting task. An insert makes it yield again.

@@ -92,7 +92,8 @@ impl<T> DelayQueue<T> {
         }
     }
 
-    /// A refused `Sleep` (the pending limit): the next poll, made to come at once, arms it again.
+    /// A refused `Sleep` (it passes a pending limit, so only with the wheel's keys all taken):
+    /// the next poll, made to come at once, arms it again.
     #[cold]
     fn retry_refused(&mut self, waker: &Waker) {
         self.sleep = None;
@@ -108,9 +109,10 @@ impl<T> DelayQueue<T> {
         let shared = &self.timer.shared;
         let deadline = fire.saturating_mul(self.tick_nanos);
         let now = shared.clock.now_upper();
+        // Past a pending limit: refused, the queue could only poll again at once.
         match self.sleep.as_mut() {
-            Some(sleep) => sleep.rearm(shared, deadline, now),
-            None => self.sleep = Some(Sleep::at(shared, deadline, now)),
+            Some(sleep) => sleep.rearm_exempt(shared, deadline, now),
+            None => self.sleep = Some(Sleep::exempt_at(shared, deadline, now)),
         }
         self.armed = fire;
     }
