@@ -766,3 +766,31 @@ fn an_interval_in_tokio_is_never_early() {
         }
     });
 }
+
+/// An interval whose start came before the timer was built keeps `start + k * period`: the
+/// ticks before the timer's start are due at once (`Burst`) and report their own instants, and
+/// the first after it comes on time, not shifted by how much earlier the start was.
+#[test]
+fn an_interval_started_before_the_timer_keeps_its_schedule() {
+    let period = Duration::from_millis(200);
+    let start = Instant::now() - Duration::from_millis(500);
+    let timer = HashedWheelTimer::new(Duration::from_millis(1), 64);
+    let mut interval = timer.interval_at(start, period);
+    let ticks = futures::executor::block_on(async {
+        let mut ticks = Vec::new();
+        for _ in 0..4 {
+            let due = interval.tick().await.unwrap();
+            ticks.push((due, Instant::now()));
+        }
+        ticks
+    });
+    for (k, &(due, at)) in ticks.iter().enumerate() {
+        let want = start + period * k as u32;
+        assert_eq!(due, want, "tick {k} reports its own instant");
+        assert!(at >= want, "tick {k} early");
+    }
+    // The fourth, 100 ms after the timer's start: on time (not 500 ms later), with room for a
+    // loaded host.
+    let late = ticks[3].1 - (start + period * 3);
+    assert!(late < Duration::from_millis(250), "tick 3 {late:?} late");
+}

@@ -103,6 +103,22 @@ impl Clock {
         }
     }
 
+    /// [`Clock::nanos_at`] without its clamp: `(nanos, 0)` for an instant it maps to `nanos`,
+    /// `(0, before)` for one `before` nanoseconds ahead of what it maps to 0.
+    pub(crate) fn nanos_or_before(&self, instant: Instant) -> (u64, u64) {
+        let (zero, at_zero) = match self {
+            Clock::System { origin, .. } => (*origin, 0),
+            Clock::Manual(_) => (Instant::now(), self.now()),
+        };
+        match instant.checked_duration_since(zero) {
+            Some(after) => (at_zero.saturating_add(duration_to_nanos(after)), 0),
+            None => {
+                let back = duration_to_nanos(zero - instant);
+                (at_zero.saturating_sub(back), back.saturating_sub(at_zero))
+            }
+        }
+    }
+
     /// The `Instant` of `nanos` since the origin ([`Clock::nanos_at`] inverted), or a far one.
     pub(crate) fn instant_at(&self, nanos: u64) -> Instant {
         match self {

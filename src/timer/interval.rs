@@ -38,19 +38,28 @@ use std::time::{Duration, Instant};
 /// ```
 #[must_use = "an Interval does nothing unless its ticks are awaited"]
 pub struct Interval {
-    /// Armed at the next tick's deadline.
+    /// Armed at the next tick's deadline (at once for one before the clock's origin).
     sleep: Sleep,
+    /// The next tick's deadline on the schedule's time: the clock's, plus `before_origin`.
+    due: u64,
+    /// How far before the clock's origin a schedule started by `interval_at` began (0 for one
+    /// that began after it): the ticks keep `start + k * period` whenever `start` was.
+    before_origin: u64,
     period: u64,
     missed: MissedRuns,
 }
 
 impl Interval {
-    fn new(shared: &Arc<Shared>, start: u64, period: Duration) -> Interval {
+    /// Starts at `start` nanoseconds since the clock's origin, or, with `before_origin`, that
+    /// far before it (`start` is then 0).
+    fn new(shared: &Arc<Shared>, (start, before_origin): (u64, u64), period: Duration) -> Interval {
         let period = duration_to_nanos(period);
         assert!(period > 0, "the period of an interval must not be zero");
         let now = shared.clock.now_upper();
         Interval {
             sleep: Sleep::at(shared, start, now),
+            due: start,
+            before_origin,
             period,
             missed: MissedRuns::Burst,
         }
@@ -70,11 +79,11 @@ impl Interval {
     /// # Errors
     /// As [`tick`](Interval::tick).
     pub fn poll_tick(&mut self, cx: &mut Context<'_>) -> Poll<Result<Instant, TimerError>> {
-        let due = self.sleep.deadline;
+        let due = self.due;
         match Pin::new(&mut self.sleep).poll(cx) {
             Poll::Ready(Ok(())) => {}
             // The clock has passed the deadline before the wheel's tick: due now.
-            Poll::Pending if due <= self.sleep.shared().clock.now() => {}
+            Poll::Pending if due <= self.now() => {}
             Poll::Pending => return Poll::Pending,
             Poll::Ready(Err(e)) => {
                 if matches!(e, TimerError::TooManyPending { .. }) {
@@ -83,16 +92,25 @@ impl Interval {
                 return Poll::Ready(Err(e));
             }
         }
-        let shared = Arc::clone(self.sleep.shared());
-        let next = next_due(due, self.period, self.missed, shared.clock.now());
-        self.sleep.rearm(&shared, next, shared.clock.now_upper());
-        Poll::Ready(Ok(shared.clock.instant_at(due)))
+        self.rearm(next_due(due, self.period, self.missed, self.now()));
+        let at = self.sleep.shared().clock.instant_at(due);
+        let before = Duration::from_nanos(self.before_origin);
+        Poll::Ready(Ok(at.checked_sub(before).unwrap_or(at)))
     }
 
-    fn rearm(&mut self, deadline: u64) {
+    /// The clock's now on the schedule's time.
+    fn now(&self) -> u64 {
+        let now = self.sleep.shared().clock.now();
+        now.saturating_add(self.before_origin)
+    }
+
+    /// Arms the tick due at `due` on the schedule's time.
+    fn rearm(&mut self, due: u64) {
         let shared = Arc::clone(self.sleep.shared());
+        let deadline = due.saturating_sub(self.before_origin);
         self.sleep
             .rearm(&shared, deadline, shared.clock.now_upper());
+        self.due = due;
     }
 
     /// Starts the schedule again: the next tick a period from now.
@@ -106,7 +124,10 @@ impl Interval {
     /// ```
     pub fn reset(&mut self) {
         let now = self.sleep.shared().clock.now_upper();
-        self.rearm(now.saturating_add(self.period));
+        self.rearm(
+            now.saturating_add(self.before_origin)
+                .saturating_add(self.period),
+        );
     }
 
     /// The period.
@@ -164,7 +185,7 @@ macro_rules! interval_methods {
             /// });
             /// ```
             pub fn interval(&self, period: Duration) -> Interval {
-                Interval::new(&self.shared, self.shared.clock.now_upper(), period)
+                Interval::new(&self.shared, (self.shared.clock.now_upper(), 0), period)
             }
 
             /// Ticks every `period`, the first at `start` (see [`Interval`]).
@@ -183,7 +204,11 @@ macro_rules! interval_methods {
             /// assert!(first >= start && Instant::now() >= start);
             /// ```
             pub fn interval_at(&self, start: Instant, period: Duration) -> Interval {
-                Interval::new(&self.shared, self.shared.clock.nanos_at(start), period)
+                Interval::new(
+                    &self.shared,
+                    self.shared.clock.nanos_or_before(start),
+                    period,
+                )
             }
         }
     };

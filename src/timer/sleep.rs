@@ -109,7 +109,8 @@ impl Sleep {
     }
 
     /// When the sleep is due: as made, or by the last [`reset`](Sleep::reset). On a manual clock,
-    /// an `Instant` counted from the call.
+    /// an `Instant` counted from the call. A deadline past 2^64 ns (584 years) after the timer's
+    /// start, which never fires, reads as that far.
     ///
     /// ```
     /// # use hashed_timer_wheel::HashedWheelTimer;
