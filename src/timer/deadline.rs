@@ -190,26 +190,7 @@ mod timer_ref {
                 if shared.is_shutdown() {
                     return TimerRef::GONE;
                 }
-                // A `Weak` keeps its allocation, so a slot at this address is this timer's.
-                let same = |slot: &Slot| std::ptr::eq(slot.timer.as_ptr(), Arc::as_ptr(shared));
-                let index = match slots.iter().position(same) {
-                    Some(index) => index,
-                    None => match slots.iter().position(|slot| slot.timer.strong_count() == 0) {
-                        Some(index) => {
-                            let slot = &mut slots[index];
-                            slot.generation += 1;
-                            slot.timer = Arc::downgrade(shared);
-                            index
-                        }
-                        None => {
-                            slots.push(Slot {
-                                generation: 0,
-                                timer: Arc::downgrade(shared),
-                            });
-                            slots.len() - 1
-                        }
-                    },
-                };
+                let index = Self::slot_for(&mut slots, shared);
                 TimerRef {
                     index: u32::try_from(index).expect("fewer than 2^32 live timers"),
                     generation: slots[index].generation,
@@ -223,6 +204,32 @@ mod timer_ref {
                 last[0] = Some((key, Arc::downgrade(shared)));
             });
             key
+        }
+
+        /// The slot of `shared` in the table: its own, a dead timer's (under a new generation),
+        /// or a new one.
+        fn slot_for(slots: &mut Vec<Slot>, shared: &Arc<Shared>) -> usize {
+            // A `Weak` keeps its allocation, so a slot at this address is this timer's.
+            let same = |slot: &Slot| std::ptr::eq(slot.timer.as_ptr(), Arc::as_ptr(shared));
+            if let Some(index) = slots.iter().position(same) {
+                return index;
+            }
+            let weak = Arc::downgrade(shared);
+            match slots.iter().position(|slot| slot.timer.strong_count() == 0) {
+                Some(index) => {
+                    let slot = &mut slots[index];
+                    slot.generation += 1;
+                    slot.timer = weak;
+                    index
+                }
+                None => {
+                    slots.push(Slot {
+                        generation: 0,
+                        timer: weak,
+                    });
+                    slots.len() - 1
+                }
+            }
         }
 
         /// Names no timer: a stopped one's.

@@ -225,17 +225,27 @@ where
             nth: nth + 1,
             schedule,
         };
-        // Not under the lock: a refused run's task is dropped in the call, and its `Drop` may
-        // cancel the schedule. A refusal (the timer stopped, or the pending limit) ends it.
-        let timeout = match new_timeout_at(shared, BoxedTask::new(run), next) {
+        periodic.inner.store(nth + 1, run.schedule_next(shared));
+    }
+}
+
+impl<F> PeriodicRun<F>
+where
+    F: FnMut(&PeriodicTimeout) + Send + 'static,
+{
+    /// Schedules this run (the next), not under the schedule's lock: a refused run's task is
+    /// dropped in the call, and its `Drop` may cancel the schedule. A refusal (the timer
+    /// stopped, or the pending limit: logged) gives `None`, which ends the schedule.
+    fn schedule_next(self, shared: &Arc<Shared>) -> Option<Timeout> {
+        let due = self.due;
+        match new_timeout_at(shared, BoxedTask::new(self), due) {
             Ok(timeout) => Some(timeout),
             Err(TimerError::Stopped) => None,
             Err(e) => {
                 log::warn!("a periodic task's next run was refused ({e}): its schedule ends");
                 None
             }
-        };
-        periodic.inner.store(nth + 1, timeout);
+        }
     }
 }
 
