@@ -59,8 +59,12 @@ pub struct TimerStats {
 macro_rules! stats_methods {
     ($ty:ident, $example:literal) => {
         impl<J: Stored> $ty<J> {
-            /// Counters about the worker and the timeouts' outcomes, read with relaxed loads: a
-            /// snapshot taken while the timer works may be a few timeouts apart between fields.
+            /// Counters about the worker and the timeouts' outcomes, read with relaxed loads. The
+            /// worker publishes the outcomes (`expired`, `cancelled`, the lateness and run
+            /// figures) once per turn, while `pending_timeouts()` moves with each timeout: a
+            /// snapshot taken during a turn (from a task, or while one runs) lags by that turn.
+            /// A cancel the worker has not processed when `stop()` runs is counted nowhere (the
+            /// timeout is not returned either).
             ///
             /// ```
             /// use hashed_timer_wheel::{HashedWheelTimer, Timeout};
