@@ -101,3 +101,21 @@ fn a_handle_reads_the_same_stats_as_the_owner() {
     // The task read the tick it ran in; the worker has moved past it since.
     assert_eq!(rx.recv().unwrap() + 1, timer.stats().tick);
 }
+
+/// Cancels the worker has not yet processed when `stop()` runs (one in the wheel, one still
+/// queued) are counted as cancelled by `stop()`, which returns neither: after a stop, expired,
+/// cancelled and returned add up to what was accepted.
+#[test]
+fn cancels_not_yet_processed_at_stop_are_counted() {
+    let (timer, driver) = manual(0);
+    let in_wheel = timer.new_timeout(noop, Duration::from_secs(1)).unwrap();
+    driver.advance(TICK); // now in the wheel
+    let queued = timer.new_timeout(noop, Duration::from_secs(1)).unwrap();
+    let kept = timer.new_timeout(noop, Duration::from_secs(1)).unwrap();
+    assert!(in_wheel.cancel());
+    assert!(queued.cancel());
+    let returned = timer.stop().unwrap();
+    assert_eq!(returned, vec![kept]);
+    let stats = timer.stats();
+    assert_eq!((stats.expired, stats.cancelled), (0, 2), "{stats:?}");
+}

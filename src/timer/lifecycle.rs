@@ -62,6 +62,17 @@ fn cancel_never_run<J: Stored>(state: CellRef) -> Option<Timeout<J>> {
     state.cancel_never_run().map(|state| Timeout::new(state))
 }
 
+/// [`cancel_never_run`] for `stop()`, whose worker runs no more turns: a timeout cancelled that
+/// the worker had not yet processed is counted as cancelled, as the worker would have.
+fn end_at_stop<J: Stored>(shared: &Shared<J>, state: CellRef) -> Option<Timeout<J>> {
+    if state.is_cancelled() {
+        // Relaxed: a statistic; the worker has published its own count for good.
+        shared.counters.cancelled.fetch_add(1, Ordering::Relaxed);
+        return None;
+    }
+    cancel_never_run(state)
+}
+
 /// Starts the worker thread, once, unless a `ManualDriver` runs the worker.
 #[cold]
 pub(super) fn start_slow<J: Stored>(shared: &Arc<Shared<J>>) -> Result<(), TimerError> {
@@ -131,7 +142,12 @@ fn drain_worker<J: Stored>(shared: &Shared<J>) -> Vec<Timeout<J>> {
     let mut out = Vec::new();
     if let Some(worker) = worker {
         let mut worker = worker_from::<J>(worker);
-        out.extend(worker.drain().into_iter().filter_map(cancel_never_run));
+        let states = worker.drain();
+        out.extend(
+            states
+                .into_iter()
+                .filter_map(|state| end_at_stop(shared, state)),
+        );
     }
     out
 }
@@ -148,7 +164,7 @@ fn drain_queues<J: Stored>(shared: &Shared<J>, out: &mut Vec<Timeout<J>>) {
         queued
             .into_states()
             .into_iter()
-            .filter_map(cancel_never_run),
+            .filter_map(|state| end_at_stop(shared, state)),
     );
     drop(shared.cancellations.take_all());
 }
