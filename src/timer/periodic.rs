@@ -59,6 +59,16 @@ enum Schedule {
     Delay { delay: u64 },
 }
 
+impl Schedule {
+    /// The next run's deadline, after a run due at `due` that ended at `now`.
+    fn next_after(self, due: u64, now: u64) -> u64 {
+        match self {
+            Schedule::Delay { delay } => now.saturating_add(delay),
+            Schedule::Rate { period, missed } => next_due(due, period, missed, now),
+        }
+    }
+}
+
 /// The handle on a periodic task: cancels every future run.
 ///
 /// Clones are cheap and refer to the same task, which receives one and can cancel its own schedule.
@@ -208,12 +218,7 @@ where
             shared.counters.drop_task(task);
             std::panic::resume_unwind(panic);
         }
-        let next = match schedule {
-            Schedule::Delay { delay } => shared.clock.now_upper().saturating_add(delay),
-            Schedule::Rate { period, missed } => {
-                next_due(due, period, missed, shared.clock.now_upper())
-            }
-        };
+        let next = schedule.next_after(due, shared.clock.now_upper());
         // Relaxed: a hint (`store` looks again under the lock).
         if periodic.inner.cancelled.load(Ordering::Relaxed) {
             return;
