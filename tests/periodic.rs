@@ -331,3 +331,51 @@ fn a_successor_refused_at_the_pending_limit_ends_the_schedule_visibly() {
     assert_eq!(timer.stats().refused, 1);
     assert_eq!(timer.pending_timeouts(), 2);
 }
+
+/// A schedule that ends without a cancel (a run that panics, a run the executor drops unrun, a
+/// run `stop()` returns) says so, as one whose successor is refused does: `is_cancelled()`
+/// turns true and `cancel()` finds nothing left to cancel. It went quiet, claiming to go on.
+#[test]
+fn a_schedule_ended_by_a_panic_a_dropped_run_or_stop_says_so() {
+    let (timer, driver) = manual(MS);
+    let panics = timer
+        .schedule_with_fixed_delay(
+            |p: &PeriodicTimeout| assert!(p.runs() < 2, "the second run panics (on purpose)"),
+            MS,
+            MS,
+        )
+        .unwrap();
+    for _ in 0..10 {
+        driver.advance(MS);
+    }
+    assert_eq!(panics.runs(), 2);
+    assert!(panics.is_cancelled(), "ended by the panic");
+    assert!(!panics.cancel(), "nothing left to cancel");
+    let stopped = timer
+        .schedule_with_fixed_delay(|_: &PeriodicTimeout| {}, MS, MS)
+        .unwrap();
+    driver.advance(3 * MS);
+    assert_eq!(timer.stop().unwrap().len(), 1);
+    assert!(stopped.is_cancelled(), "ended by stop()");
+    // An executor that drops every second job unrun (a full pool, say).
+    let handed = Arc::new(AtomicUsize::new(0));
+    let h = handed.clone();
+    let (timer, driver) = HashedWheelTimer::builder()
+        .tick_duration(MS)
+        .executor(move |job: Box<dyn FnOnce() + Send>| {
+            if h.fetch_add(1, SeqCst).is_multiple_of(2) {
+                job();
+            }
+        })
+        .build_manual()
+        .unwrap();
+    let dropped = timer
+        .schedule_at_fixed_rate(|_: &PeriodicTimeout| {}, MS, MS, MissedRuns::Burst)
+        .unwrap();
+    for _ in 0..10 {
+        driver.advance(MS);
+    }
+    assert_eq!((dropped.runs(), handed.load(SeqCst)), (1, 2));
+    assert!(dropped.is_cancelled(), "ended by the executor");
+    assert_eq!(timer.pending_timeouts(), 0);
+}

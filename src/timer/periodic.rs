@@ -115,6 +115,25 @@ struct Periodic {
 }
 
 impl Periodic {
+    /// Counts a run as it starts; false if the schedule was cancelled first.
+    fn start_run(&self) -> bool {
+        let _current = lock(&self.current);
+        // Relaxed: under the lock (see `Periodic::current`).
+        if self.cancelled.load(Ordering::Relaxed) {
+            return false;
+        }
+        self.runs.fetch_add(1, Ordering::Relaxed);
+        true
+    }
+
+    /// Ends the schedule without a cancel (a run that panicked, or dropped unrun): it says so,
+    /// as a refused successor's `store` does.
+    fn end(&self) {
+        let _current = lock(&self.current);
+        // Relaxed: under the lock (see `Periodic::current`).
+        self.cancelled.store(true, Ordering::Relaxed);
+    }
+
     /// Stores the timeout of run `nth` (`None`: refused, which ends the schedule as a cancel
     /// does), or cancels it if the task was cancelled first. Run `nth` may have run already (on
     /// an executor) and stored its successor's: that one is kept.
@@ -152,8 +171,9 @@ impl PeriodicTimeout {
         true
     }
 
-    /// Whether the schedule has ended: [`cancel`](PeriodicTimeout::cancel) was called, or a
-    /// run's successor was refused (the timer stopped, or at its pending limit).
+    /// Whether the schedule has ended: [`cancel`](PeriodicTimeout::cancel) was called, a run
+    /// panicked, or a run will never start (refused at the pending limit, the timer stopped, or
+    /// dropped unrun by the executor).
     pub fn is_cancelled(&self) -> bool {
         // Relaxed: a snapshot (see `cancel`).
         self.inner.cancelled.load(Ordering::Relaxed)
@@ -182,13 +202,33 @@ impl fmt::Debug for PeriodicTimeout {
 
 /// The task of one run's timeout.
 struct PeriodicRun<F> {
-    periodic: PeriodicTimeout,
+    periodic: EndsUnlessRun,
     task: F,
     /// This run's deadline, nanoseconds since the timer's origin.
     due: u64,
     /// This run's number: the first is 1.
     nth: u64,
     schedule: Schedule,
+}
+
+/// A run's schedule, ended when the run is dropped unrun: cancelled (the schedule ended
+/// already), refused, returned by `stop()`, or dropped by the executor. Whoever drops a task
+/// that will not run does not know it is a periodic one.
+struct EndsUnlessRun(Option<PeriodicTimeout>);
+
+impl EndsUnlessRun {
+    /// The schedule, for the run that goes on with it.
+    fn run(mut self) -> PeriodicTimeout {
+        self.0.take().expect("a run's schedule, taken once")
+    }
+}
+
+impl Drop for EndsUnlessRun {
+    fn drop(&mut self) {
+        if let Some(periodic) = self.0.take() {
+            periodic.inner.end();
+        }
+    }
 }
 
 impl<F> TimerTask for PeriodicRun<F>
@@ -203,18 +243,15 @@ where
             nth,
             schedule,
         } = *self;
-        {
-            let _current = lock(&periodic.inner.current);
-            // Relaxed: under the lock (see `Periodic::current`).
-            if periodic.inner.cancelled.load(Ordering::Relaxed) {
-                return;
-            }
-            periodic.inner.runs.fetch_add(1, Ordering::Relaxed);
+        let periodic = periodic.run();
+        if !periodic.inner.start_run() {
+            return;
         }
         let shared = &periodic.inner.timer.shared;
         if let Err(panic) = std::panic::catch_unwind(AssertUnwindSafe(|| task(&periodic))) {
-            // The panic ends the schedule. The task is dropped here, not by the unwind: a `Drop`
-            // that panics while a panic unwinds would abort the process.
+            // The panic ends the schedule, visibly. The task is dropped here, not by the unwind:
+            // a `Drop` that panics while a panic unwinds would abort the process.
+            periodic.inner.end();
             shared.counters.drop_task(task);
             std::panic::resume_unwind(panic);
         }
@@ -224,7 +261,7 @@ where
             return;
         }
         let run = PeriodicRun {
-            periodic: periodic.clone(),
+            periodic: EndsUnlessRun(Some(periodic.clone())),
             task,
             due: next,
             nth: nth + 1,
@@ -278,7 +315,7 @@ where
         .now_upper()
         .saturating_add(duration_to_nanos(initial_delay));
     let run = PeriodicRun {
-        periodic: periodic.clone(),
+        periodic: EndsUnlessRun(Some(periodic.clone())),
         task,
         due: first,
         nth: 1,
