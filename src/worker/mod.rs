@@ -181,8 +181,12 @@ impl<J: Stored> Worker<J> {
     }
 
     fn next_work_tick(&self, shared: &Shared<J>) -> Option<u64> {
-        if !self.inbox.is_empty() || !shared.timeouts.is_empty() || !shared.cancellations.is_empty()
-        {
+        // `self.cancellations` too: an idle worker takes late cancels with its buffers.
+        let queued = !self.inbox.is_empty()
+            || !self.cancellations.is_empty()
+            || !shared.timeouts.is_empty()
+            || !shared.cancellations.is_empty();
+        if queued {
             return Some(self.tick);
         }
         self.wheel.next_fire_tick(self.tick)
@@ -682,6 +686,35 @@ mod tests {
             (0, 0, 2),
             "(held, tasks' spares, futures' spares)"
         );
+    }
+
+    /// A cancel that lands as an idle worker gives its buffers back is taken along with them:
+    /// the worker's plan still covers it (the current tick), so that a worker thread does not
+    /// sleep until the next fire tick (an hour here) with the task held and counted pending.
+    #[test]
+    fn a_cancel_taken_with_the_idle_buffers_is_planned_for_at_once() {
+        let (timer, driver) = HashedWheelTimer::builder()
+            .tick_duration(TICK)
+            .build_manual()
+            .unwrap();
+        let _later = timer.new_timeout(noop, Duration::from_secs(3600)).unwrap();
+        let cancelled = timer.new_timeout(noop, Duration::from_secs(3600)).unwrap();
+        driver.advance(TICK); // both in the wheel
+        driver.advance(TICK); // and the worker idle
+        let shared = &timer.shared;
+        let mut held = crate::sync::lock(&shared.worker);
+        let worker = held
+            .as_mut()
+            .and_then(|w| w.downcast_mut::<Worker>())
+            .expect("a manual timer keeps its worker here");
+        assert!(worker.planned_tick(shared) > worker.tick(), "idle");
+        // The race: the cancel comes after the worker has found the queues empty.
+        assert!(cancelled.cancel());
+        worker.release_idle_buffers(shared);
+        assert_eq!(worker.planned_tick(shared), worker.tick());
+        drop(held);
+        driver.advance(TICK);
+        assert_eq!(timer.pending_timeouts(), 1);
     }
 
     /// A spare chunk holds a handle on its timer: `stop()` lets go of every spare, the
