@@ -3,9 +3,8 @@
 //! `TimerTask`) and `Stored` (for every `TypedTask`).
 
 use crate::shared::cells::{CellId, CellRef};
-use crate::shared::{sealed, Job, Stored};
+use crate::shared::{catch_user_panic, sealed, Job, Stored};
 use crate::Timeout;
-use std::panic::{catch_unwind, AssertUnwindSafe};
 
 /// A task run once when its [`Timeout`] expires (Netty's `TimerTask`).
 ///
@@ -80,14 +79,14 @@ impl<T: TimerTask> Job for T {
     #[inline]
     fn run(self, state: CellRef) -> (CellRef, bool) {
         let timeout = Timeout::new(state);
-        let ran = catch_unwind(AssertUnwindSafe(|| self.run_unboxed(&timeout))).is_ok();
+        let ran = catch_user_panic(|| self.run_unboxed(&timeout));
         (timeout.state, ran)
     }
 
     #[inline]
     fn run_boxed(self: Box<Self>, state: CellRef) -> (CellRef, bool) {
         let timeout = Timeout::new(state);
-        let ran = catch_unwind(AssertUnwindSafe(|| TimerTask::run(self, &timeout))).is_ok();
+        let ran = catch_user_panic(|| TimerTask::run(self, &timeout));
         (timeout.state, ran)
     }
 }
@@ -178,7 +177,7 @@ impl<T: TypedTask> sealed::TaskStorage for T {
     #[inline(always)]
     fn run_stored(self, state: CellRef) -> (CellRef, bool) {
         let timeout = Timeout::new(state);
-        let ran = catch_unwind(AssertUnwindSafe(|| TypedTask::run(self, &timeout))).is_ok();
+        let ran = catch_user_panic(|| TypedTask::run(self, &timeout));
         (timeout.state, ran)
     }
 }

@@ -878,3 +878,81 @@ fn a_sleep_reset_whose_waker_panics_in_its_clone_wakes_the_task() {
         .is_ready());
     assert_eq!(timer.pending_timeouts(), 0);
 }
+
+/// A panic payload whose own `Drop` panics (`panic_any` of such a value).
+struct PanickingPayload;
+
+impl Drop for PanickingPayload {
+    fn drop(&mut self) {
+        panic!("a panic payload's Drop panics (on purpose)");
+    }
+}
+
+/// A task, a task's `Drop`, a typed task and the executor each panicking with a payload whose
+/// `Drop` panics: the payload is dropped under a catch too. It unwound the worker: the worker
+/// thread died (the timer stopped, every later timeout lost), and a manual advance left the
+/// timer broken (the next advance aborted the process).
+#[test]
+fn a_panic_whose_payload_panics_in_its_drop_is_caught() {
+    let (timer, driver) = manual_timer(ms(1));
+    let fired = Arc::new(AtomicUsize::new(0));
+    timer
+        .new_timeout(|_: &Timeout| std::panic::panic_any(PanickingPayload), ms(2))
+        .unwrap();
+    struct PanicsInDrop;
+    impl Drop for PanicsInDrop {
+        fn drop(&mut self) {
+            std::panic::panic_any(PanickingPayload);
+        }
+    }
+    let doomed = PanicsInDrop;
+    let cancelled = timer
+        .new_timeout(move |_: &Timeout| drop(doomed), ms(2))
+        .unwrap();
+    assert!(cancelled.cancel());
+    timer.new_timeout(common::counting(&fired), ms(2)).unwrap();
+    driver.advance(ms(5));
+    timer.new_timeout(common::counting(&fired), ms(2)).unwrap();
+    driver.advance(ms(5));
+    assert_eq!(fired.load(SeqCst), 2);
+    assert_eq!(timer.stats().panicked, 2);
+    assert_eq!(timer.pending_timeouts(), 0);
+
+    struct Typed;
+    impl TypedTask for Typed {
+        fn run(self, _: &Timeout<Self>) {
+            std::panic::panic_any(PanickingPayload);
+        }
+    }
+    let (typed, driver) = HashedWheelTimer::builder()
+        .tick_duration(ms(1))
+        .executor(|job: Box<dyn FnOnce() + Send>| {
+            job();
+            std::panic::panic_any(PanickingPayload);
+        })
+        .build_manual_typed::<Typed>()
+        .unwrap();
+    typed.new_timeout(Typed, ms(2)).unwrap();
+    driver.advance(ms(5));
+    typed.new_timeout(Typed, ms(2)).unwrap();
+    driver.advance(ms(5));
+    assert_eq!(typed.stats().panicked, 4, "each run and each executor call");
+    assert_eq!(typed.pending_timeouts(), 0);
+
+    let timer = HashedWheelTimer::builder()
+        .tick_duration(ms(1))
+        .build()
+        .unwrap();
+    timer
+        .new_timeout(|_: &Timeout| std::panic::panic_any(PanickingPayload), ms(1))
+        .unwrap();
+    let (tx, rx) = mpsc::channel();
+    timer
+        .new_timeout(move |_: &Timeout| tx.send(()).unwrap(), ms(20))
+        .unwrap();
+    assert!(
+        rx.recv_timeout(Duration::from_secs(30)).is_ok(),
+        "the worker thread goes on"
+    );
+    assert!(!timer.is_stopped());
+}

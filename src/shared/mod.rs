@@ -56,7 +56,24 @@ pub(crate) type Executor = Arc<dyn Fn(Box<dyn FnOnce() + Send>) + Send + Sync>;
 /// half-changed, so `AssertUnwindSafe` holds.
 #[inline]
 pub(crate) fn catch_user_panic(user_code: impl FnOnce()) -> bool {
-    std::panic::catch_unwind(std::panic::AssertUnwindSafe(user_code)).is_ok()
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(user_code)) {
+        Ok(()) => true,
+        Err(payload) => {
+            drop_payload(payload);
+            false
+        }
+    }
+}
+
+/// Drops a caught panic's payload, user code too (`panic_any` of a value whose `Drop` panics):
+/// a second panic out of it is caught, and its own payload leaked rather than dropped, so that
+/// nothing unwinds the worker.
+#[cold]
+fn drop_payload(payload: Box<dyn std::any::Any + Send>) {
+    let dropped = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(payload)));
+    if let Err(again) = dropped {
+        std::mem::forget(again);
+    }
 }
 
 /// Drops a value holding user code (a task) under [`catch_user_panic`]; whether it returned.
