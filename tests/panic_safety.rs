@@ -956,3 +956,61 @@ fn a_panic_whose_payload_panics_in_its_drop_is_caught() {
     );
     assert!(!timer.is_stopped());
 }
+
+/// Set: every clone of a `driver_clone_bomb_waker` panics. Counts the wake-ups.
+static DRIVER_BOMB: AtomicBool = AtomicBool::new(false);
+static DRIVER_BOMB_WOKEN: AtomicUsize = AtomicUsize::new(0);
+
+/// A runtime's waker whose clones panic once `DRIVER_BOMB` is set.
+fn driver_clone_bomb_waker() -> Waker {
+    use std::task::{RawWaker, RawWakerVTable};
+    fn clone(_: *const ()) -> RawWaker {
+        if DRIVER_BOMB.load(SeqCst) {
+            panic!("a driver's waker panics in its clone (on purpose)");
+        }
+        RawWaker::new(std::ptr::null(), &VTABLE)
+    }
+    fn wake(_: *const ()) {
+        DRIVER_BOMB_WOKEN.fetch_add(1, SeqCst);
+    }
+    fn drop(_: *const ()) {}
+    static VTABLE: RawWakerVTable = RawWakerVTable::new(clone, wake, wake, drop);
+    // SAFETY: no function of the vtable reads the data pointer (null), and each is safe to call
+    // from any thread any number of times, as `RawWaker`'s contract asks.
+    unsafe { Waker::from_raw(RawWaker::new(std::ptr::null(), &VTABLE)) }
+}
+
+/// A `Drive` whose runtime waker panics when cloned, which producers, `stop()` and the worker
+/// thread itself do to wake the driver: each clone's panic is caught and counted, the worker
+/// thread runs the ticks, and `stop()` returns what never ran. The worker thread died of it
+/// (the timer stopped, every timeout still in it lost), or `new_timeout` and `stop()` panicked.
+#[test]
+fn a_driver_waker_that_panics_in_its_clone_does_not_stop_the_worker() {
+    let timer = HashedWheelTimer::builder()
+        .tick_duration(ms(1))
+        .build()
+        .unwrap();
+    let never_ran = timer.new_timeout(noop, Duration::from_secs(600)).unwrap();
+    let mut drive = Box::pin(timer.drive(|_| std::future::pending::<()>()));
+    let waker = driver_clone_bomb_waker();
+    assert!(drive
+        .as_mut()
+        .poll(&mut Context::from_waker(&waker))
+        .is_pending());
+    DRIVER_BOMB.store(true, SeqCst);
+    for _ in 0..3 {
+        let (tx, rx) = mpsc::channel();
+        timer
+            .new_timeout(move |_: &Timeout| tx.send(()).unwrap(), ms(2))
+            .expect("new_timeout does not panic");
+        assert!(
+            rx.recv_timeout(Duration::from_secs(30)).is_ok(),
+            "the timeout fires"
+        );
+    }
+    assert!(!timer.is_stopped());
+    assert!(timer.stats().panicked > 0);
+    assert_eq!(timer.stop().unwrap(), vec![never_ran]);
+    DRIVER_BOMB.store(false, SeqCst);
+    drop(drive);
+}

@@ -4,8 +4,9 @@
 //! the published tick, the wake-up count and the unpark. Touches `sync`; a driver's waker is
 //! user code, run under `catch_user_panic`.
 
-use super::{catch_user_panic, Shared, Stored};
+use super::{catch_user_panic, Control, Shared, Stored};
 use crate::sync::{lock, Ordering};
+use std::task::Waker;
 
 /// `Shared::planned` while the worker is awake: producers never unpark it then. (`u64::MAX`
 /// means parked with no deadline; real ticks stay far below both.)
@@ -56,12 +57,13 @@ impl<J: Stored> Shared<J> {
     #[cold]
     pub(crate) fn unpark_worker(&self, from_idle: bool, tick: u64) {
         let control = lock(&self.control);
+        let driver = self.driver_waker(&control);
+        // A driver that cannot be woken (its waker's clone panicked) is one the thread covers.
         let thread = control.worker_thread.clone().filter(|_| {
             from_idle
-                || control.driver_waker.is_none()
+                || driver.is_none()
                 || tick.saturating_add(DRIVEN_GRACE_TICKS) < control.watchdog_until
         });
-        let driver = control.driver_waker.clone();
         drop(control);
         if let Some(thread) = thread {
             thread.unpark();
@@ -71,6 +73,16 @@ impl<J: Stored> Shared<J> {
                 self.counters.user_code_panicked("a driver's waker");
             }
         }
+    }
+
+    /// The attached driver's waker, cloned under a catch (a runtime's waker is user code, and
+    /// the worker thread clones it too): `None` if there is none or its clone panicked.
+    pub(crate) fn driver_waker(&self, control: &Control) -> Option<Waker> {
+        let mut waker = None;
+        if !catch_user_panic(|| waker = control.driver_waker.clone()) {
+            self.counters.user_code_panicked("a driver's waker");
+        }
+        waker
     }
 
     /// Relaxed: for diagnostics and the cancel path, which a stale tick only makes more eager.
