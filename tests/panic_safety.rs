@@ -1014,3 +1014,38 @@ fn a_driver_waker_that_panics_in_its_clone_does_not_stop_the_worker() {
     DRIVER_BOMB.store(false, SeqCst);
     drop(drive);
 }
+
+/// A value that panics in its `Drop` with a payload that panics in its own.
+struct PanicsWithAPanickingPayload(Arc<AtomicUsize>);
+
+impl Drop for PanicsWithAPanickingPayload {
+    fn drop(&mut self) {
+        self.0.fetch_add(1, SeqCst);
+        std::panic::panic_any(PanickingPayload);
+    }
+}
+
+/// Values whose `Drop` panics with a payload that panics too, in a `DelayQueue` that is cleared
+/// and in one that is dropped: every value is dropped once and the first panic reaches the
+/// caller. The second value's payload, dropped in the crate, unwound it, and the values left
+/// were dropped while it unwound: the process aborted.
+#[test]
+fn a_delay_queue_drops_every_value_when_their_panics_payloads_panic_too() {
+    let (timer, _driver) = manual_timer(ms(1));
+    let drops = Arc::new(AtomicUsize::new(0));
+    let fill = |queue: &mut DelayQueue<PanicsWithAPanickingPayload>| {
+        for _ in 0..3 {
+            queue.insert(PanicsWithAPanickingPayload(Arc::clone(&drops)), ms(5));
+        }
+    };
+    let mut queue = DelayQueue::new(timer.handle());
+    fill(&mut queue);
+    let first = catch_unwind(AssertUnwindSafe(|| queue.clear()));
+    std::mem::forget(first); // its payload panics in its Drop
+    assert_eq!(drops.load(SeqCst), 3);
+    assert!(queue.is_empty());
+    fill(&mut queue);
+    let first = catch_unwind(AssertUnwindSafe(move || drop(queue)));
+    std::mem::forget(first);
+    assert_eq!(drops.load(SeqCst), 6);
+}

@@ -397,8 +397,14 @@ pub(crate) fn drop_each<T>(items: impl IntoIterator<Item = T>) -> std::thread::R
     }
     for item in items {
         let dropped = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(item)));
-        if first.is_ok() {
-            first = dropped;
+        match dropped {
+            Err(panic) if first.is_ok() => first = Err(panic),
+            // A later panic's payload is user code too: one whose `Drop` panics is leaked.
+            Err(panic) => {
+                let again = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drop(panic)));
+                std::mem::forget(again);
+            }
+            Ok(()) => {}
         }
     }
     first
