@@ -425,3 +425,43 @@ fn largest_wheel_is_built_and_runs_in_little_memory() {
     assert_eq!(*fired.lock().unwrap(), ["5 ms", "a minute", "an hour"]);
     assert_eq!(timer.pending_timeouts(), 0);
 }
+
+/// `ManualDriver::advance(by)` read the clock before it took the worker's lock: two threads
+/// advancing at once, while a third's advance ran a task, both read the same time and moved the
+/// clock to the same instant, and one `by` was lost (30 ms of advances moved the clock 20 ms).
+/// The task holds the first advance until both others have read the clock and wait for the lock.
+#[test]
+fn advances_from_two_threads_at_once_each_move_the_clock() {
+    let (timer, driver) = HashedWheelTimer::builder()
+        .tick_duration(ms(10))
+        .build_manual()
+        .unwrap();
+    let (running_tx, running_rx) = mpsc::channel();
+    let (release_tx, release_rx) = mpsc::channel::<()>();
+    timer
+        .new_timeout(
+            move |_: &Timeout| {
+                running_tx.send(()).unwrap();
+                let _ = release_rx.recv_timeout(Duration::from_secs(10));
+            },
+            Duration::ZERO,
+        )
+        .unwrap();
+    let first = driver.clone();
+    let first = std::thread::spawn(move || first.advance(ms(10)));
+    running_rx.recv_timeout(Duration::from_secs(10)).unwrap();
+    let others: Vec<_> = (0..2)
+        .map(|_| {
+            let driver = driver.clone();
+            std::thread::spawn(move || driver.advance(ms(10)))
+        })
+        .collect();
+    // Long enough for both to read the clock and block on the advance under way.
+    std::thread::sleep(Duration::from_millis(200));
+    release_tx.send(()).unwrap();
+    first.join().unwrap();
+    for other in others {
+        other.join().unwrap();
+    }
+    assert_eq!(driver.now(), ms(30), "three advances of 10 ms each");
+}

@@ -46,12 +46,10 @@ impl<J: Stored> ManualDriver<J> {
     #[track_caller]
     pub fn advance(&self, by: Duration) {
         self.refuse_reentry();
-        let to = self
-            .shared
-            .clock
-            .now()
-            .saturating_add(duration_to_nanos(by));
-        self.advance_to_nanos(to);
+        let by = duration_to_nanos(by);
+        // From the time the advance finds under the worker's lock: two threads advancing at
+        // once each move the clock by their own `by`.
+        self.advance_with(|now| now.saturating_add(by));
     }
 
     /// Moves the clock to `since_origin` (never backwards) and runs everything that became due.
@@ -70,7 +68,8 @@ impl<J: Stored> ManualDriver<J> {
     #[track_caller]
     pub fn advance_to(&self, since_origin: Duration) {
         self.refuse_reentry();
-        self.advance_to_nanos(duration_to_nanos(since_origin));
+        let to = duration_to_nanos(since_origin);
+        self.advance_with(|_| to);
     }
 
     /// Panics on the thread advancing the timer; another thread's advance is waited for.
@@ -86,9 +85,10 @@ impl<J: Stored> ManualDriver<J> {
         }
     }
 
-    fn advance_to_nanos(&self, nanos: u64) {
+    /// Moves the clock to `to(now)`, `now` read under the worker's lock, and runs what is due.
+    fn advance_with(&self, to: impl FnOnce(u64) -> u64) {
         let mut idle = lock(&self.shared.worker);
-        self.shared.clock.advance_to(nanos);
+        self.shared.clock.advance_to(to(self.shared.clock.now()));
         let Some(worker) = idle.as_mut() else {
             return; // stopped
         };
