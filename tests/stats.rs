@@ -1,6 +1,9 @@
 //! `TimerStats`: the outcome counts and the lateness of fired timeouts, on the manual clock.
 
 use hashed_timer_wheel::{HashedWheelTimer, ManualDriver, Timeout, TimerError};
+use std::future::Future;
+use std::pin::Pin;
+use std::task::Poll;
 use std::time::Duration;
 
 const TICK: Duration = Duration::from_millis(10);
@@ -118,4 +121,31 @@ fn cancels_not_yet_processed_at_stop_are_counted() {
     assert_eq!(returned, vec![kept]);
     let stats = timer.stats();
     assert_eq!((stats.expired, stats.cancelled), (0, 2), "{stats:?}");
+}
+
+/// A sleep still waiting when `stop()` runs (one in the wheel, one still queued) completes with
+/// `Stopped`, and `stop()` does not return its timeout: it was counted nowhere, so expired,
+/// cancelled, returned and refused fell short of what was accepted by one per such sleep.
+/// `stop()` counts each as cancelled.
+#[test]
+fn sleeps_ended_by_stop_are_counted_as_cancelled() {
+    let (timer, driver) = manual(0);
+    let waker = futures::task::noop_waker();
+    let mut cx = std::task::Context::from_waker(&waker);
+    let mut in_wheel = timer.sleep(Duration::from_secs(1));
+    assert!(Pin::new(&mut in_wheel).poll(&mut cx).is_pending());
+    driver.advance(TICK); // now in the wheel
+    let mut queued = timer.sleep(Duration::from_secs(1));
+    assert!(Pin::new(&mut queued).poll(&mut cx).is_pending());
+    assert!(
+        timer.stop().unwrap().is_empty(),
+        "a sleep's timeout is not returned"
+    );
+    for sleep in [&mut in_wheel, &mut queued] {
+        let ended = Pin::new(sleep).poll(&mut cx);
+        assert_eq!(ended, Poll::Ready(Err(TimerError::Stopped)));
+    }
+    let stats = timer.stats();
+    assert_eq!((stats.expired, stats.cancelled), (0, 2), "{stats:?}");
+    assert_eq!(timer.pending_timeouts(), 0);
 }

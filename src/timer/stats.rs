@@ -33,7 +33,9 @@ pub struct TimerStats {
     pub tick: u64,
     /// Timeouts that expired: their tasks ran (or were handed to the executor).
     pub expired: u64,
-    /// Cancellations the worker has processed (a timeout `stop()` returned is not counted).
+    /// Cancellations the worker has processed, and the timeouts `stop()` ends without returning
+    /// them: a cancel the worker had not processed, a future's timeout (a timeout `stop()`
+    /// returned is not counted).
     pub cancelled: u64,
     /// Timeouts refused ([`TimerError::Stopped`](crate::TimerError::Stopped) or
     /// [`TimerError::TooManyPending`](crate::TimerError::TooManyPending)): `new_timeout` and

@@ -208,11 +208,14 @@ impl CellRef {
             return None;
         }
         if self.has_waker() {
-            // A future's timeout is not returned: its future completes with `Stopped`.
+            // A future's timeout is not returned: its future completes with `Stopped`, and it
+            // counts as cancelled, or no outcome would account for it.
+            let counters = self.chunk_timer().counters();
+            // Relaxed: a statistic. Under `stop()` the worker has published its count for good;
+            // with the owner dropped in a task its next publish may not keep this (see `stats()`).
+            counters.cancelled.fetch_add(1, Ordering::Relaxed);
             if !self.wake() {
-                self.chunk_timer()
-                    .counters()
-                    .user_code_panicked("a future's waker");
+                counters.user_code_panicked("a future's waker");
             }
             None
         } else {
