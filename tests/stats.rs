@@ -1,6 +1,6 @@
 //! `TimerStats`: the outcome counts and the lateness of fired timeouts, on the manual clock.
 
-use hashed_timer_wheel::{HashedWheelTimer, ManualDriver, Timeout, TimerError};
+use hashed_timer_wheel::{DeadlineError, HashedWheelTimer, ManualDriver, Timeout, TimerError};
 use std::future::Future;
 use std::pin::Pin;
 use std::task::Poll;
@@ -148,4 +148,28 @@ fn sleeps_ended_by_stop_are_counted_as_cancelled() {
     let stats = timer.stats();
     assert_eq!((stats.expired, stats.cancelled), (0, 2), "{stats:?}");
     assert_eq!(timer.pending_timeouts(), 0);
+}
+
+/// A `Deadline` made before `stop()` and first pending after it asks for no timeout, and
+/// `stats()` says it is not counted as refused. It was, on every thread but the one that called
+/// `stop()` (which forgets the timer only in its own memory of recent timers): the deadline
+/// found the stopped timer there and had its sleep refused.
+#[test]
+fn a_deadline_first_pending_after_stop_is_not_refused_on_any_thread() {
+    let (timer, _driver) = manual(0);
+    let waker = futures::task::noop_waker();
+    let mut cx = std::task::Context::from_waker(&waker);
+    let mut deadline = timer.timeout(TICK, std::future::pending::<()>());
+    let timer = std::sync::Arc::new(timer);
+    let stopper = std::sync::Arc::clone(&timer);
+    std::thread::spawn(move || stopper.stop().map(|returned| returned.len()))
+        .join()
+        .unwrap()
+        .unwrap();
+    let ended = Pin::new(&mut deadline).poll(&mut cx);
+    assert_eq!(
+        ended,
+        Poll::Ready(Err(DeadlineError::Timer(TimerError::Stopped)))
+    );
+    assert_eq!(timer.stats().refused, 0);
 }

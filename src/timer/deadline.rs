@@ -57,7 +57,7 @@ enum Wait {
         start: Start,
     },
     Armed(Sleep),
-    /// The timer was dropped before the inner future was first pending.
+    /// The timer was stopped or dropped before the inner future was first pending.
     Gone,
 }
 
@@ -85,11 +85,13 @@ impl Wait {
     fn armed(&mut self) -> Option<&mut Sleep> {
         if let Wait::Unarmed { timer, start } = self {
             *self = match timer.upgrade() {
-                Some(shared) => {
+                // Stopped: gone, as its deadlines find it on the thread that stopped it (which
+                // alone forgets it): not a refusal.
+                Some(shared) if !shared.is_shutdown() => {
                     let now = shared.clock.now_upper();
                     Wait::Armed(Sleep::at(&shared, start.due(now), now))
                 }
-                None => Wait::Gone,
+                _ => Wait::Gone,
             };
         }
         match self {
