@@ -205,6 +205,50 @@ fn the_pending_limit_refuses_a_sleep_until_room_is_made() {
     assert_eq!(poll(&mut refused, &waker), Poll::Ready(Ok(())));
 }
 
+/// At the pending limit, a reset replaces the sleep's own pending timeout rather than adding
+/// one: it is not refused (idle detection resets on every message, and hyper's connection
+/// timeouts would otherwise fire at once). A sleep with nothing pending is still refused.
+#[test]
+fn a_reset_at_the_pending_limit_replaces_its_own_timeout() {
+    let (timer, driver) = HashedWheelTimer::builder()
+        .tick_duration(TICK)
+        .max_pending_timeouts(2)
+        .build_manual()
+        .unwrap();
+    let (count, waker) = counter();
+    let mut idle = timer.sleep(Duration::from_secs(1));
+    let _other = timer.sleep(Duration::from_secs(1));
+    assert_eq!(poll(&mut idle, &waker), Poll::Pending);
+    for step in 1..=4u32 {
+        // Later, then earlier: each replaces the one before, all within one tick.
+        idle.reset_after(Duration::from_millis(if step % 2 == 1 { 500 } else { 30 }));
+        assert_eq!(
+            poll(&mut idle, &waker),
+            Poll::Pending,
+            "reset {step} refused"
+        );
+    }
+    // The cancels are counted by the worker's next tick; until then a new sleep is refused.
+    let mut third = timer.sleep(Duration::from_secs(1));
+    assert!(matches!(
+        poll(&mut third, &waker),
+        Poll::Ready(Err(TimerError::TooManyPending { max: 2, .. }))
+    ));
+    step_to(&driver, Duration::from_millis(29));
+    assert_eq!(wakes(&count), 0, "fired before its last deadline");
+    assert_eq!(timer.pending_timeouts(), 2);
+    step_to(&driver, Duration::from_millis(40));
+    assert_eq!(poll(&mut idle, &waker), Poll::Ready(Ok(())));
+    // An elapsed sleep has nothing pending to replace: at the limit its reset is refused.
+    let _fill = timer.sleep(Duration::from_secs(1));
+    idle.reset_after(Duration::from_millis(10));
+    assert!(matches!(
+        poll(&mut idle, &waker),
+        Poll::Ready(Err(TimerError::TooManyPending { max: 2, .. }))
+    ));
+    assert_eq!(timer.stats().refused, 2);
+}
+
 #[test]
 fn reset_moves_the_deadline_and_the_waiting_waker_with_it() {
     let (timer, driver) = manual();
@@ -241,7 +285,7 @@ fn reset_moves_the_deadline_and_the_waiting_waker_with_it() {
 /// A reset the timer refuses completes the sleep with the error, and wakes the task waiting on
 /// it: another task may be the one that reset it.
 #[test]
-fn a_refused_reset_wakes_the_waiting_task() {
+fn a_reset_at_the_limit_wakes_nobody_and_on_a_stopped_timer_fails() {
     let (timer, driver) = HashedWheelTimer::builder()
         .tick_duration(TICK)
         .max_pending_timeouts(1)
@@ -250,20 +294,15 @@ fn a_refused_reset_wakes_the_waiting_task() {
     let (count, waker) = counter();
     let mut sleep = timer.sleep(Duration::from_secs(1));
     assert_eq!(poll(&mut sleep, &waker), Poll::Pending);
-    // The old timeout still counts until the worker processes its cancel: refused.
+    // At the limit, a reset replaces the sleep's own pending timeout: no refusal, no wake-up.
     sleep.reset_after(Duration::from_secs(2));
-    assert_eq!(wakes(&count), 1);
-    assert_eq!(
-        poll(&mut sleep, &waker),
-        Poll::Ready(Err(TimerError::TooManyPending { pending: 1, max: 1 }))
-    );
-    driver.advance(TICK);
-    assert_eq!(timer.pending_timeouts(), 0);
-    // On a stopped timer, likewise.
-    sleep.reset_after(Duration::from_secs(2));
+    assert_eq!(wakes(&count), 0);
     assert_eq!(poll(&mut sleep, &waker), Poll::Pending);
+    driver.advance(TICK);
+    assert_eq!(timer.pending_timeouts(), 1);
+    // On a stopped timer the waiting task is woken, and a reset fails.
     timer.stop().unwrap();
-    assert_eq!(wakes(&count), 2);
+    assert_eq!(wakes(&count), 1);
     sleep.reset_after(Duration::from_secs(2));
     assert_eq!(
         poll(&mut sleep, &waker),

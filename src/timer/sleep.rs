@@ -26,8 +26,8 @@ use std::time::{Duration, Instant};
 /// - **Dropping** it cancels its timeout.
 /// - **Polled from another task**, it wakes that task (the last poll's waker is kept).
 /// - **When the timer stops** (or its owner is dropped) it completes with
-///   `Err(`[`TimerError::Stopped`]`)`: it never hangs. At the pending limit it completes at once
-///   with `Err(TimerError::TooManyPending { .. })`.
+///   `Err(`[`TimerError::Stopped`]`)`: it never hangs. Made at the pending limit it completes at
+///   once with `Err(TimerError::TooManyPending { .. })`.
 /// - It is `Unpin` (`&mut sleep` is a future, for `select!` in a loop), and [`reset`](Sleep::reset)
 ///   moves its deadline.
 ///
@@ -138,7 +138,9 @@ impl Sleep {
 
     /// Moves the deadline to `deadline` (earlier or later), whether or not the sleep had completed;
     /// a waiting task is woken at the new one. For idle detection: reset on every message. On a
-    /// stopped or full timer the sleep completes with the error.
+    /// stopped timer the sleep completes with the error. At a pending limit, a reset replaces the
+    /// sleep's own pending timeout and is not refused; a sleep that had completed (or was
+    /// refused) is, as a new one would be.
     ///
     /// ```
     /// # use hashed_timer_wheel::HashedWheelTimer;
@@ -200,13 +202,16 @@ impl Sleep {
     }
 
     fn rearm_as(&mut self, shared: &Arc<Shared>, deadline: u64, now: u64, exempt: bool) {
-        let old = std::mem::replace(&mut self.scheduled, arm(shared, deadline, now, exempt));
+        // A timeout still pending is cancelled first and replaced, not added to: its successor
+        // passes a pending limit (the cancel counts as ended at the worker's next tick).
+        let replaces = matches!(&self.scheduled, Scheduled::Armed(old) if old.cancel());
+        let new = arm(shared, deadline, now, exempt || replaces);
+        let old = std::mem::replace(&mut self.scheduled, new);
         self.deadline = deadline;
         self.armed_for = deadline;
         if let Scheduled::Armed(old) = old {
-            // Whether or not the cancel wins, the waker we left there is ours: the task waits on
+            // Whether or not the cancel won, the waker we left there is ours: the task waits on
             // the new timeout instead.
-            old.cancel();
             if let Some(waker) = old.state.take_waker() {
                 let wait = match &self.scheduled {
                     Scheduled::Armed(new) => {
