@@ -263,18 +263,21 @@ impl CellRef {
         let slot = self
             .waker_slot()
             .expect("a future's timeout has a waker slot");
-        {
-            let mut stored = lock(slot);
-            if !stored.as_ref().is_some_and(|w| w.will_wake(waker)) {
-                *stored = Some(waker.clone());
-            }
+        // A waker's clone and drop are user code, run outside the lock: they may call back into
+        // the timer (`stop()` or an expiry wakes this very slot under its lock). Only the future's
+        // owner stores, so nothing else fills the slot between the two locks.
+        if !lock(slot).as_ref().is_some_and(|w| w.will_wake(waker)) {
+            let clone = waker.clone();
+            let replaced = lock(slot).replace(clone);
+            drop(replaced);
         }
         // After the store (ordered by the lock): an end that took the slot first moved the
         // state before that, so we see it.
         let end = self.end()?;
         // Ended meanwhile, perhaps finding the slot empty: take our waker back, so that it does
         // not keep the task alive.
-        drop(lock(slot).take());
+        let ours = lock(slot).take();
+        drop(ours);
         Some(end)
     }
 
