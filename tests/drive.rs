@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::ms;
+use common::{calling_back_waker, ms, no_hook, once, within_30_s};
 use hashed_timer_wheel::{HashedWheelTimer, Timeout};
 use std::future::Future;
 use std::pin::Pin;
@@ -365,4 +365,71 @@ fn a_drive_dropped_with_a_waker_that_panics_in_drop_hands_the_ticks_back() {
         fired >= ms(3 * TICK) && fired < ms(16 * TICK),
         "fired after {fired:?}"
     );
+}
+
+/// A `Drive` first polled with a runtime waker whose clone schedules a timeout on the timer,
+/// not started yet: the clone ran under the timer's `control` lock, and the timeout's lazy start
+/// waited for that lock forever.
+#[test]
+fn a_drive_whose_wakers_clone_starts_the_timer_does_not_deadlock() {
+    let timer = timer();
+    let handle = timer.handle();
+    let fired = Arc::new(AtomicUsize::new(0));
+    let counted = Arc::clone(&fired);
+    let waker = calling_back_waker(
+        once(move || {
+            let count = move |_: &Timeout| {
+                counted.fetch_add(1, SeqCst);
+            };
+            handle.new_timeout(count, ms(1)).unwrap();
+        }),
+        no_hook(),
+    );
+    let mut drive = Box::pin(timer.drive(|_| std::future::pending::<()>()));
+    // Everything that locks `control` when dropped goes with the call, so that a deadlock there
+    // fails the test instead of hanging it.
+    within_30_s(move || {
+        assert!(drive
+            .as_mut()
+            .poll(&mut Context::from_waker(&waker))
+            .is_pending());
+        let start = Instant::now();
+        while fired.load(SeqCst) == 0 && start.elapsed() < Duration::from_secs(30) {
+            std::thread::sleep(ms(1));
+        }
+        assert_eq!(fired.load(SeqCst), 1);
+        drop((drive, timer));
+    });
+}
+
+/// A producer waking a `Drive` whose runtime waker stops the timer in its clone: the clone ran
+/// under the timer's `control` lock, which `stop()` takes first, and `new_timeout` never returned.
+#[test]
+fn a_drive_whose_wakers_clone_stops_the_timer_does_not_deadlock() {
+    let timer = Arc::new(timer());
+    let armed = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (owner, armed_in_clone) = (Arc::clone(&timer), Arc::clone(&armed));
+    let waker = calling_back_waker(
+        Box::new(move || {
+            if armed_in_clone.swap(false, SeqCst) {
+                let owner = Arc::clone(&owner);
+                // From another thread: `stop()` on this one may be the worker's, and refused.
+                std::thread::spawn(move || drop(owner.stop()))
+                    .join()
+                    .unwrap();
+            }
+        }),
+        no_hook(),
+    );
+    let mut drive = Box::pin(timer.drive(|_| std::future::pending::<()>()));
+    assert!(drive
+        .as_mut()
+        .poll(&mut Context::from_waker(&waker))
+        .is_pending());
+    armed.store(true, SeqCst);
+    // As above: whatever locks `control` when dropped goes with the call.
+    within_30_s(move || {
+        let _ = timer.new_timeout(|_: &Timeout| {}, ms(1));
+        drop((drive, timer));
+    });
 }

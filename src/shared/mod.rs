@@ -179,7 +179,9 @@ pub(crate) struct Control {
     /// Attached drivers (`timer::drive`): while any, they run the turns; the thread watches.
     pub(crate) drivers: usize,
     /// The waker of the driver that polled last: what a producer wakes instead of the thread.
-    pub(crate) driver_waker: Option<std::task::Waker>,
+    /// Shared, so that taking it runs no user code under this lock: it is woken (and a last
+    /// reference dropped) after the unlock, as a runtime's waker may call back into the timer.
+    pub(crate) driver_waker: Option<Arc<std::task::Waker>>,
     /// The thread, watching over a driver, parks with no deadline (nothing was pending at its
     /// last turn): a driver whose turn plans a tick unparks it.
     pub(crate) watchdog_parked: bool,

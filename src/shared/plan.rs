@@ -4,8 +4,8 @@
 //! the published tick, the wake-up count and the unpark. Touches `sync`; a driver's waker is
 //! user code, run under `catch_user_panic`.
 
-use super::{catch_user_panic, Control, Shared, Stored};
-use crate::sync::{lock, Ordering};
+use super::{catch_user_panic, Shared, Stored};
+use crate::sync::{lock, Arc, Ordering};
 use std::task::Waker;
 
 /// `Shared::planned` while the worker is awake: producers never unpark it then. (`u64::MAX`
@@ -57,8 +57,7 @@ impl<J: Stored> Shared<J> {
     #[cold]
     pub(crate) fn unpark_worker(&self, from_idle: bool, tick: u64) {
         let control = lock(&self.control);
-        let driver = self.driver_waker(&control);
-        // A driver that cannot be woken (its waker's clone panicked) is one the thread covers.
+        let driver = control.driver_waker.clone();
         let thread = control.worker_thread.clone().filter(|_| {
             from_idle
                 || driver.is_none()
@@ -69,20 +68,17 @@ impl<J: Stored> Shared<J> {
             thread.unpark();
         }
         if let Some(waker) = driver {
-            if !catch_user_panic(|| waker.wake()) {
-                self.counters.user_code_panicked("a driver's waker");
-            }
+            self.wake_driver_with(waker);
         }
     }
 
-    /// The attached driver's waker, cloned under a catch (a runtime's waker is user code, and
-    /// the worker thread clones it too): `None` if there is none or its clone panicked.
-    pub(crate) fn driver_waker(&self, control: &Control) -> Option<Waker> {
-        let mut waker = None;
-        if !catch_user_panic(|| waker = control.driver_waker.clone()) {
+    /// Wakes a driver by its waker as `control` shares it, taken out of the lock: a runtime's
+    /// waker is user code. The `Arc`'s drop may drop the waker (one that a poll replaced
+    /// meanwhile): both under one catch.
+    pub(crate) fn wake_driver_with(&self, waker: Arc<Waker>) {
+        if !catch_user_panic(move || waker.wake_by_ref()) {
             self.counters.user_code_panicked("a driver's waker");
         }
-        waker
     }
 
     /// Relaxed: for diagnostics and the cancel path, which a stale tick only makes more eager.

@@ -244,16 +244,17 @@ where
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
         let inner = &self.inner;
-        {
-            // Producers whose deadline is earlier than the plan wake this task.
-            let mut control = lock(&inner.shared.control);
-            if !control
-                .driver_waker
-                .as_ref()
-                .is_some_and(|w| w.will_wake(cx.waker()))
-            {
-                control.driver_waker = Some(cx.waker().clone());
-            }
+        // Producers whose deadline is earlier than the plan wake this task. The runtime's waker
+        // is cloned, and the one it replaces dropped, outside `control`: user code, which may
+        // call back into the timer (whose lazy start, or `stop()`, takes `control`).
+        let stored = lock(&inner.shared.control)
+            .driver_waker
+            .as_ref()
+            .is_some_and(|w| w.will_wake(cx.waker()));
+        if !stored {
+            let waker = Arc::new(cx.waker().clone());
+            let replaced = lock(&inner.shared.control).driver_waker.replace(waker);
+            drop(replaced);
         }
         {
             let mut state = lock(&inner.state);
@@ -290,8 +291,8 @@ impl<F, S> Drop for Drive<F, S> {
         drop(control);
         // Last, each under a catch: the runtime's wakers and sleeps are user code, and the
         // ticks are handed back whatever their drops do.
-        for waker in [waker, task] {
-            if !drop_caught(waker) {
+        for dropped in [drop_caught(waker), drop_caught(task)] {
+            if !dropped {
                 shared.counters.user_code_panicked("a driver's waker");
             }
         }

@@ -60,7 +60,7 @@ pub fn advance_clock(timer: &HashedWheelTimer, to: Duration) {
         crate::sync::loom_hooks::unpark_worker();
         let driver = crate::sync::lock(&shared.control).driver_waker.clone();
         if let Some(driver) = driver {
-            driver.wake();
+            driver.wake_by_ref();
         }
     }
 }

@@ -33,3 +33,72 @@ pub(crate) fn raw_pending(timer: &HashedWheelTimer) -> usize {
     let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
     digits.parse().unwrap()
 }
+
+/// Runs `f` on a thread of its own and fails if it has not returned within 30 s (a deadlock:
+/// the thread is left behind), rather than hanging the test binary.
+pub(crate) fn within_30_s(f: impl FnOnce() + Send + 'static) {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+        let _ = tx.send(outcome);
+    });
+    match rx.recv_timeout(Duration::from_secs(30)) {
+        Ok(outcome) => outcome.unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
+        Err(_) => panic!("not done within 30 s: a deadlock"),
+    }
+}
+
+pub(crate) type Hook = Box<dyn Fn() + Send + Sync>;
+
+/// What a `calling_back_waker` runs in its clone and its drop (a `Wake` waker's clone and drop
+/// run no code of its own).
+struct Hooks {
+    on_clone: Hook,
+    on_drop: Hook,
+}
+
+/// A waker whose every clone runs `on_clone` and every drop `on_drop`: user code that calls
+/// back into the timer while the crate may hold a lock.
+pub(crate) fn calling_back_waker(on_clone: Hook, on_drop: Hook) -> std::task::Waker {
+    use std::task::{RawWaker, RawWakerVTable};
+    unsafe fn clone(data: *const ()) -> RawWaker {
+        // SAFETY: `data` is an `Arc<Hooks>`'s, alive while a waker holds it.
+        unsafe {
+            ((*data.cast::<Hooks>()).on_clone)();
+            Arc::increment_strong_count(data.cast::<Hooks>());
+        }
+        RawWaker::new(data, &VTABLE)
+    }
+    unsafe fn wake(data: *const ()) {
+        // SAFETY: as in `clone`; the waker is consumed.
+        unsafe { drop(data) }
+    }
+    fn wake_by_ref(_: *const ()) {}
+    unsafe fn drop(data: *const ()) {
+        // SAFETY: as in `clone`; this waker's count is given back once.
+        unsafe {
+            ((*data.cast::<Hooks>()).on_drop)();
+            Arc::decrement_strong_count(data.cast::<Hooks>());
+        }
+    }
+    static VTABLE: RawWakerVTable = RawWakerVTable::new(clone, wake, wake_by_ref, drop);
+    let data = Arc::into_raw(Arc::new(Hooks { on_clone, on_drop })).cast::<()>();
+    // SAFETY: every function of the vtable takes `data` as the `Arc<Hooks>` it is, keeps its
+    // count, and may run on any thread (`Hooks` is `Send + Sync`).
+    unsafe { std::task::Waker::from_raw(RawWaker::new(data, &VTABLE)) }
+}
+
+/// A hook that runs `f` the first time only.
+pub(crate) fn once(f: impl FnOnce() + Send + 'static) -> Hook {
+    let f = std::sync::Mutex::new(Some(f));
+    Box::new(move || {
+        let f = f.lock().unwrap().take();
+        if let Some(f) = f {
+            f();
+        }
+    })
+}
+
+pub(crate) fn no_hook() -> Hook {
+    Box::new(|| {})
+}
