@@ -53,6 +53,9 @@ pub struct Sleep {
     /// The deadline of the timeout in `scheduled`: before `deadline` after a reset to a later one,
     /// which schedules nothing; the expiry then arms the rest (as tokio's timer extends an entry).
     armed_for: u64,
+    /// This future has stored a waker in the armed timeout's slot (which an end may have taken
+    /// since): a poll then compares before it clones.
+    waker_stored: bool,
 }
 
 /// What scheduling a sleep's timeout gave.
@@ -86,6 +89,7 @@ impl Sleep {
             scheduled: arm(shared, deadline, now, exempt),
             deadline,
             armed_for: deadline,
+            waker_stored: false,
         }
     }
 
@@ -209,6 +213,7 @@ impl Sleep {
         let old = std::mem::replace(&mut self.scheduled, new);
         self.deadline = deadline;
         self.armed_for = deadline;
+        self.waker_stored = false;
         if let Scheduled::Armed(old) = old {
             // Whether or not the cancel won, the waker we left there is ours: the task waits on
             // the new timeout instead.
@@ -217,8 +222,13 @@ impl Sleep {
                     Scheduled::Armed(new) => {
                         // The slot keeps a clone: the waker's, user code that may panic. The
                         // task is then woken, to poll again, before the panic goes on.
-                        match catch_unwind(AssertUnwindSafe(|| new.state.poll_end(&waker))) {
-                            Ok(end) => end.is_none(),
+                        let moved =
+                            catch_unwind(AssertUnwindSafe(|| new.state.poll_end(&waker, true)));
+                        match moved {
+                            Ok(end) => {
+                                self.waker_stored = end.is_none();
+                                end.is_none()
+                            }
                             Err(panic) => {
                                 waker.wake();
                                 resume_unwind(panic);
@@ -253,9 +263,13 @@ impl Future for Sleep {
     type Output = Result<(), TimerError>;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let fresh = !self.waker_stored;
         match &self.scheduled {
-            Scheduled::Armed(timeout) => match timeout.state.poll_end(cx.waker()) {
-                None => Poll::Pending,
+            Scheduled::Armed(timeout) => match timeout.state.poll_end(cx.waker(), fresh) {
+                None => {
+                    self.waker_stored = true;
+                    Poll::Pending
+                }
                 Some(End::Expired) if self.deadline > self.armed_for => {
                     // Reset to a later deadline meanwhile: the rest of the wait.
                     let shared = Arc::clone(self.shared());

@@ -255,8 +255,10 @@ impl CellRef {
     }
 
     /// A future's `poll`: how the timeout ended, if it has; else leaves `waker` in the slot
-    /// (replacing one that would not wake the same task). See [`WakerSlots`](chunk::WakerSlots).
-    pub(crate) fn poll_end(&self, waker: &Waker) -> Option<End> {
+    /// (replacing one that would not wake the same task). `fresh`: the future has stored no
+    /// waker in this slot, so that there is none to compare with (a hint: if wrong, the waker
+    /// left there is replaced all the same). See [`WakerSlots`](chunk::WakerSlots).
+    pub(crate) fn poll_end(&self, waker: &Waker, fresh: bool) -> Option<End> {
         if let Some(end) = self.end() {
             return Some(end);
         }
@@ -266,7 +268,7 @@ impl CellRef {
         // A waker's clone and drop are user code, run outside the lock: they may call back into
         // the timer (`stop()` or an expiry wakes this very slot under its lock). Only the future's
         // owner stores, so nothing else fills the slot between the two locks.
-        if !lock(slot).as_ref().is_some_and(|w| w.will_wake(waker)) {
+        if fresh || !lock(slot).as_ref().is_some_and(|w| w.will_wake(waker)) {
             let clone = waker.clone();
             let replaced = lock(slot).replace(clone);
             drop(replaced);
