@@ -827,28 +827,56 @@ fn a_refused_timeout_whose_drop_panics_is_counted() {
     assert_eq!(timer.pending_timeouts(), 1);
 }
 
-/// Set: the next clone of a `clone_bomb_waker` panics. Counts the wake-ups of every clone.
-static CLONE_BOMB: AtomicBool = AtomicBool::new(false);
-static CLONE_BOMB_WOKEN: AtomicUsize = AtomicUsize::new(0);
-
-/// A waker whose clone panics once `CLONE_BOMB` is set (a `Wake` waker's clone cannot panic).
-fn clone_bomb_waker() -> Waker {
-    use std::task::{RawWaker, RawWakerVTable};
-    fn clone(_: *const ()) -> RawWaker {
-        if CLONE_BOMB.swap(false, SeqCst) {
-            panic!("a waker panics in its clone (on purpose)");
-        }
-        RawWaker::new(std::ptr::null(), &VTABLE)
-    }
-    fn wake(_: *const ()) {
-        CLONE_BOMB_WOKEN.fetch_add(1, SeqCst);
-    }
-    fn drop(_: *const ()) {}
-    static VTABLE: RawWakerVTable = RawWakerVTable::new(clone, wake, wake, drop);
-    // SAFETY: no function of the vtable reads the data pointer (null), and each is safe to call
-    // from any thread any number of times, as `RawWaker`'s contract asks.
-    unsafe { Waker::from_raw(RawWaker::new(std::ptr::null(), &VTABLE)) }
+/// A waker's clone that panics while `armed` (once, if `once`), which a `Wake` waker's clone
+/// cannot do; `woken` counts the wake-ups of every clone.
+struct CloneBomb {
+    armed: AtomicBool,
+    once: bool,
+    woken: AtomicUsize,
 }
+
+impl CloneBomb {
+    const fn new(once: bool) -> CloneBomb {
+        CloneBomb {
+            armed: AtomicBool::new(false),
+            once,
+            woken: AtomicUsize::new(0),
+        }
+    }
+
+    fn waker(&'static self) -> Waker {
+        use std::task::{RawWaker, RawWakerVTable};
+        fn bomb(data: *const ()) -> &'static CloneBomb {
+            // SAFETY: every `RawWaker` of this vtable is made from a `&'static CloneBomb`.
+            unsafe { &*data.cast::<CloneBomb>() }
+        }
+        fn clone(data: *const ()) -> RawWaker {
+            let bomb = bomb(data);
+            let fires = if bomb.once {
+                bomb.armed.swap(false, SeqCst)
+            } else {
+                bomb.armed.load(SeqCst)
+            };
+            if fires {
+                panic!("a waker panics in its clone (on purpose)");
+            }
+            RawWaker::new(data, &VTABLE)
+        }
+        fn wake(data: *const ()) {
+            bomb(data).woken.fetch_add(1, SeqCst);
+        }
+        fn drop(_: *const ()) {}
+        static VTABLE: RawWakerVTable = RawWakerVTable::new(clone, wake, wake, drop);
+        let data = (self as *const CloneBomb).cast::<()>();
+        // SAFETY: the data pointer is a `&'static CloneBomb`, which every function reads only
+        // through shared atomics: safe from any thread any number of times, as `RawWaker`'s
+        // contract asks.
+        unsafe { Waker::from_raw(RawWaker::new(data, &VTABLE)) }
+    }
+}
+
+/// Its next clone panics once armed.
+static CLONE_BOMB: CloneBomb = CloneBomb::new(true);
 
 /// A `Sleep` reset while its task waits, whose waker panics as the new timeout keeps a clone:
 /// the task is woken (to poll again and wait on the new timeout) before the panic goes on, so
@@ -856,20 +884,20 @@ fn clone_bomb_waker() -> Waker {
 #[test]
 fn a_sleep_reset_whose_waker_panics_in_its_clone_wakes_the_task() {
     let (timer, driver) = manual_timer(ms(1));
-    let waker = clone_bomb_waker();
+    let waker = CLONE_BOMB.waker();
     let mut sleep = timer.sleep(ms(10));
     assert!(Pin::new(&mut sleep)
         .poll(&mut Context::from_waker(&waker))
         .is_pending());
-    CLONE_BOMB.store(true, SeqCst);
+    CLONE_BOMB.armed.store(true, SeqCst);
     assert!(catch_unwind(AssertUnwindSafe(|| sleep.reset_after(ms(20)))).is_err());
-    assert_eq!(CLONE_BOMB_WOKEN.load(SeqCst), 1, "woken to poll again");
+    assert_eq!(CLONE_BOMB.woken.load(SeqCst), 1, "woken to poll again");
     assert!(Pin::new(&mut sleep)
         .poll(&mut Context::from_waker(&waker))
         .is_pending());
     driver.advance(ms(25));
     assert_eq!(
-        CLONE_BOMB_WOKEN.load(SeqCst),
+        CLONE_BOMB.woken.load(SeqCst),
         2,
         "woken at the new deadline"
     );
@@ -957,28 +985,8 @@ fn a_panic_whose_payload_panics_in_its_drop_is_caught() {
     assert!(!timer.is_stopped());
 }
 
-/// Set: every clone of a `driver_clone_bomb_waker` panics. Counts the wake-ups.
-static DRIVER_BOMB: AtomicBool = AtomicBool::new(false);
-static DRIVER_BOMB_WOKEN: AtomicUsize = AtomicUsize::new(0);
-
-/// A runtime's waker whose clones panic once `DRIVER_BOMB` is set.
-fn driver_clone_bomb_waker() -> Waker {
-    use std::task::{RawWaker, RawWakerVTable};
-    fn clone(_: *const ()) -> RawWaker {
-        if DRIVER_BOMB.load(SeqCst) {
-            panic!("a driver's waker panics in its clone (on purpose)");
-        }
-        RawWaker::new(std::ptr::null(), &VTABLE)
-    }
-    fn wake(_: *const ()) {
-        DRIVER_BOMB_WOKEN.fetch_add(1, SeqCst);
-    }
-    fn drop(_: *const ()) {}
-    static VTABLE: RawWakerVTable = RawWakerVTable::new(clone, wake, wake, drop);
-    // SAFETY: no function of the vtable reads the data pointer (null), and each is safe to call
-    // from any thread any number of times, as `RawWaker`'s contract asks.
-    unsafe { Waker::from_raw(RawWaker::new(std::ptr::null(), &VTABLE)) }
-}
+/// A runtime's waker whose every clone panics once armed.
+static DRIVER_BOMB: CloneBomb = CloneBomb::new(false);
 
 /// A `Drive` whose runtime waker panics when cloned once it was stored: the worker thread runs
 /// the ticks, and `stop()` returns what never ran. Producers, `stop()` and the worker thread
@@ -992,12 +1000,12 @@ fn a_driver_waker_that_panics_in_its_clone_does_not_stop_the_worker() {
         .unwrap();
     let never_ran = timer.new_timeout(noop, Duration::from_secs(600)).unwrap();
     let mut drive = Box::pin(timer.drive(|_| std::future::pending::<()>()));
-    let waker = driver_clone_bomb_waker();
+    let waker = DRIVER_BOMB.waker();
     assert!(drive
         .as_mut()
         .poll(&mut Context::from_waker(&waker))
         .is_pending());
-    DRIVER_BOMB.store(true, SeqCst);
+    DRIVER_BOMB.armed.store(true, SeqCst);
     for _ in 0..3 {
         let (tx, rx) = mpsc::channel();
         timer
@@ -1015,7 +1023,7 @@ fn a_driver_waker_that_panics_in_its_clone_does_not_stop_the_worker() {
         "the stored waker is never cloned"
     );
     assert_eq!(timer.stop().unwrap(), vec![never_ran]);
-    DRIVER_BOMB.store(false, SeqCst);
+    DRIVER_BOMB.armed.store(false, SeqCst);
     drop(drive);
 }
 
