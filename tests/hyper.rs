@@ -270,3 +270,46 @@ fn a_reset_to_a_later_deadline_touches_the_wheel_once_per_period() {
     assert_eq!(timer.stats().expired - scheduled.expired, 2);
     assert_eq!(timer.pending_timeouts(), 0);
 }
+
+/// A sleep pushed back by hyper's `reset` keeps its deadline at the pending limit: the rest of
+/// the wait, armed once the first timeout has expired, continues the sleep's own timeout and is
+/// not refused. Refused, the sleep completed at the old deadline, long before the new one, and
+/// hyper closed the connection as timed out.
+#[test]
+fn a_reset_to_a_later_deadline_is_kept_at_the_pending_limit() {
+    use std::task::{Context, Poll, Waker};
+    let (timer, driver) = HashedWheelTimer::builder()
+        .tick_duration(Duration::from_millis(1))
+        .max_pending_timeouts(2)
+        .build_manual()
+        .unwrap();
+    let hyper_timer = HyperTimer::new(timer.handle());
+    let mut cx = Context::from_waker(Waker::noop());
+    let mut sleep = hyper_timer.sleep(Duration::from_millis(10));
+    assert!(sleep.as_mut().poll(&mut cx).is_pending());
+    hyper_timer.reset(&mut sleep, Instant::now() + Duration::from_millis(100));
+    for _ in 0..12 {
+        driver.advance(Duration::from_millis(1));
+    }
+    // The first timeout has expired; other users take the room it left.
+    let _others = [
+        timer.sleep(Duration::from_secs(60)),
+        timer.sleep(Duration::from_secs(60)),
+    ];
+    assert_eq!(timer.pending_timeouts(), 2);
+    assert_eq!(
+        sleep.as_mut().poll(&mut cx),
+        Poll::Pending,
+        "completed at the old deadline, 88 ms early"
+    );
+    let mut ready_at = None;
+    for ms in 13..=120u64 {
+        driver.advance(Duration::from_millis(1));
+        if sleep.as_mut().poll(&mut cx) == Poll::Ready(()) {
+            ready_at = Some(ms);
+            break;
+        }
+    }
+    let ready_at = ready_at.expect("the sleep completes");
+    assert!((100..=102).contains(&ready_at), "{ready_at} ms");
+}

@@ -200,7 +200,8 @@ impl Sleep {
         self.rearm_as(shared, deadline, now, false);
     }
 
-    /// As [`Sleep::rearm`] for a sleep made by [`Sleep::exempt_at`].
+    /// As [`Sleep::rearm`], passing a pending limit: for a sleep made by [`Sleep::exempt_at`],
+    /// and for the rest of a wait that [`Sleep::extend_or_reset`] moved on.
     pub(crate) fn rearm_exempt(&mut self, shared: &Arc<Shared>, deadline: u64, now: u64) {
         self.rearm_as(shared, deadline, now, true);
     }
@@ -271,10 +272,11 @@ impl Future for Sleep {
                     Poll::Pending
                 }
                 Some(End::Expired) if self.deadline > self.armed_for => {
-                    // Reset to a later deadline meanwhile: the rest of the wait.
+                    // Reset to a later deadline meanwhile: the rest of the wait. It continues
+                    // the sleep's own timeout, so it passes a pending limit, as a reset does.
                     let shared = Arc::clone(self.shared());
                     let (deadline, now) = (self.deadline, shared.clock.now_upper());
-                    self.rearm(&shared, deadline, now);
+                    self.rearm_exempt(&shared, deadline, now);
                     self.poll(cx)
                 }
                 Some(End::Expired) => Poll::Ready(Ok(())),
