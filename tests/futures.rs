@@ -837,6 +837,28 @@ fn an_interval_started_before_the_timer_keeps_its_schedule() {
     assert!(late < Duration::from_millis(250), "tick 3 {late:?} late");
 }
 
+/// An interval's first tick is ready at once, as documented and as tokio's: it was scheduled
+/// at the producers' clock, which runs a little ahead of the monotonic one, so the first poll
+/// found it not yet due and it came at the end of the timer's tick, 100 ms later by default.
+#[test]
+fn an_interval_s_first_tick_is_ready_at_the_first_poll() {
+    let timer = HashedWheelTimer::default();
+    // Time for the producers' fast clock to calibrate, where there is one.
+    std::thread::sleep(Duration::from_millis(300));
+    let mut cx = Context::from_waker(Waker::noop());
+    let pending = (0..50)
+        .filter(|_| {
+            let mut interval = timer.interval(Duration::from_secs(1));
+            interval.poll_tick(&mut cx).is_pending()
+        })
+        .count();
+    assert_eq!(pending, 0, "first ticks not ready at once, of 50");
+    let start = Instant::now();
+    let mut interval = timer.interval(Duration::from_secs(1));
+    let first = futures::executor::block_on(interval.tick()).unwrap();
+    assert!(first >= start && first <= Instant::now());
+}
+
 /// A `Sleep` polled with a waker whose clone stops the timer: the clone ran under the waker
 /// slot's lock, and `stop()`, waking that slot's future, waited for the lock forever.
 #[test]

@@ -185,7 +185,9 @@ macro_rules! interval_methods {
             /// });
             /// ```
             pub fn interval(&self, period: Duration) -> Interval {
-                Interval::new(&self.shared, (self.shared.clock.now_upper(), 0), period)
+                // The monotonic clock's now, which the first poll compares with: the first
+                // tick is due at once (the producers' clock may read a little ahead).
+                Interval::new(&self.shared, (self.shared.clock.now(), 0), period)
             }
 
             /// Ticks every `period`, the first at `start` (see [`Interval`]).
