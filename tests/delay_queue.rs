@@ -429,6 +429,60 @@ fn tokio_4161_poll_expired_on_an_empty_queue_is_ready_none() {
     assert!(matches!(poll(&mut queue, &waker), Poll::Ready(Some(_))));
 }
 
+/// A task that saw `Ready(None)` on an empty queue is woken by the next insert, as
+/// tokio-util's (its `poll_expired` keeps the waker of every poll, and an insert into an empty
+/// queue wakes it). The queue kept no waker then, so a consumer that waits while the queue is
+/// empty (a queue shared with a producer task, `None` taken as "nothing yet") was never woken
+/// by the producer's insert, and hung.
+#[test]
+fn an_insert_into_an_empty_queue_wakes_the_task_that_saw_it_empty() {
+    let (timer, driver) = manual();
+    let mut queue = DelayQueue::new(timer.handle());
+    let (count, waker) = counter();
+    assert!(matches!(poll(&mut queue, &waker), Poll::Ready(None)));
+    queue.insert("first", ms(5));
+    assert_eq!(wakes(&count), 1, "the insert into the empty queue wakes");
+    assert!(poll(&mut queue, &waker).is_pending());
+    step_to(&driver, ms(6));
+    assert_eq!(wakes(&count), 2);
+    assert_eq!(drain_ready(&mut queue, &waker), vec!["first"]);
+    assert!(matches!(poll(&mut queue, &waker), Poll::Ready(None)));
+    let before = wakes(&count);
+    queue.insert_at("second", Instant::now() + ms(5));
+    assert_eq!(
+        wakes(&count),
+        before + 1,
+        "emptied by a yield, then an insert_at"
+    );
+    // The shape of the report, for real: a consumer that waits while the queue is empty.
+    let timer = real_timer();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_time()
+        .build()
+        .unwrap();
+    let queue = Arc::new(std::sync::Mutex::new(DelayQueue::new(timer.handle())));
+    rt.block_on(async move {
+        let consumer = {
+            let queue = queue.clone();
+            tokio::spawn(async move {
+                poll_fn(|cx| match queue.lock().unwrap().poll_expired(cx) {
+                    Poll::Ready(None) => Poll::Pending,
+                    other => other,
+                })
+                .await
+            })
+        };
+        tokio::time::sleep(ms(20)).await;
+        queue.lock().unwrap().insert("late", ms(1));
+        let out = tokio::time::timeout(Duration::from_secs(5), consumer)
+            .await
+            .expect("woken by the insert, not hung")
+            .unwrap();
+        assert_eq!(out.map(Expired::into_inner), Some("late"));
+    });
+}
+
 /// tokio-rs/tokio#8402: `peek` named the last inserted of two entries sharing a wheel slot
 /// above level zero, not the earliest. Here: every pair of deadlines in 1..=90 ms, both
 /// insertion orders, and pairs a few seconds out (far slots); `peek` names the key

@@ -9,8 +9,9 @@
 //! - Every tick before `tick` has been processed; inserts go in at `tick`.
 //! - A key is a slab index and a stamp (a 32-bit count of inserts): a dead key names no later
 //!   value, short of 2^32 inserts reusing its slot with the same stamp.
-//! - Whatever empties the queue, or makes an item due at once, wakes the waiting task; a move
-//!   to an earlier fire tick re-arms the `Sleep`.
+//! - Whatever empties the queue, or makes an item due at once, wakes the waiting task, as an
+//!   insert into an empty queue wakes the task that saw it empty; a move to an earlier fire
+//!   tick re-arms the `Sleep`.
 //! - Never early: inserts read the producers' clock, which rounds up. In a burst (readings
 //!   within `BURST_NANOS`, no poll since) an insert goes into the wheel first, at the last
 //!   reading plus `BURST_NANOS`, and a TSC read against `Clock::raw_limit` after it checks
@@ -54,7 +55,8 @@ const BURST_NANOS: u64 = 1_000;
 ///   which a pending limit does not refuse (the queue would have to poll again at once).
 /// - **Any `Duration`** is accepted: one past 64-bit nanoseconds (584 years) never fires.
 /// - **Empty:** `poll_expired` returns `Ready(None)`; `remove` or `clear` emptying the queue
-///   wakes the waiting task. An insert makes it yield again.
+///   wakes the waiting task. An insert makes it yield again, and wakes the task that saw the
+///   queue empty (as tokio-util's).
 /// - **A stopped timer** ends the queue: `poll_expired` returns what is due, then
 ///   `Ready(None)`. A [`TimerHandle`] does not keep its timer alive: keep the owner.
 /// - **Built** with `DelayQueue::new(timer.handle())`, not in a runtime; methods as tokio-util's.
@@ -97,7 +99,7 @@ pub struct DelayQueue<T> {
     raw_limit: u64,
     /// How far past `last_read` a burst's insert takes its reading to be (0 on a manual clock).
     slack: u64,
-    /// The task that last saw `Pending`.
+    /// The task that last saw `Pending`, or `Ready(None)` on an empty queue.
     waker: Option<Waker>,
     timer: TimerHandle,
 }

@@ -33,7 +33,8 @@ impl<T> DelayQueue<T> {
     }
 
     /// Yields the next item whose deadline has passed; `Pending` (the task is woken when one
-    /// is due) if none; `Ready(None)` when the queue is empty or its timer stopped.
+    /// is due) if none; `Ready(None)` when the queue is empty (the next insert wakes the task)
+    /// or its timer stopped.
     ///
     /// ```
     /// # use hashed_timer_wheel::{DelayQueue, HashedWheelTimer};
@@ -55,6 +56,8 @@ impl<T> DelayQueue<T> {
                 return Poll::Ready(Some(item));
             }
             if self.slots.live() == 0 {
+                // Kept, as tokio-util's: the next insert wakes the task that saw the end.
+                self.keep_waker(cx.waker());
                 return Poll::Ready(None);
             }
             if self.expire_due() {
@@ -205,7 +208,7 @@ impl<T> futures_core::Stream for DelayQueue<T> {
     type Item = Expired<T>;
 
     /// [`DelayQueue::poll_expired`]: the stream ends (`None`) while the queue is empty, and
-    /// yields again after an insert.
+    /// yields again after an insert, which wakes the task that saw the end.
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Expired<T>>> {
         self.get_mut().poll_expired(cx)
     }
