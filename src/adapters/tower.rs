@@ -78,7 +78,7 @@ impl<S> Layer<S> for TimeoutLayer {
 /// [`Elapsed`](https://docs.rs/tower/0.5/tower/timeout/error/struct.Elapsed.html) when they
 /// take longer than the limit (`tower::timeout::Timeout`, on the wheel), counted from the first
 /// poll that finds the response pending. `poll_ready` and inner errors pass through, boxed.
-/// On a stopped timer a poll returns a ready response, and otherwise drops it and fails with
+/// On a stopped timer a poll returns a ready response, and otherwise gives it up and fails with
 /// [`TimerError::Stopped`](crate::TimerError::Stopped), boxed; this is logged once (see
 /// [`TimeoutLayer`]).
 ///
