@@ -313,3 +313,35 @@ fn a_reset_to_a_later_deadline_is_kept_at_the_pending_limit() {
     let ready_at = ready_at.expect("the sleep completes");
     assert!((100..=102).contains(&ready_at), "{ready_at} ms");
 }
+
+/// As above, with hyper's next reset coming after the first timeout expired and before the
+/// sleep was polled again: the sleep, pushed back, has not completed, and the reset that
+/// re-arms it continues its own wait at the pending limit; refused, it completed at once.
+#[test]
+fn a_second_reset_after_the_first_timeout_expired_is_kept_at_the_pending_limit() {
+    use std::task::{Context, Poll, Waker};
+    let (timer, driver) = HashedWheelTimer::builder()
+        .tick_duration(Duration::from_millis(1))
+        .max_pending_timeouts(2)
+        .build_manual()
+        .unwrap();
+    let hyper_timer = HyperTimer::new(timer.handle());
+    let mut cx = Context::from_waker(Waker::noop());
+    let mut sleep = hyper_timer.sleep(Duration::from_millis(10));
+    assert!(sleep.as_mut().poll(&mut cx).is_pending());
+    let start = Instant::now();
+    hyper_timer.reset(&mut sleep, start + Duration::from_millis(100));
+    for _ in 0..12 {
+        driver.advance(Duration::from_millis(1));
+    }
+    let _others = [
+        timer.sleep(Duration::from_secs(60)),
+        timer.sleep(Duration::from_secs(60)),
+    ];
+    hyper_timer.reset(&mut sleep, start + Duration::from_millis(150));
+    assert_eq!(
+        sleep.as_mut().poll(&mut cx),
+        Poll::Pending,
+        "completed at once, long before its deadline"
+    );
+}

@@ -191,6 +191,9 @@ impl Sleep {
         );
         if pending && deadline >= self.armed_for {
             self.deadline = deadline;
+        } else if self.deadline > self.armed_for {
+            // Pushed back before and not completed: this continues the sleep's own wait.
+            self.rearm_exempt(&shared, deadline, now);
         } else {
             self.rearm(&shared, deadline, now);
         }
@@ -201,7 +204,7 @@ impl Sleep {
     }
 
     /// As [`Sleep::rearm`], passing a pending limit: for a sleep made by [`Sleep::exempt_at`],
-    /// and for the rest of a wait that [`Sleep::extend_or_reset`] moved on.
+    /// and for a wait that [`Sleep::extend_or_reset`] moved on and that has not completed.
     pub(crate) fn rearm_exempt(&mut self, shared: &Arc<Shared>, deadline: u64, now: u64) {
         self.rearm_as(shared, deadline, now, true);
     }
