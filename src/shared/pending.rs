@@ -112,8 +112,13 @@ impl<J: Stored> Shared<J> {
         // imply. Acquire: pairs with `set_ended`'s Release; the worker took those timeouts from
         // the queue under their shard locks, so their acceptance is seen below.
         let ended = self.ended.load(Ordering::Acquire);
-        // A refill seen in a shard is seen in `accepted` too: made under the shard's lock.
-        let credit = self.timeouts.fold_data(0, |sum, p| sum + p.credit);
+        // A refill seen in a shard is seen in `accepted` too: made under the shard's lock. With
+        // a pending limit no shard takes credit (`push`), so none is looked for.
+        let credit = if self.max_pending == 0 {
+            self.timeouts.fold_data(0, |sum, p| sum + p.credit)
+        } else {
+            0
+        };
         // Relaxed: see `reserve_limited`.
         let accepted = self.accepted.load(Ordering::Relaxed);
         pending_between(accepted, ended).saturating_sub(credit)
@@ -176,5 +181,27 @@ mod tests {
         );
         let timer = producer.join().unwrap();
         timer.shared.accepted.store(0, Ordering::Relaxed);
+    }
+
+    /// With a pending limit no shard holds credit: `pending_timeouts` reads the two totals and
+    /// waits for no producer's shard lock (only the count without a limit locks them).
+    #[test]
+    fn with_a_pending_limit_the_count_waits_for_no_shard() {
+        let (timer, _driver) = HashedWheelTimer::builder()
+            .max_pending_timeouts(8)
+            .build_manual()
+            .unwrap();
+        timer
+            .new_timeout(|_: &Timeout| {}, Duration::from_secs(1))
+            .unwrap();
+        let timer = std::sync::Arc::new(timer);
+        let held = timer.shared.timeouts.my_shard();
+        let (tx, rx) = mpsc::channel();
+        let reader = std::sync::Arc::clone(&timer);
+        let reader = std::thread::spawn(move || tx.send(reader.pending_timeouts()).unwrap());
+        let read = rx.recv_timeout(Duration::from_secs(10));
+        drop(held);
+        reader.join().unwrap();
+        assert_eq!(read, Ok(1), "the count waited for a producer's shard");
     }
 }
