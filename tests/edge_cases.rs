@@ -744,6 +744,47 @@ fn panicking_executor_is_logged_and_the_timer_goes_on() {
     assert_eq!(timer.pending_timeouts(), 0);
 }
 
+/// An executor that refuses a job by dropping it unrun (Netty's `RejectedExecutionException`):
+/// the refusal is logged, as Netty logs a rejected submission; the timeout stays expired and
+/// its task is dropped once.
+#[test]
+fn an_executor_that_drops_a_job_unrun_is_logged() {
+    init();
+    let handed = Arc::new(AtomicUsize::new(0));
+    let h = Arc::clone(&handed);
+    let (timer, driver) = HashedWheelTimer::builder()
+        .tick_duration(ms(10))
+        .executor(move |job: Box<dyn FnOnce() + Send>| {
+            h.fetch_add(1, SeqCst);
+            drop(job);
+        })
+        .build_manual()
+        .unwrap();
+    let runs = Arc::new(AtomicUsize::new(0));
+    let (dropped_tx, dropped) = mpsc::channel();
+    let guard = OnDrop(dropped_tx);
+    let r = Arc::clone(&runs);
+    let refused = timer
+        .new_timeout(
+            move |_: &Timeout| {
+                let _guard = guard;
+                r.fetch_add(1, SeqCst);
+            },
+            ms(5),
+        )
+        .unwrap();
+    driver.advance(ms(10));
+    assert_eq!(handed.load(SeqCst), 1);
+    assert_eq!(runs.load(SeqCst), 0);
+    assert!(dropped.try_recv().is_ok(), "the task was dropped");
+    assert!(refused.is_expired() && !refused.is_cancelled());
+    assert!(logged(
+        log::Level::Warn,
+        "dropped by the executor without running"
+    ));
+    assert_eq!(timer.stats().panicked, 0);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Dropping the owner, handles, the worker thread
 

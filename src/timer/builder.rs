@@ -100,7 +100,8 @@ impl Builder {
 
     /// Hands expired tasks to `executor` instead of running them on the worker thread. A panic of
     /// `executor` or of a task it runs is caught, counted in `stats().panicked` and logged; the
-    /// timeout stays expired, and its task is dropped once.
+    /// timeout stays expired, and its task is dropped once. A job the executor drops without
+    /// running it (its refusal, as Netty's rejected submission) is logged, and drops the task.
     ///
     /// ```
     /// use hashed_timer_wheel::HashedWheelTimer;

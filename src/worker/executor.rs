@@ -27,8 +27,13 @@ impl<J: Stored> ExecutorJob<J> {
 }
 
 impl<J: Stored> Drop for ExecutorJob<J> {
+    /// A job dropped unrun is the executor's refusal: logged, as Netty logs a rejected submission.
     fn drop(&mut self) {
         if let (Some(task), Some(state)) = (self.task.take(), self.state.take()) {
+            log::warn!(
+                "an expired task was dropped by the executor without running; its timeout stays \
+                 expired"
+            );
             state.chunk_timer().counters().drop_task(task);
         }
     }
