@@ -159,6 +159,9 @@ macro_rules! scheduling_methods {
             /// [`TimerError::Stopped`] once the timer is stopped or its owner dropped;
             /// [`TimerError::TooManyPending`] at the pending limit. A refused call changes nothing.
             ///
+            /// # Panics
+            /// As [`HashedWheelTimer::start`], if the first call cannot spawn the worker thread.
+            ///
             /// ```
             /// use hashed_timer_wheel::{HashedWheelTimer, Timeout};
             /// use std::time::Duration;
