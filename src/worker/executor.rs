@@ -28,12 +28,16 @@ impl<J: Stored> ExecutorJob<J> {
 
 impl<J: Stored> Drop for ExecutorJob<J> {
     /// A job dropped unrun is the executor's refusal: logged, as Netty logs a rejected submission.
+    /// One dropped as the executor unwinds is not: its panic is logged once caught, and a logger
+    /// (user code) that panicked here would abort the process.
     fn drop(&mut self) {
         if let (Some(task), Some(state)) = (self.task.take(), self.state.take()) {
-            log::warn!(
-                "an expired task was dropped by the executor without running; its timeout stays \
-                 expired"
-            );
+            if !std::thread::panicking() {
+                log::warn!(
+                    "an expired task was dropped by the executor without running; its timeout \
+                     stays expired"
+                );
+            }
             state.chunk_timer().counters().drop_task(task);
         }
     }
