@@ -77,7 +77,8 @@
 //!   # let _: Result<&str, DeadlineError> = reply;
 //!   ```
 //! - **Typed timers** ([`Builder::build_typed`]): tasks of one type `T:`[`TypedTask`], stored
-//!   whole, with no box. Periodic tasks and futures are on the default timer.
+//!   whole, with no box. Periodic tasks, futures and [`drive`](HashedWheelTimer::drive) (a
+//!   runtime running the ticks) are on the default timer.
 //! - **Periodic tasks**: [`HashedWheelTimer::schedule_at_fixed_rate`] (with a [`MissedRuns`]
 //!   policy) and [`HashedWheelTimer::schedule_with_fixed_delay`], cancelled by one
 //!   [`PeriodicTimeout`].
