@@ -32,13 +32,14 @@ impl<J: Stored> Drop for ExecutorJob<J> {
     /// (user code) that panicked here would abort the process.
     fn drop(&mut self) {
         if let (Some(task), Some(state)) = (self.task.take(), self.state.take()) {
+            // The task first: its drop is counted (and its panic caught) whatever the logger does.
+            state.chunk_timer().counters().drop_task(task);
             if !std::thread::panicking() {
                 log::warn!(
                     "an expired task was dropped by the executor without running; its timeout \
                      stays expired"
                 );
             }
-            state.chunk_timer().counters().drop_task(task);
         }
     }
 }
