@@ -123,6 +123,29 @@ fn cancels_not_yet_processed_at_stop_are_counted() {
     assert_eq!((stats.expired, stats.cancelled), (0, 2), "{stats:?}");
 }
 
+/// A task cancels a timeout of its own bucket, which the bucket's walk then drops, and `stop()`
+/// runs before the next tick: the cancel is counted as cancelled. It was counted by the worker
+/// only when it processed the cancellation, which `stop()` dropped unprocessed, so expired,
+/// cancelled and returned fell one short of what was accepted.
+#[test]
+fn a_cancel_of_a_timeout_its_bucket_dropped_is_counted_at_stop() {
+    let (timer, driver) = manual(0);
+    let victim = std::sync::Arc::new(std::sync::Mutex::new(None::<Timeout>));
+    let v = std::sync::Arc::clone(&victim);
+    let cancel = move |_: &Timeout| {
+        let victim = v.lock().unwrap().take().unwrap();
+        assert!(victim.cancel(), "cancelled before its turn in the walk");
+    };
+    timer.new_timeout(cancel, Duration::from_millis(5)).unwrap();
+    let cancelled = timer.new_timeout(noop, Duration::from_millis(5)).unwrap();
+    *victim.lock().unwrap() = Some(cancelled.clone());
+    driver.advance(TICK);
+    assert!(cancelled.is_cancelled());
+    assert!(timer.stop().unwrap().is_empty());
+    let stats = timer.stats();
+    assert_eq!((stats.expired, stats.cancelled), (1, 1), "{stats:?}");
+}
+
 /// A sleep still waiting when `stop()` runs (one in the wheel, one still queued) completes with
 /// `Stopped`, and `stop()` does not return its timeout: it was counted nowhere, so expired,
 /// cancelled, returned and refused fell short of what was accepted by one per such sleep.

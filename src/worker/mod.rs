@@ -45,7 +45,7 @@ mod thread;
 pub(crate) use thread::{thread_main, turn};
 
 use crate::shared::batch::PendingBatch;
-use crate::shared::cells::{CellRef, ChunkTable, Settling};
+use crate::shared::cells::{CellRef, ChunkTable, Expiry, Settling};
 use crate::shared::{catch_user_panic, drop_caught, BoxedTask, Executor, Shared, Stored};
 use crate::sync::{Arc, Batch};
 use crate::wheel::{Wheel, NO_INDEX};
@@ -196,10 +196,11 @@ impl<J: Stored> Worker<J> {
     fn process_cancelled(&mut self, shared: &Shared<J>) {
         // Unbounded, as in Netty: each is one unlink.
         shared.cancellations.take_into(&mut self.cancellations);
-        let n = self.cancellations.len();
-        self.busy |= n > 0;
+        self.busy |= !self.cancellations.is_empty();
+        let mut unlinked = 0;
         for state in self.cancellations.drain(..) {
             let key = state.wheel_key();
+            // NO_INDEX: a bucket's walk dropped it, and ended it then.
             if key != NO_INDEX {
                 state.clear_wheel_key();
                 let entry = self.wheel.remove(key);
@@ -207,11 +208,12 @@ impl<J: Stored> Worker<J> {
                 shared
                     .counters
                     .drop_task(J::from_entry(entry, &mut self.tasks));
+                unlinked += 1;
             }
         }
-        if n > 0 {
-            self.end(shared, n);
-            self.tally.cancelled += n as u64;
+        if unlinked > 0 {
+            self.end(shared, unlinked);
+            self.tally.cancelled += unlinked as u64;
         }
         recycle(&mut self.cancellations);
     }
@@ -301,6 +303,7 @@ impl<J: Stored> Worker<J> {
 
     /// Expires the bucket of `tick`, settling each due timeout as the walk unlinks it.
     fn expire(&mut self, shared: &Shared<J>, tick: u64, now: u64) {
+        let cancelled = self.tally.cancelled;
         let mut expiring = Expiring {
             shared,
             now,
@@ -315,8 +318,9 @@ impl<J: Stored> Worker<J> {
             expiring.due(entry, key, deadline)
         });
         let (ended, mut timing) = expiring.finish();
-        // Every timeout this call ended, it expired.
-        self.tally.expired += ended.wrapping_sub(self.ended) as u64;
+        // Every timeout this call ended, it expired, or found cancelled (counted as such).
+        let dropped = self.tally.cancelled - cancelled;
+        self.tally.expired += ended.wrapping_sub(self.ended) as u64 - dropped;
         self.ended = ended;
         timing.finish(shared, &mut self.tally);
     }
@@ -424,13 +428,9 @@ struct Expiring<'a, J: Stored> {
 impl<J: Stored> Expiring<'_, J> {
     #[inline]
     fn due(&mut self, entry: J::Entry, key: u32, deadline: u64) {
-        let Some(state) = self.cells.due(J::cell(&entry), key) else {
-            // Cancelled since the walk reached it (by a task of this bucket, or after this
-            // tick's cancellations), or a stale entry: the task is dropped.
-            self.shared
-                .counters
-                .drop_task(J::from_entry(entry, self.tasks));
-            return;
+        let state = match self.cells.due(J::cell(&entry), key) {
+            Ok(state) => state,
+            Err(dropped) => return self.drop_unrun(entry, dropped),
         };
         // Ended before the task runs: a task may schedule again even at the limit.
         self.ended = self.ended.wrapping_add(1);
@@ -445,6 +445,21 @@ impl<J: Stored> Expiring<'_, J> {
             run_panicked(self.shared, executor.is_some());
         }
         self.cells.give_back(state);
+    }
+
+    /// Drops the task of an entry cancelled since the walk reached it (by a task of this bucket,
+    /// or after this tick's cancellations), or of a stale entry. A cancelled one ends here: its
+    /// entry on the cancellation queue, which `stop()` may drop unprocessed, finds NO_INDEX.
+    #[cold]
+    fn drop_unrun(&mut self, entry: J::Entry, dropped: Expiry) {
+        if dropped == Expiry::Cancelled {
+            self.ended = self.ended.wrapping_add(1);
+            self.shared.set_ended(self.ended);
+            self.tally.cancelled += 1;
+        }
+        self.shared
+            .counters
+            .drop_task(J::from_entry(entry, self.tasks));
     }
 
     /// Ends the settling (dropping `cells`: see [`Settling`]): the new total of ended timeouts,

@@ -264,11 +264,11 @@ pub(crate) struct Settling<'a> {
 
 impl Settling<'_> {
     /// Settles cell `cell`, whose wheel entry under `key` is due and just unlinked: its state if
-    /// it expired now, lent for the task's run (back through [`Settling::give_back`]); `None`
-    /// if its task is to be dropped: cancelled since the walk reached it, or the entry names
+    /// it expired now, lent for the task's run (back through [`Settling::give_back`]); else why
+    /// its task is to be dropped: cancelled since the walk reached it, or the entry names
     /// another cell (a stale chunk id, a bug: no cell is touched).
     #[inline]
-    pub(crate) fn due(&mut self, cell: CellId, key: u32) -> Option<CellRef> {
+    pub(crate) fn due(&mut self, cell: CellId, key: u32) -> Result<CellRef, Expiry> {
         let (id, tag) = (cell.chunk(), cell.tag());
         if id != self.id {
             self.put_back();
@@ -280,19 +280,19 @@ impl Settling<'_> {
             Expiry::Expired => {
                 // The task's `Timeout` borrows the table's reference: no count moves.
                 self.settled += 1;
-                Some(chunk.into_state(tag))
+                Ok(chunk.into_state(tag))
             }
             Expiry::Cancelled => {
-                // Its entry on the cancellation queue ends it (finding NO_INDEX).
+                // Ended here, by the walk: its entry on the cancellation queue finds NO_INDEX.
                 chunk.cell(tag).clear_wheel_key();
                 self.settled += 1;
                 self.chunk = Some(chunk);
-                None
+                Err(Expiry::Cancelled)
             }
             Expiry::NotItsCell => {
                 stale_chunk_id(id);
                 self.chunk = Some(chunk);
-                None
+                Err(Expiry::NotItsCell)
             }
         }
     }
