@@ -520,3 +520,76 @@ fn a_pending_limit_never_refuses_below_it_while_the_worker_ends_timeouts() {
         "every timeout was cancelled"
     );
 }
+
+/// Schedules, with and without a handle, and cancels every other handle it got, until three
+/// refusals in a row (the timer stopped): its attempts, its cancels won and the handles it kept.
+fn schedule_and_cancel_until_stopped(
+    timer: &HashedWheelTimer,
+    seed: u64,
+    runs: &Arc<AtomicUsize>,
+) -> (usize, usize, Vec<Timeout>) {
+    let mut rng = Rng::new(seed);
+    let (mut attempts, mut won, mut refusals_in_a_row) = (0, 0, 0);
+    let mut kept = Vec::new();
+    while refusals_in_a_row < 3 {
+        attempts += 1;
+        let delay = Duration::from_nanos(rng.below(2_500_001));
+        let runs = Arc::clone(runs);
+        let task = move |_: &Timeout| {
+            runs.fetch_add(1, SeqCst);
+        };
+        let accepted = if attempts % 3 == 0 {
+            timer.new_timeout_detached(task, delay).is_ok()
+        } else if let Ok(t) = timer.new_timeout(task, delay) {
+            kept.push(t);
+            true
+        } else {
+            false
+        };
+        refusals_in_a_row = if accepted { 0 } else { refusals_in_a_row + 1 };
+        if attempts % 2 == 0 {
+            won += kept.pop().map_or(0, |t| usize::from(t.cancel()));
+        }
+    }
+    (attempts, won, kept)
+}
+
+/// Three threads schedule (some detached) and cancel on the real worker while the main thread
+/// stops the timer: expired, cancelled, what `stop()` returned and refused add up to every
+/// attempt, and `cancelled` to the cancels that won. A task that cancels a timeout of its own
+/// bucket is not needed: the walk reaches a timeout cancelled since this tick's cancellations
+/// whenever a producer cancels during the expiry, and such a cancel went uncounted if `stop()`
+/// came before the next tick.
+#[test]
+fn stats_add_up_when_stop_races_schedules_and_cancels() {
+    for round in 0..30u64 {
+        let timer = Arc::new(HashedWheelTimer::new(Duration::from_millis(1), 8));
+        let runs = Arc::new(AtomicUsize::new(0));
+        let start = Arc::new(Barrier::new(4));
+        let producers: Vec<_> = (0..3)
+            .map(|p| {
+                let (timer, start, runs) = (timer.clone(), start.clone(), runs.clone());
+                thread::spawn(move || {
+                    start.wait();
+                    schedule_and_cancel_until_stopped(&timer, round * 7 + p, &runs)
+                })
+            })
+            .collect();
+        start.wait();
+        thread::sleep(Duration::from_micros(round * 100));
+        let returned = timer.stop().unwrap().len();
+        let (mut attempts, mut won) = (0, 0);
+        for h in producers {
+            let (a, w, _kept) = h.join().unwrap();
+            (attempts, won) = (attempts + a, won + w);
+        }
+        let s = timer.stats();
+        let ended = s.expired + s.cancelled + s.refused + returned as u64;
+        assert_eq!(
+            ended, attempts as u64,
+            "round {round}: {s:?}, {returned} returned"
+        );
+        assert_eq!(s.cancelled, won as u64, "round {round}: {s:?}");
+        assert_eq!(s.expired, runs.load(SeqCst) as u64, "round {round}: {s:?}");
+    }
+}
