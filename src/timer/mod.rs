@@ -325,7 +325,9 @@ for_owner_and_handle!(scheduling_methods);
 /// A hashed wheel timer: Netty's `HashedWheelTimer`, with the same contract and timing.
 ///
 /// The owner, `Send + Sync`: share it behind an `Arc`, or hand out [`TimerHandle`]s (which do not
-/// keep it alive). Dropping it stops the worker thread and drops every task that never ran.
+/// keep it alive). Dropping it stops the timer as [`stop`](HashedWheelTimer::stop) does, waiting
+/// for the task the worker is running (inside one of its tasks it waits for nothing: the worker
+/// ends after that task), and drops every task that never ran.
 ///
 /// ```
 /// use hashed_timer_wheel::{HashedWheelTimer, Timeout};
