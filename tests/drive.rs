@@ -433,3 +433,50 @@ fn a_drive_whose_wakers_clone_stops_the_timer_does_not_deadlock() {
         drop((drive, timer));
     });
 }
+
+/// A driver that stalls for good while the tick it planned has come within the watchdog's
+/// grace: the watchdog, waking then, ran that tick only 32 ticks after the time it woke, not
+/// 32 ticks after the tick planned, and so left the timeout up to twice the grace late.
+#[test]
+fn a_driver_that_stalls_behind_its_plan_leaves_a_timeout_within_the_grace() {
+    const TICK: u64 = 10;
+    let timer = HashedWheelTimer::builder()
+        .tick_duration(ms(TICK))
+        .build()
+        .unwrap();
+    let (block_tx, block_rx) = tokio::sync::oneshot::channel::<Instant>();
+    let drive = timer.drive(|at| tokio::time::sleep_until(at.into()));
+    // A current-thread runtime on a thread of its own, whose thread blocks when told to.
+    let runtime = std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            tokio::spawn(drive);
+            let at = block_rx.await.unwrap();
+            tokio::time::sleep_until(at.into()).await;
+            std::thread::sleep(Duration::from_millis(1500));
+        });
+    });
+    // The driver is polled, and the watchdog parked with nothing pending.
+    std::thread::sleep(ms(5 * TICK));
+    let start = Instant::now();
+    // The first plan the watchdog watches: it wakes 32 ticks after this one.
+    timer.new_timeout(|_: &Timeout| {}, ms(5 * TICK)).unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let late = ms(10 * TICK);
+    timer
+        .new_timeout(move |_: &Timeout| tx.send(Instant::now()).unwrap(), late)
+        .unwrap();
+    // The runtime blocks after the first has run and before the second is due.
+    block_tx.send(start + ms(7 * TICK)).unwrap();
+    let fired = rx.recv_timeout(Duration::from_secs(10)).unwrap() - start;
+    assert!(fired >= late, "never early: {fired:?}");
+    // The grace and a loaded host's delays; not twice the grace.
+    assert!(
+        fired < late + ms((32 + 10) * TICK),
+        "fired after {fired:?}, more than the grace past {late:?}"
+    );
+    runtime.join().unwrap();
+}

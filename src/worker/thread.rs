@@ -42,8 +42,10 @@ pub(crate) fn thread_main<J: Stored>(shared: Arc<Shared<J>>) {
 }
 
 /// While a driver keeps up (plan under `DRIVEN_GRACE_TICKS` behind the clock), its plan and the
-/// tick the watchdog sleeps until; `None` when the thread must run a turn: no driver, nothing
-/// planned (the turn parks the watchdog), a turn under way, or a driver behind.
+/// tick the watchdog sleeps until: the grace past the plan, not past now, so that a driver that
+/// stalls behind its plan leaves its tick no later than the grace; `None` when the thread must
+/// run a turn: no driver, nothing planned (the turn parks the watchdog), a turn under way, or a
+/// driver behind.
 fn driver_keeping_up<J: Stored>(shared: &Shared<J>) -> Option<(u64, u64)> {
     if shared.is_shutdown() || !shared.is_driven() {
         return None;
@@ -54,8 +56,8 @@ fn driver_keeping_up<J: Stored>(shared: &Shared<J>) -> Option<(u64, u64)> {
         return None;
     }
     let now = shared.clock.now() / shared.tick_nanos;
-    (plan.saturating_add(DRIVEN_GRACE_TICKS) > now)
-        .then(|| (plan, plan.max(now) + DRIVEN_GRACE_TICKS))
+    let wake = plan.saturating_add(DRIVEN_GRACE_TICKS);
+    (wake > now).then_some((plan, wake))
 }
 
 /// A [`turn`] under the worker's lock: its plan, or `None` once the loop must end (the worker
