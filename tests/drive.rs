@@ -480,3 +480,46 @@ fn a_driver_that_stalls_behind_its_plan_leaves_a_timeout_within_the_grace() {
     );
     runtime.join().unwrap();
 }
+
+/// A `Drive` polled on one runtime, then moved to another once the first is gone: the sleeps it
+/// had armed ahead on the first never end, and it armed none on the second for their ticks, so
+/// nothing woke it there and the watchdog ran those ticks 32 late.
+#[test]
+fn a_drive_moved_to_another_runtime_arms_its_sleeps_there() {
+    const TICK: u64 = 10;
+    let timer = HashedWheelTimer::builder()
+        .tick_duration(ms(TICK))
+        .build()
+        .unwrap();
+    let mut drive = Box::pin(timer.drive(|at| tokio::time::sleep_until(at.into())));
+    // Work at every tick: the driver arms its sleeps ahead.
+    let _busy: Vec<_> = (1..20)
+        .map(|i| timer.new_timeout(|_: &Timeout| {}, ms(i * TICK)).unwrap())
+        .collect();
+    let first = runtime();
+    first.block_on(poll_once(drive.as_mut()));
+    std::thread::sleep(ms(TICK));
+    first.block_on(poll_once(drive.as_mut()));
+    drop(first);
+    let second = runtime();
+    second.spawn(drive);
+    let (tx, rx) = std::sync::mpsc::channel();
+    let start = Instant::now();
+    let delay = ms(3 * TICK);
+    timer
+        .new_timeout(move |_: &Timeout| tx.send(Instant::now()).unwrap(), delay)
+        .unwrap();
+    let fired = rx.recv_timeout(Duration::from_secs(5)).unwrap() - start;
+    assert!(fired >= delay, "never early: {fired:?}");
+    // A tick and a loaded host's delays; not the watchdog's grace (320 ms).
+    assert!(fired < delay + ms(10 * TICK), "fired after {fired:?}");
+}
+
+/// Polls `future` once, on the runtime that awaits this.
+async fn poll_once<F: Future>(mut future: Pin<&mut F>) {
+    std::future::poll_fn(|cx| {
+        let _ = future.as_mut().poll(cx);
+        Poll::Ready(())
+    })
+    .await;
+}

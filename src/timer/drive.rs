@@ -62,10 +62,13 @@ struct Driver<F, S> {
 const AHEAD: u64 = 8;
 const REFILL: u64 = 2;
 
+/// The runtime's sleeps in tick order, each for the end of its tick.
+type Sleeps<S> = VecDeque<(u64, Pin<Box<S>>)>;
+
 struct DriverState<F, S> {
     sleep_until: F,
     /// The runtime's sleeps in tick order, each for the end of its tick.
-    sleeps: VecDeque<(u64, Pin<Box<S>>)>,
+    sleeps: Sleeps<S>,
     /// The timer stopped: the `Drive` completes.
     done: bool,
     /// The task that polls the `Drive`, woken when it completes.
@@ -136,6 +139,22 @@ where
                 return done;
             }
         }
+    }
+
+    /// Notes the task that polls, unless done (`None`). A new task may be on another runtime,
+    /// whose timer does not end the sleeps the last one armed (that runtime may be gone): they are
+    /// given back with the last task's waker, and the turn arms its own.
+    fn note_task(&self, waker: &Waker) -> Option<(Option<Waker>, Sleeps<S>)> {
+        let mut state = lock(&self.state);
+        if state.done {
+            return None;
+        }
+        if state.task.as_ref().is_some_and(|w| w.will_wake(waker)) {
+            return Some((None, VecDeque::new()));
+        }
+        let last = state.task.replace(waker.clone());
+        let sleeps = std::mem::take(&mut state.sleeps);
+        Some((last, sleeps))
     }
 
     /// Wakes the `Drive`'s task; a panic of the runtime's waker is caught and counted.
@@ -256,15 +275,11 @@ where
             let replaced = lock(&inner.shared.control).driver_waker.replace(waker);
             drop(replaced);
         }
-        {
-            let mut state = lock(&inner.state);
-            if state.done {
-                return Poll::Ready(());
-            }
-            if !state.task.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
-                state.task = Some(cx.waker().clone());
-            }
-        }
+        let Some(moved) = inner.note_task(cx.waker()) else {
+            return Poll::Ready(());
+        };
+        // The last task's waker and sleeps go outside `state`: the runtime's code.
+        drop(moved);
         if super::start(&inner.shared).is_err() || inner.run() {
             return Poll::Ready(());
         }
