@@ -5,7 +5,7 @@
 #[cfg(not(loom))]
 pub(crate) use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, AtomicUsize};
 #[cfg(not(loom))]
-pub(crate) use std::sync::{Arc, Mutex, MutexGuard};
+pub(crate) use std::sync::{Arc, Mutex, MutexGuard, Weak};
 #[cfg(not(loom))]
 pub(crate) use std::thread;
 
@@ -18,7 +18,7 @@ pub(crate) use loom::sync::{Mutex, MutexGuard};
 // std's `Arc` even under loom: loom's can be neither a method receiver nor an `Arc<dyn Fn ..>`.
 // No protocol hangs on a reference count; only loom's leak check on `Arc`s is lost.
 #[cfg(loom)]
-pub(crate) use std::sync::Arc;
+pub(crate) use std::sync::{Arc, Weak};
 
 /// Under loom: loom's threads, spawns counted, with std's park/unpark semantics. Loom's own
 /// `unpark` also wakes a thread in a mutex or `join`, tripping loom (tokio-rs/loom#249); here

@@ -523,3 +523,28 @@ async fn poll_once<F: Future>(mut future: Pin<&mut F>) {
     })
     .await;
 }
+
+/// Two `Drive`s of one timer: `stop()` completes both. It woke only the one polled last (the
+/// producers' waker), and the other, with no sleep armed, waited for ever.
+#[test]
+fn stop_completes_every_drive_of_the_timer() {
+    let timer = timer();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let first = rt.spawn(timer.drive(|at| tokio::time::sleep_until(at.into())));
+    let second = rt.spawn(timer.drive(|at| tokio::time::sleep_until(at.into())));
+    // Both polled, then idle: nothing pending, no sleep armed.
+    rt.block_on(timer.sleep(ms(3))).unwrap();
+    rt.block_on(async { tokio::time::sleep(ms(10)).await });
+    assert!(timer.stop().unwrap().is_empty());
+    rt.block_on(async {
+        for driving in [first, second] {
+            tokio::time::timeout(Duration::from_secs(5), driving)
+                .await
+                .expect("the driver completes")
+                .unwrap();
+        }
+    });
+}

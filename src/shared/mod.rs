@@ -37,7 +37,7 @@ pub use task_storage::{BoxedTask, Stored};
 use crate::clock::Clock;
 use crate::sync::{
     lock, thread, Arc, AtomicBool, AtomicU64, AtomicU8, AtomicUsize, CachePadded, Mutex, Ordering,
-    Queue,
+    Queue, Weak,
 };
 use crate::wheel::MAX_ENTRIES;
 use batch::{PendingBatch, ProducerShard};
@@ -168,6 +168,12 @@ pub(crate) struct Shared<J: crate::shared::sealed::TaskStorage = BoxedTask> {
     in_live_timer_count: crate::sync::process::AtomicBool,
 }
 
+/// An attached runtime driver (`timer::drive`), as `stop()` reaches it.
+pub(crate) trait AttachedDriver: Send + Sync {
+    /// The timer stopped: wakes the driver's task, which then completes.
+    fn wake_stopped(&self);
+}
+
 /// Under `Shared::control`: `timer` starts and joins the thread and attaches drivers;
 /// producers wake one or the other when their deadline is earlier than the plan.
 #[derive(Default)]
@@ -176,8 +182,9 @@ pub(crate) struct Control {
     pub(crate) worker_thread: Option<thread::Thread>,
     /// The thread running a turn now (a driver's caller), else the worker thread's.
     pub(crate) worker_id: Option<thread::ThreadId>,
-    /// Attached drivers (`timer::drive`): while any, they run the turns; the thread watches.
-    pub(crate) drivers: usize,
+    /// Attached drivers (`timer::drive`), each as the waker its sleeps wake: while any, they run
+    /// the turns and the thread watches; `stop()` wakes each, so that every one completes.
+    pub(crate) drivers: Vec<Weak<dyn AttachedDriver>>,
     /// The waker of the driver that polled last: what a producer wakes instead of the thread.
     /// Shared, so that taking it runs no user code under this lock: it is woken (and a last
     /// reference dropped) after the unlock, as a runtime's waker may call back into the timer.
@@ -273,7 +280,7 @@ impl<J: Stored> Shared<J> {
     /// A driver is attached and can be woken: it has been polled since the last one went.
     pub(crate) fn is_driven(&self) -> bool {
         let control = lock(&self.control);
-        control.drivers > 0 && control.driver_waker.is_some()
+        !control.drivers.is_empty() && control.driver_waker.is_some()
     }
 
     pub(crate) fn on_worker_thread(&self) -> bool {

@@ -4,8 +4,8 @@
 //! driver.
 
 use super::lifecycle;
-use crate::shared::{catch_user_panic, drop_caught, Shared, AWAKE};
-use crate::sync::{lock, try_lock, Arc, AtomicBool, AtomicU64, Mutex, Ordering};
+use crate::shared::{catch_user_panic, drop_caught, AttachedDriver, Shared, AWAKE};
+use crate::sync::{lock, try_lock, Arc, AtomicBool, AtomicU64, Mutex, Ordering, Weak};
 use crate::wheel::drop_each;
 use std::collections::VecDeque;
 use std::fmt;
@@ -81,8 +81,7 @@ where
     S: Future<Output = ()> + Send + 'static,
 {
     pub(super) fn new(shared: &Arc<Shared>, sleep_until: F) -> Self {
-        lock(&shared.control).drivers += 1;
-        Drive {
+        let drive = Drive {
             inner: Arc::new(Driver {
                 shared: Arc::clone(shared),
                 state: Mutex::new(DriverState {
@@ -94,7 +93,12 @@ where
                 again: AtomicBool::new(false),
                 armed_until: AtomicU64::new(0),
             }),
-        }
+        };
+        let attached: Weak<Driver<F, S>> = Arc::downgrade(&drive.inner);
+        lock(&shared.control)
+            .drivers
+            .push(attached as Weak<dyn AttachedDriver>);
+        drive
     }
 }
 
@@ -239,17 +243,28 @@ where
         let near_the_end =
             self.shared.worker_tick() + REFILL > self.armed_until.load(Ordering::SeqCst);
         if plan.is_none() || near_the_end {
-            // Not `lock`: a runtime's sleep may wake us from inside its own poll, under
-            // `state`; its holder then arms again (`again`).
-            let Some(state) = try_lock(&self.state) else {
-                self.again.store(true, Ordering::SeqCst);
-                return;
-            };
-            let task = state.task.clone();
-            drop(state);
-            if let Some(task) = task {
-                self.wake_task(task);
-            }
+            self.wake_stopped();
+        }
+    }
+}
+
+impl<F, S> AttachedDriver for Driver<F, S>
+where
+    F: FnMut(Instant) -> S + Send + 'static,
+    S: Future<Output = ()> + Send + 'static,
+{
+    /// Wakes the task, to arm more sleeps or to complete once the timer has stopped.
+    fn wake_stopped(&self) {
+        // Not `lock`: a runtime's sleep may wake us from inside its own poll, under `state`;
+        // its holder then runs once more (`again`).
+        let Some(state) = try_lock(&self.state) else {
+            self.again.store(true, Ordering::SeqCst);
+            return;
+        };
+        let task = state.task.clone();
+        drop(state);
+        if let Some(task) = task {
+            self.wake_task(task);
         }
     }
 }
@@ -298,7 +313,10 @@ impl<F, S> Drop for Drive<F, S> {
         };
         let shared = &self.inner.shared;
         let mut control = lock(&shared.control);
-        control.drivers -= 1;
+        let me = Arc::as_ptr(&self.inner);
+        control
+            .drivers
+            .retain(|d| !std::ptr::addr_eq(d.as_ptr(), me));
         let waker = control.driver_waker.take();
         if let Some(thread) = &control.worker_thread {
             thread.unpark();

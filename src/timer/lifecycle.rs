@@ -7,8 +7,8 @@
 //! `Timeout`.
 
 use crate::shared::cells::CellRef;
-use crate::shared::{ErasedWorker, Shared, Stored};
-use crate::sync::{lock, process, thread, try_lock, Arc, Ordering};
+use crate::shared::{catch_user_panic, ErasedWorker, Shared, Stored};
+use crate::sync::{lock, process, thread, try_lock, Arc, Ordering, Weak};
 use crate::worker::{self, Worker};
 use crate::{Timeout, TimerError};
 
@@ -236,10 +236,21 @@ pub(super) fn drive_turn<J: Stored>(shared: &Arc<Shared<J>>) -> Option<u64> {
     Some(plan)
 }
 
-/// Wakes a runtime's driver, if any, so that it sees the timer stopped and completes.
+/// Wakes every runtime's driver, so that each sees the timer stopped and completes: the one
+/// producers wake, and each attached `Drive` through its turn's waker (it wakes its task).
 fn wake_driver<J: Stored>(shared: &Shared<J>) {
-    let waker = lock(&shared.control).driver_waker.clone();
+    let (waker, drivers) = {
+        let control = lock(&shared.control);
+        (control.driver_waker.clone(), control.drivers.clone())
+    };
     if let Some(waker) = waker {
         shared.wake_driver_with(waker);
+    }
+    for driver in drivers.iter().filter_map(Weak::upgrade) {
+        // The task's waker is the runtime's code; so is the drop of a `Drive` gone meanwhile
+        // (the last reference may be ours).
+        if !catch_user_panic(move || driver.wake_stopped()) {
+            shared.counters.user_code_panicked("a driver's waker");
+        }
     }
 }
