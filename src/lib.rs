@@ -19,8 +19,8 @@
 //! `calculated = deadline / tick_duration`, in bucket `calculated & mask`, and waits out
 //! `remaining_rounds` turns of the wheel; a past deadline goes into the current bucket. At the
 //! end of each tick the one worker thread, in Netty's order, unlinks the cancelled timeouts,
-//! moves up to 100 000 new ones into their buckets, runs the current bucket's due timeouts,
-//! and moves on. So a timeout never fires before its deadline, and at most about a tick after.
+//! moves up to 100 000 new ones into their buckets (the rest on the following ticks, as Netty
+//! does), runs the current bucket's due timeouts, and moves on. So a timeout never fires before its deadline, and at most about a tick after.
 //!
 //! # Threading model
 //! - `new_timeout` and `cancel` may be called from any thread and never touch the wheel: they
@@ -41,8 +41,8 @@
 //! - **`pending_timeouts()` is exact**: refused calls do not count, nothing counts twice (Netty
 //!   #14959), and it is 0 after `stop()`.
 //! - **`Duration::MAX` never fires** (Netty #7760): deadlines saturate.
-//! - **More than 100 000 timeouts in one tick all fire**, the rest on the following ticks.
-//! - **`ticks_per_wheel` above 2^30 is an error** (Netty 4.1.107+ throws).
+//! - **`ticks_per_wheel` above 2^30 is an error** (Netty 4.1.107+ lost that check and fails
+//!   with `NegativeArraySizeException`).
 //! - `stop()` on the worker thread is an error; dropping the owner in a task does not deadlock.
 //! - **User code may panic anywhere** (a task, its `Drop`, a waker, the executor): the timer
 //!   counts it in [`TimerStats::panicked`], logs it and goes on; nothing is lost or run twice.
