@@ -918,3 +918,35 @@ fn a_sleep_whose_replaced_waker_stops_the_timer_in_its_drop_does_not_deadlock() 
     });
     assert_eq!(timer.pending_timeouts(), 0);
 }
+
+/// A `Deadline` that fails with `DeadlineError::Timer` leaves its future unfinished in itself,
+/// as `DeadlineError::Timer` says: `into_inner` gives it back, and it drops with the `Deadline`.
+#[test]
+fn a_deadline_failing_on_a_stopped_timer_keeps_its_future() {
+    struct Alive(Arc<AtomicUsize>);
+    impl Drop for Alive {
+        fn drop(&mut self) {
+            self.0.fetch_add(1, SeqCst);
+        }
+    }
+    let (timer, _driver) = manual();
+    let drops = Arc::new(AtomicUsize::new(0));
+    let alive = Alive(Arc::clone(&drops));
+    let inner = Box::pin(async move {
+        let _alive = alive;
+        std::future::pending::<()>().await
+    });
+    let mut deadline = timer.timeout(Duration::from_secs(60), inner);
+    let mut cx = Context::from_waker(Waker::noop());
+    assert!(Pin::new(&mut deadline).poll(&mut cx).is_pending());
+    timer.stop().unwrap();
+    assert_eq!(
+        Pin::new(&mut deadline).poll(&mut cx),
+        Poll::Ready(Err(DeadlineError::Timer(TimerError::Stopped)))
+    );
+    assert_eq!(drops.load(SeqCst), 0, "the poll does not drop the future");
+    let inner = deadline.into_inner();
+    assert_eq!(drops.load(SeqCst), 0);
+    drop(inner);
+    assert_eq!(drops.load(SeqCst), 1);
+}
