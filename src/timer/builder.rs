@@ -78,7 +78,10 @@ impl Builder {
 
     /// At most this many timeouts pending at once; `new_timeout` refuses the next one with
     /// [`TimerError::TooManyPending`](crate::TimerError::TooManyPending). 0 (the default) means no
-    /// limit beyond the wheel's key space, 2^27 - 1 timeouts; a larger limit is that one.
+    /// limit beyond the wheel's key space, 2^27 - 1 timeouts; a larger limit is that one. Two
+    /// timeouts pass the limit, and may hold the count above it for a while: a pending
+    /// [`Sleep`](crate::Sleep)'s reset, which replaces its own timeout (the old one counts until
+    /// its cancel is processed), and a [`DelayQueue`](crate::DelayQueue)'s one wake-up.
     ///
     /// ```
     /// let b = hashed_timer_wheel::HashedWheelTimer::builder().max_pending_timeouts(10_000);
