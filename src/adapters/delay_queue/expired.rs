@@ -5,7 +5,9 @@ use std::fmt;
 use std::time::Instant;
 
 /// Names a value in a [`DelayQueue`](super::DelayQueue) until it is removed or yielded, and
-/// then no other: [`DelayQueue::try_remove`](super::DelayQueue::try_remove) returns `None`.
+/// then no other: [`DelayQueue::try_remove`](super::DelayQueue::try_remove) returns `None`. (A
+/// key holds a 32-bit count of the queue's inserts: one kept across exactly 2^32 later inserts
+/// may name the value that took its slot.)
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Key {
     pub(super) index: u32,
