@@ -59,7 +59,9 @@ const BURST_NANOS: u64 = 1_000;
 ///   queue empty (as tokio-util's).
 /// - **A stopped timer** ends the queue: `poll_expired` returns what is due, then
 ///   `Ready(None)`. A [`TimerHandle`] does not keep its timer alive: keep the owner.
-/// - **Built** with `DelayQueue::new(timer.handle())`, not in a runtime; methods as tokio-util's.
+/// - **Built** with `DelayQueue::new(timer.handle())`, not in a runtime; methods as tokio-util's,
+///   but for `compact`: [`shrink_to_fit`](DelayQueue::shrink_to_fit) gives a burst's memory back
+///   (keys stay valid).
 ///
 /// ```
 /// use hashed_timer_wheel::{DelayQueue, HashedWheelTimer};
