@@ -20,7 +20,8 @@
 //! `remaining_rounds` turns of the wheel; a past deadline goes into the current bucket. At the
 //! end of each tick the one worker thread, in Netty's order, unlinks the cancelled timeouts,
 //! moves up to 100 000 new ones into their buckets (the rest on the following ticks, as Netty
-//! does), runs the current bucket's due timeouts, and moves on. So a timeout never fires before its deadline, and at most about a tick after.
+//! does), runs the current bucket's due timeouts, and moves on. So a timeout never fires before
+//! its deadline, and at most about a tick after.
 //!
 //! # Threading model
 //! - `new_timeout` and `cancel` may be called from any thread and never touch the wheel: they

@@ -332,8 +332,8 @@ macro_rules! sleep_methods {
                 Sleep::after(&self.shared, delay)
             }
 
-            /// A future that completes at `deadline` (see [`Sleep`]); at once (on the next
-            /// tick) if it has passed.
+            /// A future that completes at `deadline` (see [`Sleep`]); when the current tick ends
+            /// if it has passed.
             ///
             /// ```
             /// # use hashed_timer_wheel::HashedWheelTimer;
