@@ -503,6 +503,39 @@ fn a_deadline_finds_its_timer_from_any_thread_or_reports_it_gone() {
     assert_eq!(other.pending_timeouts(), 1);
 }
 
+/// An unarmed deadline on a stopped timer, which its first poll completes with `Stopped`, reads
+/// its deadline as now on every thread: also on one that still remembers the timer (the thread
+/// that stops a timer alone forgets it).
+#[test]
+fn an_unarmed_deadline_on_a_stopped_timer_reads_now_on_every_thread() {
+    let (timer, _driver) = manual();
+    let handle = timer.handle();
+    let (made_tx, made_rx) = std::sync::mpsc::channel();
+    let (stopped_tx, stopped_rx) = std::sync::mpsc::channel::<()>();
+    let other = std::thread::spawn(move || {
+        // This thread remembers the timer from here on.
+        let call = handle.timeout(Duration::from_secs(60), std::future::pending::<()>());
+        made_tx.send(()).unwrap();
+        stopped_rx.recv_timeout(Duration::from_secs(10)).unwrap();
+        let read = call.deadline();
+        (read, Instant::now(), call)
+    });
+    made_rx.recv_timeout(Duration::from_secs(10)).unwrap();
+    timer.stop().unwrap();
+    stopped_tx.send(()).unwrap();
+    let (read, after, mut call) = other.join().unwrap();
+    assert!(
+        read <= after,
+        "now, as on the stopping thread, not a minute ahead"
+    );
+    let (_, waker) = counter();
+    assert!(call.deadline() <= Instant::now());
+    assert_eq!(
+        poll(&mut call, &waker),
+        Poll::Ready(Err(DeadlineError::Timer(TimerError::Stopped)))
+    );
+}
+
 /// A thread that makes deadlines on more timers than it remembers, in turn: each deadline
 /// schedules on its own timer.
 #[test]

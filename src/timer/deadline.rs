@@ -324,13 +324,16 @@ impl<F> Deadline<F> {
     }
 
     /// When the deadline is ([`Sleep::deadline`]). Before the first pending poll, `timeout` gives
-    /// the deadline it would get now; if the timer was dropped meanwhile, now.
+    /// the deadline it would get now; if the timer was stopped or dropped meanwhile, now.
     pub fn deadline(&self) -> Instant {
         match &self.wait {
             Wait::Armed(sleep) => sleep.deadline(),
             Wait::Unarmed { timer, start } => match timer.upgrade() {
-                Some(shared) => shared.clock.instant_at(start.due(shared.clock.now_upper())),
-                None => Instant::now(),
+                // Stopped: gone, as the first poll finds it (see `Wait::armed`).
+                Some(shared) if !shared.is_shutdown() => {
+                    shared.clock.instant_at(start.due(shared.clock.now_upper()))
+                }
+                _ => Instant::now(),
             },
             Wait::Gone => Instant::now(),
         }
