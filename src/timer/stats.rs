@@ -52,9 +52,12 @@ pub struct TimerStats {
     /// contract is the first two; the rest is a worker that fell behind.
     pub lateness: [u64; 8],
     /// The longest a task held the worker thread (executor tasks are not timed), to tens of ns.
+    /// After a burst of short tasks the worker times the next few together, with one clock read:
+    /// tasks run back to back then count as one run, their total.
     pub longest_run: Duration,
-    /// Tasks that held the worker thread longer than a tick, delaying every timeout due meanwhile;
-    /// four ticks or more is also logged, at most once every ten seconds.
+    /// Runs that held the worker thread longer than a tick, delaying every timeout due meanwhile;
+    /// four ticks or more is also logged, at most once every ten seconds. A run is a task, or
+    /// tasks timed together after a burst of short ones (see `longest_run`).
     pub slow_runs: u64,
 }
 
