@@ -1270,3 +1270,29 @@ fn a_second_stop_waits_for_the_running_task_too() {
     assert_eq!(second, Ok(Vec::new()));
     assert_eq!(first.join().unwrap(), Ok(0));
 }
+
+/// A future's waker that panics as its timeout expires is logged as a future's waker, as
+/// `stop()` logs one. It was logged as a panicking `TimerTask`: the worker named the culprit by
+/// whether an executor ran it, and a future's wake-up is never handed to one.
+#[test]
+fn a_waker_that_panics_at_expiry_is_logged_as_a_waker() {
+    use std::future::Future;
+    use std::task::{Context, Wake, Waker};
+    struct PanickingWaker;
+    impl Wake for PanickingWaker {
+        fn wake(self: Arc<Self>) {
+            std::panic::panic_any(DELIBERATE);
+        }
+    }
+    init();
+    let (timer, driver) = manual(ms(1));
+    let waker = Waker::from(Arc::new(PanickingWaker));
+    let mut sleep = std::pin::pin!(timer.sleep(ms(2)));
+    assert!(sleep
+        .as_mut()
+        .poll(&mut Context::from_waker(&waker))
+        .is_pending());
+    driver.advance(ms(5));
+    assert_eq!(timer.stats().panicked, 1);
+    assert!(logged(log::Level::Warn, "a future's waker panicked"));
+}

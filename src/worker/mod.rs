@@ -438,11 +438,12 @@ impl<J: Stored> Expiring<'_, J> {
         self.tally
             .fired(self.now.saturating_sub(deadline), self.shared.tick_nanos);
         // A future's wake-up runs here: handing it to an executor would cost more.
-        let executor = self.executor.filter(|_| !state.has_waker());
+        let wakes = state.has_waker();
+        let executor = self.executor.filter(|_| !wakes);
         self.timing.before_run(self.shared, self.tally);
         let (state, ran) = run_task::<J>(executor, entry, self.tasks, state);
         if !ran {
-            run_panicked(self.shared, executor.is_some());
+            run_panicked(self.shared, executor.is_some(), wakes);
         }
         self.cells.give_back(state);
     }
@@ -469,11 +470,14 @@ impl<J: Stored> Expiring<'_, J> {
     }
 }
 
-/// A task run inline, or the executor it was handed to, panicked: counted and logged.
+/// A task run inline, the executor it was handed to, or the waker of a future's timeout
+/// panicked: counted and logged, naming which.
 #[cold]
-fn run_panicked<J: Stored>(shared: &Shared<J>, on_executor: bool) {
+fn run_panicked<J: Stored>(shared: &Shared<J>, on_executor: bool, wakes: bool) {
     shared.counters.user_code_panicked(if on_executor {
         "the executor"
+    } else if wakes {
+        "a future's waker"
     } else {
         "a TimerTask"
     });
