@@ -43,7 +43,7 @@ impl StoppedTimer {
 
     #[cold]
     fn log(&self) {
-        // Relaxed: the flag orders nothing; at worst two threads both log.
+        // Relaxed: the flag orders nothing; the swap lets one thread log.
         if !self.logged.swap(true, Ordering::Relaxed) {
             log::error!(
                 "{} on a stopped timer: {}. The likely cause: the timer's owner, the \
