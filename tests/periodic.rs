@@ -379,3 +379,26 @@ fn a_schedule_ended_by_a_panic_a_dropped_run_or_stop_says_so() {
     assert!(dropped.is_cancelled(), "ended by the executor");
     assert_eq!(timer.pending_timeouts(), 0);
 }
+
+/// A period of one tick, with a worker that keeps up: each run fires a tick after its deadline
+/// (a deadline on a tick's boundary waits for the next), which is no missed run, so every policy
+/// runs on every tick.
+#[test]
+fn a_period_of_one_tick_misses_no_run_under_any_policy() {
+    for missed in [MissedRuns::Burst, MissedRuns::Skip, MissedRuns::Delay] {
+        let (timer, driver) = manual(10 * MS);
+        let (ticks, task) = recorder(&driver);
+        let periodic = timer
+            .schedule_at_fixed_rate(task, 10 * MS, 10 * MS, missed)
+            .unwrap();
+        for _ in 0..20 {
+            driver.advance(10 * MS);
+        }
+        assert_eq!(
+            *ticks.lock().unwrap(),
+            (1..20).collect::<Vec<u64>>(),
+            "{missed:?}"
+        );
+        assert_eq!(periodic.runs(), 19, "{missed:?}");
+    }
+}

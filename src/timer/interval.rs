@@ -92,7 +92,7 @@ impl Interval {
                 return Poll::Ready(Err(e));
             }
         }
-        self.rearm(next_due(due, self.period, self.missed, self.now()));
+        self.rearm(next_due(due, self.period, self.missed, self.now(), 0));
         let at = self.sleep.shared().clock.instant_at(due);
         let before = Duration::from_nanos(self.before_origin);
         Poll::Ready(Ok(at.checked_sub(before).unwrap_or(at)))

@@ -14,6 +14,8 @@ use std::time::Duration;
 
 /// What a fixed-rate task does about runs it missed (the worker late, or a run longer than a
 /// period): tokio's `MissedTickBehavior`; Java's `scheduleAtFixedRate` is [`MissedRuns::Burst`].
+/// A run that fires up to a tick after its deadline, as every timeout may, misses nothing: a
+/// period of one tick runs on every tick under each policy.
 ///
 /// ```
 /// use hashed_timer_wheel::{HashedWheelTimer, MissedRuns};
@@ -37,16 +39,18 @@ pub enum MissedRuns {
     Delay,
 }
 
-/// The deadline after `due` on a fixed-rate schedule: `due + period` if still after `now`, else
-/// what `missed` says.
-pub(super) fn next_due(due: u64, period: u64, missed: MissedRuns, now: u64) -> u64 {
+/// The deadline after `due` on a fixed-rate schedule: `due + period` if still after
+/// `now - slack`, else what `missed` says. `slack` is the lateness that misses no run: a run
+/// that fires a tick after its deadline (one on a tick's boundary waits for the next) is on time.
+pub(super) fn next_due(due: u64, period: u64, missed: MissedRuns, now: u64, slack: u64) -> u64 {
     let on_time = due.saturating_add(period);
+    let horizon = now.saturating_sub(slack);
     match missed {
-        _ if on_time > now => on_time,
+        _ if on_time > horizon => on_time,
         MissedRuns::Burst => on_time,
-        // The first of `due + m * period` after now.
+        // The first of `due + m * period` after the horizon.
         MissedRuns::Skip => {
-            let m = (now - due) / period + 1;
+            let m = (horizon - due) / period + 1;
             due.saturating_add(m.saturating_mul(period))
         }
         MissedRuns::Delay => now.saturating_add(period),
@@ -60,11 +64,12 @@ enum Schedule {
 }
 
 impl Schedule {
-    /// The next run's deadline, after a run due at `due` that ended at `now`.
-    fn next_after(self, due: u64, now: u64) -> u64 {
+    /// The next run's deadline, after a run due at `due` that ended at `now`, on a timer whose
+    /// tick is `tick` nanoseconds.
+    fn next_after(self, due: u64, now: u64, tick: u64) -> u64 {
         match self {
             Schedule::Delay { delay } => now.saturating_add(delay),
-            Schedule::Rate { period, missed } => next_due(due, period, missed, now),
+            Schedule::Rate { period, missed } => next_due(due, period, missed, now, tick),
         }
     }
 }
@@ -255,7 +260,7 @@ where
             shared.counters.drop_task(task);
             std::panic::resume_unwind(panic);
         }
-        let next = schedule.next_after(due, shared.clock.now_upper());
+        let next = schedule.next_after(due, shared.clock.now_upper(), shared.tick_nanos);
         // Relaxed: a hint (`store` looks again under the lock).
         if periodic.inner.cancelled.load(Ordering::Relaxed) {
             return;
