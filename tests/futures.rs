@@ -983,3 +983,30 @@ fn a_deadline_failing_on_a_stopped_timer_keeps_its_future() {
     drop(inner);
     assert_eq!(drops.load(SeqCst), 1);
 }
+
+/// An interval of one tick polled only when the wheel wakes it: each wake-up comes a tick after
+/// the deadline (one on a tick's boundary waits for the next), which misses no tick, so every
+/// policy yields a tick per period.
+#[test]
+fn an_interval_of_one_tick_woken_by_the_wheel_misses_no_tick() {
+    use hashed_timer_wheel::MissedRuns;
+    for missed in [MissedRuns::Burst, MissedRuns::Skip, MissedRuns::Delay] {
+        let (timer, driver) = manual();
+        let (count, waker) = counter();
+        let mut cx = Context::from_waker(&waker);
+        let mut interval = timer.interval(TICK);
+        interval.set_missed_runs(missed);
+        let mut ticks = 0;
+        let mut seen = 0; // poll once at the start
+        for _ in 0..20 {
+            if wakes(&count) >= seen {
+                seen = wakes(&count) + 1;
+                while interval.poll_tick(&mut cx).is_ready() {
+                    ticks += 1;
+                }
+            }
+            driver.advance(TICK);
+        }
+        assert_eq!(ticks, 19, "{missed:?}");
+    }
+}

@@ -92,7 +92,8 @@ impl Interval {
                 return Poll::Ready(Err(e));
             }
         }
-        self.rearm(next_due(due, self.period, self.missed, self.now(), 0));
+        let tick = self.sleep.shared().tick_nanos;
+        self.rearm(next_due(due, self.period, self.missed, self.now(), tick));
         let at = self.sleep.shared().clock.instant_at(due);
         let before = Duration::from_nanos(self.before_origin);
         Poll::Ready(Ok(at.checked_sub(before).unwrap_or(at)))

@@ -14,8 +14,9 @@ use std::time::Duration;
 
 /// What a fixed-rate task does about runs it missed (the worker late, or a run longer than a
 /// period): tokio's `MissedTickBehavior`; Java's `scheduleAtFixedRate` is [`MissedRuns::Burst`].
-/// A run that fires up to a tick after its deadline, as every timeout may, misses nothing: a
-/// period of one tick runs on every tick under each policy.
+/// A run (or an [`Interval`](crate::Interval)'s tick) that fires up to a tick after its
+/// deadline, as every timeout may, misses nothing: a period of one tick runs on every tick under
+/// each policy.
 ///
 /// ```
 /// use hashed_timer_wheel::{HashedWheelTimer, MissedRuns};
