@@ -271,6 +271,48 @@ fn a_reset_to_a_later_deadline_touches_the_wheel_once_per_period() {
     assert_eq!(timer.pending_timeouts(), 0);
 }
 
+/// A sleep pushed back at a pending limit of 2, as hyper pushes one back: a 10 ms sleep, polled,
+/// reset to `start + 100 ms`; then the first timeout expires (12 ticks) and two other sleeps
+/// take the room it left. Returns what the tests go on with; `_others` must be kept.
+struct PushedBack {
+    /// The owner, kept alive.
+    _timer: HashedWheelTimer,
+    driver: hashed_timer_wheel::ManualDriver,
+    hyper_timer: HyperTimer,
+    sleep: std::pin::Pin<Box<dyn hyper::rt::Sleep>>,
+    start: Instant,
+    _others: [hashed_timer_wheel::Sleep; 2],
+}
+
+fn pushed_back_at_the_limit(cx: &mut std::task::Context<'_>) -> PushedBack {
+    let (timer, driver) = HashedWheelTimer::builder()
+        .tick_duration(Duration::from_millis(1))
+        .max_pending_timeouts(2)
+        .build_manual()
+        .unwrap();
+    let hyper_timer = HyperTimer::new(timer.handle());
+    let mut sleep = hyper_timer.sleep(Duration::from_millis(10));
+    assert!(sleep.as_mut().poll(cx).is_pending());
+    let start = Instant::now();
+    hyper_timer.reset(&mut sleep, start + Duration::from_millis(100));
+    for _ in 0..12 {
+        driver.advance(Duration::from_millis(1));
+    }
+    let _others = [
+        timer.sleep(Duration::from_secs(60)),
+        timer.sleep(Duration::from_secs(60)),
+    ];
+    assert_eq!(timer.pending_timeouts(), 2);
+    PushedBack {
+        _timer: timer,
+        driver,
+        hyper_timer,
+        sleep,
+        start,
+        _others,
+    }
+}
+
 /// A sleep pushed back by hyper's `reset` keeps its deadline at the pending limit: the rest of
 /// the wait, armed once the first timeout has expired, continues the sleep's own timeout and is
 /// not refused. Refused, the sleep completed at the old deadline, long before the new one, and
@@ -278,34 +320,17 @@ fn a_reset_to_a_later_deadline_touches_the_wheel_once_per_period() {
 #[test]
 fn a_reset_to_a_later_deadline_is_kept_at_the_pending_limit() {
     use std::task::{Context, Poll, Waker};
-    let (timer, driver) = HashedWheelTimer::builder()
-        .tick_duration(Duration::from_millis(1))
-        .max_pending_timeouts(2)
-        .build_manual()
-        .unwrap();
-    let hyper_timer = HyperTimer::new(timer.handle());
     let mut cx = Context::from_waker(Waker::noop());
-    let mut sleep = hyper_timer.sleep(Duration::from_millis(10));
-    assert!(sleep.as_mut().poll(&mut cx).is_pending());
-    hyper_timer.reset(&mut sleep, Instant::now() + Duration::from_millis(100));
-    for _ in 0..12 {
-        driver.advance(Duration::from_millis(1));
-    }
-    // The first timeout has expired; other users take the room it left.
-    let _others = [
-        timer.sleep(Duration::from_secs(60)),
-        timer.sleep(Duration::from_secs(60)),
-    ];
-    assert_eq!(timer.pending_timeouts(), 2);
+    let mut at = pushed_back_at_the_limit(&mut cx);
     assert_eq!(
-        sleep.as_mut().poll(&mut cx),
+        at.sleep.as_mut().poll(&mut cx),
         Poll::Pending,
         "completed at the old deadline, 88 ms early"
     );
     let mut ready_at = None;
     for ms in 13..=120u64 {
-        driver.advance(Duration::from_millis(1));
-        if sleep.as_mut().poll(&mut cx) == Poll::Ready(()) {
+        at.driver.advance(Duration::from_millis(1));
+        if at.sleep.as_mut().poll(&mut cx) == Poll::Ready(()) {
             ready_at = Some(ms);
             break;
         }
@@ -320,27 +345,12 @@ fn a_reset_to_a_later_deadline_is_kept_at_the_pending_limit() {
 #[test]
 fn a_second_reset_after_the_first_timeout_expired_is_kept_at_the_pending_limit() {
     use std::task::{Context, Poll, Waker};
-    let (timer, driver) = HashedWheelTimer::builder()
-        .tick_duration(Duration::from_millis(1))
-        .max_pending_timeouts(2)
-        .build_manual()
-        .unwrap();
-    let hyper_timer = HyperTimer::new(timer.handle());
     let mut cx = Context::from_waker(Waker::noop());
-    let mut sleep = hyper_timer.sleep(Duration::from_millis(10));
-    assert!(sleep.as_mut().poll(&mut cx).is_pending());
-    let start = Instant::now();
-    hyper_timer.reset(&mut sleep, start + Duration::from_millis(100));
-    for _ in 0..12 {
-        driver.advance(Duration::from_millis(1));
-    }
-    let _others = [
-        timer.sleep(Duration::from_secs(60)),
-        timer.sleep(Duration::from_secs(60)),
-    ];
-    hyper_timer.reset(&mut sleep, start + Duration::from_millis(150));
+    let mut at = pushed_back_at_the_limit(&mut cx);
+    let later = at.start + Duration::from_millis(150);
+    at.hyper_timer.reset(&mut at.sleep, later);
     assert_eq!(
-        sleep.as_mut().poll(&mut cx),
+        at.sleep.as_mut().poll(&mut cx),
         Poll::Pending,
         "completed at once, long before its deadline"
     );
