@@ -28,9 +28,10 @@
 //!   push onto MPSC queues sharded by producer thread and flip one atomic state per timeout by
 //!   compare-and-swap, so exactly one of `cancel()`, the worker's expiry and `stop()` wins.
 //! - Timeout states and tasks of up to 32 bytes need no allocation per timeout once warm.
-//! - `new_timeout` reads the TSC where the kernel keeps time with it, calibrated on a thread of
-//!   its own (`hashed-timer-wheel-tsc`) and rounded up: never early while the cores' TSC skew
-//!   stays within 512 ns (see the `clock` module).
+//! - `new_timeout` reads the TSC where the kernel keeps time with it, calibrated once per
+//!   process, from the first `new_timeout` on, on a thread of its own (`hashed-timer-wheel-tsc`,
+//!   which then ends), and rounded up: never early while the cores' TSC skew stays within 512 ns
+//!   (see the `clock` module). Building a timer starts no thread.
 //! - Tasks run on the worker thread one at a time (or on the configured executor): keep them short.
 //! - The worker starts on the first `new_timeout` (or `start`), sleeps until the next tick with
 //!   work, and parks when nothing is pending. The protocols are model-checked with loom.

@@ -49,7 +49,18 @@ pub(super) fn base() -> Instant {
 }
 
 /// Starts the set-up once per process, on its own thread: nobody waits for the calibration.
+/// Called at the first reading of a producers' clock, not when a timer is built: building a
+/// timer starts no thread.
+#[inline]
 pub(super) fn prepare() {
+    if !PREPARE.is_completed() {
+        start_set_up();
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn start_set_up() {
     PREPARE.call_once(|| {
         let spawned = ThreadBuilder::new()
             .name("hashed-timer-wheel-tsc".into())

@@ -8,11 +8,12 @@
 //! (through `quanta`), interpolate from a (monotonic, TSC) anchor at most 1 ms old, and round
 //! *up* for calibration error, slewing and cross-core skew: never behind the monotonic clock,
 //! which the worker reads to decide what has expired. Quanta's calibration runs once per
-//! process on a thread of its own and is checked against our own ratio over 20 ms (the larger
-//! serves if they agree to 1/4096, ours if not, neither if 1/16 apart), so that a preempted
-//! calibration cannot make a deadline early. A worker's turn re-reads the kernel's clock source
-//! once a second has passed; once the kernel gives the TSC up, so do producers, for good. Until
-//! then, never-early rests on the cores' TSC skew staying within the 512 ns margin.
+//! process, from the first reading on (building a timer starts no thread), on a thread of its
+//! own, and is checked against our own ratio over 20 ms (the larger serves if they agree to
+//! 1/4096, ours if not, neither if 1/16 apart), so that a preempted calibration cannot make a
+//! deadline early. A worker's turn re-reads the kernel's clock source once a second has passed;
+//! once the kernel gives the TSC up, so do producers, for good. Until then, never-early rests on
+//! the cores' TSC skew staying within the 512 ns margin.
 
 use crate::sync::{Arc, AtomicU64, Ordering};
 use std::time::Instant;
@@ -37,7 +38,6 @@ impl Clock {
         // The base (once per process) comes before any origin, so no origin precedes it.
         let base = fast::base();
         let origin = Instant::now();
-        fast::prepare();
         Clock::System {
             origin,
             origin_from_base: duration_to_nanos(origin.saturating_duration_since(base)),
@@ -59,6 +59,8 @@ impl Clock {
             if let Some(fast) = fast::get() {
                 return fast.since_base_upper().saturating_sub(*origin_from_base);
             }
+            // The first reading starts the calibration; until it ends, the monotonic clock.
+            fast::prepare();
         }
         self.now()
     }
@@ -269,7 +271,9 @@ mod tests {
     #[test]
     fn now_upper_is_never_behind_the_monotonic_clock() {
         let clock = Clock::system();
-        // Test the fast clock itself, where there is one: wait for its calibration.
+        // Test the fast clock itself, where there is one: the first reading starts its
+        // calibration; wait for it.
+        clock.now_upper();
         #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
         {
             let started = Instant::now();

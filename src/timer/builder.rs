@@ -128,9 +128,10 @@ impl Builder {
     /// Checks the arguments and builds the timer; its worker thread starts with the first
     /// `new_timeout` (or `start`).
     ///
-    /// On x86-64 Linux the first timer built in the process starts a short-lived thread,
-    /// `hashed-timer-wheel-tsc`, that calibrates the producers' clock (see the crate docs,
-    /// "Threading model").
+    /// Building starts no thread. On x86-64 Linux the process's first `new_timeout` (or other
+    /// reading of a timer's producers' clock) also starts a short-lived thread,
+    /// `hashed-timer-wheel-tsc`, that calibrates that clock (see the crate docs, "Threading
+    /// model").
     ///
     /// # Errors
     /// A [`BuildError`] for a zero tick, a zero or above-2^30 `ticks_per_wheel`, a tick times

@@ -1,0 +1,47 @@
+//! Building a timer starts no thread (Netty's contract): not its worker, and not the producers'
+//! clock calibration (x86-64 Linux), which the process's first `new_timeout` starts. The test
+//! is alone in its process, so that no other test has started either before it looks.
+
+use hashed_timer_wheel::{HashedWheelTimer, Timeout};
+use std::time::Duration;
+
+/// The names of this process's threads (Linux: `/proc/self/task/*/comm`); `None` without procfs.
+fn thread_names() -> Option<Vec<String>> {
+    let tasks = std::fs::read_dir("/proc/self/task").ok()?;
+    let mut names: Vec<String> = tasks
+        .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("comm")).ok())
+        .map(|name| name.trim_end().to_owned())
+        .collect();
+    names.sort();
+    Some(names)
+}
+
+#[test]
+fn building_timers_starts_no_thread_and_the_first_timeout_starts_the_worker() {
+    let Some(before) = thread_names() else {
+        return; // no procfs: nothing to look at
+    };
+    let timer = HashedWheelTimer::builder()
+        .tick_duration(Duration::from_millis(1))
+        .thread_name("htw-lazy")
+        .build()
+        .unwrap();
+    let plain = HashedWheelTimer::new(Duration::from_millis(10), 64);
+    let (manual, _driver) = HashedWheelTimer::builder().build_manual().unwrap();
+    assert_eq!(
+        thread_names(),
+        Some(before.clone()),
+        "building timers started a thread"
+    );
+
+    timer
+        .new_timeout(|_: &Timeout| {}, Duration::from_secs(3600))
+        .unwrap();
+    let after = thread_names().unwrap();
+    assert!(
+        after.iter().any(|name| name == "htw-lazy"),
+        "the first timeout starts the worker: {after:?}"
+    );
+    assert!(timer.stop().unwrap().len() == 1);
+    drop((plain, manual));
+}
