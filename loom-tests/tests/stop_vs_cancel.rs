@@ -1,9 +1,10 @@
 //! `stop()` racing `cancel()`.
 //!
 //! Both move a timeout out of `INIT` to `CANCELLED`; exactly one wins. If `cancel()` returned
-//! true the timeout is not in `stop()`'s list; otherwise `stop()` returned it (or it had
-//! expired). Modelled with the real worker thread and with a manual driver, with one timeout in
-//! the wheel and one still in the `timeouts` queue.
+//! true the timeout is not in `stop()`'s list, and is counted cancelled once (by the worker, or
+//! by `stop()` if the worker never processed the cancel); otherwise `stop()` returned it (or it
+//! had expired). Modelled with the real worker thread and with a manual driver, with one
+//! timeout in the wheel and one still in the `timeouts` queue.
 #![cfg(loom)]
 
 use loom::thread;
@@ -26,6 +27,11 @@ fn stop_races_cancel_with_worker_thread() {
         if won {
             assert!(returned.is_empty(), "cancelled, yet returned by stop");
         }
+        assert_eq!(
+            timer.stats().cancelled,
+            u64::from(won),
+            "the cancel that won is counted"
+        );
         probe.assert_ended_once(&t, "t");
         assert_eq!(timer.pending_timeouts(), 0);
     });
@@ -51,6 +57,11 @@ fn stop_races_cancel_with_manual_driver() {
         book_stopped(&returned, &[(Some(&a), &in_wheel), (Some(&b), &queued)]);
         assert_eq!(returned.contains(&a), !won_a);
         assert_eq!(returned.contains(&b), !won_b);
+        assert_eq!(
+            timer.stats().cancelled,
+            u64::from(won_a) + u64::from(won_b),
+            "each cancel that won is counted once"
+        );
         in_wheel.assert_ended_once(&a, "a (in the wheel)");
         queued.assert_ended_once(&b, "b (in the queue)");
         assert_eq!(timer.pending_timeouts(), 0);

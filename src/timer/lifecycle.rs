@@ -57,20 +57,10 @@ pub(super) fn worker_mut<J: Stored>(idle: &mut ErasedWorker) -> &mut Worker<J> {
         .expect("`Shared::worker` holds only this timer's worker")
 }
 
-/// Ends a timeout that never ran: its handle for `stop()`, unless it had ended or is a future's.
-fn cancel_never_run<J: Stored>(state: CellRef) -> Option<Timeout<J>> {
+/// Ends a timeout that never ran, for `stop()`, whose worker runs no more turns: its handle,
+/// unless it had been cancelled (then counted as such) or is a future's.
+fn end_at_stop<J: Stored>(state: CellRef) -> Option<Timeout<J>> {
     state.cancel_never_run().map(|state| Timeout::new(state))
-}
-
-/// [`cancel_never_run`] for `stop()`, whose worker runs no more turns: a timeout cancelled that
-/// the worker had not yet processed is counted as cancelled, as the worker would have.
-fn end_at_stop<J: Stored>(shared: &Shared<J>, state: CellRef) -> Option<Timeout<J>> {
-    if state.is_cancelled() {
-        // Relaxed: a statistic; the worker has published its own count for good.
-        shared.counters.cancelled.fetch_add(1, Ordering::Relaxed);
-        return None;
-    }
-    cancel_never_run(state)
 }
 
 /// Starts the worker thread, once, unless a `ManualDriver` runs the worker.
@@ -143,11 +133,7 @@ fn drain_worker<J: Stored>(shared: &Shared<J>) -> Vec<Timeout<J>> {
     if let Some(worker) = worker {
         let mut worker = worker_from::<J>(worker);
         let states = worker.drain();
-        out.extend(
-            states
-                .into_iter()
-                .filter_map(|state| end_at_stop(shared, state)),
-        );
+        out.extend(states.into_iter().filter_map(end_at_stop));
     }
     out
 }
@@ -160,12 +146,7 @@ fn drain_queues<J: Stored>(shared: &Shared<J>, out: &mut Vec<Timeout<J>>) {
     // The chunks hold handles on this timer. A producer (or the worker handing spares over) that
     // locks a shard after this sees SHUTDOWN and adds none.
     shared.timeouts.for_each_data(|p| p.cursors.clear());
-    out.extend(
-        queued
-            .into_states()
-            .into_iter()
-            .filter_map(|state| end_at_stop(shared, state)),
-    );
+    out.extend(queued.into_states().into_iter().filter_map(end_at_stop));
     drop(shared.cancellations.take_all());
 }
 

@@ -68,9 +68,9 @@ macro_rules! stats_methods {
             /// worker publishes the outcomes (`expired`, `cancelled`, the lateness and run
             /// figures) once per turn, while `pending_timeouts()` moves with each timeout: a
             /// snapshot taken during a turn (from a task, or while one runs) lags by that turn.
-            /// A cancel the worker has not processed when `stop()` runs is counted by `stop()`
-            /// (one racing `stop()` itself, or made after the owner was dropped inside a task,
-            /// may be counted nowhere).
+            /// A cancel the worker has not processed when `stop()` runs, one racing `stop()`
+            /// included, is counted by `stop()` (one made after the owner was dropped inside a
+            /// task may be counted nowhere).
             ///
             /// ```
             /// use hashed_timer_wheel::{HashedWheelTimer, Timeout};

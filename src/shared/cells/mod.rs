@@ -201,18 +201,25 @@ impl CellRef {
         self.cell().cancel()
     }
 
-    /// At shutdown, cancels a timeout not yet ended: wakes its future if a future's, else gives
-    /// it back for `stop()` to return.
+    /// At shutdown, with the worker's turns over, cancels a timeout not yet ended: wakes its
+    /// future if a future's, else gives it back for `stop()` to return. One that its handle
+    /// cancelled first (before this, or racing it), whose cancel the worker never processed, is
+    /// counted as cancelled here, as the worker would have: nothing expires at shutdown, so a
+    /// timeout found ended was cancelled.
     pub(crate) fn cancel_never_run(self) -> Option<CellRef> {
+        // Relaxed, here and below: a statistic. Under `stop()` the worker has published its
+        // count for good; with the owner dropped in a task its next publish may not keep this
+        // (see `stats()`).
+        let counters = self.chunk_timer().counters();
         if self.cancel() == CancelOutcome::AlreadyEnded {
+            if self.is_cancelled() {
+                counters.cancelled.fetch_add(1, Ordering::Relaxed);
+            }
             return None;
         }
         if self.has_waker() {
             // A future's timeout is not returned: its future completes with `Stopped`, and it
             // counts as cancelled, or no outcome would account for it.
-            let counters = self.chunk_timer().counters();
-            // Relaxed: a statistic. Under `stop()` the worker has published its count for good;
-            // with the owner dropped in a task its next publish may not keep this (see `stats()`).
             counters.cancelled.fetch_add(1, Ordering::Relaxed);
             if !self.wake() {
                 counters.user_code_panicked("a future's waker");
