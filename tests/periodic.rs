@@ -402,3 +402,50 @@ fn a_period_of_one_tick_misses_no_run_under_any_policy() {
         assert_eq!(periodic.runs(), 19, "{missed:?}");
     }
 }
+
+/// A fixed delay of zero panics, as a fixed rate's period of zero does (Java's
+/// `scheduleWithFixedDelay` refuses it too), on the owner and on a handle, and schedules
+/// nothing. It was accepted and ran the task on every tick.
+#[test]
+fn a_fixed_delay_of_zero_panics_as_a_period_of_zero_does() {
+    let (timer, driver) = manual(MS);
+    let handle = timer.handle();
+    let message = |outcome: std::thread::Result<_>| -> String {
+        let payload = outcome.map(|_: Result<PeriodicTimeout, _>| ()).unwrap_err();
+        payload.downcast_ref::<&str>().unwrap().to_string()
+    };
+    let calls: [Box<dyn Fn() -> _>; 4] = [
+        Box::new(|| timer.schedule_with_fixed_delay(|_: &PeriodicTimeout| {}, MS, Duration::ZERO)),
+        Box::new(|| handle.schedule_with_fixed_delay(|_: &PeriodicTimeout| {}, MS, Duration::ZERO)),
+        Box::new(|| {
+            timer.schedule_at_fixed_rate(
+                |_: &PeriodicTimeout| {},
+                MS,
+                Duration::ZERO,
+                MissedRuns::Burst,
+            )
+        }),
+        Box::new(|| {
+            handle.schedule_at_fixed_rate(
+                |_: &PeriodicTimeout| {},
+                MS,
+                Duration::ZERO,
+                MissedRuns::Skip,
+            )
+        }),
+    ];
+    let messages: Vec<String> = calls
+        .iter()
+        .map(|call| message(std::panic::catch_unwind(std::panic::AssertUnwindSafe(call))))
+        .collect();
+    assert_eq!(messages[0], "the delay of a periodic task must not be zero");
+    assert_eq!(messages[1], messages[0]);
+    assert_eq!(
+        messages[2],
+        "the period of a periodic task must not be zero"
+    );
+    assert_eq!(messages[3], messages[2]);
+    driver.advance(10 * MS);
+    assert_eq!(timer.pending_timeouts(), 0, "nothing was scheduled");
+    assert_eq!(timer.stats().expired, 0);
+}

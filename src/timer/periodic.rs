@@ -400,6 +400,9 @@ macro_rules! periodic_methods {
             /// timer stopped, or at its pending limit, which is logged) ends the schedule:
             /// [`PeriodicTimeout::is_cancelled`] then returns true.
             ///
+            /// # Panics
+            /// If `delay` is zero (Java's `scheduleWithFixedDelay` refuses a delay of zero too).
+            ///
             /// ```
             /// # use hashed_timer_wheel::HashedWheelTimer;
             /// # use std::time::Duration;
@@ -420,6 +423,7 @@ macro_rules! periodic_methods {
                 F: FnMut(&PeriodicTimeout) + Send + 'static,
             {
                 let delay = duration_to_nanos(delay);
+                assert!(delay > 0, "the delay of a periodic task must not be zero");
                 schedule_periodic(&self.shared, task, initial_delay, Schedule::Delay { delay })
             }
         }
