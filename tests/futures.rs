@@ -791,6 +791,53 @@ fn an_interval_catches_up_as_its_policy_says() {
     }
 }
 
+/// An interval refused at the pending limit arms its tick again at the next poll: once the
+/// limit has room, that poll arms it, and it completes at its deadline. The poll after a
+/// refusal returned the refusal its re-arm had made at once, a stale `TooManyPending` after
+/// the limit had room.
+#[test]
+fn an_interval_refused_at_the_limit_arms_again_at_the_next_poll() {
+    let (timer, driver) = HashedWheelTimer::builder()
+        .tick_duration(TICK)
+        .max_pending_timeouts(1)
+        .build_manual()
+        .unwrap();
+    let (_, waker) = counter();
+    let mut cx = Context::from_waker(&waker);
+    let mut interval = timer.interval(Duration::from_millis(50));
+    assert!(
+        matches!(interval.poll_tick(&mut cx), Poll::Ready(Ok(_))),
+        "the first, at once"
+    );
+    step_to(&driver, Duration::from_millis(60)); // the tick due at 50 ms has fired
+    let filler = timer.new_timeout(|_: &Timeout| {}, Duration::from_secs(3600));
+    let filler = filler.unwrap(); // the limit is full: the re-arm for 100 ms is refused
+    assert!(matches!(interval.poll_tick(&mut cx), Poll::Ready(Ok(_))));
+    let full = Poll::Ready(Err(TimerError::TooManyPending { pending: 1, max: 1 }));
+    assert_eq!(interval.poll_tick(&mut cx), full);
+    assert_eq!(
+        interval.poll_tick(&mut cx),
+        full,
+        "still full: refused again"
+    );
+    assert!(filler.cancel());
+    driver.advance(TICK); // the cancel is processed: room again
+    assert_eq!(timer.pending_timeouts(), 0);
+    assert!(interval.poll_tick(&mut cx).is_pending(), "armed for 100 ms");
+    assert_eq!(timer.pending_timeouts(), 1);
+    step_to(&driver, Duration::from_millis(90));
+    assert!(interval.poll_tick(&mut cx).is_pending(), "never early");
+    driver.advance(TICK);
+    assert!(
+        matches!(interval.poll_tick(&mut cx), Poll::Ready(Ok(_))),
+        "due at 100 ms"
+    );
+    assert!(
+        interval.poll_tick(&mut cx).is_pending(),
+        "the next is due at 150 ms"
+    );
+}
+
 #[test]
 fn an_interval_ends_with_stopped_when_the_timer_stops() {
     let (timer, driver) = manual();

@@ -69,7 +69,8 @@ impl Interval {
     ///
     /// # Errors
     /// [`TimerError::Stopped`] once the timer has stopped; [`TimerError::TooManyPending`] if the
-    /// timer refused the tick (the next call tries again).
+    /// timer refuses the tick at its pending limit (the next call tries to arm it again, and
+    /// the schedule keeps its deadlines).
     pub async fn tick(&mut self) -> Result<Instant, TimerError> {
         poll_fn(|cx| self.poll_tick(cx)).await
     }
@@ -80,17 +81,16 @@ impl Interval {
     /// As [`tick`](Interval::tick).
     pub fn poll_tick(&mut self, cx: &mut Context<'_>) -> Poll<Result<Instant, TimerError>> {
         let due = self.due;
+        if self.sleep.refused_at_limit() {
+            // The limit may have room now: a poll never returns an earlier poll's refusal.
+            self.rearm(due);
+        }
         match Pin::new(&mut self.sleep).poll(cx) {
             Poll::Ready(Ok(())) => {}
             // The clock has passed the deadline before the wheel's tick: due now.
             Poll::Pending if due <= self.now() => {}
             Poll::Pending => return Poll::Pending,
-            Poll::Ready(Err(e)) => {
-                if matches!(e, TimerError::TooManyPending { .. }) {
-                    self.rearm(due);
-                }
-                return Poll::Ready(Err(e));
-            }
+            Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
         }
         let tick = self.sleep.shared().tick_nanos;
         self.rearm(next_due(due, self.period, self.missed, self.now(), tick));

@@ -105,6 +105,15 @@ impl Sleep {
         Sleep::at(shared, shared.clock.nanos_at(deadline).max(now), now)
     }
 
+    /// Whether the timer refused this sleep's timeout at its pending limit: a refusal that a
+    /// later arm may not meet.
+    pub(super) fn refused_at_limit(&self) -> bool {
+        matches!(
+            &self.scheduled,
+            Scheduled::Refused(refused) if matches!(refused.error, TimerError::TooManyPending { .. })
+        )
+    }
+
     pub(super) fn shared(&self) -> &Arc<Shared> {
         match &self.scheduled {
             Scheduled::Armed(timeout) => &timeout.timer().shared,
