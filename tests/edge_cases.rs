@@ -1296,3 +1296,37 @@ fn a_waker_that_panics_at_expiry_is_logged_as_a_waker() {
     assert_eq!(timer.stats().panicked, 1);
     assert!(logged(log::Level::Warn, "a future's waker panicked"));
 }
+
+/// The slow-run warning names what the worker times, user code that may be several tasks or a
+/// future's waker, not one `TimerTask`: a waker that holds the worker for 8 ticks is warned
+/// about as user code. The warning said a TimerTask, so a user hunting it looked for a task.
+#[test]
+fn a_slow_waker_is_warned_about_as_user_code() {
+    use std::future::Future;
+    use std::task::{Context, Wake, Waker};
+    struct SlowWaker(Mutex<mpsc::Sender<()>>);
+    impl Wake for SlowWaker {
+        fn wake(self: Arc<Self>) {
+            thread::sleep(ms(8));
+            self.0.lock().unwrap().send(()).unwrap();
+        }
+    }
+    init();
+    let timer = HashedWheelTimer::new(ms(1), 64);
+    let (tx, rx) = mpsc::channel();
+    let waker = Waker::from(Arc::new(SlowWaker(Mutex::new(tx))));
+    let mut sleep = std::pin::pin!(timer.sleep(ms(2)));
+    assert!(sleep
+        .as_mut()
+        .poll(&mut Context::from_waker(&waker))
+        .is_pending());
+    rx.recv_timeout(Duration::from_secs(10)).unwrap();
+    let started = Instant::now();
+    while timer.stats().slow_runs == 0 {
+        assert!(started.elapsed() < Duration::from_secs(10), "never counted");
+        thread::sleep(ms(1));
+    }
+    let warning = "user code (tasks or futures' wakers, timed together) held the timer's worker";
+    assert!(logged(log::Level::Warn, warning));
+    assert!(!logged(log::Level::Warn, "TimerTask held"));
+}

@@ -35,8 +35,9 @@ pub(super) fn late_class(late: u64, tick_nanos: u64) -> usize {
     (d + u32::from(late >= tick_nanos << d)) as usize
 }
 
-/// A task holding the worker this many ticks or more is logged (Netty's most common misuse: a
-/// slow task delays every timeout after it), at most once per `WARNING_INTERVAL_NS`.
+/// A run of user code (a task, a waker, or several timed together: see [`RunTiming`]) holding
+/// the worker this many ticks or more is logged (Netty's most common misuse: a slow task delays
+/// every timeout after it), at most once per `WARNING_INTERVAL_NS`.
 const SLOW_WARNING_TICKS: u64 = 4;
 const WARNING_INTERVAL_NS: u64 = 10_000_000_000;
 
@@ -79,9 +80,10 @@ impl Tally {
             return;
         }
         log::warn!(
-            "a TimerTask held the timer's worker for {:?} ({} ticks; {} such runs since the \
-             last warning): every timeout due meanwhile fires late. Hand slow work to another \
-             thread, or configure an executor",
+            "user code (tasks or futures' wakers, timed together) held the timer's worker for \
+             {:?} ({} ticks; {} such runs since the last warning): every timeout due meanwhile \
+             fires late. Hand slow work to another thread, or configure an executor for the \
+             tasks",
             std::time::Duration::from_nanos(took),
             took / tick_nanos,
             self.unreported,
