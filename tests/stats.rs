@@ -196,3 +196,19 @@ fn a_deadline_first_pending_after_stop_is_not_refused_on_any_thread() {
     );
     assert_eq!(timer.stats().refused, 0);
 }
+
+/// A timer's `Debug` shows the pending count `pending_timeouts()` reports, 0 after `stop()`, on
+/// the owner and on a handle. It showed the raw counter, `pending: 1` after `stop()` with a
+/// pending limit, where `pending_timeouts()` said 0.
+#[test]
+fn debug_shows_what_pending_timeouts_reports_after_stop_too() {
+    let (timer, driver) = manual(4);
+    timer.new_timeout(noop, Duration::from_secs(60)).unwrap();
+    driver.advance(TICK);
+    assert!(format!("{timer:?}").contains("pending: 1,"), "{timer:?}");
+    assert_eq!(timer.stop().unwrap().len(), 1);
+    assert_eq!(timer.pending_timeouts(), 0);
+    for debug in [format!("{timer:?}"), format!("{:?}", timer.handle())] {
+        assert!(debug.contains("pending: 0,"), "{debug}");
+    }
+}

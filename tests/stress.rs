@@ -7,8 +7,6 @@
 //! long.
 #![allow(clippy::mutable_key_type)] // `Timeout` hashes by identity, not by its mutable state
 
-mod common;
-use common::raw_pending;
 use hashed_timer_wheel::{HashedWheelTimer, Timeout, TimerError};
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
@@ -389,21 +387,33 @@ fn producers_on_handles_then_owner_dropped() {
     }
 }
 
-/// Each accepted timeout is counted up once and down at most once ("exactly one party decides
-/// each timeout's fate, and exactly one decrements pending"). With no cancels, after `stop()`
-/// the counter therefore equals the number of timeouts `stop()` returned: those that expired
-/// were counted down, a refusal leaves the counter as it found it, and nothing else may move it.
+/// Each call racing `stop()` is accepted and ended once, or refused once ("exactly one party
+/// decides each timeout's fate"): with no cancels, every accepted timeout ran or was returned by
+/// `stop()`, and each producer's one refused call is counted as refused. Once stopped,
+/// `pending_timeouts()` reads 0 whatever the counter holds: the counter's own balance after
+/// this race is `shared::pending`'s unit test `refusal_racing_stop_is_counted_down_once`.
 #[test]
-fn refusal_racing_stop_is_counted_down_once() {
+fn a_call_racing_stop_is_ended_once_or_refused_once() {
     for round in 0..200u64 {
         let timer = Arc::new(HashedWheelTimer::new(Duration::from_millis(1), 8));
+        let ran = Arc::new(AtomicUsize::new(0));
         let start = Arc::new(Barrier::new(4));
         let producers: Vec<_> = (0..3)
             .map(|_| {
-                let (timer, start) = (timer.clone(), start.clone());
+                let (timer, start, ran) = (timer.clone(), start.clone(), ran.clone());
                 thread::spawn(move || {
                     start.wait();
-                    while timer.new_timeout(|_: &Timeout| {}, Duration::ZERO).is_ok() {}
+                    let mut accepted = 0;
+                    loop {
+                        let ran = ran.clone();
+                        let task = move |_: &Timeout| {
+                            ran.fetch_add(1, SeqCst);
+                        };
+                        match timer.new_timeout(task, Duration::ZERO) {
+                            Ok(_) => accepted += 1,
+                            Err(e) => return (accepted, e),
+                        }
+                    }
                 })
             })
             .collect();
@@ -413,10 +423,17 @@ fn refusal_racing_stop_is_counted_down_once() {
             std::hint::spin_loop();
         }
         let returned = timer.stop().unwrap().len();
+        let mut accepted = 0;
         for h in producers {
-            h.join().unwrap();
+            let (a, refused) = h.join().unwrap();
+            assert_eq!(refused, TimerError::Stopped, "round {round}");
+            accepted += a;
         }
-        assert_eq!(raw_pending(&timer), returned, "round {round}");
+        let (ran, s) = (ran.load(SeqCst), timer.stats());
+        assert_eq!(accepted, ran + returned, "round {round}: {s:?}");
+        assert_eq!(s.expired, ran as u64, "round {round}: {s:?}");
+        assert_eq!(s.refused, 3, "round {round}: {s:?}");
+        assert_eq!(timer.pending_timeouts(), 0);
     }
 }
 

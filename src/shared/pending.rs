@@ -107,7 +107,7 @@ impl<J: Stored> Shared<J> {
     }
 
     /// Pending less the shards' credit; off by what is in flight, as Netty's counter is.
-    pub(crate) fn counted(&self) -> usize {
+    fn counted(&self) -> usize {
         // `ended`, credit, then `accepted`: each later read counts at least what the earlier
         // imply. Acquire: pairs with `set_ended`'s Release; the worker took those timeouts from
         // the queue under their shard locks, so their acceptance is seen below.
@@ -181,6 +181,44 @@ mod tests {
         );
         let timer = producer.join().unwrap();
         timer.shared.accepted.store(0, Ordering::Relaxed);
+    }
+
+    /// Each accepted timeout is counted up once and down at most once, refusals racing `stop()`
+    /// included: with no cancels, the counter after `stop()` (which `pending_timeouts()` reports
+    /// as 0) is the number of timeouts `stop()` returned. Refusals after `stop()` leave it alone
+    /// (Netty counts each as pending, for good).
+    #[test]
+    fn refusal_racing_stop_is_counted_down_once() {
+        use std::sync::{Arc, Barrier};
+        for round in 0..50u64 {
+            let timer = Arc::new(HashedWheelTimer::new(Duration::from_millis(1), 8));
+            let start = Arc::new(Barrier::new(4));
+            let producers: Vec<_> = (0..3)
+                .map(|_| {
+                    let (timer, start) = (Arc::clone(&timer), Arc::clone(&start));
+                    std::thread::spawn(move || {
+                        start.wait();
+                        while timer.new_timeout(|_: &Timeout| {}, Duration::ZERO).is_ok() {}
+                    })
+                })
+                .collect();
+            start.wait();
+            std::thread::sleep(Duration::from_micros(round * 40));
+            let returned = timer.stop().unwrap().len();
+            for producer in producers {
+                producer.join().unwrap();
+            }
+            assert_eq!(timer.shared.counted(), returned, "round {round}");
+            for _ in 0..100 {
+                let refused = timer.new_timeout(|_: &Timeout| {}, Duration::ZERO);
+                assert_eq!(refused.unwrap_err(), TimerError::Stopped);
+            }
+            assert_eq!(
+                timer.shared.counted(),
+                returned,
+                "round {round}: refusals counted"
+            );
+        }
     }
 
     /// With a pending limit no shard holds credit: `pending_timeouts` reads the two totals and

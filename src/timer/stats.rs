@@ -1,6 +1,6 @@
 //! What a timer reports about itself: [`TimerStats`], which [`HashedWheelTimer::stats`] (and
 //! [`TimerHandle::stats`]) reads from the counters the worker publishes, and the `Debug` output
-//! of the owner and its handles.
+//! of the owner and its handles (whose `pending` is `pending_timeouts()`).
 
 use super::HashedWheelTimer;
 use crate::shared::{Shared, Stored, TimerHandle};
@@ -131,7 +131,7 @@ fn debug_shared<J: Stored>(s: &Shared<J>, mut d: fmt::DebugStruct<'_, '_>) -> fm
     d.field("state", &s.state_name())
         .field("tick_duration", &Duration::from_nanos(s.tick_nanos))
         .field("wheel_len", &s.wheel_len)
-        .field("pending", &s.counted())
+        .field("pending", &s.pending_timeouts())
         .field("max_pending", &s.max_pending)
         .finish_non_exhaustive()
 }

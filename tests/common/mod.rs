@@ -1,7 +1,7 @@
 //! Helpers shared by the integration tests (each test binary uses a subset).
 #![allow(dead_code)]
 
-use hashed_timer_wheel::{HashedWheelTimer, Timeout};
+use hashed_timer_wheel::Timeout;
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,18 +21,6 @@ pub(crate) fn counting(counter: &Arc<AtomicUsize>) -> impl FnOnce(&Timeout) + Se
 }
 
 pub(crate) fn noop(_: &Timeout) {}
-
-/// The raw pending counter, as the timer's `Debug` shows it. `pending_timeouts()` reports 0 on
-/// a stopped timer whatever the counter says, so only this can show a leak after `stop()`.
-pub(crate) fn raw_pending(timer: &HashedWheelTimer) -> usize {
-    let debug = format!("{timer:?}");
-    let rest = debug
-        .split("pending: ")
-        .nth(1)
-        .unwrap_or_else(|| panic!("no pending field in {debug}"));
-    let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
-    digits.parse().unwrap()
-}
 
 /// Runs `f` on a thread of its own and fails if it has not returned within 30 s (a deadlock:
 /// the thread is left behind), rather than hanging the test binary.
