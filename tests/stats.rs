@@ -212,3 +212,23 @@ fn debug_shows_what_pending_timeouts_reports_after_stop_too() {
         assert!(debug.contains("pending: 0,"), "{debug}");
     }
 }
+
+/// A manual timer advanced before it starts reads the clock's tick at once, as a started one
+/// does after each advance, and goes on from it. `stats().tick` read 0 until the first advance
+/// after the start: an advance before it moved the clock and left the worker's tick behind.
+#[test]
+fn a_manual_timer_advanced_before_its_start_reads_the_clock_s_tick() {
+    let (timer, driver) = manual(0);
+    driver.advance(Duration::from_millis(1_005));
+    assert_eq!(timer.stats().tick, 100);
+    assert_eq!(driver.current_tick(), 100);
+    timer.new_timeout(noop, Duration::from_millis(27)).unwrap(); // starts it; due at 1032 ms
+    assert_eq!(timer.stats().tick, 100);
+    driver.advance(Duration::from_millis(30));
+    let stats = timer.stats();
+    assert_eq!((stats.tick, stats.expired), (103, 0), "due in tick 103");
+    driver.advance(Duration::from_millis(5));
+    let stats = timer.stats();
+    assert_eq!((stats.tick, stats.expired), (104, 1));
+    assert_eq!(stats.lateness[0], 1, "fired within a tick of its deadline");
+}

@@ -4,7 +4,7 @@
 
 use super::lifecycle;
 use crate::clock::duration_to_nanos;
-use crate::shared::{BoxedTask, Shared, Stored};
+use crate::shared::{BoxedTask, ErasedWorker, Shared, Stored};
 use crate::sync::{lock, thread, Arc};
 use std::fmt;
 use std::time::Duration;
@@ -103,7 +103,7 @@ impl<J: Stored> ManualDriver<J> {
             return;
         }
         if !self.shared.is_started() {
-            return; // nothing scheduled yet
+            return self.skip_unstarted_ticks(worker);
         }
         let worker = lifecycle::worker_mut::<J>(worker);
         self.shared.set_worker_id(Some(thread::current().id()));
@@ -121,6 +121,14 @@ impl<J: Stored> ManualDriver<J> {
             drop(idle);
             drop(worker);
         }
+    }
+
+    /// Before the timer starts nothing is scheduled: the ticks the clock has passed ended empty,
+    /// and the worker goes on from the clock's tick, as a worker thread starts from it.
+    fn skip_unstarted_ticks(&self, worker: &mut ErasedWorker) {
+        let tick = self.shared.clock.now() / self.shared.tick_nanos;
+        lifecycle::worker_mut::<J>(worker).set_tick(tick);
+        self.shared.set_tick(tick);
     }
 
     /// The manual clock's time since the timer's origin.
