@@ -548,3 +548,48 @@ fn stop_completes_every_drive_of_the_timer() {
         }
     });
 }
+
+/// A `Drive` whose task polls it while no tick is due (woken for something else), as a producer
+/// on another thread schedules a timeout, and which is then not polled again (a runtime that
+/// stalls). A producer that finds a turn under way wakes nobody; the turn plans the new tick,
+/// but the watchdog slept on until the grace past the old, far plan, and the timeout fired
+/// seconds late. The push lands inside the turn only in some attempts: each attempt is on time
+/// with the turn waking the watchdog, and without it one of them is seconds late.
+#[test]
+fn a_timeout_scheduled_during_a_drivers_turn_fires_within_the_grace() {
+    let timer = timer();
+    let mut drive = Box::pin(timer.drive(|_| std::future::pending::<()>()));
+    let mut cx = Context::from_waker(Waker::noop());
+    assert!(drive.as_mut().poll(&mut cx).is_pending());
+    // The only work is far away: the watchdog, once it has looked, sleeps until its grace.
+    let _far = timer.new_timeout(|_: &Timeout| {}, Duration::from_secs(20));
+    std::thread::sleep(ms(100));
+    for attempt in 0..100 {
+        let polling = std::sync::atomic::AtomicBool::new(true);
+        let (tx, rx) = std::sync::mpsc::channel();
+        let start = std::thread::scope(|s| {
+            s.spawn(|| {
+                let mut cx = Context::from_waker(Waker::noop());
+                while polling.load(SeqCst) {
+                    assert!(drive.as_mut().poll(&mut cx).is_pending());
+                }
+            });
+            std::thread::sleep(ms(2));
+            let start = Instant::now();
+            timer
+                .new_timeout(move |_: &Timeout| tx.send(Instant::now()).unwrap(), ms(3))
+                .unwrap();
+            polling.store(false, SeqCst);
+            start
+        });
+        let fired = rx
+            .recv_timeout(Duration::from_secs(2))
+            .unwrap_or_else(|_| panic!("attempt {attempt}: not fired within 2 s"))
+            - start;
+        // 3 ms plus the 32 ticks' grace, with room for a loaded host; the far plan is 20 s.
+        assert!(
+            fired >= ms(3) && fired < ms(1000),
+            "attempt {attempt}: fired after {fired:?}"
+        );
+    }
+}

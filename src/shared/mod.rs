@@ -193,7 +193,8 @@ pub(crate) struct Control {
     /// last turn): a driver whose turn plans a tick unparks it.
     pub(crate) watchdog_parked: bool,
     /// The tick at whose end the thread, watching over a driver, wakes: a producer lowering the
-    /// plan well below it unparks the thread too (`Shared::unpark_worker`).
+    /// plan well below it unparks the thread too (`Shared::unpark_worker`), and so does a
+    /// driver's turn planning well below it (`timer::lifecycle::drive_turn`).
     pub(crate) watchdog_until: u64,
 }
 

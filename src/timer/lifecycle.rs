@@ -7,7 +7,7 @@
 //! `Timeout`.
 
 use crate::shared::cells::CellRef;
-use crate::shared::{catch_user_panic, ErasedWorker, Shared, Stored};
+use crate::shared::{catch_user_panic, ErasedWorker, Shared, Stored, DRIVEN_GRACE_TICKS};
 use crate::sync::{lock, process, thread, try_lock, Arc, Ordering, Weak};
 use crate::worker::{self, Worker};
 use crate::{Timeout, TimerError};
@@ -194,17 +194,7 @@ pub(super) fn drive_turn<J: Stored>(shared: &Arc<Shared<J>>) -> Option<u64> {
         thread_id
     };
     let plan = worker::turn(worker_mut::<J>(idle), shared);
-    {
-        let mut control = lock(&shared.control);
-        control.worker_id = thread_id;
-        if plan != u64::MAX && control.watchdog_parked {
-            // The watchdog parked while nothing was pending: it watches this plan.
-            control.watchdog_parked = false;
-            if let Some(thread) = &control.worker_thread {
-                thread.unpark();
-            }
-        }
-    }
+    end_drive_turn(shared, thread_id, plan);
     if shared.is_shutdown() {
         if shared.owner_dropped_in_task() {
             // A task dropped the owner: nobody calls `stop()` to take the worker.
@@ -215,6 +205,25 @@ pub(super) fn drive_turn<J: Stored>(shared: &Arc<Shared<J>>) -> Option<u64> {
         return None;
     }
     Some(plan)
+}
+
+/// Ends a driver's turn that planned `plan`: the worker's thread is `thread_id` again, and the
+/// watchdog is unparked to watch this plan if it parked (nothing was pending), or if it sleeps
+/// until more than the grace past it. A producer that found the turn under way (`AWAKE`) woke
+/// nobody, and the plan may now be well before the one the watchdog last saw.
+fn end_drive_turn<J: Stored>(shared: &Shared<J>, thread_id: Option<thread::ThreadId>, plan: u64) {
+    let mut control = lock(&shared.control);
+    control.worker_id = thread_id;
+    if plan == u64::MAX {
+        return;
+    }
+    let watching_past = plan.saturating_add(DRIVEN_GRACE_TICKS) < control.watchdog_until;
+    if control.watchdog_parked || watching_past {
+        control.watchdog_parked = false;
+        if let Some(thread) = &control.worker_thread {
+            thread.unpark();
+        }
+    }
 }
 
 /// Wakes every runtime's driver, so that each sees the timer stopped and completes: the one
