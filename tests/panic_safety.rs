@@ -1061,3 +1061,111 @@ fn a_delay_queue_drops_every_value_when_their_panics_payloads_panic_too() {
     std::mem::forget(first);
     assert_eq!(drops.load(SeqCst), 6);
 }
+
+/// A runtime sleep: tokio's, or a `PanickingSleep`.
+enum RuntimeSleep {
+    Tokio(Pin<Box<tokio::time::Sleep>>),
+    Panicking(PanickingSleep),
+}
+
+impl Future for RuntimeSleep {
+    type Output = ();
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        match self.get_mut() {
+            RuntimeSleep::Tokio(sleep) => sleep.as_mut().poll(cx),
+            RuntimeSleep::Panicking(sleep) => Pin::new(sleep).poll(cx),
+        }
+    }
+}
+
+/// A `Drive` polled first by hand, with sleeps whose `Drop` panics, then spawned on a runtime:
+/// the new task's poll drops the last task's sleeps, and the panic is caught and counted, the
+/// poll goes on and arms the runtime's sleeps, and the ticks run on the runtime. The panic
+/// unwound the poll: the runtime ended the task, and the worker thread took the ticks back.
+#[test]
+fn a_drive_polled_by_a_new_task_whose_old_sleep_panics_in_drop_goes_on() {
+    const TICK: u64 = 10;
+    const TIMER_THREAD: &str = "panic-safety-drive-timer";
+    let timer = HashedWheelTimer::builder()
+        .tick_duration(ms(TICK))
+        .thread_name(TIMER_THREAD)
+        .build()
+        .unwrap();
+    // Work far away: the driver arms one sleep, for it.
+    timer.new_timeout(noop, Duration::from_secs(600)).unwrap();
+    let bomb = Arc::new(AtomicBool::new(false));
+    let b = Arc::clone(&bomb);
+    let mut drive = Box::pin(timer.drive(move |at| {
+        if tokio::runtime::Handle::try_current().is_ok() {
+            RuntimeSleep::Tokio(Box::pin(tokio::time::sleep_until(at.into())))
+        } else {
+            let bomb = Arc::clone(&b);
+            RuntimeSleep::Panicking(PanickingSleep { bomb })
+        }
+    }));
+    assert!(drive
+        .as_mut()
+        .poll(&mut Context::from_waker(Waker::noop()))
+        .is_pending());
+    bomb.store(true, SeqCst);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .thread_name("panic-safety-runtime")
+        .enable_all()
+        .build()
+        .unwrap();
+    let driving = rt.spawn(drive);
+    let (tx, rx) = mpsc::channel();
+    timer
+        .new_timeout(
+            move |_: &Timeout| {
+                let name = std::thread::current().name().unwrap_or("").to_owned();
+                tx.send(name).unwrap();
+            },
+            ms(3 * TICK),
+        )
+        .unwrap();
+    let ran_on = rx.recv_timeout(Duration::from_secs(30)).unwrap();
+    assert!(!bomb.load(SeqCst), "the old sleep was dropped");
+    assert_eq!(timer.stats().panicked, 1);
+    assert!(!driving.is_finished(), "the driver's task goes on");
+    assert_eq!(
+        ran_on, "panic-safety-runtime",
+        "the ticks are the runtime's"
+    );
+}
+
+/// A `Drive` whose turn retires a runtime sleep that panics in its `Drop` (an earlier deadline
+/// comes before the sleep armed for the far plan): the panic is caught and counted, and the poll
+/// goes on to arm the sleeps for the new plan. It unwound the poll before any was armed.
+#[test]
+fn a_drive_whose_turn_retires_a_sleep_that_panics_in_drop_arms_the_next() {
+    const TICK: u64 = 10;
+    let timer = HashedWheelTimer::builder()
+        .tick_duration(ms(TICK))
+        .build()
+        .unwrap();
+    timer.new_timeout(noop, Duration::from_secs(600)).unwrap();
+    let bomb = Arc::new(AtomicBool::new(false));
+    let armed = Arc::new(AtomicUsize::new(0));
+    let (b, a) = (Arc::clone(&bomb), Arc::clone(&armed));
+    let mut drive = Box::pin(timer.drive(move |_| {
+        a.fetch_add(1, SeqCst);
+        PanickingSleep {
+            bomb: Arc::clone(&b),
+        }
+    }));
+    let mut cx = Context::from_waker(Waker::noop());
+    assert!(drive.as_mut().poll(&mut cx).is_pending());
+    let armed_for_far = armed.load(SeqCst);
+    bomb.store(true, SeqCst);
+    timer.new_timeout(noop, ms(3 * TICK)).unwrap();
+    let polled = catch_unwind(AssertUnwindSafe(|| drive.as_mut().poll(&mut cx)));
+    assert!(matches!(polled, Ok(Poll::Pending)), "the poll goes on");
+    assert!(!bomb.load(SeqCst), "the far plan's sleep was retired");
+    assert_eq!(timer.stats().panicked, 1);
+    assert!(
+        armed.load(SeqCst) > armed_for_far,
+        "a sleep armed for the new plan"
+    );
+}

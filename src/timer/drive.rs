@@ -161,6 +161,29 @@ where
         Some((last, sleeps))
     }
 
+    /// Drops the last task's waker and the sleeps armed for it, outside `state`.
+    fn drop_last_task(&self, (task, sleeps): (Option<Waker>, Sleeps<S>)) {
+        self.drop_sleeps(sleeps);
+        if !drop_caught(task) {
+            self.shared
+                .counters
+                .user_code_panicked("a driver's task waker");
+        }
+    }
+
+    /// Drops runtime sleeps, each under a catch: their `Drop` is the runtime's code, and a
+    /// panic there is counted, not unwound through the `Drive`'s poll (the rest of the poll,
+    /// the turn and the sleeps it arms, still runs).
+    fn drop_sleeps(&self, sleeps: impl IntoIterator<Item = (u64, Pin<Box<S>>)>) {
+        for (_, sleep) in sleeps {
+            if !drop_caught(sleep) {
+                self.shared
+                    .counters
+                    .user_code_panicked("a driver's runtime sleep");
+            }
+        }
+    }
+
     /// Wakes the `Drive`'s task; a panic of the runtime's waker is caught and counted.
     fn wake_task(&self, task: Waker) {
         if !catch_user_panic(|| task.wake()) {
@@ -179,7 +202,7 @@ where
             let current = self.shared.worker_tick();
             // `AWAKE`: the thread's turn is under way: look again at the end of this tick.
             let plan = if plan == AWAKE { current } else { plan };
-            state.retire_sleeps(plan);
+            self.retire_sleeps(state, plan);
             if plan == u64::MAX {
                 // Nothing pending: a producer wakes the task (`Shared::unpark_worker`).
                 return false;
@@ -194,6 +217,16 @@ where
                 return false;
             }
         }
+    }
+
+    /// Drops the sleeps before `plan`, and all of them if it plans nothing or a tick before the
+    /// first (a producer's deadline came before the sleeps armed: the turn arms from the plan).
+    fn retire_sleeps(&self, state: &mut DriverState<F, S>, plan: u64) {
+        let sleeps = &mut state.sleeps;
+        let stale = sleeps.iter().take_while(|&&(tick, _)| tick < plan).count();
+        let all = plan == u64::MAX || sleeps.get(stale).is_some_and(|&(tick, _)| tick > plan);
+        let end = if all { sleeps.len() } else { stale };
+        self.drop_sleeps(sleeps.drain(..end));
     }
 
     /// Arms and polls the sleeps up to `until`, noting the last; true if one has ended already.
@@ -211,22 +244,6 @@ where
         let last = state.sleeps.back().map_or(plan, |&(last, _)| last);
         self.armed_until.store(last, Ordering::SeqCst);
         ended
-    }
-}
-
-impl<F, S> DriverState<F, S> {
-    /// Drops the sleeps before `plan`, and all of them if it plans nothing or a tick before the
-    /// first.
-    fn retire_sleeps(&mut self, plan: u64) {
-        while self.sleeps.front().is_some_and(|&(tick, _)| tick < plan) {
-            self.sleeps.pop_front();
-        }
-        if plan == u64::MAX {
-            self.sleeps.clear();
-        } else if self.sleeps.front().is_some_and(|&(tick, _)| tick > plan) {
-            // A producer's deadline came before the sleeps armed: arm from the plan.
-            self.sleeps.clear();
-        }
     }
 }
 
@@ -293,8 +310,7 @@ where
         let Some(moved) = inner.note_task(cx.waker()) else {
             return Poll::Ready(());
         };
-        // The last task's waker and sleeps go outside `state`: the runtime's code.
-        drop(moved);
+        inner.drop_last_task(moved);
         if super::start(&inner.shared).is_err() || inner.run() {
             return Poll::Ready(());
         }
