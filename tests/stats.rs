@@ -232,3 +232,15 @@ fn a_manual_timer_advanced_before_its_start_reads_the_clock_s_tick() {
     assert_eq!((stats.tick, stats.expired), (104, 1));
     assert_eq!(stats.lateness[0], 1, "fired within a tick of its deadline");
 }
+
+/// A threaded timer started late reads the clock's tick at once, as the worker does: not 0 until
+/// its thread first has work.
+#[test]
+fn a_threaded_timer_started_late_reads_the_clock_s_tick_at_start() {
+    let timer = HashedWheelTimer::new(Duration::from_millis(1), 64);
+    std::thread::sleep(Duration::from_millis(30));
+    timer.start().unwrap();
+    let tick = timer.stats().tick;
+    assert!(tick >= 30, "tick {tick} after 30 ms of 1 ms ticks");
+    assert!(timer.stop().unwrap().is_empty());
+}

@@ -77,7 +77,10 @@ pub(super) fn start_slow<J: Stored>(shared: &Arc<Shared<J>>) -> Result<(), Timer
         {
             let mut held = lock(&shared.worker);
             let idle = held.as_mut().expect("an unstarted timer holds its worker");
-            worker_mut::<J>(idle).set_tick(shared.clock.now() / shared.tick_nanos);
+            let tick = shared.clock.now() / shared.tick_nanos;
+            worker_mut::<J>(idle).set_tick(tick);
+            // What `stats().tick` reads, before the worker's first turn.
+            shared.set_tick(tick);
         }
         let for_thread = Arc::clone(shared);
         let join = thread::Builder::new()
