@@ -357,13 +357,11 @@ impl<const N: usize> WordColumn<N> {
     #[inline]
     fn take(&mut self, key: u32) -> &[Word; N] {
         let (page, i) = (key >> PAGE_BITS, key as usize % PAGE);
-        let page = self
-            .pages
-            .get_mut(page as usize)
-            .and_then(Option::as_mut)
-            .filter(|page| page.held[i / 64] & (1 << (i % 64)) != 0)
-            .unwrap_or_else(|| panic!("no task's words under key {key}"));
-        page.held[i / 64] &= !(1 << (i % 64));
+        let page = self.pages.get_mut(page as usize).and_then(Option::as_mut);
+        let Some(page) = page.filter(|page| page.held[i / 64] & (1 << (i % 64)) != 0) else {
+            panic!("no task's words under key {key}")
+        };
+        page.held[i / 64] ^= 1 << (i % 64);
         self.live -= 1;
         &page.slots[i]
     }

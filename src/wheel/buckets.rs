@@ -48,6 +48,19 @@ impl<T> Vacancy for Node<T> {
     fn next_vacant(&self) -> Option<u32> {
         self.item.is_none().then_some(self.next)
     }
+
+    /// Writes only the item and the link: a free node's deadline and `prev` are never read.
+    #[inline]
+    fn vacate(&mut self, next: u32) -> Self {
+        let node = Node {
+            item: self.item.take(),
+            deadline: self.deadline,
+            prev: self.prev,
+            next: self.next,
+        };
+        self.next = next;
+        node
+    }
 }
 
 /// The ends of a doubly linked list of nodes: a bucket's, or a far slot's.

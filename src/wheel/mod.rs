@@ -328,6 +328,13 @@ impl<T> Wheel<T> {
     ) -> (u32, u64) {
         // `calculated(deadline) <= tick` without a division: the deadline is before `tick`'s end.
         let tick_end = tick.saturating_add(1).saturating_mul(self.tick_nanos);
+        let due_by = |deadline: u64| deadline < tick_end || tick_end == u64::MAX;
+        // One comparison per entry: due by `tick` and `<= now`.
+        let last_due = if tick_end == u64::MAX {
+            now
+        } else {
+            (tick_end - 1).min(now)
+        };
         let tick_nanos = self.tick_nanos;
         // The bucket holds something due: its page is allocated.
         let mut cursor = self.buckets.get(b).ends.head;
@@ -336,8 +343,7 @@ impl<T> Wheel<T> {
         while cursor != NO_INDEX {
             let node = &self.nodes[cursor];
             let (next, deadline) = (node.next, node.deadline);
-            let due = deadline < tick_end || tick_end == u64::MAX;
-            if due && deadline <= now {
+            if deadline <= last_due {
                 let node = self.nodes.remove(cursor);
                 f(
                     node.item.expect("the slab gives a live node"),
@@ -346,7 +352,11 @@ impl<T> Wheel<T> {
                 );
             } else {
                 // Survivors are rounds away (or not yet due, with a clock that lags the tick).
-                let fire = if due { tick } else { deadline / tick_nanos };
+                let fire = if due_by(deadline) {
+                    tick
+                } else {
+                    deadline / tick_nanos
+                };
                 min_fire = min_fire.min(fire);
                 self.nodes[cursor].prev = kept;
                 self.link_kept(b, kept, cursor);

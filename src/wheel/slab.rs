@@ -21,6 +21,12 @@ pub(crate) trait Vacancy: Sized {
     fn vacant(next: u32) -> Self;
     /// The next free slot's key if this one is free; `None` if it holds a value.
     fn next_vacant(&self) -> Option<u32>;
+    /// Moves this slot's value out, leaving it free and followed by `next`. A slot type may
+    /// write only what marks it free.
+    #[inline]
+    fn vacate(&mut self, next: u32) -> Self {
+        std::mem::replace(self, Self::vacant(next))
+    }
 }
 
 /// Values under `u32` keys, in pages of `2^BITS` slots that never move: a growing slab neither
@@ -206,7 +212,7 @@ impl<S: Vacancy, const BITS: u32, const LANES: usize> Slab<S, BITS, LANES> {
             slot.next_vacant().is_none(),
             "slab: key {key} holds no value"
         );
-        let value = std::mem::replace(slot, S::vacant(next));
+        let value = slot.vacate(next);
         self.free[lane] = key;
         self.live -= 1;
         value

@@ -435,15 +435,19 @@ impl<J: Stored> Expiring<'_, J> {
         // Ended before the task runs: a task may schedule again even at the limit.
         self.ended = self.ended.wrapping_add(1);
         self.shared.set_ended(self.ended);
+        // The walk hands out only deadlines `<= now`.
         self.tally
-            .fired(self.now.saturating_sub(deadline), self.shared.tick_nanos);
-        // A future's wake-up runs here: handing it to an executor would cost more.
-        let wakes = state.has_waker();
-        let executor = self.executor.filter(|_| !wakes);
+            .fired(self.now - deadline, self.shared.tick_nanos);
         self.timing.before_run(self.shared, self.tally);
-        let (state, ran) = run_task::<J>(executor, entry, self.tasks, state);
+        let (state, ran) = match self.executor {
+            // Run where its words are kept: no copy.
+            None => J::run_entry(entry, self.tasks, state),
+            // A future's wake-up runs here: handing it to an executor would cost more.
+            Some(_) if state.has_waker() => J::run_entry(entry, self.tasks, state),
+            Some(executor) => run_on_executor::<J>(executor, entry, self.tasks, state),
+        };
         if !ran {
-            run_panicked(self.shared, executor.is_some(), wakes);
+            run_panicked(self.shared, self.executor.is_some(), &state);
         }
         self.cells.give_back(state);
     }
@@ -471,42 +475,36 @@ impl<J: Stored> Expiring<'_, J> {
 }
 
 /// A task run inline, the executor it was handed to, or the waker of a future's timeout
-/// panicked: counted and logged, naming which.
+/// panicked: counted and logged, naming which (a future's wake-up never goes to the executor).
 #[cold]
-fn run_panicked<J: Stored>(shared: &Shared<J>, on_executor: bool, wakes: bool) {
-    shared.counters.user_code_panicked(if on_executor {
-        "the executor"
-    } else if wakes {
-        "a future's waker"
-    } else {
-        "a TimerTask"
-    });
+fn run_panicked<J: Stored>(shared: &Shared<J>, has_executor: bool, state: &CellRef) {
+    shared
+        .counters
+        .user_code_panicked(match (state.has_waker(), has_executor) {
+            (true, _) => "a future's waker",
+            (false, true) => "the executor",
+            (false, false) => "a TimerTask",
+        });
 }
 
-/// Runs an expired timeout's task, inline or on the executor, catching any panic: the state
-/// it was lent, and false if the task (inline) or the executor panicked on this thread.
-fn run_task<J: Stored>(
-    executor: Option<&Executor>,
+/// Hands an expired timeout's task to the executor, catching any panic: the state it was lent,
+/// and false if the executor panicked on this thread.
+fn run_on_executor<J: Stored>(
+    executor: &Executor,
     entry: J::Entry,
     tasks: &mut J::Store,
     state: CellRef,
 ) -> (CellRef, bool) {
-    match executor {
-        // Run where its words are kept: no copy.
-        None => J::run_entry(entry, tasks, state),
-        Some(executor) => {
-            // The executor's job outlives this call: it takes a reference of its own.
-            let job = ExecutorJob {
-                task: Some(J::from_entry(entry, tasks)),
-                state: Some(state.clone()),
-            };
-            let job: Box<dyn FnOnce() + Send> = Box::new(move || job.run());
-            // A panicking executor drops the job it was given, run or not: the task is then
-            // dropped once, by the job, and the timeout stays expired.
-            let returned = catch_user_panic(|| executor(job));
-            (state, returned)
-        }
-    }
+    // The executor's job outlives this call: it takes a reference of its own.
+    let job = ExecutorJob {
+        task: Some(J::from_entry(entry, tasks)),
+        state: Some(state.clone()),
+    };
+    let job: Box<dyn FnOnce() + Send> = Box::new(move || job.run());
+    // A panicking executor drops the job it was given, run or not: the task is then dropped
+    // once, by the job, and the timeout stays expired.
+    let returned = catch_user_panic(|| executor(job));
+    (state, returned)
 }
 
 #[cfg(test)]

@@ -300,8 +300,10 @@ impl Settling<'_> {
     /// Takes back the state [`Settling::due`] lent, after the task's run.
     #[inline]
     pub(crate) fn give_back(&mut self, state: CellRef) {
-        debug_assert!(self.chunk.is_none());
-        self.chunk = Some(state.into_chunk());
+        let lent = self.chunk.replace(state.into_chunk());
+        debug_assert!(lent.is_none());
+        // `due` lent the only reference the table had out: there is nothing to drop.
+        std::mem::forget(lent);
     }
 
     #[inline]
