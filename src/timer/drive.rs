@@ -6,7 +6,6 @@
 use super::lifecycle;
 use crate::shared::{catch_user_panic, drop_caught, AttachedDriver, Shared, AWAKE};
 use crate::sync::{lock, try_lock, Arc, AtomicBool, AtomicU64, Mutex, Ordering, Weak};
-use crate::wheel::drop_each;
 use std::collections::VecDeque;
 use std::fmt;
 use std::future::Future;
@@ -28,6 +27,14 @@ use std::time::Instant;
 /// another `Drive` of the timer is dropped until one is polled again, the thread runs the ticks
 /// itself. The timing contract is unchanged. It completes when the timer stops, at once on a
 /// manual timer ([`Builder::build_manual`]).
+///
+/// The runtime's code may panic: `sleep_until`, a sleep's poll or `Drop`, a waker (tokio's
+/// `sleep_until` does on a runtime without timers, a sleep's poll once its runtime shuts down).
+/// Each panic is caught, counted in [`TimerStats::panicked`](crate::TimerStats::panicked) and
+/// logged, and the `Drive` goes on with the sleeps it could arm. If it can arm none, nothing
+/// would wake it at its tick: it hands the ticks back to the timer's thread, as dropping it
+/// does, and completes, so that its task ends rather than wait unwoken while holding the
+/// ticks (a failing runtime timer tends to fail again; spawn a new `Drive` to try again).
 ///
 /// [`Builder::build_manual`]: crate::Builder::build_manual
 ///
@@ -64,6 +71,27 @@ const REFILL: u64 = 2;
 
 /// The runtime's sleeps in tick order, each for the end of its tick.
 type Sleeps<S> = VecDeque<(u64, Pin<Box<S>>)>;
+
+/// What a turn left the `Drive` with.
+enum Turned {
+    /// Sleeps armed for the plan (or nothing pending: a producer wakes the task).
+    Waiting,
+    /// The timer has stopped.
+    Stopped,
+    /// The runtime's code panicked arming a sleep, and none is left armed: nothing would wake
+    /// the driver at its tick.
+    Unarmed,
+}
+
+/// What arming the sleeps came to.
+enum Armed {
+    /// Up to the tick asked for, or fewer if the runtime's code panicked, but at least one.
+    Waiting,
+    /// One of them has ended already: turn again.
+    Ended,
+    /// None is armed: the runtime's code panicked on the first.
+    Unarmed,
+}
 
 struct DriverState<F, S> {
     sleep_until: F,
@@ -118,7 +146,8 @@ where
     }
 
     /// Runs the due turns and arms the next sleep, one caller at a time (a caller meanwhile has
-    /// this one run once more). True once the timer has stopped.
+    /// this one run once more). True once done: the timer has stopped, or no sleep could be
+    /// armed (the ticks are then handed back to the worker thread).
     fn run(self: &Arc<Self>) -> bool {
         self.again.store(true, Ordering::SeqCst);
         loop {
@@ -126,15 +155,17 @@ where
                 // The holder runs once more: it has yet to read `again`, set above.
                 return false;
             };
-            while self.again.swap(false, Ordering::SeqCst) {
-                if state.done || self.turn_and_arm(&mut state) {
-                    state.done = true;
-                    break;
-                }
+            let mut turned = Turned::Waiting;
+            while !state.done && self.again.swap(false, Ordering::SeqCst) {
+                turned = self.turn_and_arm(&mut state);
+                state.done = !matches!(turned, Turned::Waiting);
             }
             let done = state.done;
             let task = if done { state.task.take() } else { None };
             drop(state);
+            if matches!(turned, Turned::Unarmed) {
+                self.detach();
+            }
             if let Some(task) = task {
                 self.wake_task(task);
             }
@@ -171,19 +202,6 @@ where
         }
     }
 
-    /// Drops runtime sleeps, each under a catch: their `Drop` is the runtime's code, and a
-    /// panic there is counted, not unwound through the `Drive`'s poll (the rest of the poll,
-    /// the turn and the sleeps it arms, still runs).
-    fn drop_sleeps(&self, sleeps: impl IntoIterator<Item = (u64, Pin<Box<S>>)>) {
-        for (_, sleep) in sleeps {
-            if !drop_caught(sleep) {
-                self.shared
-                    .counters
-                    .user_code_panicked("a driver's runtime sleep");
-            }
-        }
-    }
-
     /// Wakes the `Drive`'s task; a panic of the runtime's waker is caught and counted.
     fn wake_task(&self, task: Waker) {
         if !catch_user_panic(|| task.wake()) {
@@ -193,11 +211,11 @@ where
         }
     }
 
-    /// One turn (if due), then the sleeps for the ticks planned. True once the timer has stopped.
-    fn turn_and_arm(self: &Arc<Self>, state: &mut DriverState<F, S>) -> bool {
+    /// One turn (if due), then the sleeps for the ticks planned.
+    fn turn_and_arm(self: &Arc<Self>, state: &mut DriverState<F, S>) -> Turned {
         loop {
             let Some(plan) = lifecycle::drive_turn(&self.shared) else {
-                return true;
+                return Turned::Stopped;
             };
             let current = self.shared.worker_tick();
             // `AWAKE`: the thread's turn is under way: look again at the end of this tick.
@@ -205,7 +223,7 @@ where
             self.retire_sleeps(state, plan);
             if plan == u64::MAX {
                 // Nothing pending: a producer wakes the task (`Shared::unpark_worker`).
-                return false;
+                return Turned::Waiting;
             }
             // While the next tick has work, the ones after it likely do too.
             let until = if plan <= current {
@@ -213,8 +231,10 @@ where
             } else {
                 plan
             };
-            if !self.arm_sleeps(state, plan, until) {
-                return false;
+            match self.arm_sleeps(state, plan, until) {
+                Armed::Waiting => return Turned::Waiting,
+                Armed::Unarmed => return Turned::Unarmed,
+                Armed::Ended => {}
             }
         }
     }
@@ -229,21 +249,102 @@ where
         self.drop_sleeps(sleeps.drain(..end));
     }
 
-    /// Arms and polls the sleeps up to `until`, noting the last; true if one has ended already.
-    fn arm_sleeps(self: &Arc<Self>, state: &mut DriverState<F, S>, plan: u64, until: u64) -> bool {
+    /// Arms and polls the sleeps up to `until` (fewer if the runtime's code panics), noting the
+    /// last.
+    fn arm_sleeps(self: &Arc<Self>, state: &mut DriverState<F, S>, plan: u64, until: u64) -> Armed {
         let waker = Waker::from(Arc::clone(self));
         let mut cx = Context::from_waker(&waker);
         let mut ended = false;
         let mut tick = state.sleeps.back().map_or(plan, |&(last, _)| last + 1);
         while tick <= until {
-            let mut sleep = Box::pin((state.sleep_until)(self.end_of(tick)));
-            ended |= sleep.as_mut().poll(&mut cx).is_ready();
+            let Some((sleep, ready)) = self.arm_one(state, tick, &mut cx) else {
+                break;
+            };
+            ended |= ready;
             state.sleeps.push_back((tick, sleep));
             tick += 1;
         }
-        let last = state.sleeps.back().map_or(plan, |&(last, _)| last);
+        let Some(&(last, _)) = state.sleeps.back() else {
+            return Armed::Unarmed;
+        };
         self.armed_until.store(last, Ordering::SeqCst);
-        ended
+        if ended {
+            Armed::Ended
+        } else {
+            Armed::Waiting
+        }
+    }
+
+    /// A sleep for the end of `tick`, polled once, and whether it has ended; `None` if the
+    /// runtime's code panicked making or polling it (counted; tokio's does on a runtime without
+    /// timers, or once it shuts down). Each step under a catch of its own, so that a sleep whose
+    /// poll panicked is dropped outside the unwinding (its `Drop` may panic too).
+    fn arm_one(
+        &self,
+        state: &mut DriverState<F, S>,
+        tick: u64,
+        cx: &mut Context<'_>,
+    ) -> Option<(Pin<Box<S>>, bool)> {
+        let at = self.end_of(tick);
+        let mut made = None;
+        if !catch_user_panic(|| made = Some(Box::pin((state.sleep_until)(at)))) {
+            self.shared
+                .counters
+                .user_code_panicked("a driver's sleep_until");
+            return None;
+        }
+        let mut sleep = made?;
+        let mut ready = false;
+        if catch_user_panic(|| ready = sleep.as_mut().poll(cx).is_ready()) {
+            return Some((sleep, ready));
+        }
+        self.shared
+            .counters
+            .user_code_panicked("a driver's runtime sleep");
+        self.drop_sleeps([(tick, sleep)]);
+        None
+    }
+}
+
+/// What a `Drive` does as it goes, whatever its types: also from its `Drop`.
+impl<F, S> Driver<F, S> {
+    /// Drops runtime sleeps, each under a catch: their `Drop` is the runtime's code, and a
+    /// panic there is counted, not unwound through the `Drive`'s poll (the rest of the poll,
+    /// the turn and the sleeps it arms, still runs).
+    fn drop_sleeps(&self, sleeps: impl IntoIterator<Item = (u64, Pin<Box<S>>)>) {
+        for (_, sleep) in sleeps {
+            if !drop_caught(sleep) {
+                self.shared
+                    .counters
+                    .user_code_panicked("a driver's runtime sleep");
+            }
+        }
+    }
+
+    /// Hands the ticks back to the worker thread, as dropping the `Drive` does: the driver
+    /// leaves `Control::drivers`, the producers' waker is cleared (so producers wake the
+    /// thread, until a driver is polled again) and the thread is unparked. Once only: a driver
+    /// that left already does nothing (it clears no other driver's waker).
+    fn detach(&self) {
+        let shared = &self.shared;
+        let mut control = lock(&shared.control);
+        let me: *const Self = self;
+        let attached = control.drivers.len();
+        control
+            .drivers
+            .retain(|d| !std::ptr::addr_eq(d.as_ptr(), me));
+        if control.drivers.len() == attached {
+            return;
+        }
+        let waker = control.driver_waker.take();
+        if let Some(thread) = &control.worker_thread {
+            thread.unpark();
+        }
+        drop(control);
+        // Outside `control`: the runtime's waker is user code.
+        if !drop_caught(waker) {
+            shared.counters.user_code_panicked("a driver's waker");
+        }
     }
 }
 
@@ -295,6 +396,11 @@ where
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
         let inner = &self.inner;
+        // Done (and, if unarmed, detached): its waker must not become the producers'.
+        let Some(moved) = inner.note_task(cx.waker()) else {
+            return Poll::Ready(());
+        };
+        inner.drop_last_task(moved);
         // Producers whose deadline is earlier than the plan wake this task. The runtime's waker
         // is cloned, and the one it replaces dropped, outside `control`: user code, which may
         // call back into the timer (whose lazy start, or `stop()`, takes `control`).
@@ -307,10 +413,6 @@ where
             let replaced = lock(&inner.shared.control).driver_waker.replace(waker);
             drop(replaced);
         }
-        let Some(moved) = inner.note_task(cx.waker()) else {
-            return Poll::Ready(());
-        };
-        inner.drop_last_task(moved);
         if super::start(&inner.shared).is_err() || inner.run() {
             return Poll::Ready(());
         }
@@ -319,35 +421,24 @@ where
 }
 
 impl<F, S> Drop for Drive<F, S> {
-    /// Hands the ticks back to the worker thread. Other drivers, if any, run them again once
-    /// polled: until then nothing wakes them, so the thread runs the turns.
+    /// Hands the ticks back to the worker thread (unless done already). Other drivers, if any,
+    /// run them again once polled: until then nothing wakes them, so the thread runs the turns.
     fn drop(&mut self) {
         // The sleeps hold the driver as their waker: drop them, or it keeps itself alive.
         let (sleeps, task) = {
             let mut state = lock(&self.inner.state);
             (std::mem::take(&mut state.sleeps), state.task.take())
         };
-        let shared = &self.inner.shared;
-        let mut control = lock(&shared.control);
-        let me = Arc::as_ptr(&self.inner);
-        control
-            .drivers
-            .retain(|d| !std::ptr::addr_eq(d.as_ptr(), me));
-        let waker = control.driver_waker.take();
-        if let Some(thread) = &control.worker_thread {
-            thread.unpark();
+        self.inner.detach();
+        // Last, each under a catch and counted, as in a poll: the runtime's waker and sleeps
+        // are user code, and the ticks are handed back whatever their drops do.
+        if !drop_caught(task) {
+            self.inner
+                .shared
+                .counters
+                .user_code_panicked("a driver's waker");
         }
-        drop(control);
-        // Last, each under a catch: the runtime's wakers and sleeps are user code, and the
-        // ticks are handed back whatever their drops do.
-        for dropped in [drop_caught(waker), drop_caught(task)] {
-            if !dropped {
-                shared.counters.user_code_panicked("a driver's waker");
-            }
-        }
-        if let Err(panic) = drop_each(sleeps) {
-            std::panic::resume_unwind(panic);
-        }
+        self.inner.drop_sleeps(sleeps);
     }
 }
 

@@ -465,6 +465,9 @@ macro_rules! drive_methods {
         impl $ty {
             /// A future that runs this timer's ticks on the runtime that polls it, sleeping with
             /// `sleep_until` (tokio: `|at| tokio::time::sleep_until(at.into())`); see [`Drive`].
+            /// If `sleep_until` or its sleeps panic so that no sleep is armed, the panic is
+            /// counted in `stats().panicked`, and the `Drive` hands the ticks back to the
+            /// timer's thread and completes.
             ///
             /// ```
             /// # use hashed_timer_wheel::HashedWheelTimer;

@@ -45,7 +45,7 @@ pub(crate) use buckets::MAX_ENTRIES;
 use buckets::{Buckets, List, Node, EMPTY_BUCKET, EMPTY_LIST};
 use far::{FAR_LEVELS, LEVEL_SLOTS};
 use slab::PAGE_BITS;
-pub(crate) use slab::{drop_each, Slab, Vacancy, NO_INDEX};
+pub(crate) use slab::{Slab, Vacancy, NO_INDEX};
 
 /// The lanes of a wheel's keys ([`Wheel::next_key_in`]): one per size class of the boxed
 /// timer's tasks (three), rounded up to a power of two so that a lane is two bits of a page's.
