@@ -11,7 +11,11 @@ use std::time::{Duration, Instant};
 
 /// A `hyper::rt::Timer` whose sleeps are the timer's [`Sleep`]s: give it to hyper's connection
 /// builders (`.timer(HyperTimer::new(timer.handle()))`). `sleep` boxes a [`HyperSleep`],
-/// `reset` moves that same sleep's deadline ([`Sleep::reset`]), `now` reads the timer's clock.
+/// `reset` moves that same sleep's deadline, `now` reads the timer's clock. A reset to a later
+/// deadline while the sleep's timeout is pending schedules nothing (hyper pushes its header
+/// read timeout back on every request): the task is woken once at the old deadline, and the
+/// sleep, polled then, waits on until the new one. Any other reset is a [`Sleep::reset`]
+/// (one that goes on with a wait pushed back so, not completed yet, passes a pending limit).
 /// Sleeps round up to the end of a tick (never early, up to about a tick late): build the timer
 /// with a 1 ms tick, as below, not the default 100 ms.
 ///
