@@ -894,6 +894,50 @@ fn dropping_the_owner_inside_a_task_ends_the_advance_after_that_tick() {
     );
 }
 
+/// A `stop()` from another thread is under way (the timer reads stopped, and the stop waits for
+/// the turn) when a task drops the owner: the stop is the first, so it returns the timeout still
+/// pending, cancelled, rather than an empty list while the turn drops that timeout's task.
+#[test]
+fn the_owner_dropped_in_a_task_during_a_stop_leaves_the_stop_its_timeouts() {
+    init();
+    let (timer, driver) = manual(ms(10));
+    let (dropped_tx, dropped) = mpsc::channel();
+    let far = {
+        let probe = OnDrop(dropped_tx);
+        timer
+            .new_timeout(move |_: &Timeout| drop(probe), Duration::from_secs(3600))
+            .unwrap()
+    };
+    let handle = timer.handle();
+    let owner = Arc::new(Mutex::new(Some(timer)));
+    let stopper = Arc::new(Mutex::new(None));
+    let (o, s, h) = (Arc::clone(&owner), Arc::clone(&stopper), handle.clone());
+    let task = move |_: &Timeout| {
+        let for_stop = h.clone();
+        *s.lock().unwrap() = Some(thread::spawn(move || for_stop.stop()));
+        while !h.is_stopped() {
+            thread::yield_now();
+        }
+        drop(o.lock().unwrap().take());
+    };
+    handle.new_timeout(task, ms(5)).unwrap();
+    driver.advance(ms(10));
+    let stop = stopper.lock().unwrap().take().unwrap();
+    let returned = stop.join().unwrap().unwrap();
+    assert_eq!(
+        returned,
+        vec![far.clone()],
+        "the first stop() returns what is pending"
+    );
+    assert!(far.is_cancelled());
+    drop(returned);
+    assert_eq!(
+        dropped.try_iter().count(),
+        1,
+        "the pending task is dropped once"
+    );
+}
+
 /// Handles do not keep a timer alive: once the owner is dropped they are refused.
 #[test]
 fn handles_after_the_owner_is_dropped_are_stopped() {

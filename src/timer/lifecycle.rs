@@ -154,12 +154,16 @@ fn drain_queues<J: Stored>(shared: &Shared<J>, out: &mut Vec<Timeout<J>>) {
 }
 
 /// The owner dropped inside a task: stop without joining; the worker drops its wheel itself.
+/// Already stopped, a `stop()` from another thread is under way (it waits for this turn) and
+/// returns what the wheel and the queues hold: they are left to it.
 pub(super) fn shutdown_from_worker<J: Stored>(shared: &Shared<J>) {
-    let join = {
+    let (was_stopped, join) = {
         let mut control = lock(&shared.control);
-        shared.mark_shutdown();
-        control.join.take()
+        (shared.mark_shutdown(), control.join.take())
     };
+    if was_stopped {
+        return;
+    }
     shared.mark_owner_dropped_in_task();
     uncount(shared);
     super::deadline::forget_timer(std::ptr::from_ref(shared).cast());
