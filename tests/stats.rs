@@ -146,6 +146,46 @@ fn a_cancel_of_a_timeout_its_bucket_dropped_is_counted_at_stop() {
     assert_eq!((stats.expired, stats.cancelled), (1, 1), "{stats:?}");
 }
 
+/// The owner dropped inside a task: no `stop()` returns the timeouts still pending (in the
+/// wheel, or queued), so each counts as cancelled, and a cancel the worker had not processed
+/// is not lost to the turn's own count. Every call adds up.
+#[test]
+fn timeouts_ended_by_the_owner_dropped_in_a_task_are_counted_as_cancelled() {
+    let (timer, driver) = manual(0);
+    let handle = timer.handle();
+    let mut kept = vec![];
+    for i in 0..5 {
+        kept.push(
+            timer
+                .new_timeout(noop, Duration::from_millis(100 + i))
+                .unwrap(),
+        );
+    }
+    driver.advance(TICK); // in the wheel
+    for i in 0..3 {
+        kept.push(
+            timer
+                .new_timeout(noop, Duration::from_millis(100 + i))
+                .unwrap(),
+        );
+    }
+    assert!(kept[0].cancel(), "in the wheel, not yet processed");
+    assert!(kept[5].cancel(), "queued, not yet transferred");
+    let owner = std::sync::Mutex::new(Some(timer));
+    let drops_owner = move |t: &Timeout| {
+        drop(owner.lock().unwrap().take());
+        let refused = t.timer().new_timeout(noop, Duration::ZERO);
+        assert_eq!(refused.unwrap_err(), TimerError::Stopped);
+    };
+    handle.new_timeout(drops_owner, Duration::ZERO).unwrap();
+    driver.advance(TICK);
+    assert!(handle.is_stopped());
+    assert!(kept.iter().all(Timeout::is_cancelled));
+    let stats = handle.stats();
+    // 8 kept, the task that dropped the owner, and the call it made after.
+    assert_eq!((stats.expired, stats.cancelled, stats.refused), (1, 8, 1));
+}
+
 /// A sleep still waiting when `stop()` runs (one in the wheel, one still queued) completes with
 /// `Stopped`, and `stop()` does not return its timeout: it was counted nowhere, so expired,
 /// cancelled, returned and refused fell short of what was accepted by one per such sleep.

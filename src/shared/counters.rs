@@ -7,11 +7,15 @@ use crate::sync::{process, Ordering};
 /// Lateness classes of fired timeouts, in ticks: under 1, 1 to 2, 2 to 4, ... 64 and more.
 pub(crate) const LATENESS_CLASSES: usize = 8;
 
-/// Only the worker writes its running totals; refusing producers count `refused`. Every access
-/// is Relaxed: nothing is ordered by them.
+/// Only the worker writes its running totals; refusing producers count `refused`, and a shutdown
+/// `cancelled_at_shutdown`. Every access is Relaxed: nothing is ordered by them.
 pub(crate) struct Counters {
     pub(crate) expired: process::AtomicU64,
     pub(crate) cancelled: process::AtomicU64,
+    /// Timeouts a shutdown ends without returning them (`CellRef::cancel_never_run`), added by
+    /// whichever thread shuts down: apart from `cancelled`, which the worker's turn overwrites
+    /// with its total (a task that drops the owner shuts down within a turn).
+    pub(crate) cancelled_at_shutdown: process::AtomicU64,
     pub(crate) panicked: process::AtomicU64,
     pub(crate) refused: process::AtomicU64,
     /// The largest lateness of a fired timeout, in nanoseconds.
@@ -46,6 +50,7 @@ impl Counters {
         Counters {
             expired: zero(),
             cancelled: zero(),
+            cancelled_at_shutdown: zero(),
             panicked: zero(),
             refused: zero(),
             late_max: zero(),

@@ -175,7 +175,7 @@ pub(super) fn shutdown_from_worker<J: Stored>(shared: &Shared<J>) {
     }
     // Nobody else drains the queues: queued tasks holding a handle would keep the timer alive.
     for state in shared.timeouts.take_all().into_states() {
-        drop(state.cancel_never_run());
+        state.end_unreturned();
     }
     shared.timeouts.for_each_data(|p| p.cursors.clear());
     drop(shared.cancellations.take_all());

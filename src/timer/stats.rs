@@ -35,7 +35,8 @@ pub struct TimerStats {
     pub expired: u64,
     /// Cancellations the worker has processed, and the timeouts `stop()` ends without returning
     /// them: a cancel the worker had not processed, a future's timeout (a timeout `stop()`
-    /// returned is not counted).
+    /// returned is not counted). With the owner dropped inside a task, nothing is returned:
+    /// every timeout still pending counts here.
     pub cancelled: u64,
     /// Timeouts refused ([`TimerError::Stopped`](crate::TimerError::Stopped) or
     /// [`TimerError::TooManyPending`](crate::TimerError::TooManyPending)): `new_timeout` and
@@ -69,8 +70,8 @@ macro_rules! stats_methods {
             /// figures) once per turn, while `pending_timeouts()` moves with each timeout: a
             /// snapshot taken during a turn (from a task, or while one runs) lags by that turn.
             /// A cancel the worker has not processed when `stop()` runs, one racing `stop()`
-            /// included, is counted by `stop()` (one made after the owner was dropped inside a
-            /// task may be counted nowhere).
+            /// included, is counted by `stop()`; with the owner dropped inside a task, every
+            /// timeout still pending counts as cancelled, as nothing returns it.
             ///
             /// ```
             /// use hashed_timer_wheel::{HashedWheelTimer, Timeout};
@@ -105,7 +106,7 @@ fn stats<J: Stored>(shared: &Shared<J>) -> TimerStats {
         wakeups: shared.wakeups(),
         tick: shared.worker_tick(),
         expired: load(&c.expired),
-        cancelled: load(&c.cancelled),
+        cancelled: load(&c.cancelled) + load(&c.cancelled_at_shutdown),
         refused: load(&c.refused),
         panicked: load(&c.panicked),
         late_max: Duration::from_nanos(load(&c.late_max)),

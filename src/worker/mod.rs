@@ -388,7 +388,7 @@ impl<J: Stored> Drop for Worker<J> {
             return;
         }
         for state in self.drain() {
-            drop(state.cancel_never_run());
+            state.end_unreturned();
         }
         // The executor is user code: a `Drop` that panics must not unwind a `stop()` with
         // timeouts yet to end (`drain_queues`).

@@ -207,26 +207,39 @@ impl CellRef {
     /// counted as cancelled here, as the worker would have: nothing expires at shutdown, so a
     /// timeout found ended was cancelled.
     pub(crate) fn cancel_never_run(self) -> Option<CellRef> {
-        // Relaxed, here and below: a statistic. Under `stop()` the worker has published its
-        // count for good; with the owner dropped in a task its next publish may not keep this
-        // (see `stats()`).
-        let counters = self.chunk_timer().counters();
+        // Relaxed, here and below: a statistic.
+        let counted = &self.chunk_timer().counters().cancelled_at_shutdown;
         if self.cancel() == CancelOutcome::AlreadyEnded {
             if self.is_cancelled() {
-                counters.cancelled.fetch_add(1, Ordering::Relaxed);
+                counted.fetch_add(1, Ordering::Relaxed);
             }
             return None;
         }
         if self.has_waker() {
             // A future's timeout is not returned: its future completes with `Stopped`, and it
             // counts as cancelled, or no outcome would account for it.
-            counters.cancelled.fetch_add(1, Ordering::Relaxed);
+            counted.fetch_add(1, Ordering::Relaxed);
             if !self.wake() {
-                counters.user_code_panicked("a future's waker");
+                self.chunk_timer()
+                    .counters()
+                    .user_code_panicked("a future's waker");
             }
             None
         } else {
             Some(self)
+        }
+    }
+
+    /// At a shutdown that returns nothing (the owner dropped inside a task), ends a timeout
+    /// not yet ended as [`cancel_never_run`](Self::cancel_never_run) does; one it would give back
+    /// counts as cancelled, as nobody returns it.
+    pub(crate) fn end_unreturned(self) {
+        if let Some(state) = self.cancel_never_run() {
+            let counters = state.chunk_timer().counters();
+            // Relaxed: a statistic.
+            counters
+                .cancelled_at_shutdown
+                .fetch_add(1, Ordering::Relaxed);
         }
     }
 
