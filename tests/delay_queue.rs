@@ -631,6 +631,25 @@ fn kube_1772_restate_5017_deadlines_past_2_pow_36_ms_are_accepted() {
     assert_eq!(queue.len(), 2);
 }
 
+/// A deadline past 64-bit nanoseconds (`Duration::MAX`, an `Instant` centuries ahead) is
+/// stored as the clock's last nanosecond; a manual clock moved to its end reaches it, and the
+/// item must still never fire, as the timer's own timeouts and sleeps do not.
+#[test]
+fn an_item_due_past_584_years_never_fires_even_with_the_clock_at_its_end() {
+    let (timer, driver) = manual();
+    let mut queue = DelayQueue::new(timer.handle());
+    let (_count, waker) = counter();
+    queue.insert("never", Duration::MAX);
+    queue.insert_at("centuries", Instant::now() + Duration::from_secs(1 << 40));
+    let reset = queue.insert("reset", ms(3));
+    queue.reset(&reset, Duration::MAX);
+    queue.insert("due", ms(2));
+    driver.advance(Duration::MAX);
+    assert_eq!(drain_ready(&mut queue, &waker), ["due"]);
+    assert!(poll(&mut queue, &waker).is_pending(), "never fires");
+    assert_eq!(queue.len(), 3);
+}
+
 /// Drop counts of a set of [`Bomb`]s, and which of them goes off.
 struct Fuse {
     drops: Vec<AtomicUsize>,
