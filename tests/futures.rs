@@ -939,6 +939,27 @@ fn an_interval_s_first_tick_is_ready_at_the_first_poll() {
     assert!(first >= start && first <= Instant::now());
 }
 
+/// An interval whose next tick lies past 64-bit nanoseconds (a period of `Duration::MAX`, or a
+/// start centuries ahead) holds the saturated deadline `u64::MAX`, as a `Sleep` does, and never
+/// ticks again, even on a manual clock moved to its end (its poll compared that deadline with
+/// the clock and found it due).
+#[test]
+fn an_interval_tick_due_past_584_years_never_comes_even_with_the_clock_at_its_end() {
+    let (timer, driver) = manual();
+    let mut cx = Context::from_waker(Waker::noop());
+    let mut endless = timer.interval(Duration::MAX);
+    assert!(endless.poll_tick(&mut cx).is_ready(), "the first, at once");
+    let mut unborn = timer.interval_at(
+        Instant::now() + Duration::from_secs(1 << 40),
+        Duration::from_secs(1),
+    );
+    let mut sleep = timer.sleep(Duration::MAX);
+    driver.advance(Duration::MAX);
+    assert!(poll(&mut sleep, Waker::noop()).is_pending());
+    assert!(endless.poll_tick(&mut cx).is_pending(), "never ticks again");
+    assert!(unborn.poll_tick(&mut cx).is_pending(), "never starts");
+}
+
 /// A `Sleep` polled with a waker whose clone stops the timer: the clone ran under the waker
 /// slot's lock, and `stop()`, waking that slot's future, waited for the lock forever.
 #[test]

@@ -99,10 +99,11 @@ impl Interval {
         Poll::Ready(Ok(at.checked_sub(before).unwrap_or(at)))
     }
 
-    /// The clock's now on the schedule's time.
+    /// The clock's now on the schedule's time, short of `u64::MAX`: a saturated deadline (past
+    /// 584 years) never comes, as a timeout's does not, not even on a manual clock at its end.
     fn now(&self) -> u64 {
         let now = self.sleep.shared().clock.now();
-        now.saturating_add(self.before_origin)
+        now.saturating_add(self.before_origin).min(u64::MAX - 1)
     }
 
     /// Arms the tick due at `due` on the schedule's time.
