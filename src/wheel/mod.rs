@@ -471,6 +471,7 @@ impl<T> Wheel<T> {
 #[cfg(test)]
 mod tests {
     use super::buckets::{Bucket, BUCKET_PAGE_BITS};
+    use super::occupancy::SEARCH_BUCKETS;
     use super::slab::PAGE;
     use super::*;
 
@@ -575,7 +576,13 @@ mod tests {
         for tick in [3, 5] {
             w.expire(tick, (tick + 1) * MS, |item, _, _| fired.push((item, tick)));
         }
-        assert_eq!(w.next_fire_tick(6), Some(far));
+        // Searched `SEARCH_BUCKETS` buckets at a time: the ticks between have no work.
+        let mut from = 6;
+        while let Some(tick) = w.next_fire_tick(from).filter(|&tick| tick < far) {
+            w.expire(tick, (tick + 1) * MS, |_, _, _| unreachable!());
+            from = tick + 1;
+        }
+        assert_eq!(w.next_fire_tick(from), Some(far));
         w.expire(far, (far + 1) * MS, |item, _, _| fired.push((item, far)));
         assert_eq!(fired, [("near", 3), ("near too", 5), ("far", far)]);
         assert_eq!((w.len(), w.next_fire_tick(far)), (0, None));
@@ -590,6 +597,28 @@ mod tests {
         assert_eq!(w.drain().len(), 1);
         assert_eq!(w.buckets.allocated_bytes(), 0);
         assert!(w.occupied.iter().all(|&word| word == 0));
+    }
+
+    /// On the largest wheel (2^30 buckets), with only an entry far ahead in its bucket (or only
+    /// far slots), a search for the next fire tick read the whole occupancy bitmap, 2^24 words;
+    /// a worker searches after each tick with work, and fell many ticks behind. A search reads
+    /// the bits of at most `SEARCH_BUCKETS` buckets and answers the first tick past them (no
+    /// bucket beyond fires earlier); searching again from there finds the entry on its tick.
+    #[test]
+    fn a_search_for_the_next_fire_tick_on_the_largest_wheel_is_bounded() {
+        let mut w = Wheel::new(MS, 1 << 30);
+        let due = 3 * SEARCH_BUCKETS + 5;
+        w.insert("far ahead", due * MS, 0);
+        assert_eq!(w.next_fire_tick(0), Some(SEARCH_BUCKETS));
+        let (mut visits, mut fired, mut from) = (vec![], vec![], 0);
+        while let Some(tick) = w.next_fire_tick(from) {
+            visits.push(tick);
+            w.expire(tick, (tick + 1) * MS, |item, _, _| fired.push((item, tick)));
+            from = tick + 1;
+        }
+        assert_eq!(fired, vec![("far ahead", due)]);
+        let s = SEARCH_BUCKETS;
+        assert_eq!(visits, vec![s, 2 * s + 1, 3 * s + 2, due]);
     }
 
     #[test]

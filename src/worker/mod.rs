@@ -157,7 +157,7 @@ impl<J: Stored> Worker<J> {
         if queued {
             Some(tick + 1)
         } else {
-            self.wheel.next_fire_tick(tick + 1)
+            self.wheel.next_fire_tick_by(tick + 1, last)
         }
     }
 
