@@ -328,14 +328,12 @@ impl<T> Wheel<T> {
     ) -> (u32, u64) {
         // `calculated(deadline) <= tick` without a division: the deadline is before `tick`'s end.
         let tick_end = tick.saturating_add(1).saturating_mul(self.tick_nanos);
-        let due_by = |deadline: u64| deadline < tick_end || tick_end == u64::MAX;
         // One comparison per entry: due by `tick` and `<= now`.
         let last_due = if tick_end == u64::MAX {
             now
         } else {
             (tick_end - 1).min(now)
         };
-        let tick_nanos = self.tick_nanos;
         // The bucket holds something due: its page is allocated.
         let mut cursor = self.buckets.get(b).ends.head;
         let mut kept = NO_INDEX;
@@ -351,13 +349,7 @@ impl<T> Wheel<T> {
                     deadline,
                 );
             } else {
-                // Survivors are rounds away (or not yet due, with a clock that lags the tick).
-                let fire = if due_by(deadline) {
-                    tick
-                } else {
-                    deadline / tick_nanos
-                };
-                min_fire = min_fire.min(fire);
+                min_fire = min_fire.min(self.survivor_fire(deadline, tick, tick_end));
                 self.nodes[cursor].prev = kept;
                 self.link_kept(b, kept, cursor);
                 kept = cursor;
@@ -365,6 +357,17 @@ impl<T> Wheel<T> {
             cursor = next;
         }
         (kept, min_fire)
+    }
+
+    /// The fire tick of an entry the walk of `tick` (which ends at `tick_end`) keeps: rounds
+    /// away, or `tick` again if due by it but not yet by the clock (a clock that lags the tick).
+    #[inline(always)]
+    fn survivor_fire(&self, deadline: u64, tick: u64, tick_end: u64) -> u64 {
+        if deadline < tick_end || tick_end == u64::MAX {
+            tick
+        } else {
+            deadline / self.tick_nanos
+        }
     }
 
     /// Links `key`, kept by the walk of bucket `b`, after `kept` (`NO_INDEX`: as the head).
