@@ -65,8 +65,9 @@ impl Builder {
         self
     }
 
-    /// The number of buckets, rounded up to a power of two (1 to 2^30, as Netty). They are
-    /// allocated 4096 at a time as timeouts reach them (16 bytes each, kept until the timer stops).
+    /// The number of buckets, rounded up to a power of two (1 to 2^30, as Netty), 16 bytes each.
+    /// A wheel of up to 4096 buckets is allocated when the timer is built; a larger one in pages
+    /// of 4096 as timeouts reach them, each page kept until the timer stops.
     ///
     /// ```
     /// let b = hashed_timer_wheel::HashedWheelTimer::builder().ticks_per_wheel(1024);
