@@ -157,7 +157,8 @@ macro_rules! scheduling_methods {
             ///
             /// # Errors
             /// [`TimerError::Stopped`] once the timer is stopped or its owner dropped;
-            /// [`TimerError::TooManyPending`] at the pending limit. A refused call changes nothing.
+            /// [`TimerError::TooManyPending`] at the pending limit. A refused call drops `task`
+            /// and leaves `pending_timeouts()` unchanged; it counts in `stats().refused`.
             ///
             /// # Panics
             /// As [`HashedWheelTimer::start`], if the first call cannot spawn the worker thread.
