@@ -346,6 +346,18 @@ impl<B: Batch, S> Queue<B, S> {
         acc
     }
 
+    /// As [`Queue::fold_data`], passing over each shard whose lock another thread holds: it
+    /// never waits.
+    pub(crate) fn fold_free_data<A>(&self, init: A, mut f: impl FnMut(A, &S) -> A) -> A {
+        let mut acc = init;
+        for shard in self.shards.iter() {
+            if let Some(shard) = try_lock(shard) {
+                acc = f(acc, &shard.data);
+            }
+        }
+        acc
+    }
+
     /// Whether every shard is empty, each looked at under its lock (see the type's docs).
     pub(crate) fn is_empty(&self) -> bool {
         self.shards.iter().all(|s| lock(s).items.is_empty())

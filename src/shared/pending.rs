@@ -106,18 +106,34 @@ impl<J: Stored> Shared<J> {
         }
     }
 
+    /// `pending_timeouts()` without waiting for a producer, for `Debug`: a shard whose lock is
+    /// held keeps its unused credit in the count, which is then an upper bound.
+    pub(crate) fn pending_without_waiting(&self) -> usize {
+        if self.is_shutdown() {
+            0
+        } else {
+            self.count(BusyShard::Skip)
+        }
+    }
+
     /// Pending less the shards' credit; off by what is in flight, as Netty's counter is.
     fn counted(&self) -> usize {
+        self.count(BusyShard::Wait)
+    }
+
+    fn count(&self, busy: BusyShard) -> usize {
         // `ended`, credit, then `accepted`: each later read counts at least what the earlier
         // imply. Acquire: pairs with `set_ended`'s Release; the worker took those timeouts from
         // the queue under their shard locks, so their acceptance is seen below.
         let ended = self.ended.load(Ordering::Acquire);
         // A refill seen in a shard is seen in `accepted` too: made under the shard's lock. With
-        // a pending limit no shard takes credit (`push`), so none is looked for.
-        let credit = if self.max_pending == 0 {
-            self.timeouts.fold_data(0, |sum, p| sum + p.credit)
-        } else {
-            0
+        // a pending limit no shard takes credit (`push`), so none is looked for. A shard passed
+        // over keeps its credit counted as pending: the count can only be too high.
+        let add = |sum: usize, p: &ProducerShard| sum + p.credit;
+        let credit = match (self.max_pending, busy) {
+            (0, BusyShard::Wait) => self.timeouts.fold_data(0, add),
+            (0, BusyShard::Skip) => self.timeouts.fold_free_data(0, add),
+            _ => 0,
         };
         // Relaxed: see `reserve_limited`.
         let accepted = self.accepted.load(Ordering::Relaxed);
@@ -131,6 +147,15 @@ impl<J: Stored> Shared<J> {
         // Release: pairs with the Acquire in `counted`.
         self.ended.store(total, Ordering::Release);
     }
+}
+
+/// What the pending count does with a producer shard whose lock another thread holds.
+#[derive(Clone, Copy)]
+enum BusyShard {
+    /// Waits for the lock: the count is exact (`pending_timeouts`).
+    Wait,
+    /// Leaves the shard's credit out: the count never blocks, and is an upper bound (`Debug`).
+    Skip,
 }
 
 /// Accepted and not ended. `ended`, read after `accepted`, may have passed it: that is none
@@ -241,5 +266,27 @@ mod tests {
         drop(held);
         reader.join().unwrap();
         assert_eq!(read, Ok(1), "the count waited for a producer's shard");
+    }
+
+    /// With no pending limit, formatting the timer waits for no producer's shard lock: the held
+    /// shard's unused credit stays in `pending`, an upper bound, until the lock is free again.
+    #[test]
+    fn debug_waits_for_no_shard() {
+        let (timer, _driver) = HashedWheelTimer::builder().build_manual().unwrap();
+        timer
+            .new_timeout(|_: &Timeout| {}, Duration::from_secs(1))
+            .unwrap();
+        let timer = std::sync::Arc::new(timer);
+        let held = timer.shared.timeouts.my_shard();
+        let (tx, rx) = mpsc::channel();
+        let reader = std::sync::Arc::clone(&timer);
+        let reader = std::thread::spawn(move || tx.send(format!("{reader:?}")).unwrap());
+        let shown = rx.recv_timeout(Duration::from_secs(10));
+        drop(held);
+        reader.join().unwrap();
+        let shown = shown.expect("Debug waited for a producer's shard");
+        let bound = format!("pending: {},", super::CREDIT_BATCH);
+        assert!(shown.contains(&bound), "{shown}");
+        assert!(format!("{timer:?}").contains("pending: 1,"), "{timer:?}");
     }
 }

@@ -1,6 +1,6 @@
 //! What a timer reports about itself: [`TimerStats`], which [`HashedWheelTimer::stats`] (and
 //! [`TimerHandle::stats`]) reads from the counters the worker publishes, and the `Debug` output
-//! of the owner and its handles (whose `pending` is `pending_timeouts()`).
+//! of the owner and its handles (whose `pending` is `pending_timeouts()`, read without waiting).
 
 use super::HashedWheelTimer;
 use crate::shared::{Shared, Stored, TimerHandle};
@@ -116,12 +116,22 @@ fn stats<J: Stored>(shared: &Shared<J>) -> TimerStats {
     }
 }
 
+/// Shows the state, the tick duration, the wheel's length, `pending` and `max_pending`, and
+/// never blocks: `pending` is [`pending_timeouts()`](HashedWheelTimer::pending_timeouts)
+/// read without waiting for a producer, so while another thread schedules a timeout it can also
+/// count timeouts that thread has reserved and not yet used: an upper bound then (exact with a
+/// pending limit, which reserves none ahead).
 impl<J: Stored> fmt::Debug for HashedWheelTimer<J> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         debug_shared(&self.shared, f.debug_struct("HashedWheelTimer"))
     }
 }
 
+/// Shows the state, the tick duration, the wheel's length, `pending` and `max_pending`, and
+/// never blocks: `pending` is [`pending_timeouts()`](TimerHandle::pending_timeouts)
+/// read without waiting for a producer, so while another thread schedules a timeout it can also
+/// count timeouts that thread has reserved and not yet used: an upper bound then (exact with a
+/// pending limit, which reserves none ahead).
 impl<J: Stored> fmt::Debug for TimerHandle<J> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         debug_shared(&self.shared, f.debug_struct("TimerHandle"))
@@ -132,7 +142,7 @@ fn debug_shared<J: Stored>(s: &Shared<J>, mut d: fmt::DebugStruct<'_, '_>) -> fm
     d.field("state", &s.state_name())
         .field("tick_duration", &Duration::from_nanos(s.tick_nanos))
         .field("wheel_len", &s.wheel_len)
-        .field("pending", &s.pending_timeouts())
+        .field("pending", &s.pending_without_waiting())
         .field("max_pending", &s.max_pending)
         .finish_non_exhaustive()
 }
