@@ -47,7 +47,8 @@
 //!   with `NegativeArraySizeException`).
 //! - `stop()` on the worker thread is an error; dropping the owner in a task does not deadlock.
 //! - **User code may panic anywhere** (a task, its `Drop`, a waker, the executor): the timer
-//!   counts it in [`TimerStats::panicked`], logs it and goes on; nothing is lost or run twice.
+//!   counts it in [`TimerStats::panicked`] (the executor's own `Drop` at shutdown is logged
+//!   only), logs it and goes on; nothing is lost or run twice.
 //! - At most 2^27 - 1 pending timeouts per timer; beyond, [`TimerError::TooManyPending`].
 //! - `stop()` returns the cancelled timeouts, but their tasks are dropped (the timer owns them).
 //! - The tick grid starts when the timer is built, not when its thread starts.

@@ -29,7 +29,10 @@ impl<J: Stored> Clone for ManualDriver<J> {
 }
 
 impl<J: Stored> ManualDriver<J> {
-    /// Moves the clock forward by `by` and runs everything that became due.
+    /// Moves the clock forward by `by` and runs everything that became due. The tasks see the
+    /// clock at the end of the advance, as they would a worker that many ticks late: one long
+    /// advance runs a periodic task under `MissedRuns::Skip` or `Delay` once, where advancing
+    /// a tick at a time runs it on each of its deadlines.
     ///
     /// ```
     /// # use hashed_timer_wheel::HashedWheelTimer;

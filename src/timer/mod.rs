@@ -153,7 +153,8 @@ macro_rules! scheduling_methods {
             /// Schedules `task` to run once after `delay`, on the worker thread (or the executor).
             ///
             /// Never earlier than `delay`, at most about a tick later unless the worker is
-            /// overloaded; `Duration::MAX` never runs. The first call starts the worker thread.
+            /// overloaded; `Duration::MAX` never runs. The first call starts the worker thread (a
+            /// manual timer has none: its `ManualDriver` runs the ticks).
             ///
             /// # Errors
             /// [`TimerError::Stopped`] once the timer is stopped or its owner dropped;
