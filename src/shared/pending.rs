@@ -246,6 +246,26 @@ mod tests {
         }
     }
 
+    /// `read(timer)` on another thread while this thread holds its producer shard's lock, for
+    /// up to 10 s; the timer back, and what was read (`Err` if the read waited that long).
+    fn read_while_my_shard_is_held<T: Send + 'static>(
+        timer: HashedWheelTimer,
+        read: fn(&HashedWheelTimer) -> T,
+    ) -> (
+        std::sync::Arc<HashedWheelTimer>,
+        Result<T, mpsc::RecvTimeoutError>,
+    ) {
+        let timer = std::sync::Arc::new(timer);
+        let held = timer.shared.timeouts.my_shard();
+        let (tx, rx) = mpsc::channel();
+        let reader = std::sync::Arc::clone(&timer);
+        let reader = std::thread::spawn(move || tx.send(read(&reader)).unwrap());
+        let got = rx.recv_timeout(Duration::from_secs(10));
+        drop(held);
+        reader.join().unwrap();
+        (timer, got)
+    }
+
     /// With a pending limit no shard holds credit: `pending_timeouts` reads the two totals and
     /// waits for no producer's shard lock (only the count without a limit locks them).
     #[test]
@@ -257,14 +277,7 @@ mod tests {
         timer
             .new_timeout(|_: &Timeout| {}, Duration::from_secs(1))
             .unwrap();
-        let timer = std::sync::Arc::new(timer);
-        let held = timer.shared.timeouts.my_shard();
-        let (tx, rx) = mpsc::channel();
-        let reader = std::sync::Arc::clone(&timer);
-        let reader = std::thread::spawn(move || tx.send(reader.pending_timeouts()).unwrap());
-        let read = rx.recv_timeout(Duration::from_secs(10));
-        drop(held);
-        reader.join().unwrap();
+        let (_, read) = read_while_my_shard_is_held(timer, |t| t.pending_timeouts());
         assert_eq!(read, Ok(1), "the count waited for a producer's shard");
     }
 
@@ -276,14 +289,7 @@ mod tests {
         timer
             .new_timeout(|_: &Timeout| {}, Duration::from_secs(1))
             .unwrap();
-        let timer = std::sync::Arc::new(timer);
-        let held = timer.shared.timeouts.my_shard();
-        let (tx, rx) = mpsc::channel();
-        let reader = std::sync::Arc::clone(&timer);
-        let reader = std::thread::spawn(move || tx.send(format!("{reader:?}")).unwrap());
-        let shown = rx.recv_timeout(Duration::from_secs(10));
-        drop(held);
-        reader.join().unwrap();
+        let (timer, shown) = read_while_my_shard_is_held(timer, |t| format!("{t:?}"));
         let shown = shown.expect("Debug waited for a producer's shard");
         let bound = format!("pending: {},", super::CREDIT_BATCH);
         assert!(shown.contains(&bound), "{shown}");
