@@ -652,16 +652,22 @@ impl Drop for PanickingSleep {
     }
 }
 
+/// A threaded timer of `tick_ms` ticks, started by a timeout ten minutes away.
+fn started_timer(tick_ms: u64) -> HashedWheelTimer {
+    let timer = HashedWheelTimer::builder()
+        .tick_duration(ms(tick_ms))
+        .build()
+        .unwrap();
+    timer.new_timeout(noop, Duration::from_secs(600)).unwrap();
+    timer
+}
+
 /// A `Drive` dropped while its runtime sleep's `Drop` panics still hands the ticks back to the
 /// worker thread: a timeout then fires about on time, not 32 ticks late (the watchdog's pace).
 #[test]
 fn a_drive_whose_sleep_panics_in_drop_hands_the_ticks_back() {
     const TICK: u64 = 50;
-    let timer = HashedWheelTimer::builder()
-        .tick_duration(ms(TICK))
-        .build()
-        .unwrap();
-    timer.new_timeout(noop, Duration::from_secs(600)).unwrap();
+    let timer = started_timer(TICK);
     let bomb = Arc::new(AtomicBool::new(false));
     let b = Arc::clone(&bomb);
     let mut drive = Box::pin(timer.drive(move |_| PanickingSleep {
@@ -713,11 +719,7 @@ where
     S: Future<Output = ()> + Send + 'static,
 {
     const TICK: u64 = 50;
-    let timer = HashedWheelTimer::builder()
-        .tick_duration(ms(TICK))
-        .build()
-        .unwrap();
-    timer.new_timeout(noop, Duration::from_secs(600)).unwrap();
+    let timer = started_timer(TICK);
     let mut drive = Box::pin(timer.drive(sleep_until));
     let mut cx = Context::from_waker(Waker::noop());
     let polled = catch_unwind(AssertUnwindSafe(|| drive.as_mut().poll(&mut cx)));
@@ -783,11 +785,7 @@ fn a_drive_whose_sleep_until_panics_after_arming_one_goes_on_with_it() {
 #[test]
 fn a_drive_on_a_runtime_without_timers_completes_and_the_thread_runs_the_ticks() {
     const TICK: u64 = 50;
-    let timer = HashedWheelTimer::builder()
-        .tick_duration(ms(TICK))
-        .build()
-        .unwrap();
-    timer.new_timeout(noop, Duration::from_secs(600)).unwrap();
+    let timer = started_timer(TICK);
     let rt = tokio::runtime::Builder::new_current_thread()
         .build()
         .unwrap();
@@ -1251,11 +1249,7 @@ fn a_drive_polled_by_a_new_task_whose_old_sleep_panics_in_drop_goes_on() {
 #[test]
 fn a_drive_whose_turn_retires_a_sleep_that_panics_in_drop_arms_the_next() {
     const TICK: u64 = 10;
-    let timer = HashedWheelTimer::builder()
-        .tick_duration(ms(TICK))
-        .build()
-        .unwrap();
-    timer.new_timeout(noop, Duration::from_secs(600)).unwrap();
+    let timer = started_timer(TICK);
     let bomb = Arc::new(AtomicBool::new(false));
     let armed = Arc::new(AtomicUsize::new(0));
     let (b, a) = (Arc::clone(&bomb), Arc::clone(&armed));
