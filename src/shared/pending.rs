@@ -13,22 +13,10 @@ use crate::wheel::MAX_ENTRIES;
 const CREDIT_BATCH: usize = if cfg!(loom) { 2 } else { 256 };
 
 impl<J: Stored> Shared<J> {
-    /// Counts one more pending timeout against `max_pending`, or refuses.
+    /// With a pending limit, counts one more pending timeout if fewer than `bound` are, else
+    /// refuses: `max_pending`, or for an exempt timeout the wheel's `MAX_ENTRIES` keys.
     #[inline]
-    pub(super) fn reserve_limited(&self) -> Result<(), TimerError> {
-        self.reserve_below(self.max_pending)
-    }
-
-    /// As `reserve_limited` for a timeout that passes the limit: refused only when the wheel's
-    /// keys would run out.
-    #[cold]
-    pub(super) fn reserve_exempt(&self) -> Result<(), TimerError> {
-        self.reserve_below(MAX_ENTRIES)
-    }
-
-    /// Counts one more pending timeout if fewer than `bound` are, else refuses.
-    #[inline]
-    fn reserve_below(&self, bound: usize) -> Result<(), TimerError> {
+    pub(super) fn reserve_below(&self, bound: usize) -> Result<(), TimerError> {
         // Relaxed: a pure counter; whoever needs it settled synchronises by other means (a
         // task's side effect, a join). A stale `ended` only refuses more eagerly.
         let mut cur = self.accepted.load(Ordering::Relaxed);
@@ -49,7 +37,7 @@ impl<J: Stored> Shared<J> {
         }
     }
 
-    /// As `reserve_limited`, against the credit of `producer` (under its lock), refilled as needed.
+    /// As `reserve_below`, against the credit of `producer` (under its lock), refilled as needed.
     #[inline(always)]
     pub(super) fn take_credit(&self, producer: &mut ProducerShard) -> Result<(), TimerError> {
         if producer.credit == 0 {
@@ -59,10 +47,10 @@ impl<J: Stored> Shared<J> {
         Ok(())
     }
 
-    /// Undoes `reserve_limited` for a timeout refused after all (shut down).
+    /// Undoes `reserve_below` for a timeout refused after all (shut down).
     #[inline]
     pub(super) fn unreserve_limited(&self) {
-        // Relaxed: see `reserve_limited`.
+        // Relaxed: see `reserve_below`.
         self.accepted.fetch_sub(1, Ordering::Relaxed);
     }
 
@@ -71,7 +59,7 @@ impl<J: Stored> Shared<J> {
     /// producer's shard lock; takes no other.
     #[cold]
     pub(super) fn refill_credit(&self) -> Result<usize, TimerError> {
-        // Relaxed: see `reserve_limited`.
+        // Relaxed: see `reserve_below`.
         let mut cur = self.accepted.load(Ordering::Relaxed);
         loop {
             let pending = pending_between(cur, self.ended.load(Ordering::Relaxed));
@@ -135,7 +123,7 @@ impl<J: Stored> Shared<J> {
             (0, BusyShard::Skip) => self.timeouts.fold_free_data(0, add),
             _ => 0,
         };
-        // Relaxed: see `reserve_limited`.
+        // Relaxed: see `reserve_below`.
         let accepted = self.accepted.load(Ordering::Relaxed);
         pending_between(accepted, ended).saturating_sub(credit)
     }

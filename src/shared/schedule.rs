@@ -9,6 +9,7 @@ use super::{Shared, SHUTDOWN};
 use crate::clock::duration_to_nanos;
 use crate::error::TimerError;
 use crate::sync::{Arc, Ordering};
+use crate::wheel::MAX_ENTRIES;
 use std::time::Duration;
 
 /// `push`'s const parameter, so neither path tests it at run time: with a handle (which holds
@@ -93,13 +94,13 @@ impl<J: Stored> Shared<J> {
     ) -> Result<Option<CellRef>, TimerError> {
         let limited = self.max_pending != 0;
         if limited {
-            let reserved = if exempt {
-                self.reserve_exempt()
+            let bound = if exempt {
+                MAX_ENTRIES
             } else {
-                self.reserve_limited()
+                self.max_pending
             };
             // Counted before `job` drops (at the return): its `Drop` is user code.
-            reserved.map_err(|e| self.refuse(e))?;
+            self.reserve_below(bound).map_err(|e| self.refuse(e))?;
         }
         let state = self.push_in_shard::<HANDLE>(job, deadline, on_expiry, limited)?;
         // No re-check against `stop()`: it sets SHUTDOWN before taking each shard, so this push

@@ -14,7 +14,7 @@ use std::fmt;
 use std::future::Future;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::pin::Pin;
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 /// A future that completes at a deadline on a [`HashedWheelTimer`]'s wheel (tokio's `Sleep`).
@@ -26,8 +26,11 @@ use std::time::{Duration, Instant};
 /// - **Dropping** it cancels its timeout.
 /// - **Polled from another task**, it wakes that task (the last poll's waker is kept).
 /// - **When the timer stops** (or its owner is dropped) it completes with
-///   `Err(`[`TimerError::Stopped`]`)`: it never hangs. Made at the pending limit it completes at
-///   once with `Err(TimerError::TooManyPending { .. })`.
+///   `Err(`[`TimerError::Stopped`]`)`: it never hangs.
+/// - **At the pending limit** it takes a place as a new timeout does: made there, or reset there
+///   once completed (or refused), it completes at once with
+///   `Err(TimerError::TooManyPending { .. })`. Until it completes it keeps its place: a reset
+///   re-arms it with a timeout that replaces its own and passes the limit.
 /// - It is `Unpin` (`&mut sleep` is a future, for `select!` in a loop), and [`reset`](Sleep::reset)
 ///   moves its deadline.
 ///
@@ -56,6 +59,9 @@ pub struct Sleep {
     /// This future has stored a waker in the armed timeout's slot (which an end may have taken
     /// since): a poll then compares before it clones.
     waker_stored: bool,
+    /// A `DelayQueue`'s wake-up: each of its timeouts passes a pending limit, since the queue
+    /// could report a refusal only by polling again at once.
+    exempt: bool,
 }
 
 /// What scheduling a sleep's timeout gave.
@@ -78,8 +84,8 @@ impl Sleep {
         Sleep::armed(shared, deadline, now, false)
     }
 
-    /// As [`Sleep::at`], passing a pending limit: a `DelayQueue`'s wake-up, which has no way
-    /// to report a refusal but to poll again at once.
+    /// As [`Sleep::at`], for a `DelayQueue`'s wake-up: each of its timeouts passes a pending
+    /// limit (see the `exempt` field).
     pub(crate) fn exempt_at(shared: &Arc<Shared>, deadline: u64, now: u64) -> Sleep {
         Sleep::armed(shared, deadline, now, true)
     }
@@ -90,6 +96,7 @@ impl Sleep {
             deadline,
             armed_for: deadline,
             waker_stored: false,
+            exempt,
         }
     }
 
@@ -114,7 +121,7 @@ impl Sleep {
         )
     }
 
-    pub(super) fn shared(&self) -> &Arc<Shared> {
+    pub(crate) fn shared(&self) -> &Arc<Shared> {
         match &self.scheduled {
             Scheduled::Armed(timeout) => &timeout.timer().shared,
             Scheduled::Refused(refused) => &refused.timer.shared,
@@ -151,9 +158,9 @@ impl Sleep {
 
     /// Moves the deadline to `deadline` (earlier or later), whether or not the sleep had completed;
     /// a waiting task is woken at the new one. For idle detection: reset on every message. On a
-    /// stopped timer the sleep completes with the error. At a pending limit, a reset replaces the
-    /// sleep's own pending timeout and is not refused; a sleep that had completed (or was
-    /// refused) is, as a new one would be.
+    /// stopped timer the sleep completes with the error. At a pending limit, a reset of a sleep
+    /// that has not completed replaces its own timeout and is not refused; a sleep that had
+    /// completed (or was refused) is, as a new one would be.
     ///
     /// ```
     /// # use hashed_timer_wheel::HashedWheelTimer;
@@ -200,29 +207,23 @@ impl Sleep {
         );
         if pending && deadline >= self.armed_for {
             self.deadline = deadline;
-        } else if self.deadline > self.armed_for {
-            // Pushed back before and not completed: this continues the sleep's own wait.
-            self.rearm_exempt(&shared, deadline, now);
         } else {
             self.rearm(&shared, deadline, now);
         }
     }
 
+    /// Arms a timeout due at `deadline` in place of the sleep's own, and moves its waker there.
+    ///
+    /// The pending limit's one rule for a sleep: a timeout that continues its wait passes the
+    /// limit, since the sleep keeps its one place. The wait goes on while its timeout is pending
+    /// (cancelled here and replaced; the cancel counts as ended at the worker's next tick, so
+    /// the count stays exact) or has expired short of a deadline pushed back
+    /// (`extend_or_reset`). A sleep that is new, completed or refused takes a place as a new
+    /// timeout does, unless it is `exempt`.
     pub(crate) fn rearm(&mut self, shared: &Arc<Shared>, deadline: u64, now: u64) {
-        self.rearm_as(shared, deadline, now, false);
-    }
-
-    /// As [`Sleep::rearm`], passing a pending limit: for a sleep made by [`Sleep::exempt_at`],
-    /// and for a wait that [`Sleep::extend_or_reset`] moved on and that has not completed.
-    pub(crate) fn rearm_exempt(&mut self, shared: &Arc<Shared>, deadline: u64, now: u64) {
-        self.rearm_as(shared, deadline, now, true);
-    }
-
-    fn rearm_as(&mut self, shared: &Arc<Shared>, deadline: u64, now: u64, exempt: bool) {
-        // A timeout still pending is cancelled first and replaced, not added to: its successor
-        // passes a pending limit (the cancel counts as ended at the worker's next tick).
         let replaces = matches!(&self.scheduled, Scheduled::Armed(old) if old.cancel());
-        let new = arm(shared, deadline, now, exempt || replaces);
+        let waiting = replaces || self.deadline > self.armed_for;
+        let new = arm(shared, deadline, now, self.exempt || waiting);
         let old = std::mem::replace(&mut self.scheduled, new);
         self.deadline = deadline;
         self.armed_for = deadline;
@@ -231,29 +232,25 @@ impl Sleep {
             // Whether or not the cancel won, the waker we left there is ours: the task waits on
             // the new timeout instead.
             if let Some(waker) = old.state.take_waker() {
-                let wait = match &self.scheduled {
-                    Scheduled::Armed(new) => {
-                        // The slot keeps a clone: the waker's, user code that may panic. The
-                        // task is then woken, to poll again, before the panic goes on.
-                        let moved =
-                            catch_unwind(AssertUnwindSafe(|| new.state.poll_end(&waker, true)));
-                        match moved {
-                            Ok(end) => {
-                                self.waker_stored = end.is_none();
-                                end.is_none()
-                            }
-                            Err(panic) => {
-                                waker.wake();
-                                resume_unwind(panic);
-                            }
-                        }
-                    }
-                    // Refused: the sleep is complete, and its task must hear so.
-                    Scheduled::Refused(_) => false,
-                };
-                if !wait {
-                    waker.wake();
-                }
+                self.move_waker(waker);
+            }
+        }
+    }
+
+    /// Stores the waker taken from the replaced timeout in the new one's slot, or wakes it if
+    /// the new one has ended or was refused (the sleep is complete: its task must hear so).
+    fn move_waker(&mut self, waker: Waker) {
+        let Scheduled::Armed(new) = &self.scheduled else {
+            return waker.wake();
+        };
+        // The slot keeps a clone: the waker's, user code that may panic. The task is then
+        // woken, to poll again, before the panic goes on.
+        match catch_unwind(AssertUnwindSafe(|| new.state.poll_end(&waker, true))) {
+            Ok(None) => self.waker_stored = true,
+            Ok(Some(_)) => waker.wake(),
+            Err(panic) => {
+                waker.wake();
+                resume_unwind(panic);
             }
         }
     }
@@ -284,11 +281,11 @@ impl Future for Sleep {
                     Poll::Pending
                 }
                 Some(End::Expired) if self.deadline > self.armed_for => {
-                    // Reset to a later deadline meanwhile: the rest of the wait. It continues
-                    // the sleep's own timeout, so it passes a pending limit, as a reset does.
+                    // Reset to a later deadline meanwhile: the rest of the wait, which passes a
+                    // pending limit as the wait goes on (`rearm`).
                     let shared = Arc::clone(self.shared());
                     let (deadline, now) = (self.deadline, shared.clock.now_upper());
-                    self.rearm_exempt(&shared, deadline, now);
+                    self.rearm(&shared, deadline, now);
                     self.poll(cx)
                 }
                 Some(End::Expired) => Poll::Ready(Ok(())),

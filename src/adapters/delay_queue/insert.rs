@@ -217,7 +217,7 @@ impl<T> DelayQueue<T> {
         let Some(sleep) = self.sleep.as_mut() else {
             unreachable!("tested above");
         };
-        sleep.rearm_exempt(
+        sleep.rearm(
             shared,
             fire.saturating_mul(self.tick_nanos),
             shared.clock.now_upper(),

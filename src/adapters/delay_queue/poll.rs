@@ -112,9 +112,9 @@ impl<T> DelayQueue<T> {
         let shared = &self.timer.shared;
         let deadline = fire.saturating_mul(self.tick_nanos);
         let now = shared.clock.now_upper();
-        // Past a pending limit: refused, the queue could only poll again at once.
+        // Exempt from a pending limit: refused, the queue could only poll again at once.
         match self.sleep.as_mut() {
-            Some(sleep) => sleep.rearm_exempt(shared, deadline, now),
+            Some(sleep) => sleep.rearm(shared, deadline, now),
             None => self.sleep = Some(Sleep::exempt_at(shared, deadline, now)),
         }
         self.armed = fire;
