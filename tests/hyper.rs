@@ -216,6 +216,27 @@ fn reset_replaces_another_timers_sleep() {
     });
 }
 
+/// A `HyperSleep` made by a `HyperTimer` on another wheel is replaced too: `reset` moved it on
+/// its own wheel, which this timer neither counts nor keeps running, so stopping that other
+/// timer completed the sleep (hyper's connection timed out) long before its new deadline.
+#[test]
+fn reset_replaces_a_sleep_made_on_another_wheel() {
+    let timer = HashedWheelTimer::new(TICK, 64);
+    let other = HashedWheelTimer::new(TICK, 64);
+    let hyper_timer = HyperTimer::new(timer.handle());
+    let mut sleep = HyperTimer::new(other.handle()).sleep(Duration::from_secs(3600));
+    let soon = Instant::now() + Duration::from_millis(20);
+    hyper_timer.reset(&mut sleep, soon);
+    assert_eq!(timer.pending_timeouts(), 1, "not on this timer's wheel");
+    assert!(other.stop().unwrap().is_empty());
+    futures::executor::block_on(sleep);
+    assert!(
+        Instant::now() >= soon,
+        "completed by the other timer's stop"
+    );
+    assert_eq!(timer.pending_timeouts(), 0);
+}
+
 #[test]
 fn now_agrees_with_the_timers_clock() {
     let timer = HashedWheelTimer::new(TICK, 64);

@@ -2,6 +2,7 @@
 //! Owns [`HyperTimer`] and [`HyperSleep`]; touches the public futures and the timer's clock.
 
 use super::StoppedTimer;
+use crate::sync::Arc;
 use crate::{Sleep, TimerHandle};
 use std::fmt;
 use std::future::Future;
@@ -15,7 +16,9 @@ use std::time::{Duration, Instant};
 /// deadline while the sleep's timeout is pending schedules nothing (hyper pushes its header
 /// read timeout back on every request): the task is woken once at the old deadline, and the
 /// sleep, polled then, waits on until the new one. Any other reset is a [`Sleep::reset`]
-/// (one that goes on with a wait pushed back so, not completed yet, passes a pending limit).
+/// (one of a sleep not completed yet, pushed back so or not, passes a pending limit). A sleep
+/// that another timer made (another crate's, or a `HyperTimer` on another wheel) is replaced
+/// by one of this timer's, as hyper's default `reset` does.
 /// Sleeps round up to the end of a tick (never early, up to about a tick late): build the timer
 /// with a 1 ms tick, as below, not the default 100 ms.
 ///
@@ -87,12 +90,12 @@ impl hyper::rt::Timer for HyperTimer {
 
     fn reset(&self, sleep: &mut Pin<Box<dyn hyper::rt::Sleep>>, new_deadline: Instant) {
         match sleep.as_mut().downcast_mut_pin::<HyperSleep>() {
-            Some(ours) => {
+            Some(ours) if Arc::ptr_eq(ours.sleep.shared(), &self.timer.shared) => {
                 STOPPED.check(&self.timer);
                 ours.get_mut().sleep.extend_or_reset(new_deadline);
             }
-            // Another timer's sleep: replace it.
-            None => *sleep = self.sleep_until(new_deadline),
+            // Another timer's sleep, or one on another wheel: replace it.
+            _ => *sleep = self.sleep_until(new_deadline),
         }
     }
 }
