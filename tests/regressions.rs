@@ -360,7 +360,7 @@ fn advance_from_inside_its_own_task_panics_instead_of_hanging() {
             .as_deref()
             .expect("advance inside its own task returned");
         assert!(
-            message.contains("ManualDriver::advance called from inside a task"),
+            message.contains("ManualDriver::advance called from user code that an advance"),
             "{message}"
         );
     }
@@ -371,6 +371,63 @@ fn advance_from_inside_its_own_task_panics_instead_of_hanging() {
     );
     assert_eq!(fired, 1);
     assert_eq!(now, ms(40));
+}
+
+/// The panic of `ManualDriver::advance` re-entered from user code said "from inside a task"
+/// also when that code was a cancelled task's `Drop` or the executor, which the advance runs on
+/// its thread as well: the message now names all the places. Each case runs on a thread of its
+/// own, watched, and reports the message it caught.
+#[test]
+fn advance_from_a_tasks_drop_or_the_executor_says_where_it_was_called() {
+    /// A task whose drop tries to advance the timer that drops it.
+    struct AdvanceOnDrop(ManualDriver, mpsc::Sender<Option<String>>);
+    impl Drop for AdvanceOnDrop {
+        fn drop(&mut self) {
+            let advance = std::panic::AssertUnwindSafe(|| self.0.advance(ms(10)));
+            let caught = std::panic::catch_unwind(advance);
+            self.1
+                .send(caught.err().map(|p| panic_message(&*p)))
+                .unwrap();
+        }
+    }
+    let (seen_tx, seen_rx) = mpsc::channel();
+    let tx = seen_tx.clone();
+    std::thread::spawn(move || {
+        let (timer, driver) = HashedWheelTimer::builder().build_manual().unwrap();
+        let task = AdvanceOnDrop(driver.clone(), tx);
+        let timeout = timer
+            .new_timeout(move |_: &Timeout| drop(task), ms(100))
+            .unwrap();
+        assert!(timeout.cancel());
+        driver.advance(ms(100)); // the worker drops the cancelled task
+    });
+    std::thread::spawn(move || {
+        let slot: Arc<std::sync::OnceLock<ManualDriver>> = Arc::default();
+        let inner = Arc::clone(&slot);
+        let (timer, driver) = HashedWheelTimer::builder()
+            .executor(move |job| {
+                let advance = std::panic::AssertUnwindSafe(|| inner.get().unwrap().advance(ms(10)));
+                let caught = std::panic::catch_unwind(advance);
+                seen_tx
+                    .send(caught.err().map(|p| panic_message(&*p)))
+                    .unwrap();
+                job();
+            })
+            .build_manual()
+            .unwrap();
+        slot.set(driver.clone()).ok().unwrap();
+        timer.new_timeout(noop, ms(100)).unwrap();
+        driver.advance(ms(200));
+    });
+    for _ in 0..2 {
+        let message = seen_rx.recv_timeout(Duration::from_secs(10)).expect("hung");
+        let message = message.expect("advance from inside an advance returned");
+        assert!(
+            message.contains("from user code that an advance"),
+            "{message}"
+        );
+        assert!(!message.contains("inside a task"), "{message}");
+    }
 }
 
 /// Set in the child process that [`largest_wheel_is_built_and_runs_in_little_memory`] starts.

@@ -43,9 +43,10 @@ impl<J: Stored> ManualDriver<J> {
     /// ```
     ///
     /// # Panics
-    /// From inside one of this timer's tasks, on the thread that runs it: the advance under way
-    /// holds the worker, so this one would wait for itself. The panic is caught as any task's;
-    /// advance from the driving thread, or schedule the next step as a timeout.
+    /// From user code that an advance of this timer runs (a task, a task's `Drop`, a waker, the
+    /// executor), on its thread: the advance under way holds the worker, so this one would wait
+    /// for itself. The panic is caught there as any other; advance from the driving thread, or
+    /// schedule the next step as a timeout.
     #[track_caller]
     pub fn advance(&self, by: Duration) {
         self.refuse_reentry();
@@ -81,9 +82,10 @@ impl<J: Stored> ManualDriver<J> {
         // The worker id is this thread's only while it runs an advance (set below, under `worker`).
         if self.shared.on_worker_thread() {
             panic!(
-                "ManualDriver::advance called from inside a task of the timer it drives: the \
-                 advance under way holds the worker and would wait for itself; move the clock \
-                 from the driving thread, or schedule the next step as a timeout"
+                "ManualDriver::advance called from user code that an advance of the same timer \
+                 runs (a task, a task's drop, a waker, the executor): the advance under way \
+                 holds the worker and would wait for itself; move the clock from the driving \
+                 thread, or schedule the next step as a timeout"
             );
         }
     }
