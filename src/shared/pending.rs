@@ -49,7 +49,7 @@ impl<J: Stored> Shared<J> {
 
     /// Undoes `reserve_below` for a timeout refused after all (shut down).
     #[inline]
-    pub(super) fn unreserve_limited(&self) {
+    pub(super) fn unreserve(&self) {
         // Relaxed: see `reserve_below`.
         self.accepted.fetch_sub(1, Ordering::Relaxed);
     }

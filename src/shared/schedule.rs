@@ -127,7 +127,7 @@ impl<J: Stored> Shared<J> {
         // see SHUTDOWN: push nothing (never drained), start no chunk (see `ChunkCursor`).
         if self.state.load(Ordering::Relaxed) == SHUTDOWN {
             if limited {
-                self.unreserve_limited();
+                self.unreserve();
             }
             return Err(self.refuse(TimerError::Stopped));
         }
