@@ -611,6 +611,54 @@ fn a_delay_queues_last_item_is_yielded_whatever_a_stored_waker_does() {
     assert!(queue.is_empty());
 }
 
+/// A waker whose drop panics once `armed` is set (its clones and wakes run no code of theirs).
+fn waker_panicking_in_drop(armed: &Arc<AtomicBool>) -> Waker {
+    let armed = Arc::clone(armed);
+    let on_drop = move || {
+        if armed.swap(false, SeqCst) {
+            panic!("a waker panics in its drop (on purpose)");
+        }
+    };
+    common::calling_back_waker(common::no_hook(), Box::new(on_drop))
+}
+
+/// A `DelayQueue` emptied (its last item removed, or cleared) while its `Sleep` holds a waker
+/// that panics in its drop: the panic is counted as a waker's, the removed item reaches the
+/// caller and the cleared queue is empty and whole. The panic unwound out of the emptying: the
+/// removed item was dropped unseen, and a cleared queue kept its items with no deadlines, never
+/// to yield them (its next poll panicked).
+#[test]
+fn a_delay_queue_emptied_while_its_sleeps_waker_panics_in_drop_loses_nothing() {
+    let (timer, driver) = manual_timer(ms(1));
+    let drops = Arc::new(AtomicUsize::new(0));
+    let armed = Arc::new(AtomicBool::new(false));
+    let waker = waker_panicking_in_drop(&armed);
+    let mut cx = Context::from_waker(&waker);
+    let mut queue = DelayQueue::new(timer.handle());
+    let last = queue.insert(DropProbe::new(&drops, false), ms(5));
+    assert!(queue.poll_expired(&mut cx).is_pending());
+    armed.store(true, SeqCst);
+    let removed = catch_unwind(AssertUnwindSafe(|| queue.remove(&last)));
+    assert!(removed.is_ok(), "the removed item reaches the caller");
+    drop(removed);
+    assert_eq!((drops.load(SeqCst), timer.stats().panicked), (1, 1));
+    for at in [5, 10] {
+        queue.insert(DropProbe::new(&drops, false), ms(at));
+    }
+    assert!(queue.poll_expired(&mut cx).is_pending());
+    armed.store(true, SeqCst);
+    assert!(catch_unwind(AssertUnwindSafe(|| queue.clear())).is_ok());
+    assert_eq!((queue.len(), drops.load(SeqCst)), (0, 3));
+    assert_eq!(timer.stats().panicked, 2);
+    let key = queue.insert(DropProbe::new(&drops, false), ms(3));
+    driver.advance(ms(5));
+    match queue.poll_expired(&mut cx) {
+        Poll::Ready(Some(item)) => assert_eq!(item.key(), key),
+        other => panic!("the item inserted after the clear: {:?}", other.map(|_| ())),
+    }
+    assert!(matches!(queue.poll_expired(&mut cx), Poll::Ready(None)));
+}
+
 /// Values whose `Drop` panics, two of them, in a `DelayQueue` that is cleared, then in one that
 /// is dropped: every value is dropped once, the first panic reaches the caller, no abort.
 #[test]

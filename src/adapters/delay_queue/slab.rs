@@ -2,7 +2,7 @@
 //! value: [`Slot`], lookup, removal, emptying, memory. Touches the wheel and the clock.
 
 use super::{DelayQueue, Expired, Key, BUCKETS, UNARMED};
-use crate::shared::catch_user_panic;
+use crate::shared::{catch_user_panic, drop_caught};
 use crate::wheel::{Vacancy, Wheel, MAX_ENTRIES};
 use std::panic::AssertUnwindSafe;
 use std::time::Instant;
@@ -145,12 +145,17 @@ impl<T> DelayQueue<T> {
 
     /// Emptied: drops the `Sleep`, restarts the slab at 0 (stamps keep keys apart), wakes the
     /// task. The queue is whole and empty before user code runs; every value is dropped even if
-    /// some drops panic, and the first such panic goes on once the task is woken.
+    /// some drops panic, and the first such panic goes on once the task is woken. The `Sleep`'s
+    /// drop drops the waker it holds: a panic there is counted as a waker's (see `wake_waiting`).
     pub(super) fn emptied(&mut self) {
-        self.sleep = None;
+        let sleep = self.sleep.take();
         self.armed = UNARMED;
         self.ready.clear();
         self.wheel.release_nodes();
+        if !drop_caught(sleep) {
+            let counters = &self.timer.shared.counters;
+            counters.user_code_panicked("a DelayQueue's waker");
+        }
         let dropped = std::panic::catch_unwind(AssertUnwindSafe(|| self.slots.clear()));
         self.wake_waiting();
         if let Err(panic) = dropped {
