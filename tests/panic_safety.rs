@@ -659,6 +659,34 @@ fn a_delay_queue_emptied_while_its_sleeps_waker_panics_in_drop_loses_nothing() {
     assert!(matches!(queue.poll_expired(&mut cx), Poll::Ready(None)));
 }
 
+/// A `DelayQueue` dropped with a value whose `Drop` panics while its `Sleep` holds a waker that
+/// panics in its drop: every value is dropped once, the value's panic reaches the caller and
+/// the waker's is counted. The waker's drop ran as the value's panic unwound, which aborted the
+/// process.
+#[test]
+fn a_delay_queue_dropped_with_a_panicking_value_and_waker_drop_does_not_abort() {
+    let (timer, _driver) = manual_timer(ms(1));
+    let drops = Arc::new(AtomicUsize::new(0));
+    let armed = Arc::new(AtomicBool::new(false));
+    let waker = waker_panicking_in_drop(&armed);
+    let mut queue = DelayQueue::new(timer.handle());
+    for panics in [true, false] {
+        queue.insert(DropProbe::new(&drops, panics), ms(5));
+    }
+    assert!(queue
+        .poll_expired(&mut Context::from_waker(&waker))
+        .is_pending());
+    armed.store(true, SeqCst);
+    let dropped = catch_unwind(AssertUnwindSafe(move || drop(queue)));
+    let payload = dropped.expect_err("the value's panic reaches the caller");
+    assert_eq!(
+        payload.downcast_ref::<&str>(),
+        Some(&"a task's Drop panics (on purpose)")
+    );
+    assert!(!armed.load(SeqCst), "the waker was dropped");
+    assert_eq!((drops.load(SeqCst), timer.stats().panicked), (2, 1));
+}
+
 /// Values whose `Drop` panics, two of them, in a `DelayQueue` that is cleared, then in one that
 /// is dropped: every value is dropped once, the first panic reaches the caller, no abort.
 #[test]

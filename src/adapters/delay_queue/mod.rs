@@ -205,6 +205,16 @@ impl<T> DelayQueue<T> {
 // Values are never pinned: the queue moves them in and out of its slab.
 impl<T> Unpin for DelayQueue<T> {}
 
+impl<T> Drop for DelayQueue<T> {
+    /// The wakers go first, their panics caught and counted: the values' drops come after,
+    /// and a waker's drop that panicked while a value's panic unwinds would abort the process.
+    fn drop(&mut self) {
+        let (sleep, waker) = (self.sleep.take(), self.waker.take());
+        self.drop_waker_caught(sleep);
+        self.drop_waker_caught(waker);
+    }
+}
+
 impl<T> fmt::Debug for DelayQueue<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("DelayQueue")

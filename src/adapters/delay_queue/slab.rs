@@ -152,10 +152,7 @@ impl<T> DelayQueue<T> {
         self.armed = UNARMED;
         self.ready.clear();
         self.wheel.release_nodes();
-        if !drop_caught(sleep) {
-            let counters = &self.timer.shared.counters;
-            counters.user_code_panicked("a DelayQueue's waker");
-        }
+        self.drop_waker_caught(sleep);
         let dropped = std::panic::catch_unwind(AssertUnwindSafe(|| self.slots.clear()));
         self.wake_waiting();
         if let Err(panic) = dropped {
@@ -172,6 +169,15 @@ impl<T> DelayQueue<T> {
                 let counters = &self.timer.shared.counters;
                 counters.user_code_panicked("a DelayQueue's waker");
             }
+        }
+    }
+
+    /// Drops what holds the waiting task's waker (the `Sleep`, or the waker itself), counting
+    /// a panic of the waker's drop as `wake_waiting` counts its wake's.
+    pub(super) fn drop_waker_caught<W>(&self, holder: W) {
+        if !drop_caught(holder) {
+            let counters = &self.timer.shared.counters;
+            counters.user_code_panicked("a DelayQueue's waker");
         }
     }
 
