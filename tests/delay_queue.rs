@@ -138,6 +138,18 @@ fn a_removed_key_never_expires_and_names_nothing_after() {
 }
 
 #[test]
+fn a_key_used_on_another_queue_names_nothing_there() {
+    let (timer, _driver) = manual();
+    let mut first = DelayQueue::new(timer.handle());
+    let mut second = DelayQueue::new(timer.handle());
+    let key = first.insert("first's", ms(10));
+    second.insert("second's", ms(10));
+    assert!(second.try_remove(&key).is_none());
+    assert_eq!(second.len(), 1);
+    assert_eq!(first.remove(&key).into_inner(), "first's");
+}
+
+#[test]
 fn a_reset_key_never_expires_under_its_old_deadline() {
     let (timer, driver) = manual();
     let mut queue = DelayQueue::new(timer.handle());

@@ -7,7 +7,8 @@ use std::time::Instant;
 /// Names a value in a [`DelayQueue`](super::DelayQueue) until it is removed or yielded, and
 /// then no other: [`DelayQueue::try_remove`](super::DelayQueue::try_remove) returns `None`. (A
 /// key holds a 32-bit count of the queue's inserts: one kept across exactly 2^32 later inserts
-/// may name the value that took its slot.)
+/// may name the value that took its slot. Each queue counts from its own offset, so a key
+/// used on another queue names nothing there unless the two counts have met.)
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Key {
     pub(super) index: u32,

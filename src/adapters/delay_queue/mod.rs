@@ -8,7 +8,9 @@
 //!   completes once the worker has passed the end of `t`: each wake-up finds work.
 //! - Every tick before `tick` has been processed; inserts go in at `tick`.
 //! - A key is a slab index and a stamp (a 32-bit count of inserts): a dead key names no later
-//!   value, short of 2^32 inserts reusing its slot with the same stamp.
+//!   value, short of 2^32 inserts reusing its slot with the same stamp. Each queue's count
+//!   starts at its own offset (`first_stamp`), so a key used on another queue names nothing
+//!   there unless the two queues' counts have come within reach of each other.
 //! - Whatever empties the queue, or makes an item due at once, wakes the waiting task, as an
 //!   insert into an empty queue wakes the task that saw it empty; a move to an earlier fire
 //!   tick re-arms the `Sleep`.
@@ -26,6 +28,7 @@ pub use expired::{Expired, Key};
 
 use super::StoppedTimer;
 use crate::clock::Clock;
+use crate::sync::{process, Ordering};
 use crate::wheel::{Slab, Wheel, MAX_ENTRIES};
 use crate::{Sleep, TimerHandle};
 use slab::Slot;
@@ -106,6 +109,16 @@ pub struct DelayQueue<T> {
     timer: TimerHandle,
 }
 
+/// Where the next queue's stamps start.
+static NEXT_FIRST_STAMP: process::AtomicUsize = process::AtomicUsize::new(0);
+
+/// A new queue's first stamp: successive queues start 2^32 / the golden ratio apart, so that
+/// their counts stay far from each other's.
+fn first_stamp() -> u32 {
+    // Relaxed: a spread of values, in no protocol.
+    NEXT_FIRST_STAMP.fetch_add(0x9E37_79B9, Ordering::Relaxed) as u32
+}
+
 static STOPPED: StoppedTimer = StoppedTimer::new(
     "DelayQueue",
     "its items stop expiring: poll_expired returns Ready(None) while they wait",
@@ -155,7 +168,7 @@ impl<T> DelayQueue<T> {
         let now = timer.shared.clock.now();
         DelayQueue {
             slots: Slab::with_capacity(capacity),
-            stamp: 0,
+            stamp: first_stamp(),
             wheel: Wheel::new_keyed(tick_nanos, BUCKETS),
             tick: now / tick_nanos,
             tick_nanos,
