@@ -297,6 +297,34 @@ fn duration_max_never_fires_netty_7760() {
     assert_eq!(timer.stop().unwrap(), vec![never]);
 }
 
+/// A timeout of `Duration::MAX` holds the deadline `u64::MAX`, "never". On a tick that divides
+/// 2^64 - 1 ns, the clock's last tick ends exactly there, and its walk took a deadline `<= now`
+/// as due: with the clock at its end and a neighbour in that tick, the never-timeout fired.
+#[test]
+fn duration_max_never_fires_in_a_last_tick_that_ends_at_the_clocks_end() {
+    // 42 007 935 ns = 3 * 5 * 17 * 257 * 641, a divisor of 2^64 - 1.
+    let tick = Duration::from_nanos(42_007_935);
+    let (timer, driver) = HashedWheelTimer::builder()
+        .tick_duration(tick)
+        .ticks_per_wheel(1)
+        .build_manual()
+        .unwrap();
+    timer.start().unwrap();
+    let fired = Arc::new(AtomicUsize::new(0));
+    let never = timer.new_timeout(counting(&fired), Duration::MAX).unwrap();
+    let last_tick_start = Duration::from_nanos(u64::MAX) - tick + NANO;
+    driver.advance_to(last_tick_start);
+    let neighbour = timer.new_timeout(noop, NANO).unwrap();
+    driver.advance(Duration::MAX);
+    assert!(
+        neighbour.is_expired(),
+        "the neighbour fires at the end of its tick"
+    );
+    assert_eq!(fired.load(SeqCst), 0, "Duration::MAX fired");
+    assert!(!never.is_expired());
+    assert_eq!(timer.pending_timeouts(), 1);
+}
+
 /// The message of a caught panic (`panic!` with arguments gives a `String`, without a `&str`).
 fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
     payload

@@ -328,12 +328,9 @@ impl<T> Wheel<T> {
     ) -> (u32, u64) {
         // `calculated(deadline) <= tick` without a division: the deadline is before `tick`'s end.
         let tick_end = tick.saturating_add(1).saturating_mul(self.tick_nanos);
-        // One comparison per entry: due by `tick` and `<= now`.
-        let last_due = if tick_end == u64::MAX {
-            now
-        } else {
-            (tick_end - 1).min(now)
-        };
+        // One comparison per entry: due by `tick` and `<= now`. A saturated end leaves
+        // `u64::MAX`, "never", undue, even with the clock at its end.
+        let last_due = (tick_end - 1).min(now);
         // The bucket holds something due: its page is allocated.
         let mut cursor = self.buckets.get(b).ends.head;
         let mut kept = NO_INDEX;

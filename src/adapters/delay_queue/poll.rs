@@ -122,9 +122,7 @@ impl<T> DelayQueue<T> {
 
     /// Moves every due item from the wheel to `ready`, by deadline; whether any moved.
     fn expire_due(&mut self) -> bool {
-        // A deadline of `u64::MAX` (past 584 years, saturated) never comes, as a timeout's
-        // does not: not even on a manual clock moved to its end.
-        let now = self.timer.shared.clock.now().min(u64::MAX - 1);
+        let now = self.timer.shared.clock.now();
         self.burst = false; // a poll ends a burst: the next insert reads first
         let now_tick = now / self.tick_nanos;
         // Ticks come in order, each in insertion order: sorted unless a tick's went in unsorted.
