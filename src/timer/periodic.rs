@@ -31,7 +31,9 @@ use std::time::Duration;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum MissedRuns {
-    /// Run the missed ones back to back until caught up; the schedule does not move.
+    /// Run the missed ones back to back until caught up; the schedule does not move. Runs come
+    /// at most one a tick, so with a period shorter than the tick they never catch up and fall
+    /// further behind: use `Skip` or `Delay` there.
     #[default]
     Burst,
     /// Skip them: the next run is the first of the original schedule still ahead.
