@@ -50,6 +50,10 @@
 //!   counts it in [`TimerStats::panicked`] (the executor's own `Drop` at shutdown is logged
 //!   only), logs it and goes on; nothing is lost or run twice.
 //! - At most 2^27 - 1 pending timeouts per timer; beyond, [`TimerError::TooManyPending`].
+//! - **Memory after a burst** stays with the timer while any timeout is pending: the worker
+//!   keeps the nodes its peak needed (32 bytes a timeout, and a task's data up to 32 bytes) and
+//!   reuses them, as a `Vec` keeps its capacity; it frees them once none is pending. Netty's
+//!   garbage collector takes each timeout back as it ends.
 //! - `stop()` returns the cancelled timeouts, but their tasks are dropped (the timer owns them).
 //! - The tick grid starts when the timer is built, not when its thread starts.
 //! - Deadlines come from the TSC, rounded up by about a microsecond: rarely a tick after Netty's.
