@@ -1349,3 +1349,55 @@ fn a_drive_whose_turn_retires_a_sleep_that_panics_in_drop_arms_the_next() {
         "a sleep armed for the new plan"
     );
 }
+
+/// A runtime's waker that panics when its last clone is dropped, once `armed`.
+struct PanicsWhenLastDropped {
+    armed: Arc<AtomicBool>,
+}
+
+impl Wake for PanicsWhenLastDropped {
+    fn wake(self: Arc<Self>) {}
+}
+
+impl Drop for PanicsWhenLastDropped {
+    fn drop(&mut self) {
+        if self.armed.load(SeqCst) {
+            panic!("a runtime's waker panics in its Drop (on purpose)");
+        }
+    }
+}
+
+/// A `Drive` polled by a new task whose last task's waker panics when dropped: the panic is
+/// caught and counted, and the poll goes on to arm the new task's sleep. The producers' copy
+/// of that waker, the last, was dropped outside any catch and unwound the poll.
+#[test]
+fn a_drive_polled_by_a_new_task_whose_old_waker_panics_in_drop_goes_on() {
+    let timer = started_timer(10);
+    let armed_sleeps = Arc::new(AtomicUsize::new(0));
+    let a = Arc::clone(&armed_sleeps);
+    let mut drive = Box::pin(timer.drive(move |_| {
+        a.fetch_add(1, SeqCst);
+        std::future::pending::<()>()
+    }));
+    let bomb = Arc::new(AtomicBool::new(false));
+    let old = Waker::from(Arc::new(PanicsWhenLastDropped {
+        armed: Arc::clone(&bomb),
+    }));
+    assert!(drive
+        .as_mut()
+        .poll(&mut Context::from_waker(&old))
+        .is_pending());
+    drop(old); // the drive holds the last clones
+    bomb.store(true, SeqCst);
+    let armed_for_old = armed_sleeps.load(SeqCst);
+    let polled = catch_unwind(AssertUnwindSafe(|| {
+        drive.as_mut().poll(&mut Context::from_waker(Waker::noop()))
+    }));
+    assert!(matches!(polled, Ok(Poll::Pending)), "the poll goes on");
+    assert_eq!(timer.stats().panicked, 1);
+    assert!(
+        armed_sleeps.load(SeqCst) > armed_for_old,
+        "a sleep armed for the new task"
+    );
+    bomb.store(false, SeqCst);
+}

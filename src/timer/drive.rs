@@ -411,7 +411,10 @@ where
         if !stored {
             let waker = Arc::new(cx.waker().clone());
             let replaced = lock(&inner.shared.control).driver_waker.replace(waker);
-            drop(replaced);
+            // Under a catch, as the last task's waker: this copy may be the last.
+            if !drop_caught(replaced) {
+                inner.shared.counters.user_code_panicked("a driver's waker");
+            }
         }
         if super::start(&inner.shared).is_err() || inner.run() {
             return Poll::Ready(());
