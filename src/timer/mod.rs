@@ -247,9 +247,12 @@ macro_rules! scheduling_methods {
                 lifecycle::stop(&self.shared)
             }
 
-            /// Timeouts accepted that have neither expired nor had their cancellation processed
-            /// (bounded by `max_pending_timeouts`); 0 after `stop()`. Exact unless other threads
-            /// schedule meanwhile. Without a pending limit it locks each queue shard (see the
+            /// Timeouts accepted that have neither expired nor had their cancellation processed;
+            /// 0 after `stop()`. At most `max_pending_timeouts`, save for the timeouts that pass
+            /// the limit and may hold the count above it for a while (a pending `Sleep`'s reset,
+            /// a `DelayQueue`'s wake-up: see
+            /// [`Builder::max_pending_timeouts`](crate::Builder::max_pending_timeouts)). Exact
+            /// unless other threads schedule meanwhile. Without a pending limit it locks each queue shard (see the
             /// performance ledger): a statistic, not a hot-path call.
             ///
             /// ```
