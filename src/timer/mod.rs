@@ -252,8 +252,8 @@ macro_rules! scheduling_methods {
             /// the limit and may hold the count above it for a while (a pending `Sleep`'s reset,
             /// a `DelayQueue`'s wake-up: see
             /// [`Builder::max_pending_timeouts`](crate::Builder::max_pending_timeouts)). Exact
-            /// unless other threads schedule meanwhile. Without a pending limit it locks each queue shard (see the
-            /// performance ledger): a statistic, not a hot-path call.
+            /// unless other threads schedule meanwhile. Without a pending limit it locks each
+            /// queue shard (see the performance ledger): a statistic, not a hot-path call.
             ///
             /// ```
             /// # use hashed_timer_wheel::HashedWheelTimer;
