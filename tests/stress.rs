@@ -1,5 +1,5 @@
 //! Stress tests on the real worker thread: several threads scheduling and cancelling while it
-//! runs, and `new_timeout` racing `stop()`. Each checks the invariant of `design.md`: every
+//! runs, and `new_timeout` racing `stop()`. Each checks ARCHITECTURE.md's invariant: every
 //! accepted timeout ends in exactly one of "its task ran once", "it was cancelled (`cancel()`
 //! returned true)", "it was returned by `stop()`"; and a refused one never runs.
 //!

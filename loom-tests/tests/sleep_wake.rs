@@ -1,4 +1,4 @@
-//! The worker's sleep and wake-up, with the real thread loop (`worker::run`).
+//! The worker's sleep and wake-up, with the real thread loop (`worker::thread_main`).
 //!
 //! With nothing pending the worker parks with no deadline (a loom park); a producer must wake
 //! it, through the store-fence-load handshake on `planned` (see `worker.rs`): either the worker
