@@ -89,7 +89,8 @@ pub enum TimerError {
     TooManyPending {
         /// Timeouts pending when the call was refused.
         pending: usize,
-        /// The configured limit (at most 2^27 - 1, the most timeouts a wheel holds).
+        /// The bound the call was refused against: the configured limit, or 2^27 - 1 (the most
+        /// timeouts a wheel holds) with no limit or for a timeout that passes the limit.
         max: usize,
     },
     /// [`stop`](crate::HashedWheelTimer::stop) was called on the timer's own worker thread, which

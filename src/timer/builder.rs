@@ -80,9 +80,11 @@ impl Builder {
     /// At most this many timeouts pending at once; `new_timeout` refuses the next one with
     /// [`TimerError::TooManyPending`](crate::TimerError::TooManyPending). 0 (the default) means no
     /// limit beyond the wheel's key space, 2^27 - 1 timeouts; a larger limit is that one. Two
-    /// timeouts pass the limit, and may hold the count above it for a while: a pending
-    /// [`Sleep`](crate::Sleep)'s reset, which replaces its own timeout (the old one counts until
-    /// its cancel is processed), and a [`DelayQueue`](crate::DelayQueue)'s one wake-up.
+    /// kinds of timeout pass the limit, and may hold the count above it for a while: one that
+    /// goes on with a [`Sleep`](crate::Sleep)'s wait (an [`Interval`](crate::Interval)'s too):
+    /// a reset before it completes, which replaces its own timeout (the old one counts until its
+    /// cancel is processed), or the rest of a wait that hyper's reset pushed back; and a
+    /// [`DelayQueue`](crate::DelayQueue)'s one wake-up.
     ///
     /// ```
     /// let b = hashed_timer_wheel::HashedWheelTimer::builder().max_pending_timeouts(10_000);

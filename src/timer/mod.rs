@@ -249,8 +249,8 @@ macro_rules! scheduling_methods {
 
             /// Timeouts accepted that have neither expired nor had their cancellation processed;
             /// 0 after `stop()`. At most `max_pending_timeouts`, save for the timeouts that pass
-            /// the limit and may hold the count above it for a while (a pending `Sleep`'s reset,
-            /// a `DelayQueue`'s wake-up: see
+            /// the limit and may hold the count above it for a while (one that goes on with a
+            /// `Sleep`'s wait, a `DelayQueue`'s wake-up: see
             /// [`Builder::max_pending_timeouts`](crate::Builder::max_pending_timeouts)). Exact
             /// unless other threads schedule meanwhile. Without a pending limit it locks each
             /// queue shard (see the performance ledger): a statistic, not a hot-path call.
