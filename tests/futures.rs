@@ -756,6 +756,23 @@ fn an_interval_ticks_on_schedule_without_drift() {
     );
 }
 
+/// `period()` is the period given, as tokio's, even past 2^64 ns (584 years), which the schedule
+/// counts as that far: such an interval ticks once, at once. It read back as 584 years.
+#[test]
+fn an_interval_s_period_is_the_period_given() {
+    let (timer, driver) = manual();
+    let (_, waker) = counter();
+    let mut interval = timer.interval(Duration::MAX);
+    assert_eq!(interval.period(), Duration::MAX);
+    let mut cx = Context::from_waker(&waker);
+    assert!(interval.poll_tick(&mut cx).is_ready(), "the first, at once");
+    driver.advance(Duration::from_secs(3600));
+    assert!(
+        interval.poll_tick(&mut cx).is_pending(),
+        "the next never comes"
+    );
+}
+
 /// A stall of the task (no polls for 5.5 periods), under each policy.
 #[test]
 fn an_interval_catches_up_as_its_policy_says() {

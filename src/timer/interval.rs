@@ -45,7 +45,8 @@ pub struct Interval {
     /// How far before the clock's origin a schedule started by `interval_at` began (0 for one
     /// that began after it): the ticks keep `start + k * period` whenever `start` was.
     before_origin: u64,
-    period: u64,
+    /// As given: the schedule counts it in nanoseconds, saturating past 2^64 (584 years).
+    period: Duration,
     missed: MissedRuns,
 }
 
@@ -53,8 +54,10 @@ impl Interval {
     /// Starts at `start` nanoseconds since the clock's origin, or, with `before_origin`, that
     /// far before it (`start` is then 0).
     fn new(shared: &Arc<Shared>, (start, before_origin): (u64, u64), period: Duration) -> Interval {
-        let period = duration_to_nanos(period);
-        assert!(period > 0, "the period of an interval must not be zero");
+        assert!(
+            !period.is_zero(),
+            "the period of an interval must not be zero"
+        );
         let now = shared.clock.now_upper();
         Interval {
             sleep: Sleep::at(shared, start, now),
@@ -93,7 +96,8 @@ impl Interval {
             Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
         }
         let tick = self.sleep.shared().tick_nanos;
-        self.rearm(next_due(due, self.period, self.missed, self.now(), tick));
+        let period = duration_to_nanos(self.period);
+        self.rearm(next_due(due, period, self.missed, self.now(), tick));
         let at = self.sleep.shared().clock.instant_at(due);
         let before = Duration::from_nanos(self.before_origin);
         Poll::Ready(Ok(at.checked_sub(before).unwrap_or(at)))
@@ -128,13 +132,20 @@ impl Interval {
         let now = self.sleep.shared().clock.now_upper();
         self.rearm(
             now.saturating_add(self.before_origin)
-                .saturating_add(self.period),
+                .saturating_add(duration_to_nanos(self.period)),
         );
     }
 
-    /// The period.
+    /// The period, as given.
+    ///
+    /// ```
+    /// # use hashed_timer_wheel::HashedWheelTimer;
+    /// # use std::time::Duration;
+    /// let timer = HashedWheelTimer::new(Duration::from_millis(1), 64);
+    /// assert_eq!(timer.interval(Duration::MAX).period(), Duration::MAX);
+    /// ```
     pub fn period(&self) -> Duration {
-        Duration::from_nanos(self.period)
+        self.period
     }
 
     /// What a tick taken late does to the schedule (see [`MissedRuns`]).
