@@ -284,3 +284,29 @@ fn a_threaded_timer_started_late_reads_the_clock_s_tick_at_start() {
     assert!(tick >= 30, "tick {tick} after 30 ms of 1 ms ticks");
     assert!(timer.stop().unwrap().is_empty());
 }
+
+/// `wakeups` counts the worker's turns, not only its wake-ups from a sleep: a thread's first
+/// turn, as it starts, counts though the thread never slept; a manual timer, which has no
+/// thread, counts none. (Its doc said "times the worker thread woke from sleeping".)
+#[test]
+fn wakeups_count_the_worker_s_turns_from_its_start() {
+    let (timer, driver) = manual(0);
+    timer.new_timeout(noop, Duration::from_millis(5)).unwrap();
+    driver.advance(TICK * 3);
+    assert_eq!(timer.stats().expired, 1);
+    assert_eq!(
+        timer.stats().wakeups,
+        0,
+        "a manual timer's advances count none"
+    );
+    let timer = HashedWheelTimer::new(TICK, 8);
+    timer.start().unwrap();
+    let waited = std::time::Instant::now();
+    while timer.stats().wakeups == 0 {
+        assert!(
+            waited.elapsed() < Duration::from_secs(30),
+            "the first turn counts"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}

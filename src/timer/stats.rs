@@ -27,7 +27,9 @@ const _: () = assert!(crate::shared::LATENESS_CLASSES == 8);
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub struct TimerStats {
-    /// Times the worker thread woke from sleeping (timer elapsed or unparked).
+    /// Turns the worker ran: on its thread, one as the thread starts and one each time it wakes
+    /// (its sleep elapsed, or it was unparked); on a runtime's [`Drive`](crate::Drive), each of
+    /// the `Drive`'s turns. A [`ManualDriver`](crate::ManualDriver)'s advances count none.
     pub wakeups: u64,
     /// The worker's current tick: the next tick it will process (or the one it is processing).
     pub tick: u64,
