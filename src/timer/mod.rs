@@ -470,9 +470,10 @@ macro_rules! drive_methods {
         impl $ty {
             /// A future that runs this timer's ticks on the runtime that polls it, sleeping with
             /// `sleep_until` (tokio: `|at| tokio::time::sleep_until(at.into())`); see [`Drive`].
-            /// If `sleep_until` or its sleeps panic so that no sleep is armed, the panic is
-            /// counted in `stats().panicked`, and the `Drive` hands the ticks back to the
-            /// timer's thread and completes.
+            /// Its first poll starts the timer, thread included (the watchdog), as `start` does,
+            /// even with nothing scheduled. If `sleep_until` or its sleeps panic so that no
+            /// sleep is armed, the panic is counted in `stats().panicked`, and the `Drive` hands
+            /// the ticks back to the timer's thread and completes.
             ///
             /// ```
             /// # use hashed_timer_wheel::HashedWheelTimer;
