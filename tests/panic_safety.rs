@@ -611,15 +611,18 @@ fn a_delay_queues_last_item_is_yielded_whatever_a_stored_waker_does() {
     assert!(queue.is_empty());
 }
 
-/// A waker whose drop panics once `armed` is set (its clones and wakes run no code of theirs).
-fn waker_panicking_in_drop(armed: &Arc<AtomicBool>) -> Waker {
-    let armed = Arc::clone(armed);
+/// A waker whose drop panics once its switch is set (its clones and wakes run no code of theirs),
+/// and the switch, unset; a drop that panics unsets it.
+fn waker_panicking_in_drop() -> (Arc<AtomicBool>, Waker) {
+    let armed = Arc::new(AtomicBool::new(false));
+    let switch = Arc::clone(&armed);
     let on_drop = move || {
-        if armed.swap(false, SeqCst) {
+        if switch.swap(false, SeqCst) {
             panic!("a waker panics in its drop (on purpose)");
         }
     };
-    common::calling_back_waker(common::no_hook(), Box::new(on_drop))
+    let waker = common::calling_back_waker(common::no_hook(), Box::new(on_drop));
+    (armed, waker)
 }
 
 /// A `DelayQueue` emptied (its last item removed, or cleared) while its `Sleep` holds a waker
@@ -631,8 +634,7 @@ fn waker_panicking_in_drop(armed: &Arc<AtomicBool>) -> Waker {
 fn a_delay_queue_emptied_while_its_sleeps_waker_panics_in_drop_loses_nothing() {
     let (timer, driver) = manual_timer(ms(1));
     let drops = Arc::new(AtomicUsize::new(0));
-    let armed = Arc::new(AtomicBool::new(false));
-    let waker = waker_panicking_in_drop(&armed);
+    let (armed, waker) = waker_panicking_in_drop();
     let mut cx = Context::from_waker(&waker);
     let mut queue = DelayQueue::new(timer.handle());
     let last = queue.insert(DropProbe::new(&drops, false), ms(5));
@@ -667,8 +669,7 @@ fn a_delay_queue_emptied_while_its_sleeps_waker_panics_in_drop_loses_nothing() {
 fn a_delay_queue_dropped_with_a_panicking_value_and_waker_drop_does_not_abort() {
     let (timer, _driver) = manual_timer(ms(1));
     let drops = Arc::new(AtomicUsize::new(0));
-    let armed = Arc::new(AtomicBool::new(false));
-    let waker = waker_panicking_in_drop(&armed);
+    let (armed, waker) = waker_panicking_in_drop();
     let mut queue = DelayQueue::new(timer.handle());
     for panics in [true, false] {
         queue.insert(DropProbe::new(&drops, panics), ms(5));
