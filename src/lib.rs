@@ -193,3 +193,9 @@ mod tests {
 #[cfg(doctest)]
 #[doc = include_str!("../docs/migrating-from-netty.md")]
 pub struct MigratingFromNetty;
+
+/// The README's Rust examples, compiled and run as doctests (those on the hyper and tower
+/// adapters need their features).
+#[cfg(all(doctest, feature = "hyper", feature = "tower"))]
+#[doc = include_str!("../README.md")]
+pub struct ReadMe;
