@@ -4,7 +4,6 @@
 use super::StoppedTimer;
 use crate::sync::Arc;
 use crate::{Sleep, TimerHandle};
-use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -65,21 +64,20 @@ impl HyperTimer {
         STOPPED.check(&timer);
         HyperTimer { timer }
     }
+
+    fn boxed(&self, sleep: Sleep) -> Pin<Box<dyn hyper::rt::Sleep>> {
+        STOPPED.check(&self.timer);
+        Box::pin(HyperSleep { sleep })
+    }
 }
 
 impl hyper::rt::Timer for HyperTimer {
     fn sleep(&self, duration: Duration) -> Pin<Box<dyn hyper::rt::Sleep>> {
-        STOPPED.check(&self.timer);
-        Box::pin(HyperSleep {
-            sleep: self.timer.sleep(duration),
-        })
+        self.boxed(self.timer.sleep(duration))
     }
 
     fn sleep_until(&self, deadline: Instant) -> Pin<Box<dyn hyper::rt::Sleep>> {
-        STOPPED.check(&self.timer);
-        Box::pin(HyperSleep {
-            sleep: self.timer.sleep_until(deadline),
-        })
+        self.boxed(self.timer.sleep_until(deadline))
     }
 
     fn now(&self) -> Instant {
@@ -112,6 +110,7 @@ impl hyper::rt::Timer for HyperTimer {
 /// drop(timer.stop());
 /// futures::executor::block_on(sleep); // completes: the timer stopped
 /// ```
+#[derive(Debug)]
 pub struct HyperSleep {
     sleep: Sleep,
 }
@@ -133,11 +132,3 @@ impl Future for HyperSleep {
 }
 
 impl hyper::rt::Sleep for HyperSleep {}
-
-impl fmt::Debug for HyperSleep {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("HyperSleep")
-            .field("sleep", &self.sleep)
-            .finish()
-    }
-}
