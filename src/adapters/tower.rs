@@ -5,7 +5,6 @@
 
 use super::StoppedTimer;
 use crate::{Deadline, DeadlineError, TimerHandle};
-use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -179,17 +178,10 @@ pin_project_lite::pin_project! {
     /// assert_eq!(timer.pending_timeouts(), 1);
     /// drop(response); // the caller gave up: the timeout goes with it
     /// ```
+    #[derive(Debug)]
     pub struct TimeoutResponseFuture<F> {
         #[pin]
         deadline: Deadline<F>,
-    }
-}
-
-impl<F: fmt::Debug> fmt::Debug for TimeoutResponseFuture<F> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("TimeoutResponseFuture")
-            .field("deadline", &self.deadline)
-            .finish()
     }
 }
 
