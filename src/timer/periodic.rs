@@ -268,35 +268,40 @@ where
         if periodic.inner.cancelled.load(Ordering::Relaxed) {
             return;
         }
-        let run = PeriodicRun {
-            periodic: EndsUnlessRun(Some(periodic.clone())),
-            task,
-            due: next,
-            nth: nth + 1,
-            schedule,
-        };
-        periodic.inner.store(nth + 1, run.schedule_next(shared));
-    }
-}
-
-impl<F> PeriodicRun<F>
-where
-    F: FnMut(&PeriodicTimeout) + Send + 'static,
-{
-    /// Schedules this run (the next), not under the schedule's lock: a refused run's task is
-    /// dropped in the call, and its `Drop` may cancel the schedule. A refusal (the timer
-    /// stopped, or the pending limit: logged) gives `None`, which ends the schedule.
-    fn schedule_next(self, shared: &Arc<Shared>) -> Option<Timeout> {
-        let due = self.due;
-        match new_timeout_at(shared, BoxedTask::new(self), due) {
+        // A refusal (the timer stopped, or the pending limit: logged) stores `None`, which
+        // ends the schedule.
+        let timeout = match schedule_run(&periodic, task, next, nth + 1, schedule) {
             Ok(timeout) => Some(timeout),
             Err(TimerError::Stopped) => None,
             Err(e) => {
                 log::warn!("a periodic task's next run was refused ({e}): its schedule ends");
                 None
             }
-        }
+        };
+        periodic.inner.store(nth + 1, timeout);
     }
+}
+
+/// Schedules run `nth`, due at `due`. Not under the schedule's lock: a refused run's task is
+/// dropped in the call, and its `Drop` may cancel the schedule.
+fn schedule_run<F>(
+    periodic: &PeriodicTimeout,
+    task: F,
+    due: u64,
+    nth: u64,
+    schedule: Schedule,
+) -> Result<Timeout, TimerError>
+where
+    F: FnMut(&PeriodicTimeout) + Send + 'static,
+{
+    let run = PeriodicRun {
+        periodic: EndsUnlessRun(Some(periodic.clone())),
+        task,
+        due,
+        nth,
+        schedule,
+    };
+    new_timeout_at(&periodic.inner.timer.shared, BoxedTask::new(run), due)
 }
 
 fn schedule_periodic<F>(
@@ -322,14 +327,7 @@ where
         .clock
         .now_upper()
         .saturating_add(duration_to_nanos(initial_delay));
-    let run = PeriodicRun {
-        periodic: EndsUnlessRun(Some(periodic.clone())),
-        task,
-        due: first,
-        nth: 1,
-        schedule,
-    };
-    let timeout = new_timeout_at(shared, BoxedTask::new(run), first)?;
+    let timeout = schedule_run(&periodic, task, first, 1, schedule)?;
     periodic.inner.store(1, Some(timeout));
     Ok(periodic)
 }
@@ -398,9 +396,7 @@ macro_rules! periodic_methods {
             /// returned. Like Java's `scheduleWithFixedDelay`.
             ///
             /// # Errors
-            /// As [`HashedWheelTimer::new_timeout`], for the first run. A later refusal (the
-            /// timer stopped, or at its pending limit, which is logged) ends the schedule:
-            /// [`PeriodicTimeout::is_cancelled`] then returns true.
+            /// As [`schedule_at_fixed_rate`](Self::schedule_at_fixed_rate).
             ///
             /// # Panics
             /// If `delay` is zero (Java's `scheduleWithFixedDelay` refuses a delay of zero too).
