@@ -7,10 +7,8 @@
 //! - The wheel ticks on the timer's grid, so a `Sleep` armed for the start of fire tick `t`
 //!   completes once the worker has passed the end of `t`: each wake-up finds work.
 //! - Every tick before `tick` has been processed; inserts go in at `tick`.
-//! - A key is a slab index and a stamp (a 32-bit count of inserts): a dead key names no later
-//!   value, short of 2^32 inserts reusing its slot with the same stamp. Each queue's count
-//!   starts at its own offset (`first_stamp`), so a key used on another queue names nothing
-//!   there unless the two queues' counts have come within reach of each other.
+//! - A key is a slab index and a stamp, a 32-bit count of inserts starting at the queue's own
+//!   offset (`first_stamp`): a dead key names no later value, within the limits [`Key`] gives.
 //! - Whatever empties the queue, or makes an item due at once, wakes the waiting task, as an
 //!   insert into an empty queue wakes the task that saw it empty; a move to an earlier fire
 //!   tick re-arms the `Sleep`.
