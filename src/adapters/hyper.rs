@@ -14,12 +14,11 @@ use std::time::{Duration, Instant};
 /// `reset` moves that same sleep's deadline, `now` reads the timer's clock. A reset to a later
 /// deadline while the sleep's timeout is pending schedules nothing (hyper pushes its header
 /// read timeout back on every request): the task is woken once at the old deadline, and the
-/// sleep, polled then, waits on until the new one. Any other reset is a [`Sleep::reset`]
-/// (one of a sleep not completed yet, pushed back so or not, passes a pending limit). A sleep
-/// that another timer made (another crate's, or a `HyperTimer` on another wheel) is replaced
-/// by one of this timer's, as hyper's default `reset` does.
-/// Sleeps round up to the end of a tick (never early, up to about a tick late): build the timer
-/// with a 1 ms tick, as below, not the default 100 ms.
+/// sleep, polled then, waits on until the new one. Any other reset is a [`Sleep::reset`]. A
+/// sleep that another timer made (another crate's, or a `HyperTimer` on another wheel) is
+/// replaced by one of this timer's, as hyper's default `reset` does. Sleeps round up to the end
+/// of a tick (never early, up to about a tick late): build the timer with a 1 ms tick, as
+/// below, not the default 100 ms.
 ///
 /// # Keep the timer's owner alive
 /// A [`TimerHandle`] does not keep its timer alive. If the owner ([`HashedWheelTimer`]) is
