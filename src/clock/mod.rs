@@ -204,6 +204,14 @@ cfg_not_tsc! {
             pub(super) fn since_base_upper(&self) -> u64 {
                 match *self {}
             }
+
+            pub(super) fn raw(&self) -> u64 {
+                match *self {}
+            }
+
+            pub(super) fn raw_limit(&self, _upper: u64) -> Option<u64> {
+                match *self {}
+            }
         }
 
         pub(super) fn base() -> Instant {
@@ -217,16 +225,6 @@ cfg_not_tsc! {
         pub(super) fn get() -> Option<&'static Fast> {
             None
         }
-
-        impl Fast {
-            pub(super) fn raw(&self) -> u64 {
-                match *self {}
-            }
-
-            pub(super) fn raw_limit(&self, _upper: u64) -> Option<u64> {
-                match *self {}
-            }
-        }
     }
 }
 
@@ -234,18 +232,28 @@ cfg_not_tsc! {
 mod tests {
     use super::*;
 
-    #[test]
-    fn a_raw_reading_within_the_limit_was_taken_before_the_upper_bound() {
+    /// A system clock, its fast clock's calibration (which the first reading starts) ended.
+    fn calibrated() -> Clock {
         let clock = Clock::system();
-        assert_eq!(Clock::manual().raw_limit(u64::MAX / 2), None);
+        clock.now_upper();
         #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
         {
             let started = Instant::now();
             while !fast::settled() {
-                assert!(started.elapsed() < std::time::Duration::from_secs(10));
+                assert!(
+                    started.elapsed() < std::time::Duration::from_secs(10),
+                    "the fast clock's calibration never finished"
+                );
                 std::thread::sleep(std::time::Duration::from_millis(1));
             }
         }
+        clock
+    }
+
+    #[test]
+    fn a_raw_reading_within_the_limit_was_taken_before_the_upper_bound() {
+        let clock = calibrated();
+        assert_eq!(Clock::manual().raw_limit(u64::MAX / 2), None);
         if fast::get().is_none() {
             return; // no fast clock: no limits
         }
@@ -270,20 +278,10 @@ mod tests {
 
     #[test]
     fn now_upper_is_never_behind_the_monotonic_clock() {
-        let clock = Clock::system();
-        // Test the fast clock itself, where there is one: the first reading starts its
-        // calibration; wait for it.
-        clock.now_upper();
+        // Test the fast clock itself, where there is one.
+        let clock = calibrated();
         #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
         {
-            let started = Instant::now();
-            while !fast::settled() {
-                assert!(
-                    started.elapsed() < std::time::Duration::from_secs(10),
-                    "the fast clock's calibration never finished"
-                );
-                std::thread::sleep(std::time::Duration::from_millis(1));
-            }
             let source = std::fs::read_to_string(
                 "/sys/devices/system/clocksource/clocksource0/current_clocksource",
             )
