@@ -3,7 +3,7 @@
 //! `TimerTask`) and `Stored` (for every `TypedTask`).
 
 use crate::shared::cells::{CellId, CellRef};
-use crate::shared::{catch_user_panic, sealed, Job, Stored};
+use crate::shared::{catch_user_panic, sealed, small_task::Word, Job, Stored};
 use crate::Timeout;
 
 /// A task run once when its [`Timeout`] expires (Netty's `TimerTask`).
@@ -137,19 +137,19 @@ impl<T: TypedTask> sealed::TaskStorage for T {
     type Queued = T;
 
     #[inline]
-    fn enqueue(self, _: &mut Vec<crate::shared::small_task::Word>) -> T {
+    fn enqueue(self, _: &mut Vec<Word>) -> T {
         self
     }
 
     #[inline]
-    fn dequeue(queued: T, _: &[crate::shared::small_task::Word], _: &mut usize) -> T {
+    fn dequeue(queued: T, _: &[Word], _: &mut usize) -> T {
         queued
     }
 
     #[inline]
     fn dequeue_entry(
         queued: T,
-        _: &[crate::shared::small_task::Word],
+        _: &[Word],
         _: &mut usize,
         _: u32,
         cell: CellId,
