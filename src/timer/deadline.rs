@@ -80,18 +80,22 @@ impl Start {
     }
 }
 
+/// An unarmed deadline's timer, unless dropped or stopped: a stopped one is gone, as its
+/// deadlines find it on the thread that stopped it (which alone forgets it), not a refusal.
+fn live_timer(timer: &TimerRef) -> Option<Arc<Shared>> {
+    timer.upgrade().filter(|shared| !shared.is_shutdown())
+}
+
 impl Wait {
     /// The sleep, scheduled now if it was not yet; `None` if the timer is gone.
     fn armed(&mut self) -> Option<&mut Sleep> {
         if let Wait::Unarmed { timer, start } = self {
-            *self = match timer.upgrade() {
-                // Stopped: gone, as its deadlines find it on the thread that stopped it (which
-                // alone forgets it): not a refusal.
-                Some(shared) if !shared.is_shutdown() => {
+            *self = match live_timer(timer) {
+                Some(shared) => {
                     let now = shared.clock.now_upper();
                     Wait::Armed(Sleep::at(&shared, start.due(now), now))
                 }
-                _ => Wait::Gone,
+                None => Wait::Gone,
             };
         }
         match self {
@@ -313,7 +317,7 @@ impl<F> Deadline<F> {
         &self.future
     }
 
-    /// The inner future.
+    /// The inner future, mutably.
     pub fn get_mut(&mut self) -> &mut F {
         &mut self.future
     }
@@ -328,12 +332,9 @@ impl<F> Deadline<F> {
     pub fn deadline(&self) -> Instant {
         match &self.wait {
             Wait::Armed(sleep) => sleep.deadline(),
-            Wait::Unarmed { timer, start } => match timer.upgrade() {
-                // Stopped: gone, as the first poll finds it (see `Wait::armed`).
-                Some(shared) if !shared.is_shutdown() => {
-                    shared.clock.instant_at(start.due(shared.clock.now_upper()))
-                }
-                _ => Instant::now(),
+            Wait::Unarmed { timer, start } => match live_timer(timer) {
+                Some(shared) => shared.clock.instant_at(start.due(shared.clock.now_upper())),
+                None => Instant::now(),
             },
             Wait::Gone => Instant::now(),
         }
