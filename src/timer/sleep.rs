@@ -100,18 +100,6 @@ impl Sleep {
         }
     }
 
-    fn after(shared: &Arc<Shared>, delay: Duration) -> Sleep {
-        let now = shared.clock.now_upper();
-        Sleep::at(shared, now.saturating_add(duration_to_nanos(delay)), now)
-    }
-
-    fn until(shared: &Arc<Shared>, deadline: Instant) -> Sleep {
-        // Never early: a deadline passed is due at once, and the producers' clock is never behind
-        // the worker's.
-        let now = shared.clock.now_upper();
-        Sleep::at(shared, shared.clock.nanos_at(deadline).max(now), now)
-    }
-
     /// Whether the timer refused this sleep's timeout at its pending limit: a refusal that a
     /// later arm may not meet.
     pub(super) fn refused_at_limit(&self) -> bool {
@@ -158,9 +146,7 @@ impl Sleep {
 
     /// Moves the deadline to `deadline` (earlier or later), whether or not the sleep had completed;
     /// a waiting task is woken at the new one. For idle detection: reset on every message. On a
-    /// stopped timer the sleep completes with the error. At a pending limit, a reset of a sleep
-    /// that has not completed replaces its own timeout and is not refused; a sleep that had
-    /// completed (or was refused) is, as a new one would be.
+    /// stopped timer the sleep completes with the error; at a pending limit, see [`Sleep`].
     ///
     /// ```
     /// # use hashed_timer_wheel::HashedWheelTimer;
@@ -335,7 +321,9 @@ macro_rules! sleep_methods {
             /// futures::executor::block_on(t.sleep(Duration::from_millis(2))).unwrap();
             /// ```
             pub fn sleep(&self, delay: Duration) -> Sleep {
-                Sleep::after(&self.shared, delay)
+                let now = self.shared.clock.now_upper();
+                let deadline = now.saturating_add(duration_to_nanos(delay));
+                Sleep::at(&self.shared, deadline, now)
             }
 
             /// A future that completes at `deadline` (see [`Sleep`]); when the current tick ends
@@ -351,7 +339,11 @@ macro_rules! sleep_methods {
             /// assert!(Instant::now() >= at);
             /// ```
             pub fn sleep_until(&self, deadline: Instant) -> Sleep {
-                Sleep::until(&self.shared, deadline)
+                // Never early: a deadline passed is due at once, and the producers' clock is
+                // never behind the worker's.
+                let now = self.shared.clock.now_upper();
+                let deadline = self.shared.clock.nanos_at(deadline).max(now);
+                Sleep::at(&self.shared, deadline, now)
             }
         }
     };
