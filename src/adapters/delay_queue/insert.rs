@@ -204,24 +204,15 @@ impl<T> DelayQueue<T> {
     #[cold]
     #[inline(never)]
     fn wake_sooner(&mut self, deadline: u64) {
-        let shared = &self.timer.shared;
         // Nothing armed, or the item is due: the waiting task looks at the wheel on its next poll.
-        if self.sleep.is_none() || deadline <= shared.clock.now() {
+        if self.sleep.is_none() || deadline <= self.timer.shared.clock.now() {
             self.wake_waiting();
             return;
         }
+        // At or after the armed tick, the `Sleep` completes once the item's tick has ended.
         let fire = (deadline / self.tick_nanos).max(self.tick);
-        if fire >= self.armed {
-            return; // the `Sleep` completes once the item's tick has ended
+        if fire < self.armed {
+            self.arm(fire);
         }
-        let Some(sleep) = self.sleep.as_mut() else {
-            unreachable!("tested above");
-        };
-        sleep.rearm(
-            shared,
-            fire.saturating_mul(self.tick_nanos),
-            shared.clock.now_upper(),
-        );
-        self.armed = fire;
     }
 }

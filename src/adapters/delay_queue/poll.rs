@@ -105,7 +105,7 @@ impl<T> DelayQueue<T> {
     }
 
     /// Arms the `Sleep` for the start of fire tick `fire`: it completes once that tick ends.
-    fn arm(&mut self, fire: u64) {
+    pub(super) fn arm(&mut self, fire: u64) {
         if self.sleep.is_some() && self.armed == fire {
             return;
         }
