@@ -134,18 +134,14 @@ impl<T> DelayQueue<T> {
 
     /// Drops stale keys off the front of `ready`, so that it names the next item to yield.
     pub(super) fn drop_stale_front(&mut self) {
-        while let Some(key) = self.ready.front() {
-            if self.is_ready(key) {
-                break;
-            }
+        while self.ready.front().is_some_and(|key| !self.is_ready(key)) {
             self.ready.pop_front();
         }
     }
 
     /// Emptied: drops the `Sleep`, restarts the slab at 0 (stamps keep keys apart), wakes the
     /// task. The queue is whole and empty before user code runs; every value is dropped even if
-    /// some drops panic, and the first such panic goes on once the task is woken. The `Sleep`'s
-    /// drop drops the waker it holds: a panic there is counted as a waker's (see `wake_waiting`).
+    /// some drops panic, and the first such panic goes on once the task is woken.
     pub(super) fn emptied(&mut self) {
         let sleep = self.sleep.take();
         self.armed = UNARMED;
