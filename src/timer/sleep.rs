@@ -84,8 +84,7 @@ impl Sleep {
         Sleep::armed(shared, deadline, now, false)
     }
 
-    /// As [`Sleep::at`], for a `DelayQueue`'s wake-up: each of its timeouts passes a pending
-    /// limit (see the `exempt` field).
+    /// As [`Sleep::at`], passing a pending limit: a `DelayQueue`'s wake-up (see `exempt`).
     pub(crate) fn exempt_at(shared: &Arc<Shared>, deadline: u64, now: u64) -> Sleep {
         Sleep::armed(shared, deadline, now, true)
     }
