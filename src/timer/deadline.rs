@@ -120,11 +120,8 @@ use timer_ref::TimerRef;
 #[cfg(not(loom))]
 mod timer_ref {
     use crate::shared::Shared;
-    use crate::sync::{Arc, Mutex};
+    use crate::sync::{lock, Arc, Mutex, Weak};
     use std::cell::RefCell;
-    use std::sync::PoisonError;
-    // std's `Weak`: the loom shim has none, and this module is not built under loom.
-    use std::sync::Weak;
 
     #[derive(Clone, Copy, Debug, PartialEq, Eq)]
     pub(super) struct TimerRef {
@@ -190,7 +187,7 @@ mod timer_ref {
         #[cold]
         fn register(shared: &Arc<Shared>) -> TimerRef {
             let key = {
-                let mut slots = SLOTS.lock().unwrap_or_else(PoisonError::into_inner);
+                let mut slots = lock(&SLOTS);
                 // Under the table's lock, which `forget` takes after the shutdown: a stopped
                 // timer is not remembered again (its deadlines find it gone, as stopped).
                 if shared.is_shutdown() {
@@ -254,7 +251,7 @@ mod timer_ref {
             if let Ok(Some(found)) = local {
                 return found;
             }
-            let slots = SLOTS.lock().unwrap_or_else(PoisonError::into_inner);
+            let slots = lock(&SLOTS);
             let slot = slots.get(usize::try_from(self.index).ok()?)?;
             if slot.generation == self.generation {
                 slot.timer.upgrade()
@@ -269,7 +266,7 @@ mod timer_ref {
     pub(in crate::timer) fn forget(timer: *const ()) {
         let is_it = |weak: &Weak<Shared>| std::ptr::eq(weak.as_ptr().cast::<()>(), timer);
         let slot_weak = {
-            let mut slots = SLOTS.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut slots = lock(&SLOTS);
             slots
                 .iter_mut()
                 .find(|slot| is_it(&slot.timer))
