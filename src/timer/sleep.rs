@@ -75,7 +75,7 @@ enum Scheduled {
 struct Refused {
     error: TimerError,
     /// For `reset`, which schedules again.
-    timer: TimerHandle,
+    shared: Arc<Shared>,
 }
 
 impl Sleep {
@@ -111,7 +111,7 @@ impl Sleep {
     pub(crate) fn shared(&self) -> &Arc<Shared> {
         match &self.scheduled {
             Scheduled::Armed(timeout) => &timeout.timer().shared,
-            Scheduled::Refused(refused) => &refused.timer.shared,
+            Scheduled::Refused(refused) => &refused.shared,
         }
     }
 
@@ -247,9 +247,7 @@ fn arm(shared: &Arc<Shared>, deadline: u64, now: u64, exempt: bool) -> Scheduled
         Ok(timeout) => Scheduled::Armed(timeout),
         Err(error) => Scheduled::Refused(Box::new(Refused {
             error,
-            timer: TimerHandle {
-                shared: Arc::clone(shared),
-            },
+            shared: Arc::clone(shared),
         })),
     }
 }
