@@ -47,6 +47,16 @@ const INIT: u8 = 0;
 const STARTED: u8 = 1;
 const SHUTDOWN: u8 = 2;
 
+/// Timers live in this process: each counts from construction until it leaves
+/// ([`Shared::leave_live_timer_count`]); `timer::lifecycle` warns past Netty's limit.
+static LIVE_TIMERS: crate::sync::process::AtomicUsize = crate::sync::process::AtomicUsize::new(0);
+
+/// Counts a new timer live; the timers now live.
+pub(crate) fn enter_live_timer_count() -> usize {
+    // Relaxed: a count for a log message; nothing is published with it.
+    LIVE_TIMERS.fetch_add(1, Ordering::Relaxed) + 1
+}
+
 /// Runs expired tasks somewhere other than the worker thread.
 pub(crate) type Executor = Arc<dyn Fn(Box<dyn FnOnce() + Send>) + Send + Sync>;
 
@@ -264,10 +274,13 @@ impl<J: Stored> Shared<J> {
         self.owner_dropped_in_task.load(Ordering::Acquire)
     }
 
-    /// Leaves the process's live-timer count; true for the one call that does.
-    pub(crate) fn leave_live_timer_count(&self) -> bool {
+    /// Leaves the process's live-timer count, once whoever calls: `stop()`, the owner dropped
+    /// in a task, and a worker thread that unwinds (after which `stop()` finds the timer stopped).
+    pub(crate) fn leave_live_timer_count(&self) {
         // Relaxed: a count for a log message; nothing is published with it.
-        self.in_live_timer_count.swap(false, Ordering::Relaxed)
+        if self.in_live_timer_count.swap(false, Ordering::Relaxed) {
+            LIVE_TIMERS.fetch_sub(1, Ordering::Relaxed);
+        }
     }
 
     pub(crate) fn state_name(&self) -> &'static str {

@@ -1,5 +1,5 @@
 //! Starting and stopping: the worker thread's lazy start, `stop()`, the owner dropped on the worker
-//! thread, the live-timer count, and a runtime driver's turn. Owns the run state's moves
+//! thread, the warning of too many live timers, and a runtime driver's turn. Owns the run state's moves
 //! (`INIT -> STARTED -> SHUTDOWN`, under `control`) and the worker's place: `Shared::worker`, under
 //! the lock each turn holds, taken out at `stop()`. It is kept there type-erased (`shared` is below
 //! `worker`); this module erases it and takes it back, and the thread's turn downcasts it in
@@ -7,7 +7,9 @@
 //! `Timeout`.
 
 use crate::shared::cells::CellRef;
-use crate::shared::{catch_user_panic, ErasedWorker, Shared, Stored, DRIVEN_GRACE_TICKS};
+use crate::shared::{
+    catch_user_panic, enter_live_timer_count, ErasedWorker, Shared, Stored, DRIVEN_GRACE_TICKS,
+};
 use crate::sync::{lock, process, thread, try_lock, Arc, Ordering, Weak};
 use crate::worker::{self, Worker};
 use crate::{Timeout, TimerError};
@@ -20,24 +22,17 @@ use crate::{Timeout, TimerError};
 /// ```
 pub const INSTANCE_COUNT_LIMIT: usize = 64;
 
-static INSTANCES: process::AtomicUsize = process::AtomicUsize::new(0);
 static WARNED_TOO_MANY: process::AtomicBool = process::AtomicBool::new(false);
 
 /// Counts a new timer; past [`INSTANCE_COUNT_LIMIT`] logs Netty's error, once per process.
 pub(super) fn count_instance() {
-    let live = INSTANCES.fetch_add(1, Ordering::Relaxed) + 1;
+    let live = enter_live_timer_count();
     if live > INSTANCE_COUNT_LIMIT && !WARNED_TOO_MANY.swap(true, Ordering::Relaxed) {
         log::error!(
             "you are creating too many HashedWheelTimer instances ({live} live). \
              HashedWheelTimer is a shared resource that must be reused across the process, \
              so that only a few instances are created"
         );
-    }
-}
-
-fn uncount<J: Stored>(shared: &Shared<J>) {
-    if shared.leave_live_timer_count() {
-        INSTANCES.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -109,7 +104,7 @@ pub(super) fn stop<J: Stored>(shared: &Arc<Shared<J>>) -> Result<Vec<Timeout<J>>
         drop(lock(&shared.worker));
         return Ok(Vec::new());
     }
-    uncount(shared);
+    shared.leave_live_timer_count();
     super::deadline::forget_timer(Arc::as_ptr(shared).cast());
     // A runtime's driver completes once it sees SHUTDOWN: it may be waiting to be woken.
     wake_driver(shared);
@@ -165,7 +160,7 @@ pub(super) fn shutdown_from_worker<J: Stored>(shared: &Shared<J>) {
         return;
     }
     shared.mark_owner_dropped_in_task();
-    uncount(shared);
+    shared.leave_live_timer_count();
     super::deadline::forget_timer(std::ptr::from_ref(shared).cast());
     wake_driver(shared);
     // Detached: the thread (or a driver, after its turn) drops the worker. Unparked, in case it

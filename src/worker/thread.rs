@@ -135,7 +135,8 @@ pub(crate) fn turn<J: Stored>(worker: &mut Worker<J>, shared: &Arc<Shared<J>>) -
 }
 
 /// Stops the timer if the thread unwinds (only a crate bug can: user code's panics are caught):
-/// the failure is loud (logged, `new_timeout` refused), never a timer that fires nothing.
+/// the failure is loud (logged, `new_timeout` refused), never a timer that fires nothing. The
+/// timer leaves the live-timer count here: a `stop()` finds it stopped and returns at once.
 struct StopOnUnwind<'a, J: Stored>(&'a Shared<J>);
 
 impl<J: Stored> Drop for StopOnUnwind<'_, J> {
@@ -148,6 +149,8 @@ impl<J: Stored> Drop for StopOnUnwind<'_, J> {
             "the timer's worker thread panicked (a bug of hashed-timer-wheel): the timer is \
              stopped, and the timeouts it held are lost"
         );
+        // Out of the live count first: a caller that sees the timer stopped sees it left too.
+        self.0.leave_live_timer_count();
         let _control = lock(&self.0.control);
         self.0.mark_shutdown();
     }
