@@ -1402,3 +1402,114 @@ fn a_drive_polled_by_a_new_task_whose_old_waker_panics_in_drop_goes_on() {
     );
     bomb.store(false, SeqCst);
 }
+
+/// The waker of a `Drive`'s task that panics in its clone once armed, and one that never does.
+static STOPPED_DRIVE_BOMB: CloneBomb = CloneBomb::new(false);
+static LATER_DRIVE_TASK: CloneBomb = CloneBomb::new(false);
+
+/// `stop()` wakes each attached `Drive`'s task, so that it completes, here one whose waker now
+/// panics in its clone, beside a `Drive` polled later (whose task the producers wake). It
+/// cloned that waker to wake it: the panic was caught and counted, and the task was never
+/// woken (its sleep ten minutes away). The `Drive` now wakes the copy it keeps.
+#[test]
+fn stop_wakes_a_drive_whose_task_waker_panics_in_its_clone() {
+    let timer = started_timer(10);
+    let never = |_: Instant| std::future::pending::<()>();
+    let mut stopped = Box::pin(timer.drive(never));
+    let mut later = Box::pin(timer.drive(never));
+    for (drive, task) in [
+        (&mut stopped, &STOPPED_DRIVE_BOMB),
+        (&mut later, &LATER_DRIVE_TASK),
+    ] {
+        let waker = task.waker();
+        assert!(drive
+            .as_mut()
+            .poll(&mut Context::from_waker(&waker))
+            .is_pending());
+    }
+    STOPPED_DRIVE_BOMB.armed.store(true, SeqCst);
+    let woken = STOPPED_DRIVE_BOMB.woken.load(SeqCst);
+    assert_eq!(timer.stop().unwrap().len(), 1);
+    assert!(STOPPED_DRIVE_BOMB.woken.load(SeqCst) > woken, "woken");
+    assert_eq!(timer.stats().panicked, 0, "nothing cloned");
+    for drive in [&mut stopped, &mut later] {
+        let polled = drive.as_mut().poll(&mut Context::from_waker(Waker::noop()));
+        assert!(polled.is_ready(), "completes once stopped");
+    }
+    STOPPED_DRIVE_BOMB.armed.store(false, SeqCst);
+}
+
+/// Its next clone panics once armed.
+static NEW_DRIVE_TASK_BOMB: CloneBomb = CloneBomb::new(true);
+
+/// A `Drive` polled by a new task whose waker panics in its clone: the poll unwinds with the
+/// panic, as any future's whose waker panics, having changed nothing. The `Drive` can be polled
+/// again, and completes once the timer stops.
+#[test]
+fn a_drive_poll_whose_waker_panics_in_its_clone_unwinds_and_leaves_it_usable() {
+    let timer = started_timer(10);
+    let mut drive = Box::pin(timer.drive(|_| std::future::pending::<()>()));
+    assert!(drive
+        .as_mut()
+        .poll(&mut Context::from_waker(Waker::noop()))
+        .is_pending());
+    let waker = NEW_DRIVE_TASK_BOMB.waker();
+    NEW_DRIVE_TASK_BOMB.armed.store(true, SeqCst);
+    let polled = catch_unwind(AssertUnwindSafe(|| {
+        drive.as_mut().poll(&mut Context::from_waker(&waker))
+    }));
+    assert!(
+        polled.is_err(),
+        "the clone's panic reaches the poll's caller"
+    );
+    assert_eq!(timer.stats().panicked, 0, "not caught by the timer");
+    // Polled again by the same task, whose clone now returns.
+    assert!(drive
+        .as_mut()
+        .poll(&mut Context::from_waker(&waker))
+        .is_pending());
+    let woken = NEW_DRIVE_TASK_BOMB.woken.load(SeqCst);
+    assert_eq!(timer.stop().unwrap().len(), 1);
+    assert!(
+        NEW_DRIVE_TASK_BOMB.woken.load(SeqCst) > woken,
+        "woken at stop"
+    );
+    assert!(drive
+        .as_mut()
+        .poll(&mut Context::from_waker(&waker))
+        .is_ready());
+}
+
+/// A `Drive` polled by a new task whose waker panics in its second clone: the poll clones it
+/// once, shared by the `Drive` and the producers, and goes on. It cloned it twice, the second
+/// after giving back the sleeps armed for the last task: the poll unwound with the `Drive`
+/// half-changed, its sleeps gone and the producers still waking the last task.
+#[test]
+fn a_drive_poll_clones_a_new_tasks_waker_once() {
+    let timer = started_timer(10);
+    let mut drive = Box::pin(timer.drive(|_| std::future::pending::<()>()));
+    assert!(drive
+        .as_mut()
+        .poll(&mut Context::from_waker(Waker::noop()))
+        .is_pending());
+    let clones = Arc::new(AtomicUsize::new(0));
+    let counted = Arc::clone(&clones);
+    let waker = common::calling_back_waker(
+        Box::new(move || {
+            if counted.fetch_add(1, SeqCst) == 1 {
+                panic!("a waker panics in its second clone (on purpose)");
+            }
+        }),
+        Box::new(|| {}),
+    );
+    let polled = catch_unwind(AssertUnwindSafe(|| {
+        drive.as_mut().poll(&mut Context::from_waker(&waker))
+    }));
+    assert!(matches!(polled, Ok(Poll::Pending)), "the poll goes on");
+    assert_eq!(clones.load(SeqCst), 1);
+    assert_eq!(timer.stop().unwrap().len(), 1);
+    assert!(drive
+        .as_mut()
+        .poll(&mut Context::from_waker(&waker))
+        .is_ready());
+}

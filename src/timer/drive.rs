@@ -31,10 +31,18 @@ use std::time::Instant;
 /// The runtime's code may panic: `sleep_until`, a sleep's poll or `Drop`, a waker (tokio's
 /// `sleep_until` does on a runtime without timers, a sleep's poll once its runtime shuts down).
 /// Each panic is caught, counted in [`TimerStats::panicked`](crate::TimerStats::panicked) and
-/// logged, and the `Drive` goes on with the sleeps it could arm. If it can arm none, nothing
+/// logged, and the `Drive` goes on with the sleeps it could arm. One is not: a clone of the
+/// waker of the task that polls (see "Panics"). If it can arm none, nothing
 /// would wake it at its tick: it hands the ticks back to the timer's thread, as dropping it
 /// does, and completes, so that its task ends rather than wait unwoken while holding the
 /// ticks (a failing runtime timer tends to fail again; spawn a new `Drive` to try again).
+///
+/// # Panics
+///
+/// A poll by a new task clones its context's waker (once: the `Drive`, the producers and
+/// `stop()` share that copy) and unwinds with that clone's panic, as any future would. Nothing
+/// has changed then: the `Drive` goes on with the task that polled it last, and can be polled
+/// again.
 ///
 /// [`Builder::build_manual`]: crate::Builder::build_manual
 ///
@@ -99,8 +107,10 @@ struct DriverState<F, S> {
     sleeps: Sleeps<S>,
     /// The timer stopped: the `Drive` completes.
     done: bool,
-    /// The task that polls the `Drive`, woken when it completes.
-    task: Option<Waker>,
+    /// The waker of the task that polls the `Drive`, woken when it completes: the one clone of
+    /// it the `Drive` makes, shared with the producers (`Control::driver_waker`), so that waking
+    /// the task runs no clone of the runtime's.
+    task: Option<Arc<Waker>>,
 }
 
 impl<F, S> Drive<F, S>
@@ -176,24 +186,27 @@ where
         }
     }
 
-    /// Notes the task that polls, unless done (`None`). A new task may be on another runtime,
-    /// whose timer does not end the sleeps the last one armed (that runtime may be gone): they are
-    /// given back with the last task's waker, and the turn arms its own.
-    fn note_task(&self, waker: &Waker) -> Option<(Option<Waker>, Sleeps<S>)> {
-        let mut state = lock(&self.state);
+    /// The copy of `waker` noted for the task that polls, if any (`Some(None)`: a new task);
+    /// `None` once done.
+    fn noted_task(&self, waker: &Waker) -> Option<Option<Arc<Waker>>> {
+        let state = lock(&self.state);
         if state.done {
             return None;
         }
-        if state.task.as_ref().is_some_and(|w| w.will_wake(waker)) {
-            return Some((None, VecDeque::new()));
-        }
-        let last = state.task.replace(waker.clone());
-        let sleeps = std::mem::take(&mut state.sleeps);
-        Some((last, sleeps))
+        Some(state.task.as_ref().filter(|w| w.will_wake(waker)).cloned())
+    }
+
+    /// Notes a new task that polls. It may be on another runtime, whose timer does not end the
+    /// sleeps the last one armed (that runtime may be gone): they are given back with the last
+    /// task's waker, and the turn arms its own.
+    fn note_task(&self, task: Arc<Waker>) -> (Option<Arc<Waker>>, Sleeps<S>) {
+        let mut state = lock(&self.state);
+        let last = state.task.replace(task);
+        (last, std::mem::take(&mut state.sleeps))
     }
 
     /// Drops the last task's waker and the sleeps armed for it, outside `state`.
-    fn drop_last_task(&self, (task, sleeps): (Option<Waker>, Sleeps<S>)) {
+    fn drop_last_task(&self, (task, sleeps): (Option<Arc<Waker>>, Sleeps<S>)) {
         self.drop_sleeps(sleeps);
         if !drop_caught(task) {
             self.shared
@@ -202,9 +215,10 @@ where
         }
     }
 
-    /// Wakes the `Drive`'s task; a panic of the runtime's waker is caught and counted.
-    fn wake_task(&self, task: Waker) {
-        if !catch_user_panic(|| task.wake()) {
+    /// Wakes the `Drive`'s task and lets go of this copy; a panic of the runtime's waker (its
+    /// wake, or its drop if the copy was the last) is caught and counted.
+    fn wake_task(&self, task: Arc<Waker>) {
+        if !catch_user_panic(|| task.wake_by_ref()) || !drop_caught(task) {
             self.shared
                 .counters
                 .user_code_panicked("a driver's task waker");
@@ -396,21 +410,31 @@ where
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
         let inner = &self.inner;
-        // Done (and, if unarmed, detached): its waker must not become the producers'.
-        let Some(moved) = inner.note_task(cx.waker()) else {
+        // Done (and, if unarmed, detached): its waker must not become the producers'. (Only
+        // this poll's `run` makes it done.)
+        let Some(noted) = inner.noted_task(cx.waker()) else {
             return Poll::Ready(());
         };
-        inner.drop_last_task(moved);
-        // Producers whose deadline is earlier than the plan wake this task. The runtime's waker
-        // is cloned, and the one it replaces dropped, outside `control`: user code, which may
-        // call back into the timer (whose lazy start, or `stop()`, takes `control`).
+        let task = match noted {
+            Some(task) => task,
+            None => {
+                // The poll's one clone of the runtime's waker, before it changes anything: a
+                // clone that panics unwinds the poll, as any future's, and leaves the `Drive`
+                // as it was. Outside the locks: user code, which may call back into the timer
+                // (whose lazy start, or `stop()`, takes `control`).
+                let task = Arc::new(cx.waker().clone());
+                inner.drop_last_task(inner.note_task(Arc::clone(&task)));
+                task
+            }
+        };
+        // Producers whose deadline is earlier than the plan wake this task: the same copy. The
+        // one it replaces is dropped outside `control` too.
         let stored = lock(&inner.shared.control)
             .driver_waker
             .as_ref()
-            .is_some_and(|w| w.will_wake(cx.waker()));
+            .is_some_and(|w| Arc::ptr_eq(w, &task));
         if !stored {
-            let waker = Arc::new(cx.waker().clone());
-            let replaced = lock(&inner.shared.control).driver_waker.replace(waker);
+            let replaced = lock(&inner.shared.control).driver_waker.replace(task);
             // Under a catch, as the last task's waker: this copy may be the last.
             if !drop_caught(replaced) {
                 inner.shared.counters.user_code_panicked("a driver's waker");
