@@ -48,7 +48,8 @@
 //! - `stop()` on the worker thread is an error; dropping the owner in a task does not deadlock.
 //! - **User code may panic anywhere** (a task, its `Drop`, a waker, the executor): the timer
 //!   counts it in [`TimerStats::panicked`] (the executor's own `Drop` at shutdown is logged
-//!   only), logs it and goes on; nothing is lost or run twice.
+//!   only), logs it and goes on; nothing is lost or run twice. A logger that panics on the
+//!   timer's reports goes unheard.
 //! - At most 2^27 - 1 pending timeouts per timer; beyond, [`TimerError::TooManyPending`].
 //! - **Memory after a burst** stays with the timer while any timeout is pending: the worker
 //!   keeps the nodes its peak needed (32 bytes a timeout, and a task's data up to 32 bytes) and

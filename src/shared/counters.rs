@@ -34,7 +34,10 @@ impl Counters {
     pub(crate) fn user_code_panicked(&self, what: &str) {
         // Relaxed: a statistic.
         self.panicked.fetch_add(1, Ordering::Relaxed);
-        log::warn!("{what} panicked; the timer goes on");
+        super::log_caught(
+            log::Level::Warn,
+            format_args!("{what} panicked; the timer goes on"),
+        );
     }
 
     /// Drops a task that will not run (cancelled, or left at a stop), counting a `Drop` panic.

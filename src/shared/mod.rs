@@ -86,6 +86,14 @@ fn drop_payload(payload: Box<dyn std::any::Any + Send>) {
     }
 }
 
+/// Logs through the `log` facade, catching a panic of the logger: the process's logger is user
+/// code too, and a report must not unwind the worker, or a `stop()` half-way.
+#[cold]
+pub(crate) fn log_caught(level: log::Level, message: std::fmt::Arguments<'_>) {
+    // A panic here is not reported: the logger is what panicked.
+    let _ = catch_user_panic(|| log::log!(level, "{message}"));
+}
+
 /// Drops a value holding user code (a task) under [`catch_user_panic`]; whether it returned.
 #[inline]
 pub(crate) fn drop_caught<T>(value: T) -> bool {
@@ -281,6 +289,11 @@ impl<J: Stored> Shared<J> {
         if self.in_live_timer_count.swap(false, Ordering::Relaxed) {
             LIVE_TIMERS.fetch_sub(1, Ordering::Relaxed);
         }
+    }
+
+    #[cfg(test)]
+    pub(crate) fn in_live_timer_count(&self) -> bool {
+        self.in_live_timer_count.load(Ordering::Relaxed)
     }
 
     pub(crate) fn state_name(&self) -> &'static str {

@@ -35,9 +35,12 @@ impl<J: Stored> Drop for ExecutorJob<J> {
             // The task first: its drop is counted (and its panic caught) whatever the logger does.
             state.chunk_timer().counters().drop_task(task);
             if !std::thread::panicking() {
-                log::warn!(
-                    "an expired task was dropped by the executor without running; its timeout \
-                     stays expired"
+                crate::shared::log_caught(
+                    log::Level::Warn,
+                    format_args!(
+                        "an expired task was dropped by the executor without running; its \
+                         timeout stays expired"
+                    ),
                 );
             }
         }

@@ -46,7 +46,9 @@ pub(crate) use thread::{thread_main, turn};
 
 use crate::shared::batch::PendingBatch;
 use crate::shared::cells::{CellRef, ChunkTable, Expiry, Settling};
-use crate::shared::{catch_user_panic, drop_caught, BoxedTask, Executor, Shared, Stored};
+use crate::shared::{
+    catch_user_panic, drop_caught, log_caught, BoxedTask, Executor, Shared, Stored,
+};
 use crate::sync::{Arc, Batch};
 use crate::wheel::{Wheel, NO_INDEX};
 use executor::ExecutorJob;
@@ -393,7 +395,10 @@ impl<J: Stored> Drop for Worker<J> {
         // The executor is user code: a `Drop` that panics must not unwind a `stop()` with
         // timeouts yet to end (`drain_queues`).
         if !drop_caught(self.executor.take()) {
-            log::warn!("the executor's Drop panicked; the timer goes on stopping");
+            log_caught(
+                log::Level::Warn,
+                format_args!("the executor's Drop panicked; the timer goes on stopping"),
+            );
         }
     }
 }

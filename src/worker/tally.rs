@@ -79,14 +79,17 @@ impl Tally {
         {
             return;
         }
-        log::warn!(
-            "user code (tasks or futures' wakers, timed together) held the timer's worker for \
-             {:?} ({} ticks; {} such runs since the last warning): every timeout due meanwhile \
-             fires late. Hand slow work to another thread, or configure an executor for the \
-             tasks",
-            std::time::Duration::from_nanos(took),
-            took / tick_nanos,
-            self.unreported,
+        crate::shared::log_caught(
+            log::Level::Warn,
+            format_args!(
+                "user code (tasks or futures' wakers, timed together) held the timer's worker \
+                 for {:?} ({} ticks; {} such runs since the last warning): every timeout due \
+                 meanwhile fires late. Hand slow work to another thread, or configure an \
+                 executor for the tasks",
+                std::time::Duration::from_nanos(took),
+                took / tick_nanos,
+                self.unreported,
+            ),
         );
         self.unreported = 0;
         self.warned_at = Some(now);

@@ -166,7 +166,10 @@ fn tighten_timer_slack(tick_nanos: u64) {
     let current = rustix::thread::current_timer_slack().unwrap_or(DEFAULT_SLACK_NANOS);
     if wanted < current {
         if let Err(e) = rustix::thread::set_current_timer_slack(std::num::NonZeroU64::new(wanted)) {
-            log::debug!("the worker's timer slack stays at {current} ns: {e}");
+            crate::shared::log_caught(
+                log::Level::Debug,
+                format_args!("the worker's timer slack stays at {current} ns: {e}"),
+            );
         }
     }
 }
@@ -211,4 +214,29 @@ fn sleep_until_end_of<J: Stored>(shared: &Shared<J>, tick: u64) {
         return;
     }
     shared.clock.advance_to(wake_at);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::StopOnUnwind;
+    use crate::sync::Arc;
+    use crate::HashedWheelTimer;
+    use std::time::Duration;
+
+    /// A worker thread that unwinds (a bug of the crate's: user code, the logger included, is
+    /// caught) stops its timer, which leaves the live-timer count then. It stayed counted for
+    /// good: the owner's `stop()` and drop found the timer stopped and returned at once.
+    #[test]
+    fn a_worker_thread_that_unwinds_leaves_the_live_timer_count() {
+        let timer = HashedWheelTimer::new(Duration::from_millis(100), 1);
+        let shared = Arc::clone(&timer.shared);
+        let unwound = std::thread::spawn(move || {
+            let _loud = StopOnUnwind(&shared);
+            panic!("a bug of the worker thread (simulated)");
+        })
+        .join();
+        assert!(unwound.is_err());
+        assert!(timer.is_stopped());
+        assert!(!timer.shared.in_live_timer_count());
+    }
 }

@@ -1,0 +1,134 @@
+//! The process's logger is user code too: one that panics on the timer's reports (a caught panic
+//! of a task, of its `Drop`) goes unheard, and the timer goes on, on its worker thread and in
+//! `stop()` alike.
+//!
+//! A binary of its own: the logger is the process's.
+
+mod common;
+
+use common::ms;
+use hashed_timer_wheel::{HashedWheelTimer, Timeout};
+use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+use std::sync::{mpsc, Arc, Once};
+use std::time::Duration;
+
+/// The threads on which the logger panics.
+const LOUD: &str = "loud-logger";
+/// What the logger panics on: the report of a caught panic of user code.
+const TRIGGER: &str = "panicked; the timer goes on";
+const DELIBERATE: &str = "deliberate panic (user code, then the logger)";
+
+/// Panics on `TRIGGER` on a `LOUD` thread, counting each time it does.
+struct PanickingLogger;
+
+static LOGGER_PANICS: AtomicUsize = AtomicUsize::new(0);
+
+impl log::Log for PanickingLogger {
+    fn enabled(&self, _: &log::Metadata<'_>) -> bool {
+        true
+    }
+    fn log(&self, record: &log::Record<'_>) {
+        let loud = std::thread::current().name() == Some(LOUD);
+        if loud && record.args().to_string().contains(TRIGGER) {
+            LOGGER_PANICS.fetch_add(1, SeqCst);
+            std::panic::panic_any(DELIBERATE);
+        }
+    }
+    fn flush(&self) {}
+}
+
+static LOGGER: PanickingLogger = PanickingLogger;
+
+fn init() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        log::set_logger(&LOGGER).unwrap();
+        log::set_max_level(log::LevelFilter::Trace);
+        let default = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            if info.payload().downcast_ref::<&str>() != Some(&DELIBERATE) {
+                default(info);
+            }
+        }));
+    });
+}
+
+/// A task's panic, reported by a logger that panics on the worker thread: the worker goes on.
+/// The logger's panic unwound the worker thread, which stopped the timer and lost the timeouts
+/// it held.
+#[test]
+fn a_logger_that_panics_on_the_worker_thread_does_not_stop_the_timer() {
+    init();
+    let timer = HashedWheelTimer::builder()
+        .tick_duration(ms(1))
+        .thread_name(LOUD)
+        .build()
+        .unwrap();
+    let logger_panics = LOGGER_PANICS.load(SeqCst);
+    let (tx, rx) = mpsc::channel();
+    timer
+        .new_timeout(|_: &Timeout| std::panic::panic_any(DELIBERATE), ms(1))
+        .unwrap();
+    timer
+        .new_timeout(move |_: &Timeout| tx.send(()).unwrap(), ms(5))
+        .unwrap();
+    assert!(
+        rx.recv_timeout(Duration::from_secs(30)).is_ok(),
+        "the later timeout fires"
+    );
+    assert!(!timer.is_stopped());
+    assert!(
+        LOGGER_PANICS.load(SeqCst) > logger_panics,
+        "the logger panicked"
+    );
+    assert_eq!(timer.stats().panicked, 1);
+}
+
+/// Counts its drops, and panics in its `Drop`.
+struct PanicsInDrop(Arc<AtomicUsize>);
+
+impl Drop for PanicsInDrop {
+    fn drop(&mut self) {
+        self.0.fetch_add(1, SeqCst);
+        std::panic::panic_any(DELIBERATE);
+    }
+}
+
+/// `stop()` on a thread whose logger panics on the report of a task's `Drop` that panicked:
+/// it returns every timeout, in the wheel and still queued, each task dropped once. The
+/// logger's panic unwound `stop()` at the first report.
+#[test]
+fn stop_returns_every_timeout_when_the_logger_panics_on_its_reports() {
+    init();
+    let (timer, driver) = HashedWheelTimer::builder()
+        .tick_duration(ms(1))
+        .build_manual()
+        .unwrap();
+    let drops = Arc::new(AtomicUsize::new(0));
+    let schedule = |timer: &HashedWheelTimer| {
+        let probe = PanicsInDrop(Arc::clone(&drops));
+        timer
+            .new_timeout(
+                move |_: &Timeout| {
+                    let _probe = &probe;
+                },
+                Duration::from_secs(60),
+            )
+            .unwrap()
+    };
+    let mut scheduled = vec![schedule(&timer), schedule(&timer)];
+    driver.advance(ms(1)); // those in the wheel
+    scheduled.extend([schedule(&timer), schedule(&timer)]); // and those still queued
+    let stopper = std::thread::Builder::new()
+        .name(LOUD.to_owned())
+        .spawn(move || {
+            let stopped = std::panic::catch_unwind(|| timer.stop().map(|r| r.len()));
+            (stopped.ok(), timer)
+        })
+        .unwrap();
+    let (returned, timer) = stopper.join().unwrap();
+    assert_eq!(returned, Some(Ok(4)), "stop() returned every timeout");
+    assert_eq!(drops.load(SeqCst), 4, "each task dropped once");
+    assert_eq!(timer.stats().panicked, 4);
+    assert!(scheduled.iter().all(Timeout::is_cancelled));
+}
