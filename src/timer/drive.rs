@@ -42,7 +42,8 @@ use std::time::Instant;
 /// A poll by a new task clones its context's waker (once: the `Drive`, the producers and
 /// `stop()` share that copy) and unwinds with that clone's panic, as any future would. Nothing
 /// has changed then: the `Drive` goes on with the task that polled it last, and can be polled
-/// again.
+/// again. The first poll panics, as [`HashedWheelTimer::start`](crate::HashedWheelTimer::start)
+/// does, if it cannot spawn the timer's thread.
 ///
 /// [`Builder::build_manual`]: crate::Builder::build_manual
 ///
