@@ -1,10 +1,10 @@
-//! Starting and stopping: the worker thread's lazy start, `stop()`, the owner dropped on the worker
-//! thread, the warning of too many live timers, and a runtime driver's turn. Owns the run state's moves
-//! (`INIT -> STARTED -> SHUTDOWN`, under `control`) and the worker's place: `Shared::worker`, under
-//! the lock each turn holds, taken out at `stop()`. It is kept there type-erased (`shared` is below
-//! `worker`); this module erases it and takes it back, and the thread's turn downcasts it in
-//! place (`worker/thread.rs`). Uses the shared state, the worker and
-//! `Timeout`.
+//! Starting and stopping: the worker thread's lazy start, `stop()`, the owner dropped on the
+//! worker thread, the warning of too many live timers, and a runtime driver's turn. Owns the run
+//! state's moves (`INIT -> STARTED -> SHUTDOWN`, under `control`) and the worker's place:
+//! `Shared::worker`, under the lock each turn holds, taken out at `stop()`. It is kept there
+//! type-erased (`shared` is below `worker`); this module erases it and takes it back, and the
+//! thread's turn downcasts it in place (`worker/thread.rs`). Uses the shared state, the worker
+//! and `Timeout`.
 
 use crate::shared::cells::CellRef;
 use crate::shared::{
