@@ -219,6 +219,26 @@ impl Builder {
     /// [`build_manual`](Builder::build_manual) for a typed timer
     /// ([`build_typed`](Builder::build_typed)).
     ///
+    /// ```
+    /// use hashed_timer_wheel::{HashedWheelTimer, Timeout, TypedTask};
+    /// use std::sync::mpsc::{channel, Sender};
+    /// use std::time::Duration;
+    ///
+    /// struct Expire(u64, Sender<u64>);
+    /// impl TypedTask for Expire {
+    ///     fn run(self, _: &Timeout<Self>) {
+    ///         let _ = self.1.send(self.0);
+    ///     }
+    /// }
+    ///
+    /// let (timer, driver) = HashedWheelTimer::builder().build_manual_typed::<Expire>()?;
+    /// let (tx, rx) = channel();
+    /// timer.new_timeout(Expire(7, tx), Duration::from_secs(1))?;
+    /// driver.advance(Duration::from_secs(2));
+    /// assert_eq!(rx.try_recv()?, 7);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
     /// # Errors
     /// As [`build`](Builder::build).
     pub fn build_manual_typed<T: TypedTask>(

@@ -16,6 +16,25 @@ use std::time::Duration;
 /// timeouts, the bucket). A task cannot advance its own timer (see
 /// [`advance`](ManualDriver::advance)); [`now`](ManualDriver::now) and
 /// [`current_tick`](ManualDriver::current_tick) work anywhere.
+///
+/// ```
+/// use hashed_timer_wheel::{HashedWheelTimer, Timeout};
+/// use std::sync::atomic::{AtomicBool, Ordering};
+/// use std::sync::Arc;
+/// use std::time::Duration;
+///
+/// let (timer, driver) = HashedWheelTimer::builder()
+///     .tick_duration(Duration::from_millis(10))
+///     .build_manual()?;
+/// let fired = Arc::new(AtomicBool::new(false));
+/// let f = Arc::clone(&fired);
+/// timer.new_timeout(move |_: &Timeout| f.store(true, Ordering::SeqCst), Duration::from_millis(25))?;
+/// driver.advance(Duration::from_millis(20)); // two ticks: not due yet
+/// assert!(!fired.load(Ordering::SeqCst));
+/// driver.advance(Duration::from_millis(10)); // the end of the tick the deadline falls in
+/// assert!(fired.load(Ordering::SeqCst));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub struct ManualDriver<J: Stored = BoxedTask> {
     pub(super) shared: Arc<Shared<J>>,
 }

@@ -80,6 +80,19 @@ impl Interval {
 
     /// [`tick`](Interval::tick) as a poll, for hand-written futures and streams.
     ///
+    /// ```
+    /// use hashed_timer_wheel::HashedWheelTimer;
+    /// use std::future::poll_fn;
+    /// use std::time::Duration;
+    ///
+    /// let timer = HashedWheelTimer::new(Duration::from_millis(1), 64);
+    /// let mut interval = timer.interval(Duration::from_millis(5));
+    /// futures::executor::block_on(async {
+    ///     poll_fn(|cx| interval.poll_tick(cx)).await.unwrap(); // the first tick: at once
+    ///     poll_fn(|cx| interval.poll_tick(cx)).await.unwrap(); // 5 ms later
+    /// });
+    /// ```
+    ///
     /// # Errors
     /// As [`tick`](Interval::tick).
     pub fn poll_tick(&mut self, cx: &mut Context<'_>) -> Poll<Result<Instant, TimerError>> {

@@ -164,6 +164,27 @@ impl Periodic {
 
 impl PeriodicTimeout {
     /// Cancels every future run (one under way finishes); `true` for the one call that cancelled.
+    ///
+    /// ```
+    /// use hashed_timer_wheel::{HashedWheelTimer, MissedRuns, PeriodicTimeout};
+    /// use std::time::Duration;
+    ///
+    /// let (timer, driver) = HashedWheelTimer::builder()
+    ///     .tick_duration(Duration::from_millis(10))
+    ///     .build_manual()?;
+    /// let every = Duration::from_millis(100);
+    /// let task =
+    ///     timer.schedule_at_fixed_rate(|_: &PeriodicTimeout| {}, every, every, MissedRuns::Skip)?;
+    /// for _ in 0..25 {
+    ///     driver.advance(Duration::from_millis(10)); // to 250 ms, a tick at a time
+    /// }
+    /// assert_eq!(task.runs(), 2); // at 100 and 200 ms
+    /// assert!(task.cancel() && !task.cancel());
+    /// assert!(task.is_cancelled());
+    /// driver.advance(Duration::from_secs(1));
+    /// assert_eq!(task.runs(), 2);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn cancel(&self) -> bool {
         let inner = &self.inner;
         let mut current = lock(&inner.current);
