@@ -3,7 +3,7 @@
 //! `shared` (plan, queues, clock) and `sync`; never the owner (`timer` spawns and joins this).
 
 use super::Worker;
-use crate::shared::{Shared, Stored, AWAKE, DRIVEN_GRACE_TICKS};
+use crate::shared::{log_caught, Shared, Stored, AWAKE, DRIVEN_GRACE_TICKS};
 use crate::sync::{lock, thread, Arc};
 
 /// A turn whenever one is due, then a sleep until the plan's tick ends. While a runtime's
@@ -145,14 +145,20 @@ impl<J: Stored> Drop for StopOnUnwind<'_, J> {
         if cfg!(loom) || !std::thread::panicking() {
             return;
         }
-        log::error!(
-            "the timer's worker thread panicked (a bug of hashed-timer-wheel): the timer is \
-             stopped, and the timeouts it held are lost"
-        );
         // Out of the live count first: a caller that sees the timer stopped sees it left too.
         self.0.leave_live_timer_count();
-        let _control = lock(&self.0.control);
-        self.0.mark_shutdown();
+        {
+            let _control = lock(&self.0.control);
+            self.0.mark_shutdown();
+        }
+        // Last, and caught: a logger's panic out of a `Drop` during the unwind aborts.
+        log_caught(
+            log::Level::Error,
+            format_args!(
+                "the timer's worker thread panicked (a bug of hashed-timer-wheel): the timer is \
+                 stopped, and the timeouts it held are lost"
+            ),
+        );
     }
 }
 
@@ -235,6 +241,49 @@ mod tests {
             panic!("a bug of the worker thread (simulated)");
         })
         .join();
+        assert!(unwound.is_err());
+        assert!(timer.is_stopped());
+        assert!(!timer.shared.in_live_timer_count());
+    }
+
+    /// The name of the threads on which [`PanicsOnReport`] panics.
+    const LOUD: &str = "loud-logger";
+
+    /// A process logger that panics on every record logged on a `LOUD` thread: user code.
+    struct PanicsOnReport;
+
+    impl log::Log for PanicsOnReport {
+        fn enabled(&self, _: &log::Metadata<'_>) -> bool {
+            true
+        }
+        fn log(&self, _: &log::Record<'_>) {
+            if std::thread::current().name() == Some(LOUD) {
+                panic!("the logger panics (on purpose)");
+            }
+        }
+        fn flush(&self) {}
+    }
+
+    /// A worker thread that unwinds, on a process whose logger panics on the report: the timer
+    /// is stopped all the same, and the process goes on. The report's panic escaped the guard's
+    /// `Drop` during the unwind, which aborted the process (every timer in it lost).
+    #[test]
+    fn a_worker_thread_that_unwinds_stops_its_timer_when_the_logger_panics() {
+        static LOGGER: PanicsOnReport = PanicsOnReport;
+        // The unit tests' only logger: other tests log on threads of other names.
+        if log::set_logger(&LOGGER).is_ok() {
+            log::set_max_level(log::LevelFilter::Error);
+        }
+        let timer = HashedWheelTimer::new(Duration::from_millis(100), 1);
+        let shared = Arc::clone(&timer.shared);
+        let unwound = std::thread::Builder::new()
+            .name(LOUD.to_owned())
+            .spawn(move || {
+                let _loud = StopOnUnwind(&shared);
+                panic!("a bug of the worker thread (simulated)");
+            })
+            .unwrap()
+            .join();
         assert!(unwound.is_err());
         assert!(timer.is_stopped());
         assert!(!timer.shared.in_live_timer_count());
