@@ -60,7 +60,10 @@
 //! - Deadlines come from the TSC, rounded up by about a microsecond: rarely a tick after Netty's.
 //! - **A timeout rounds away costs nothing while it waits**: it waits in a far slot (levels of
 //!   64, as in tokio's wheel) and enters its bucket a round ahead, where Netty walks every
-//!   entry of a bucket at each visit. Firing ticks and the order within a tick are Netty's.
+//!   entry of a bucket at each visit. Firing ticks are Netty's, and so is the order within a
+//!   tick (transfer order) of the timeouts one thread scheduled; across threads, the worker takes
+//!   the producers' queues (shards by thread) in turn, where Netty's one queue keeps the order of
+//!   the calls.
 //!
 //! # Beyond Netty
 //! - [`HashedWheelTimer::new_timeout_detached`]: a timeout with no [`Timeout`] handle.
