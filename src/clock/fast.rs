@@ -135,10 +135,13 @@ fn reread(
     if keeps_tsc() == Some(false) {
         trust.store(false, Ordering::Relaxed);
         read_at.store(u64::MAX, Ordering::Relaxed);
-        log::warn!(
-            "the kernel no longer keeps time with the TSC: new timeouts read the \
-             monotonic clock from now on"
-        );
+        // The process's logger is user code: its panic must not unwind the worker's turn.
+        let _ = std::panic::catch_unwind(|| {
+            log::warn!(
+                "the kernel no longer keeps time with the TSC: new timeouts read the \
+                 monotonic clock from now on"
+            );
+        });
     }
 }
 
@@ -406,6 +409,24 @@ mod tests {
         // Nothing calibrated, or refused: nothing to trust either way.
         assert!(trusted(Some(&None), &AtomicBool::new(true)).is_none());
         assert!(trusted(None, &AtomicBool::new(true)).is_none());
+    }
+
+    /// The turn that finds the TSC given up reports it; a logger that panics on the report
+    /// unwound the worker's turn, and so stopped the timer.
+    #[test]
+    fn a_logger_that_panics_on_the_tsc_report_does_not_unwind_the_turn() {
+        use crate::clock::loud_logger;
+        let withdrawn = std::sync::Arc::new(AtomicBool::new(true));
+        let w = std::sync::Arc::clone(&withdrawn);
+        let returned = loud_logger::on_a_loud_thread(move || {
+            let read_at = AtomicU64::new(0);
+            reread(&read_at, 0, 1_000_000_000, &w, || Some(false));
+        });
+        assert!(returned, "the turn went on");
+        assert!(
+            !withdrawn.load(Ordering::Relaxed),
+            "the TSC is given up all the same"
+        );
     }
 
     #[test]

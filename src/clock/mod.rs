@@ -228,6 +228,43 @@ cfg_not_tsc! {
     }
 }
 
+/// A process logger that panics on every record logged on a thread named [`LOUD`]: user code,
+/// which the crate's reports must survive. The unit tests' one logger (a process has one).
+#[cfg(test)]
+pub(crate) mod loud_logger {
+    /// The name of the threads on which the logger panics.
+    pub(crate) const LOUD: &str = "loud-logger";
+
+    struct PanicsOnReport;
+
+    impl log::Log for PanicsOnReport {
+        fn enabled(&self, _: &log::Metadata<'_>) -> bool {
+            true
+        }
+        fn log(&self, _: &log::Record<'_>) {
+            if std::thread::current().name() == Some(LOUD) {
+                panic!("the logger panics (on purpose)");
+            }
+        }
+        fn flush(&self) {}
+    }
+
+    /// Makes it the process's logger (once; later calls change nothing).
+    pub(crate) fn install() {
+        static LOGGER: PanicsOnReport = PanicsOnReport;
+        if log::set_logger(&LOGGER).is_ok() {
+            log::set_max_level(log::LevelFilter::Warn);
+        }
+    }
+
+    /// Runs `f` on a new thread named [`LOUD`]; whether it returned.
+    pub(crate) fn on_a_loud_thread(f: impl FnOnce() + Send + 'static) -> bool {
+        install();
+        let thread = std::thread::Builder::new().name(LOUD.to_owned());
+        thread.spawn(f).expect("a thread").join().is_ok()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -225,6 +225,7 @@ fn sleep_until_end_of<J: Stored>(shared: &Shared<J>, tick: u64) {
 #[cfg(test)]
 mod tests {
     use super::StopOnUnwind;
+    use crate::clock::loud_logger;
     use crate::sync::Arc;
     use crate::HashedWheelTimer;
     use std::time::Duration;
@@ -246,45 +247,18 @@ mod tests {
         assert!(!timer.shared.in_live_timer_count());
     }
 
-    /// The name of the threads on which [`PanicsOnReport`] panics.
-    const LOUD: &str = "loud-logger";
-
-    /// A process logger that panics on every record logged on a `LOUD` thread: user code.
-    struct PanicsOnReport;
-
-    impl log::Log for PanicsOnReport {
-        fn enabled(&self, _: &log::Metadata<'_>) -> bool {
-            true
-        }
-        fn log(&self, _: &log::Record<'_>) {
-            if std::thread::current().name() == Some(LOUD) {
-                panic!("the logger panics (on purpose)");
-            }
-        }
-        fn flush(&self) {}
-    }
-
     /// A worker thread that unwinds, on a process whose logger panics on the report: the timer
     /// is stopped all the same, and the process goes on. The report's panic escaped the guard's
     /// `Drop` during the unwind, which aborted the process (every timer in it lost).
     #[test]
     fn a_worker_thread_that_unwinds_stops_its_timer_when_the_logger_panics() {
-        static LOGGER: PanicsOnReport = PanicsOnReport;
-        // The unit tests' only logger: other tests log on threads of other names.
-        if log::set_logger(&LOGGER).is_ok() {
-            log::set_max_level(log::LevelFilter::Error);
-        }
         let timer = HashedWheelTimer::new(Duration::from_millis(100), 1);
         let shared = Arc::clone(&timer.shared);
-        let unwound = std::thread::Builder::new()
-            .name(LOUD.to_owned())
-            .spawn(move || {
-                let _loud = StopOnUnwind(&shared);
-                panic!("a bug of the worker thread (simulated)");
-            })
-            .unwrap()
-            .join();
-        assert!(unwound.is_err());
+        let returned = loud_logger::on_a_loud_thread(move || {
+            let _loud = StopOnUnwind(&shared);
+            panic!("a bug of the worker thread (simulated)");
+        });
+        assert!(!returned);
         assert!(timer.is_stopped());
         assert!(!timer.shared.in_live_timer_count());
     }
