@@ -350,5 +350,10 @@ fn over_settled(id: u32) {
 #[inline(never)]
 fn bookkeeping_bug(logged: &'static Once, message: std::fmt::Arguments<'_>) {
     debug_assert!(false, "{message}");
-    logged.call_once(|| log::error!("hashed-timer-wheel: {message} (a bug: please report it)"));
+    logged.call_once(|| {
+        crate::shared::log_caught(
+            log::Level::Error,
+            format_args!("hashed-timer-wheel: {message} (a bug: please report it)"),
+        );
+    });
 }
