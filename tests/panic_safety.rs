@@ -1513,3 +1513,41 @@ fn a_drive_poll_clones_a_new_tasks_waker_once() {
         .poll(&mut Context::from_waker(&waker))
         .is_ready());
 }
+
+/// Its next clone panics once armed.
+static QUEUE_TASK_BOMB: CloneBomb = CloneBomb::new(true);
+
+/// An insert that makes a `DelayQueue` wake sooner, while the waiting task's waker panics in
+/// its clone (as the queue's `Sleep` moves it to the sooner timeout): the insert returns its
+/// key, the panic is counted as the waker's (as its wake's and drop's are), and the task is
+/// woken to poll again, and gets the item on time. The panic unwound out of the insert, whose
+/// caller lost the key of an item it had inserted.
+#[test]
+fn a_delay_queue_insert_whose_waiting_wakers_clone_panics_returns_its_key() {
+    let (timer, driver) = manual_timer(ms(1));
+    let mut queue = DelayQueue::new(timer.handle());
+    queue.insert("later", ms(50));
+    let waker = QUEUE_TASK_BOMB.waker();
+    let mut cx = Context::from_waker(&waker);
+    assert!(queue.poll_expired(&mut cx).is_pending());
+    QUEUE_TASK_BOMB.armed.store(true, SeqCst);
+    let inserted = catch_unwind(AssertUnwindSafe(|| queue.insert("sooner", ms(5))));
+    let key = inserted.expect("the insert returns the key of the item it inserted");
+    assert_eq!(timer.stats().panicked, 1, "counted as the waker's");
+    assert!(
+        QUEUE_TASK_BOMB.woken.load(SeqCst) >= 1,
+        "woken to poll again"
+    );
+    assert!(queue.poll_expired(&mut cx).is_pending());
+    let woken = QUEUE_TASK_BOMB.woken.load(SeqCst);
+    driver.advance(ms(6));
+    assert!(
+        QUEUE_TASK_BOMB.woken.load(SeqCst) > woken,
+        "woken at the sooner deadline"
+    );
+    match queue.poll_expired(&mut cx) {
+        Poll::Ready(Some(item)) => assert_eq!(item.key(), key),
+        other => panic!("the sooner item: {:?}", other.map(|_| ())),
+    }
+    assert_eq!(queue.remove(&queue.peek().unwrap()).into_inner(), "later");
+}

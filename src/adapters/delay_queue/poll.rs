@@ -2,6 +2,7 @@
 //! deadline order, and the waking `Sleep`. Touches the slab, the wheel, the clock and `Sleep`.
 
 use super::{DelayQueue, Expired, Key, Slot, UNARMED};
+use crate::shared::catch_user_panic;
 use crate::wheel::NO_INDEX;
 use crate::{Sleep, TimerError};
 use std::future::Future;
@@ -114,7 +115,14 @@ impl<T> DelayQueue<T> {
         let now = shared.clock.now_upper();
         // Exempt from a pending limit: refused, the queue could only poll again at once.
         match self.sleep.as_mut() {
-            Some(sleep) => sleep.rearm(shared, deadline, now),
+            // The waiting task's waker moves to the new timeout as a clone, user code that may
+            // panic; the queue's caller (an insert's, a reset's) is not its owner. The move has
+            // woken the task to poll again, and the `Sleep` is armed: count the panic.
+            Some(sleep) => {
+                if !catch_user_panic(|| sleep.rearm(shared, deadline, now)) {
+                    shared.counters.user_code_panicked("a DelayQueue's waker");
+                }
+            }
             None => self.sleep = Some(Sleep::exempt_at(shared, deadline, now)),
         }
         self.armed = fire;
