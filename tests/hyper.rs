@@ -376,3 +376,42 @@ fn a_second_reset_after_the_first_timeout_expired_is_kept_at_the_pending_limit()
         "completed at once, long before its deadline"
     );
 }
+
+/// A sleep pushed back by hyper's `reset` to a deadline in the tick its timeout was armed for:
+/// completed at the end of that tick, as a sleep made for the new deadline would be. The
+/// timeout that expired at the end of that tick armed the rest of the wait, a deadline passed
+/// already, which the wheel took at the next tick: the sleep completed a tick later.
+#[test]
+fn a_reset_to_a_later_deadline_in_the_armed_tick_completes_at_that_ticks_end() {
+    use std::task::{Context, Poll, Waker};
+    let tick = Duration::from_millis(10);
+    let (timer, driver) = HashedWheelTimer::builder()
+        .tick_duration(tick)
+        .build_manual()
+        .unwrap();
+    let hyper_timer = HyperTimer::new(timer.handle());
+    let mut cx = Context::from_waker(Waker::noop());
+    let mut sleep = hyper_timer.sleep(Duration::from_millis(100));
+    assert!(sleep.as_mut().poll(&mut cx).is_pending());
+    // Pushed back within tick 10, [100 ms, 110 ms).
+    hyper_timer.reset(&mut sleep, Instant::now() + Duration::from_millis(105));
+    for _ in 0..10 {
+        driver.advance(tick);
+        assert_eq!(sleep.as_mut().poll(&mut cx), Poll::Pending, "never early");
+    }
+    driver.advance(tick);
+    assert_eq!(driver.now(), Duration::from_millis(110));
+    let elapsed = |sleep: &mut std::pin::Pin<Box<dyn hyper::rt::Sleep>>| {
+        let ours = sleep.as_mut().downcast_mut_pin::<HyperSleep>().unwrap();
+        ours.get_ref().is_elapsed()
+    };
+    assert!(elapsed(&mut sleep), "polling now completes it");
+    assert_eq!(
+        sleep.as_mut().poll(&mut cx),
+        Poll::Ready(()),
+        "complete at the end of its deadline's tick, not a tick later"
+    );
+    assert!(elapsed(&mut sleep));
+    driver.advance(tick);
+    assert_eq!(timer.pending_timeouts(), 0);
+}

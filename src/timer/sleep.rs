@@ -54,7 +54,8 @@ pub struct Sleep {
     /// Nanoseconds since the timer's origin.
     pub(super) deadline: u64,
     /// The deadline of the timeout in `scheduled`: before `deadline` after a reset to a later one,
-    /// which schedules nothing; the expiry then arms the rest (as tokio's timer extends an entry).
+    /// which schedules nothing; the expiry then arms the rest (as tokio's timer extends an entry),
+    /// unless the rest has passed too (the poll then sets it to `deadline`).
     armed_for: u64,
     /// This future has stored a waker in the armed timeout's slot (which an end may have taken
     /// since): a poll then compares before it clones.
@@ -139,8 +140,8 @@ impl Sleep {
     /// assert!(!timer.sleep(Duration::from_secs(5)).is_elapsed());
     /// ```
     pub fn is_elapsed(&self) -> bool {
-        self.deadline <= self.armed_for
-            && matches!(&self.scheduled, Scheduled::Armed(timeout) if timeout.is_expired())
+        matches!(&self.scheduled, Scheduled::Armed(timeout) if timeout.is_expired())
+            && (self.deadline <= self.armed_for || self.deadline <= self.shared().clock.now())
     }
 
     /// Moves the deadline to `deadline` (earlier or later), whether or not the sleep had completed;
@@ -264,9 +265,16 @@ impl Future for Sleep {
                     Poll::Pending
                 }
                 Some(End::Expired) if self.deadline > self.armed_for => {
-                    // Reset to a later deadline meanwhile: the rest of the wait, which passes a
-                    // pending limit as the wait goes on (`rearm`).
                     let shared = Arc::clone(self.shared());
+                    // Reset to a later deadline meanwhile, which has passed too (pushed back
+                    // within the armed tick, or polled late): done, by the worker's clock. A
+                    // timeout armed for it now would fire a tick after it.
+                    if self.deadline <= shared.clock.now() {
+                        self.armed_for = self.deadline;
+                        return Poll::Ready(Ok(()));
+                    }
+                    // Else the rest of the wait, which passes a pending limit as the wait goes
+                    // on (`rearm`).
                     let (deadline, now) = (self.deadline, shared.clock.now_upper());
                     self.rearm(&shared, deadline, now);
                     self.poll(cx)
