@@ -662,6 +662,21 @@ fn an_item_due_past_584_years_never_fires_even_with_the_clock_at_its_end() {
     assert_eq!(queue.len(), 3);
 }
 
+/// An insert into an empty queue wakes the task that saw it empty whatever the item's
+/// deadline: one past 584 years too (which never fires, but the queue holds it). With nothing
+/// armed, the queue compared that deadline with an armed tick of `u64::MAX` and woke nobody.
+#[test]
+fn an_insert_due_past_584_years_into_an_empty_queue_wakes_the_task_that_saw_it_empty() {
+    let (timer, _driver) = manual();
+    let mut queue = DelayQueue::new(timer.handle());
+    let (count, waker) = counter();
+    assert!(matches!(poll(&mut queue, &waker), Poll::Ready(None)));
+    queue.insert("never", Duration::MAX);
+    assert_eq!(wakes(&count), 1, "the insert into the empty queue wakes");
+    assert!(poll(&mut queue, &waker).is_pending(), "never fires");
+    assert_eq!(queue.len(), 1);
+}
+
 /// Drop counts of a set of [`Bomb`]s, and which of them goes off.
 struct Fuse {
     drops: Vec<AtomicUsize>,

@@ -186,8 +186,13 @@ impl<T> DelayQueue<T> {
     /// placed: the waiting task must hear of it by the end of its fire tick, at once if it is due.
     #[inline]
     fn wake_for(&mut self, deadline: u64, read: u64) {
-        if self.sleep.is_none() && self.waker.is_none() {
-            return; // nobody waits: the next poll looks at the wheel
+        if self.sleep.is_none() {
+            // Nothing armed: a waiting task (one that saw the queue empty) polls to arm it,
+            // whatever the deadline; with none, the next poll looks at the wheel.
+            if self.waker.is_some() {
+                self.wake_waiting();
+            }
+            return;
         }
         // Common case, no division or clock read: the item fires on or after the armed tick and
         // is not due (past its reading) or lies past that tick's end, whose `Sleep` wakes us.
@@ -204,8 +209,8 @@ impl<T> DelayQueue<T> {
     #[cold]
     #[inline(never)]
     fn wake_sooner(&mut self, deadline: u64) {
-        // Nothing armed, or the item is due: the waiting task looks at the wheel on its next poll.
-        if self.sleep.is_none() || deadline <= self.timer.shared.clock.now() {
+        // The item is due: the waiting task looks at the wheel on its next poll.
+        if deadline <= self.timer.shared.clock.now() {
             self.wake_waiting();
             return;
         }
