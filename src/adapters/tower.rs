@@ -79,7 +79,11 @@ impl<S> Layer<S> for TimeoutLayer {
 /// poll that finds the response pending. `poll_ready` and inner errors pass through, boxed.
 /// On a stopped timer a poll returns a ready response, and otherwise gives it up and fails with
 /// [`TimerError::Stopped`](crate::TimerError::Stopped), boxed; this is logged once (see
-/// [`TimeoutLayer`]).
+/// [`TimeoutLayer`]). At the timer's pending limit
+/// ([`Builder::max_pending_timeouts`](crate::Builder::max_pending_timeouts)), a call whose
+/// response is pending at its first poll fails with
+/// [`TimerError::TooManyPending`](crate::TimerError::TooManyPending), boxed, as a
+/// [`Deadline`] does.
 ///
 /// ```
 /// use hashed_timer_wheel::{HashedWheelTimer, TimeoutService};
