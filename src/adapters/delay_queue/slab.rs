@@ -94,36 +94,37 @@ impl<T> DelayQueue<T> {
     /// ```
     pub fn try_remove(&mut self, key: &Key) -> Option<Expired<T>> {
         self.slot_of(key)?;
-        let (value, deadline) = match self.slots.remove(key.index) {
+        let (value, deadline) = self.vacate(key);
+        if self.slots.live() == 0 {
+            self.emptied();
+        }
+        Some(Expired {
+            value,
+            deadline: self.timer.shared.clock.instant_parts(deadline),
+            key: *key,
+        })
+    }
+
+    /// Frees the item's slot and takes it out of the wheel or, expired, leaves a stale key.
+    fn vacate(&mut self, key: &Key) -> (T, u64) {
+        match self.free_slot(key.index) {
             Slot::Waiting { value, .. } => {
                 let deadline = self.wheel.deadline(key.index);
                 self.wheel.remove(key.index);
                 (value, deadline)
             }
-            // Expired: its key in `ready` goes stale.
             Slot::Ready {
                 value, deadline, ..
             } => {
                 self.drop_stale_front();
                 (value, deadline)
             }
-            Slot::Vacant { .. } => unreachable!("try_remove: the slot was checked"),
-        };
-        Some(self.taken(value, deadline, *key))
+            Slot::Vacant { .. } => unreachable!("vacate: the caller checked the slot"),
+        }
     }
 
-    /// The item just taken out of slot `key`, as an [`Expired`]; the last one empties the queue.
-    #[inline]
-    pub(super) fn taken(&mut self, value: T, deadline: u64, key: Key) -> Expired<T> {
-        let deadline = self.timer.shared.clock.instant_parts(deadline);
-        if self.slots.live() == 0 {
-            self.emptied();
-        }
-        Expired {
-            value,
-            deadline,
-            key,
-        }
+    pub(super) fn free_slot(&mut self, index: u32) -> Slot<T> {
+        self.slots.remove(index)
     }
 
     /// Whether `key` in `ready` names an expired item still there.
