@@ -1,24 +1,25 @@
 //! The process's logger is user code too: one that panics on the timer's reports (a caught panic
-//! of a task, of its `Drop`) goes unheard, and the timer goes on, on its worker thread and in
-//! `stop()` alike.
+//! of a task, of its `Drop`; a periodic task's run refused) goes unheard, and the timer goes on,
+//! on its worker thread and in `stop()` alike.
 //!
 //! A binary of its own: the logger is the process's.
 
 mod common;
 
 use common::ms;
-use hashed_timer_wheel::{HashedWheelTimer, Timeout};
+use hashed_timer_wheel::{HashedWheelTimer, MissedRuns, PeriodicTimeout, Timeout};
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 use std::sync::{mpsc, Arc, Once};
 use std::time::Duration;
 
 /// The threads on which the logger panics.
 const LOUD: &str = "loud-logger";
-/// What the logger panics on: the report of a caught panic of user code.
-const TRIGGER: &str = "panicked; the timer goes on";
+/// What the logger panics on: the report of a caught panic of user code, and of a periodic
+/// task's run refused.
+const TRIGGERS: [&str; 2] = ["panicked; the timer goes on", "its schedule ends"];
 const DELIBERATE: &str = "deliberate panic (user code, then the logger)";
 
-/// Panics on `TRIGGER` on a `LOUD` thread, counting each time it does.
+/// Panics on `TRIGGERS` on a `LOUD` thread, counting each time it does.
 struct PanickingLogger;
 
 static LOGGER_PANICS: AtomicUsize = AtomicUsize::new(0);
@@ -29,7 +30,8 @@ impl log::Log for PanickingLogger {
     }
     fn log(&self, record: &log::Record<'_>) {
         let loud = std::thread::current().name() == Some(LOUD);
-        if loud && record.args().to_string().contains(TRIGGER) {
+        let message = record.args().to_string();
+        if loud && TRIGGERS.iter().any(|t| message.contains(t)) {
             LOGGER_PANICS.fetch_add(1, SeqCst);
             std::panic::panic_any(DELIBERATE);
         }
@@ -131,4 +133,49 @@ fn stop_returns_every_timeout_when_the_logger_panics_on_its_reports() {
     assert_eq!(drops.load(SeqCst), 4, "each task dropped once");
     assert_eq!(timer.stats().panicked, 4);
     assert!(scheduled.iter().all(Timeout::is_cancelled));
+}
+
+/// A periodic task whose next run the pending limit refuses, on a worker thread whose logger
+/// panics on that report: the schedule ends, as the report says, and nothing counts as a
+/// panic of user code. The logger's panic unwound the run before the schedule noted its end.
+#[test]
+fn a_periodic_run_refused_with_a_logger_that_panics_ends_its_schedule() {
+    init();
+    let timer = HashedWheelTimer::builder()
+        .tick_duration(ms(1))
+        .thread_name(LOUD)
+        .max_pending_timeouts(1)
+        .build()
+        .unwrap();
+    let logger_panics = LOGGER_PANICS.load(SeqCst);
+    let (tx, rx) = mpsc::channel();
+    let periodic = timer
+        .schedule_at_fixed_rate(
+            move |p: &PeriodicTimeout| {
+                // Fills the limit: the next run is refused.
+                let held = p
+                    .timer()
+                    .new_timeout(|_: &Timeout| {}, Duration::from_secs(60));
+                tx.send(held.is_ok()).unwrap();
+            },
+            ms(1),
+            ms(1),
+            MissedRuns::Skip,
+        )
+        .unwrap();
+    assert_eq!(rx.recv_timeout(Duration::from_secs(30)), Ok(true));
+    let started = std::time::Instant::now();
+    while !periodic.is_cancelled() {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "the schedule never ended"
+        );
+        std::thread::sleep(ms(1));
+    }
+    assert_eq!(periodic.runs(), 1);
+    assert_eq!(timer.stats().panicked, 0, "no user code panicked");
+    assert!(
+        LOGGER_PANICS.load(SeqCst) > logger_panics,
+        "the logger panicked"
+    );
 }

@@ -295,7 +295,10 @@ where
             Ok(timeout) => Some(timeout),
             Err(TimerError::Stopped) => None,
             Err(e) => {
-                log::warn!("a periodic task's next run was refused ({e}): its schedule ends");
+                crate::shared::log_caught(
+                    log::Level::Warn,
+                    format_args!("a periodic task's next run was refused ({e}): its schedule ends"),
+                );
                 None
             }
         };
