@@ -7,7 +7,7 @@
 mod common;
 
 use common::ms;
-use hashed_timer_wheel::{HashedWheelTimer, MissedRuns, PeriodicTimeout, Timeout};
+use hashed_timer_wheel::{Builder, HashedWheelTimer, MissedRuns, PeriodicTimeout, Timeout};
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 use std::sync::{mpsc, Arc, Once};
 use std::time::Duration;
@@ -55,17 +55,22 @@ fn init() {
     });
 }
 
+/// A timer of 1 ms ticks from `builder`, its worker thread `LOUD`, the logger installed.
+fn loud_timer(builder: Builder) -> HashedWheelTimer {
+    init();
+    builder
+        .tick_duration(ms(1))
+        .thread_name(LOUD)
+        .build()
+        .unwrap()
+}
+
 /// A task's panic, reported by a logger that panics on the worker thread: the worker goes on.
 /// The logger's panic unwound the worker thread, which stopped the timer and lost the timeouts
 /// it held.
 #[test]
 fn a_logger_that_panics_on_the_worker_thread_does_not_stop_the_timer() {
-    init();
-    let timer = HashedWheelTimer::builder()
-        .tick_duration(ms(1))
-        .thread_name(LOUD)
-        .build()
-        .unwrap();
+    let timer = loud_timer(HashedWheelTimer::builder());
     let logger_panics = LOGGER_PANICS.load(SeqCst);
     let (tx, rx) = mpsc::channel();
     timer
@@ -140,13 +145,7 @@ fn stop_returns_every_timeout_when_the_logger_panics_on_its_reports() {
 /// panic of user code. The logger's panic unwound the run before the schedule noted its end.
 #[test]
 fn a_periodic_run_refused_with_a_logger_that_panics_ends_its_schedule() {
-    init();
-    let timer = HashedWheelTimer::builder()
-        .tick_duration(ms(1))
-        .thread_name(LOUD)
-        .max_pending_timeouts(1)
-        .build()
-        .unwrap();
+    let timer = loud_timer(HashedWheelTimer::builder().max_pending_timeouts(1));
     let logger_panics = LOGGER_PANICS.load(SeqCst);
     let (tx, rx) = mpsc::channel();
     let periodic = timer

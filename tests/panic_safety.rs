@@ -1439,6 +1439,17 @@ fn stop_wakes_a_drive_whose_task_waker_panics_in_its_clone() {
     STOPPED_DRIVE_BOMB.armed.store(false, SeqCst);
 }
 
+/// A `Drive` of `timer` on a runtime whose sleeps never end, polled once by a task whose waker
+/// does nothing.
+fn drive_polled_once(timer: &HashedWheelTimer) -> Pin<Box<impl Future<Output = ()> + use<>>> {
+    let mut drive = Box::pin(timer.drive(|_| std::future::pending::<()>()));
+    assert!(drive
+        .as_mut()
+        .poll(&mut Context::from_waker(Waker::noop()))
+        .is_pending());
+    drive
+}
+
 /// Its next clone panics once armed.
 static NEW_DRIVE_TASK_BOMB: CloneBomb = CloneBomb::new(true);
 
@@ -1448,11 +1459,7 @@ static NEW_DRIVE_TASK_BOMB: CloneBomb = CloneBomb::new(true);
 #[test]
 fn a_drive_poll_whose_waker_panics_in_its_clone_unwinds_and_leaves_it_usable() {
     let timer = started_timer(10);
-    let mut drive = Box::pin(timer.drive(|_| std::future::pending::<()>()));
-    assert!(drive
-        .as_mut()
-        .poll(&mut Context::from_waker(Waker::noop()))
-        .is_pending());
+    let mut drive = drive_polled_once(&timer);
     let waker = NEW_DRIVE_TASK_BOMB.waker();
     NEW_DRIVE_TASK_BOMB.armed.store(true, SeqCst);
     let polled = catch_unwind(AssertUnwindSafe(|| {
@@ -1487,11 +1494,7 @@ fn a_drive_poll_whose_waker_panics_in_its_clone_unwinds_and_leaves_it_usable() {
 #[test]
 fn a_drive_poll_clones_a_new_tasks_waker_once() {
     let timer = started_timer(10);
-    let mut drive = Box::pin(timer.drive(|_| std::future::pending::<()>()));
-    assert!(drive
-        .as_mut()
-        .poll(&mut Context::from_waker(Waker::noop()))
-        .is_pending());
+    let mut drive = drive_polled_once(&timer);
     let clones = Arc::new(AtomicUsize::new(0));
     let counted = Arc::clone(&clones);
     let waker = common::calling_back_waker(
