@@ -172,7 +172,7 @@ fn tighten_timer_slack(tick_nanos: u64) {
     let current = rustix::thread::current_timer_slack().unwrap_or(DEFAULT_SLACK_NANOS);
     if wanted < current {
         if let Err(e) = rustix::thread::set_current_timer_slack(std::num::NonZeroU64::new(wanted)) {
-            crate::shared::log_caught(
+            log_caught(
                 log::Level::Debug,
                 format_args!("the worker's timer slack stays at {current} ns: {e}"),
             );
