@@ -1092,6 +1092,51 @@ fn a_sleep_reset_whose_waker_panics_in_its_clone_wakes_the_task() {
     assert_eq!(timer.pending_timeouts(), 0);
 }
 
+/// Its next clone panics once armed: the interval's test's own, as tests run in parallel.
+static INTERVAL_CLONE_BOMB: CloneBomb = CloneBomb::new(true);
+
+/// An `Interval` reset while its task waits, whose waker panics as the new timeout keeps a
+/// clone: the reset holds (the next tick is a period after it) and the task is woken before
+/// the panic goes on. The interval kept its old deadline while its sleep waited on the new
+/// one, so that the next poll past the old deadline ticked there: the reset was lost.
+#[test]
+fn an_interval_reset_whose_waker_panics_in_its_clone_keeps_the_reset() {
+    let (timer, driver) = manual_timer(ms(1));
+    let waker = INTERVAL_CLONE_BOMB.waker();
+    let mut cx = Context::from_waker(&waker);
+    let mut interval = timer.interval(ms(100));
+    assert!(interval.poll_tick(&mut cx).is_ready(), "the first, at once");
+    assert!(
+        interval.poll_tick(&mut cx).is_pending(),
+        "the next at 100 ms"
+    );
+    driver.advance(ms(50));
+    INTERVAL_CLONE_BOMB.armed.store(true, SeqCst);
+    assert!(catch_unwind(AssertUnwindSafe(|| interval.reset())).is_err());
+    assert_eq!(
+        INTERVAL_CLONE_BOMB.woken.load(SeqCst),
+        1,
+        "woken to poll again"
+    );
+    assert!(interval.poll_tick(&mut cx).is_pending());
+    driver.advance(ms(70)); // 120 ms: past the deadline before the reset
+    assert!(
+        interval.poll_tick(&mut cx).is_pending(),
+        "the reset holds: the next tick is at 150 ms"
+    );
+    driver.advance(ms(35)); // 155 ms
+    assert!(
+        INTERVAL_CLONE_BOMB.woken.load(SeqCst) >= 2,
+        "woken at the new deadline"
+    );
+    assert!(matches!(interval.poll_tick(&mut cx), Poll::Ready(Ok(_))));
+    assert!(
+        interval.poll_tick(&mut cx).is_pending(),
+        "the next at 250 ms"
+    );
+    assert_eq!(timer.pending_timeouts(), 1);
+}
+
 /// A panic payload whose own `Drop` panics (`panic_any` of such a value).
 struct PanickingPayload;
 

@@ -99,7 +99,7 @@ impl Interval {
         let due = self.due;
         if self.sleep.refused_at_limit() {
             // The limit may have room now: a poll never returns an earlier poll's refusal.
-            self.rearm(due);
+            self.arm(due);
         }
         match Pin::new(&mut self.sleep).poll(cx) {
             Poll::Ready(Ok(())) => {}
@@ -110,7 +110,11 @@ impl Interval {
         }
         let tick = self.sleep.shared().tick_nanos;
         let period = duration_to_nanos(self.period);
-        self.rearm(next_due(due, period, self.missed, self.now(), tick));
+        let next = next_due(due, period, self.missed, self.now(), tick);
+        // Armed first: a waker whose clone panics in the re-arm unwinds with `due` kept, and
+        // the next poll, finding it passed, takes this tick.
+        self.arm(next);
+        self.due = next;
         let at = self.sleep.shared().clock.instant_at(due);
         let before = Duration::from_nanos(self.before_origin);
         Poll::Ready(Ok(at.checked_sub(before).unwrap_or(at)))
@@ -123,16 +127,22 @@ impl Interval {
         now.saturating_add(self.before_origin).min(u64::MAX - 1)
     }
 
-    /// Arms the tick due at `due` on the schedule's time.
-    fn rearm(&mut self, due: u64) {
+    /// Arms the sleep for the tick due at `due` on the schedule's time; the caller keeps `due`.
+    /// Unwinds with the panic of a waker whose clone panics as it moves to the new timeout
+    /// (`Sleep::rearm`), with the sleep armed and the task woken.
+    fn arm(&mut self, due: u64) {
         let shared = Arc::clone(self.sleep.shared());
         let deadline = due.saturating_sub(self.before_origin);
         self.sleep
             .rearm(&shared, deadline, shared.clock.now_upper());
-        self.due = due;
     }
 
     /// Starts the schedule again: the next tick a period from now.
+    ///
+    /// # Panics
+    /// If the waiting task's waker panics when cloned, as it moves to the new deadline, that
+    /// panic goes on once the reset is done (as [`Sleep::reset`]'s): the next tick is a period
+    /// from now all the same, and the task is woken to poll again.
     ///
     /// ```
     /// # use hashed_timer_wheel::HashedWheelTimer;
@@ -143,10 +153,12 @@ impl Interval {
     /// ```
     pub fn reset(&mut self) {
         let now = self.sleep.shared().clock.now_upper();
-        self.rearm(
-            now.saturating_add(self.before_origin)
-                .saturating_add(duration_to_nanos(self.period)),
-        );
+        let due = now
+            .saturating_add(self.before_origin)
+            .saturating_add(duration_to_nanos(self.period));
+        // Kept before the sleep is armed: the arm may unwind with the waker's panic.
+        self.due = due;
+        self.arm(due);
     }
 
     /// The period, as given.
