@@ -808,6 +808,39 @@ fn an_interval_catches_up_as_its_policy_says() {
     }
 }
 
+/// A tick taken late by less than a period (polled 30 ms after its deadline, more than the tick
+/// of slack): `Delay` counts the next from when the late tick is taken, as tokio's
+/// `MissedTickBehavior::Delay` does whenever a tick is late; `Burst` and `Skip` keep the
+/// schedule, as tokio's do, since no tick was missed. `Delay` kept the schedule too, shifting
+/// it only once a whole period had been missed.
+#[test]
+fn an_interval_delays_its_schedule_after_a_tick_taken_late() {
+    use hashed_timer_wheel::MissedRuns;
+    let period = Duration::from_millis(100);
+    for (missed, expected) in [
+        (MissedRuns::Burst, vec![0, 130, 200, 300]),
+        (MissedRuns::Skip, vec![0, 130, 200, 300]),
+        (MissedRuns::Delay, vec![0, 130, 230, 330]),
+    ] {
+        let (timer, driver) = manual();
+        let (_, waker) = counter();
+        let mut interval = timer.interval(period);
+        interval.set_missed_runs(missed);
+        let mut cx = Context::from_waker(&waker);
+        assert!(interval.poll_tick(&mut cx).is_ready()); // the first, at once
+        driver.advance(Duration::from_millis(130)); // the tick due at 100 ms, taken at 130
+        let mut at = vec![Duration::ZERO];
+        at.extend(ticks_until(
+            &mut interval,
+            &driver,
+            &waker,
+            Duration::from_millis(390),
+        ));
+        let ms: Vec<u64> = at.iter().map(|d| d.as_millis() as u64).collect();
+        assert_eq!(ms, expected, "{missed:?}");
+    }
+}
+
 /// An interval refused at the pending limit arms its tick again at the next poll: once the
 /// limit has room, that poll arms it, and it completes at its deadline. The poll after a
 /// refusal returned the refusal its re-arm had made at once, a stale `TooManyPending` after

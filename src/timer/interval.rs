@@ -1,6 +1,6 @@
 //! An async interval on the wheel (tokio's `Interval`): [`Interval`], whose ticks are a [`Sleep`]
-//! re-armed at each next deadline (`periodic::next_due`, shared with the periodic tasks). Uses
-//! those and the shared state's clock.
+//! re-armed at each next deadline (`periodic::next_due`, shared with the periodic tasks, but for
+//! `MissedRuns::Delay`, which follows tokio's). Uses those and the shared state's clock.
 
 use super::periodic::next_due;
 use super::sleep::Sleep;
@@ -18,7 +18,8 @@ use std::time::{Duration, Instant};
 /// `start + k * period`, never early, at most about a tick late, no drift. Made by
 /// [`HashedWheelTimer::interval`] and [`HashedWheelTimer::interval_at`].
 ///
-/// Missed ticks follow the [`MissedRuns`] policy, [`MissedRuns::Burst`] by default as in tokio.
+/// A tick taken late follows the [`MissedRuns`] policy, [`MissedRuns::Burst`] by default, as in
+/// tokio (`Delay` counts the next from when the late tick is taken).
 /// [`tick`](Interval::tick) is cancel-safe. Dropping the interval cancels its timeout; once the
 /// timer stops, `tick` completes with `Err(`[`TimerError::Stopped`]`)`.
 ///
@@ -108,9 +109,7 @@ impl Interval {
             Poll::Pending => return Poll::Pending,
             Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
         }
-        let tick = self.sleep.shared().tick_nanos;
-        let period = duration_to_nanos(self.period);
-        let next = next_due(due, period, self.missed, self.now(), tick);
+        let next = self.next_after(due);
         // Armed first: a waker whose clone panics in the re-arm unwinds with `due` kept, and
         // the next poll, finding it passed, takes this tick.
         self.arm(next);
@@ -118,6 +117,19 @@ impl Interval {
         let at = self.sleep.shared().clock.instant_at(due);
         let before = Duration::from_nanos(self.before_origin);
         Poll::Ready(Ok(at.checked_sub(before).unwrap_or(at)))
+    }
+
+    /// The deadline of the tick after the one due at `due`, taken now (see [`MissedRuns`]).
+    fn next_after(&self, due: u64) -> u64 {
+        let tick = self.sleep.shared().tick_nanos;
+        let period = duration_to_nanos(self.period);
+        let now = self.now();
+        match self.missed {
+            // tokio's `Delay`: a tick taken late (past the tick of slack that every timeout may
+            // take) moves the schedule to count from now, whether or not a tick was missed.
+            MissedRuns::Delay if now.saturating_sub(due) > tick => now.saturating_add(period),
+            missed => next_due(due, period, missed, now, tick),
+        }
     }
 
     /// The clock's now on the schedule's time, short of `u64::MAX`: a saturated deadline (past

@@ -12,11 +12,24 @@ use std::fmt;
 use std::panic::AssertUnwindSafe;
 use std::time::Duration;
 
-/// What a fixed-rate task does about runs it missed (the worker late, or a run longer than a
-/// period): tokio's `MissedTickBehavior`; Java's `scheduleAtFixedRate` is [`MissedRuns::Burst`].
-/// A run (or an [`Interval`](crate::Interval)'s tick) that fires up to a tick after its
-/// deadline, as every timeout may, misses nothing: a period of one tick runs on every tick under
-/// each policy.
+/// What a fixed-rate task or an [`Interval`](crate::Interval) does about a late run or tick (the
+/// worker late, a run longer than a period, a task that polls late): tokio's
+/// `MissedTickBehavior`; Java's `scheduleAtFixedRate` is [`MissedRuns::Burst`].
+///
+/// Lateness of up to a tick, which every timeout may take, counts as on time (tokio allows
+/// 5 ms): a period of one tick runs on every tick under each policy. Past that, with a run or
+/// tick due at `due`, a period `period` and the timer's tick duration `tick`:
+///
+/// - **A fixed-rate task** ([`schedule_at_fixed_rate`](HashedWheelTimer::schedule_at_fixed_rate))
+///   chooses its next run when a run returns, at `now`. If `due + period` is later than
+///   `now - tick`, no run was missed and that is the next under every policy; else the policy
+///   chooses. Its `Delay` differs from tokio's twice: it counts from when the late run
+///   returned, not from when it started (the wait never overlaps the run, as in Java's
+///   `scheduleWithFixedDelay`), and it shifts the schedule only once a run was missed, where
+///   tokio's shifts it after any late tick.
+/// - **An `Interval`** chooses its next tick when a tick is taken (a poll returns it), at
+///   `now`, as tokio's does: `Burst` and `Skip` as above, and `Delay` moves the schedule to
+///   `now + period` after any tick taken more than a tick late.
 ///
 /// ```
 /// use hashed_timer_wheel::{HashedWheelTimer, MissedRuns};
@@ -31,14 +44,19 @@ use std::time::Duration;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum MissedRuns {
-    /// Run the missed ones back to back until caught up; the schedule does not move. Runs come
-    /// at most one a tick, so with a period shorter than the tick they never catch up and fall
-    /// further behind: use `Skip` or `Delay` there.
+    /// Run the missed ones back to back until caught up: the next is always `due + period`,
+    /// and the schedule does not move (as tokio's `Burst`). Runs come at most one a tick, so
+    /// with a period shorter than the tick they never catch up and fall further behind: use
+    /// `Skip` or `Delay` there.
     #[default]
     Burst,
-    /// Skip them: the next run is the first of the original schedule still ahead.
+    /// Skip them: the next is the first of `due + k * period` later than `now - tick` (due at
+    /// once if it lies within the last tick), and the schedule does not move. tokio's `Skip`
+    /// takes the first later than `now`.
     Skip,
-    /// Shift the schedule: the next run is a period after the late one.
+    /// Shift the schedule: the next is `now + period`, and the schedule goes on from there. For
+    /// a fixed-rate task, `now` is when the late run returned, and only a missed run shifts
+    /// it; for an `Interval`, when the late tick is taken, as in tokio's `Delay`.
     Delay,
 }
 
