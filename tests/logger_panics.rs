@@ -14,9 +14,13 @@ use std::time::Duration;
 
 /// The threads on which the logger panics.
 const LOUD: &str = "loud-logger";
-/// What the logger panics on: the report of a caught panic of user code, and of a periodic
-/// task's run refused.
-const TRIGGERS: [&str; 2] = ["panicked; the timer goes on", "its schedule ends"];
+/// What the logger panics on: the report of a caught panic of user code, of a periodic task's
+/// run refused, and of an adapter built or called on a stopped timer.
+const TRIGGERS: [&str; 3] = [
+    "panicked; the timer goes on",
+    "its schedule ends",
+    "on a stopped timer",
+];
 const DELIBERATE: &str = "deliberate panic (user code, then the logger)";
 
 /// Panics on `TRIGGERS` on a `LOUD` thread, counting each time it does.
@@ -177,4 +181,47 @@ fn a_periodic_run_refused_with_a_logger_that_panics_ends_its_schedule() {
         LOGGER_PANICS.load(SeqCst) > logger_panics,
         "the logger panicked"
     );
+}
+
+/// A tower service on a stopped timer, built and called on a thread whose logger panics on the
+/// report of it: the service is built, and the call fails with `Stopped` as its docs say. The
+/// logger's panic unwound `TimeoutService::new`, and in `call` dropped the request before the
+/// inner service saw it.
+#[cfg(feature = "tower")]
+#[test]
+fn a_tower_service_on_a_stopped_timer_with_a_logger_that_panics_fails_its_calls() {
+    use hashed_timer_wheel::{TimeoutService, TimerError};
+    use std::future::Future;
+    use std::task::{Context, Poll, Waker};
+    use tower::Service;
+    init();
+    let timer = HashedWheelTimer::new(ms(1), 64);
+    let handle = timer.handle();
+    drop(timer);
+    let caller = std::thread::Builder::new().name(LOUD.to_owned());
+    let (served, outcome) = caller
+        .spawn(move || {
+            let served = Arc::new(AtomicUsize::new(0));
+            let s = Arc::clone(&served);
+            let inner = tower::service_fn(move |()| {
+                s.fetch_add(1, SeqCst);
+                std::future::pending::<Result<(), std::convert::Infallible>>()
+            });
+            let mut service = TimeoutService::new(inner, handle, ms(5));
+            let mut response = std::pin::pin!(service.call(()));
+            let polled = response
+                .as_mut()
+                .poll(&mut Context::from_waker(Waker::noop()));
+            let outcome = match polled {
+                Poll::Ready(Err(e)) => e.downcast_ref::<TimerError>().cloned(),
+                _ => None,
+            };
+            (served.load(SeqCst), outcome)
+        })
+        .unwrap()
+        .join()
+        .expect("neither the service's making nor its call unwinds");
+    assert_eq!(served, 1, "the inner service got the request");
+    assert_eq!(outcome, Some(TimerError::Stopped));
+    assert!(LOGGER_PANICS.load(SeqCst) > 0, "the logger panicked");
 }

@@ -10,6 +10,7 @@ pub(crate) mod hyper;
 #[cfg(feature = "tower")]
 pub(crate) mod tower;
 
+use crate::shared::log_caught;
 use crate::sync::{process::AtomicBool, Ordering};
 use crate::TimerHandle;
 
@@ -45,14 +46,17 @@ impl StoppedTimer {
     fn log(&self) {
         // Relaxed: the flag orders nothing; the swap lets one thread log.
         if !self.logged.swap(true, Ordering::Relaxed) {
-            log::error!(
-                "{} on a stopped timer: {}. The likely cause: the timer's owner, the \
-                 HashedWheelTimer, was dropped (a TimerHandle does not keep it alive); keep it \
-                 alive for as long as the {} is used, and stop it after the server. \
-                 Logged once per process.",
-                self.adapter,
-                self.effect,
-                self.adapter,
+            // Caught: a logger that panics would unwind the adapter's caller (a call, with its
+            // request unserved) instead of its failing as documented.
+            log_caught(
+                log::Level::Error,
+                format_args!(
+                    "{} on a stopped timer: {}. The likely cause: the timer's owner, the \
+                     HashedWheelTimer, was dropped (a TimerHandle does not keep it alive); keep \
+                     it alive for as long as the {} is used, and stop it after the server. \
+                     Logged once per process.",
+                    self.adapter, self.effect, self.adapter,
+                ),
             );
         }
     }
