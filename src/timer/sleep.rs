@@ -148,6 +148,11 @@ impl Sleep {
     /// a waiting task is woken at the new one. For idle detection: reset on every message. On a
     /// stopped timer the sleep completes with the error; at a pending limit, see [`Sleep`].
     ///
+    /// # Panics
+    /// If the waiting task's waker panics when cloned, as it moves to the new deadline, that
+    /// panic goes on once the reset is done: the sleep is due at the new deadline all the same,
+    /// and the task is woken to poll again.
+    ///
     /// ```
     /// # use hashed_timer_wheel::HashedWheelTimer;
     /// # use std::time::{Duration, Instant};
@@ -164,6 +169,9 @@ impl Sleep {
 
     /// [`reset`](Sleep::reset) to `delay` from now, on the timer's own clock (cheaper than
     /// `Instant::now()`).
+    ///
+    /// # Panics
+    /// As [`reset`](Sleep::reset).
     ///
     /// ```
     /// # use hashed_timer_wheel::HashedWheelTimer;
