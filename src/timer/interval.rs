@@ -110,8 +110,8 @@ impl Interval {
             Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
         }
         let next = self.next_after(due);
-        // Armed first: a waker whose clone panics in the re-arm unwinds with `due` kept, and
-        // the next poll, finding it passed, takes this tick.
+        // Armed first: a waker whose clone panics in the re-arm unwinds with `due` kept, so
+        // that this tick is not lost: a poll takes it once the sleep is due again.
         self.arm(next);
         self.due = next;
         let at = self.sleep.shared().clock.instant_at(due);
