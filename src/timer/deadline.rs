@@ -309,23 +309,68 @@ impl TimerRef {
 }
 
 impl<F> Deadline<F> {
-    /// The inner future.
+    /// The inner future, by reference.
+    ///
+    /// ```
+    /// # use hashed_timer_wheel::HashedWheelTimer;
+    /// # use std::time::Duration;
+    /// let timer = HashedWheelTimer::new(Duration::from_millis(1), 64);
+    /// let sleep = timer.sleep(Duration::from_secs(60));
+    /// let at = sleep.deadline();
+    /// let call = timer.timeout(Duration::from_secs(1), sleep);
+    /// assert_eq!(call.get_ref().deadline(), at);
+    /// ```
     pub fn get_ref(&self) -> &F {
         &self.future
     }
 
     /// The inner future, mutably.
+    ///
+    /// ```
+    /// # use futures::FutureExt;
+    /// # use hashed_timer_wheel::HashedWheelTimer;
+    /// # use std::time::Duration;
+    /// let (timer, driver) = HashedWheelTimer::builder().build_manual()?;
+    /// let mut call = timer.timeout(Duration::from_secs(10), timer.sleep(Duration::from_secs(60)));
+    /// call.get_mut().reset_after(Duration::from_secs(1)); // the inner sleep, sooner
+    /// driver.advance(Duration::from_secs(2));
+    /// assert_eq!(call.now_or_never(), Some(Ok(Ok(()))));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn get_mut(&mut self) -> &mut F {
         &mut self.future
     }
 
-    /// The inner future; the deadline is cancelled (if it was ever scheduled).
+    /// The inner future, taken out; the deadline is cancelled (if it was ever scheduled).
+    ///
+    /// ```
+    /// # use futures::FutureExt;
+    /// # use hashed_timer_wheel::HashedWheelTimer;
+    /// # use std::time::Duration;
+    /// let (timer, driver) = HashedWheelTimer::builder().build_manual()?;
+    /// let mut call = timer.timeout(Duration::from_secs(1), std::future::pending::<u32>());
+    /// assert!((&mut call).now_or_never().is_none()); // pending: the deadline is scheduled
+    /// assert_eq!(timer.pending_timeouts(), 1);
+    /// let _inner: std::future::Pending<u32> = call.into_inner();
+    /// driver.advance(Duration::from_millis(100)); // one tick: the cancellation is processed
+    /// assert_eq!(timer.pending_timeouts(), 0);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn into_inner(self) -> F {
         self.future
     }
 
     /// When the deadline is ([`Sleep::deadline`]). Before the first pending poll, `timeout` gives
     /// the deadline it would get now; if the timer was stopped or dropped meanwhile, now.
+    ///
+    /// ```
+    /// # use hashed_timer_wheel::HashedWheelTimer;
+    /// # use std::time::{Duration, Instant};
+    /// let timer = HashedWheelTimer::new(Duration::from_millis(1), 64);
+    /// let before = Instant::now();
+    /// let call = timer.timeout(Duration::from_secs(5), std::future::pending::<()>());
+    /// assert!(call.deadline() >= before + Duration::from_secs(5)); // never early
+    /// ```
     pub fn deadline(&self) -> Instant {
         match &self.wait {
             Wait::Armed(sleep) => sleep.deadline(),

@@ -71,6 +71,20 @@ impl Interval {
 
     /// Completes at the next tick's deadline (at once if it has passed), with that deadline.
     ///
+    /// ```
+    /// use futures::FutureExt;
+    /// use hashed_timer_wheel::HashedWheelTimer;
+    /// use std::time::Duration;
+    ///
+    /// let (timer, driver) = HashedWheelTimer::builder().build_manual()?;
+    /// let mut interval = timer.interval(Duration::from_secs(1));
+    /// assert!(interval.tick().now_or_never().is_some()); // the first tick: at once
+    /// assert!(interval.tick().now_or_never().is_none()); // the second: a period on
+    /// driver.advance(Duration::from_secs(1));
+    /// assert!(interval.tick().now_or_never().unwrap().is_ok());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
     /// # Errors
     /// [`TimerError::Stopped`] once the timer has stopped; [`TimerError::TooManyPending`] if the
     /// timer refuses the tick at its pending limit (the next call tries to arm it again, and
@@ -185,7 +199,16 @@ impl Interval {
         self.period
     }
 
-    /// What a tick taken late does to the schedule (see [`MissedRuns`]).
+    /// What a tick taken late does to the schedule (see [`MissedRuns`]): [`MissedRuns::Burst`]
+    /// unless [`set_missed_runs`](Interval::set_missed_runs) changed it.
+    ///
+    /// ```
+    /// # use hashed_timer_wheel::{HashedWheelTimer, MissedRuns};
+    /// # use std::time::Duration;
+    /// let timer = HashedWheelTimer::new(Duration::from_millis(1), 64);
+    /// let interval = timer.interval(Duration::from_secs(1));
+    /// assert_eq!(interval.missed_runs(), MissedRuns::Burst);
+    /// ```
     pub fn missed_runs(&self) -> MissedRuns {
         self.missed
     }
