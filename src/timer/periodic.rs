@@ -221,18 +221,56 @@ impl PeriodicTimeout {
     /// Whether the schedule has ended: [`cancel`](PeriodicTimeout::cancel) was called, a run
     /// panicked, or a run will never start (refused at the pending limit, the timer stopped, or
     /// dropped unrun by the executor).
+    ///
+    /// ```
+    /// # use hashed_timer_wheel::HashedWheelTimer;
+    /// # use std::time::Duration;
+    /// let (timer, _driver) = HashedWheelTimer::builder().build_manual()?;
+    /// let every = Duration::from_secs(1);
+    /// let task = timer.schedule_with_fixed_delay(|_: &_| {}, every, every)?;
+    /// assert!(!task.is_cancelled());
+    /// let _ = timer.stop(); // the next run will never start
+    /// assert!(task.is_cancelled());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn is_cancelled(&self) -> bool {
         // Relaxed: a snapshot (see `cancel`).
         self.inner.cancelled.load(Ordering::Relaxed)
     }
 
     /// Runs started so far (inside a run: counting this one).
+    ///
+    /// ```
+    /// # use hashed_timer_wheel::{HashedWheelTimer, PeriodicTimeout};
+    /// # use std::sync::mpsc::channel;
+    /// # use std::time::Duration;
+    /// let (timer, driver) = HashedWheelTimer::builder().build_manual()?;
+    /// let (tx, rx) = channel();
+    /// let every = Duration::from_secs(1);
+    /// let report = move |p: &PeriodicTimeout| tx.send(p.runs()).unwrap();
+    /// let task = timer.schedule_with_fixed_delay(report, every, every)?;
+    /// assert_eq!(task.runs(), 0);
+    /// driver.advance(Duration::from_secs(2));
+    /// assert_eq!((task.runs(), rx.try_recv()?), (1, 1)); // the run saw itself counted
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn runs(&self) -> u64 {
         // Relaxed: a count; a run's own increment happens before it calls the task.
         self.inner.runs.load(Ordering::Relaxed)
     }
 
-    /// The timer the task runs on.
+    /// The timer the task runs on, as a handle: a run may schedule more work through it.
+    ///
+    /// ```
+    /// # use hashed_timer_wheel::HashedWheelTimer;
+    /// # use std::time::Duration;
+    /// let (timer, _driver) = HashedWheelTimer::builder().build_manual()?;
+    /// let every = Duration::from_secs(1);
+    /// let task = timer.schedule_with_fixed_delay(|_: &_| {}, every, every)?;
+    /// let _timeout = task.timer().new_timeout(|_: &_| {}, every)?;
+    /// assert_eq!(timer.pending_timeouts(), 2); // the task's next run and the new timeout
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn timer(&self) -> &TimerHandle {
         &self.inner.timer
     }
