@@ -21,6 +21,16 @@ pub(crate) trait Job: Send + Sized + 'static {
 /// Any task, type-erased: what the default timer ([`HashedWheelTimer`]) stores per timeout. Up
 /// to 32 bytes in place, larger boxed. Opaque; it appears only as that default type parameter.
 ///
+/// ```
+/// use hashed_timer_wheel::{BoxedTask, HashedWheelTimer, Timeout};
+/// use std::time::Duration;
+///
+/// let timer: HashedWheelTimer<BoxedTask> = HashedWheelTimer::default(); // the same type
+/// let timeout: Timeout<BoxedTask> = timer.new_timeout(|_: &Timeout| {}, Duration::from_secs(60))?;
+/// assert!(timeout.cancel());
+/// # Ok::<(), hashed_timer_wheel::TimerError>(())
+/// ```
+///
 /// [`HashedWheelTimer`]: crate::HashedWheelTimer
 pub struct BoxedTask(SmallTask);
 
@@ -62,6 +72,18 @@ impl std::fmt::Debug for BoxedTask {
 
 /// What a timer stores per timeout: [`BoxedTask`] by default, or a typed timer's own task type
 /// ([`TypedTask`](crate::TypedTask)), stored in place. Sealed: implemented by those two only.
+///
+/// Code that takes either kind of timer is generic over it:
+///
+/// ```
+/// use hashed_timer_wheel::{HashedWheelTimer, Stored};
+///
+/// fn is_idle<J: Stored>(timer: &HashedWheelTimer<J>) -> bool {
+///     timer.pending_timeouts() == 0
+/// }
+///
+/// assert!(is_idle(&HashedWheelTimer::default()));
+/// ```
 pub trait Stored: sealed::TaskStorage + Send + 'static {}
 
 pub(crate) mod sealed {

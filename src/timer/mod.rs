@@ -134,6 +134,17 @@ pub trait Timer: Send + Sync {
     ///
     /// # Errors
     /// As [`HashedWheelTimer::new_timeout`].
+    ///
+    /// ```
+    /// # use hashed_timer_wheel::{HashedWheelTimer, Timeout, Timer};
+    /// # use std::time::Duration;
+    /// let (timer, driver) = HashedWheelTimer::builder().build_manual()?;
+    /// let any: &dyn Timer = &timer;
+    /// let timeout = any.new_timeout(Box::new(|_: &Timeout| {}), Duration::from_secs(1))?;
+    /// driver.advance(Duration::from_secs(2));
+    /// assert!(timeout.is_expired());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     fn new_timeout(&self, task: Box<dyn TimerTask>, delay: Duration)
         -> Result<Timeout, TimerError>;
 
@@ -141,9 +152,30 @@ pub trait Timer: Send + Sync {
     ///
     /// # Errors
     /// As [`HashedWheelTimer::stop`].
+    ///
+    /// ```
+    /// # use hashed_timer_wheel::{HashedWheelTimer, Timeout, Timer};
+    /// # use std::time::Duration;
+    /// let timer = HashedWheelTimer::default();
+    /// let any: &dyn Timer = &timer;
+    /// let timeout = any.new_timeout(Box::new(|_: &Timeout| {}), Duration::from_secs(60))?;
+    /// assert_eq!(any.stop()?, vec![timeout]);
+    /// # Ok::<(), hashed_timer_wheel::TimerError>(())
+    /// ```
     fn stop(&self) -> Result<Vec<Timeout>, TimerError>;
 
-    /// Timeouts accepted and neither expired nor processed as cancelled.
+    /// Timeouts accepted and neither expired nor processed as cancelled (as
+    /// [`HashedWheelTimer::pending_timeouts`]).
+    ///
+    /// ```
+    /// # use hashed_timer_wheel::{HashedWheelTimer, Timeout, Timer};
+    /// # use std::time::Duration;
+    /// let timer = HashedWheelTimer::default();
+    /// let any: &dyn Timer = &timer;
+    /// let _timeout = any.new_timeout(Box::new(|_: &Timeout| {}), Duration::from_secs(60))?;
+    /// assert_eq!(any.pending_timeouts(), 1);
+    /// # Ok::<(), hashed_timer_wheel::TimerError>(())
+    /// ```
     fn pending_timeouts(&self) -> usize;
 }
 
@@ -292,6 +324,22 @@ macro_rules! scheduling_methods {
             /// # Errors
             /// [`TimerError::Stopped`] after `stop()`; [`TimerError::TooManyPending`] at the
             /// pending limit. The task is dropped.
+            ///
+            /// ```
+            /// # use hashed_timer_wheel::{HashedWheelTimer, Timeout, TypedTask};
+            /// # use std::time::Duration;
+            /// struct Close(u32);
+            /// impl TypedTask for Close {
+            ///     fn run(self, _: &Timeout<Self>) {}
+            /// }
+            ///
+            /// let (timer, driver) = HashedWheelTimer::builder().build_manual_typed::<Close>()?;
+            #[doc = $example]
+            /// let timeout = t.new_timeout(Close(7), Duration::from_secs(1))?;
+            /// driver.advance(Duration::from_secs(2));
+            /// assert!(timeout.is_expired());
+            /// # Ok::<(), Box<dyn std::error::Error>>(())
+            /// ```
             #[inline]
             pub fn new_timeout(&self, task: T, delay: Duration) -> Result<Timeout<T>, TimerError> {
                 new_timeout(&self.shared, task, delay)
@@ -301,6 +349,26 @@ macro_rules! scheduling_methods {
             ///
             /// # Errors
             /// As [`new_timeout`](Self::new_timeout); the task is dropped.
+            ///
+            /// ```
+            /// # use hashed_timer_wheel::{HashedWheelTimer, Timeout, TypedTask};
+            /// # use std::sync::mpsc::{channel, Sender};
+            /// # use std::time::Duration;
+            /// struct Close(u32, Sender<u32>);
+            /// impl TypedTask for Close {
+            ///     fn run(self, _: &Timeout<Self>) {
+            ///         let _ = self.1.send(self.0);
+            ///     }
+            /// }
+            ///
+            /// let (timer, driver) = HashedWheelTimer::builder().build_manual_typed::<Close>()?;
+            #[doc = $example]
+            /// let (tx, rx) = channel();
+            /// t.new_timeout_detached(Close(7, tx), Duration::from_secs(1))?;
+            /// driver.advance(Duration::from_secs(2));
+            /// assert_eq!(rx.try_recv()?, 7);
+            /// # Ok::<(), Box<dyn std::error::Error>>(())
+            /// ```
             #[inline]
             pub fn new_timeout_detached(&self, task: T, delay: Duration) -> Result<(), TimerError> {
                 new_timeout_detached(&self.shared, task, delay)
