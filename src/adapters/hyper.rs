@@ -116,6 +116,19 @@ pub struct HyperSleep {
 
 impl HyperSleep {
     /// The crate's [`Sleep`] inside.
+    ///
+    /// [`HyperTimer`] boxes its sleeps as `dyn hyper::rt::Sleep`: downcast one to reach this.
+    ///
+    /// ```
+    /// # use hashed_timer_wheel::{HashedWheelTimer, HyperSleep, HyperTimer};
+    /// # use hyper::rt::Timer;
+    /// # use std::time::{Duration, Instant};
+    /// let timer = HashedWheelTimer::new(Duration::from_millis(1), 64);
+    /// let before = Instant::now();
+    /// let mut sleep = HyperTimer::new(timer.handle()).sleep(Duration::from_secs(60));
+    /// let ours = sleep.as_mut().downcast_mut_pin::<HyperSleep>().unwrap();
+    /// assert!(ours.get_ref().deadline() >= before + Duration::from_secs(60));
+    /// ```
     pub fn get_ref(&self) -> &Sleep {
         &self.sleep
     }

@@ -121,22 +121,56 @@ impl<S> TimeoutService<S> {
         }
     }
 
-    /// The limit each call gets.
+    /// The limit each call gets, counted from the first poll that finds its response pending.
+    ///
+    /// ```
+    /// # use hashed_timer_wheel::{HashedWheelTimer, TimeoutLayer};
+    /// # use std::time::Duration;
+    /// # use tower::Layer;
+    /// let timer = HashedWheelTimer::new(Duration::from_millis(1), 64);
+    /// let layer = TimeoutLayer::new(timer.handle(), Duration::from_millis(250));
+    /// assert_eq!(layer.layer(()).limit(), Duration::from_millis(250));
+    /// ```
     pub fn limit(&self) -> Duration {
         self.limit
     }
 
-    /// The inner service.
+    /// The inner service, by reference.
+    ///
+    /// ```
+    /// # use hashed_timer_wheel::{HashedWheelTimer, TimeoutService};
+    /// # use std::time::Duration;
+    /// let timer = HashedWheelTimer::new(Duration::from_millis(1), 64);
+    /// let service = TimeoutService::new("inner", timer.handle(), Duration::from_secs(1));
+    /// assert_eq!(*service.get_ref(), "inner");
+    /// ```
     pub fn get_ref(&self) -> &S {
         &self.inner
     }
 
     /// The inner service, mutably.
+    ///
+    /// ```
+    /// # use hashed_timer_wheel::{HashedWheelTimer, TimeoutService};
+    /// # use std::time::Duration;
+    /// let timer = HashedWheelTimer::new(Duration::from_millis(1), 64);
+    /// let mut service = TimeoutService::new(vec![1], timer.handle(), Duration::from_secs(1));
+    /// service.get_mut().push(2);
+    /// assert_eq!(service.get_ref(), &[1, 2]);
+    /// ```
     pub fn get_mut(&mut self) -> &mut S {
         &mut self.inner
     }
 
     /// The inner service, taken out.
+    ///
+    /// ```
+    /// # use hashed_timer_wheel::{HashedWheelTimer, TimeoutService};
+    /// # use std::time::Duration;
+    /// let timer = HashedWheelTimer::new(Duration::from_millis(1), 64);
+    /// let service = TimeoutService::new(vec![1, 2], timer.handle(), Duration::from_secs(1));
+    /// assert_eq!(service.into_inner(), [1, 2]);
+    /// ```
     pub fn into_inner(self) -> S {
         self.inner
     }
