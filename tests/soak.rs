@@ -328,10 +328,12 @@ const SHORT_DELAY: Duration = Duration::from_millis(250);
 const FAR_PLAIN: usize = 56;
 const FAR_PANICKY: usize = 8;
 const FAR: usize = FAR_PLAIN + FAR_PANICKY;
-/// Timeouts the wheel holds once, before the baseline: its slab keeps its high-water mark by
-/// design (pages are never given back, and each size class of task has pages of its own, so
-/// the set holds both classes with data), so the warm-up takes it past anything the load reaches
-/// and its growth is not mistaken for a leak. The load stays well under it: its pending count,
+/// Timeouts the wheel holds once, before the baseline: what the worker keeps of a burst (its
+/// queue buffers, its chunk table; each size class of task has pages of its own, so the set
+/// holds both classes with data) is then past anything the load reaches, and its growth is not
+/// mistaken for a leak. The worker's slab and task words keep no high-water mark at the
+/// samples: idle before a long sleep, the worker gives back their pages that hold no timeout
+/// (`docs/performance.md`, "Trim after a burst"). The load stays well under it: its pending count,
 /// sampled every 100 ms, must stay below half (the wheel holds no more than is pending, and
 /// half leaves room for a peak between samples, or a worker that fell behind on its
 /// cancellations for a while).
@@ -1361,8 +1363,8 @@ fn soak() {
         "the futures' timer: {}",
         describe(&futures_stats)
     );
-    // The heap, flat: see `HEAP_TOLERANCE`. The load stays under the wheel's high-water mark
-    // set before the baseline, or the comparison would count the slab's growth.
+    // The heap, flat: see `HEAP_TOLERANCE`. The load stays under the high-water mark set
+    // before the baseline, or the comparison would count the worker's buffers' growth.
     let peak_pending = load.peak_pending.max(warm_load.peak_pending);
     assert!(
         peak_pending < HIGH_WATER / 2,

@@ -9,6 +9,11 @@
 //! another in it: a `SmallTask` is a `Send` value moved through the queue's locks, and the
 //! columns belong to the worker.
 //!
+//! A column allocates a page of slots (1 024 keys, a page of the wheel's slab) as a key of it
+//! first gets a task's words, and gives pages back when no key of them holds words: all of
+//! them as the column empties, and each such page when the worker trims it, idle after a burst
+//! ([`TaskWords::trim`]).
+//!
 //! # Invariants
 //! 1. A `SmallTask`'s `words` hold one live value of the type its `vtable` was made for
 //!    (`InPlace::<F>::VTABLE` or `Boxed::<F>::VTABLE`), written by [`SmallTask::new`]: a
@@ -374,6 +379,37 @@ impl<const N: usize> WordColumn<N> {
         }
     }
 
+    /// Gives back each page none of whose keys holds a task's words (its slots hold no value:
+    /// invariant 3), if the pages are under a quarter full; `insert` makes one again on demand.
+    /// Returns the pages given back.
+    fn trim(&mut self) -> usize {
+        let allocated = self.pages.iter().flatten().count();
+        if self.live * 4 >= allocated * PAGE {
+            return 0;
+        }
+        let mut given_back = 0;
+        for slot in &mut self.pages {
+            if slot
+                .as_ref()
+                .is_some_and(|page| page.held == [0; PAGE / 64])
+            {
+                *slot = None;
+                given_back += 1;
+            }
+        }
+        let used = self.pages.iter().rposition(Option::is_some);
+        self.pages.truncate(used.map_or(0, |p| p + 1));
+        self.pages.shrink_to_fit();
+        given_back
+    }
+
+    /// Bytes of the page table and the pages' slots.
+    #[cfg(test)]
+    fn held_bytes(&self) -> usize {
+        let slots = self.pages.iter().flatten().count() * size_of::<[[Word; N]; PAGE]>();
+        self.pages.capacity() * size_of::<Option<Page<N>>>() + slots
+    }
+
     fn live(&self) -> usize {
         self.live
     }
@@ -480,7 +516,8 @@ impl TaskWords {
                 let words = self.two.take(key).as_ptr();
                 // SAFETY: the slot held the live task `entry` names (invariant 3), consumed
                 // here once (invariant 2): `entry` is gone and the key free; the column's pages
-                // stay until the release after the run.
+                // stay until the release after the run (a trim, too, needs the store, which
+                // this borrows).
                 let out = unsafe { call_run(vtable, words, state) };
                 self.two.release_if_empty();
                 out
@@ -493,6 +530,18 @@ impl TaskWords {
                 out
             }
         }
+    }
+
+    /// Gives back the pages of each column that hold no task's words, when a column is under
+    /// a quarter full (`WordColumn::trim`). Returns the pages given back.
+    pub(crate) fn trim(&mut self) -> usize {
+        self.two.trim() + self.four.trim()
+    }
+
+    /// Bytes the columns hold.
+    #[cfg(test)]
+    pub(crate) fn held_bytes(&self) -> usize {
+        self.two.held_bytes() + self.four.held_bytes()
     }
 
     #[cfg(test)]
@@ -704,6 +753,51 @@ mod tests {
             drop(store.remove(e));
         }
         assert_eq!((store.live(), store.four.pages.len()), (0, 0));
+    }
+
+    /// A trim gives back the pages of a column none of whose keys holds words, and the page
+    /// table past the last page kept; the words kept stay under their keys, and a key of a
+    /// page given back takes a task again. A column a quarter full or more is not looked at.
+    #[test]
+    fn a_trim_gives_back_the_pages_that_hold_no_words() {
+        let (_timer, st) = state();
+        let mut store = TaskWords::default();
+        let (p, runs, drops) = probe::<16>();
+        let big = [7u64; 3];
+        let task = move |_: &Timeout| {
+            std::hint::black_box(big);
+        };
+        let kept = store.insert(SmallTask::new(as_task(p)), PAGE as u32 + 3, CELL);
+        let gone: Vec<TaskEntry> = [0, 2 * PAGE as u32, 5 * PAGE as u32 + 9]
+            .into_iter()
+            .map(|key| store.insert(SmallTask::new(task), key, CELL))
+            .collect();
+        let held = store.held_bytes();
+        for entry in gone {
+            drop(store.remove(entry));
+        }
+        assert_eq!(store.held_bytes(), held, "kept until a trim");
+        assert_eq!(store.trim(), 3);
+        let allocated: Vec<bool> = store.four.pages.iter().map(Option::is_some).collect();
+        assert_eq!(allocated, [false, true]);
+        assert!(store.held_bytes() < held / 3);
+        let again = store.insert(SmallTask::new(task), 5 * PAGE as u32 + 9, CELL);
+        assert_eq!(store.four.pages.len(), 6);
+        drop(store.remove(again));
+        let (_st, ran) = store.run_entry(kept, st);
+        assert!(ran);
+        assert_eq!(
+            (runs.load(Ordering::SeqCst), drops.load(Ordering::SeqCst)),
+            (1, 1)
+        );
+        assert_eq!((store.live(), store.four.pages.len()), (0, 0));
+        let full: Vec<TaskEntry> = (0..PAGE as u32 / 4)
+            .map(|key| store.insert(SmallTask::new(task), key, CELL))
+            .collect();
+        assert_eq!(store.trim(), 0, "a quarter full");
+        for entry in full {
+            drop(store.remove(entry));
+        }
     }
 
     /// A key that holds a task's words refuses a second task (the first runs whole); a key

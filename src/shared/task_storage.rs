@@ -138,6 +138,13 @@ pub(crate) mod sealed {
         ) -> (CellRef, bool);
 
         fn cell(entry: &Self::Entry) -> CellId;
+
+        /// Gives back what `store` keeps beyond its waiting tasks' needs (the worker's, idle
+        /// after a burst); the pages given back.
+        #[inline]
+        fn trim(_store: &mut Self::Store) -> usize {
+            0
+        }
     }
 
     /// The wheel's entry for a task kept whole in the wheel (a typed timer's).
@@ -200,5 +207,9 @@ impl sealed::TaskStorage for BoxedTask {
     #[inline]
     fn cell(entry: &TaskEntry) -> CellId {
         entry.cell()
+    }
+
+    fn trim(store: &mut TaskWords) -> usize {
+        store.trim()
     }
 }

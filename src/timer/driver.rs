@@ -134,8 +134,9 @@ impl<J: Stored> ManualDriver<J> {
         let now = self.shared.clock.now();
         worker.advance(&self.shared, now);
         // As on the worker thread: buffers are kept while producers work, given back once idle.
-        if worker.planned_tick(&self.shared) > worker.tick() {
-            worker.release_idle_buffers(&self.shared);
+        let plan = worker.planned_tick(&self.shared);
+        if plan > worker.tick() {
+            worker.release_idle_buffers(&self.shared, plan);
         }
         self.shared.set_worker_id(None);
         if self.shared.is_shutdown() && self.shared.owner_dropped_in_task() {

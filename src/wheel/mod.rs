@@ -270,6 +270,23 @@ impl<T> Wheel<T> {
         self.clear_far();
     }
 
+    /// Gives back the slab's pages that hold no entry and relinks its free lists lowest key
+    /// first ([`Slab::trim`], O(slots)), if under a quarter of its slots hold an entry: how many
+    /// pages, or `None` if the slab was not sparse enough to look (or the owner hands out the
+    /// keys: the `DelayQueue` keeps its own).
+    pub(crate) fn trim(&mut self) -> Option<usize> {
+        if self.keyed || self.nodes.live() * 4 >= self.nodes.len() {
+            return None;
+        }
+        Some(self.nodes.trim())
+    }
+
+    /// Bytes the slab's pages hold.
+    #[cfg(test)]
+    pub(crate) fn held_bytes(&self) -> usize {
+        self.nodes.capacity() * std::mem::size_of::<Node<T>>()
+    }
+
     /// Gives the slab back: a keyed wheel that is empty, whose owner's keys start again from 0.
     pub(crate) fn release_nodes(&mut self) {
         debug_assert_eq!(self.nodes.live(), 0);

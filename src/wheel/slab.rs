@@ -1,6 +1,11 @@
 //! The crate's slab ([`Slab`], and the [`Vacancy`] a slot type gives it): values under `u32`
 //! keys, in pages that never move, free slots linked through the slots themselves. Holds the
 //! wheel's nodes, the worker's chunk table and the `DelayQueue`'s items. Touches nothing else.
+//!
+//! Memory comes back when the owner asks: all of it by [`Slab::release`] or [`Slab::drain`]
+//! (the wheel's, when it empties), the free slots past the last value by
+//! [`Slab::shrink_to_fit`] (one lane), and every page that holds no value by [`Slab::trim`]
+//! (lanes; the worker's, idle after a burst: `docs/performance.md`, "Trim after a burst").
 
 /// The crate's one "none" for keys, slots and ids (slab keys, chunk ids, a cell's wheel key).
 pub(crate) const NO_INDEX: u32 = u32::MAX;
@@ -42,7 +47,8 @@ pub(crate) trait Vacancy: Sized {
 /// slab of more than one lane.
 #[derive(Debug)]
 pub(crate) struct Slab<S, const BITS: u32 = PAGE_BITS, const LANES: usize = 1> {
-    /// Pages by number; with lanes, the pages of lanes not yet grown that far are empty.
+    /// Pages by number; with lanes, the pages of lanes not yet grown that far, or given back
+    /// by a trim, are empty.
     pages: Vec<Vec<S>>,
     /// Slots handed out so far (live or free).
     len: usize,
@@ -380,6 +386,57 @@ impl<S: Vacancy, const BITS: u32, const LANES: usize> Slab<S, BITS, LANES> {
             }
         }
     }
+
+    /// A slab of lanes' [`Slab::shrink_to_fit`]: each page that holds no value is given back,
+    /// and each lane's free list relinked lowest key first, so that new values fill its low
+    /// pages and its high ones empty for the next trim. Keys stay valid. O(slots). Returns the
+    /// pages given back.
+    pub(crate) fn trim(&mut self) -> usize {
+        debug_assert!(LANES > 1, "a one-lane slab shrinks by shrink_to_fit");
+        let given_back = (0..LANES).map(|lane| self.trim_lane(lane)).sum();
+        let used = self.growing.iter().filter(|&&p| p != NO_INDEX).max();
+        self.pages.truncate(used.map_or(0, |&p| p as usize + 1));
+        self.pages.shrink_to_fit();
+        given_back
+    }
+
+    /// Gives back `lane`'s pages that hold no value and relinks its free list. Its last page
+    /// becomes the last it keeps (none: `NO_INDEX`); the pages below stay full or empty, as a
+    /// lane starts a page only when its last is full, so a given-back page is never refilled
+    /// before the lane's last pages are given back down to it.
+    fn trim_lane(&mut self, lane: usize) -> usize {
+        self.free[lane] = NO_INDEX;
+        let last = std::mem::replace(&mut self.growing[lane], NO_INDEX);
+        if last == NO_INDEX {
+            return 0;
+        }
+        let mut given_back = 0;
+        for p in (lane..last as usize + 1).step_by(LANES).rev() {
+            let page = &mut self.pages[p];
+            if page.iter().all(|slot| slot.next_vacant().is_some()) {
+                given_back += usize::from(page.capacity() > 0);
+                self.len -= page.len();
+                *page = Vec::new();
+                continue;
+            }
+            if self.growing[lane] == NO_INDEX {
+                self.growing[lane] = p as u32;
+            }
+            self.relink_page(lane, p);
+        }
+        given_back
+    }
+
+    /// Puts page `p`'s free slots at the head of `lane`'s free list, lowest key first.
+    fn relink_page(&mut self, lane: usize, p: usize) {
+        for i in (0..self.pages[p].len()).rev() {
+            let key = (p << BITS | i) as u32;
+            if self[key].next_vacant().is_some() {
+                self[key] = S::vacant(self.free[lane]);
+                self.free[lane] = key;
+            }
+        }
+    }
 }
 
 impl<S, const BITS: u32, const LANES: usize> Drop for Slab<S, BITS, LANES> {
@@ -538,6 +595,87 @@ mod tests {
             assert!((key as usize) < total, "key {key}");
         }
         assert_eq!(slab.next_key_in(2), NO_INDEX, "out of keys");
+    }
+
+    /// Lane 1 of pages of 4 slots: pages 1, 5, 9, 13 (all but 9 full), the values `keep`
+    /// left of them; lane 2 holds three values on page 2. The keys of lane 1's values.
+    fn lanes_with(keep: &[u32]) -> (Slab<Slot, 2, 4>, Vec<u32>) {
+        let mut slab: Slab<Slot, 2, 4> = Slab::new();
+        let keys: Vec<u32> = (0..14).map(|v| slab.insert_in(1, Slot::Value(v))).collect();
+        for v in 100..103 {
+            slab.insert_in(2, Slot::Value(v));
+        }
+        for &key in keys.iter().filter(|key| !keep.contains(key)) {
+            slab.remove(key);
+        }
+        (slab, keys)
+    }
+
+    /// Keys of a lane's free list, head first.
+    fn free_list(slab: &Slab<Slot, 2, 4>, lane: usize) -> Vec<u32> {
+        let mut keys = Vec::new();
+        let mut key = slab.free[lane];
+        while key != NO_INDEX {
+            keys.push(key);
+            key = slab[key].next_vacant().expect("free");
+        }
+        keys
+    }
+
+    /// A trim gives back every page of a lane that holds no value, at the end or below a
+    /// page that does, keeps the values under their keys, and relinks the free list lowest
+    /// key first; the other lanes keep theirs.
+    #[test]
+    fn trim_gives_back_empty_pages_and_relinks_lowest_first() {
+        // Page 1 keeps key 6, page 9 key 37; pages 5 and 13 empty.
+        let (mut slab, keys) = lanes_with(&[6, 37]);
+        assert_eq!(keys[..5], [4, 5, 6, 7, 20]);
+        assert_eq!(free_list(&slab, 1)[..3], [53, 52, 39], "last freed first");
+        let lane2 = free_list(&slab, 2);
+        assert_eq!(slab.trim(), 2);
+        assert_eq!((slab.live(), slab.len()), (5, 4 + 4 + 3));
+        assert_eq!(
+            (slab[6].clone(), slab[37].clone()),
+            (Slot::Value(2), Slot::Value(9))
+        );
+        assert_eq!(free_list(&slab, 1), [4, 5, 7, 36, 38, 39]);
+        assert_eq!(free_list(&slab, 2), lane2);
+        assert_eq!(slab.pages.len(), 10, "up to lane 1's last page, 9");
+        assert_eq!(slab.capacity(), 4 + 4 + 4, "pages 1, 2 and 9");
+        assert!(slab.get(20).is_none() && slab.get(52).is_none());
+        for key in [4, 5, 7, 36, 38, 39, 52] {
+            assert_eq!(slab.insert_in(1, Slot::Value(u64::from(key))), key);
+        }
+        assert_eq!(
+            slab.insert_in(2, Slot::Value(103)),
+            11,
+            "room on lane 2's page"
+        );
+        assert_eq!(slab.trim(), 0, "nothing empty");
+    }
+
+    /// A lane trimmed of every page starts again from its first page; one trimmed down to a
+    /// page below a given-back one grows into that page again, first slot first.
+    #[test]
+    fn a_trimmed_lane_grows_again() {
+        let (mut slab, _) = lanes_with(&[6]);
+        assert_eq!(slab.trim(), 3, "pages 5, 9 and 13");
+        assert_eq!(slab.growing[1], 1);
+        assert_eq!(slab.pages.len(), 3);
+        for key in [4, 5, 7, 20, 21, 22, 23, 36] {
+            assert_eq!(slab.insert_in(1, Slot::Value(0)), key);
+        }
+        let (mut slab, _) = lanes_with(&[]);
+        assert_eq!(slab.trim(), 4);
+        assert_eq!((slab.live(), slab.len(), slab.growing[1]), (3, 3, NO_INDEX));
+        assert_eq!(slab.insert_in(1, Slot::Value(1)), 4, "lane 1's first page");
+        for v in 100..103 {
+            slab.remove(8 + v as u32 - 100);
+        }
+        assert_eq!(slab.trim(), 1, "lane 2's page");
+        assert_eq!((slab.live(), slab.len(), slab.pages.len()), (1, 1, 2));
+        assert_eq!(slab.insert_in(2, Slot::Value(2)), 8);
+        assert_eq!(slab.insert_in(3, Slot::Value(3)), 12);
     }
 
     /// A key that is not a lane's next (one holding a value, a free slot behind its list's

@@ -77,6 +77,15 @@ pub(crate) struct Worker<J: Stored = BoxedTask> {
     busy: bool,
     /// Timeouts ended here (expired or cancelled), a wrapping total for `Shared::set_ended`.
     ended: usize,
+    /// The tick from which an idle turn may trim again (`Worker::trim_if_due`).
+    trim_at: u64,
+    /// Trims in a row that gave nothing back (each doubles the wait, up to a bound).
+    fruitless_trims: u32,
+    /// `ended` at the last trim: until it moves, no slot has been freed since.
+    ended_at_trim: usize,
+    /// The plan of the long sleep the last trim came before (0: none): a turn by then was woken
+    /// early, and waits for `trim_at`.
+    trimmed_before: u64,
 }
 
 impl<J: Stored> std::fmt::Debug for Worker<J> {
@@ -102,6 +111,10 @@ impl<J: Stored> Worker<J> {
             executor,
             busy: false,
             ended: 0,
+            trim_at: 0,
+            fruitless_trims: 0,
+            ended_at_trim: 0,
+            trimmed_before: 0,
         }
     }
 
@@ -336,12 +349,15 @@ impl<J: Stored> Worker<J> {
     }
 
     /// When nothing is queued, gives back the kept queue buffers, the spare chunks (the
-    /// worker's and the shards') and the chunk table's capacity: an idle timer keeps no burst's.
-    pub(crate) fn release_idle_buffers(&mut self, shared: &Shared<J>) {
+    /// worker's and the shards') and the chunk table's capacity, and, when due, trims the wheel
+    /// and the task words (`Worker::trim_if_due`): an idle timer keeps no burst's. `plan`: the
+    /// tick at whose end the worker plans to wake, past the current one.
+    pub(crate) fn release_idle_buffers(&mut self, shared: &Shared<J>, plan: u64) {
         if !self.inbox.is_empty() {
             return;
         }
         self.empty_batches = Vec::new();
+        self.trim_if_due(shared, plan);
         self.chunks.release_idle();
         shared.timeouts.for_each_data(|p| p.cursors.clear_spares());
         // Pushed since we looked: kept, in order, for the next transfer.
@@ -353,6 +369,36 @@ impl<J: Stored> Worker<J> {
         let mut cancellations = shared.cancellations.take_all();
         cancellations.append(&mut self.cancellations);
         self.cancellations = cancellations;
+    }
+
+    /// Gives a drained burst's memory back while timeouts still wait: the wheel's pages with no
+    /// entry and the task words' empty pages (`docs/performance.md`, "Trim after a burst").
+    /// A trim relinks every free slot, O(slots), so it runs only when it may give something
+    /// back (a slot was freed since the last one, and the slab is under a quarter full), and
+    /// then at most once per [`TRIM_NANOS`] of timer time, each trim that gives nothing back
+    /// doubling the wait (up to 2^[`TRIM_BACKOFF`] times); or before a sleep of that long
+    /// (`plan`), so that a timer going quiet keeps no burst's pages, unless a producer cut the
+    /// sleep the last trim came before short (then that trim's wait holds). A steady load pays
+    /// a few compares per idle turn.
+    fn trim_if_due(&mut self, shared: &Shared<J>, plan: u64) {
+        let sleeps_long = plan.saturating_sub(self.tick) >= trim_ticks(shared);
+        let woken_early = self.tick <= self.trimmed_before;
+        let due = self.tick >= self.trim_at || (sleeps_long && !woken_early);
+        if !due || self.ended == self.ended_at_trim {
+            return;
+        }
+        let Some(nodes) = self.wheel.trim() else {
+            return;
+        };
+        let words = J::trim(&mut self.tasks);
+        self.ended_at_trim = self.ended;
+        self.trimmed_before = if sleeps_long { plan } else { 0 };
+        self.fruitless_trims = match nodes + words {
+            0 => (self.fruitless_trims + 1).min(TRIM_BACKOFF),
+            _ => 0,
+        };
+        let wait = trim_ticks(shared) << self.fruitless_trims;
+        self.trim_at = self.tick.saturating_add(wait);
     }
 
     /// Empties the wheel and the inbox (for `stop`): the states of what is in them. Their
@@ -401,6 +447,17 @@ impl<J: Stored> Drop for Worker<J> {
             );
         }
     }
+}
+
+/// Timer time between two of an idle worker's trims, at least (`Worker::trim_if_due`).
+const TRIM_NANOS: u64 = 1_000_000_000;
+
+/// The most a trim that gives nothing back doubles the wait for the next: 2^6 = 64 times.
+const TRIM_BACKOFF: u32 = 6;
+
+/// [`TRIM_NANOS`] in ticks of this timer, at least one.
+fn trim_ticks<J: Stored>(shared: &Shared<J>) -> u64 {
+    (TRIM_NANOS / shared.tick_nanos).max(1)
 }
 
 /// Items a drained buffer may keep capacity for.
@@ -732,7 +789,8 @@ mod tests {
         assert!(worker.planned_tick(shared) > worker.tick(), "idle");
         // The race: the cancel comes after the worker has found the queues empty.
         assert!(cancelled.cancel());
-        worker.release_idle_buffers(shared);
+        let plan = worker.planned_tick(shared);
+        worker.release_idle_buffers(shared, plan);
         assert_eq!(worker.planned_tick(shared), worker.tick());
         drop(held);
         driver.advance(TICK);
@@ -757,5 +815,118 @@ mod tests {
         assert_eq!(handed, 0);
         // The owner and the driver: no chunk holds the timer any more.
         assert_eq!(std::sync::Arc::strong_count(&timer.shared), 2);
+    }
+}
+
+#[cfg(test)]
+mod trim_tests {
+    use super::Worker;
+    use crate::{HashedWheelTimer, ManualDriver, Timeout};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    const TICK: Duration = Duration::from_millis(10);
+    const BURST: usize = 200_000;
+    const LIVED: Duration = Duration::from_secs(30);
+
+    /// Bytes the worker's wheel slab and task words hold.
+    fn held_bytes(timer: &HashedWheelTimer) -> usize {
+        let worker = crate::sync::lock(&timer.shared.worker);
+        let worker = worker
+            .as_ref()
+            .and_then(|w| w.downcast_ref::<Worker>())
+            .expect("a manual timer keeps its worker here");
+        worker.wheel.held_bytes() + worker.tasks.held_bytes()
+    }
+
+    /// Schedules `n` timeouts that count their runs in `fired`, of each size class in turn (no
+    /// words, two, four), the `i`th after `delay(i)`.
+    fn schedule(
+        timer: &HashedWheelTimer,
+        n: usize,
+        delay: impl Fn(usize) -> Duration,
+        fired: &Arc<AtomicUsize>,
+    ) {
+        for i in 0..n {
+            let (fired, delay) = (Arc::clone(fired), delay(i));
+            let scheduled = match i % 3 {
+                0 => timer.new_timeout(|_: &Timeout| {}, delay),
+                1 => timer.new_timeout(
+                    move |_: &Timeout| {
+                        fired.fetch_add(1, Ordering::Relaxed);
+                    },
+                    delay,
+                ),
+                _ => {
+                    let pad = [i as u64; 3];
+                    timer.new_timeout(
+                        move |_: &Timeout| {
+                            std::hint::black_box(pad);
+                            fired.fetch_add(1, Ordering::Relaxed);
+                        },
+                        delay,
+                    )
+                }
+            };
+            drop(scheduled.unwrap());
+        }
+    }
+
+    /// Of `n` timeouts [`schedule`] makes, those that count their runs.
+    fn counting(n: usize) -> usize {
+        n - n.div_ceil(3)
+    }
+
+    /// Advances `ticks` ticks, a turn each; the most bytes the worker held meanwhile.
+    fn run(driver: &ManualDriver, timer: &HashedWheelTimer, ticks: usize) -> usize {
+        (0..ticks).fold(0, |most, _| {
+            driver.advance(TICK);
+            most.max(held_bytes(timer))
+        })
+    }
+
+    /// A burst that drains while timeouts still wait (as a service's keep-alives always do)
+    /// gives its memory back within a few seconds, not only once the wheel empties, though the
+    /// worker wakes every few ticks; the waiting timeouts, scheduled before and amid the burst,
+    /// fire at their deadline, new ones go in, and `stop()` returns those left.
+    #[test]
+    fn a_drained_burst_gives_its_memory_back_while_timeouts_wait() {
+        let (timer, driver) = HashedWheelTimer::builder()
+            .tick_duration(TICK)
+            .build_manual()
+            .unwrap();
+        let (fired, lived, paced) = (Arc::default(), Arc::default(), Arc::default());
+        schedule(&timer, 3, |_| LIVED, &lived);
+        let hour: Vec<Timeout> = (0..3)
+            .map(|_| timer.new_timeout(|_: &Timeout| {}, Duration::from_secs(3600)))
+            .collect::<Result<_, _>>()
+            .unwrap();
+        // Due every 5 ticks for 4 s: the worker never plans a long sleep.
+        schedule(&timer, 80, |i| TICK * (5 * i as u32 + 5), &paced);
+        // Due over a second: a trim comes as it drains, and the next a second later.
+        let spread = |i: usize| TICK * (10 + (i % 100) as u32);
+        schedule(&timer, BURST / 2, spread, &fired);
+        schedule(&timer, 3, |_| LIVED, &lived);
+        schedule(&timer, BURST / 2, spread, &fired);
+        let burst = run(&driver, &timer, 400);
+        assert_eq!(fired.load(Ordering::Relaxed), 2 * counting(BURST / 2));
+        let after = held_bytes(&timer);
+        assert!(
+            after * 20 < burst,
+            "{after} bytes held after the burst, {burst} at it"
+        );
+        schedule(&timer, 5_000, |_| TICK * 2, &fired);
+        run(&driver, &timer, 4);
+        let expected = 2 * counting(BURST / 2) + counting(5_000);
+        assert_eq!(fired.load(Ordering::Relaxed), expected);
+        driver.advance_to(LIVED - TICK);
+        assert_eq!(lived.load(Ordering::Relaxed), 0, "not early");
+        driver.advance_to(LIVED + TICK);
+        assert_eq!(lived.load(Ordering::Relaxed), 2 * counting(3));
+        assert_eq!(timer.pending_timeouts(), 3);
+        let mut stopped = timer.stop().unwrap();
+        stopped.retain(|t| hour.contains(t));
+        assert_eq!(stopped.len(), 3);
     }
 }

@@ -129,7 +129,7 @@ pub(crate) fn turn<J: Stored>(worker: &mut Worker<J>, shared: &Arc<Shared<J>>) -
     plan = plan.min(shared.plan());
     if plan > worker.tick && !shared.is_shutdown() {
         // Idle until a later tick: nothing is queued.
-        worker.release_idle_buffers(shared);
+        worker.release_idle_buffers(shared, plan);
     }
     plan
 }
