@@ -57,6 +57,10 @@ pub(crate) struct Slab<S, const BITS: u32 = PAGE_BITS, const LANES: usize = 1> {
     free: [u32; LANES],
     /// With more than one lane, per lane, its last page, where new slots go (`NO_INDEX`: none).
     growing: [u32; LANES],
+    /// Per lane, the pages below its last that a trim gave back, lowest last: each is made
+    /// again, all free, before the lane grows past its last page, so that trims never make
+    /// the keys climb.
+    holes: [Vec<u32>; LANES],
 }
 
 impl<S: Vacancy, const BITS: u32, const LANES: usize> Default for Slab<S, BITS, LANES> {
@@ -78,6 +82,7 @@ impl<S: Vacancy, const BITS: u32, const LANES: usize> Slab<S, BITS, LANES> {
             live: 0,
             free: [NO_INDEX; LANES],
             growing: [NO_INDEX; LANES],
+            holes: [const { Vec::new() }; LANES],
         }
     }
 
@@ -104,8 +109,8 @@ impl<S: Vacancy, const BITS: u32, const LANES: usize> Slab<S, BITS, LANES> {
     }
 
     /// The key of `lane`'s next value ([`Slab::insert_at`]): the slot the lane freed last, the
-    /// next of its last page, or the first of its next page; past [`LANE_PAGES`], another
-    /// lane's free slot or room.
+    /// next of its last page, or the first of its next page (a page a trim gave back, else
+    /// one past its last); past [`LANE_PAGES`], another lane's free slot or room.
     #[inline]
     pub(crate) fn next_key_in(&self, lane: usize) -> u32 {
         if self.free[lane] != NO_INDEX {
@@ -130,12 +135,14 @@ impl<S: Vacancy, const BITS: u32, const LANES: usize> Slab<S, BITS, LANES> {
         (page.len() < Self::PAGE).then(|| (p << BITS | page.len()) as u32)
     }
 
-    /// The first key of `lane`'s next page, if it is below [`LANE_PAGES`].
+    /// The first key of `lane`'s next page, if it is below [`LANE_PAGES`]: its lowest hole, or
+    /// the page after its last.
     #[inline]
     fn new_page_key(&self, lane: usize) -> Option<u32> {
-        let p = match self.growing[lane] {
-            NO_INDEX => lane,
-            last => last as usize + LANES,
+        let p = match (self.holes[lane].last(), self.growing[lane]) {
+            (Some(&hole), _) => hole as usize,
+            (None, NO_INDEX) => lane,
+            (None, last) => last as usize + LANES,
         };
         (p < LANE_PAGES).then(|| (p << BITS) as u32)
     }
@@ -263,6 +270,9 @@ impl<S: Vacancy, const BITS: u32, const LANES: usize> Slab<S, BITS, LANES> {
     #[inline]
     fn push_in(&mut self, lane: usize, key: u32, value: S) {
         let (p, i) = ((key >> BITS) as usize, key as usize & (Self::PAGE - 1));
+        if self.holes[lane].last() == Some(&(p as u32)) && i == 0 {
+            return self.fill_hole(lane, p, value);
+        }
         if self.growing[lane] as usize != p {
             self.add_lane_page(lane, p, i);
         }
@@ -270,6 +280,26 @@ impl<S: Vacancy, const BITS: u32, const LANES: usize> Slab<S, BITS, LANES> {
         assert!(page.len() == i, "slab: {key} is not the next key");
         page.push(value);
         self.len += 1;
+    }
+
+    /// Makes `lane`'s lowest hole, page `p`, again: `value` in its first slot, the others
+    /// free, lowest first, at the head of the lane's free list (empty: the lane had no free
+    /// slot nor room, or its next key would not be this page's).
+    #[cold]
+    #[inline(never)]
+    fn fill_hole(&mut self, lane: usize, p: usize, value: S) {
+        debug_assert_eq!(self.free[lane], NO_INDEX);
+        let first = (p << BITS) as u32;
+        let mut page = Vec::with_capacity(Self::PAGE);
+        page.push(value);
+        page.extend((1..Self::PAGE as u32).map(|i| S::vacant(first + i + 1)));
+        if let Some(last) = page.last_mut() {
+            *last = S::vacant(NO_INDEX);
+        }
+        self.pages[p] = page;
+        self.holes[lane].pop();
+        self.free[lane] = first + 1;
+        self.len += Self::PAGE;
     }
 
     /// A page for a one-lane slab's next slots: the first grows as a `Vec` does (4, 8, ... up
@@ -401,11 +431,13 @@ impl<S: Vacancy, const BITS: u32, const LANES: usize> Slab<S, BITS, LANES> {
     }
 
     /// Gives back `lane`'s pages that hold no value and relinks its free list. Its last page
-    /// becomes the last it keeps (none: `NO_INDEX`); the pages below stay full or empty, as a
-    /// lane starts a page only when its last is full, so a given-back page is never refilled
-    /// before the lane's last pages are given back down to it.
+    /// becomes the last it keeps (none: `NO_INDEX`); those given back below it are its holes,
+    /// made again whole before it grows past its last (`fill_hole`), so that a lane's keys stay
+    /// as low as its values let them. The pages below the last stay full or holes, as a lane
+    /// starts a page only when its last is full.
     fn trim_lane(&mut self, lane: usize) -> usize {
         self.free[lane] = NO_INDEX;
+        self.holes[lane].clear();
         let last = std::mem::replace(&mut self.growing[lane], NO_INDEX);
         if last == NO_INDEX {
             return 0;
@@ -417,6 +449,10 @@ impl<S: Vacancy, const BITS: u32, const LANES: usize> Slab<S, BITS, LANES> {
                 given_back += usize::from(page.capacity() > 0);
                 self.len -= page.len();
                 *page = Vec::new();
+                if self.growing[lane] != NO_INDEX {
+                    // Below a page kept: a hole, pushed in descending order.
+                    self.holes[lane].push(p as u32);
+                }
                 continue;
             }
             if self.growing[lane] == NO_INDEX {
@@ -643,9 +679,13 @@ mod tests {
         assert_eq!(slab.pages.len(), 10, "up to lane 1's last page, 9");
         assert_eq!(slab.capacity(), 4 + 4 + 4, "pages 1, 2 and 9");
         assert!(slab.get(20).is_none() && slab.get(52).is_none());
-        for key in [4, 5, 7, 36, 38, 39, 52] {
+        assert_eq!(slab.holes[1], [5], "page 5, below page 9");
+        // The free slots, then the hole made again (its first slot, then its free ones), and
+        // only then a page past the last.
+        for key in [4, 5, 7, 36, 38, 39, 20, 21, 22, 23, 52] {
             assert_eq!(slab.insert_in(1, Slot::Value(u64::from(key))), key);
         }
+        assert!(slab.holes[1].is_empty());
         assert_eq!(
             slab.insert_in(2, Slot::Value(103)),
             11,
@@ -676,6 +716,26 @@ mod tests {
         assert_eq!((slab.live(), slab.len(), slab.pages.len()), (1, 1, 2));
         assert_eq!(slab.insert_in(2, Slot::Value(2)), 8);
         assert_eq!(slab.insert_in(3, Slot::Value(3)), 12);
+    }
+
+    /// Bursts that each leave a value on their last page do not make a lane's keys climb: the
+    /// pages a trim gave back below it are made again, lowest first, before the lane grows.
+    #[test]
+    fn trims_after_bursts_with_a_survivor_on_top_keep_the_keys_low() {
+        let mut slab: Slab<Slot, 2, 4> = Slab::new();
+        let mut highest = 0;
+        for burst in 0..20u64 {
+            let keys: Vec<u32> = (0..12).map(|v| slab.insert_in(1, Slot::Value(v))).collect();
+            let survivor = *keys.iter().max().expect("a burst");
+            highest = highest.max(survivor);
+            for &key in keys.iter().filter(|&&key| key != survivor) {
+                slab.remove(key);
+            }
+            slab.trim();
+            assert_eq!(slab.live() as u64, burst + 1, "one survivor a burst");
+        }
+        // 20 survivors and a burst of 12 fit in 8 pages of 4 (lane 1's: 1, 5, ... 29).
+        assert!(highest < 32 * 4, "keys climbed to {highest}");
     }
 
     /// A key that is not a lane's next (one holding a value, a free slot behind its list's
