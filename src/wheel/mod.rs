@@ -73,6 +73,11 @@ pub(crate) struct Wheel<T> {
     keyed: bool,
 }
 
+/// A bound on a trim's pass, in nanoseconds per slot of the slab ([`Wheel::trim`]), about
+/// twice what it measures (`docs/performance.md`, "Trim after a burst"): a trim runs only if it
+/// ends before the tick the worker plans to wake at.
+const TRIM_NANOS_PER_SLOT: u64 = 5;
+
 /// Netty's `normalizeTicksPerWheel`; the caller has checked `1 <= ticks <= 2^30`.
 pub(crate) fn normalize_ticks_per_wheel(ticks: usize) -> usize {
     ticks.next_power_of_two()
@@ -271,11 +276,13 @@ impl<T> Wheel<T> {
     }
 
     /// Gives back the slab's pages that hold no entry and relinks its free lists lowest key
-    /// first ([`Slab::trim`], O(slots)), if under a quarter of its slots hold an entry: how many
-    /// pages, or `None` if the slab was not sparse enough to look (or the owner hands out the
-    /// keys: the `DelayQueue` keeps its own).
-    pub(crate) fn trim(&mut self) -> Option<usize> {
-        if self.keyed || self.nodes.live() * 4 >= self.nodes.len() {
+    /// first ([`Slab::trim`], O(slots)), if under a quarter of its slots hold an entry and the
+    /// pass fits in `idle_nanos` (at [`TRIM_NANOS_PER_SLOT`]): how many pages, or `None` if it
+    /// did not look (nor when the owner hands out the keys: the `DelayQueue` keeps its own).
+    pub(crate) fn trim(&mut self, idle_nanos: u64) -> Option<usize> {
+        let (slots, live) = (self.nodes.len(), self.nodes.live());
+        let cost = (slots as u64).saturating_mul(TRIM_NANOS_PER_SLOT);
+        if self.keyed || live * 4 >= slots || cost > idle_nanos {
             return None;
         }
         Some(self.nodes.trim())
@@ -992,6 +999,31 @@ mod tests {
             tick = t + 1;
         }
         assert_eq!(w.len(), 0);
+    }
+
+    /// A sparse wheel is trimmed only if the pass fits in the idle time given.
+    #[test]
+    fn a_trim_runs_only_if_it_fits_in_the_idle_time() {
+        let mut w = Wheel::new(1_000_000, 512);
+        let keys: Vec<u32> = (0..4 * PAGE as u32)
+            .map(|i| w.insert(i, 5_000_000, 0))
+            .collect();
+        for &key in &keys[1..] {
+            w.remove(key);
+        }
+        let slots = w.nodes.len() as u64;
+        assert_eq!(
+            w.trim(slots * TRIM_NANOS_PER_SLOT - 1),
+            None,
+            "too short an idle"
+        );
+        assert_eq!(w.nodes.len() as u64, slots);
+        assert_eq!(
+            w.trim(slots * TRIM_NANOS_PER_SLOT),
+            Some(3),
+            "the pages past the first"
+        );
+        assert_eq!(w.remove(keys[0]), 0);
     }
 
     #[test]

@@ -378,8 +378,9 @@ impl<J: Stored> Worker<J> {
     /// then at most once per [`TRIM_NANOS`] of timer time, each trim that gives nothing back
     /// doubling the wait (up to 2^[`TRIM_BACKOFF`] times); or before a sleep of that long
     /// (`plan`), so that a timer going quiet keeps no burst's pages, unless a producer cut the
-    /// sleep the last trim came before short (then that trim's wait holds). A steady load pays
-    /// a few compares per idle turn.
+    /// sleep the last trim came before short (then that trim's wait holds). Only when the pass
+    /// ends before the planned tick (`Wheel::trim`): a trim never makes a timeout late. A
+    /// steady load pays a few compares per idle turn.
     fn trim_if_due(&mut self, shared: &Shared<J>, plan: u64) {
         let sleeps_long = plan.saturating_sub(self.tick) >= trim_ticks(shared);
         let woken_early = self.tick <= self.trimmed_before;
@@ -387,7 +388,8 @@ impl<J: Stored> Worker<J> {
         if !due || self.ended == self.ended_at_trim {
             return;
         }
-        let Some(nodes) = self.wheel.trim() else {
+        let idle = plan.saturating_sub(self.tick);
+        let Some(nodes) = self.wheel.trim(idle.saturating_mul(shared.tick_nanos)) else {
             return;
         };
         let words = J::trim(&mut self.tasks);
