@@ -91,6 +91,12 @@ impl<J: Stored> Shared<J> {
         self.planned.store(tick, Ordering::SeqCst);
     }
 
+    /// Lowers the published plan to `tick` if it is later, waking nobody: the worker's own
+    /// earlier look. SeqCst: as in `wake_by`, with which it races.
+    pub(crate) fn lower_plan(&self, tick: u64) {
+        self.planned.fetch_min(tick, Ordering::SeqCst);
+    }
+
     /// The worker's plan, or lower if a producer lowered it since.
     pub(crate) fn plan(&self) -> u64 {
         self.planned.load(Ordering::SeqCst)

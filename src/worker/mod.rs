@@ -86,6 +86,8 @@ pub(crate) struct Worker<J: Stored = BoxedTask> {
     /// The plan of the long sleep the last trim came before (0: none): a turn by then was woken
     /// early, and waits for `trim_at`.
     trimmed_before: u64,
+    /// `ended` at the last idle turn: unchanged, the turn since ran no task.
+    ended_at_idle: usize,
 }
 
 impl<J: Stored> std::fmt::Debug for Worker<J> {
@@ -115,6 +117,7 @@ impl<J: Stored> Worker<J> {
             fruitless_trims: 0,
             ended_at_trim: 0,
             trimmed_before: 0,
+            ended_at_idle: 0,
         }
     }
 
@@ -351,13 +354,15 @@ impl<J: Stored> Worker<J> {
     /// When nothing is queued, gives back the kept queue buffers, the spare chunks (the
     /// worker's and the shards') and the chunk table's capacity, and, when due, trims the wheel
     /// and the task words (`Worker::trim_if_due`): an idle timer keeps no burst's. `plan`: the
-    /// tick at whose end the worker plans to wake, past the current one.
-    pub(crate) fn release_idle_buffers(&mut self, shared: &Shared<J>, plan: u64) {
+    /// tick at whose end the worker plans to wake, past the current one. Returns an earlier
+    /// tick to wake at, if a trim waits for a turn that runs no task.
+    #[must_use]
+    pub(crate) fn release_idle_buffers(&mut self, shared: &Shared<J>, plan: u64) -> Option<u64> {
         if !self.inbox.is_empty() {
-            return;
+            return None;
         }
         self.empty_batches = Vec::new();
-        self.trim_if_due(shared, plan);
+        let look = self.trim_if_due(shared, plan);
         self.chunks.release_idle();
         shared.timeouts.for_each_data(|p| p.cursors.clear_spares());
         // Pushed since we looked: kept, in order, for the next transfer.
@@ -369,6 +374,7 @@ impl<J: Stored> Worker<J> {
         let mut cancellations = shared.cancellations.take_all();
         cancellations.append(&mut self.cancellations);
         self.cancellations = cancellations;
+        look
     }
 
     /// Gives a drained burst's memory back while timeouts still wait: the wheel's pages with no
@@ -379,18 +385,24 @@ impl<J: Stored> Worker<J> {
     /// doubling the wait (up to 2^[`TRIM_BACKOFF`] times); or before a sleep of that long
     /// (`plan`), so that a timer going quiet keeps no burst's pages, unless a producer cut the
     /// sleep the last trim came before short (then that trim's wait holds). Only when the pass
-    /// ends before the planned tick (`Wheel::trim`): a trim never makes a timeout late. A
+    /// ends before the planned tick (`Wheel::trim`): a trim never makes a timeout late. And
+    /// only on a turn that ran no task: a thread a task woke may be waiting for this one's CPU.
+    /// A turn that did asks to look again at the end of the next tick (the return). A
     /// steady load pays a few compares per idle turn.
-    fn trim_if_due(&mut self, shared: &Shared<J>, plan: u64) {
+    fn trim_if_due(&mut self, shared: &Shared<J>, plan: u64) -> Option<u64> {
+        let quiet = std::mem::replace(&mut self.ended_at_idle, self.ended) == self.ended;
         let sleeps_long = plan.saturating_sub(self.tick) >= trim_ticks(shared);
         let woken_early = self.tick <= self.trimmed_before;
         let due = self.tick >= self.trim_at || (sleeps_long && !woken_early);
         if !due || self.ended == self.ended_at_trim {
-            return;
+            return None;
+        }
+        if !quiet {
+            return Some(self.tick + 1);
         }
         let idle = plan.saturating_sub(self.tick);
         let Some(nodes) = self.wheel.trim(idle.saturating_mul(shared.tick_nanos)) else {
-            return;
+            return None;
         };
         let words = J::trim(&mut self.tasks);
         self.ended_at_trim = self.ended;
@@ -401,6 +413,7 @@ impl<J: Stored> Worker<J> {
         };
         let wait = trim_ticks(shared) << self.fruitless_trims;
         self.trim_at = self.tick.saturating_add(wait);
+        None
     }
 
     /// Empties the wheel and the inbox (for `stop`): the states of what is in them. Their
@@ -792,7 +805,7 @@ mod tests {
         // The race: the cancel comes after the worker has found the queues empty.
         assert!(cancelled.cancel());
         let plan = worker.planned_tick(shared);
-        worker.release_idle_buffers(shared, plan);
+        assert_eq!(worker.release_idle_buffers(shared, plan), None);
         assert_eq!(worker.planned_tick(shared), worker.tick());
         drop(held);
         driver.advance(TICK);
@@ -930,5 +943,34 @@ mod trim_tests {
         let mut stopped = timer.stop().unwrap();
         stopped.retain(|t| hour.contains(t));
         assert_eq!(stopped.len(), 3);
+    }
+
+    /// A turn that runs tasks does not trim, though its sleep is long: a thread a task woke may
+    /// wait for the worker's CPU. The next turn, which runs none, trims (on the worker's thread
+    /// it comes at the end of the next tick, which the turn asks for).
+    #[test]
+    fn a_turn_that_runs_tasks_leaves_the_trim_to_the_next() {
+        let (timer, driver) = HashedWheelTimer::builder()
+            .tick_duration(TICK)
+            .build_manual()
+            .unwrap();
+        let (fired, hour) = (Arc::default(), Arc::default());
+        schedule(&timer, 3, |_| Duration::from_secs(3600), &hour);
+        schedule(&timer, BURST, |_| TICK * 5, &fired);
+        let burst = run(&driver, &timer, 4);
+        assert_eq!(fired.load(Ordering::Relaxed), 0);
+        run(&driver, &timer, 2);
+        assert_eq!(fired.load(Ordering::Relaxed), counting(BURST));
+        assert_eq!(
+            held_bytes(&timer),
+            burst,
+            "the turn that ran the burst trims nothing"
+        );
+        driver.advance(TICK);
+        let after = held_bytes(&timer);
+        assert!(
+            after * 20 < burst,
+            "{after} bytes held after, {burst} at the burst"
+        );
     }
 }

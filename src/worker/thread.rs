@@ -129,7 +129,10 @@ pub(crate) fn turn<J: Stored>(worker: &mut Worker<J>, shared: &Arc<Shared<J>>) -
     plan = plan.min(shared.plan());
     if plan > worker.tick && !shared.is_shutdown() {
         // Idle until a later tick: nothing is queued.
-        worker.release_idle_buffers(shared, plan);
+        if let Some(look) = worker.release_idle_buffers(shared, plan) {
+            shared.lower_plan(look);
+            plan = plan.min(look);
+        }
     }
     plan
 }
