@@ -401,9 +401,7 @@ impl<J: Stored> Worker<J> {
             return Some(self.tick + 1);
         }
         let idle = plan.saturating_sub(self.tick);
-        let Some(nodes) = self.wheel.trim(idle.saturating_mul(shared.tick_nanos)) else {
-            return None;
-        };
+        let nodes = self.wheel.trim(idle.saturating_mul(shared.tick_nanos))?;
         let words = J::trim(&mut self.tasks);
         self.ended_at_trim = self.ended;
         self.trimmed_before = if sleeps_long { plan } else { 0 };
