@@ -73,10 +73,13 @@ pub(crate) struct Wheel<T> {
     keyed: bool,
 }
 
-/// A bound on a trim's pass, in nanoseconds per slot of the slab ([`Wheel::trim`]), about
+/// A bound on a trim's pass, in nanoseconds per slot of the slab ([`Wheel::trimmable`]), about
 /// twice what it measures (`docs/performance.md`, "Trim after a burst"): a trim runs only if it
 /// ends before the tick the worker plans to wake at.
 const TRIM_NANOS_PER_SLOT: u64 = 5;
+
+/// The fewest pages a slab needs for a trim to look at it: a small timer's are not worth a pass.
+const TRIM_MIN_PAGES: usize = 4;
 
 /// Netty's `normalizeTicksPerWheel`; the caller has checked `1 <= ticks <= 2^30`.
 pub(crate) fn normalize_ticks_per_wheel(ticks: usize) -> usize {
@@ -275,17 +278,20 @@ impl<T> Wheel<T> {
         self.clear_far();
     }
 
-    /// Gives back the slab's pages that hold no entry and relinks its free lists lowest key
-    /// first ([`Slab::trim`], O(slots)), if under a quarter of its slots hold an entry and the
-    /// pass fits in `idle_nanos` (at [`TRIM_NANOS_PER_SLOT`]): how many pages, or `None` if it
-    /// did not look (nor when the owner hands out the keys: the `DelayQueue` keeps its own).
-    pub(crate) fn trim(&mut self, idle_nanos: u64) -> Option<usize> {
+    /// Whether [`Wheel::trim`] may give pages back, and its pass fits in `idle_nanos` (at
+    /// [`TRIM_NANOS_PER_SLOT`]): a slab of [`TRIM_MIN_PAGES`] pages or more, under a quarter of
+    /// whose slots hold an entry (not a keyed wheel's: the `DelayQueue` keeps its own).
+    pub(crate) fn trimmable(&self, idle_nanos: u64) -> bool {
         let (slots, live) = (self.nodes.len(), self.nodes.live());
         let cost = (slots as u64).saturating_mul(TRIM_NANOS_PER_SLOT);
-        if self.keyed || live * 4 >= slots || cost > idle_nanos {
-            return None;
-        }
-        Some(self.nodes.trim())
+        let big = slots >= TRIM_MIN_PAGES << PAGE_BITS;
+        !self.keyed && big && live * 4 < slots && cost <= idle_nanos
+    }
+
+    /// Gives back the slab's pages that hold no entry and relinks its free lists lowest key
+    /// first ([`Slab::trim`], O(slots)): how many pages.
+    pub(crate) fn trim(&mut self) -> usize {
+        self.nodes.trim()
     }
 
     /// Bytes the slab's pages hold.
@@ -1001,7 +1007,8 @@ mod tests {
         assert_eq!(w.len(), 0);
     }
 
-    /// A sparse wheel is trimmed only if the pass fits in the idle time given.
+    /// A sparse wheel is trimmed only if the pass fits in the idle time given, and only while it
+    /// holds a few pages.
     #[test]
     fn a_trim_runs_only_if_it_fits_in_the_idle_time() {
         let mut w = Wheel::new(1_000_000, 512);
@@ -1012,18 +1019,17 @@ mod tests {
             w.remove(key);
         }
         let slots = w.nodes.len() as u64;
-        assert_eq!(
-            w.trim(slots * TRIM_NANOS_PER_SLOT - 1),
-            None,
+        assert!(
+            !w.trimmable(slots * TRIM_NANOS_PER_SLOT - 1),
             "too short an idle"
         );
-        assert_eq!(w.nodes.len() as u64, slots);
-        assert_eq!(
-            w.trim(slots * TRIM_NANOS_PER_SLOT),
-            Some(3),
-            "the pages past the first"
-        );
+        assert!(w.trimmable(slots * TRIM_NANOS_PER_SLOT));
+        assert_eq!(w.trim(), 3, "the pages past the first");
         assert_eq!(w.remove(keys[0]), 0);
+        assert!(
+            !w.trimmable(u64::MAX),
+            "one page: below the least a trim looks at"
+        );
     }
 
     #[test]

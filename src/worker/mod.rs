@@ -385,7 +385,7 @@ impl<J: Stored> Worker<J> {
     /// doubling the wait (up to 2^[`TRIM_BACKOFF`] times); or before a sleep of that long
     /// (`plan`), so that a timer going quiet keeps no burst's pages, unless a producer cut the
     /// sleep the last trim came before short (then that trim's wait holds). Only when the pass
-    /// ends before the planned tick (`Wheel::trim`): a trim never makes a timeout late. And
+    /// ends before the planned tick (`Wheel::trimmable`): a trim never makes a timeout late. And
     /// only on a turn that ran no task: a thread a task woke may be waiting for this one's CPU.
     /// A turn that did asks to look again at the end of the next tick (the return). A
     /// steady load pays a few compares per idle turn.
@@ -397,11 +397,16 @@ impl<J: Stored> Worker<J> {
         if !due || self.ended == self.ended_at_trim {
             return None;
         }
+        let idle = plan
+            .saturating_sub(self.tick)
+            .saturating_mul(shared.tick_nanos);
+        if !self.wheel.trimmable(idle) {
+            return None;
+        }
         if !quiet {
             return Some(self.tick + 1);
         }
-        let idle = plan.saturating_sub(self.tick);
-        let nodes = self.wheel.trim(idle.saturating_mul(shared.tick_nanos))?;
+        let nodes = self.wheel.trim();
         let words = J::trim(&mut self.tasks);
         self.ended_at_trim = self.ended;
         self.trimmed_before = if sleeps_long { plan } else { 0 };
