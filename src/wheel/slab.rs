@@ -270,10 +270,11 @@ impl<S: Vacancy, const BITS: u32, const LANES: usize> Slab<S, BITS, LANES> {
     #[inline]
     fn push_in(&mut self, lane: usize, key: u32, value: S) {
         let (p, i) = ((key >> BITS) as usize, key as usize & (Self::PAGE - 1));
-        if self.holes[lane].last() == Some(&(p as u32)) && i == 0 {
-            return self.fill_hole(lane, p, value);
-        }
         if self.growing[lane] as usize != p {
+            // A new page: once per page, never on a page's fill.
+            if self.holes[lane].last() == Some(&(p as u32)) && i == 0 {
+                return self.fill_hole(lane, p, value);
+            }
             self.add_lane_page(lane, p, i);
         }
         let page = &mut self.pages[p];
