@@ -410,11 +410,8 @@ impl<S: Vacancy, const BITS: u32, const LANES: usize> Slab<S, BITS, LANES> {
             self.pages.pop();
         }
         self.free[0] = NO_INDEX;
-        for key in (0..self.len as u32).rev() {
-            if self[key].next_vacant().is_some() {
-                self[key] = S::vacant(self.free[0]);
-                self.free[0] = key;
-            }
+        for p in (0..self.pages.len()).rev() {
+            self.relink_page(0, p);
         }
     }
 
