@@ -135,9 +135,10 @@ impl<J: Stored> ManualDriver<J> {
         worker.advance(&self.shared, now);
         // As on the worker thread: buffers are kept while producers work, given back once idle.
         let plan = worker.planned_tick(&self.shared);
+        // A look the trim asks for comes with the next advance: the clock moves by hand.
+        let _ = worker.trim_if_due(&self.shared, plan);
         if plan > worker.tick() {
-            // A look it asks for comes with the next advance: the clock moves by hand.
-            let _ = worker.release_idle_buffers(&self.shared, plan);
+            worker.release_idle_buffers(&self.shared);
         }
         self.shared.set_worker_id(None);
         if self.shared.is_shutdown() && self.shared.owner_dropped_in_task() {

@@ -73,7 +73,7 @@ pub(crate) struct Wheel<T> {
     keyed: bool,
 }
 
-/// A bound on a trim's pass, in nanoseconds per slot of the slab ([`Wheel::trimmable`]), about
+/// A bound on a trim's pass, in nanoseconds per slot of the slab ([`Wheel::trim_cost`]), about
 /// twice what it measures (`docs/performance.md`, "Trim after a burst"): a trim runs only if it
 /// ends before the tick the worker plans to wake at.
 const TRIM_NANOS_PER_SLOT: u64 = 5;
@@ -278,14 +278,14 @@ impl<T> Wheel<T> {
         self.clear_far();
     }
 
-    /// Whether [`Wheel::trim`] may give pages back, and its pass fits in `idle_nanos` (at
-    /// [`TRIM_NANOS_PER_SLOT`]): a slab of [`TRIM_MIN_PAGES`] pages or more, under a quarter of
-    /// whose slots hold an entry (not a keyed wheel's: the `DelayQueue` keeps its own).
-    pub(crate) fn trimmable(&self, idle_nanos: u64) -> bool {
+    /// What [`Wheel::trim`]'s pass takes, in nanoseconds at [`TRIM_NANOS_PER_SLOT`], if it may
+    /// give pages back: a slab of [`TRIM_MIN_PAGES`] pages or more, under a quarter of whose
+    /// slots hold an entry (not a keyed wheel's: the `DelayQueue` keeps its own).
+    pub(crate) fn trim_cost(&self) -> Option<u64> {
         let (slots, live) = (self.nodes.len(), self.nodes.live());
-        let cost = (slots as u64).saturating_mul(TRIM_NANOS_PER_SLOT);
         let big = slots >= TRIM_MIN_PAGES << PAGE_BITS;
-        !self.keyed && big && live * 4 < slots && cost <= idle_nanos
+        let sparse = !self.keyed && big && live * 4 < slots;
+        sparse.then(|| (slots as u64).saturating_mul(TRIM_NANOS_PER_SLOT))
     }
 
     /// Gives back the slab's pages that hold no entry and relinks its free lists lowest key
@@ -1007,27 +1007,25 @@ mod tests {
         assert_eq!(w.len(), 0);
     }
 
-    /// A sparse wheel is trimmed only if the pass fits in the idle time given, and only while it
-    /// holds a few pages.
+    /// A sparse wheel's trim costs its slots at `TRIM_NANOS_PER_SLOT`, and is looked at only
+    /// while it holds a few pages.
     #[test]
-    fn a_trim_runs_only_if_it_fits_in_the_idle_time() {
+    fn a_trim_is_priced_by_slot_and_only_for_a_few_pages() {
         let mut w = Wheel::new(1_000_000, 512);
         let keys: Vec<u32> = (0..4 * PAGE as u32)
             .map(|i| w.insert(i, 5_000_000, 0))
             .collect();
+        assert_eq!(w.trim_cost(), None, "full: nothing to give back");
         for &key in &keys[1..] {
             w.remove(key);
         }
         let slots = w.nodes.len() as u64;
-        assert!(
-            !w.trimmable(slots * TRIM_NANOS_PER_SLOT - 1),
-            "too short an idle"
-        );
-        assert!(w.trimmable(slots * TRIM_NANOS_PER_SLOT));
+        assert_eq!(w.trim_cost(), Some(slots * TRIM_NANOS_PER_SLOT));
         assert_eq!(w.trim(), 3, "the pages past the first");
         assert_eq!(w.remove(keys[0]), 0);
-        assert!(
-            !w.trimmable(u64::MAX),
+        assert_eq!(
+            w.trim_cost(),
+            None,
             "one page: below the least a trim looks at"
         );
     }

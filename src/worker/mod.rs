@@ -86,8 +86,10 @@ pub(crate) struct Worker<J: Stored = BoxedTask> {
     /// The plan of the long sleep the last trim came before (0: none): a turn by then was woken
     /// early, and waits for `trim_at`.
     trimmed_before: u64,
-    /// `ended` at the last idle turn: unchanged, the turn since ran no task.
-    ended_at_idle: usize,
+    /// `ended` at the last turn: unchanged, the turn since ran no task.
+    ended_at_turn: usize,
+    /// Turns in a row that ran tasks while a trim was due (`Worker::trim_if_due`).
+    deferred_trims: u32,
 }
 
 impl<J: Stored> std::fmt::Debug for Worker<J> {
@@ -117,7 +119,8 @@ impl<J: Stored> Worker<J> {
             fruitless_trims: 0,
             ended_at_trim: 0,
             trimmed_before: 0,
-            ended_at_idle: 0,
+            ended_at_turn: 0,
+            deferred_trims: 0,
         }
     }
 
@@ -352,17 +355,13 @@ impl<J: Stored> Worker<J> {
     }
 
     /// When nothing is queued, gives back the kept queue buffers, the spare chunks (the
-    /// worker's and the shards') and the chunk table's capacity, and, when due, trims the wheel
-    /// and the task words (`Worker::trim_if_due`): an idle timer keeps no burst's. `plan`: the
-    /// tick at whose end the worker plans to wake, past the current one. Returns an earlier
-    /// tick to wake at, if a trim waits for a turn that runs no task.
-    #[must_use]
-    pub(crate) fn release_idle_buffers(&mut self, shared: &Shared<J>, plan: u64) -> Option<u64> {
+    /// worker's and the shards') and the chunk table's capacity: an idle timer keeps no
+    /// burst's. The wheel and the task words are trimmed apart ([`Worker::trim_if_due`]).
+    pub(crate) fn release_idle_buffers(&mut self, shared: &Shared<J>) {
         if !self.inbox.is_empty() {
-            return None;
+            return;
         }
         self.empty_batches = Vec::new();
-        let look = self.trim_if_due(shared, plan);
         self.chunks.release_idle();
         shared.timeouts.for_each_data(|p| p.cursors.clear_spares());
         // Pushed since we looked: kept, in order, for the next transfer.
@@ -374,41 +373,43 @@ impl<J: Stored> Worker<J> {
         let mut cancellations = shared.cancellations.take_all();
         cancellations.append(&mut self.cancellations);
         self.cancellations = cancellations;
-        look
     }
 
     /// Gives a drained burst's memory back while timeouts still wait: the wheel's pages with no
-    /// entry and the task words' empty pages (`docs/performance.md`, "Trim after a burst").
-    /// A trim relinks every free slot, O(slots), so it runs only when it may give something
-    /// back (a slot was freed since the last one, and the slab is under a quarter full), and
-    /// then at most once per [`TRIM_NANOS`] of timer time, each trim that gives nothing back
-    /// doubling the wait (up to 2^[`TRIM_BACKOFF`] times); or before a sleep of that long
-    /// (`plan`), so that a timer going quiet keeps no burst's pages, unless a producer cut the
-    /// sleep the last trim came before short (then that trim's wait holds). Only when the pass
-    /// ends before the planned tick (`Wheel::trimmable`): a trim never makes a timeout late. And
-    /// only on a turn that ran no task: a thread a task woke may be waiting for this one's CPU.
-    /// A turn that did asks to look again at the end of the next tick (the return). A
-    /// steady load pays a few compares per idle turn.
-    fn trim_if_due(&mut self, shared: &Shared<J>, plan: u64) -> Option<u64> {
-        let quiet = std::mem::replace(&mut self.ended_at_idle, self.ended) == self.ended;
+    /// entry and the task words' empty pages (`docs/performance.md`, "Trim after a burst"),
+    /// at the end of a turn, whether the worker goes idle or turns again at the end of this
+    /// tick. A trim relinks every free slot, O(slots), so it runs only when it may give
+    /// something back (a slot was freed since the last one, and the slab is under a quarter
+    /// full), and then at most once per [`TRIM_NANOS`] of timer time, each trim that gives
+    /// nothing back doubling the wait (up to 2^[`TRIM_BACKOFF`] times); or before a sleep of
+    /// that long (`plan`), so that a timer going quiet keeps no burst's pages, unless a producer
+    /// cut the sleep the last trim came before short (then that trim's wait holds). Only when
+    /// the pass ends before the end of the planned tick (`Wheel::trim_cost`): a trim never
+    /// makes a timeout late. And on a turn that ran no task, as a thread a task woke may be
+    /// waiting for this one's CPU; a turn that did asks to look again at the end of the next
+    /// tick (the return), and after [`TRIM_DEFERRALS`] such turns in a row (a load that runs
+    /// tasks at every tick) the trim runs anyway. Other turns pay a few compares.
+    pub(crate) fn trim_if_due(&mut self, shared: &Shared<J>, plan: u64) -> Option<u64> {
+        let quiet = std::mem::replace(&mut self.ended_at_turn, self.ended) == self.ended;
         let sleeps_long = plan.saturating_sub(self.tick) >= trim_ticks(shared);
         let woken_early = self.tick <= self.trimmed_before;
         let due = self.tick >= self.trim_at || (sleeps_long && !woken_early);
         if !due || self.ended == self.ended_at_trim {
             return None;
         }
-        let idle = plan
-            .saturating_sub(self.tick)
-            .saturating_mul(shared.tick_nanos);
-        if !self.wheel.trimmable(idle) {
+        let cost = self.wheel.trim_cost()?;
+        let planned_end = plan.saturating_add(1).saturating_mul(shared.tick_nanos);
+        if cost > planned_end.saturating_sub(shared.clock.now()) {
             return None;
         }
-        if !quiet {
+        if !quiet && self.deferred_trims < TRIM_DEFERRALS {
+            self.deferred_trims += 1;
             return Some(self.tick + 1);
         }
         let nodes = self.wheel.trim();
         let words = J::trim(&mut self.tasks);
         self.ended_at_trim = self.ended;
+        self.deferred_trims = 0;
         self.trimmed_before = if sleeps_long { plan } else { 0 };
         self.fruitless_trims = match nodes + words {
             0 => (self.fruitless_trims + 1).min(TRIM_BACKOFF),
@@ -472,6 +473,10 @@ const TRIM_NANOS: u64 = 1_000_000_000;
 
 /// The most a trim that gives nothing back doubles the wait for the next: 2^6 = 64 times.
 const TRIM_BACKOFF: u32 = 6;
+
+/// Turns in a row that ran tasks a due trim waits out: beyond them, a load that runs tasks at
+/// every tick would never trim.
+const TRIM_DEFERRALS: u32 = 8;
 
 /// [`TRIM_NANOS`] in ticks of this timer, at least one.
 fn trim_ticks<J: Stored>(shared: &Shared<J>) -> u64 {
@@ -807,8 +812,7 @@ mod tests {
         assert!(worker.planned_tick(shared) > worker.tick(), "idle");
         // The race: the cancel comes after the worker has found the queues empty.
         assert!(cancelled.cancel());
-        let plan = worker.planned_tick(shared);
-        assert_eq!(worker.release_idle_buffers(shared, plan), None);
+        worker.release_idle_buffers(shared);
         assert_eq!(worker.planned_tick(shared), worker.tick());
         drop(held);
         driver.advance(TICK);
@@ -946,6 +950,74 @@ mod trim_tests {
         let mut stopped = timer.stop().unwrap();
         stopped.retain(|t| hour.contains(t));
         assert_eq!(stopped.len(), 3);
+    }
+
+    /// A load that runs tasks at every tick keeps the worker turning at each tick's end, never
+    /// idle: a drained burst's memory still comes back, once the trim has waited out
+    /// `TRIM_DEFERRALS` turns that ran tasks, and the load's timeouts each fire at their tick.
+    #[test]
+    fn a_load_that_runs_tasks_at_every_tick_still_trims() {
+        let (timer, driver) = HashedWheelTimer::builder()
+            .tick_duration(TICK)
+            .build_manual()
+            .unwrap();
+        let (fired, steady) = (Arc::default(), Arc::default());
+        let ticks = 400;
+        schedule(&timer, ticks, |i| TICK * (i as u32 + 1), &steady);
+        schedule(&timer, BURST, |_| TICK * 5, &fired);
+        // Each fires at the end of the tick after its deadline's.
+        let burst = run(&driver, &timer, 6);
+        assert_eq!(fired.load(Ordering::Relaxed), counting(BURST));
+        let waited = super::TRIM_DEFERRALS as usize;
+        assert_eq!(run(&driver, &timer, waited), burst, "the trim waits");
+        driver.advance(TICK);
+        let after = held_bytes(&timer);
+        assert!(
+            after * 20 < burst,
+            "{after} bytes held after, {burst} at the burst"
+        );
+        let turned = 6 + waited + 1;
+        assert_eq!(steady.load(Ordering::Relaxed), counting(turned - 1));
+        run(&driver, &timer, ticks + 1 - turned);
+        assert_eq!(steady.load(Ordering::Relaxed), counting(ticks));
+        assert_eq!(timer.pending_timeouts(), 0);
+    }
+
+    /// A trim whose pass would not end before the end of the tick the worker turns at next
+    /// waits for a turn with the time: under a load at every 1 ms tick, a slab of 300 000
+    /// slots (1.5 ms at 5 ns a slot) is trimmed once the load pauses, not during it.
+    #[test]
+    fn a_trim_waits_for_a_turn_with_the_time_for_its_pass() {
+        let tick = Duration::from_millis(1);
+        let (timer, driver) = HashedWheelTimer::builder()
+            .tick_duration(tick)
+            .build_manual()
+            .unwrap();
+        let (fired, steady) = (Arc::default(), Arc::default());
+        let ticks = 100;
+        schedule(&timer, ticks, |i| tick * (i as u32 + 1), &steady);
+        schedule(&timer, 3 * BURST / 2, |_| tick * 5, &fired);
+        let advance = |n: usize| {
+            (0..n).fold(0, |most, _| {
+                driver.advance(tick);
+                most.max(held_bytes(&timer))
+            })
+        };
+        let burst = advance(6);
+        assert_eq!(fired.load(Ordering::Relaxed), counting(3 * BURST / 2));
+        assert_eq!(
+            advance(ticks - 6),
+            burst,
+            "no turn under the load has the time"
+        );
+        assert_eq!(steady.load(Ordering::Relaxed), counting(ticks - 1));
+        advance(2);
+        assert_eq!(steady.load(Ordering::Relaxed), counting(ticks));
+        let after = held_bytes(&timer);
+        assert!(
+            after * 20 < burst,
+            "{after} bytes held after the load, {burst} at the burst"
+        );
     }
 
     /// A turn that runs tasks does not trim, though its sleep is long: a thread a task woke may

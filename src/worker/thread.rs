@@ -127,12 +127,16 @@ pub(crate) fn turn<J: Stored>(worker: &mut Worker<J>, shared: &Arc<Shared<J>>) -
     }
     // A producer may have lowered the plan since: honour the lower of the two.
     plan = plan.min(shared.plan());
-    if plan > worker.tick && !shared.is_shutdown() {
+    if shared.is_shutdown() {
+        return plan;
+    }
+    if let Some(look) = worker.trim_if_due(shared, plan) {
+        shared.lower_plan(look);
+        plan = plan.min(look);
+    }
+    if plan > worker.tick {
         // Idle until a later tick: nothing is queued.
-        if let Some(look) = worker.release_idle_buffers(shared, plan) {
-            shared.lower_plan(look);
-            plan = plan.min(look);
-        }
+        worker.release_idle_buffers(shared);
     }
     plan
 }
