@@ -88,7 +88,7 @@ pub(crate) struct Worker<J: Stored = BoxedTask> {
     trimmed_before: u64,
     /// `ended` at the last turn: unchanged, the turn since ran no task.
     ended_at_turn: usize,
-    /// Turns in a row that ran tasks while a trim was due (`Worker::trim_if_due`).
+    /// Turns since the last trim that ran tasks while a trim was due (`Worker::trim_if_due`).
     deferred_trims: u32,
 }
 
@@ -387,8 +387,8 @@ impl<J: Stored> Worker<J> {
     /// the pass ends before the end of the planned tick (`Wheel::trim_cost`): a trim never
     /// makes a timeout late. And on a turn that ran no task, as a thread a task woke may be
     /// waiting for this one's CPU; a turn that did asks to look again at the end of the next
-    /// tick (the return), and after [`TRIM_DEFERRALS`] such turns in a row (a load that runs
-    /// tasks at every tick) the trim runs anyway. Other turns pay a few compares.
+    /// tick (the return), and after [`TRIM_DEFERRALS`] such turns since the last trim (a load
+    /// that runs tasks at every tick) the trim runs anyway. Other turns pay a few compares.
     pub(crate) fn trim_if_due(&mut self, shared: &Shared<J>, plan: u64) -> Option<u64> {
         let quiet = std::mem::replace(&mut self.ended_at_turn, self.ended) == self.ended;
         let sleeps_long = plan.saturating_sub(self.tick) >= trim_ticks(shared);
@@ -474,8 +474,8 @@ const TRIM_NANOS: u64 = 1_000_000_000;
 /// The most a trim that gives nothing back doubles the wait for the next: 2^6 = 64 times.
 const TRIM_BACKOFF: u32 = 6;
 
-/// Turns in a row that ran tasks a due trim waits out: beyond them, a load that runs tasks at
-/// every tick would never trim.
+/// Turns that ran tasks a due trim waits out: waiting for one that ran none, a load that runs
+/// tasks at every tick would never trim.
 const TRIM_DEFERRALS: u32 = 8;
 
 /// [`TRIM_NANOS`] in ticks of this timer, at least one.
