@@ -900,10 +900,34 @@ mod trim_tests {
         n - n.div_ceil(3)
     }
 
+    fn manual(tick: Duration) -> (HashedWheelTimer, ManualDriver) {
+        let builder = HashedWheelTimer::builder().tick_duration(tick);
+        builder.build_manual().unwrap()
+    }
+
+    /// A load of `ticks` timeouts, one due at each tick from the first, and a burst of `burst`
+    /// due at the fifth: their counts of runs.
+    fn load_and_burst(
+        timer: &HashedWheelTimer,
+        tick: Duration,
+        ticks: usize,
+        burst: usize,
+    ) -> (Arc<AtomicUsize>, Arc<AtomicUsize>) {
+        let (steady, fired) = (Arc::default(), Arc::default());
+        schedule(timer, ticks, |i| tick * (i as u32 + 1), &steady);
+        schedule(timer, burst, |_| tick * 5, &fired);
+        (steady, fired)
+    }
+
     /// Advances `ticks` ticks, a turn each; the most bytes the worker held meanwhile.
     fn run(driver: &ManualDriver, timer: &HashedWheelTimer, ticks: usize) -> usize {
-        (0..ticks).fold(0, |most, _| {
-            driver.advance(TICK);
+        run_by(TICK, driver, timer, ticks)
+    }
+
+    /// [`run`] on a timer whose ticks are `tick` long.
+    fn run_by(tick: Duration, driver: &ManualDriver, timer: &HashedWheelTimer, n: usize) -> usize {
+        (0..n).fold(0, |most, _| {
+            driver.advance(tick);
             most.max(held_bytes(timer))
         })
     }
@@ -914,10 +938,7 @@ mod trim_tests {
     /// fire at their deadline, new ones go in, and `stop()` returns those left.
     #[test]
     fn a_drained_burst_gives_its_memory_back_while_timeouts_wait() {
-        let (timer, driver) = HashedWheelTimer::builder()
-            .tick_duration(TICK)
-            .build_manual()
-            .unwrap();
+        let (timer, driver) = manual(TICK);
         let (fired, lived, paced) = (Arc::default(), Arc::default(), Arc::default());
         schedule(&timer, 3, |_| LIVED, &lived);
         let hour: Vec<Timeout> = (0..3)
@@ -957,14 +978,9 @@ mod trim_tests {
     /// `TRIM_DEFERRALS` turns that ran tasks, and the load's timeouts each fire at their tick.
     #[test]
     fn a_load_that_runs_tasks_at_every_tick_still_trims() {
-        let (timer, driver) = HashedWheelTimer::builder()
-            .tick_duration(TICK)
-            .build_manual()
-            .unwrap();
-        let (fired, steady) = (Arc::default(), Arc::default());
+        let (timer, driver) = manual(TICK);
         let ticks = 400;
-        schedule(&timer, ticks, |i| TICK * (i as u32 + 1), &steady);
-        schedule(&timer, BURST, |_| TICK * 5, &fired);
+        let (steady, fired) = load_and_burst(&timer, TICK, ticks, BURST);
         // Each fires at the end of the tick after its deadline's.
         let burst = run(&driver, &timer, 6);
         assert_eq!(fired.load(Ordering::Relaxed), counting(BURST));
@@ -989,20 +1005,10 @@ mod trim_tests {
     #[test]
     fn a_trim_waits_for_a_turn_with_the_time_for_its_pass() {
         let tick = Duration::from_millis(1);
-        let (timer, driver) = HashedWheelTimer::builder()
-            .tick_duration(tick)
-            .build_manual()
-            .unwrap();
-        let (fired, steady) = (Arc::default(), Arc::default());
+        let (timer, driver) = manual(tick);
         let ticks = 100;
-        schedule(&timer, ticks, |i| tick * (i as u32 + 1), &steady);
-        schedule(&timer, 3 * BURST / 2, |_| tick * 5, &fired);
-        let advance = |n: usize| {
-            (0..n).fold(0, |most, _| {
-                driver.advance(tick);
-                most.max(held_bytes(&timer))
-            })
-        };
+        let (steady, fired) = load_and_burst(&timer, tick, ticks, 3 * BURST / 2);
+        let advance = |n: usize| run_by(tick, &driver, &timer, n);
         let burst = advance(6);
         assert_eq!(fired.load(Ordering::Relaxed), counting(3 * BURST / 2));
         assert_eq!(
@@ -1025,10 +1031,7 @@ mod trim_tests {
     /// it comes at the end of the next tick, which the turn asks for).
     #[test]
     fn a_turn_that_runs_tasks_leaves_the_trim_to_the_next() {
-        let (timer, driver) = HashedWheelTimer::builder()
-            .tick_duration(TICK)
-            .build_manual()
-            .unwrap();
+        let (timer, driver) = manual(TICK);
         let (fired, hour) = (Arc::default(), Arc::default());
         schedule(&timer, 3, |_| Duration::from_secs(3600), &hour);
         schedule(&timer, BURST, |_| TICK * 5, &fired);
