@@ -127,14 +127,12 @@ pub(crate) fn turn<J: Stored>(worker: &mut Worker<J>, shared: &Arc<Shared<J>>) -
     }
     // A producer may have lowered the plan since: honour the lower of the two.
     plan = plan.min(shared.plan());
-    if shared.is_shutdown() {
-        return plan;
-    }
+    // Reads no atomic unless it trims (a turn during a `stop()` may too: harmless).
     if let Some(look) = worker.trim_if_due(shared, plan) {
         shared.lower_plan(look);
         plan = plan.min(look);
     }
-    if plan > worker.tick {
+    if plan > worker.tick && !shared.is_shutdown() {
         // Idle until a later tick: nothing is queued.
         worker.release_idle_buffers(shared);
     }
