@@ -15,22 +15,28 @@ use std::time::Duration;
 /// The threads on which the logger panics.
 const LOUD: &str = "loud-logger";
 /// What the logger panics on: the report of a caught panic of user code, of a periodic task's
-/// run refused, and of an adapter built or called on a stopped timer.
-const TRIGGERS: [&str; 3] = [
+/// run refused, of an adapter built or called on a stopped timer, of a tick clamped to 1 ms,
+/// and of too many live timers.
+const TRIGGERS: [&str; 5] = [
     "panicked; the timer goes on",
     "its schedule ends",
     "on a stopped timer",
+    "is smaller than 1 ms",
+    "too many HashedWheelTimer instances",
 ];
 /// Indices into `TRIGGERS`.
 const CAUGHT: usize = 0;
 const REFUSED: usize = 1;
 const STOPPED: usize = 2;
+const CLAMPED: usize = 3;
+const TOO_MANY: usize = 4;
 const DELIBERATE: &str = "deliberate panic (user code, then the logger)";
 
 /// Panics on `TRIGGERS` on a `LOUD` thread, counting each time it does, trigger by trigger.
 struct PanickingLogger;
 
-static LOGGER_PANICS: [AtomicUsize; 3] = [const { AtomicUsize::new(0) }; 3];
+static LOGGER_PANICS: [AtomicUsize; TRIGGERS.len()] =
+    [const { AtomicUsize::new(0) }; TRIGGERS.len()];
 
 /// The logger's panics so far on the reports of `TRIGGERS[trigger]`.
 fn logger_panics(trigger: usize) -> usize {
@@ -230,4 +236,44 @@ fn a_tower_service_on_a_stopped_timer_with_a_logger_that_panics_fails_its_calls(
     assert_eq!(served, 1, "the inner service got the request");
     assert_eq!(outcome, Some(TimerError::Stopped));
     assert!(logger_panics(STOPPED) > 0, "the logger panicked");
+}
+
+/// Runs `f` on a thread named `LOUD`, where the logger panics; what it returns, or the panic
+/// it unwound with.
+fn on_loud_thread<T: Send + 'static>(
+    f: impl FnOnce() -> T + Send + 'static,
+) -> std::thread::Result<T> {
+    init();
+    let loud = std::thread::Builder::new().name(LOUD.to_owned());
+    loud.spawn(f).unwrap().join()
+}
+
+/// A tick under 1 ms, reported to a logger that panics: the timer is built, its tick 1 ms.
+/// The logger's panic unwound `build`.
+#[test]
+fn a_clamped_tick_reported_to_a_logger_that_panics_still_builds_the_timer() {
+    let before = logger_panics(CLAMPED);
+    let built = on_loud_thread(|| {
+        let builder = HashedWheelTimer::builder().tick_duration(Duration::from_micros(100));
+        builder.build().map(|timer| timer.tick_duration())
+    });
+    assert_eq!(built.expect("build does not unwind"), Ok(ms(1)));
+    assert!(logger_panics(CLAMPED) > before, "the logger panicked");
+}
+
+/// More live timers than Netty's limit, reported to a logger that panics: each is built. The
+/// logger's panic unwound `build` with the timer counted and never uncounted. (The report
+/// comes once per process, on whichever thread crosses the limit: another test's timer may
+/// cross it first.)
+#[test]
+fn too_many_live_timers_reported_to_a_logger_that_panics_still_build() {
+    let limit = hashed_timer_wheel::INSTANCE_COUNT_LIMIT;
+    let built = on_loud_thread(move || {
+        let timers: Vec<_> = (0..limit + 2)
+            .map(|_| HashedWheelTimer::builder().build())
+            .collect();
+        timers.iter().filter(|t| t.is_ok()).count()
+    });
+    assert_eq!(built.expect("build does not unwind"), limit + 2);
+    assert!(logger_panics(TOO_MANY) <= 1, "reported once");
 }

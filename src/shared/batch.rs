@@ -214,7 +214,10 @@ impl<J: sealed::TaskStorage> Drop for PendingBatch<J> {
         let (words, at) = (&self.words, &mut self.words_read);
         for queued in self.tasks.drain(..) {
             if !super::drop_caught(J::dequeue(queued, words, at)) {
-                log::warn!("a task's Drop panicked as its timer's queue was dropped");
+                super::log_caught(
+                    log::Level::Warn,
+                    format_args!("a task's Drop panicked as its timer's queue was dropped"),
+                );
             }
         }
     }

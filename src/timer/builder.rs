@@ -293,7 +293,10 @@ impl Builder {
         let wheel_len = normalize_ticks_per_wheel(self.ticks_per_wheel);
         let mut tick = self.tick;
         if tick < Duration::from_millis(1) {
-            log::warn!("configured tick duration {tick:?} is smaller than 1 ms, using 1 ms");
+            crate::shared::log_caught(
+                log::Level::Warn,
+                format_args!("configured tick duration {tick:?} is smaller than 1 ms, using 1 ms"),
+            );
             tick = Duration::from_millis(1);
         }
         let tick_nanos = u64::try_from(tick.as_nanos())

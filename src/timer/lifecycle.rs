@@ -28,10 +28,14 @@ static WARNED_TOO_MANY: process::AtomicBool = process::AtomicBool::new(false);
 pub(super) fn count_instance() {
     let live = enter_live_timer_count();
     if live > INSTANCE_COUNT_LIMIT && !WARNED_TOO_MANY.swap(true, Ordering::Relaxed) {
-        log::error!(
-            "you are creating too many HashedWheelTimer instances ({live} live). \
-             HashedWheelTimer is a shared resource that must be reused across the process, \
-             so that only a few instances are created"
+        // The logger is user code: its panic must not unwind `build` with the timer counted.
+        crate::shared::log_caught(
+            log::Level::Error,
+            format_args!(
+                "you are creating too many HashedWheelTimer instances ({live} live). \
+                 HashedWheelTimer is a shared resource that must be reused across the \
+                 process, so that only a few instances are created"
+            ),
         );
     }
 }
