@@ -612,6 +612,29 @@ fn tokio_4170_shrink_to_fit_gives_back_a_burst() {
     assert!(queue.capacity() <= 1);
 }
 
+/// A queue built with room for 1 000 items, or shrunk to 40 000, grew its first block of slots
+/// by doubling past the block's size: slots no key could reach, counted in `capacity` and kept
+/// through `shrink_to_fit`. Grown to 70 000 items, it holds no more room than a new queue does.
+#[test]
+fn room_grown_from_with_capacity_or_shrink_to_fit_is_all_usable() {
+    let (timer, _driver) = manual();
+    let grown = |mut queue: DelayQueue<u64>, items: u64| {
+        for i in 0..items {
+            queue.insert(i, ms(5));
+        }
+        queue
+    };
+    let fresh = grown(DelayQueue::new(timer.handle()), 70_000).capacity();
+    let reserved = grown(DelayQueue::with_capacity(timer.handle(), 1_000), 70_000).capacity();
+    assert!(reserved <= fresh, "with_capacity: {reserved} > {fresh}");
+    let mut shrunk = grown(DelayQueue::new(timer.handle()), 40_000);
+    shrunk.shrink_to_fit();
+    let shrunk = grown(shrunk, 30_000);
+    assert_eq!(shrunk.len(), 70_000);
+    let shrunk = shrunk.capacity();
+    assert!(shrunk <= fresh, "shrink_to_fit: {shrunk} > {fresh}");
+}
+
 /// kube-rs/kube#1772, restatedev/restate#5017: tokio-util's wheel panicked ("invalid
 /// deadline") for a deadline more than 2^36 ms (about 2.2 years) ahead. Any `Duration` is
 /// accepted here; one past 64-bit nanoseconds never fires.

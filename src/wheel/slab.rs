@@ -261,8 +261,22 @@ impl<S: Vacancy, const BITS: u32, const LANES: usize> Slab<S, BITS, LANES> {
         if p == self.pages.len() {
             self.add_page();
         }
-        self.pages[p].push(value);
+        let page = &mut self.pages[p];
+        if page.len() == page.capacity() {
+            Self::grow_page(page);
+        }
+        page.push(value);
         self.len += 1;
+    }
+
+    /// Doubles a full page short of `PAGE` slots (at least 4), to at most `PAGE`: left to
+    /// `Vec`, one sized by `reserve` or `shrink_to_fit` would double past it, into slots that
+    /// no key reaches.
+    #[cold]
+    #[inline(never)]
+    fn grow_page(page: &mut Vec<S>) {
+        let room = page.capacity().saturating_mul(2).clamp(4, Self::PAGE);
+        page.reserve_exact(room - page.len());
     }
 
     /// Makes the slot `key` ([`Slab::next_key_in`] of `lane`, which holds no free slot) with
@@ -303,7 +317,7 @@ impl<S: Vacancy, const BITS: u32, const LANES: usize> Slab<S, BITS, LANES> {
         self.len += Self::PAGE;
     }
 
-    /// A page for a one-lane slab's next slots: the first grows as a `Vec` does (4, 8, ... up
+    /// A page for a one-lane slab's next slots: the first doubles as it fills (4, 8, ... up
     /// to a page), so that a few values hold a few slots; the later ones come whole.
     #[cold]
     #[inline(never)]
