@@ -579,8 +579,8 @@ fn peek_names_the_sooner_of_two_deadlines_in_one_tick() {
 }
 
 /// tokio-rs/tokio#4170 (and #3590): a burst left the queue's slab at its high-water mark;
-/// `shrink_to_fit` gives it back without changing any key, and a queue that empties lets go
-/// of its slab by itself.
+/// `shrink_to_fit` gives it back without changing any key, and a queue that empties starts
+/// again from its first slot, so that `shrink_to_fit` then gives back all but what it holds.
 #[test]
 fn tokio_4170_shrink_to_fit_gives_back_a_burst() {
     let (timer, driver) = manual();
