@@ -1281,6 +1281,94 @@ fn a_slow_task_is_counted_and_warned_about() {
     assert!(logged(log::Level::Warn, "held the timer's worker"));
 }
 
+/// A `stop()` from another thread while a task runs: the timer reads stopped at once, so a
+/// `new_timeout` meanwhile is refused with `Stopped`, not `TooManyPending`, though the pending
+/// limit is full (the contract's order of checks) and counts nothing; the stop returns only once
+/// the task has ended, with the timeouts still pending, cancelled, and nothing runs after.
+#[test]
+fn a_stop_from_another_thread_waits_for_the_running_task_and_refuses_with_stopped() {
+    init();
+    let (timer, driver) = HashedWheelTimer::builder()
+        .tick_duration(ms(10))
+        .max_pending_timeouts(3)
+        .build_manual()
+        .unwrap();
+    let (running_tx, running) = mpsc::channel();
+    let (go, go_rx) = mpsc::channel::<()>();
+    let task_ended = Arc::new(AtomicUsize::new(0));
+    let ended = Arc::clone(&task_ended);
+    timer
+        .new_timeout(
+            move |_: &Timeout| {
+                running_tx.send(()).unwrap();
+                go_rx.recv_timeout(PATIENCE).unwrap();
+                ended.store(1, SeqCst);
+            },
+            ms(5),
+        )
+        .unwrap();
+    let runs = Arc::new(AtomicUsize::new(0));
+    let same_tick = timer.new_timeout(counting(&runs), ms(5)).unwrap();
+    let later = timer.new_timeout(counting(&runs), ms(50)).unwrap();
+    let ticker = {
+        let driver = driver.clone();
+        thread::spawn(move || driver.advance(ms(100)))
+    };
+    running.recv_timeout(PATIENCE).unwrap();
+    // The running task's timeout has stopped counting: one more fills the limit.
+    let last = timer.new_timeout(counting(&runs), ms(50)).unwrap();
+    assert!(matches!(
+        timer.new_timeout(noop, ms(1)),
+        Err(TimerError::TooManyPending { pending: 3, max: 3 })
+    ));
+    let stopper = {
+        let handle = timer.handle();
+        thread::spawn(move || {
+            let returned = handle.stop();
+            (returned, task_ended.load(SeqCst))
+        })
+    };
+    while !timer.is_stopped() {
+        thread::yield_now();
+    }
+    assert_eq!(timer.pending_timeouts(), 0);
+    for _ in 0..3 {
+        assert_eq!(
+            timer.new_timeout(counting(&runs), ms(1)).unwrap_err(),
+            TimerError::Stopped
+        );
+    }
+    go.send(()).unwrap();
+    ticker.join().unwrap();
+    let (returned, task_had_ended) = stopper.join().unwrap();
+    assert_eq!(task_had_ended, 1, "stop() returned while the task ran");
+    let returned: HashSet<Timeout> = returned.unwrap().into_iter().collect();
+    assert!(
+        returned.contains(&later) && returned.contains(&last),
+        "later ticks' timeouts are returned"
+    );
+    assert!(
+        returned.iter().all(Timeout::is_cancelled),
+        "returned timeouts are cancelled"
+    );
+    // Whether the rest of the running tick's walk expires `same_tick` is the worker's: either
+    // it ran, or stop() returned it.
+    assert_eq!(
+        usize::from(returned.contains(&same_tick)) + runs.load(SeqCst),
+        1,
+        "the same tick's timeout ended once"
+    );
+    assert_eq!(
+        returned.len(),
+        2 + usize::from(returned.contains(&same_tick))
+    );
+    driver.advance(ms(1_000));
+    assert!(later.is_cancelled() && !later.is_expired());
+    assert!(last.is_cancelled() && !last.is_expired());
+    assert_eq!(runs.load(SeqCst), usize::from(same_tick.is_expired()));
+    assert_eq!(timer.pending_timeouts(), 0);
+}
+
 /// A second `stop()`, racing the first while the worker runs a long task, waits for that task
 /// as the first does, and returns nothing.
 #[test]
