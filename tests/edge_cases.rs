@@ -670,6 +670,39 @@ fn stop_from_inside_a_task_is_an_error_and_the_timer_keeps_running() {
     assert_eq!(runs.load(SeqCst), 1);
 }
 
+/// Expiry counts the timeout down before its task runs, so a task can schedule its successor
+/// with the pending limit full (a limit of 1: only the task's own timeout), inline and on an
+/// executor, as Netty's self-rescheduling pattern needs.
+#[test]
+fn a_task_reschedules_itself_at_a_full_pending_limit() {
+    init();
+    fn again(ran: mpsc::Sender<(usize, Result<(), TimerError>)>, n: usize) -> impl TimerTask {
+        move |t: &Timeout| {
+            let pending = t.timer().pending_timeouts();
+            let next = t.timer().new_timeout(again(ran.clone(), n + 1), ms(10));
+            ran.send((pending, next.map(drop))).unwrap();
+        }
+    }
+    let inline = HashedWheelTimer::builder().tick_duration(ms(10));
+    let on_executor = HashedWheelTimer::builder()
+        .tick_duration(ms(10))
+        .executor(|job: Box<dyn FnOnce() + Send>| job());
+    for (name, builder) in [("inline", inline), ("executor", on_executor)] {
+        let (timer, driver) = builder.max_pending_timeouts(1).build_manual().unwrap();
+        let (tx, rx) = mpsc::channel();
+        timer.new_timeout(again(tx, 0), ms(10)).unwrap();
+        assert!(timer.new_timeout(noop, ms(10)).is_err(), "{name}: full");
+        for _ in 0..10 {
+            driver.advance(ms(10));
+        }
+        let runs: Vec<_> = rx.try_iter().collect();
+        assert!(runs.len() >= 4, "{name}: {runs:?}");
+        assert!(runs.iter().all(|r| *r == (0, Ok(()))), "{name}: {runs:?}");
+        assert_eq!(timer.pending_timeouts(), 1, "{name}");
+        assert_eq!(timer.stats().refused, 1, "{name}");
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Panicking tasks
 
