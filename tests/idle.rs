@@ -122,6 +122,21 @@ fn a_stop_wakes_a_parked_worker() {
     assert_eq!(done_rx.recv_timeout(PATIENCE), Ok(0), "stop() hung");
 }
 
+/// A worker asleep until a far deadline (a timeout an hour away, on a tick of ten minutes) is
+/// woken by `stop()`, which returns that timeout at once rather than at the end of the tick.
+#[test]
+fn a_stop_wakes_a_worker_sleeping_until_a_far_deadline() {
+    let timer = HashedWheelTimer::new(Duration::from_secs(600), 8);
+    let far = timer
+        .new_timeout(|_: &Timeout| {}, Duration::from_secs(3600))
+        .unwrap();
+    settle(&timer); // asleep until the end of the tick, ten minutes away
+    let (done_tx, done_rx) = mpsc::channel();
+    std::thread::spawn(move || done_tx.send(timer.stop().unwrap()).unwrap());
+    let returned = done_rx.recv_timeout(PATIENCE).expect("stop() hung");
+    assert_eq!(returned, [far]);
+}
+
 /// The producers' clock thread (x86-64 Linux) calibrates the TSC and ends: no thread of the
 /// library stays awake for an idle timer (the kernel's clock source is read again by the
 /// worker's turns, not by a thread of its own).
