@@ -425,6 +425,31 @@ fn cancel_from_other_threads() {
     assert_eq!(timer.pending_timeouts(), 0);
 }
 
+/// A tick processes the cancellations before it expires its bucket (Netty 4.1's order; 4.2
+/// moved them after): a task of the tick no longer counts a timeout cancelled before the tick
+/// began, in the wheel or still queued, nor its own.
+#[test]
+fn a_tick_processes_cancellations_before_its_tasks_run() {
+    init();
+    let (timer, driver) = manual(ms(10));
+    let in_wheel = timer.new_timeout(noop, Duration::from_secs(3600)).unwrap();
+    let _kept = timer.new_timeout(noop, Duration::from_secs(3600)).unwrap();
+    let (tx, rx) = mpsc::channel();
+    timer
+        .new_timeout(
+            move |t: &Timeout| tx.send(t.timer().pending_timeouts()).unwrap(),
+            ms(15),
+        )
+        .unwrap();
+    driver.advance(ms(10)); // tick 0: all three in the wheel
+    let queued = timer.new_timeout(noop, Duration::from_secs(3600)).unwrap();
+    assert!(in_wheel.cancel() && queued.cancel());
+    assert_eq!(timer.pending_timeouts(), 4, "not processed yet");
+    driver.advance(ms(10)); // tick 1: the task runs
+    assert_eq!(rx.try_recv(), Ok(1), "only the kept timeout");
+    assert_eq!(timer.pending_timeouts(), 1);
+}
+
 /// More than 100 000 cancellations before one tick: Netty caps only the transfer of new
 /// timeouts (100 000 per tick), not the processing of cancellations, which all happen at the
 /// start of the next tick; `pending_timeouts()` drops to 0 then, also when that tick is the
