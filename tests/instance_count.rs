@@ -49,8 +49,16 @@ fn live_timers_past_the_limit_log_once_and_stopped_or_dropped_ones_leave_the_cou
     log::set_logger(&CAPTURE).unwrap();
     log::set_max_level(log::LevelFilter::Trace);
 
+    for _ in 0..10 {
+        let refused = HashedWheelTimer::builder().ticks_per_wheel(0).build();
+        assert!(refused.is_err());
+    }
     let stopped = timers(INSTANCE_COUNT_LIMIT);
-    assert_eq!(errors(), 0, "{INSTANCE_COUNT_LIMIT} live timers are fine");
+    assert_eq!(
+        errors(),
+        0,
+        "{INSTANCE_COUNT_LIMIT} live timers are fine, and a refused build is no timer"
+    );
     for timer in &stopped {
         assert!(timer.stop().unwrap().is_empty());
     }
