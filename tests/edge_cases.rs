@@ -425,6 +425,30 @@ fn cancel_from_other_threads() {
     assert_eq!(timer.pending_timeouts(), 0);
 }
 
+/// A timeout cancelled in the wheel, an hour before its bucket comes round, has its task dropped
+/// on the next tick (Netty #2541: the memory does not wait for the bucket), and only then.
+#[test]
+fn a_timeout_cancelled_in_the_wheel_drops_its_task_on_the_next_tick() {
+    init();
+    let (timer, driver) = manual(ms(10));
+    let (dropped_tx, dropped) = mpsc::channel();
+    let guard = OnDrop(dropped_tx);
+    let far = timer
+        .new_timeout(move |_: &Timeout| drop(guard), Duration::from_secs(3600))
+        .unwrap();
+    driver.advance(ms(10)); // transferred into the wheel
+    assert!(far.cancel());
+    assert!(
+        dropped.try_recv().is_err(),
+        "the worker drops it, not cancel()"
+    );
+    driver.advance(ms(10) - NANO);
+    assert!(dropped.try_recv().is_err(), "not before the tick ends");
+    driver.advance(NANO);
+    assert!(dropped.try_recv().is_ok(), "dropped on the next tick");
+    assert_eq!(timer.pending_timeouts(), 0);
+}
+
 /// A tick processes the cancellations before it expires its bucket (Netty 4.1's order; 4.2
 /// moved them after): a task of the tick no longer counts a timeout cancelled before the tick
 /// began, in the wheel or still queued, nor its own.
