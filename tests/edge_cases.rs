@@ -725,10 +725,10 @@ fn stop_from_inside_a_task_is_an_error_and_the_timer_keeps_running() {
 #[test]
 fn a_task_reschedules_itself_at_a_full_pending_limit() {
     init();
-    fn again(ran: mpsc::Sender<(usize, Result<(), TimerError>)>, n: usize) -> impl TimerTask {
+    fn again(ran: mpsc::Sender<(usize, Result<(), TimerError>)>) -> impl TimerTask {
         move |t: &Timeout| {
             let pending = t.timer().pending_timeouts();
-            let next = t.timer().new_timeout(again(ran.clone(), n + 1), ms(10));
+            let next = t.timer().new_timeout(again(ran.clone()), ms(10));
             ran.send((pending, next.map(drop))).unwrap();
         }
     }
@@ -739,7 +739,7 @@ fn a_task_reschedules_itself_at_a_full_pending_limit() {
     for (name, builder) in [("inline", inline), ("executor", on_executor)] {
         let (timer, driver) = builder.max_pending_timeouts(1).build_manual().unwrap();
         let (tx, rx) = mpsc::channel();
-        timer.new_timeout(again(tx, 0), ms(10)).unwrap();
+        timer.new_timeout(again(tx), ms(10)).unwrap();
         assert!(timer.new_timeout(noop, ms(10)).is_err(), "{name}: full");
         for _ in 0..10 {
             driver.advance(ms(10));
