@@ -41,7 +41,9 @@
 //! - **`new_timeout` racing `stop()` is never lost**: it is refused with
 //!   [`TimerError::Stopped`] or returned by `stop()`.
 //! - **`pending_timeouts()` is exact**: refused calls do not count, nothing counts twice (Netty
-//!   #14959), and it is 0 after `stop()`.
+//!   #14959), and it is 0 after `stop()`. A timeout cancelled while more than 100 000 wait to
+//!   be transferred stops counting when the transfer reaches it (a tick later per 100 000
+//!   ahead of it); Netty's next tick counts it down.
 //! - **`Duration::MAX` never fires** (Netty #7760): deadlines saturate.
 //! - **`ticks_per_wheel` above 2^30 is an error** (Netty 4.1.107+ lost that check and fails
 //!   with `NegativeArraySizeException`).
@@ -51,10 +53,11 @@
 //!   only), logs it and goes on; nothing is lost or run twice. A logger that panics on the
 //!   timer's reports goes unheard.
 //! - At most 2^27 - 1 pending timeouts per timer; beyond, [`TimerError::TooManyPending`].
-//! - **Memory after a burst** stays with the timer while any timeout is pending: the worker
-//!   keeps the nodes its peak needed (32 bytes a timeout, and a task's data up to 32 bytes) and
-//!   reuses them, as a `Vec` keeps its capacity; it frees them once none is pending. Netty's
-//!   garbage collector takes each timeout back as it ends.
+//! - **Memory after a burst** comes back by pages: the worker keeps the nodes its peak needed
+//!   (32 bytes a timeout, and a task's data up to 32 bytes) and reuses them, as a `Vec` keeps
+//!   its capacity; once the burst has drained, it gives back the pages that hold nothing while
+//!   other timeouts wait (at most once a second, on a turn with the time for the pass), and all
+//!   of it once none is pending. Netty's garbage collector takes each timeout back as it ends.
 //! - `stop()` returns the cancelled timeouts, but their tasks are dropped (the timer owns them).
 //! - The tick grid starts when the timer is built, not when its thread starts.
 //! - Deadlines come from the TSC, rounded up by about a microsecond: rarely a tick after Netty's.
