@@ -750,6 +750,66 @@ mod tests {
         assert!(highest < 32 * 4, "keys climbed to {highest}");
     }
 
+    /// What the model test does to a slab of lanes.
+    #[derive(Debug, Clone)]
+    enum Op {
+        Insert(usize),
+        /// The live key at this position (mod the live count) in key order.
+        Remove(usize),
+        Trim,
+    }
+
+    fn op() -> impl proptest::strategy::Strategy<Value = Op> {
+        use proptest::prelude::*;
+        prop_oneof![
+            6 => (0..4usize).prop_map(Op::Insert),
+            5 => any::<usize>().prop_map(Op::Remove),
+            1 => Just(Op::Trim),
+        ]
+    }
+
+    proptest::proptest! {
+        /// Against a map: inserts, removes and trims in any order keep each value under its
+        /// key and its lane, hand out no live key twice, and never let a lane's keys climb
+        /// past the pages its most values at once needed (holes are made again first).
+        #[test]
+        fn lanes_with_trims_keep_values_and_keys_low(
+            ops in proptest::collection::vec(op(), 1..300),
+        ) {
+            let mut slab: Slab<Slot, 2, 4> = Slab::new();
+            let mut model = std::collections::BTreeMap::new();
+            let (mut live, mut peak) = ([0usize; 4], [0usize; 4]);
+            for (n, op) in ops.into_iter().enumerate() {
+                match op {
+                    Op::Insert(lane) => {
+                        let key = slab.insert_in(lane, Slot::Value(n as u64));
+                        proptest::prop_assert!(model.insert(key, n as u64).is_none());
+                        proptest::prop_assert_eq!(Slab::<Slot, 2, 4>::lane_of(key), lane);
+                        live[lane] += 1;
+                        peak[lane] = peak[lane].max(live[lane]);
+                        // The lane's pages are lane, lane + 4, ...: the key's is its `j`th.
+                        let j = (key as usize >> 2) / 4;
+                        proptest::prop_assert!(j <= (peak[lane] - 1) / 4, "key {} climbed", key);
+                    }
+                    Op::Remove(at) if !model.is_empty() => {
+                        let key = *model.keys().nth(at % model.len()).unwrap();
+                        let value = model.remove(&key).unwrap();
+                        proptest::prop_assert_eq!(slab.remove(key), Slot::Value(value));
+                        live[Slab::<Slot, 2, 4>::lane_of(key)] -= 1;
+                    }
+                    Op::Remove(_) => {}
+                    Op::Trim => {
+                        slab.trim();
+                    }
+                }
+                proptest::prop_assert_eq!(slab.live(), model.len());
+                for (&key, &value) in &model {
+                    proptest::prop_assert_eq!(slab.get(key), Some(&Slot::Value(value)));
+                }
+            }
+        }
+    }
+
     /// A key that is not a lane's next (one holding a value, a free slot behind its list's
     /// head, one past the next, a page not the lane's next) panics before any change, in every
     /// build.
