@@ -11,7 +11,7 @@
 //! processed tick, which is when `pending_timeouts()` drops.
 #![allow(clippy::mutable_key_type)] // `Timeout` hashes by identity, not by its mutable state
 
-use hashed_timer_wheel::{HashedWheelTimer, Timeout};
+use hashed_timer_wheel::{HashedWheelTimer, ManualDriver, Timeout};
 use proptest::prelude::*;
 use proptest::test_runner::Config;
 use std::collections::HashSet;
@@ -24,6 +24,14 @@ const T: u64 = 10_000_000;
 #[derive(Debug, Clone)]
 enum Op {
     Schedule(Duration),
+    /// `n` timeouts of one delay at once, and, if `thin`, all but one in 64 of them cancelled
+    /// at once: the worker's slab grows past the pages a trim looks at, then empties, and is
+    /// trimmed while the others wait.
+    Burst {
+        n: usize,
+        delay: Duration,
+        thin: bool,
+    },
     /// Cancels the timeout at this index (modulo the number scheduled so far).
     Cancel(usize),
     Advance(Duration),
@@ -68,6 +76,22 @@ fn far_op() -> impl Strategy<Value = Op> {
     ]
 }
 
+/// As [`op`], with bursts of thousands of timeouts and advances of seconds: the worker trims
+/// its slab between and amid them.
+fn burst_op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        3 => near_ticks(40).prop_map(Op::Schedule),
+        // The wheel never empties, as a service's keep-alives keep it: only a trim gives a
+        // burst's pages back.
+        2 => near_ticks(100_000).prop_map(Op::Schedule),
+        2 => (4_100..6_000usize, near_ticks(100), any::<bool>())
+            .prop_map(|(n, delay, thin)| Op::Burst { n, delay, thin }),
+        2 => any::<usize>().prop_map(Op::Cancel),
+        2 => near_ticks(4).prop_map(Op::Advance),
+        4 => near_ticks(150).prop_map(Op::Advance),
+    ]
+}
+
 /// What the reference knows about one timeout.
 #[derive(Debug)]
 struct Expected {
@@ -88,6 +112,38 @@ fn pending(model: &[Expected]) -> usize {
         .count()
 }
 
+/// Schedules a timeout that logs its run (its index, the tick), and adds its expectation.
+fn schedule(
+    timer: &HashedWheelTimer,
+    driver: &ManualDriver,
+    log: &Log,
+    model: &mut Vec<Expected>,
+    now: u64,
+    delay: Duration,
+) {
+    let id = model.len();
+    let (log, d) = (Arc::clone(log), driver.clone());
+    let handle = timer
+        .new_timeout(
+            move |_: &Timeout| log.lock().unwrap().push((id, d.current_tick())),
+            delay,
+        )
+        .unwrap();
+    let delay = u64::try_from(delay.as_nanos()).unwrap_or(u64::MAX);
+    let calculated = now.saturating_add(delay) / T;
+    let t0 = now / T;
+    model.push(Expected {
+        handle,
+        fire_tick: calculated.max(t0),
+        fired: false,
+        cancelled: false,
+        cancel_processed: false,
+    });
+}
+
+/// The timeouts' runs, `(timeout index, tick it ran on)`, in firing order.
+type Log = Arc<Mutex<Vec<(usize, u64)>>>;
+
 fn run(ticks_per_wheel: usize, ops: Vec<Op>) -> Result<(), TestCaseError> {
     let (timer, driver) = HashedWheelTimer::builder()
         .tick_duration(Duration::from_nanos(T))
@@ -95,33 +151,23 @@ fn run(ticks_per_wheel: usize, ops: Vec<Op>) -> Result<(), TestCaseError> {
         .build_manual()
         .unwrap();
     timer.start().unwrap();
-    // (timeout index, tick it ran on), in firing order.
-    let log: Arc<Mutex<Vec<(usize, u64)>>> = Arc::default();
+    let log: Log = Arc::default();
     let mut model: Vec<Expected> = Vec::new();
     let mut now: u64 = 0;
     let mut ever_fired = HashSet::new();
 
     for op in ops {
         match op {
-            Op::Schedule(delay) => {
-                let id = model.len();
-                let (log, d) = (Arc::clone(&log), driver.clone());
-                let handle = timer
-                    .new_timeout(
-                        move |_: &Timeout| log.lock().unwrap().push((id, d.current_tick())),
-                        delay,
-                    )
-                    .unwrap();
-                let delay = u64::try_from(delay.as_nanos()).unwrap_or(u64::MAX);
-                let calculated = now.saturating_add(delay) / T;
-                let t0 = now / T;
-                model.push(Expected {
-                    handle,
-                    fire_tick: calculated.max(t0),
-                    fired: false,
-                    cancelled: false,
-                    cancel_processed: false,
-                });
+            Op::Schedule(delay) => schedule(&timer, &driver, &log, &mut model, now, delay),
+            Op::Burst { n, delay, thin } => {
+                for i in 0..n {
+                    schedule(&timer, &driver, &log, &mut model, now, delay);
+                    if thin && i % 64 != 0 {
+                        let e = model.last_mut().expect("just scheduled");
+                        prop_assert!(e.handle.cancel());
+                        e.cancelled = true;
+                    }
+                }
             }
             Op::Cancel(i) => {
                 if model.is_empty() {
@@ -197,6 +243,24 @@ proptest! {
     fn far_timeouts_fire_on_nettys_tick_in_transfer_order(
         ticks_per_wheel in 1usize..=8,
         ops in proptest::collection::vec(far_op(), 1..120),
+    ) {
+        run(ticks_per_wheel, ops)?;
+    }
+}
+
+proptest! {
+    #![proptest_config(Config {
+        cases: 32,
+        failure_persistence: None,
+        ..Config::default()
+    })]
+
+    /// Bursts of thousands, thinned or not, among single timeouts: the worker's slab grows
+    /// and is trimmed as they drain, and nothing fires early, late or twice.
+    #[test]
+    fn bursts_and_trims_fire_on_nettys_tick(
+        ticks_per_wheel in 1usize..=64,
+        ops in proptest::collection::vec(burst_op(), 10..40),
     ) {
         run(ticks_per_wheel, ops)?;
     }
