@@ -77,7 +77,7 @@ pub(crate) struct Worker<J: Stored = BoxedTask> {
     busy: bool,
     /// Timeouts ended here (expired or cancelled), a wrapping total for `Shared::set_ended`.
     ended: usize,
-    /// The tick from which an idle turn may trim again (`Worker::trim_if_due`).
+    /// The tick from which a turn may trim again (`Worker::trim_if_due`).
     trim_at: u64,
     /// Trims in a row that gave nothing back (each doubles the wait, up to a bound).
     fruitless_trims: u32,
