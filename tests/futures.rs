@@ -879,6 +879,45 @@ fn an_interval_refused_at_the_limit_arms_again_at_the_next_poll() {
     );
 }
 
+/// An interval made with the pending limit full: its first tick completes at once, as tokio's
+/// does, and so does each tick already due, though the timer refuses its timeout; a tick not
+/// yet due is refused until the limit has room.
+#[test]
+fn an_interval_at_a_full_limit_still_takes_the_ticks_already_due() {
+    let (timer, driver) = HashedWheelTimer::builder()
+        .tick_duration(TICK)
+        .max_pending_timeouts(1)
+        .build_manual()
+        .unwrap();
+    let (_, waker) = counter();
+    let mut cx = Context::from_waker(&waker);
+    let filler = timer
+        .new_timeout(|_: &Timeout| {}, Duration::from_secs(3600))
+        .unwrap();
+    let mut interval = timer.interval(Duration::from_millis(50));
+    assert!(
+        matches!(interval.poll_tick(&mut cx), Poll::Ready(Ok(_))),
+        "the first, at once"
+    );
+    let full = Poll::Ready(Err(TimerError::TooManyPending { pending: 1, max: 1 }));
+    assert_eq!(interval.poll_tick(&mut cx), full, "the second, not yet due");
+    step_to(&driver, Duration::from_millis(50));
+    assert!(
+        matches!(interval.poll_tick(&mut cx), Poll::Ready(Ok(_))),
+        "the second, due at 50 ms"
+    );
+    assert_eq!(
+        interval.poll_tick(&mut cx),
+        full,
+        "the third, due at 100 ms"
+    );
+    assert!(filler.cancel());
+    driver.advance(TICK);
+    assert!(interval.poll_tick(&mut cx).is_pending(), "armed for 100 ms");
+    step_to(&driver, Duration::from_millis(110));
+    assert!(matches!(interval.poll_tick(&mut cx), Poll::Ready(Ok(_))));
+}
+
 #[test]
 fn an_interval_ends_with_stopped_when_the_timer_stops() {
     let (timer, driver) = manual();

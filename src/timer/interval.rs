@@ -87,8 +87,9 @@ impl Interval {
     ///
     /// # Errors
     /// [`TimerError::Stopped`] once the timer has stopped; [`TimerError::TooManyPending`] if the
-    /// timer refuses the tick at its pending limit (the next call tries to arm it again, and
-    /// the schedule keeps its deadlines).
+    /// timer refuses a tick not yet due at its pending limit (the next call tries to arm it
+    /// again, and the schedule keeps its deadlines). A tick already due, the first included,
+    /// completes though the limit is full: it needs no timeout.
     pub async fn tick(&mut self) -> Result<Instant, TimerError> {
         poll_fn(|cx| self.poll_tick(cx)).await
     }
@@ -118,8 +119,10 @@ impl Interval {
         }
         match Pin::new(&mut self.sleep).poll(cx) {
             Poll::Ready(Ok(())) => {}
-            // The clock has passed the deadline before the wheel's tick: due now.
-            Poll::Pending if due <= self.now() => {}
+            // The clock has passed the deadline before the wheel's tick: due now. A tick that
+            // is due needs no timeout either, so a refusal at the limit does not hold it back.
+            Poll::Pending | Poll::Ready(Err(TimerError::TooManyPending { .. }))
+                if due <= self.now() => {}
             Poll::Pending => return Poll::Pending,
             Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
         }

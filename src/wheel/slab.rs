@@ -769,6 +769,11 @@ mod tests {
     }
 
     proptest::proptest! {
+        #![proptest_config(proptest::test_runner::Config {
+            failure_persistence: None,
+            ..proptest::test_runner::Config::default()
+        })]
+
         /// Against a map: inserts, removes and trims in any order keep each value under its
         /// key and its lane, hand out no live key twice, and never let a lane's keys climb
         /// past the pages its most values at once needed (holes are made again first).
