@@ -239,8 +239,10 @@ fn a_drive_is_send_for_spawning() {
     drop(boxed);
 }
 
-/// A driver dropped while its runtime goes on (its task aborted) frees itself at once: the
-/// runtime's sleeps it armed hold it as their waker, and it drops them.
+/// A driver dropped while its runtime goes on (its task aborted) frees itself: the runtime's
+/// sleeps it armed hold it as their waker, and it drops them, not leaving them to the far
+/// deadline it armed last. (The runtime's timer may hold a clone of that waker for a moment,
+/// as it fires one of them on its other thread.)
 #[test]
 fn a_dropped_driver_frees_itself() {
     let timer = timer();
@@ -260,7 +262,14 @@ fn a_dropped_driver_frees_itself() {
         let _pending = timer.sleep(Duration::from_secs(60));
         driving.abort();
         assert!(driving.await.unwrap_err().is_cancelled());
-        assert_eq!(Arc::strong_count(&token), 1, "the driver outlived its task");
+        let aborted = Instant::now();
+        while Arc::strong_count(&token) > 1 {
+            assert!(
+                aborted.elapsed() < Duration::from_secs(10),
+                "the driver outlived its task"
+            );
+            tokio::time::sleep(ms(1)).await;
+        }
     });
     // The ticks are the thread's again.
     assert_eq!(thread_of_task(&timer, ms(5)), THREAD);
