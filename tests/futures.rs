@@ -838,11 +838,7 @@ fn an_interval_delays_its_schedule_after_a_tick_taken_late() {
 /// the limit had room.
 #[test]
 fn an_interval_refused_at_the_limit_arms_again_at_the_next_poll() {
-    let (timer, driver) = HashedWheelTimer::builder()
-        .tick_duration(TICK)
-        .max_pending_timeouts(1)
-        .build_manual()
-        .unwrap();
+    let (timer, driver) = limited_to_one();
     let (_, waker) = counter();
     let mut cx = Context::from_waker(&waker);
     let mut interval = timer.interval(Duration::from_millis(50));
@@ -879,16 +875,18 @@ fn an_interval_refused_at_the_limit_arms_again_at_the_next_poll() {
     );
 }
 
+/// A manual timer of `TICK` ticks whose pending limit is one timeout.
+fn limited_to_one() -> (HashedWheelTimer, ManualDriver) {
+    let builder = HashedWheelTimer::builder().tick_duration(TICK);
+    builder.max_pending_timeouts(1).build_manual().unwrap()
+}
+
 /// An interval made with the pending limit full: its first tick completes at once, as tokio's
 /// does, and so does each tick already due, though the timer refuses its timeout; a tick not
 /// yet due is refused until the limit has room.
 #[test]
 fn an_interval_at_a_full_limit_still_takes_the_ticks_already_due() {
-    let (timer, driver) = HashedWheelTimer::builder()
-        .tick_duration(TICK)
-        .max_pending_timeouts(1)
-        .build_manual()
-        .unwrap();
+    let (timer, driver) = limited_to_one();
     let (_, waker) = counter();
     let mut cx = Context::from_waker(&waker);
     let filler = timer
