@@ -22,6 +22,7 @@ impl<T> DelayQueue<T> {
     /// assert_eq!(queue.len(), 1);
     /// ```
     #[inline]
+    #[track_caller]
     pub fn insert(&mut self, value: T, timeout: Duration) -> Key {
         let timeout = duration_to_nanos(timeout);
         if !self.burst {
@@ -40,7 +41,6 @@ impl<T> DelayQueue<T> {
 
     /// Checks a burst's item against a full reading: it moves if early (ending the burst);
     /// otherwise the burst counts from this reading.
-    #[inline(never)]
     fn burst_checked(&mut self, key: &Key, timeout: u64, deadline: u64) {
         let now = self.timer.shared.clock.now_upper();
         self.last_read = now;
@@ -57,7 +57,7 @@ impl<T> DelayQueue<T> {
     }
 
     /// [`insert`](DelayQueue::insert) out of a burst: the clock is read first.
-    #[inline(never)]
+    #[track_caller]
     fn insert_after_reading(&mut self, value: T, timeout: u64) -> Key {
         let now = self.read_clock();
         self.insert_nanos(value, now.saturating_add(timeout), now)
@@ -65,7 +65,6 @@ impl<T> DelayQueue<T> {
 
     /// The clock moved more than `slack`: the item just inserted moves to `now`'s deadline.
     #[cold]
-    #[inline(never)]
     fn burst_ended(&mut self, key: &Key, now: u64, timeout: u64) {
         self.burst = false;
         self.reset_nanos(key, now.saturating_add(timeout), now);
@@ -85,12 +84,13 @@ impl<T> DelayQueue<T> {
     /// let key = queue.insert_at("lease", at);
     /// assert!(queue.deadline(&key) >= at);
     /// ```
+    #[track_caller]
     pub fn insert_at(&mut self, value: T, when: Instant) -> Key {
         let deadline = self.timer.shared.clock.nanos_at(when);
         self.insert_nanos(value, deadline, NO_READING)
     }
 
-    #[inline(always)]
+    #[inline]
     #[track_caller]
     fn insert_nanos(&mut self, value: T, deadline: u64, read: u64) -> Key {
         let stamp = self.stamp;
@@ -207,7 +207,6 @@ impl<T> DelayQueue<T> {
 
     /// [`wake_for`](DelayQueue::wake_for) an item that may be due, or fires before the armed tick.
     #[cold]
-    #[inline(never)]
     fn wake_sooner(&mut self, deadline: u64) {
         // The item is due: the waiting task looks at the wheel on its next poll.
         if deadline <= self.timer.shared.clock.now() {
