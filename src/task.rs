@@ -201,8 +201,7 @@ impl<T: TypedTask> sealed::TaskStorage for T {
         entry.task
     }
 
-    // `always`: out of line (as LLVM leaves it in a large binary) its pair goes through memory.
-    #[inline(always)]
+    #[inline]
     fn run_entry(entry: sealed::Whole<T>, _: &mut (), state: CellRef) -> (CellRef, bool) {
         sealed::TaskStorage::run_stored(entry.task, state)
     }
@@ -212,7 +211,7 @@ impl<T: TypedTask> sealed::TaskStorage for T {
         entry.cell
     }
 
-    #[inline(always)]
+    #[inline]
     fn run_stored(self, state: CellRef) -> (CellRef, bool) {
         let timeout = Timeout::new(state);
         let ran = catch_user_panic(|| TypedTask::run(self, &timeout));

@@ -38,7 +38,7 @@ impl<J: Stored> Shared<J> {
     }
 
     /// As `reserve_below`, against the credit of `producer` (under its lock), refilled as needed.
-    #[inline(always)]
+    #[inline]
     pub(super) fn take_credit(&self, producer: &mut ProducerShard) -> Result<(), TimerError> {
         if producer.credit == 0 {
             producer.credit = self.refill_credit()?;

@@ -112,7 +112,7 @@ impl<J: Stored> Shared<J> {
     }
 
     /// The part of [`Shared::push`] under the lock of this thread's queue shard.
-    #[inline(always)]
+    #[inline]
     fn push_in_shard<const HANDLE: bool>(
         self: &Arc<Self>,
         job: impl Enqueue<J>,

@@ -125,7 +125,7 @@ unsafe fn run_boxed<F: Job>(words: *const Word, state: CellRef, ran: &mut bool) 
 
 /// # Safety
 /// As the table's `run`: `words` holds the live task `vtable` was made for, consumed here.
-#[inline(always)]
+#[inline]
 unsafe fn call_run(vtable: &VTable, words: *const Word, state: CellRef) -> (CellRef, bool) {
     let mut ran = false;
     // SAFETY: the caller's.
@@ -344,7 +344,6 @@ impl<const N: usize> WordColumn<N> {
     }
 
     #[cold]
-    #[inline(never)]
     fn add_page(&mut self, page: usize) -> &mut Page<N> {
         if self.pages.len() <= page {
             self.pages.resize_with(page + 1, || None);

@@ -117,7 +117,6 @@ impl Buckets {
     }
 
     #[cold]
-    #[inline(never)]
     fn new_page(len: usize) -> Box<[Bucket]> {
         vec![EMPTY_BUCKET; len].into_boxed_slice()
     }

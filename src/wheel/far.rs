@@ -62,7 +62,6 @@ impl<T> Wheel<T> {
         }
     }
 
-    #[inline(never)]
     fn advance_horizon(&mut self, target: u64) {
         while self.horizon < target {
             match self.next_cascade_round() {

@@ -229,14 +229,13 @@ impl<T> Wheel<T> {
     }
 
     /// Unlinks and returns the entry under `key`; panics if it is not live (a worker bug).
-    #[inline(always)]
+    #[inline]
     pub(crate) fn remove(&mut self, key: u32) -> T {
         self.unlink(key, None)
     }
 
     /// Unlinks `key` (`bucket`: its bucket, if the caller knows it), looking the node up once.
-    // `always`: LLVM keeps it out of line otherwise, and a `DelayQueue::remove` is mostly this.
-    #[inline(always)]
+    #[inline]
     fn unlink(&mut self, key: u32, bucket: Option<usize>) -> T {
         let node = self.nodes.remove(key);
         let (prev, next, deadline) = (node.prev, node.next, node.deadline);
@@ -348,7 +347,7 @@ impl<T> Wheel<T> {
 
     /// [`Wheel::expire`]'s walk of bucket `b`, which holds something due on `tick`: returns
     /// the last entry kept (`NO_INDEX`: none) and the least fire tick of those kept.
-    #[inline(always)]
+    #[inline]
     fn walk_bucket(
         &mut self,
         b: usize,
@@ -398,7 +397,7 @@ impl<T> Wheel<T> {
     }
 
     /// Links `key`, kept by the walk of bucket `b`, after `kept` (`NO_INDEX`: as the head).
-    #[inline(always)]
+    #[inline]
     fn link_kept(&mut self, b: usize, kept: u32, key: u32) {
         if kept == NO_INDEX {
             self.buckets.get_mut(b).ends.head = key;
@@ -408,7 +407,7 @@ impl<T> Wheel<T> {
     }
 
     /// Ends the walk of bucket `b`: `kept` is its tail and `min_fire` its bound, or it is empty.
-    #[inline(always)]
+    #[inline]
     fn close_walked_bucket(&mut self, b: usize, kept: u32, min_fire: u64) {
         if kept == NO_INDEX {
             *self.buckets.get_mut(b) = EMPTY_BUCKET;

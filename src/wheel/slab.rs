@@ -247,7 +247,6 @@ impl<S: Vacancy, const BITS: u32, const LANES: usize> Slab<S, BITS, LANES> {
     }
 
     #[cold]
-    #[inline(never)]
     fn put_past_end(&mut self, key: u32, value: S) {
         while self.len < key as usize {
             self.push(S::vacant(NO_INDEX));
@@ -273,7 +272,6 @@ impl<S: Vacancy, const BITS: u32, const LANES: usize> Slab<S, BITS, LANES> {
     /// `Vec`, one sized by `reserve` or `shrink_to_fit` would double past it, into slots that
     /// no key reaches.
     #[cold]
-    #[inline(never)]
     fn grow_page(page: &mut Vec<S>) {
         let room = page.capacity().saturating_mul(2).clamp(4, Self::PAGE);
         page.reserve_exact(room - page.len());
@@ -301,7 +299,6 @@ impl<S: Vacancy, const BITS: u32, const LANES: usize> Slab<S, BITS, LANES> {
     /// free, lowest first, at the head of the lane's free list (empty: the lane had no free
     /// slot nor room, or its next key would not be this page's).
     #[cold]
-    #[inline(never)]
     fn fill_hole(&mut self, lane: usize, p: usize, value: S) {
         debug_assert_eq!(self.free[lane], NO_INDEX);
         let first = (p << BITS) as u32;
@@ -320,7 +317,6 @@ impl<S: Vacancy, const BITS: u32, const LANES: usize> Slab<S, BITS, LANES> {
     /// A page for a one-lane slab's next slots: the first doubles as it fills (4, 8, ... up
     /// to a page), so that a few values hold a few slots; the later ones come whole.
     #[cold]
-    #[inline(never)]
     fn add_page(&mut self) {
         let capacity = if self.pages.is_empty() { 0 } else { Self::PAGE };
         self.pages.push(Vec::with_capacity(capacity));
@@ -329,7 +325,6 @@ impl<S: Vacancy, const BITS: u32, const LANES: usize> Slab<S, BITS, LANES> {
     /// Page `p`, `lane`'s next, made (as [`Slab::add_page`] makes them) and its last; `i`, the
     /// slot of it to be filled first.
     #[cold]
-    #[inline(never)]
     fn add_lane_page(&mut self, lane: usize, p: usize, i: usize) {
         assert!(
             i == 0

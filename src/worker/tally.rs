@@ -146,7 +146,6 @@ impl RunTiming {
     }
 
     /// Ends the open stretch, if any, and starts the next: `stretch` runs from now.
-    #[inline(never)]
     fn boundary<J: Stored>(&mut self, shared: &Shared<J>, tally: &mut Tally) {
         if !self.on {
             self.left = u32::MAX;

@@ -180,7 +180,6 @@ impl<T> DelayQueue<T> {
     /// Sorts the keys in `ready` from `start` on by deadline; stable, so equal deadlines keep
     /// insertion order (they share a tick, unless the later went in past it, on a later tick).
     #[cold]
-    #[inline(never)]
     fn sort_ready_from(&mut self, start: usize) {
         let slots = &self.slots;
         self.ready.make_contiguous()[start..].sort_by_key(|key| match slots[key.index] {

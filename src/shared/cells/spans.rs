@@ -57,7 +57,7 @@ impl ChunkCursor {
     }
 
     /// The current chunk (started if none) and its next free cell's tag, which is taken.
-    #[inline(always)]
+    #[inline]
     fn next_cell<J: Stored>(&mut self, shared: &Arc<Shared<J>>, shard: u8) -> (&ChunkRef, u8) {
         if self.chunk.is_none() {
             self.start_chunk(shared, shard);
@@ -67,9 +67,7 @@ impl ChunkCursor {
         (self.chunk.as_ref().expect("a chunk was just started"), tag)
     }
 
-    /// A spare, else a new chunk. Out of line: once in `CHUNK` pushes (`docs/performance.md`,
-    /// "`inline(always)` / `inline(never)` placements").
-    #[inline(never)]
+    /// A spare, else a new chunk: once in `CHUNK` pushes.
     fn start_chunk<J: Stored>(&mut self, shared: &Arc<Shared<J>>, shard: u8) {
         self.next = 0;
         let chunk = match self.spares.pop() {
@@ -288,7 +286,7 @@ struct CellSpan {
 impl CellSpan {
     /// Makes the last span that of cell `tag` of `chunk` (position `at`): a new span starts on
     /// a chunk's first cell, in an empty batch, and after another chunk's span.
-    #[inline(always)]
+    #[inline]
     fn push_if_new(spans: &mut Vec<CellSpan>, chunk: &ChunkRef, tag: u8, at: usize) {
         if tag == 0 || spans.last().is_none_or(|span| !span.chunk.same(chunk)) {
             spans.push(CellSpan {

@@ -149,7 +149,6 @@ impl ChunkTable {
     /// Gives back what [`ChunkTable::take`] took, with `settled` (at least 1) more of its cells
     /// settled meanwhile: the last lets the chunk go. Once per chunk out of a bucket walk: kept
     /// out of the walk's loop.
-    #[inline(never)]
     fn put_back_settled(&mut self, id: u32, chunk: ChunkRef, settled: u32) {
         if self.count_settled(id, settled) {
             self.let_go(id, chunk);
@@ -162,7 +161,6 @@ impl ChunkTable {
 
     /// Frees id `id`, its cells all settled, and lets its chunk go (once per 32 timeouts: out
     /// of the settling loop's way).
-    #[inline(never)]
     fn let_go(&mut self, id: u32, chunk: ChunkRef) {
         self.release(chunk);
         self.chunks.remove(id);
@@ -347,7 +345,6 @@ fn over_settled(id: u32) {
 /// A bug of the worker's bookkeeping, which leaves the state as it is: debug builds stop here;
 /// release builds log it (once per kind: `logged`) and go on.
 #[cold]
-#[inline(never)]
 fn bookkeeping_bug(logged: &'static Once, message: std::fmt::Arguments<'_>) {
     debug_assert!(false, "{message}");
     logged.call_once(|| {
