@@ -635,6 +635,44 @@ fn room_grown_from_with_capacity_or_shrink_to_fit_is_all_usable() {
     assert!(shrunk <= fresh, "shrink_to_fit: {shrunk} > {fresh}");
 }
 
+/// `reserve` makes room for more items than the queue holds, as `Vec::reserve` does beyond its
+/// length: the slots freed by removals are room, since inserts reuse them first. Reserving what
+/// they cover grows nothing; reserving past them grows by the difference only.
+#[test]
+fn reserve_counts_freed_slots_as_room() {
+    let (timer, _driver) = manual();
+    let mut queue = DelayQueue::new(timer.handle());
+    let keys: Vec<Key> = (0..5_000u32).map(|i| queue.insert(i, ms(100))).collect();
+    for key in &keys[1_000..] {
+        queue.remove(key);
+    }
+    let before = queue.capacity();
+    queue.reserve(4_000);
+    assert_eq!(
+        queue.capacity(),
+        before,
+        "4 000 freed slots hold 4 000 more items"
+    );
+    queue.reserve(6_000);
+    let grown = queue.capacity();
+    assert!(
+        grown >= 7_000,
+        "room for 1 000 held and 6 000 more: {grown}"
+    );
+    assert!(
+        grown < 5_000 + 6_000,
+        "grew past the freed slots' room: {grown}"
+    );
+    for i in 0..6_000u32 {
+        queue.insert(i, ms(100));
+    }
+    assert_eq!(
+        queue.capacity(),
+        grown,
+        "the reserved room took every insert"
+    );
+}
+
 /// kube-rs/kube#1772, restatedev/restate#5017: tokio-util's wheel panicked ("invalid
 /// deadline") for a deadline more than 2^36 ms (about 2.2 years) ahead. Any `Duration` is
 /// accepted here; one past 64-bit nanoseconds never fires.

@@ -389,10 +389,11 @@ impl<S: Vacancy, const BITS: u32, const LANES: usize> Slab<S, BITS, LANES> {
         self.pages.iter().map(Vec::capacity).sum()
     }
 
-    /// Makes room for at least `additional` more values than the slots handed out so far.
+    /// Makes room for at least `additional` more values than it holds: the free slots, which
+    /// inserts take first, count as room.
     pub(crate) fn reserve(&mut self, additional: usize) {
         debug_assert_eq!(LANES, 1, "a slab of lanes grows by its lanes' pages");
-        let want = self.len.saturating_add(additional);
+        let want = self.live.saturating_add(additional).max(self.len);
         for p in 0..want.div_ceil(Self::PAGE) {
             let room = (want - p * Self::PAGE).min(Self::PAGE);
             match self.pages.get_mut(p) {
