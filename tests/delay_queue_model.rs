@@ -69,6 +69,10 @@ enum Op {
         just_before: bool,
     },
     Clear,
+    /// `reserve` this many more items: the capacity then holds them beside the items held.
+    Reserve(u16),
+    /// `shrink_to_fit`: every key stays, and every item keeps its deadline.
+    ShrinkToFit,
 }
 
 fn delay() -> impl Strategy<Value = u64> {
@@ -102,6 +106,8 @@ fn op() -> impl Strategy<Value = Op> {
         1 => Just(Op::AdvanceToTick),
         2 => any::<bool>().prop_map(|just_before| Op::AdvanceToDeadline { just_before }),
         1 => Just(Op::Clear),
+        1 => (0..3_000u16).prop_map(Op::Reserve),
+        1 => Just(Op::ShrinkToFit),
     ]
 }
 
@@ -397,6 +403,12 @@ impl Run {
                 self.model.waiting.clear();
                 self.model.batch.clear();
             }
+            Op::Reserve(more) => {
+                self.queue.reserve(usize::from(more));
+                let room = self.queue.capacity();
+                prop_assert!(room >= self.queue.len() + usize::from(more));
+            }
+            Op::ShrinkToFit => self.queue.shrink_to_fit(),
         }
         prop_assert_eq!(self.queue.len(), self.model.items.len());
         prop_assert_eq!(self.queue.is_empty(), self.model.items.is_empty());
