@@ -612,6 +612,27 @@ fn tokio_4170_shrink_to_fit_gives_back_a_burst() {
     assert!(queue.capacity() <= 1);
 }
 
+/// `shrink_to_fit` rebuilds the queue's wheel, and items with equal deadlines keep their
+/// insertion order through it, in a bucket and in a far slot (past the queue's 64 buckets). It
+/// rebuilt the wheel in slab order: an item put in a slot a removal had freed came back before
+/// the items inserted ahead of it.
+#[test]
+fn shrink_to_fit_keeps_the_order_of_equal_deadlines() {
+    let (timer, driver) = manual();
+    let mut queue = DelayQueue::new(timer.handle());
+    let (_count, waker) = counter();
+    for (base, delay) in [(0, ms(50)), (10, ms(500))] {
+        let keys: Vec<Key> = (base..base + 5).map(|i| queue.insert(i, delay)).collect();
+        queue.remove(&keys[1]); // its slot goes to the next insert
+        queue.insert(base + 5, delay);
+    }
+    queue.shrink_to_fit();
+    step_to(&driver, ms(60));
+    assert_eq!(drain_ready(&mut queue, &waker), vec![0, 2, 3, 4, 5]);
+    step_to(&driver, ms(510));
+    assert_eq!(drain_ready(&mut queue, &waker), vec![10, 12, 13, 14, 15]);
+}
+
 /// A queue built with room for 1 000 items, or shrunk to 40 000, grew its first block of slots
 /// by doubling past the block's size: slots no key could reach, counted in `capacity` and kept
 /// through `shrink_to_fit`. Grown to 70 000 items, it holds no more room than a new queue does.

@@ -476,6 +476,25 @@ impl<T> Wheel<T> {
         (best.0, best.2)
     }
 
+    /// Hands `f` every entry's key and deadline, each list (bucket, then far slot) walked in its
+    /// order. Entries with equal deadlines share a list, unless one was placed past its
+    /// deadline on a later tick than the other (an owner that processes every tick before the
+    /// one it places at, as the `DelayQueue`, has none such): placed in this order into a new
+    /// wheel, they keep their order.
+    pub(crate) fn for_each_by_list(&self, mut f: impl FnMut(u32, u64)) {
+        let far = (0..FAR_LEVELS * LEVEL_SLOTS)
+            .filter(|&i| self.far_occupied[i / LEVEL_SLOTS] & (1 << (i % LEVEL_SLOTS)) != 0)
+            .map(|i| self.buckets.len() + i);
+        for b in (0..self.buckets.len()).chain(far) {
+            let mut cursor = self.list(b).head;
+            while cursor != NO_INDEX {
+                let node = &self.nodes[cursor];
+                f(cursor, node.deadline);
+                cursor = node.next;
+            }
+        }
+    }
+
     /// Removes every entry, in slot order (about insertion order): one pass over the slab's
     /// pages in memory order, not a walk of lists scattered across it.
     pub(crate) fn drain(&mut self) -> Vec<T> {

@@ -350,6 +350,7 @@ impl<S: Vacancy, const BITS: u32, const LANES: usize> Slab<S, BITS, LANES> {
     }
 
     /// Every slot, in key order.
+    #[cfg(test)]
     pub(crate) fn iter(&self) -> impl Iterator<Item = &S> {
         self.pages.iter().flatten()
     }

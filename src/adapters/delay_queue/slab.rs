@@ -254,8 +254,8 @@ impl<T> DelayQueue<T> {
         self.slots.reserve(additional);
     }
 
-    /// Gives back the memory a burst left, in O(items); keys stay valid. Equal deadlines may
-    /// then come back in slab order rather than insertion order.
+    /// Gives back the memory a burst left, in O(items); keys stay valid, and items keep their
+    /// order (equal deadlines too).
     ///
     /// ```
     /// # use hashed_timer_wheel::{DelayQueue, HashedWheelTimer};
@@ -273,13 +273,11 @@ impl<T> DelayQueue<T> {
     pub fn shrink_to_fit(&mut self) {
         self.slots.shrink_to_fit();
         self.ready.shrink_to_fit();
+        // The waiting items, each list in order: equal deadlines keep their order.
         let mut wheel = Wheel::new_keyed(self.tick_nanos, BUCKETS);
-        for (index, slot) in self.slots.iter().enumerate() {
-            if let Slot::Waiting { .. } = slot {
-                let index = index as u32;
-                wheel.insert_at(index, index, self.wheel.deadline(index), self.tick);
-            }
-        }
+        self.wheel.for_each_by_list(|index, deadline| {
+            wheel.insert_at(index, index, deadline, self.tick);
+        });
         self.wheel = wheel;
     }
 }
