@@ -11,7 +11,7 @@
 //! processed tick, which is when `pending_timeouts()` drops.
 #![allow(clippy::mutable_key_type)] // `Timeout` hashes by identity, not by its mutable state
 
-use hashed_timer_wheel::{HashedWheelTimer, ManualDriver, Timeout};
+use hashed_timer_wheel::{HashedWheelTimer, ManualDriver, Timeout, TimerError};
 use proptest::prelude::*;
 use proptest::test_runner::Config;
 use std::collections::HashSet;
@@ -112,7 +112,8 @@ fn pending(model: &[Expected]) -> usize {
         .count()
 }
 
-/// Schedules a timeout that logs its run (its index, the tick), and adds its expectation.
+/// Schedules a timeout that logs its run (its index, the tick), and adds its expectation; or,
+/// with `limit` timeouts pending already, checks that the timer refuses it.
 fn schedule(
     timer: &HashedWheelTimer,
     driver: &ManualDriver,
@@ -120,15 +121,21 @@ fn schedule(
     model: &mut Vec<Expected>,
     now: u64,
     delay: Duration,
-) {
+    limit: Option<usize>,
+) -> Result<bool, TestCaseError> {
     let id = model.len();
     let (log, d) = (Arc::clone(log), driver.clone());
-    let handle = timer
-        .new_timeout(
-            move |_: &Timeout| log.lock().unwrap().push((id, d.current_tick())),
-            delay,
-        )
-        .unwrap();
+    let scheduled = timer.new_timeout(
+        move |_: &Timeout| log.lock().unwrap().push((id, d.current_tick())),
+        delay,
+    );
+    let pending = pending(model);
+    if let Some(max) = limit.filter(|&max| pending >= max) {
+        let refusal = TimerError::TooManyPending { pending, max };
+        prop_assert_eq!(scheduled.err(), Some(refusal));
+        return Ok(false);
+    }
+    let handle = scheduled.map_err(|e| TestCaseError::fail(format!("refused: {e}")))?;
     let delay = u64::try_from(delay.as_nanos()).unwrap_or(u64::MAX);
     let calculated = now.saturating_add(delay) / T;
     let t0 = now / T;
@@ -139,17 +146,30 @@ fn schedule(
         cancelled: false,
         cancel_processed: false,
     });
+    Ok(true)
 }
 
 /// The timeouts' runs, `(timeout index, tick it ran on)`, in firing order.
 type Log = Arc<Mutex<Vec<(usize, u64)>>>;
 
 fn run(ticks_per_wheel: usize, ops: Vec<Op>) -> Result<(), TestCaseError> {
-    let (timer, driver) = HashedWheelTimer::builder()
+    run_limited(ticks_per_wheel, None, ops)
+}
+
+/// [`run`] on a timer with a pending limit (`limit`), or none.
+fn run_limited(
+    ticks_per_wheel: usize,
+    limit: Option<usize>,
+    ops: Vec<Op>,
+) -> Result<(), TestCaseError> {
+    let builder = HashedWheelTimer::builder()
         .tick_duration(Duration::from_nanos(T))
-        .ticks_per_wheel(ticks_per_wheel)
-        .build_manual()
-        .unwrap();
+        .ticks_per_wheel(ticks_per_wheel);
+    let builder = match limit {
+        Some(max) => builder.max_pending_timeouts(max),
+        None => builder,
+    };
+    let (timer, driver) = builder.build_manual().unwrap();
     timer.start().unwrap();
     let log: Log = Arc::default();
     let mut model: Vec<Expected> = Vec::new();
@@ -158,11 +178,13 @@ fn run(ticks_per_wheel: usize, ops: Vec<Op>) -> Result<(), TestCaseError> {
 
     for op in ops {
         match op {
-            Op::Schedule(delay) => schedule(&timer, &driver, &log, &mut model, now, delay),
+            Op::Schedule(delay) => {
+                schedule(&timer, &driver, &log, &mut model, now, delay, limit)?;
+            }
             Op::Burst { n, delay, thin } => {
                 for i in 0..n {
-                    schedule(&timer, &driver, &log, &mut model, now, delay);
-                    if thin && i % 64 != 0 {
+                    let accepted = schedule(&timer, &driver, &log, &mut model, now, delay, limit)?;
+                    if accepted && thin && i % 64 != 0 {
                         let e = model.last_mut().expect("just scheduled");
                         prop_assert!(e.handle.cancel());
                         e.cancelled = true;
@@ -237,6 +259,18 @@ proptest! {
         ops in proptest::collection::vec(op(), 1..80),
     ) {
         run(ticks_per_wheel, ops)?;
+    }
+
+    /// With a pending limit, a timeout is refused exactly while `limit` are pending: those
+    /// cancelled count until the worker's next tick, those expired do not (Netty's
+    /// `maxPendingTimeouts`), and one refused never runs.
+    #[test]
+    fn a_pending_limit_refuses_exactly_at_the_count(
+        ticks_per_wheel in 1usize..=16,
+        limit in 1usize..=6,
+        ops in proptest::collection::vec(op(), 1..80),
+    ) {
+        run_limited(ticks_per_wheel, Some(limit), ops)?;
     }
 
     #[test]
