@@ -28,11 +28,12 @@
 //! comparison the queue makes (against the clock, against other deadlines, and the deadline's
 //! tick) comes out as for the model's value. Two such deadlines never share their microsecond.
 
+mod common;
+
 use hashed_timer_wheel::delay_queue::Key;
 use hashed_timer_wheel::{DelayQueue, HashedWheelTimer, ManualDriver};
 use proptest::prelude::*;
 use proptest::sample::Index;
-use proptest::test_runner::Config;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 use std::sync::Arc;
@@ -471,11 +472,7 @@ fn run(ops: &[Op]) -> Result<(), TestCaseError> {
 }
 
 proptest! {
-    #![proptest_config(Config {
-        cases: 256,
-        failure_persistence: None,
-        ..Config::default()
-    })]
+    #![proptest_config(common::model_config(256))]
 
     #[test]
     fn the_queue_follows_its_model(ops in proptest::collection::vec(op(), 1..80)) {

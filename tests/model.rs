@@ -11,9 +11,10 @@
 //! processed tick, which is when `pending_timeouts()` drops.
 #![allow(clippy::mutable_key_type)] // `Timeout` hashes by identity, not by its mutable state
 
+mod common;
+
 use hashed_timer_wheel::{HashedWheelTimer, ManualDriver, Timeout, TimerError};
 use proptest::prelude::*;
-use proptest::test_runner::Config;
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -247,11 +248,7 @@ fn run_limited(
 }
 
 proptest! {
-    #![proptest_config(Config {
-        cases: 256,
-        failure_persistence: None,
-        ..Config::default()
-    })]
+    #![proptest_config(common::model_config(256))]
 
     #[test]
     fn fires_on_nettys_tick_never_twice_and_counts_pending(
@@ -283,11 +280,7 @@ proptest! {
 }
 
 proptest! {
-    #![proptest_config(Config {
-        cases: 32,
-        failure_persistence: None,
-        ..Config::default()
-    })]
+    #![proptest_config(common::model_config(32))]
 
     /// Bursts of thousands, thinned or not, among single timeouts: the worker's slab grows
     /// and is trimmed as they drain, and nothing fires early, late or twice.

@@ -11,7 +11,6 @@ mod common;
 use common::ms;
 use hashed_timer_wheel::HashedWheelTimer;
 use proptest::prelude::*;
-use proptest::test_runner::Config;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
@@ -147,11 +146,7 @@ fn run(first_delay: u64, ops: Vec<Op>) -> Result<(), TestCaseError> {
 }
 
 proptest! {
-    #![proptest_config(Config {
-        cases: 256,
-        failure_persistence: None,
-        ..Config::default()
-    })]
+    #![proptest_config(common::model_config(256))]
 
     /// Resets earlier and later, polls and advances in any order: the sleep completes on its
     /// deadline's tick (never early), wakes a task that waits, and counts as one pending

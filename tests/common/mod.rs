@@ -90,3 +90,13 @@ pub(crate) fn once(f: impl FnOnce() + Send + 'static) -> Hook {
 pub(crate) fn no_hook() -> Hook {
     Box::new(|| {})
 }
+
+/// The model tests' proptest settings: `cases` random cases, and no file of past failures (a
+/// failing case prints its minimal input instead).
+pub(crate) fn model_config(cases: u32) -> proptest::test_runner::Config {
+    proptest::test_runner::Config {
+        cases,
+        failure_persistence: None,
+        ..proptest::test_runner::Config::default()
+    }
+}
