@@ -66,27 +66,17 @@ enum Op {
     },
 }
 
-/// About `ticks` ticks, often on a tick boundary or a nanosecond off it.
-fn near_ticks(max_ticks: u64) -> impl Strategy<Value = u64> {
-    (0..=max_ticks, 0..4u8, 0..T).prop_map(|(k, kind, r)| match kind {
-        0 => k * T,
-        1 => k * T + 1,
-        2 => (k * T).saturating_sub(1),
-        _ => k * T + r,
-    })
-}
-
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         2 => Just(Op::NewTimer),
         1 => any::<usize>().prop_map(Op::DropTimer),
         1 => any::<usize>().prop_map(Op::StopTimer),
-        5 => (any::<usize>(), near_ticks(10), any::<bool>())
+        5 => (any::<usize>(), common::near_ticks(T, 10), any::<bool>())
             .prop_map(|(timer, limit, helper)| Op::Make { timer, limit, helper }),
         5 => (any::<usize>(), any::<bool>())
             .prop_map(|(deadline, helper)| Op::Poll { deadline, helper }),
         1 => any::<usize>().prop_map(Op::DropDeadline),
-        3 => (any::<usize>(), near_ticks(4)).prop_map(|(timer, by)| Op::Advance { timer, by }),
+        3 => (any::<usize>(), common::near_ticks(T, 4)).prop_map(|(timer, by)| Op::Advance { timer, by }),
     ]
 }
 

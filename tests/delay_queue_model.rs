@@ -35,9 +35,9 @@ use hashed_timer_wheel::{DelayQueue, HashedWheelTimer, ManualDriver};
 use proptest::prelude::*;
 use proptest::sample::Index;
 use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+use std::sync::atomic::Ordering::SeqCst;
 use std::sync::Arc;
-use std::task::{Context, Poll, Wake, Waker};
+use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 const TICK_NANOS: u64 = 1_000_000;
@@ -110,16 +110,6 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (0..3_000u16).prop_map(Op::Reserve),
         1 => Just(Op::ShrinkToFit),
     ]
-}
-
-/// A waker that counts its wake-ups.
-#[derive(Default)]
-struct Counter(AtomicUsize);
-
-impl Wake for Counter {
-    fn wake(self: Arc<Self>) {
-        self.0.fetch_add(1, SeqCst);
-    }
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -235,7 +225,7 @@ struct Run {
     driver: ManualDriver,
     queue: DelayQueue<u64>,
     model: Model,
-    wakes: Arc<Counter>,
+    wakes: Arc<common::WakeCount>,
     waker: Waker,
     /// The wake count when the task last got `Pending`, while it waits.
     pending_at: Option<usize>,
@@ -249,7 +239,7 @@ impl Run {
             .build_manual()
             .unwrap();
         let queue = DelayQueue::new(timer.handle());
-        let wakes = Arc::new(Counter::default());
+        let wakes = Arc::new(common::WakeCount::default());
         Run {
             timer,
             driver,

@@ -14,7 +14,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll, Wake, Waker};
+use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 const TICK: Duration = Duration::from_millis(10);
@@ -28,14 +28,7 @@ fn manual() -> (HashedWheelTimer, ManualDriver) {
 }
 
 /// A waker that counts its wake-ups.
-#[derive(Default)]
-struct Counter(AtomicUsize);
-
-impl Wake for Counter {
-    fn wake(self: Arc<Self>) {
-        self.0.fetch_add(1, SeqCst);
-    }
-}
+use common::WakeCount as Counter;
 
 fn counter() -> (Arc<Counter>, Waker) {
     let c = Arc::new(Counter::default());

@@ -18,9 +18,9 @@ use hashed_timer_wheel::{HashedWheelTimer, HyperTimer};
 use hyper::rt::Timer;
 use proptest::prelude::*;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+use std::sync::atomic::Ordering::SeqCst;
 use std::sync::Arc;
-use std::task::{Context, Wake, Waker};
+use std::task::{Context, Waker};
 use std::time::Duration;
 
 /// The tick length in nanoseconds, and a quarter of it.
@@ -47,19 +47,10 @@ fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
-#[derive(Default)]
-struct Counter(AtomicUsize);
-
-impl Wake for Counter {
-    fn wake(self: Arc<Self>) {
-        self.0.fetch_add(1, SeqCst);
-    }
-}
-
 struct Harness {
     sleep: Pin<Box<dyn hyper::rt::Sleep>>,
     waker: Waker,
-    counter: Arc<Counter>,
+    counter: Arc<common::WakeCount>,
     /// Wake-ups counted when the last poll returned `Pending`, if it did and the sleep has not
     /// completed since.
     waiting_since: Option<usize>,
@@ -121,7 +112,7 @@ fn run(first: u64, ops: Vec<Op>) -> Result<(), TestCaseError> {
         .unwrap();
     let hyper_timer = HyperTimer::new(timer.handle());
     let first = first * Q + Q / 2;
-    let counter = Arc::new(Counter::default());
+    let counter = Arc::new(common::WakeCount::default());
     let mut h = Harness {
         sleep: hyper_timer.sleep(Duration::from_nanos(first)),
         waker: Waker::from(Arc::clone(&counter)),

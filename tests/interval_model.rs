@@ -15,23 +15,13 @@ mod common;
 
 use hashed_timer_wheel::{HashedWheelTimer, MissedRuns};
 use proptest::prelude::*;
-use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+use std::sync::atomic::Ordering::SeqCst;
 use std::sync::Arc;
-use std::task::{Context, Poll, Wake, Waker};
+use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 /// The tick length in nanoseconds.
 const T: u64 = 1_000_000;
-
-/// About `ticks` ticks, often on a tick boundary or a nanosecond off it.
-fn near_ticks(max_ticks: u64) -> impl Strategy<Value = u64> {
-    (0..=max_ticks, 0..4u8, 0..T).prop_map(|(k, kind, r)| match kind {
-        0 => k * T,
-        1 => k * T + 1,
-        2 => (k * T).saturating_sub(1),
-        _ => k * T + r,
-    })
-}
 
 fn missed() -> impl Strategy<Value = MissedRuns> {
     prop_oneof![
@@ -53,20 +43,11 @@ enum Op {
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         5 => Just(Op::Poll),
-        4 => near_ticks(3).prop_map(Op::Advance),
-        1 => near_ticks(20).prop_map(Op::Advance),
+        4 => common::near_ticks(T, 3).prop_map(Op::Advance),
+        1 => common::near_ticks(T, 20).prop_map(Op::Advance),
         1 => Just(Op::Reset),
         1 => missed().prop_map(Op::SetMissed),
     ]
-}
-
-#[derive(Default)]
-struct Counter(AtomicUsize);
-
-impl Wake for Counter {
-    fn wake(self: Arc<Self>) {
-        self.0.fetch_add(1, SeqCst);
-    }
 }
 
 struct Model {
@@ -130,7 +111,7 @@ fn run(pre: u64, period: u64, ops: Vec<Op>) -> Result<(), TestCaseError> {
         fire_tick: pre / T,
         unprocessed_cancels: 0,
     };
-    let counter = Arc::new(Counter::default());
+    let counter = Arc::new(common::WakeCount::default());
     let waker = Waker::from(Arc::clone(&counter));
     // The wake-ups counted when the last poll returned `Pending`, if it did.
     let mut waiting_since: Option<usize> = None;
@@ -216,8 +197,8 @@ proptest! {
     /// interval counts one pending timeout, plus each replaced one until the worker's next tick.
     #[test]
     fn an_interval_ticks_as_its_policy_says(
-        pre in near_ticks(5),
-        period in near_ticks(4).prop_map(|p| p.max(1)),
+        pre in common::near_ticks(T, 5),
+        period in common::near_ticks(T, 4).prop_map(|p| p.max(1)),
         ops in proptest::collection::vec(op(), 1..60),
     ) {
         run(pre, period, ops)?;

@@ -41,15 +41,7 @@ enum Op {
 /// A duration of about `ticks` ticks, often exactly on a tick boundary or one nanosecond off it,
 /// where off-by-one errors live.
 fn near_ticks(max_ticks: u64) -> impl Strategy<Value = Duration> {
-    (0..=max_ticks, 0..4u8, 0..T).prop_map(|(k, kind, r)| {
-        let nanos = match kind {
-            0 => k * T,
-            1 => k * T + 1,
-            2 => (k * T).saturating_sub(1),
-            _ => k * T + r,
-        };
-        Duration::from_nanos(nanos)
-    })
+    common::near_ticks(T, max_ticks).prop_map(Duration::from_nanos)
 }
 
 fn op() -> impl Strategy<Value = Op> {

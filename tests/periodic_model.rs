@@ -21,31 +21,6 @@ use std::time::Duration;
 /// The tick length in nanoseconds.
 const T: u64 = 1_000_000;
 
-/// The payload of the runs that panic on purpose, which the panic hook leaves unprinted.
-const BY_DESIGN: &str = "periodic_model: this run panics by design";
-
-fn quiet_by_design_panics() {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| {
-        let report = std::panic::take_hook();
-        std::panic::set_hook(Box::new(move |info| {
-            if info.payload().downcast_ref::<&str>() != Some(&BY_DESIGN) {
-                report(info);
-            }
-        }));
-    });
-}
-
-/// About `ticks` ticks, often on a tick boundary or a nanosecond off it.
-fn near_ticks(max_ticks: u64) -> impl Strategy<Value = u64> {
-    (0..=max_ticks, 0..4u8, 0..T).prop_map(|(k, kind, r)| match kind {
-        0 => k * T,
-        1 => k * T + 1,
-        2 => (k * T).saturating_sub(1),
-        _ => k * T + r,
-    })
-}
-
 #[derive(Debug, Clone, Copy)]
 enum Kind {
     Rate(u64, MissedRuns),
@@ -73,7 +48,7 @@ enum Op {
 }
 
 fn kind() -> impl Strategy<Value = Kind> {
-    let period = || near_ticks(4).prop_map(|p| p.max(1));
+    let period = || common::near_ticks(T, 4).prop_map(|p| p.max(1));
     let missed = prop_oneof![
         Just(MissedRuns::Burst),
         Just(MissedRuns::Skip),
@@ -87,12 +62,12 @@ fn kind() -> impl Strategy<Value = Kind> {
 
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
-        2 => (kind(), near_ticks(6), 1..40u64, 1..60u64).prop_map(
+        2 => (kind(), common::near_ticks(T, 6), 1..40u64, 1..60u64).prop_map(
             |(kind, initial, cancel_at, panic_at)| Op::Create { kind, initial, cancel_at, panic_at }
         ),
         1 => (0..3usize).prop_map(Op::Cancel),
-        5 => near_ticks(3).prop_map(Op::Advance),
-        2 => near_ticks(25).prop_map(Op::Advance),
+        5 => common::near_ticks(T, 3).prop_map(Op::Advance),
+        2 => common::near_ticks(T, 25).prop_map(Op::Advance),
         3 => Just(Op::RunJobs),
         1 => Just(Op::DropJobs),
     ]
@@ -173,7 +148,7 @@ impl Model {
             let now = u64::try_from(d.now().as_nanos()).unwrap();
             s.lock().unwrap().push((d.current_tick(), now, cancelled));
             if runs == panic_at {
-                std::panic::panic_any(BY_DESIGN);
+                std::panic::panic_any(common::BY_DESIGN);
             }
         };
         let (initial_delay, t) = (Duration::from_nanos(initial), &self.timer);
@@ -272,7 +247,7 @@ impl Model {
 }
 
 fn run(on_executor: bool, ops: Vec<Op>) -> Result<(), TestCaseError> {
-    quiet_by_design_panics();
+    common::quiet_by_design_panics();
     let mut builder = HashedWheelTimer::builder()
         .tick_duration(Duration::from_nanos(T))
         .ticks_per_wheel(16);

@@ -13,9 +13,9 @@ use hashed_timer_wheel::HashedWheelTimer;
 use proptest::prelude::*;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+use std::sync::atomic::Ordering::SeqCst;
 use std::sync::Arc;
-use std::task::{Context, Poll, Wake, Waker};
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 /// The tick length in nanoseconds.
@@ -30,32 +30,13 @@ enum Op {
     Advance(u64),
 }
 
-/// About `ticks` ticks, often on a tick boundary or a nanosecond off it.
-fn near_ticks(max_ticks: u64) -> impl Strategy<Value = u64> {
-    (0..=max_ticks, 0..4u8, 0..T).prop_map(|(k, kind, r)| match kind {
-        0 => k * T,
-        1 => k * T + 1,
-        2 => (k * T).saturating_sub(1),
-        _ => k * T + r,
-    })
-}
-
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
-        3 => near_ticks(20).prop_map(Op::Reset),
+        3 => common::near_ticks(T, 20).prop_map(Op::Reset),
         4 => Just(Op::Poll),
-        4 => near_ticks(3).prop_map(Op::Advance),
-        1 => near_ticks(30).prop_map(Op::Advance),
+        4 => common::near_ticks(T, 3).prop_map(Op::Advance),
+        1 => common::near_ticks(T, 30).prop_map(Op::Advance),
     ]
-}
-
-#[derive(Default)]
-struct Counter(AtomicUsize);
-
-impl Wake for Counter {
-    fn wake(self: Arc<Self>) {
-        self.0.fetch_add(1, SeqCst);
-    }
 }
 
 /// What the model knows: the armed timeout's deadline and fire tick, and the cancelled
@@ -83,7 +64,7 @@ fn run(first_delay: u64, ops: Vec<Op>) -> Result<(), TestCaseError> {
         .tick_duration(Duration::from_nanos(T))
         .build_manual()
         .unwrap();
-    let counter = Arc::new(Counter::default());
+    let counter = Arc::new(common::WakeCount::default());
     let waker = Waker::from(Arc::clone(&counter));
     let mut model = Model {
         now: 0,
@@ -153,7 +134,7 @@ proptest! {
     /// timeout, plus each replaced one until the worker's next tick.
     #[test]
     fn a_sleep_completes_on_its_deadlines_tick(
-        first_delay in near_ticks(20),
+        first_delay in common::near_ticks(T, 20),
         ops in proptest::collection::vec(op(), 1..60),
     ) {
         run(first_delay, ops)?;

@@ -23,31 +23,6 @@ use std::time::Duration;
 /// The tick length in nanoseconds.
 const T: u64 = 1_000_000;
 
-/// The payload of the panics the test causes, which the panic hook leaves unprinted.
-const BY_DESIGN: &str = "task_model: this task panics by design";
-
-fn quiet_by_design_panics() {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| {
-        let report = std::panic::take_hook();
-        std::panic::set_hook(Box::new(move |info| {
-            if info.payload().downcast_ref::<&str>() != Some(&BY_DESIGN) {
-                report(info);
-            }
-        }));
-    });
-}
-
-/// About `ticks` ticks, often on a tick boundary or a nanosecond off it.
-fn near_ticks(max_ticks: u64) -> impl Strategy<Value = u64> {
-    (0..=max_ticks, 0..4u8, 0..T).prop_map(|(k, kind, r)| match kind {
-        0 => k * T,
-        1 => k * T + 1,
-        2 => (k * T).saturating_sub(1),
-        _ => k * T + r,
-    })
-}
-
 /// How a task is made and what it does.
 #[derive(Debug, Clone, Copy)]
 struct Spec {
@@ -96,14 +71,14 @@ fn spec_of(bits: u16) -> Spec {
 
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
-        6 => (spec(), near_ticks(20)).prop_map(|(s, d)| Op::Schedule(s, d)),
-        1 => (spec(), near_ticks(5_000)).prop_map(|(s, d)| Op::Schedule(s, d)),
-        1 => (1..200usize, near_ticks(20), any::<u64>())
+        6 => (spec(), common::near_ticks(T, 20)).prop_map(|(s, d)| Op::Schedule(s, d)),
+        1 => (spec(), common::near_ticks(T, 5_000)).prop_map(|(s, d)| Op::Schedule(s, d)),
+        1 => (1..200usize, common::near_ticks(T, 20), any::<u64>())
             .prop_map(|(n, delay, seed)| Op::Burst { n, delay, seed }),
         3 => any::<usize>().prop_map(Op::Cancel),
-        4 => near_ticks(3).prop_map(Op::Advance),
-        1 => near_ticks(40).prop_map(Op::Advance),
-        1 => near_ticks(3_000).prop_map(Op::Advance),
+        4 => common::near_ticks(T, 3).prop_map(Op::Advance),
+        1 => common::near_ticks(T, 40).prop_map(Op::Advance),
+        1 => common::near_ticks(T, 3_000).prop_map(Op::Advance),
         2 => Just(Op::RunJobs),
         1 => Just(Op::DropJobs),
         1 => any::<bool>().prop_map(Op::ExecutorPanics),
@@ -148,7 +123,7 @@ impl Drop for Guard {
     fn drop(&mut self) {
         self.books.drops.lock().unwrap()[self.id] += 1;
         if self.panics && !std::thread::panicking() {
-            std::panic::panic_any(BY_DESIGN);
+            std::panic::panic_any(common::BY_DESIGN);
         }
     }
 }
@@ -164,7 +139,7 @@ impl<const N: usize> TypedTask for Job<N> {
     fn run(self, _: &Timeout<Self>) {
         self.guard.ran(&self.payload);
         if self.panics {
-            std::panic::panic_any(BY_DESIGN);
+            std::panic::panic_any(common::BY_DESIGN);
         }
     }
 }
@@ -188,7 +163,7 @@ fn schedule_boxed(
         move |_: &Timeout| {
             guard.ran(&payload);
             if panics {
-                std::panic::panic_any(BY_DESIGN);
+                std::panic::panic_any(common::BY_DESIGN);
             }
         }
     }
@@ -294,7 +269,7 @@ struct Executor {
 impl Executor {
     fn execute(&self, job: ExecutorJob) {
         if self.panics.load(SeqCst) {
-            std::panic::panic_any(BY_DESIGN);
+            std::panic::panic_any(common::BY_DESIGN);
         }
         self.jobs.lock().unwrap().push_back(job);
     }
@@ -511,7 +486,7 @@ fn run<J: hashed_timer_wheel::Stored>(
     on_executor: bool,
     ops: Vec<Op>,
 ) -> Result<(), TestCaseError> {
-    quiet_by_design_panics();
+    common::quiet_by_design_panics();
     let executor = on_executor.then(Executor::default);
     let builder = match &executor {
         Some(executor) => {

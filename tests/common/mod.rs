@@ -100,3 +100,45 @@ pub(crate) fn model_config(cases: u32) -> proptest::test_runner::Config {
         ..proptest::test_runner::Config::default()
     }
 }
+
+/// About `max_ticks` ticks of `tick` nanoseconds, often on a tick boundary or a nanosecond off
+/// it, where off-by-one errors live.
+pub(crate) fn near_ticks(
+    tick: u64,
+    max_ticks: u64,
+) -> impl proptest::strategy::Strategy<Value = u64> {
+    use proptest::strategy::Strategy;
+    (0..=max_ticks, 0..4u8, 0..tick).prop_map(move |(k, kind, r)| match kind {
+        0 => k * tick,
+        1 => k * tick + 1,
+        2 => (k * tick).saturating_sub(1),
+        _ => k * tick + r,
+    })
+}
+
+/// A waker's inside that counts its wake-ups (`Waker::from(Arc<WakeCount>)`).
+#[derive(Default)]
+pub(crate) struct WakeCount(pub(crate) AtomicUsize);
+
+impl std::task::Wake for WakeCount {
+    fn wake(self: Arc<Self>) {
+        self.0.fetch_add(1, SeqCst);
+    }
+}
+
+/// The payload of the panics a test causes on purpose (`std::panic::panic_any(BY_DESIGN)`).
+pub(crate) const BY_DESIGN: &str = "a test's task panics here by design";
+
+/// Leaves the panics with the [`BY_DESIGN`] payload unprinted (a model test causes hundreds);
+/// every other panic is reported as usual.
+pub(crate) fn quiet_by_design_panics() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let report = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            if info.payload().downcast_ref::<&str>() != Some(&BY_DESIGN) {
+                report(info);
+            }
+        }));
+    });
+}
