@@ -10,10 +10,15 @@
 //! tick. A manual clock maps its time to `Instant`s at the moment of the call (its now is the
 //! real now), so a returned `Instant` is checked against the real clock's readings around the
 //! poll.
+//!
+//! With a pending limit, other timeouts made and cancelled fill it: an arm that replaces no
+//! live timeout is refused while the pending count is at the limit (one that replaces a
+//! timeout passes), a poll that finds its tick not yet due then completes with the refusal,
+//! and the next poll arms again; a tick already due is taken all the same.
 
 mod common;
 
-use hashed_timer_wheel::{HashedWheelTimer, MissedRuns};
+use hashed_timer_wheel::{HashedWheelTimer, MissedRuns, Timeout, TimerError};
 use proptest::prelude::*;
 use std::sync::atomic::Ordering::SeqCst;
 use std::sync::Arc;
@@ -38,6 +43,10 @@ enum Op {
     Advance(u64),
     Reset,
     SetMissed(MissedRuns),
+    /// Another timeout, of this delay, on the same timer (it fills the pending limit).
+    AddOther(u64),
+    /// Cancels the other timeout at this index (modulo how many were made).
+    CancelOther(usize),
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -50,30 +59,83 @@ fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
+/// As [`op`], with other timeouts that fill a pending limit and free it.
+fn limited_op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        6 => op(),
+        2 => common::near_ticks(T, 8).prop_map(Op::AddOther),
+        2 => any::<usize>().prop_map(Op::CancelOther),
+    ]
+}
+
+/// A timeout the timer accepted: the interval's or another.
+struct Accepted {
+    fire_tick: u64,
+    cancelled: bool,
+    cancel_processed: bool,
+}
+
 struct Model {
     /// Manual time, nanoseconds since the origin.
     now: u64,
     period: u64,
     missed: MissedRuns,
+    limit: Option<usize>,
     /// The next tick's deadline, nanoseconds since the origin.
     due: u64,
-    /// The tick on which the sleep's timeout fires.
-    fire_tick: u64,
-    unprocessed_cancels: usize,
+    accepted: Vec<Accepted>,
+    /// The interval's timeout (in `accepted`), unless its last arm was refused, and then the
+    /// pending count that refusal reported.
+    armed: Result<usize, usize>,
+    /// The other timeouts, by handle and index in `accepted`.
+    others: Vec<(Timeout, usize)>,
 }
 
 impl Model {
-    fn fired(&self) -> bool {
-        self.fire_tick < self.now / T
+    fn fired(&self, i: usize) -> bool {
+        let a = &self.accepted[i];
+        !a.cancelled && a.fire_tick < self.now / T
     }
 
-    /// Arms the sleep for `due` at the present time, cancelling a timeout that has not fired.
+    fn pending(&self) -> usize {
+        let ended = |(i, a): &(usize, &Accepted)| self.fired(*i) || a.cancel_processed;
+        self.accepted
+            .iter()
+            .enumerate()
+            .filter(|a| !ended(a))
+            .count()
+    }
+
+    /// The pending count, if a timeout that replaces none would be refused now.
+    fn refusal(&self) -> Option<usize> {
+        let pending = self.pending();
+        self.limit.filter(|&max| pending >= max).map(|_| pending)
+    }
+
+    fn accept(&mut self, due: u64) -> usize {
+        self.accepted.push(Accepted {
+            fire_tick: (due / T).max(self.now / T),
+            cancelled: false,
+            cancel_processed: false,
+        });
+        self.accepted.len() - 1
+    }
+
+    /// Arms the sleep for `due` at the present time: cancels a timeout that has not fired,
+    /// and is refused at the limit unless it replaced one.
     fn arm(&mut self, due: u64) {
-        if !self.fired() {
-            self.unprocessed_cancels += 1;
-        }
         self.due = due;
-        self.fire_tick = fire_tick(due, self.now);
+        let replaces = match self.armed {
+            Ok(i) if !self.fired(i) => {
+                self.accepted[i].cancelled = true;
+                true
+            }
+            _ => false,
+        };
+        self.armed = match self.refusal() {
+            Some(pending) if !replaces => Err(pending),
+            _ => Ok(self.accept(due)),
+        };
     }
 
     /// The deadline after the tick due at `self.due`, taken now.
@@ -89,28 +151,54 @@ impl Model {
             _ => due + period,
         }
     }
+
+    /// What a poll returns: the tick (its deadline), the refusal, or nothing yet.
+    fn poll(&mut self) -> Poll<Result<u64, TimerError>> {
+        if self.armed.is_err() {
+            self.arm(self.due); // a poll arms again what the limit refused
+        }
+        if self.due <= self.now {
+            let taken = self.due;
+            let next = self.next();
+            self.arm(next);
+            return Poll::Ready(Ok(taken));
+        }
+        match self.armed {
+            Ok(_) => Poll::Pending,
+            Err(pending) => Poll::Ready(Err(TimerError::TooManyPending {
+                pending,
+                max: self.limit.unwrap(),
+            })),
+        }
+    }
+
+    fn interval_fired(&self) -> bool {
+        self.armed.is_ok_and(|i| self.fired(i))
+    }
 }
 
-fn fire_tick(due: u64, armed_at: u64) -> u64 {
-    (due / T).max(armed_at / T)
-}
-
-fn run(pre: u64, period: u64, ops: Vec<Op>) -> Result<(), TestCaseError> {
-    let (timer, driver) = HashedWheelTimer::builder()
+fn run(pre: u64, period: u64, limit: Option<usize>, ops: Vec<Op>) -> Result<(), TestCaseError> {
+    let builder = HashedWheelTimer::builder()
         .tick_duration(Duration::from_nanos(T))
-        .ticks_per_wheel(16)
-        .build_manual()
-        .unwrap();
+        .ticks_per_wheel(16);
+    let builder = match limit {
+        Some(max) => builder.max_pending_timeouts(max),
+        None => builder,
+    };
+    let (timer, driver) = builder.build_manual().unwrap();
     driver.advance(Duration::from_nanos(pre));
     let mut interval = timer.interval(Duration::from_nanos(period));
     let mut model = Model {
         now: pre,
         period,
         missed: MissedRuns::Burst,
+        limit,
         due: pre, // the first tick at once
-        fire_tick: pre / T,
-        unprocessed_cancels: 0,
+        accepted: Vec::new(),
+        armed: Ok(0),
+        others: Vec::new(),
     };
+    model.accept(pre);
     let counter = Arc::new(common::WakeCount::default());
     let waker = Waker::from(Arc::clone(&counter));
     // The wake-ups counted when the last poll returned `Pending`, if it did.
@@ -121,41 +209,46 @@ fn run(pre: u64, period: u64, ops: Vec<Op>) -> Result<(), TestCaseError> {
                 let before = Instant::now();
                 let polled = interval.poll_tick(&mut Context::from_waker(&waker));
                 let after = Instant::now();
-                if model.due <= model.now {
-                    let Poll::Ready(Ok(taken)) = polled else {
-                        return Err(TestCaseError::fail(format!(
-                            "at {} ns: {polled:?}",
+                waiting_since = None;
+                match (model.poll(), polled) {
+                    (Poll::Ready(Ok(due)), Poll::Ready(Ok(taken))) => {
+                        // The deadline's `Instant`, read between `before` and `after`.
+                        let ago = Duration::from_nanos(model.now - due);
+                        prop_assert!(
+                            taken + ago >= before && taken + ago <= after,
+                            "at {} ns: the tick due at {} ns returned {:?}, {:?} after the poll",
+                            model.now,
+                            due,
+                            taken,
+                            after.saturating_duration_since(taken)
+                        );
+                    }
+                    (Poll::Pending, Poll::Pending) => {
+                        waiting_since = Some(counter.0.load(SeqCst));
+                    }
+                    (expected, polled) => {
+                        let expected = expected.map_ok(|due| format!("the tick due at {due} ns"));
+                        prop_assert_eq!(
+                            format!("{polled:?}"),
+                            format!("{expected:?}"),
+                            "at {} ns",
                             model.now
-                        )));
-                    };
-                    // The deadline's `Instant`, read between `before` and `after`.
-                    let ago = Duration::from_nanos(model.now - model.due);
-                    prop_assert!(
-                        taken + ago >= before && taken + ago <= after,
-                        "at {} ns: the tick due at {} ns returned {:?}, {:?} after the poll",
-                        model.now,
-                        model.due,
-                        taken,
-                        after.saturating_duration_since(taken)
-                    );
-                    let next = model.next();
-                    model.arm(next);
-                    waiting_since = None;
-                } else {
-                    prop_assert!(polled.is_pending(), "at {} ns: {:?}", model.now, polled);
-                    waiting_since = Some(counter.0.load(SeqCst));
+                        );
+                    }
                 }
             }
             Op::Advance(by) => {
-                let was_fired = model.fired();
+                let was_fired = model.interval_fired();
                 let to = model.now + by;
                 if to / T > model.now / T {
-                    model.unprocessed_cancels = 0;
+                    for a in &mut model.accepted {
+                        a.cancel_processed |= a.cancelled;
+                    }
                 }
                 driver.advance(Duration::from_nanos(by));
                 model.now = to;
                 if let Some(since) = waiting_since {
-                    if model.fired() && !was_fired {
+                    if model.interval_fired() && !was_fired {
                         prop_assert!(counter.0.load(SeqCst) > since, "not woken at its tick");
                     }
                 }
@@ -169,14 +262,35 @@ fn run(pre: u64, period: u64, ops: Vec<Op>) -> Result<(), TestCaseError> {
                 interval.set_missed_runs(missed);
                 model.missed = missed;
             }
+            Op::AddOther(delay) => {
+                let made = timer.new_timeout(|_: &Timeout| {}, Duration::from_nanos(delay));
+                match (model.refusal(), made) {
+                    (None, Ok(handle)) => {
+                        let i = model.accept(model.now + delay);
+                        model.others.push((handle, i));
+                    }
+                    (Some(pending), made) => {
+                        let max = limit.unwrap();
+                        prop_assert_eq!(
+                            made.err(),
+                            Some(TimerError::TooManyPending { pending, max })
+                        );
+                    }
+                    (None, Err(e)) => return Err(TestCaseError::fail(format!("refused: {e}"))),
+                }
+            }
+            Op::CancelOther(i) if !model.others.is_empty() => {
+                let (handle, a) = &model.others[i % model.others.len()];
+                let wins = !model.fired(*a) && !model.accepted[*a].cancelled;
+                prop_assert_eq!(handle.cancel(), wins);
+                model.accepted[*a].cancelled |= wins;
+            }
+            Op::CancelOther(_) => {}
         }
-        let armed = usize::from(!model.fired());
-        prop_assert_eq!(
-            timer.pending_timeouts(),
-            armed + model.unprocessed_cancels,
-            "after {:?}",
-            op
-        );
+        prop_assert_eq!(timer.pending_timeouts(), model.pending(), "after {:?}", op);
+    }
+    for (handle, _) in &model.others {
+        handle.cancel();
     }
     drop(interval);
     driver.advance(Duration::from_nanos(T));
@@ -201,6 +315,20 @@ proptest! {
         period in common::near_ticks(T, 4).prop_map(|p| p.max(1)),
         ops in proptest::collection::vec(op(), 1..60),
     ) {
-        run(pre, period, ops)?;
+        run(pre, period, None, ops)?;
+    }
+
+    /// As above, beside other timeouts that fill a pending limit (1 to 4) and free it: an arm
+    /// that replaces no live timeout is refused exactly at the limit, a tick not yet due then
+    /// completes with the refusal and the next poll arms again, and a tick already due is
+    /// taken all the same.
+    #[test]
+    fn an_interval_at_a_pending_limit_is_refused_exactly_at_the_count(
+        pre in common::near_ticks(T, 5),
+        period in common::near_ticks(T, 4).prop_map(|p| p.max(1)),
+        limit in 1..=4usize,
+        ops in proptest::collection::vec(limited_op(), 1..60),
+    ) {
+        run(pre, period, Some(limit), ops)?;
     }
 }
