@@ -9,10 +9,17 @@
 //! when the worker's next tick is `k`, fires on tick `max(d / T, k)`: a run scheduled by the
 //! run on tick `k` waits for tick `k + 1` at the earliest (one run a tick). A run on the
 //! executor starts, counts and chooses its successor when the test runs it.
+//!
+//! With a pending limit, other timeouts made and cancelled fill it: a first run is refused
+//! exactly at the limit, and a successor refused there ends its schedule. Timeouts of one tick
+//! fire in the order they were made, each ended before the next runs: the model keeps that
+//! order, which decides who finds room.
 
 mod common;
 
-use hashed_timer_wheel::{HashedWheelTimer, ManualDriver, MissedRuns, PeriodicTimeout};
+use hashed_timer_wheel::{
+    HashedWheelTimer, ManualDriver, MissedRuns, PeriodicTimeout, Timeout, TimerError,
+};
 use proptest::prelude::*;
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
@@ -45,6 +52,10 @@ enum Op {
     RunJobs,
     /// Drops the executor's queued runs unrun, as a full pool may.
     DropJobs,
+    /// Another timeout, of this delay, on the same timer (it fills the pending limit).
+    AddOther(u64),
+    /// Cancels the other timeout at this index (modulo how many were made).
+    CancelOther(usize),
 }
 
 fn kind() -> impl Strategy<Value = Kind> {
@@ -73,6 +84,26 @@ fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
+/// As [`op`], with other timeouts that fill a pending limit and free it.
+fn limited_op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        6 => op(),
+        2 => common::near_ticks(T, 8).prop_map(Op::AddOther),
+        2 => any::<usize>().prop_map(Op::CancelOther),
+    ]
+}
+
+/// Where a schedule's next run is.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Next {
+    /// A timeout due at `due`, firing on tick `fire_tick`, the `seq`th the timer accepted.
+    Pending { due: u64, fire_tick: u64, seq: u64 },
+    /// Fired, in the executor's queue: the run due at `due`.
+    Queued { due: u64 },
+    /// None: the schedule has ended.
+    Ended,
+}
+
 /// One schedule as the model sees it.
 struct Schedule {
     kind: Kind,
@@ -80,11 +111,8 @@ struct Schedule {
     /// The (tick, now, whether its `cancel()` cancelled) of each run, as the run recorded it.
     seen: Arc<Mutex<Vec<(u64, u64, bool)>>>,
     expected: Vec<(u64, u64, bool)>,
-    /// The pending run's deadline and tick, while the schedule goes on.
-    due: u64,
-    fire_tick: u64,
-    /// Its run has fired and waits in the executor's queue.
-    queued: bool,
+    next: Next,
+    /// Not cancelled nor ended (a queued run's schedule may be cancelled before it starts).
     active: bool,
     cancel_at: u64,
     panic_at: u64,
@@ -92,8 +120,7 @@ struct Schedule {
 
 impl Schedule {
     /// The deadline after a run due at `due` that returned at `now` (`MissedRuns`' rules).
-    fn next(&self, now: u64) -> u64 {
-        let due = self.due;
+    fn after(&self, due: u64, now: u64) -> u64 {
         match self.kind {
             Kind::Delay(delay) => now + delay,
             Kind::Rate(period, missed) => {
@@ -109,19 +136,16 @@ impl Schedule {
             }
         }
     }
+}
 
-    /// Runs the pending run at `now`, the worker's tick then being `tick`: the successor fires
-    /// on `earliest` at the earliest. The successor of a run after `stop()` is refused.
-    fn run(&mut self, tick: u64, now: u64, earliest: u64, stopped: bool) {
-        let runs = self.expected.len() as u64 + 1;
-        self.expected.push((tick, now, runs == self.cancel_at));
-        if runs == self.cancel_at || runs == self.panic_at || stopped {
-            self.active = false; // its own timeout has fired: nothing left to cancel
-            return;
-        }
-        self.due = self.next(now);
-        self.fire_tick = (self.due / T).max(earliest);
-    }
+/// Another timeout on the timer.
+struct Other {
+    handle: Timeout,
+    fire_tick: u64,
+    seq: u64,
+    fired: bool,
+    cancelled: bool,
+    cancel_processed: bool,
 }
 
 type Job = Box<dyn FnOnce() + Send>;
@@ -129,17 +153,57 @@ type Job = Box<dyn FnOnce() + Send>;
 struct Model {
     timer: HashedWheelTimer,
     driver: ManualDriver,
-    /// The executor's queue, if the timer has one.
+    limit: Option<usize>,
+    /// The executor's queue, if the timer has one, and the schedules whose runs it holds.
     jobs: Option<Arc<Mutex<VecDeque<Job>>>>,
+    queued: VecDeque<usize>,
     stopped: bool,
     schedules: Vec<Schedule>,
+    others: Vec<Other>,
     now: u64,
-    /// Cancelled timeouts the worker has not yet seen.
+    /// Timeouts accepted so far: the order of those that share a tick.
+    seq: u64,
+    /// Cancelled runs the worker has not yet seen.
     unprocessed_cancels: usize,
 }
 
 impl Model {
-    fn create(&mut self, kind: Kind, initial: u64, cancel_at: u64, panic_at: u64) {
+    fn pending(&self) -> usize {
+        let runs = self
+            .schedules
+            .iter()
+            .filter(|s| matches!(s.next, Next::Pending { .. }));
+        let others = self
+            .others
+            .iter()
+            .filter(|o| !o.fired && !o.cancel_processed);
+        runs.count() + others.count() + self.unprocessed_cancels
+    }
+
+    /// The refusal a timeout made now would meet, if any.
+    fn refusal(&self) -> Option<TimerError> {
+        let pending = self.pending();
+        let max = self.limit.filter(|&max| pending >= max)?;
+        Some(TimerError::TooManyPending { pending, max })
+    }
+
+    /// A timeout due at `due`, made now, firing on `earliest` at the earliest.
+    fn accept(&mut self, due: u64, earliest: u64) -> Next {
+        self.seq += 1;
+        Next::Pending {
+            due,
+            fire_tick: (due / T).max(earliest),
+            seq: self.seq,
+        }
+    }
+
+    fn create(
+        &mut self,
+        kind: Kind,
+        initial: u64,
+        cancel_at: u64,
+        panic_at: u64,
+    ) -> Result<(), TestCaseError> {
         let seen: Arc<Mutex<Vec<(u64, u64, bool)>>> = Arc::default();
         let (s, d) = (Arc::clone(&seen), self.driver.clone());
         let task = move |p: &PeriodicTimeout| {
@@ -152,28 +216,122 @@ impl Model {
             }
         };
         let (initial_delay, t) = (Duration::from_nanos(initial), &self.timer);
-        let handle = match kind {
+        let made = match kind {
             Kind::Rate(p, missed) => {
                 t.schedule_at_fixed_rate(task, initial_delay, Duration::from_nanos(p), missed)
             }
             Kind::Delay(d) => {
                 t.schedule_with_fixed_delay(task, initial_delay, Duration::from_nanos(d))
             }
+        };
+        if let Some(refusal) = self.refusal() {
+            prop_assert_eq!(made.err(), Some(refusal), "the first run at the limit");
+            return Ok(());
         }
-        .unwrap();
-        let due = self.now + initial;
+        let handle = made.map_err(|e| TestCaseError::fail(format!("refused: {e}")))?;
+        let next = self.accept(self.now + initial, self.now / T);
         self.schedules.push(Schedule {
             kind,
             handle,
             seen,
             expected: Vec::new(),
-            due,
-            fire_tick: (due / T).max(self.now / T),
-            queued: false,
+            next,
             active: true,
             cancel_at,
             panic_at,
         });
+        Ok(())
+    }
+
+    fn add_other(&mut self, delay: u64) -> Result<(), TestCaseError> {
+        let made = self
+            .timer
+            .new_timeout(|_: &Timeout| {}, Duration::from_nanos(delay));
+        if let Some(refusal) = self.refusal() {
+            prop_assert_eq!(made.err(), Some(refusal), "another timeout at the limit");
+            return Ok(());
+        }
+        let handle = made.map_err(|e| TestCaseError::fail(format!("refused: {e}")))?;
+        let Next::Pending { fire_tick, seq, .. } = self.accept(self.now + delay, self.now / T)
+        else {
+            unreachable!()
+        };
+        self.others.push(Other {
+            handle,
+            fire_tick,
+            seq,
+            fired: false,
+            cancelled: false,
+            cancel_processed: false,
+        });
+        Ok(())
+    }
+
+    fn cancel(&mut self, i: usize) -> Result<(), TestCaseError> {
+        let Some(s) = self.schedules.get_mut(i) else {
+            return Ok(());
+        };
+        prop_assert_eq!(
+            s.handle.cancel(),
+            s.active,
+            "cancel() is true once, while it goes on"
+        );
+        s.active = false;
+        // A queued run's timeout has fired: only a pending one is cancelled.
+        if let Next::Pending { .. } = std::mem::replace(&mut s.next, Next::Ended) {
+            self.unprocessed_cancels += 1;
+        }
+        Ok(())
+    }
+
+    fn cancel_other(&mut self, i: usize) -> Result<(), TestCaseError> {
+        let Some(o) = self.others.get_mut(i) else {
+            return Ok(());
+        };
+        let wins = !o.fired && !o.cancelled;
+        prop_assert_eq!(o.handle.cancel(), wins);
+        o.cancelled |= wins;
+        Ok(())
+    }
+
+    /// Runs schedule `i`'s run due at `due`, at `now`, the worker's tick then being `tick`:
+    /// its successor fires on `earliest` at the earliest, unless refused (after `stop()`, or
+    /// at the limit), which ends the schedule.
+    fn run(&mut self, i: usize, due: u64, (tick, now, earliest): (u64, u64, u64)) {
+        let s = &mut self.schedules[i];
+        s.next = Next::Ended;
+        let runs = s.expected.len() as u64 + 1;
+        s.expected.push((tick, now, runs == s.cancel_at));
+        if runs == s.cancel_at || runs == s.panic_at || self.stopped {
+            s.active = false; // its own timeout has fired: nothing left to cancel
+            return;
+        }
+        let next_due = s.after(due, now);
+        if self.refusal().is_some() {
+            self.schedules[i].active = false;
+            return;
+        }
+        self.schedules[i].next = self.accept(next_due, earliest);
+    }
+
+    /// What fires on `tick`, in the order the timer accepted it: schedules by index (`Ok`),
+    /// other timeouts (`Err`).
+    fn firing(&self, tick: u64) -> Vec<Result<usize, usize>> {
+        let mut firing: Vec<(u64, Result<usize, usize>)> = Vec::new();
+        for (i, s) in self.schedules.iter().enumerate() {
+            if let Next::Pending { fire_tick, seq, .. } = s.next {
+                if fire_tick == tick {
+                    firing.push((seq, Ok(i)));
+                }
+            }
+        }
+        for (i, o) in self.others.iter().enumerate() {
+            if !o.fired && !o.cancelled && o.fire_tick == tick {
+                firing.push((o.seq, Err(i)));
+            }
+        }
+        firing.sort_unstable_by_key(|&(seq, _)| seq);
+        firing.into_iter().map(|(_, what)| what).collect()
     }
 
     fn advance(&mut self, by: u64) {
@@ -181,15 +339,24 @@ impl Model {
         let ticks = self.now / T..to / T;
         if !ticks.is_empty() {
             self.unprocessed_cancels = 0;
+            for o in &mut self.others {
+                o.cancel_processed |= o.cancelled;
+            }
         }
-        let on_executor = self.jobs.is_some();
         for tick in ticks {
-            for s in &mut self.schedules {
-                if s.active && !s.queued && s.fire_tick == tick {
-                    if on_executor {
-                        s.queued = true;
-                    } else {
-                        s.run(tick, to, tick + 1, false);
+            for what in self.firing(tick) {
+                match what {
+                    Err(o) => self.others[o].fired = true,
+                    Ok(i) => {
+                        let Next::Pending { due, .. } = self.schedules[i].next else {
+                            unreachable!()
+                        };
+                        if self.jobs.is_some() {
+                            self.schedules[i].next = Next::Queued { due };
+                            self.queued.push_back(i);
+                        } else {
+                            self.run(i, due, (tick, to, tick + 1));
+                        }
                     }
                 }
             }
@@ -207,14 +374,14 @@ impl Model {
                 job();
             }
         }
-        let (tick, now, stopped) = (self.now / T, self.now, self.stopped);
-        for s in self.schedules.iter_mut().filter(|s| s.queued) {
-            s.queued = false;
-            if !s.active {
+        let (tick, now) = (self.now / T, self.now);
+        while let Some(i) = self.queued.pop_front() {
+            let s = &mut self.schedules[i];
+            let Next::Queued { due } = std::mem::replace(&mut s.next, Next::Ended) else {
                 continue; // cancelled while queued: the run does not start
-            }
-            if run {
-                s.run(tick, now, tick, stopped);
+            };
+            if run && s.active {
+                self.run(i, due, (tick, now, tick));
             } else {
                 s.active = false; // dropped unrun: the schedule ends
             }
@@ -222,12 +389,10 @@ impl Model {
     }
 
     fn check(&self, after: &Op) -> Result<(), TestCaseError> {
-        let mut pending = self.unprocessed_cancels;
         for (i, s) in self.schedules.iter().enumerate() {
-            prop_assert!(
-                s.fire_tick >= self.now / T || !s.active || s.queued,
-                "the model lags"
-            );
+            if let Next::Pending { fire_tick, .. } = s.next {
+                prop_assert!(fire_tick >= self.now / T, "the model lags");
+            }
             let seen = s.seen.lock().unwrap();
             prop_assert_eq!(
                 &*seen,
@@ -239,18 +404,52 @@ impl Model {
             );
             prop_assert_eq!(s.handle.runs(), s.expected.len() as u64);
             prop_assert_eq!(s.handle.is_cancelled(), !s.active, "schedule {}", i);
-            pending += usize::from(s.active && !s.queued);
         }
-        prop_assert_eq!(self.timer.pending_timeouts(), pending, "after {:?}", after);
+        for (i, o) in self.others.iter().enumerate() {
+            prop_assert_eq!(o.handle.is_expired(), o.fired, "other {}", i);
+        }
+        prop_assert_eq!(
+            self.timer.pending_timeouts(),
+            self.pending(),
+            "after {:?}",
+            after
+        );
         Ok(())
+    }
+
+    /// Stops the timer: it returns each pending timeout; a run queued before still runs, and
+    /// its successor is refused.
+    fn finish(mut self) -> Result<(), TestCaseError> {
+        let runs = self
+            .schedules
+            .iter()
+            .filter(|s| matches!(s.next, Next::Pending { .. }));
+        let others = self.others.iter().filter(|o| !o.fired && !o.cancelled);
+        let pending = runs.count() + others.count();
+        let left = self.timer.stop().unwrap();
+        prop_assert_eq!(left.len(), pending, "stop() returns each pending timeout");
+        self.stopped = true;
+        self.unprocessed_cancels = 0; // a stopped timer counts nothing pending
+        self.others.clear();
+        for s in &mut self.schedules {
+            if let Next::Pending { .. } = s.next {
+                s.next = Next::Ended;
+                s.active = false;
+            }
+        }
+        self.take_jobs(true);
+        self.check(&Op::RunJobs)
     }
 }
 
-fn run(on_executor: bool, ops: Vec<Op>) -> Result<(), TestCaseError> {
+fn run(on_executor: bool, limit: Option<usize>, ops: Vec<Op>) -> Result<(), TestCaseError> {
     common::quiet_by_design_panics();
     let mut builder = HashedWheelTimer::builder()
         .tick_duration(Duration::from_nanos(T))
         .ticks_per_wheel(16);
+    if let Some(max) = limit {
+        builder = builder.max_pending_timeouts(max);
+    }
     let jobs = on_executor.then(Arc::<Mutex<VecDeque<Job>>>::default);
     if let Some(queue) = &jobs {
         let queue = Arc::clone(queue);
@@ -260,10 +459,14 @@ fn run(on_executor: bool, ops: Vec<Op>) -> Result<(), TestCaseError> {
     let mut model = Model {
         timer,
         driver,
+        limit,
         jobs,
+        queued: VecDeque::new(),
         stopped: false,
         schedules: Vec::new(),
+        others: Vec::new(),
         now: 0,
+        seq: 0,
         unprocessed_cancels: 0,
     };
     for op in &ops {
@@ -273,43 +476,18 @@ fn run(on_executor: bool, ops: Vec<Op>) -> Result<(), TestCaseError> {
                 initial,
                 cancel_at,
                 panic_at,
-            } if model.schedules.len() < 3 => {
-                model.create(kind, initial, cancel_at, panic_at);
-            }
+            } if model.schedules.len() < 3 => model.create(kind, initial, cancel_at, panic_at)?,
             Op::Create { .. } => {}
-            Op::Cancel(i) if !model.schedules.is_empty() => {
-                let n = model.schedules.len();
-                let s = &mut model.schedules[i % n];
-                prop_assert_eq!(
-                    s.handle.cancel(),
-                    s.active,
-                    "cancel() is true once, while it goes on"
-                );
-                // A queued run's timeout has fired: only a pending one is cancelled.
-                if std::mem::replace(&mut s.active, false) && !s.queued {
-                    model.unprocessed_cancels += 1;
-                }
-            }
-            Op::Cancel(_) => {}
+            Op::Cancel(i) => model.cancel(i % model.schedules.len().max(1))?,
             Op::Advance(by) => model.advance(by),
             Op::RunJobs => model.take_jobs(true),
             Op::DropJobs => model.take_jobs(false),
+            Op::AddOther(delay) => model.add_other(delay)?,
+            Op::CancelOther(i) => model.cancel_other(i % model.others.len().max(1))?,
         }
         model.check(op)?;
     }
-    let pending = model.schedules.iter().filter(|s| s.active && !s.queued);
-    let pending = pending.count();
-    let left = model.timer.stop().unwrap();
-    prop_assert_eq!(left.len(), pending, "stop() returns each pending run");
-    model.stopped = true;
-    model.unprocessed_cancels = 0; // a stopped timer counts nothing pending
-    for s in model.schedules.iter_mut().filter(|s| !s.queued) {
-        s.active = false;
-    }
-    // A run queued before the stop still runs; its successor is refused.
-    model.take_jobs(true);
-    model.check(&Op::RunJobs)?;
-    Ok(())
+    model.finish()
 }
 
 proptest! {
@@ -324,6 +502,23 @@ proptest! {
         on_executor in any::<bool>(),
         ops in proptest::collection::vec(op(), 1..50),
     ) {
-        run(on_executor, ops)?;
+        run(on_executor, None, ops)?;
+    }
+}
+
+proptest! {
+    // More cases: who finds room depends on two timeouts sharing a tick, which few cases make.
+    #![proptest_config(common::model_config(1024))]
+
+    /// As above, beside other timeouts that fill a pending limit (1 to 4) and free it: a first
+    /// run is refused exactly at the limit, a successor refused there ends its schedule, and
+    /// timeouts of one tick end in the order they were made.
+    #[test]
+    fn periodic_runs_at_a_pending_limit_end_when_refused(
+        on_executor in any::<bool>(),
+        limit in 1..=4usize,
+        ops in proptest::collection::vec(limited_op(), 1..50),
+    ) {
+        run(on_executor, Some(limit), ops)?;
     }
 }
