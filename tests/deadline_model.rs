@@ -7,10 +7,14 @@
 //! remembers its last four timers: a deadline must arm on its own timer and no other, or find
 //! it gone (stopped or dropped) and complete with `Stopped`. Armed on a timer at manual time
 //! `s` with limit `l`, its sleep fires on tick `max((s + l) / T, s / T)` (`tests/sleep_model.rs`).
+//! Some timers have a pending limit, which other timeouts fill: a deadline first polled while
+//! its timer is at the limit completes with the refusal.
 
 mod common;
 
-use hashed_timer_wheel::{Deadline, DeadlineError, HashedWheelTimer, ManualDriver, TimerError};
+use hashed_timer_wheel::{
+    Deadline, DeadlineError, HashedWheelTimer, ManualDriver, Timeout, TimerError,
+};
 use proptest::prelude::*;
 use std::future::{Future, Pending};
 use std::pin::Pin;
@@ -44,7 +48,13 @@ fn on_helper<R: Send + 'static>(f: impl FnOnce() -> R + Send + 'static) -> R {
 
 #[derive(Debug, Clone)]
 enum Op {
-    NewTimer,
+    /// A timer, with this pending limit if any.
+    NewTimer(Option<usize>),
+    /// Another timeout, of this delay, on a timer (it fills a pending limit).
+    AddOther {
+        timer: usize,
+        delay: u64,
+    },
     /// Drops the owner and driver of the timer at this index (modulo how many were made).
     DropTimer(usize),
     StopTimer(usize),
@@ -68,7 +78,9 @@ enum Op {
 
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
-        2 => Just(Op::NewTimer),
+        2 => proptest::option::of(1..=3usize).prop_map(Op::NewTimer),
+        2 => (any::<usize>(), common::near_ticks(T, 6))
+            .prop_map(|(timer, delay)| Op::AddOther { timer, delay }),
         1 => any::<usize>().prop_map(Op::DropTimer),
         1 => any::<usize>().prop_map(Op::StopTimer),
         5 => (any::<usize>(), common::near_ticks(T, 10), any::<bool>())
@@ -83,6 +95,9 @@ fn op() -> impl Strategy<Value = Op> {
 struct TimerModel {
     /// The owner and driver, until dropped.
     alive: Option<(HashedWheelTimer, ManualDriver)>,
+    limit: Option<usize>,
+    /// The fire ticks of other timeouts on it (never cancelled).
+    others: Vec<u64>,
     stopped: bool,
     now: u64,
     /// Cancelled timeouts the worker has not yet seen.
@@ -92,6 +107,13 @@ struct TimerModel {
 impl TimerModel {
     fn gone(&self) -> bool {
         self.stopped || self.alive.is_none()
+    }
+
+    fn others_pending(&self) -> usize {
+        self.others
+            .iter()
+            .filter(|&&tick| tick >= self.now / T)
+            .count()
     }
 }
 
@@ -113,6 +135,39 @@ struct Model {
 impl Model {
     fn live(&self) -> usize {
         self.timers.iter().filter(|t| t.alive.is_some()).count()
+    }
+
+    /// What timer `i` counts pending (0 once stopped).
+    fn pending(&self, i: usize) -> usize {
+        let t = &self.timers[i];
+        let mine = |d: &&DeadlineModel| d.timer == i && d.armed.is_some() && !self.elapsed(d);
+        let armed = self.deadlines.iter().filter(mine).count();
+        match t.stopped {
+            true => 0,
+            false => armed + t.others_pending() + t.unprocessed_cancels,
+        }
+    }
+
+    fn add_other(&mut self, timer: usize, delay: u64) -> Result<(), TestCaseError> {
+        let i = timer % self.timers.len();
+        let pending = self.pending(i);
+        let t = &mut self.timers[i];
+        let Some((owner, _)) = &t.alive else {
+            return Ok(());
+        };
+        let made = owner.new_timeout(|_: &Timeout| {}, Duration::from_nanos(delay));
+        match t.limit.filter(|&max| pending >= max) {
+            _ if t.stopped => prop_assert_eq!(made.err(), Some(TimerError::Stopped)),
+            Some(max) => {
+                let refusal = TimerError::TooManyPending { pending, max };
+                prop_assert_eq!(made.err(), Some(refusal));
+            }
+            None => {
+                prop_assert!(made.is_ok(), "refused: {:?}", made);
+                t.others.push(((t.now + delay) / T).max(t.now / T));
+            }
+        }
+        Ok(())
     }
 
     fn elapsed(&self, d: &DeadlineModel) -> bool {
@@ -143,11 +198,19 @@ impl Model {
         }
         let j = deadline % self.deadlines.len();
         let mut d = self.deadlines.swap_remove(j);
+        let pending = self.pending(d.timer);
         let timer = &self.timers[d.timer];
+        let refusal = timer.limit.filter(|&max| pending >= max).map(|max| {
+            Poll::Ready(Err(DeadlineError::Timer(TimerError::TooManyPending {
+                pending,
+                max,
+            })))
+        });
         let expected = match d.armed {
             _ if self.elapsed(&d) => Poll::Ready(Err(DeadlineError::Elapsed)),
             _ if timer.gone() => Poll::Ready(Err(DeadlineError::Timer(TimerError::Stopped))),
             Some(_) => Poll::Pending,
+            None if refusal.is_some() => refusal.unwrap(),
             None => {
                 let due = timer.now + d.limit;
                 d.armed = Some((due / T).max(timer.now / T));
@@ -200,13 +263,12 @@ impl Model {
         if drop_it {
             t.alive = None;
         } else if let Some((owner, _)) = &t.alive {
-            prop_assert_eq!(
-                owner.stop().map(|v| v.len()),
-                Ok(0),
-                "a future's timeout is woken, not returned"
-            );
+            // A future's timeout is woken, not returned: only the others come back.
+            let others = if t.stopped { 0 } else { t.others_pending() };
+            prop_assert_eq!(owner.stop().map(|v| v.len()), Ok(others), "stop()");
         }
         t.stopped = true;
+        t.others.clear();
         t.unprocessed_cancels = 0;
         Ok(())
     }
@@ -214,16 +276,7 @@ impl Model {
     fn check(&self, after: &Op) -> Result<(), TestCaseError> {
         for (i, t) in self.timers.iter().enumerate() {
             let Some((owner, _)) = &t.alive else { continue };
-            let armed = self
-                .deadlines
-                .iter()
-                .filter(|d| d.timer == i && d.armed.is_some() && !self.elapsed(d))
-                .count();
-            let expected = if t.stopped {
-                0
-            } else {
-                armed + t.unprocessed_cancels
-            };
+            let expected = self.pending(i);
             prop_assert_eq!(
                 owner.pending_timeouts(),
                 expected,
@@ -243,14 +296,17 @@ fn poll_once(mut future: Boxed) -> (Boxed, Poll<Result<(), DeadlineError>>) {
     (future, polled)
 }
 
-fn new_timer() -> TimerModel {
-    let built = HashedWheelTimer::builder()
+fn new_timer(limit: Option<usize>) -> TimerModel {
+    let mut builder = HashedWheelTimer::builder()
         .tick_duration(Duration::from_nanos(T))
-        .ticks_per_wheel(16)
-        .build_manual()
-        .unwrap();
+        .ticks_per_wheel(16);
+    if let Some(max) = limit {
+        builder = builder.max_pending_timeouts(max);
+    }
     TimerModel {
-        alive: Some(built),
+        alive: Some(builder.build_manual().unwrap()),
+        limit,
+        others: Vec::new(),
         stopped: false,
         now: 0,
         unprocessed_cancels: 0,
@@ -259,13 +315,14 @@ fn new_timer() -> TimerModel {
 
 fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
     let mut model = Model {
-        timers: vec![new_timer()],
+        timers: vec![new_timer(None)],
         deadlines: Vec::new(),
     };
     for op in &ops {
         match *op {
-            Op::NewTimer if model.live() < LIVE => model.timers.push(new_timer()),
-            Op::NewTimer => {}
+            Op::NewTimer(limit) if model.live() < LIVE => model.timers.push(new_timer(limit)),
+            Op::NewTimer(_) => {}
+            Op::AddOther { timer, delay } => model.add_other(timer, delay)?,
             Op::DropTimer(i) => model.end(i, true)?,
             Op::StopTimer(i) => model.end(i, false)?,
             Op::Make {
