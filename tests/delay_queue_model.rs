@@ -31,7 +31,7 @@
 mod common;
 
 use hashed_timer_wheel::delay_queue::Key;
-use hashed_timer_wheel::{DelayQueue, HashedWheelTimer, ManualDriver};
+use hashed_timer_wheel::{DelayQueue, HashedWheelTimer, ManualDriver, Timeout};
 use proptest::prelude::*;
 use proptest::sample::Index;
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -229,15 +229,27 @@ struct Run {
     waker: Waker,
     /// The wake count when the task last got `Pending`, while it waits.
     pending_at: Option<usize>,
+    /// A timeout that holds the timer at its pending limit of 1, if the run has one.
+    filler: Option<Timeout>,
 }
 
 impl Run {
-    fn new() -> Run {
-        let (timer, driver) = HashedWheelTimer::builder()
+    /// A run on a new timer; with `at_limit`, one whose pending limit of 1 another timeout
+    /// fills for the whole run.
+    fn new(at_limit: bool) -> Run {
+        let builder = HashedWheelTimer::builder()
             .tick_duration(Duration::from_nanos(TICK_NANOS))
-            .ticks_per_wheel(64)
-            .build_manual()
-            .unwrap();
+            .ticks_per_wheel(64);
+        let builder = if at_limit {
+            builder.max_pending_timeouts(1)
+        } else {
+            builder
+        };
+        let (timer, driver) = builder.build_manual().unwrap();
+        let filler = at_limit.then(|| {
+            let long = Duration::from_secs(1_000_000);
+            timer.new_timeout(|_: &Timeout| {}, long).unwrap()
+        });
         let queue = DelayQueue::new(timer.handle());
         let wakes = Arc::new(common::WakeCount::default());
         Run {
@@ -248,6 +260,7 @@ impl Run {
             waker: Waker::from(wakes.clone()),
             wakes,
             pending_at: None,
+            filler,
         }
     }
 
@@ -444,8 +457,8 @@ fn clock_at_or_after(nanos: u64) -> u64 {
     }
 }
 
-fn run(ops: &[Op]) -> Result<(), TestCaseError> {
-    let mut run = Run::new();
+fn run(at_limit: bool, ops: &[Op]) -> Result<(), TestCaseError> {
+    let mut run = Run::new(at_limit);
     for op in ops {
         run.step(op)?;
     }
@@ -456,6 +469,9 @@ fn run(ops: &[Op]) -> Result<(), TestCaseError> {
     }
     run.step(&Op::Poll)?;
     drop(run.queue);
+    if let Some(filler) = &run.filler {
+        prop_assert!(filler.cancel(), "the filler waited all along");
+    }
     run.driver.advance(Duration::from_nanos(TICK_NANOS));
     prop_assert_eq!(run.timer.pending_timeouts(), 0, "the queue's Sleep is gone");
     Ok(())
@@ -466,6 +482,15 @@ proptest! {
 
     #[test]
     fn the_queue_follows_its_model(ops in proptest::collection::vec(op(), 1..80)) {
-        run(&ops)?;
+        run(false, &ops)?;
+    }
+
+    /// The same on a timer held at its pending limit: the queue's wake-ups pass the limit, so
+    /// nothing it does is refused or late.
+    #[test]
+    fn the_queue_follows_its_model_at_a_full_pending_limit(
+        ops in proptest::collection::vec(op(), 1..80),
+    ) {
+        run(true, &ops)?;
     }
 }
