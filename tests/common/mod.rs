@@ -91,11 +91,16 @@ pub(crate) fn no_hook() -> Hook {
     Box::new(|| {})
 }
 
-/// The model tests' proptest settings: `cases` random cases, and no file of past failures (a
-/// failing case prints its minimal input instead).
+/// The model tests' proptest settings: `cases` random cases (`MODEL_CASES_SCALE` times that if
+/// set, for a deep run), and no file of past failures (a failing case prints its minimal input
+/// instead).
 pub(crate) fn model_config(cases: u32) -> proptest::test_runner::Config {
+    let scale = std::env::var("MODEL_CASES_SCALE").map_or(1, |s| {
+        s.parse()
+            .expect("MODEL_CASES_SCALE is a whole number of times the usual cases")
+    });
     proptest::test_runner::Config {
-        cases,
+        cases: cases.saturating_mul(scale),
         failure_persistence: None,
         ..proptest::test_runner::Config::default()
     }
