@@ -7,7 +7,8 @@
 //! - a `lib.rs` whose `mod` declarations are not in the table's order;
 //! - an import that points up the table, or one the importing module's row does not list;
 //! - a cycle of imports between modules;
-//! - a file other than `src/sync.rs` naming a concurrency primitive (`--cfg loom` would miss it).
+//! - a file other than `src/sync.rs` naming a concurrency primitive (`--cfg loom` would miss it);
+//! - a model test under `tests/` that the map does not name, or one it names that is gone.
 //!
 //! An import is a path into another top-level module from non-test code: `use crate::x::..`,
 //! `crate::x::..` in code, `super::` paths that leave the module, and names the crate root
@@ -847,6 +848,32 @@ fn imports_follow_the_module_table() {
         failures.is_empty(),
         "ARCHITECTURE.md and src/ disagree:\n{}",
         failures.join("\n")
+    );
+}
+
+/// ARCHITECTURE.md names every model test under `tests/` (`model.rs`, `*_model.rs`), and no
+/// model test that is not there.
+#[test]
+fn the_map_names_every_model_test() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let map = fs::read_to_string(root.join("ARCHITECTURE.md")).expect("ARCHITECTURE.md");
+    let on_disk: BTreeSet<String> = fs::read_dir(root.join("tests"))
+        .expect("tests/")
+        .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|name| name == "model.rs" || name.ends_with("_model.rs"))
+        .map(|name| format!("tests/{name}"))
+        .collect();
+    assert!(on_disk.len() > 5, "model tests found: {on_disk:?}");
+    let named: BTreeSet<String> = map
+        .split('`')
+        .filter(|s| {
+            s.starts_with("tests/") && (s.ends_with("/model.rs") || s.ends_with("_model.rs"))
+        })
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(
+        named, on_disk,
+        "model tests named in ARCHITECTURE.md, against tests/"
     );
 }
 
