@@ -18,7 +18,7 @@
 
 mod common;
 
-use hashed_timer_wheel::{HashedWheelTimer, MissedRuns, Timeout, TimerError};
+use hashed_timer_wheel::{HashedWheelTimer, MissedRuns, TimerError};
 use proptest::prelude::*;
 use std::sync::atomic::Ordering::SeqCst;
 use std::sync::Arc;
@@ -68,79 +68,26 @@ fn limited_op() -> impl Strategy<Value = Op> {
     ]
 }
 
-/// A timeout the timer accepted: the interval's or another.
-struct Accepted {
-    fire_tick: u64,
-    cancelled: bool,
-    cancel_processed: bool,
-}
-
 struct Model {
-    /// Manual time, nanoseconds since the origin.
-    now: u64,
+    book: common::TimerBook,
     period: u64,
     missed: MissedRuns,
-    limit: Option<usize>,
     /// The next tick's deadline, nanoseconds since the origin.
     due: u64,
-    accepted: Vec<Accepted>,
-    /// The interval's timeout (in `accepted`), unless its last arm was refused, and then the
-    /// pending count that refusal reported.
-    armed: Result<usize, usize>,
-    /// The other timeouts, by handle and index in `accepted`.
-    others: Vec<(Timeout, usize)>,
+    /// The interval's timeout in the book, unless its last arm was refused.
+    armed: Result<usize, TimerError>,
 }
 
 impl Model {
-    fn fired(&self, i: usize) -> bool {
-        let a = &self.accepted[i];
-        !a.cancelled && a.fire_tick < self.now / T
-    }
-
-    fn pending(&self) -> usize {
-        let ended = |(i, a): &(usize, &Accepted)| self.fired(*i) || a.cancel_processed;
-        self.accepted
-            .iter()
-            .enumerate()
-            .filter(|a| !ended(a))
-            .count()
-    }
-
-    /// The pending count, if a timeout that replaces none would be refused now.
-    fn refusal(&self) -> Option<usize> {
-        let pending = self.pending();
-        self.limit.filter(|&max| pending >= max).map(|_| pending)
-    }
-
-    fn accept(&mut self, due: u64) -> usize {
-        self.accepted.push(Accepted {
-            fire_tick: (due / T).max(self.now / T),
-            cancelled: false,
-            cancel_processed: false,
-        });
-        self.accepted.len() - 1
-    }
-
-    /// Arms the sleep for `due` at the present time: cancels a timeout that has not fired,
-    /// and is refused at the limit unless it replaced one.
+    /// Arms the sleep for `due` at the present time (see `TimerBook::rearm`).
     fn arm(&mut self, due: u64) {
         self.due = due;
-        let replaces = match self.armed {
-            Ok(i) if !self.fired(i) => {
-                self.accepted[i].cancelled = true;
-                true
-            }
-            _ => false,
-        };
-        self.armed = match self.refusal() {
-            Some(pending) if !replaces => Err(pending),
-            _ => Ok(self.accept(due)),
-        };
+        self.armed = self.book.rearm(self.armed.clone().ok(), due);
     }
 
     /// The deadline after the tick due at `self.due`, taken now.
     fn next(&self) -> u64 {
-        let (due, now, period, tick) = (self.due, self.now, self.period, T);
+        let (due, now, period, tick) = (self.due, self.book.now, self.period, T);
         let late = now - due > tick;
         let on_time = due + period > now.saturating_sub(tick);
         match self.missed {
@@ -157,23 +104,20 @@ impl Model {
         if self.armed.is_err() {
             self.arm(self.due); // a poll arms again what the limit refused
         }
-        if self.due <= self.now {
+        if self.due <= self.book.now {
             let taken = self.due;
             let next = self.next();
             self.arm(next);
             return Poll::Ready(Ok(taken));
         }
-        match self.armed {
+        match &self.armed {
             Ok(_) => Poll::Pending,
-            Err(pending) => Poll::Ready(Err(TimerError::TooManyPending {
-                pending,
-                max: self.limit.unwrap(),
-            })),
+            Err(refusal) => Poll::Ready(Err(refusal.clone())),
         }
     }
 
     fn interval_fired(&self) -> bool {
-        self.armed.is_ok_and(|i| self.fired(i))
+        self.armed.as_ref().is_ok_and(|&i| self.book.fired(i))
     }
 }
 
@@ -188,17 +132,15 @@ fn run(pre: u64, period: u64, limit: Option<usize>, ops: Vec<Op>) -> Result<(), 
     let (timer, driver) = builder.build_manual().unwrap();
     driver.advance(Duration::from_nanos(pre));
     let mut interval = timer.interval(Duration::from_nanos(period));
+    let mut book = common::TimerBook::new(T, pre, limit);
+    let first = book.accept(pre); // the first tick at once
     let mut model = Model {
-        now: pre,
+        book,
         period,
         missed: MissedRuns::Burst,
-        limit,
-        due: pre, // the first tick at once
-        accepted: Vec::new(),
-        armed: Ok(0),
-        others: Vec::new(),
+        due: pre,
+        armed: Ok(first),
     };
-    model.accept(pre);
     let counter = Arc::new(common::WakeCount::default());
     let waker = Waker::from(Arc::clone(&counter));
     // The wake-ups counted when the last poll returned `Pending`, if it did.
@@ -213,11 +155,11 @@ fn run(pre: u64, period: u64, limit: Option<usize>, ops: Vec<Op>) -> Result<(), 
                 match (model.poll(), polled) {
                     (Poll::Ready(Ok(due)), Poll::Ready(Ok(taken))) => {
                         // The deadline's `Instant`, read between `before` and `after`.
-                        let ago = Duration::from_nanos(model.now - due);
+                        let ago = Duration::from_nanos(model.book.now - due);
                         prop_assert!(
                             taken + ago >= before && taken + ago <= after,
                             "at {} ns: the tick due at {} ns returned {:?}, {:?} after the poll",
-                            model.now,
+                            model.book.now,
                             due,
                             taken,
                             after.saturating_duration_since(taken)
@@ -232,21 +174,15 @@ fn run(pre: u64, period: u64, limit: Option<usize>, ops: Vec<Op>) -> Result<(), 
                             format!("{polled:?}"),
                             format!("{expected:?}"),
                             "at {} ns",
-                            model.now
+                            model.book.now
                         );
                     }
                 }
             }
             Op::Advance(by) => {
                 let was_fired = model.interval_fired();
-                let to = model.now + by;
-                if to / T > model.now / T {
-                    for a in &mut model.accepted {
-                        a.cancel_processed |= a.cancelled;
-                    }
-                }
                 driver.advance(Duration::from_nanos(by));
-                model.now = to;
+                model.book.advance(by);
                 if let Some(since) = waiting_since {
                     if model.interval_fired() && !was_fired {
                         prop_assert!(counter.0.load(SeqCst) > since, "not woken at its tick");
@@ -256,42 +192,19 @@ fn run(pre: u64, period: u64, limit: Option<usize>, ops: Vec<Op>) -> Result<(), 
             Op::Reset => {
                 interval.reset();
                 // The task that waits is moved to the new timeout and stays waiting.
-                model.arm(model.now + model.period);
+                model.arm(model.book.now + model.period);
             }
             Op::SetMissed(missed) => {
                 interval.set_missed_runs(missed);
                 model.missed = missed;
             }
-            Op::AddOther(delay) => {
-                let made = timer.new_timeout(|_: &Timeout| {}, Duration::from_nanos(delay));
-                match (model.refusal(), made) {
-                    (None, Ok(handle)) => {
-                        let i = model.accept(model.now + delay);
-                        model.others.push((handle, i));
-                    }
-                    (Some(pending), made) => {
-                        let max = limit.unwrap();
-                        prop_assert_eq!(
-                            made.err(),
-                            Some(TimerError::TooManyPending { pending, max })
-                        );
-                    }
-                    (None, Err(e)) => return Err(TestCaseError::fail(format!("refused: {e}"))),
-                }
-            }
-            Op::CancelOther(i) if !model.others.is_empty() => {
-                let (handle, a) = &model.others[i % model.others.len()];
-                let wins = !model.fired(*a) && !model.accepted[*a].cancelled;
-                prop_assert_eq!(handle.cancel(), wins);
-                model.accepted[*a].cancelled |= wins;
-            }
-            Op::CancelOther(_) => {}
+            Op::AddOther(delay) => model.book.add_other(&timer, delay)?,
+            Op::CancelOther(i) => model.book.cancel_other(i)?,
         }
-        prop_assert_eq!(timer.pending_timeouts(), model.pending(), "after {:?}", op);
+        let pending = model.book.pending();
+        prop_assert_eq!(timer.pending_timeouts(), pending, "after {:?}", op);
     }
-    for (handle, _) in &model.others {
-        handle.cancel();
-    }
+    model.book.cancel_others();
     drop(interval);
     driver.advance(Duration::from_nanos(T));
     prop_assert_eq!(

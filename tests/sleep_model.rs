@@ -14,7 +14,7 @@
 mod common;
 
 use common::ms;
-use hashed_timer_wheel::{HashedWheelTimer, Timeout, TimerError};
+use hashed_timer_wheel::{HashedWheelTimer, TimerError};
 use proptest::prelude::*;
 use std::future::Future;
 use std::pin::Pin;
@@ -57,81 +57,29 @@ fn limited_op() -> impl Strategy<Value = Op> {
     ]
 }
 
-/// A timeout the timer accepted: the sleep's or another.
-struct Accepted {
-    deadline: u64,
-    fire_tick: u64,
-    cancelled: bool,
-    cancel_processed: bool,
-}
-
-/// What the model knows: every timeout the timer accepted, which one is the sleep's (or the
-/// pending count its refusal reported), and the other timeouts' handles.
+/// What the model knows: the timer's book, and the sleep's timeout in it (or its refusal).
 struct Model {
-    now: u64,
-    limit: Option<usize>,
-    accepted: Vec<Accepted>,
-    sleep: Result<usize, usize>,
-    others: Vec<(Timeout, usize)>,
+    book: common::TimerBook,
+    sleep: Result<usize, TimerError>,
 }
 
 impl Model {
-    fn fired(&self, i: usize) -> bool {
-        let a = &self.accepted[i];
-        !a.cancelled && a.fire_tick < self.now / T
-    }
-
-    fn pending(&self) -> usize {
-        let ended = |i: usize| self.fired(i) || self.accepted[i].cancel_processed;
-        (0..self.accepted.len()).filter(|&i| !ended(i)).count()
-    }
-
-    /// The pending count, if a timeout that replaces none would be refused now.
-    fn refusal(&self) -> Option<usize> {
-        let pending = self.pending();
-        self.limit.filter(|&max| pending >= max).map(|_| pending)
-    }
-
-    fn accept(&mut self, delay: u64) -> usize {
-        let deadline = self.now + delay;
-        self.accepted.push(Accepted {
-            deadline,
-            fire_tick: (deadline / T).max(self.now / T),
-            cancelled: false,
-            cancel_processed: false,
-        });
-        self.accepted.len() - 1
-    }
-
-    /// Arms the sleep `delay` from now: cancels a timeout that has not fired, and is refused
-    /// at the limit unless it replaced one.
+    /// Arms the sleep `delay` from now (see `TimerBook::rearm`).
     fn arm(&mut self, delay: u64) {
-        let replaces = match self.sleep {
-            Ok(i) if !self.fired(i) => {
-                self.accepted[i].cancelled = true;
-                true
-            }
-            _ => false,
-        };
-        self.sleep = match self.refusal() {
-            Some(pending) if !replaces => Err(pending),
-            _ => Ok(self.accept(delay)),
-        };
+        let deadline = self.book.now + delay;
+        self.sleep = self.book.rearm(self.sleep.clone().ok(), deadline);
     }
 
     fn elapsed(&self) -> bool {
-        self.sleep.is_ok_and(|i| self.fired(i))
+        self.sleep.as_ref().is_ok_and(|&i| self.book.fired(i))
     }
 
     /// What a poll returns.
     fn poll(&self) -> Poll<Result<(), TimerError>> {
-        match self.sleep {
+        match &self.sleep {
             Ok(_) if self.elapsed() => Poll::Ready(Ok(())),
             Ok(_) => Poll::Pending,
-            Err(pending) => Poll::Ready(Err(TimerError::TooManyPending {
-                pending,
-                max: self.limit.unwrap(),
-            })),
+            Err(refusal) => Poll::Ready(Err(refusal.clone())),
         }
     }
 }
@@ -146,11 +94,8 @@ fn run(first_delay: u64, limit: Option<usize>, ops: Vec<Op>) -> Result<(), TestC
     let counter = Arc::new(common::WakeCount::default());
     let waker = Waker::from(Arc::clone(&counter));
     let mut model = Model {
-        now: 0,
-        limit,
-        accepted: Vec::new(),
-        sleep: Err(0),
-        others: Vec::new(),
+        book: common::TimerBook::new(T, 0, limit),
+        sleep: Err(TimerError::Stopped), // none yet
     };
     let mut sleep = timer.sleep(Duration::from_nanos(first_delay));
     model.arm(first_delay);
@@ -165,56 +110,31 @@ fn run(first_delay: u64, limit: Option<usize>, ops: Vec<Op>) -> Result<(), TestC
             Op::Poll => {
                 let polled = Pin::new(&mut sleep).poll(&mut Context::from_waker(&waker));
                 let expected = model.poll();
-                prop_assert_eq!(&polled, &expected, "at {} ns", model.now);
-                if let (Poll::Ready(Ok(())), Ok(i)) = (&polled, model.sleep) {
-                    prop_assert!(model.now >= model.accepted[i].deadline, "early");
+                let now = model.book.now;
+                prop_assert_eq!(&polled, &expected, "at {} ns", now);
+                if let (Poll::Ready(Ok(())), Ok(i)) = (&polled, &model.sleep) {
+                    prop_assert!(now >= model.book.accepted[*i].deadline, "early");
                 }
                 waiting_since = polled.is_pending().then(|| counter.0.load(SeqCst));
             }
             Op::Advance(by) => {
                 let was_elapsed = model.elapsed();
-                if (model.now + by) / T > model.now / T {
-                    for a in &mut model.accepted {
-                        a.cancel_processed |= a.cancelled;
-                    }
-                }
                 driver.advance(Duration::from_nanos(by));
-                model.now += by;
+                model.book.advance(by);
                 if let Some(at) = waiting_since {
                     if model.elapsed() && !was_elapsed {
                         prop_assert!(counter.0.load(SeqCst) > at, "not woken at its tick");
                     }
                 }
             }
-            Op::AddOther(delay) => {
-                let made = timer.new_timeout(|_: &Timeout| {}, Duration::from_nanos(delay));
-                match model.refusal() {
-                    None => {
-                        let handle = made.map_err(|e| TestCaseError::fail(e.to_string()))?;
-                        let i = model.accept(delay);
-                        model.others.push((handle, i));
-                    }
-                    Some(pending) => {
-                        let max = limit.unwrap();
-                        let refusal = TimerError::TooManyPending { pending, max };
-                        prop_assert_eq!(made.err(), Some(refusal));
-                    }
-                }
-            }
-            Op::CancelOther(i) if !model.others.is_empty() => {
-                let (handle, a) = &model.others[i % model.others.len()];
-                let wins = !model.fired(*a) && !model.accepted[*a].cancelled;
-                prop_assert_eq!(handle.cancel(), wins);
-                model.accepted[*a].cancelled |= wins;
-            }
-            Op::CancelOther(_) => {}
+            Op::AddOther(delay) => model.book.add_other(&timer, delay)?,
+            Op::CancelOther(i) => model.book.cancel_other(i)?,
         }
         prop_assert_eq!(sleep.is_elapsed(), model.elapsed(), "after {:?}", op);
-        prop_assert_eq!(timer.pending_timeouts(), model.pending(), "after {:?}", op);
+        let pending = model.book.pending();
+        prop_assert_eq!(timer.pending_timeouts(), pending, "after {:?}", op);
     }
-    for (handle, _) in &model.others {
-        handle.cancel();
-    }
+    model.book.cancel_others();
     drop(sleep);
     driver.advance(ms(1));
     prop_assert_eq!(timer.pending_timeouts(), 0, "a dropped sleep is cancelled");

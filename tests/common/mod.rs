@@ -1,7 +1,7 @@
 //! Helpers shared by the integration tests (each test binary uses a subset).
 #![allow(dead_code)]
 
-use hashed_timer_wheel::Timeout;
+use hashed_timer_wheel::{Timeout, TimerError};
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 use std::sync::Arc;
 use std::time::Duration;
@@ -146,4 +146,135 @@ pub(crate) fn quiet_by_design_panics() {
             }
         }));
     });
+}
+
+/// A timeout a manual timer accepted, as a model test sees it.
+pub(crate) struct Accepted {
+    pub(crate) deadline: u64,
+    pub(crate) fire_tick: u64,
+    pub(crate) cancelled: bool,
+    pub(crate) cancel_processed: bool,
+}
+
+/// What a model test knows of a manual timer with ticks of `tick` ns and perhaps a pending
+/// limit: every timeout it accepted (one per arm of the future under test, and other
+/// timeouts that fill the limit), and the others' handles. A timeout fires on tick
+/// `max(deadline / tick, armed / tick)` and ends then; a cancelled one ends at the start of
+/// the next tick the worker processes.
+pub(crate) struct TimerBook {
+    pub(crate) tick: u64,
+    pub(crate) now: u64,
+    pub(crate) limit: Option<usize>,
+    pub(crate) accepted: Vec<Accepted>,
+    others: Vec<(Timeout, usize)>,
+}
+
+impl TimerBook {
+    pub(crate) fn new(tick: u64, now: u64, limit: Option<usize>) -> TimerBook {
+        TimerBook {
+            tick,
+            now,
+            limit,
+            accepted: Vec::new(),
+            others: Vec::new(),
+        }
+    }
+
+    pub(crate) fn fired(&self, i: usize) -> bool {
+        let a = &self.accepted[i];
+        !a.cancelled && a.fire_tick < self.now / self.tick
+    }
+
+    pub(crate) fn pending(&self) -> usize {
+        let ended = |i: usize| self.fired(i) || self.accepted[i].cancel_processed;
+        (0..self.accepted.len()).filter(|&i| !ended(i)).count()
+    }
+
+    /// The refusal a timeout that replaces none would meet now, if any.
+    pub(crate) fn refusal(&self) -> Option<TimerError> {
+        let pending = self.pending();
+        let max = self.limit.filter(|&max| pending >= max)?;
+        Some(TimerError::TooManyPending { pending, max })
+    }
+
+    /// A timeout due at `deadline`, accepted now: its index.
+    pub(crate) fn accept(&mut self, deadline: u64) -> usize {
+        self.accepted.push(Accepted {
+            deadline,
+            fire_tick: (deadline / self.tick).max(self.now / self.tick),
+            cancelled: false,
+            cancel_processed: false,
+        });
+        self.accepted.len() - 1
+    }
+
+    /// A future's arm for `deadline`, whose timeout was `current` (`None`: it has none): it
+    /// cancels that timeout if it has not fired, and is refused at the limit unless it
+    /// replaced one (a wait that goes on passes the limit).
+    pub(crate) fn rearm(
+        &mut self,
+        current: Option<usize>,
+        deadline: u64,
+    ) -> Result<usize, TimerError> {
+        let replaces = match current {
+            Some(i) if !self.fired(i) => {
+                self.accepted[i].cancelled = true;
+                true
+            }
+            _ => false,
+        };
+        match self.refusal() {
+            Some(refusal) if !replaces => Err(refusal),
+            _ => Ok(self.accept(deadline)),
+        }
+    }
+
+    /// The clock moved by `by`: a tick processed ends the cancelled timeouts.
+    pub(crate) fn advance(&mut self, by: u64) {
+        if (self.now + by) / self.tick > self.now / self.tick {
+            for a in &mut self.accepted {
+                a.cancel_processed |= a.cancelled;
+            }
+        }
+        self.now += by;
+    }
+
+    /// Another timeout of `delay` on `timer`, accepted or refused as the book says.
+    pub(crate) fn add_other(
+        &mut self,
+        timer: &hashed_timer_wheel::HashedWheelTimer,
+        delay: u64,
+    ) -> Result<(), proptest::test_runner::TestCaseError> {
+        let made = timer.new_timeout(|_: &Timeout| {}, Duration::from_nanos(delay));
+        match (self.refusal(), made) {
+            (None, Ok(handle)) => {
+                let i = self.accept(self.now + delay);
+                self.others.push((handle, i));
+            }
+            (refusal, made) => proptest::prop_assert_eq!(made.err(), refusal),
+        }
+        Ok(())
+    }
+
+    /// Cancels the other timeout at `i` (modulo how many were made), if any.
+    pub(crate) fn cancel_other(
+        &mut self,
+        i: usize,
+    ) -> Result<(), proptest::test_runner::TestCaseError> {
+        if self.others.is_empty() {
+            return Ok(());
+        }
+        let (handle, a) = &self.others[i % self.others.len()];
+        let wins = !self.fired(*a) && !self.accepted[*a].cancelled;
+        proptest::prop_assert_eq!(handle.cancel(), wins);
+        self.accepted[*a].cancelled |= wins;
+        Ok(())
+    }
+
+    /// Cancels every other timeout, as a test's end does.
+    pub(crate) fn cancel_others(&self) {
+        for (handle, _) in &self.others {
+            handle.cancel();
+        }
+    }
 }
