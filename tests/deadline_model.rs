@@ -12,9 +12,7 @@
 
 mod common;
 
-use hashed_timer_wheel::{
-    Deadline, DeadlineError, HashedWheelTimer, ManualDriver, Timeout, TimerError,
-};
+use hashed_timer_wheel::{Deadline, DeadlineError, HashedWheelTimer, ManualDriver, TimerError};
 use proptest::prelude::*;
 use std::future::{Future, Pending};
 use std::pin::Pin;
@@ -155,7 +153,7 @@ impl Model {
         let Some((owner, _)) = &t.alive else {
             return Ok(());
         };
-        let made = owner.new_timeout(|_: &Timeout| {}, Duration::from_nanos(delay));
+        let made = owner.new_timeout(common::noop, Duration::from_nanos(delay));
         match t.limit.filter(|&max| pending >= max) {
             _ if t.stopped => prop_assert_eq!(made.err(), Some(TimerError::Stopped)),
             Some(max) => {

@@ -248,7 +248,7 @@ impl Run {
         let (timer, driver) = builder.build_manual().unwrap();
         let filler = at_limit.then(|| {
             let long = Duration::from_secs(1_000_000);
-            timer.new_timeout(|_: &Timeout| {}, long).unwrap()
+            timer.new_timeout(common::noop, long).unwrap()
         });
         let queue = DelayQueue::new(timer.handle());
         let wakes = Arc::new(common::WakeCount::default());

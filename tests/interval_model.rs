@@ -43,10 +43,8 @@ enum Op {
     Advance(u64),
     Reset,
     SetMissed(MissedRuns),
-    /// Another timeout, of this delay, on the same timer (it fills the pending limit).
-    AddOther(u64),
-    /// Cancels the other timeout at this index (modulo how many were made).
-    CancelOther(usize),
+    /// A step on the other timeouts of the same timer (they fill the pending limit).
+    Other(common::OtherStep),
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -63,8 +61,7 @@ fn op() -> impl Strategy<Value = Op> {
 fn limited_op() -> impl Strategy<Value = Op> {
     prop_oneof![
         6 => op(),
-        2 => common::near_ticks(T, 8).prop_map(Op::AddOther),
-        2 => any::<usize>().prop_map(Op::CancelOther),
+        4 => common::other_step(T).prop_map(Op::Other),
     ]
 }
 
@@ -198,8 +195,7 @@ fn run(pre: u64, period: u64, limit: Option<usize>, ops: Vec<Op>) -> Result<(), 
                 interval.set_missed_runs(missed);
                 model.missed = missed;
             }
-            Op::AddOther(delay) => model.book.add_other(&timer, delay)?,
-            Op::CancelOther(i) => model.book.cancel_other(i)?,
+            Op::Other(ref step) => model.book.other(&timer, step)?,
         }
         let pending = model.book.pending();
         prop_assert_eq!(timer.pending_timeouts(), pending, "after {:?}", op);

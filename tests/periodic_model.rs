@@ -246,7 +246,7 @@ impl Model {
     fn add_other(&mut self, delay: u64) -> Result<(), TestCaseError> {
         let made = self
             .timer
-            .new_timeout(|_: &Timeout| {}, Duration::from_nanos(delay));
+            .new_timeout(common::noop, Duration::from_nanos(delay));
         if let Some(refusal) = self.refusal() {
             prop_assert_eq!(made.err(), Some(refusal), "another timeout at the limit");
             return Ok(());

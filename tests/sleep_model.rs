@@ -33,10 +33,8 @@ enum Op {
     Poll,
     /// Moves the clock by this many nanoseconds.
     Advance(u64),
-    /// Another timeout, of this delay, on the same timer (it fills the pending limit).
-    AddOther(u64),
-    /// Cancels the other timeout at this index (modulo how many were made).
-    CancelOther(usize),
+    /// A step on the other timeouts of the same timer (they fill the pending limit).
+    Other(common::OtherStep),
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -52,8 +50,7 @@ fn op() -> impl Strategy<Value = Op> {
 fn limited_op() -> impl Strategy<Value = Op> {
     prop_oneof![
         6 => op(),
-        2 => common::near_ticks(T, 8).prop_map(Op::AddOther),
-        2 => any::<usize>().prop_map(Op::CancelOther),
+        4 => common::other_step(T).prop_map(Op::Other),
     ]
 }
 
@@ -127,8 +124,7 @@ fn run(first_delay: u64, limit: Option<usize>, ops: Vec<Op>) -> Result<(), TestC
                     }
                 }
             }
-            Op::AddOther(delay) => model.book.add_other(&timer, delay)?,
-            Op::CancelOther(i) => model.book.cancel_other(i)?,
+            Op::Other(ref step) => model.book.other(&timer, step)?,
         }
         prop_assert_eq!(sleep.is_elapsed(), model.elapsed(), "after {:?}", op);
         let pending = model.book.pending();

@@ -148,6 +148,25 @@ pub(crate) fn quiet_by_design_panics() {
     });
 }
 
+/// A step on the other timeouts a model test keeps beside the future it tests, to fill a
+/// pending limit and free it.
+#[derive(Debug, Clone)]
+pub(crate) enum OtherStep {
+    /// Another timeout, of this delay.
+    Add(u64),
+    /// Cancels the other timeout at this index (modulo how many were made).
+    Cancel(usize),
+}
+
+/// Steps on the other timeouts of a timer whose tick is `tick` ns, made and cancelled alike.
+pub(crate) fn other_step(tick: u64) -> impl proptest::strategy::Strategy<Value = OtherStep> {
+    use proptest::prelude::*;
+    prop_oneof![
+        near_ticks(tick, 8).prop_map(OtherStep::Add),
+        any::<usize>().prop_map(OtherStep::Cancel),
+    ]
+}
+
 /// A timeout a manual timer accepted, as a model test sees it.
 pub(crate) struct Accepted {
     pub(crate) deadline: u64,
@@ -239,13 +258,25 @@ impl TimerBook {
         self.now += by;
     }
 
+    /// Takes a step on the other timeouts.
+    pub(crate) fn other(
+        &mut self,
+        timer: &hashed_timer_wheel::HashedWheelTimer,
+        step: &OtherStep,
+    ) -> Result<(), proptest::test_runner::TestCaseError> {
+        match *step {
+            OtherStep::Add(delay) => self.add_other(timer, delay),
+            OtherStep::Cancel(i) => self.cancel_other(i),
+        }
+    }
+
     /// Another timeout of `delay` on `timer`, accepted or refused as the book says.
-    pub(crate) fn add_other(
+    fn add_other(
         &mut self,
         timer: &hashed_timer_wheel::HashedWheelTimer,
         delay: u64,
     ) -> Result<(), proptest::test_runner::TestCaseError> {
-        let made = timer.new_timeout(|_: &Timeout| {}, Duration::from_nanos(delay));
+        let made = timer.new_timeout(noop, Duration::from_nanos(delay));
         match (self.refusal(), made) {
             (None, Ok(handle)) => {
                 let i = self.accept(self.now + delay);
@@ -257,10 +288,7 @@ impl TimerBook {
     }
 
     /// Cancels the other timeout at `i` (modulo how many were made), if any.
-    pub(crate) fn cancel_other(
-        &mut self,
-        i: usize,
-    ) -> Result<(), proptest::test_runner::TestCaseError> {
+    fn cancel_other(&mut self, i: usize) -> Result<(), proptest::test_runner::TestCaseError> {
         if self.others.is_empty() {
             return Ok(());
         }
