@@ -16,6 +16,11 @@
 //!   (ready at the first poll): what a deadline costs when it is never needed.
 //! - With `RUSTFLAGS="--cfg tokio_unstable"` the multi-thread workloads also run tokio's
 //!   `timeout` on a runtime with tokio's alternative timer (`impl=tokio-alt-timer`).
+//! - `deadline_timers`: one thread makes N deadlines on T timers taken in turn (T = 1, 2, 4,
+//!   5, 8, 16, 64), polled by hand: `ready_ns_per_call` a deadline made and dropped unarmed,
+//!   `armed_ns_per_call` one made, polled once pending (scheduled) and dropped (cancelled).
+//!   The workload name carries T (`deadline_timers_T`); how a deadline finds its timer again
+//!   across timers.
 //! - `pending_sleeps`: N sleeps due in 30-31 s, each polled once (registered) and held in a
 //!   `Vec<Pin<Box<_>>>`, as a service holding one per connection would; `bytes_per_sleep` is
 //!   every byte live on the heap per sleep, the `Vec`'s slot and the box included, once this
@@ -56,6 +61,7 @@ const WORKLOADS: &[&str] = &[
     "ready_timeout",
     "ready_timeout_mt",
     "pending_sleeps",
+    "deadline_timers",
 ];
 const LIMIT: Duration = Duration::from_secs(5);
 
@@ -261,6 +267,41 @@ fn pending<S: Future>(n: usize, settle: Duration, make: impl Fn(usize) -> S) -> 
     per
 }
 
+/// `deadline_timers`: per timer count, the median over `reps` of ns per deadline made and
+/// dropped unarmed, and made, armed and dropped, on timers taken in turn.
+fn deadline_timers(n: usize, reps: usize) {
+    let waker = Waker::from(Arc::new(Noop));
+    let mut cx = Context::from_waker(&waker);
+    for count in [1, 2, 4, 5, 8, 16, 64] {
+        let timers: Vec<HashedWheelTimer> = (0..count).map(|_| timer()).collect();
+        let mut one = |armed: bool| {
+            let t0 = Instant::now();
+            for i in 0..n {
+                let mut call = timers[i % count].timeout(LIMIT, std::future::pending::<()>());
+                if armed {
+                    let call = Pin::new(&mut call);
+                    assert!(call.poll(&mut cx).is_pending());
+                }
+                drop(black_box(call));
+            }
+            nanos_per(t0.elapsed(), n)
+        };
+        one(false);
+        one(true);
+        let (mut ready, mut armed) = (Vec::new(), Vec::new());
+        for _ in 0..reps {
+            ready.push(one(false));
+            armed.push(one(true));
+        }
+        let workload = format!("deadline_timers_{count}");
+        result(OURS, &workload, "ready_ns_per_call", median(&ready));
+        result(OURS, &workload, "armed_ns_per_call", median(&armed));
+        for timer in timers {
+            drop(timer.stop());
+        }
+    }
+}
+
 fn pending_sleeps(n: usize) {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_time()
@@ -334,5 +375,8 @@ fn main() {
     }
     if picked("pending_sleeps") {
         pending_sleeps(n);
+    }
+    if picked("deadline_timers") {
+        deadline_timers(n, reps);
     }
 }

@@ -177,13 +177,16 @@ pub(crate) struct Shared<J: crate::shared::sealed::TaskStorage = BoxedTask> {
     /// this lock for the turn, tasks included; `stop()` takes the worker out.
     pub(crate) worker: Mutex<Option<ErasedWorker>>,
     /// The rest is `timer::lifecycle`'s bookkeeping.
-    pub(crate) thread_name: String,
+    pub(crate) thread_name: Box<str>,
     /// Whether a `ManualDriver` runs the worker (no thread is ever started).
     pub(crate) manual: bool,
     /// The owner was dropped in a task: nobody will `stop()` to take the worker, so a
     /// `ManualDriver` may drop it.
     owner_dropped_in_task: AtomicBool,
     in_live_timer_count: crate::sync::process::AtomicBool,
+    /// This timer's slot in `timer::deadline`'s table of timers, in that module's encoding (0:
+    /// none yet), set by the first deadline made on it: a deadline reads it here.
+    pub(crate) deadline_slot: crate::sync::process::AtomicU64,
 }
 
 /// An attached runtime driver (`timer::drive`), as `stop()` reaches it.
@@ -223,7 +226,7 @@ impl<J: Stored> Shared<J> {
         max_pending: usize,
         clock: Clock,
         worker: ErasedWorker,
-        thread_name: String,
+        thread_name: Box<str>,
         manual: bool,
     ) -> Shared<J> {
         Shared {
@@ -247,6 +250,7 @@ impl<J: Stored> Shared<J> {
             manual,
             owner_dropped_in_task: AtomicBool::new(false),
             in_live_timer_count: crate::sync::process::AtomicBool::new(true),
+            deadline_slot: crate::sync::process::AtomicU64::new(0),
         }
     }
 

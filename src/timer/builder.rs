@@ -269,7 +269,7 @@ impl Builder {
             self.max_pending,
             clock,
             lifecycle::erase_worker(worker),
-            self.thread_name,
+            self.thread_name.into_boxed_str(),
             driven_by == DrivenBy::ManualDriver,
         )))
     }

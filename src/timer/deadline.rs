@@ -114,125 +114,134 @@ use timer_ref::TimerRef;
 ///
 /// A [`TimerHandle`] would cost every `Deadline` two locked instructions on a cache line that every
 /// thread using the timer writes. A `TimerRef` is a slot and generation in a process-wide table of
-/// `Weak`s (which keeps no timer alive); each thread remembers its last few timers, so making one
-/// is a thread-local read, and only the first pending poll upgrades a `Weak`
-/// (`docs/performance.md`, "An unarmed `Deadline` names its timer by a `TimerRef`").
+/// `Weak`s (which keeps no timer alive), kept in the timer's shared state once its first deadline
+/// takes the slot: making a deadline reads it there. Only the first pending poll upgrades a
+/// `Weak`; each thread remembers the `Weak`s of its last few timers, so that the table's lock is
+/// taken once per thread and timer among that few (`docs/performance.md`, "An unarmed `Deadline`
+/// names its timer by a `TimerRef`").
 #[cfg(not(loom))]
 mod timer_ref {
     use crate::shared::Shared;
-    use crate::sync::{lock, Arc, Mutex, Weak};
+    use crate::sync::{lock, Arc, Mutex, Ordering, Weak};
     use std::cell::RefCell;
 
     #[derive(Clone, Copy, Debug, PartialEq, Eq)]
     pub(super) struct TimerRef {
         index: u32,
-        /// Bumped when the slot passes to another timer: an old deadline finds its timer gone.
+        /// Bumped when the slot passes to another timer or is let go: an old deadline finds its
+        /// timer gone. Of `GENERATION_BITS`, and never 0 in a slot, so that a key kept in
+        /// `Shared::deadline_slot` is not 0.
         generation: u64,
     }
+
+    /// A key packs the index below the generation: 2^24 live timers, 2^40 generations a slot.
+    const INDEX_BITS: u32 = 24;
+    const GENERATION_BITS: u32 = 64 - INDEX_BITS;
 
     struct Slot {
         generation: u64,
         timer: Weak<Shared>,
     }
 
-    /// One slot per live timer that made a deadline; a dead timer's slot is reused.
+    impl Slot {
+        /// A new generation: the slot passes to another timer, or none.
+        fn bump(&mut self) {
+            self.generation = (self.generation + 1) % (1 << GENERATION_BITS);
+            self.generation = self.generation.max(1);
+        }
+    }
+
+    /// One slot per live timer that made a deadline; a dead or stopped timer's slot is reused.
     static SLOTS: Mutex<Vec<Slot>> = Mutex::new(Vec::new());
 
-    /// Timers a thread remembers: moving among this few takes no lock on the table.
+    /// Timers a thread remembers: arming a deadline of one of these few takes no lock.
     const REMEMBERED: usize = 4;
 
     type Remembered = [Option<(TimerRef, Weak<Shared>)>; REMEMBERED];
 
     std::thread_local! {
-        /// This thread's last timers, the latest first. Each `Weak` keeps its timer's allocation,
-        /// so comparing addresses suffices.
+        /// This thread's last timers armed on, the latest first.
         static LAST: RefCell<Remembered> = const { RefCell::new([const { None }; REMEMBERED]) };
     }
 
     impl TimerRef {
         #[inline]
         pub(super) fn new(shared: &Arc<Shared>) -> TimerRef {
-            // Only the latest here: nearly every deadline names it.
-            let cached = LAST.try_with(|last| match &last.borrow()[0] {
-                Some((key, timer)) if std::ptr::eq(timer.as_ptr(), Arc::as_ptr(shared)) => {
-                    Some(*key)
-                }
-                _ => None,
-            });
-            match cached {
-                Ok(Some(key)) => key,
-                _ => TimerRef::recall(shared),
+            // Relaxed: a number; `upgrade` checks it against the table under its lock.
+            match shared.deadline_slot.load(Ordering::Relaxed) {
+                0 => TimerRef::register(shared),
+                key => TimerRef::unpack(key),
             }
         }
 
-        /// One of the other timers remembered, moved to the front; or a new one.
-        #[cold]
-        fn recall(shared: &Arc<Shared>) -> TimerRef {
-            let recalled = LAST.try_with(|last| {
-                let mut last = last.borrow_mut();
-                let at = last.iter().position(|entry| {
-                    entry
-                        .as_ref()
-                        .is_some_and(|(_, timer)| std::ptr::eq(timer.as_ptr(), Arc::as_ptr(shared)))
-                })?;
-                last[..=at].rotate_right(1);
-                last[0].as_ref().map(|(key, _)| *key)
-            });
-            match recalled {
-                Ok(Some(key)) => key,
-                _ => TimerRef::register(shared),
+        /// As kept in `Shared::deadline_slot`: never 0, the generation being at least 1.
+        fn pack(self) -> u64 {
+            self.generation << INDEX_BITS | u64::from(self.index)
+        }
+
+        fn unpack(key: u64) -> TimerRef {
+            TimerRef {
+                index: (key % (1 << INDEX_BITS)) as u32,
+                generation: key >> INDEX_BITS,
             }
         }
 
+        /// Gives `shared` a slot: a dead or stopped timer's (under a new generation), or a new one.
         #[cold]
         fn register(shared: &Arc<Shared>) -> TimerRef {
-            let key = {
-                let mut slots = lock(&SLOTS);
-                // Under the table's lock, which `forget` takes after the shutdown: a stopped
-                // timer is not remembered again (its deadlines find it gone, as stopped).
-                if shared.is_shutdown() {
-                    return TimerRef::GONE;
-                }
-                let index = Self::slot_for(&mut slots, shared);
-                TimerRef {
-                    index: u32::try_from(index).expect("fewer than 2^32 live timers"),
-                    generation: slots[index].generation,
-                }
-            };
-            // Outside the table's lock: dropping the oldest `Weak` may free a dead timer. (A thread
-            // whose locals are gone does not remember.)
-            let _ = LAST.try_with(|last| {
-                let mut last = last.borrow_mut();
-                last.rotate_right(1);
-                last[0] = Some((key, Arc::downgrade(shared)));
-            });
-            key
-        }
-
-        /// The slot of `shared` in the table: its own, a dead timer's (under a new generation),
-        /// or a new one.
-        fn slot_for(slots: &mut Vec<Slot>, shared: &Arc<Shared>) -> usize {
-            // A `Weak` keeps its allocation, so a slot at this address is this timer's.
-            let same = |slot: &Slot| std::ptr::eq(slot.timer.as_ptr(), Arc::as_ptr(shared));
-            if let Some(index) = slots.iter().position(same) {
-                return index;
+            let mut slots = lock(&SLOTS);
+            // Under the table's lock, which `forget` takes after the shutdown: a stopped timer
+            // takes no slot (its deadlines find it gone, as stopped).
+            if shared.is_shutdown() {
+                return TimerRef::GONE;
+            }
+            // Another thread's first deadline may have given it one since.
+            match shared.deadline_slot.load(Ordering::Relaxed) {
+                0 => {}
+                key => return TimerRef::unpack(key),
             }
             let weak = Arc::downgrade(shared);
-            match slots.iter().position(|slot| slot.timer.strong_count() == 0) {
+            let index = match slots.iter().position(|slot| slot.timer.strong_count() == 0) {
                 Some(index) => {
                     let slot = &mut slots[index];
-                    slot.generation += 1;
+                    slot.bump();
+                    // The dead timer's `Weak` frees no more than its allocation: no user code.
                     slot.timer = weak;
                     index
                 }
                 None => {
                     slots.push(Slot {
-                        generation: 0,
+                        generation: 1,
                         timer: weak,
                     });
                     slots.len() - 1
                 }
+            };
+            let key = TimerRef {
+                index: u32::try_from(index)
+                    .ok()
+                    .filter(|index| *index < 1 << INDEX_BITS)
+                    .expect("fewer than 2^24 live timers with deadlines"),
+                generation: slots[index].generation,
+            };
+            // Set under the table's lock: the slot is this timer's until `forget` bumps it.
+            shared.deadline_slot.store(key.pack(), Ordering::Relaxed);
+            key
+        }
+
+        #[cfg(test)]
+        pub(super) fn check_packing() {
+            for (index, generation) in [(0, 1), (5, 7), ((1 << INDEX_BITS) - 1, 1 << 39)] {
+                let key = TimerRef { index, generation };
+                assert_ne!(key.pack(), 0);
+                assert_eq!(TimerRef::unpack(key.pack()), key);
             }
+            let mut slot = Slot {
+                generation: (1 << GENERATION_BITS) - 1,
+                timer: Weak::new(),
+            };
+            slot.bump();
+            assert_eq!(slot.generation, 1, "wraps past 0");
         }
 
         /// Names no timer: a stopped one's.
@@ -241,23 +250,33 @@ mod timer_ref {
             generation: 0,
         };
 
+        /// The timer, if it lives and still holds its slot.
         pub(super) fn upgrade(self) -> Option<Arc<Shared>> {
             let local = LAST.try_with(|last| {
-                last.borrow()
+                let mut last = last.borrow_mut();
+                let at = last
                     .iter()
-                    .flatten()
-                    .find_map(|(key, timer)| (*key == self).then(|| timer.upgrade()))
+                    .position(|e| e.as_ref().is_some_and(|(k, _)| *k == self))?;
+                last[..=at].rotate_right(1);
+                last[0].as_ref().map(|(_, timer)| timer.upgrade())
             });
             if let Ok(Some(found)) = local {
                 return found;
             }
-            let slots = lock(&SLOTS);
-            let slot = slots.get(usize::try_from(self.index).ok()?)?;
-            if slot.generation == self.generation {
-                slot.timer.upgrade()
-            } else {
-                None
-            }
+            let weak = {
+                let slots = lock(&SLOTS);
+                let slot = slots.get(usize::try_from(self.index).ok()?)?;
+                (slot.generation == self.generation).then(|| slot.timer.clone())?
+            };
+            let shared = weak.upgrade()?;
+            // Outside the table's lock: dropping the oldest `Weak` may free a dead timer's
+            // allocation. (A thread whose locals are gone does not remember.)
+            let _ = LAST.try_with(|last| {
+                let mut last = last.borrow_mut();
+                last.rotate_right(1);
+                last[0] = Some((self, weak));
+            });
+            Some(shared)
         }
     }
 
@@ -271,11 +290,11 @@ mod timer_ref {
                 .iter_mut()
                 .find(|slot| is_it(&slot.timer))
                 .map(|slot| {
-                    slot.generation += 1;
+                    slot.bump();
                     std::mem::take(&mut slot.timer)
                 })
         };
-        // Outside the table's lock, as in `register`.
+        // Outside the table's lock, as in `upgrade`.
         drop(slot_weak);
         let _ = LAST.try_with(|last| {
             let forgotten = last.borrow_mut().iter_mut().find_map(|entry| {
@@ -476,3 +495,40 @@ macro_rules! deadline_methods {
 }
 
 for_owner_and_handle!(deadline_methods);
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::timer_ref::TimerRef;
+    use crate::HashedWheelTimer;
+    use std::time::Duration;
+
+    #[test]
+    fn a_key_survives_its_packing_and_a_generation_wraps_past_zero() {
+        TimerRef::check_packing();
+    }
+
+    #[test]
+    fn a_timer_keeps_its_slot_and_lets_it_go_when_stopped() {
+        let timers: Vec<_> = (0..6)
+            .map(|_| HashedWheelTimer::new(Duration::from_millis(1), 8))
+            .collect();
+        let keys: Vec<_> = timers.iter().map(|t| TimerRef::new(&t.shared)).collect();
+        for (timer, key) in timers.iter().zip(&keys) {
+            assert_eq!(TimerRef::new(&timer.shared), *key, "one slot per timer");
+            let found = key.upgrade().expect("a live timer");
+            assert!(std::ptr::eq(&*found, &*timer.shared), "its own timer");
+        }
+        let stopped = &timers[2];
+        drop(stopped.stop());
+        assert!(
+            keys[2].upgrade().is_none(),
+            "a stopped timer's slot is let go"
+        );
+        let again = TimerRef::new(&stopped.shared);
+        assert!(again.upgrade().is_none(), "and not taken again");
+        let next = HashedWheelTimer::new(Duration::from_millis(1), 8);
+        let reused = TimerRef::new(&next.shared);
+        assert!(keys[2].upgrade().is_none(), "the old key names no timer");
+        assert!(std::ptr::eq(&*reused.upgrade().unwrap(), &*next.shared));
+    }
+}

@@ -83,7 +83,7 @@ pub(super) fn start_slow<J: Stored>(shared: &Arc<Shared<J>>) -> Result<(), Timer
         }
         let for_thread = Arc::clone(shared);
         let join = thread::Builder::new()
-            .name(shared.thread_name.clone())
+            .name(shared.thread_name.to_string())
             .spawn(move || worker::thread_main(for_thread))
             .unwrap_or_else(|e| panic!("hashed-timer-wheel: cannot spawn the worker thread: {e}"));
         control.worker_thread = Some(join.thread().clone());
