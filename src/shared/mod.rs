@@ -185,7 +185,9 @@ pub(crate) struct Shared<J: crate::shared::sealed::TaskStorage = BoxedTask> {
     owner_dropped_in_task: AtomicBool,
     in_live_timer_count: crate::sync::process::AtomicBool,
     /// This timer's slot in `timer::deadline`'s table of timers, in that module's encoding (0:
-    /// none yet), set by the first deadline made on it: a deadline reads it here.
+    /// none yet), set by the first deadline made on it: a deadline reads it here. (Under loom a
+    /// deadline holds its timer.)
+    #[cfg_attr(loom, allow(dead_code))]
     pub(crate) deadline_slot: crate::sync::process::AtomicU64,
 }
 
