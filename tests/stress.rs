@@ -9,6 +9,7 @@
 
 use hashed_timer_wheel::{HashedWheelTimer, Timeout, TimerError};
 use std::collections::{HashMap, HashSet};
+use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
 use std::sync::{Arc, Barrier, Mutex};
 use std::thread;
@@ -609,4 +610,100 @@ fn stats_add_up_when_stop_races_schedules_and_cancels() {
         assert_eq!(s.cancelled, won as u64, "round {round}: {s:?}");
         assert_eq!(s.expired, runs.load(SeqCst) as u64, "round {round}: {s:?}");
     }
+}
+
+/// A timer of the pool: its number (never reused) and a handle, while it lives.
+type Slots = Arc<Mutex<Vec<(u64, hashed_timer_wheel::TimerHandle)>>>;
+
+/// The pool's timers, owned (a handle does not keep its timer).
+type Owners = Arc<Mutex<Vec<(HashedWheelTimer, hashed_timer_wheel::ManualDriver)>>>;
+
+/// A new manual timer, owned by `owners`: a handle on it.
+fn owned_timer(owners: &Owners) -> hashed_timer_wheel::TimerHandle {
+    let (timer, driver) = HashedWheelTimer::builder().build_manual().unwrap();
+    let handle = timer.handle();
+    owners.lock().unwrap().push((timer, driver));
+    handle
+}
+
+/// Three threads make deadlines on timers picked from a pool of 8 and poll each once, 256
+/// deadlines later; every 100 deadlines or so a thread stops a pool timer and puts a new one
+/// in its place (so the process-wide table hands its slot over). A deadline arms on the timer
+/// it was made on, or finds it gone: each timer left at the end holds exactly the deadlines
+/// armed on it (nothing expires: the timers are manual).
+#[test]
+fn deadlines_arm_on_their_own_timers_while_others_are_stopped_and_made() {
+    const POOL: u64 = 8;
+    const PER_THREAD: usize = 20_000;
+    // Deadlines a thread holds unarmed, polling the oldest as it makes one.
+    const WAITING: usize = 256;
+    let owners: Owners = Arc::default();
+    let slots: Slots = Arc::new(Mutex::new(
+        (0..POOL).map(|k| (k, owned_timer(&owners))).collect(),
+    ));
+    let next_id = Arc::new(AtomicUsize::new(POOL as usize));
+    let waker = std::task::Waker::noop();
+    let workers: Vec<_> = (0..3u64)
+        .map(|t| {
+            let (slots, owners, next_id) = (slots.clone(), owners.clone(), next_id.clone());
+            thread::spawn(move || {
+                let mut rng = Rng::new(t + 11);
+                let mut armed: Vec<(u64, _)> = Vec::new();
+                let mut unarmed = std::collections::VecDeque::new();
+                let (mut gone, mut replaced) = (0, 0);
+                for i in 0..PER_THREAD + WAITING {
+                    if rng.below(100) == 0 {
+                        let handle = owned_timer(&owners);
+                        let id = next_id.fetch_add(1, SeqCst) as u64;
+                        let at = rng.below(POOL) as usize;
+                        let old = std::mem::replace(&mut slots.lock().unwrap()[at], (id, handle));
+                        drop(old.1.stop());
+                        replaced += 1;
+                    }
+                    if i < PER_THREAD {
+                        let at = rng.below(POOL) as usize;
+                        let (id, handle) = slots.lock().unwrap()[at].clone();
+                        let deadline = handle.timeout(FAR, std::future::pending::<()>());
+                        unarmed.push_back((id, Box::pin(deadline)));
+                        if unarmed.len() <= WAITING {
+                            continue;
+                        }
+                    }
+                    // The oldest, made some time ago: its timer may be gone, its slot another's.
+                    let (id, mut deadline) = unarmed.pop_front().unwrap();
+                    let mut cx = std::task::Context::from_waker(waker);
+                    match deadline.as_mut().poll(&mut cx) {
+                        std::task::Poll::Pending => armed.push((id, deadline)),
+                        std::task::Poll::Ready(result) => {
+                            assert!(result.is_err(), "an unfinished future");
+                            gone += 1;
+                        }
+                    }
+                }
+                (armed, gone, replaced)
+            })
+        })
+        .collect();
+    let results: Vec<_> = workers.into_iter().map(|w| w.join().unwrap()).collect();
+    let mut armed_on: HashMap<u64, usize> = HashMap::new();
+    for (armed, _, _) in &results {
+        for (id, _) in armed {
+            *armed_on.entry(*id).or_default() += 1;
+        }
+    }
+    for (id, handle) in slots.lock().unwrap().iter() {
+        assert_eq!(
+            handle.pending_timeouts(),
+            armed_on.get(id).copied().unwrap_or(0),
+            "timer {id} holds the deadlines armed on it, and no other's"
+        );
+    }
+    let gone: usize = results.iter().map(|(_, gone, _)| gone).sum();
+    let replaced: usize = results.iter().map(|(_, _, replaced)| replaced).sum();
+    assert!(
+        replaced > 100 && gone > 0,
+        "the pool changed under the deadlines"
+    );
+    drop(results);
+    drop(owners);
 }
