@@ -146,8 +146,7 @@ mod timer_ref {
     impl Slot {
         /// A new generation: the slot passes to another timer, or none.
         fn bump(&mut self) {
-            self.generation = (self.generation + 1) % (1 << GENERATION_BITS);
-            self.generation = self.generation.max(1);
+            self.generation = ((self.generation + 1) % (1 << GENERATION_BITS)).max(1);
         }
     }
 
