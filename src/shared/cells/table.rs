@@ -147,13 +147,13 @@ impl ChunkTable {
     }
 
     /// Gives back what [`ChunkTable::take`] took, with `settled` (at least 1) more of its cells
-    /// settled meanwhile: the last lets the chunk go. Once per chunk out of a bucket walk: kept
-    /// out of the walk's loop.
+    /// settled meanwhile: the last lets the chunk go. Once per chunk out of a bucket walk (per
+    /// timeout when a bucket's timeouts come from different chunks): one look at the slot.
     fn put_back_settled(&mut self, id: u32, chunk: ChunkRef, settled: u32) {
-        if self.count_settled(id, settled) {
+        let (held, unsettled) = self.slot(id);
+        if count_settled(unsettled, settled, id) {
             self.let_go(id, chunk);
         } else {
-            let held = self.slot(id).0;
             debug_assert!(held.is_none());
             *held = Some(chunk);
         }
@@ -191,29 +191,10 @@ impl ChunkTable {
     #[inline]
     pub(crate) fn settle(&mut self, cell: CellId) {
         let id = cell.chunk();
-        if self.count_settled(id, 1) {
-            let chunk = self.take(id);
+        let (held, unsettled) = self.slot(id);
+        if count_settled(unsettled, 1, id) {
+            let chunk = held.take().expect("a chunk with unsettled cells");
             self.let_go(id, chunk);
-        }
-    }
-
-    /// Counts `settled` (at least 1) more of chunk `id`'s cells settled; whether they were its
-    /// last. Over-settling is a bug: debug builds stop; release builds log it once and keep the
-    /// chunk for good (let go too early, it could be reused under a live timeout).
-    #[inline]
-    fn count_settled(&mut self, id: u32, settled: u32) -> bool {
-        debug_assert!(settled >= 1);
-        let unsettled = self.slot(id).1;
-        match unsettled.checked_sub(settled) {
-            Some(left) => {
-                *unsettled = left;
-                left == 0
-            }
-            None => {
-                *unsettled = u32::MAX;
-                over_settled(id);
-                false
-            }
         }
     }
 
@@ -320,6 +301,26 @@ impl Drop for Settling<'_> {
     }
 }
 
+/// Counts `settled` (at least 1) more of chunk `id`'s cells settled, `unsettled` its count of
+/// cells not settled yet; whether they were its last. Over-settling is a bug: debug builds stop;
+/// release builds log it once and keep the chunk for good (let go too early, it could be reused
+/// under a live timeout).
+#[inline]
+fn count_settled(unsettled: &mut u32, settled: u32, id: u32) -> bool {
+    debug_assert!(settled >= 1);
+    match unsettled.checked_sub(settled) {
+        Some(left) => {
+            *unsettled = left;
+            left == 0
+        }
+        None => {
+            *unsettled = u32::MAX;
+            over_settled(id);
+            false
+        }
+    }
+}
+
 /// A wheel entry's chunk id names a chunk not holding the entry's cell: a bookkeeping bug. Both
 /// chunks are left as they are (the entry is dropped, its cell never settled, so its chunk is
 /// never reused): no other timeout's cell is touched.
@@ -332,7 +333,7 @@ fn stale_chunk_id(id: u32) {
     );
 }
 
-/// See [`ChunkTable::count_settled`].
+/// See [`count_settled`].
 #[cold]
 fn over_settled(id: u32) {
     static LOGGED: Once = Once::new();
