@@ -114,7 +114,19 @@ fn loaded_manual_timer_with<T: hashed_timer_wheel::TimerTask>(
     // End of tick 0: transfers everything into buckets (the cap is 100 000 per tick, more for
     // the ticks covered), expires nothing.
     driver.advance(Duration::from_millis(1));
-    debug_assert_eq!(timer.pending_timeouts() as u64, k + 1);
+    debug_assert_eq!(timer.pending_timeouts() as u64, k);
+    (timer, driver)
+}
+
+/// As [`loaded_manual_timer`], timeout `i` due on tick `1 + i % span_ticks`.
+fn interleaved_manual_timer(k: u64, span_ticks: u64) -> (HashedWheelTimer, ManualDriver) {
+    let (timer, driver) = manual_timer();
+    for i in 0..k {
+        let at = Duration::from_millis(1 + i % span_ticks);
+        timer.new_timeout(noop, at).expect("accepted");
+    }
+    driver.advance(Duration::from_millis(1));
+    debug_assert_eq!(timer.pending_timeouts() as u64, k);
     (timer, driver)
 }
 
@@ -140,6 +152,22 @@ fn expire(c: &mut Criterion) {
             )
         });
     }
+    // Timeouts as a service makes them: each due on another tick than the one made before it
+    // (timeout i on tick i mod 512), so that each due timeout's cell is in another chunk of 32
+    // than the last one's: the chunks' settling at its dearest.
+    let (k, span) = (100_000u64, 512u64);
+    g.throughput(Throughput::Elements(k));
+    g.bench_function(format!("interleaved_{k}_over_{span}_ticks"), |b| {
+        b.iter_batched(
+            || interleaved_manual_timer(k, span),
+            |(timer, driver)| {
+                driver.advance(Duration::from_millis(span + 1));
+                debug_assert_eq!(timer.pending_timeouts(), 0);
+                (timer, driver)
+            },
+            BatchSize::PerIteration,
+        )
+    });
     // The same with a task that captures 24 bytes (stored in place, run from the worker's
     // slabs), over one wheel turn.
     let (k, span) = (100_000u64, 512u64);

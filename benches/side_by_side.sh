@@ -9,7 +9,7 @@
 # expire_typed, expire_rate_typed: this crate only; compare with Netty's workload of the same
 # name without _typed), and schedule also through new_timeout_detached (schedule_detached: no
 # handle; compare with Netty's schedule).
-# Env: N, REPS, THREADS, IDLE_S, RATES, LEAD_MS (given to both sides: to the Rust harnesses as
+# Env: N, REPS, THREADS, IDLE_S, RATES, LEAD_MS, INTERLEAVE (given to both sides: to the Rust harnesses as
 # they are, to Netty as -Dn, -Dreps, ...; unset, both run their defaults), CARGO_TARGET_DIR,
 # NETTY_BENCH_OPTS (more JVM options), HELD_NS (the N of each held run, default
 # "100000 1000000 10000000").
@@ -20,7 +20,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 # The harnesses' parameters, as Netty's system properties.
 netty_opts="${NETTY_BENCH_OPTS:-}"
-for p in n:N reps:REPS threads:THREADS idle_s:IDLE_S rates:RATES lead_ms:LEAD_MS; do
+for p in n:N reps:REPS threads:THREADS idle_s:IDLE_S rates:RATES lead_ms:LEAD_MS interleave:INTERLEAVE; do
   v="${p#*:}"
   if [ -n "${!v:-}" ]; then netty_opts="$netty_opts -D${p%%:*}=${!v}"; fi
 done

@@ -342,6 +342,8 @@ impl Lateness {
 pub(crate) struct RateSweep {
     pub(crate) rates: Vec<f64>,
     pub(crate) lead_ns: u64,
+    /// `INTERLEAVE` (1): how many ticks' worth of deadlines the schedule deals out in turn.
+    pub(crate) interleave: u64,
 }
 
 /// The highest `expire_rate` p99 (ms) at which a rate counts as sustained: 2.5 ticks, as Netty's
@@ -362,6 +364,7 @@ impl RateSweep {
         RateSweep {
             rates,
             lead_ns: env_usize("LEAD_MS", 2500) as u64 * 1_000_000,
+            interleave: env_usize("INTERLEAVE", 1).max(1) as u64,
         }
     }
 
@@ -371,9 +374,14 @@ impl RateSweep {
     }
 
     /// The deadline of timeout `i` of `n`: evenly over 100 ms from the lead, in ns after the base.
+    /// With `INTERLEAVE` = k, the schedule deals the deadlines out as k hands, one after the
+    /// other (timeout `i` at rank `(i % k) * ceil(n / k) + i / k`): two timeouts made one after
+    /// the other fall 100 / k ms apart, as a service's timeouts of k different delays do.
     #[inline]
     pub(crate) fn due_ns(&self, i: usize, n: usize) -> u64 {
-        self.lead_ns + (i as u64) * 100_000_000 / n as u64
+        let (i, n, k) = (i as u64, n as u64, self.interleave);
+        let rank = (i % k) * n.div_ceil(k) + i / k;
+        self.lead_ns + rank * 100_000_000 / n
     }
 
     /// Runs `run(n)` (which returns [p99 ms, ms after the first deadline when scheduling

@@ -17,7 +17,8 @@ import java.util.concurrent.atomic.AtomicLong;
  *
  * <p>System properties: {@code -Dn} (1 000 000), {@code -Dreps} (5), {@code -Dthreads} (2,
  * multi_producer), {@code -Didle_s} (5, idle and held), {@code -Drates} (5,10,15,20,25,30,40,
- * millions of timeouts a second) and {@code -Dlead_ms} (2 500), for expire_rate.
+ * millions of timeouts a second), {@code -Dlead_ms} (2 500) and {@code -Dinterleave} (1), for
+ * expire_rate.
  */
 public final class NettyWorkloads {
     private static final int N = Integer.getInteger("n", 1_000_000);
@@ -27,6 +28,8 @@ public final class NettyWorkloads {
     private static final String RATES = System.getProperty("rates", "5,10,15,20,25,30,40");
     private static final long LEAD_NS =
             TimeUnit.MILLISECONDS.toNanos(Long.getLong("lead_ms", 2500));
+    /** expire_rate: how many ticks' worth of deadlines the schedule deals out in turn. */
+    private static final long INTERLEAVE = Math.max(1, Long.getLong("interleave", 1));
     /** The p99 lateness (ms) up to which expire_rate counts a rate as sustained: 2.5 ticks. */
     private static final double SUSTAINED_P99_MS = 2.5;
     private static final long HOUR_NS = TimeUnit.HOURS.toNanos(1);
@@ -265,7 +268,8 @@ public final class NettyWorkloads {
         Lateness lateness = new Lateness(n);
         long base = System.nanoTime();
         for (int i = 0; i < n; i++) {
-            long due = base + LEAD_NS + (long) i * 100_000_000L / n;
+            long rank = (i % INTERLEAVE) * ((n + INTERLEAVE - 1) / INTERLEAVE) + i / INTERLEAVE;
+            long due = base + LEAD_NS + rank * 100_000_000L / n;
             timer.newTimeout(lateness.task(i, due), due - System.nanoTime(), TimeUnit.NANOSECONDS);
         }
         double scheduledMs = (System.nanoTime() - base - LEAD_NS) / 1e6;
