@@ -72,9 +72,9 @@ fn new_timeout_cancel(c: &mut Criterion) {
     drop(timer.stop());
 }
 
-/// A manual timer holding `k` timeouts, already moved into their buckets, all due by `span`.
-fn loaded_manual_timer(k: u64, span_ticks: u64) -> (HashedWheelTimer, ManualDriver) {
-    loaded_manual_timer_with(k, span_ticks, |_| noop)
+/// The tick timeout `i` of `k` is due on, spread evenly over `span_ticks` ticks from tick 1.
+fn spread(k: u64, span_ticks: u64) -> impl Fn(u64) -> u64 {
+    move |i| 1 + i * span_ticks / k
 }
 
 /// Where the capturing tasks of `expire_capture` add their data.
@@ -100,15 +100,16 @@ fn manual_timer() -> (HashedWheelTimer, ManualDriver) {
         .expect("valid configuration")
 }
 
-fn loaded_manual_timer_with<T: hashed_timer_wheel::TimerTask>(
+/// A manual timer holding `k` timeouts of `task(i)`, timeout `i` due on tick `tick_of(i)` (1 or
+/// later), every one already moved into its bucket.
+fn loaded_manual_timer<T: hashed_timer_wheel::TimerTask>(
     k: u64,
-    span_ticks: u64,
+    tick_of: impl Fn(u64) -> u64,
     task: impl Fn(u64) -> T,
 ) -> (HashedWheelTimer, ManualDriver) {
     let (timer, driver) = manual_timer();
     for i in 0..k {
-        // Deadlines from 1 ms on, spread evenly over `span_ticks` ticks.
-        let at = Duration::from_millis(1) + Duration::from_millis(1) * (i * span_ticks / k) as u32;
+        let at = Duration::from_millis(tick_of(i));
         timer.new_timeout(task(i), at).expect("accepted");
     }
     // End of tick 0: transfers everything into buckets (the cap is 100 000 per tick, more for
@@ -118,16 +119,26 @@ fn loaded_manual_timer_with<T: hashed_timer_wheel::TimerTask>(
     (timer, driver)
 }
 
-/// As [`loaded_manual_timer`], timeout `i` due on tick `1 + i % span_ticks`.
-fn interleaved_manual_timer(k: u64, span_ticks: u64) -> (HashedWheelTimer, ManualDriver) {
-    let (timer, driver) = manual_timer();
-    for i in 0..k {
-        let at = Duration::from_millis(1 + i % span_ticks);
-        timer.new_timeout(noop, at).expect("accepted");
-    }
-    driver.advance(Duration::from_millis(1));
-    debug_assert_eq!(timer.pending_timeouts() as u64, k);
-    (timer, driver)
+/// Benches `name`: the ticks up to `span_ticks` that expire every timeout of the timer `setup`
+/// makes, `k` of them (made and dropped outside the measurement).
+fn bench_expiry(
+    g: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
+    name: String,
+    (k, span_ticks): (u64, u64),
+    setup: impl Fn() -> (HashedWheelTimer, ManualDriver),
+) {
+    g.throughput(Throughput::Elements(k));
+    g.bench_function(name, |b| {
+        b.iter_batched(
+            &setup,
+            |(timer, driver)| {
+                driver.advance(Duration::from_millis(span_ticks + 1));
+                debug_assert_eq!(timer.pending_timeouts(), 0);
+                (timer, driver) // dropped outside the measurement
+            },
+            BatchSize::PerIteration,
+        )
+    });
 }
 
 /// The worker's tick on a manual clock: timeouts expired per second. Setup (scheduling, the
@@ -139,50 +150,29 @@ fn expire(c: &mut Criterion) {
     // (timeouts, ticks they are spread over): one bucket; one wheel turn; four turns (so
     // three quarters of the visits find entries rounds away).
     for (k, span) in [(10_000u64, 1u64), (100_000, 512), (100_000, 2048)] {
-        g.throughput(Throughput::Elements(k));
-        g.bench_function(format!("{k}_over_{span}_ticks"), |b| {
-            b.iter_batched(
-                || loaded_manual_timer(k, span),
-                |(timer, driver)| {
-                    driver.advance(Duration::from_millis(span + 1));
-                    debug_assert_eq!(timer.pending_timeouts(), 0);
-                    (timer, driver) // dropped outside the measurement
-                },
-                BatchSize::PerIteration,
-            )
-        });
+        let setup = || loaded_manual_timer(k, spread(k, span), |_| noop);
+        bench_expiry(&mut g, format!("{k}_over_{span}_ticks"), (k, span), setup);
     }
     // Timeouts as a service makes them: each due on another tick than the one made before it
-    // (timeout i on tick i mod 512), so that each due timeout's cell is in another chunk of 32
-    // than the last one's: the chunks' settling at its dearest.
+    // (timeout i on tick 1 + i mod 512), so that each due timeout's cell is in another chunk
+    // of 32 than the last one's: the chunks' settling at its dearest.
     let (k, span) = (100_000u64, 512u64);
-    g.throughput(Throughput::Elements(k));
-    g.bench_function(format!("interleaved_{k}_over_{span}_ticks"), |b| {
-        b.iter_batched(
-            || interleaved_manual_timer(k, span),
-            |(timer, driver)| {
-                driver.advance(Duration::from_millis(span + 1));
-                debug_assert_eq!(timer.pending_timeouts(), 0);
-                (timer, driver)
-            },
-            BatchSize::PerIteration,
-        )
-    });
-    // The same with a task that captures 24 bytes (stored in place, run from the worker's
-    // slabs), over one wheel turn.
-    let (k, span) = (100_000u64, 512u64);
-    g.throughput(Throughput::Elements(k));
-    g.bench_function(format!("capture_{k}_over_{span}_ticks"), |b| {
-        b.iter_batched(
-            || loaded_manual_timer_with(k, span, capture),
-            |(timer, driver)| {
-                driver.advance(Duration::from_millis(span + 1));
-                debug_assert_eq!(timer.pending_timeouts(), 0);
-                (timer, driver)
-            },
-            BatchSize::PerIteration,
-        )
-    });
+    let setup = || loaded_manual_timer(k, |i| 1 + i % span, |_| noop);
+    bench_expiry(
+        &mut g,
+        format!("interleaved_{k}_over_{span}_ticks"),
+        (k, span),
+        setup,
+    );
+    // The same as in order with a task that captures 24 bytes (stored in place, run from the
+    // worker's slabs), over one wheel turn.
+    let setup = || loaded_manual_timer(k, spread(k, span), capture);
+    bench_expiry(
+        &mut g,
+        format!("capture_{k}_over_{span}_ticks"),
+        (k, span),
+        setup,
+    );
     // The live window of `expire_rate` at 20 M/s: 2 * 10^6 timeouts due over 100 ticks, each
     // task capturing 24 bytes and doing nothing with them, run tick by tick: the worker's own
     // cost per expired timeout at a size no cache holds (the timeouts' memory, written at the

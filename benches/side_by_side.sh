@@ -9,9 +9,9 @@
 # expire_typed, expire_rate_typed: this crate only; compare with Netty's workload of the same
 # name without _typed), and schedule also through new_timeout_detached (schedule_detached: no
 # handle; compare with Netty's schedule).
-# Env: N, REPS, THREADS, IDLE_S, RATES, LEAD_MS, INTERLEAVE (given to both sides: to the Rust harnesses as
-# they are, to Netty as -Dn, -Dreps, ...; unset, both run their defaults), CARGO_TARGET_DIR,
-# NETTY_BENCH_OPTS (more JVM options), HELD_NS (the N of each held run, default
+# Env: N, REPS, THREADS, IDLE_S, RATES, LEAD_MS, INTERLEAVE (given to both sides: to the Rust
+# harnesses as they are, to Netty as -Dn, -Dreps, ...; unset, both run their defaults),
+# CARGO_TARGET_DIR, NETTY_BENCH_OPTS (more JVM options), HELD_NS (the N of each held run, default
 # "100000 1000000 10000000").
 # held runs at each N of HELD_NS, and memory once more at N = 10 000 000, for Netty, this crate
 # and (held only) the peers, with the N given to both sides; RESULT lines do not carry N, so those
