@@ -165,11 +165,18 @@ fn expire(c: &mut Criterion) {
         setup,
     );
     // The same as in order with a task that captures 24 bytes (stored in place, run from the
-    // worker's slabs), over one wheel turn.
+    // worker's slabs), over one wheel turn; and interleaved.
     let setup = || loaded_manual_timer(k, spread(k, span), capture);
     bench_expiry(
         &mut g,
         format!("capture_{k}_over_{span}_ticks"),
+        (k, span),
+        setup,
+    );
+    let setup = || loaded_manual_timer(k, |i| 1 + i % span, capture);
+    bench_expiry(
+        &mut g,
+        format!("interleaved_capture_{k}_over_{span}_ticks"),
         (k, span),
         setup,
     );
