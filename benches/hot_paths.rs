@@ -156,8 +156,8 @@ fn expire(c: &mut Criterion) {
     // Timeouts as a service makes them: each due on another tick than the one made before it
     // (timeout i on tick 1 + i mod 500), so that each due timeout's cell is in another chunk
     // of 32 than the last one's: the chunks' settling at its dearest. 500, not 512: a bucket's
-    // keys a power of two apart would put each node of a walk at the same offset of its own
-    // page, a cache-set conflict no service's schedule makes.
+    // keys a power of two apart would put every node of a walk at one offset of its page,
+    // which no service's schedule does.
     let (k, span, dealt) = (100_000u64, 512u64, 500u64);
     let deal = move |i: u64| 1 + i % dealt;
     let setup = || loaded_manual_timer(k, deal, |_| noop);
