@@ -19,8 +19,10 @@ pub(crate) fn thread_main<J: Stored>(shared: Arc<Shared<J>>) {
             }
             continue;
         }
-        let Some(plan) = locked_turn(&shared) else {
-            break;
+        let plan = match locked_turn(&shared) {
+            Locked::Turned(plan) => plan,
+            Locked::Watching => continue,
+            Locked::End => break,
         };
         if shared.is_shutdown() {
             break;
@@ -60,15 +62,31 @@ fn driver_keeping_up<J: Stored>(shared: &Shared<J>) -> Option<(u64, u64)> {
     (wake > now).then_some((plan, wake))
 }
 
-/// A [`turn`] under the worker's lock: its plan, or `None` once the loop must end (the worker
-/// taken by `stop()`, or shut down).
-fn locked_turn<J: Stored>(shared: &Arc<Shared<J>>) -> Option<u64> {
+/// What the thread did under the worker's lock.
+enum Locked {
+    /// Ran a [`turn`], which planned this tick.
+    Turned(u64),
+    /// Ran none: the turn it waited for was a driver's, and that driver keeps up.
+    Watching,
+    /// Ran none, and the loop must end: the worker taken by `stop()`, or shut down.
+    End,
+}
+
+/// A [`turn`] under the worker's lock, unless the driver keeps up once the lock is held: the
+/// thread that found a driver's turn under way (`AWAKE`) waits for it and then only watches,
+/// so that a watchdog woken late never runs a tick its driver is on time for.
+fn locked_turn<J: Stored>(shared: &Arc<Shared<J>>) -> Locked {
     let mut held = lock(&shared.worker);
-    let worker = held.as_mut()?.downcast_mut::<Worker<J>>()?;
+    let Some(worker) = held.as_mut().and_then(|w| w.downcast_mut::<Worker<J>>()) else {
+        return Locked::End;
+    };
     if shared.is_shutdown() {
-        return None;
+        return Locked::End;
     }
-    Some(turn(worker, shared))
+    if driver_keeping_up(shared).is_some() {
+        return Locked::Watching;
+    }
+    Locked::Turned(turn(worker, shared))
 }
 
 /// The tick whose end the thread sleeps until after planning `plan`; `None`: run another turn.
