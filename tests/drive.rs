@@ -254,22 +254,27 @@ fn dropping_the_owner_in_a_driven_task_does_not_deadlock() {
 }
 
 /// A producer whose deadline is earlier than the driver's plan wakes the driver: a short
-/// sleep scheduled while a long one is the only timeout pending is on time.
+/// sleep scheduled while a long one is the only timeout pending is on time. Unwoken, every
+/// sleep would wait for the watchdog (35 ms); a host that stalls the runtime makes a few late.
 #[test]
 fn an_earlier_deadline_wakes_the_driver() {
     let timer = timer();
     let rt = runtime();
     rt.spawn(timer.drive(|at| tokio::time::sleep_until(at.into())));
-    rt.block_on(async {
+    let took = rt.block_on(async {
         let _long = timer.sleep(Duration::from_secs(60));
         tokio::time::sleep(ms(20)).await;
+        let mut took = Vec::new();
         for _ in 0..20 {
             let start = Instant::now();
             timer.sleep(ms(3)).await.unwrap();
-            let took = start.elapsed();
-            assert!(took >= ms(3) && took < ms(3 + 25), "{took:?}");
+            took.push(start.elapsed());
         }
+        took
     });
+    assert!(took.iter().all(|t| *t >= ms(3)), "early: {took:?}");
+    let late = took.iter().filter(|t| **t >= ms(3 + 25)).count();
+    assert!(late <= 5, "{late} of 20 sleeps waited for the watchdog: {took:?}");
 }
 
 #[allow(dead_code)]
