@@ -274,7 +274,10 @@ fn an_earlier_deadline_wakes_the_driver() {
     });
     assert!(took.iter().all(|t| *t >= ms(3)), "early: {took:?}");
     let late = took.iter().filter(|t| **t >= ms(3 + 25)).count();
-    assert!(late <= 5, "{late} of 20 sleeps waited for the watchdog: {took:?}");
+    assert!(
+        late <= 5,
+        "{late} of 20 sleeps waited for the watchdog: {took:?}"
+    );
 }
 
 #[allow(dead_code)]
