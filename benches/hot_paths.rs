@@ -77,6 +77,12 @@ fn spread(k: u64, span_ticks: u64) -> impl Fn(u64) -> u64 {
     move |i| 1 + i * span_ticks / k
 }
 
+/// Timeouts dealt to `ticks` ticks in turn, as a service's of several delays are: timeout `i`
+/// on tick `1 + i % ticks`.
+fn dealt_to(ticks: u64) -> impl Fn(u64) -> u64 + Copy {
+    move |i| 1 + i % ticks
+}
+
 /// Where the capturing tasks of `expire_capture` add their data.
 static SINK: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
@@ -168,8 +174,7 @@ fn expire(c: &mut Criterion) {
     // keys a power of two apart would put every node of a walk at one offset of its page,
     // which no service's schedule does.
     let (k, span, dealt) = (100_000u64, 512u64, 500u64);
-    let deal = move |i: u64| 1 + i % dealt;
-    let setup = || loaded_manual_timer(k, deal, |_| noop);
+    let setup = || loaded_manual_timer(k, dealt_to(dealt), |_| noop);
     bench_expiry(
         &mut g,
         format!("interleaved_{k}_over_{dealt}_ticks"),
@@ -188,7 +193,7 @@ fn expire(c: &mut Criterion) {
     // Interleaved over 10 ticks too: a bucket's nodes 10 keys apart, within the TLB's reach
     // (over 500, each node of a walk is on a page of its own, whatever the layout).
     for (dealt, span) in [(10u64, 10u64), (dealt, span)] {
-        let setup = move || loaded_manual_timer(k, move |i| 1 + i % dealt, capture);
+        let setup = move || loaded_manual_timer(k, dealt_to(dealt), capture);
         bench_expiry(
             &mut g,
             format!("interleaved_capture_{k}_over_{dealt}_ticks"),
@@ -197,7 +202,7 @@ fn expire(c: &mut Criterion) {
         );
     }
     // Over 10 ticks with a task that lends its words (`lend`).
-    let setup = move || loaded_manual_timer(k, move |i| 1 + i % 10, lend);
+    let setup = move || loaded_manual_timer(k, dealt_to(10), lend);
     bench_expiry(
         &mut g,
         format!("interleaved_lend_{k}_over_10_ticks"),
