@@ -9,7 +9,7 @@
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 use hashed_timer_wheel::{HashedWheelTimer, ManualDriver, Timeout};
 use std::hint::black_box;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -229,7 +229,71 @@ fn expire(c: &mut Criterion) {
             BatchSize::PerIteration,
         )
     });
+    // Its floor: the same expiries as a bare walk over records that each hold what the worker
+    // reads of a due timeout (links, deadline, state, the task's 24 bytes), side by side as
+    // Netty's timeout and its lambda lie. `window` over `floor`, both from one sitting, is the
+    // worker's own cost in a unit the host's speed cancels out of.
+    g.bench_function(format!("floor_{k}_records_in_order"), |b| {
+        b.iter_batched(
+            || floor_records(k),
+            |mut records| {
+                walk_floor(&mut records);
+                records // dropped outside the measurement
+            },
+            BatchSize::PerIteration,
+        )
+    });
     g.finish();
+}
+
+/// One due timeout as the floor's walk sees it: 64 bytes, the size of Netty's timeout beside
+/// its 24-byte lambda.
+#[repr(C, align(64))]
+struct FloorRecord {
+    state: AtomicU32,
+    next: u32,
+    deadline: u64,
+    task: fn(&[u64; 3]),
+    words: [u64; 3],
+}
+
+/// The task of the floor's records: reads its words and does nothing with them, as
+/// [`idle_capture`]'s.
+fn floor_task(words: &[u64; 3]) {
+    black_box(words);
+}
+
+/// `k` records, each linked to the next, all due.
+fn floor_records(k: u64) -> Vec<FloorRecord> {
+    (0..k)
+        .map(|i| FloorRecord {
+            state: AtomicU32::new(1),
+            next: u32::try_from(i + 1).expect("fewer than 2^32 records"),
+            deadline: i,
+            task: black_box(floor_task),
+            words: [i, i.wrapping_mul(31), 7],
+        })
+        .collect()
+}
+
+/// Walks the records by their links: each due one's state is moved from waiting (1) to expired
+/// (2) by a compare-and-swap, as a timeout that a handle may cancel must be, and its task runs
+/// through its function pointer.
+#[inline(never)]
+fn walk_floor(records: &mut [FloorRecord]) {
+    let last_due = u64::MAX - 1;
+    let mut cursor = 0;
+    while let Some(record) = records.get(cursor) {
+        if record.deadline <= last_due
+            && record
+                .state
+                .compare_exchange(1, 2, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+        {
+            (record.task)(&record.words);
+        }
+        cursor = record.next as usize;
+    }
 }
 
 /// A manual timer holding `k` timeouts of [`idle_capture`] due evenly over `span_ticks` ticks
