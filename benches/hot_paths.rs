@@ -236,8 +236,8 @@ fn expire(c: &mut Criterion) {
     g.bench_function(format!("floor_{k}_records_in_order"), |b| {
         b.iter_batched(
             || floor_records(k),
-            |mut records| {
-                walk_floor(&mut records);
+            |records| {
+                walk_floor(&records);
                 records // dropped outside the measurement
             },
             BatchSize::PerIteration,
@@ -280,7 +280,7 @@ fn floor_records(k: u64) -> Vec<FloorRecord> {
 /// (2) by a compare-and-swap, as a timeout that a handle may cancel must be, and its task runs
 /// through its function pointer.
 #[inline(never)]
-fn walk_floor(records: &mut [FloorRecord]) {
+fn walk_floor(records: &[FloorRecord]) {
     let last_due = u64::MAX - 1;
     let mut cursor = 0;
     while let Some(record) = records.get(cursor) {
