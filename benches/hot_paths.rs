@@ -238,6 +238,7 @@ fn expire(c: &mut Criterion) {
             || floor_records(k),
             |records| {
                 walk_floor(&records);
+                debug_assert!(records.iter().all(|r| r.state.load(Ordering::Relaxed) == 2));
                 records // dropped outside the measurement
             },
             BatchSize::PerIteration,
@@ -281,7 +282,8 @@ fn floor_records(k: u64) -> Vec<FloorRecord> {
 /// through its function pointer.
 #[inline(never)]
 fn walk_floor(records: &[FloorRecord]) {
-    let last_due = u64::MAX - 1;
+    // Opaque to the compiler, as the walk's bound is: the comparison stays in the loop.
+    let last_due = black_box(u64::MAX - 1);
     let mut cursor = 0;
     while let Some(record) = records.get(cursor) {
         if record.deadline <= last_due
