@@ -338,20 +338,16 @@ impl<B: Batch, S> Queue<B, S> {
         }
     }
 
-    pub(crate) fn fold_data<A>(&self, init: A, mut f: impl FnMut(A, &S) -> A) -> A {
+    /// Folds `f` over the shards' data, each under its lock: with `wait`, waiting for it; else
+    /// passing over each shard whose lock another thread holds, so that the fold never waits.
+    pub(crate) fn fold_data<A>(&self, wait: bool, init: A, mut f: impl FnMut(A, &S) -> A) -> A {
         let mut acc = init;
         for shard in self.shards.iter() {
-            acc = f(acc, &lock(shard).data);
-        }
-        acc
-    }
-
-    /// As [`Queue::fold_data`], passing over each shard whose lock another thread holds: it
-    /// never waits.
-    pub(crate) fn fold_free_data<A>(&self, init: A, mut f: impl FnMut(A, &S) -> A) -> A {
-        let mut acc = init;
-        for shard in self.shards.iter() {
-            if let Some(shard) = try_lock(shard) {
+            if let Some(shard) = if wait {
+                Some(lock(shard))
+            } else {
+                try_lock(shard)
+            } {
                 acc = f(acc, &shard.data);
             }
         }

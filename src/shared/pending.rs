@@ -66,7 +66,7 @@ impl<J: Stored> Shared<J> {
             let keys_left = MAX_ENTRIES.saturating_sub(pending);
             if keys_left == 0 {
                 // Key space full: refuse rather than overflow. The count reported includes the
-                // shards' unused credit: `counted` would lock every shard, and we hold one.
+                // shards' unused credit: `count` would lock every shard, and we hold one.
                 return Err(TimerError::TooManyPending {
                     pending,
                     max: MAX_ENTRIES,
@@ -90,7 +90,7 @@ impl<J: Stored> Shared<J> {
         if self.is_shutdown() {
             0
         } else {
-            self.counted()
+            self.count(true)
         }
     }
 
@@ -100,16 +100,15 @@ impl<J: Stored> Shared<J> {
         if self.is_shutdown() {
             0
         } else {
-            self.count(BusyShard::Skip)
+            self.count(false)
         }
     }
 
-    /// Pending less the shards' credit; off by what is in flight, as Netty's counter is.
-    fn counted(&self) -> usize {
-        self.count(BusyShard::Wait)
-    }
-
-    fn count(&self, busy: BusyShard) -> usize {
+    /// Pending less the shards' credit; off by what is in flight, as Netty's counter is. With
+    /// `wait`, waits for each producer shard's lock: the count is exact (`pending_timeouts`).
+    /// Without, leaves out the credit of a shard whose lock another thread holds: the count
+    /// never blocks, and is an upper bound (`Debug`).
+    fn count(&self, wait: bool) -> usize {
         // `ended`, credit, then `accepted`: each later read counts at least what the earlier
         // imply. Acquire: pairs with `set_ended`'s Release; the worker took those timeouts from
         // the queue under their shard locks, so their acceptance is seen below.
@@ -117,11 +116,11 @@ impl<J: Stored> Shared<J> {
         // A refill seen in a shard is seen in `accepted` too: made under the shard's lock. With
         // a pending limit no shard takes credit (`push`), so none is looked for. A shard passed
         // over keeps its credit counted as pending: the count can only be too high.
-        let add = |sum: usize, p: &ProducerShard| sum + p.credit;
-        let credit = match (self.max_pending, busy) {
-            (0, BusyShard::Wait) => self.timeouts.fold_data(0, add),
-            (0, BusyShard::Skip) => self.timeouts.fold_free_data(0, add),
-            _ => 0,
+        let credit = if self.max_pending == 0 {
+            self.timeouts
+                .fold_data(wait, 0, |sum, p: &ProducerShard| sum + p.credit)
+        } else {
+            0
         };
         // Relaxed: see `reserve_below`.
         let accepted = self.accepted.load(Ordering::Relaxed);
@@ -132,18 +131,9 @@ impl<J: Stored> Shared<J> {
     /// schedule again even at the limit. Only whoever holds the worker calls it.
     #[inline]
     pub(crate) fn set_ended(&self, total: usize) {
-        // Release: pairs with the Acquire in `counted`.
+        // Release: pairs with the Acquire in `count`.
         self.ended.store(total, Ordering::Release);
     }
-}
-
-/// What the pending count does with a producer shard whose lock another thread holds.
-#[derive(Clone, Copy)]
-enum BusyShard {
-    /// Waits for the lock: the count is exact (`pending_timeouts`).
-    Wait,
-    /// Leaves the shard's credit out: the count never blocks, and is an upper bound (`Debug`).
-    Skip,
 }
 
 /// Accepted and not ended. `ended`, read after `accepted`, may have passed it: that is none
@@ -221,13 +211,13 @@ mod tests {
             for producer in producers {
                 producer.join().unwrap();
             }
-            assert_eq!(timer.shared.counted(), returned, "round {round}");
+            assert_eq!(timer.shared.count(true), returned, "round {round}");
             for _ in 0..100 {
                 let refused = timer.new_timeout(|_: &Timeout| {}, Duration::ZERO);
                 assert_eq!(refused.unwrap_err(), TimerError::Stopped);
             }
             assert_eq!(
-                timer.shared.counted(),
+                timer.shared.count(true),
                 returned,
                 "round {round}: refusals counted"
             );

@@ -669,7 +669,7 @@ mod tests {
         let (tasks, futures) = worker.chunks.spare_counts();
         let handed = shared
             .timeouts
-            .fold_data(0, |n, p| n + p.cursors.spare_count());
+            .fold_data(true, 0, |n, p| n + p.cursors.spare_count());
         (tasks + futures, handed)
     }
 
@@ -833,7 +833,7 @@ mod tests {
         let handed = timer
             .shared
             .timeouts
-            .fold_data(0, |n, p| n + p.cursors.spare_count());
+            .fold_data(true, 0, |n, p| n + p.cursors.spare_count());
         assert_eq!(handed, 0);
         // The owner and the driver: no chunk holds the timer any more.
         assert_eq!(std::sync::Arc::strong_count(&timer.shared), 2);
