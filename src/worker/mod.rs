@@ -658,16 +658,21 @@ mod tests {
         }
     }
 
+    /// `f` on the worker of a manual `timer`, under the worker's lock.
+    pub(super) fn with_worker<R>(timer: &HashedWheelTimer, f: impl FnOnce(&mut Worker) -> R) -> R {
+        let mut held = crate::sync::lock(&timer.shared.worker);
+        let worker = held
+            .as_mut()
+            .and_then(|w| w.downcast_mut::<Worker>())
+            .expect("a manual timer keeps its worker here");
+        f(worker)
+    }
+
     /// Spare chunks: (the worker's, the shards' cursors').
     fn spares(timer: &HashedWheelTimer) -> (usize, usize) {
-        let shared = &timer.shared;
-        let worker = crate::sync::lock(&shared.worker);
-        let worker = worker
-            .as_ref()
-            .and_then(|w| w.downcast_ref::<Worker>())
-            .expect("a manual timer keeps its worker here");
-        let (tasks, futures) = worker.chunks.spare_counts();
-        let handed = shared
+        let (tasks, futures) = with_worker(timer, |w| w.chunks.spare_counts());
+        let handed = timer
+            .shared
             .timeouts
             .fold_data(true, 0, |n, p| n + p.cursors.spare_count());
         (tasks + futures, handed)
@@ -701,21 +706,17 @@ mod tests {
             .unwrap();
         let t = timer.new_timeout(noop, Duration::from_secs(1)).unwrap();
         driver.advance(TICK);
-        let mut guard = crate::sync::lock(&timer.shared.worker);
-        let worker = guard
-            .as_mut()
-            .and_then(|w| w.downcast_mut::<Worker>())
-            .expect("a manual timer keeps its worker here");
-        assert_eq!(worker.chunks.held(), 1);
-        let over = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            worker.chunks.settle_out(0, CHUNK as u32 + 1);
-        }));
-        assert_eq!(over.is_err(), cfg!(debug_assertions));
-        if over.is_ok() {
-            assert_eq!(worker.chunks.held(), 1, "kept, not let go");
-        }
+        with_worker(&timer, |worker| {
+            assert_eq!(worker.chunks.held(), 1);
+            let over = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                worker.chunks.settle_out(0, CHUNK as u32 + 1);
+            }));
+            assert_eq!(over.is_err(), cfg!(debug_assertions));
+            if over.is_ok() {
+                assert_eq!(worker.chunks.held(), 1, "kept, not let go");
+            }
+        });
         // The table is broken on purpose: nothing may look at it again.
-        drop(guard);
         std::mem::forget((t, driver, timer));
     }
 
@@ -768,13 +769,10 @@ mod tests {
         driver.advance(TICK * 3);
         assert_eq!(timer.pending_timeouts(), 0);
         let table = |timer: &HashedWheelTimer| {
-            let worker = crate::sync::lock(&timer.shared.worker);
-            let worker = worker
-                .as_ref()
-                .and_then(|w| w.downcast_ref::<Worker>())
-                .unwrap();
-            let (tasks, futures) = worker.chunks.spare_counts();
-            (worker.chunks.held(), tasks, futures)
+            with_worker(timer, |w| {
+                let (tasks, futures) = w.chunks.spare_counts();
+                (w.chunks.held(), tasks, futures)
+            })
         };
         assert_eq!(table(&timer).0, 0, "chunks still held by the table");
         drop(sleeps);
@@ -804,17 +802,13 @@ mod tests {
         driver.advance(TICK); // both in the wheel
         driver.advance(TICK); // and the worker idle
         let shared = &timer.shared;
-        let mut held = crate::sync::lock(&shared.worker);
-        let worker = held
-            .as_mut()
-            .and_then(|w| w.downcast_mut::<Worker>())
-            .expect("a manual timer keeps its worker here");
-        assert!(worker.planned_tick(shared) > worker.tick(), "idle");
-        // The race: the cancel comes after the worker has found the queues empty.
-        assert!(cancelled.cancel());
-        worker.release_idle_buffers(shared);
-        assert_eq!(worker.planned_tick(shared), worker.tick());
-        drop(held);
+        with_worker(&timer, |worker| {
+            assert!(worker.planned_tick(shared) > worker.tick(), "idle");
+            // The race: the cancel comes after the worker has found the queues empty.
+            assert!(cancelled.cancel());
+            worker.release_idle_buffers(shared);
+            assert_eq!(worker.planned_tick(shared), worker.tick());
+        });
         driver.advance(TICK);
         assert_eq!(timer.pending_timeouts(), 1);
     }
@@ -842,7 +836,7 @@ mod tests {
 
 #[cfg(test)]
 mod trim_tests {
-    use super::Worker;
+    use super::tests::with_worker;
     use crate::{HashedWheelTimer, ManualDriver, Timeout};
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Arc;
@@ -854,12 +848,7 @@ mod trim_tests {
 
     /// Bytes the worker's wheel slab and task words hold.
     fn held_bytes(timer: &HashedWheelTimer) -> usize {
-        let worker = crate::sync::lock(&timer.shared.worker);
-        let worker = worker
-            .as_ref()
-            .and_then(|w| w.downcast_ref::<Worker>())
-            .expect("a manual timer keeps its worker here");
-        worker.wheel.held_bytes() + worker.tasks.held_bytes()
+        with_worker(timer, |w| w.wheel.held_bytes() + w.tasks.held_bytes())
     }
 
     /// Schedules `n` timeouts that count their runs in `fired`, of each size class in turn (no
@@ -919,12 +908,7 @@ mod trim_tests {
         (steady, fired)
     }
 
-    /// Advances `ticks` ticks, a turn each; the most bytes the worker held meanwhile.
-    fn run(driver: &ManualDriver, timer: &HashedWheelTimer, ticks: usize) -> usize {
-        run_by(TICK, driver, timer, ticks)
-    }
-
-    /// [`run`] on a timer whose ticks are `tick` long.
+    /// Advances `n` ticks of `tick`, a turn each; the most bytes the worker held meanwhile.
     fn run_by(tick: Duration, driver: &ManualDriver, timer: &HashedWheelTimer, n: usize) -> usize {
         (0..n).fold(0, |most, _| {
             driver.advance(tick);
@@ -952,7 +936,7 @@ mod trim_tests {
         schedule(&timer, BURST / 2, spread, &fired);
         schedule(&timer, 3, |_| LIVED, &lived);
         schedule(&timer, BURST / 2, spread, &fired);
-        let burst = run(&driver, &timer, 400);
+        let burst = run_by(TICK, &driver, &timer, 400);
         assert_eq!(fired.load(Ordering::Relaxed), 2 * counting(BURST / 2));
         let after = held_bytes(&timer);
         assert!(
@@ -960,7 +944,7 @@ mod trim_tests {
             "{after} bytes held after the burst, {burst} at it"
         );
         schedule(&timer, 5_000, |_| TICK * 2, &fired);
-        run(&driver, &timer, 4);
+        run_by(TICK, &driver, &timer, 4);
         let expected = 2 * counting(BURST / 2) + counting(5_000);
         assert_eq!(fired.load(Ordering::Relaxed), expected);
         driver.advance_to(LIVED - TICK);
@@ -982,10 +966,14 @@ mod trim_tests {
         let ticks = 400;
         let (steady, fired) = load_and_burst(&timer, TICK, ticks, BURST);
         // Each fires at the end of the tick after its deadline's.
-        let burst = run(&driver, &timer, 6);
+        let burst = run_by(TICK, &driver, &timer, 6);
         assert_eq!(fired.load(Ordering::Relaxed), counting(BURST));
         let waited = super::TRIM_DEFERRALS as usize;
-        assert_eq!(run(&driver, &timer, waited), burst, "the trim waits");
+        assert_eq!(
+            run_by(TICK, &driver, &timer, waited),
+            burst,
+            "the trim waits"
+        );
         driver.advance(TICK);
         let after = held_bytes(&timer);
         assert!(
@@ -994,7 +982,7 @@ mod trim_tests {
         );
         let turned = 6 + waited + 1;
         assert_eq!(steady.load(Ordering::Relaxed), counting(turned - 1));
-        run(&driver, &timer, ticks + 1 - turned);
+        run_by(TICK, &driver, &timer, ticks + 1 - turned);
         assert_eq!(steady.load(Ordering::Relaxed), counting(ticks));
         assert_eq!(timer.pending_timeouts(), 0);
     }
@@ -1035,9 +1023,9 @@ mod trim_tests {
         let (fired, hour) = (Arc::default(), Arc::default());
         schedule(&timer, 3, |_| Duration::from_secs(3600), &hour);
         schedule(&timer, BURST, |_| TICK * 5, &fired);
-        let burst = run(&driver, &timer, 4);
+        let burst = run_by(TICK, &driver, &timer, 4);
         assert_eq!(fired.load(Ordering::Relaxed), 0);
-        run(&driver, &timer, 2);
+        run_by(TICK, &driver, &timer, 2);
         assert_eq!(fired.load(Ordering::Relaxed), counting(BURST));
         assert_eq!(
             held_bytes(&timer),
