@@ -103,46 +103,32 @@ impl<T> Wheel<T> {
 
     /// The next round at which a far slot's range starts, past the horizon, if any is occupied.
     pub(super) fn next_cascade_round(&self) -> Option<u64> {
-        let mut best: Option<u64> = None;
-        for (level, &word) in self.far_occupied.iter().enumerate() {
-            if word == 0 {
-                continue;
-            }
-            let shift = LEVEL_BITS * level as u32;
-            let digit = (self.horizon >> shift) & (LEVEL_SLOTS as u64 - 1);
-            // Every occupied slot is ahead of the horizon's digit (an entry's round differs
-            // from the horizon first at its level, upwards).
-            debug_assert_eq!(word & (u64::MAX >> (63 - digit)), 0);
-            let slot = u64::from(word.trailing_zeros());
-            let group = self
-                .horizon
-                .checked_shr(shift + LEVEL_BITS)
-                .map_or(0, |g| g << (shift + LEVEL_BITS));
-            let start = group + (slot << shift);
-            best = Some(best.map_or(start, |b| b.min(start)));
-        }
-        best
+        self.occupied_far_starts().map(|s| s.0).min()
     }
 
     /// The list index of the occupied far slot that starts first (it holds the earliest far
     /// entries: a round waits in one slot only).
     pub(super) fn first_far_slot(&self) -> Option<usize> {
-        let mut best: Option<(u64, usize)> = None;
-        for (level, &word) in self.far_occupied.iter().enumerate() {
-            if word == 0 {
-                continue;
-            }
+        self.occupied_far_starts().min_by_key(|s| s.0).map(|s| s.1)
+    }
+
+    /// Each occupied level's first occupied far slot: the round its range starts at, and its
+    /// list index.
+    fn occupied_far_starts(&self) -> impl Iterator<Item = (u64, usize)> + '_ {
+        let occupied = self.far_occupied.iter().enumerate();
+        occupied.filter(|w| *w.1 != 0).map(|(level, &word)| {
             let shift = LEVEL_BITS * level as u32;
+            let digit = (self.horizon >> shift) & (LEVEL_SLOTS as u64 - 1);
+            // Every occupied slot is ahead of the horizon's digit (an entry's round differs
+            // from the horizon first at its level, upwards).
+            debug_assert_eq!(word & (u64::MAX >> (63 - digit)), 0);
             let slot = word.trailing_zeros() as usize;
             let group = self
                 .horizon
                 .checked_shr(shift + LEVEL_BITS)
                 .map_or(0, |g| g << (shift + LEVEL_BITS));
             let start = group + ((slot as u64) << shift);
-            if best.is_none_or(|(s, _)| start < s) {
-                best = Some((start, self.buckets.len() + level * LEVEL_SLOTS + slot));
-            }
-        }
-        best.map(|(_, b)| b)
+            (start, self.buckets.len() + level * LEVEL_SLOTS + slot)
+        })
     }
 }
