@@ -23,13 +23,6 @@ pub(crate) struct ChunkCursor {
 }
 
 impl ChunkCursor {
-    fn with_wakers() -> ChunkCursor {
-        ChunkCursor {
-            wakers: true,
-            ..ChunkCursor::default()
-        }
-    }
-
     /// A fresh state for position `at` of the batch with `spans`. The batch takes this cursor's
     /// cells in order (same lock, every state pushed), so a cell follows from its position
     /// ([`CellSpan`]). The handle's is the one count per timeout: queued ones share their span's.
@@ -108,54 +101,44 @@ impl ChunkCursor {
     }
 }
 
-/// A queue shard's two cursors: its tasks' chunks, and its futures' (with waker slots).
-pub(crate) struct ShardCursors {
-    tasks: ChunkCursor,
-    futures: ChunkCursor,
-}
+/// A queue shard's two cursors, indexed by `usize::from(wakers)`: its tasks' chunks, and its
+/// futures' (with waker slots).
+pub(crate) struct ShardCursors([ChunkCursor; 2]);
 
 impl Default for ShardCursors {
     fn default() -> Self {
-        ShardCursors {
-            tasks: ChunkCursor::default(),
-            futures: ChunkCursor::with_wakers(),
-        }
+        ShardCursors([false, true].map(|wakers| ChunkCursor {
+            wakers,
+            ..ChunkCursor::default()
+        }))
     }
 }
 
 impl ShardCursors {
     #[inline]
     pub(crate) fn of(&mut self, wakers: bool) -> &mut ChunkCursor {
-        if wakers {
-            &mut self.futures
-        } else {
-            &mut self.tasks
-        }
+        &mut self.0[usize::from(wakers)]
     }
 
     /// For `stop()`: the cursors hold handles on the timer.
     pub(crate) fn clear(&mut self) {
-        self.tasks.clear();
-        self.futures.clear();
+        self.0.iter_mut().for_each(ChunkCursor::clear);
     }
 
-    pub(super) fn add_spares(
-        &mut self,
-        tasks: &mut Vec<SpareChunk>,
-        futures: &mut Vec<SpareChunk>,
-    ) {
-        self.tasks.add_spares(tasks);
-        self.futures.add_spares(futures);
+    /// Takes the worker's spares of this shard, of each kind, from `from`.
+    pub(super) fn add_spares(&mut self, from: &mut [Vec<SpareChunk>; 2]) {
+        for (cursor, from) in self.0.iter_mut().zip(from) {
+            cursor.add_spares(from);
+        }
     }
 
     pub(crate) fn clear_spares(&mut self) {
-        self.tasks.clear_spares();
-        self.futures.clear_spares();
+        self.0.iter_mut().for_each(ChunkCursor::clear_spares);
     }
 
     #[cfg(test)]
     pub(crate) fn spare_count(&self) -> usize {
-        self.tasks.spares.len() + self.futures.spares.len()
+        self.0.iter().map(|cursor| cursor.spares.len()).sum()
     }
 }
 

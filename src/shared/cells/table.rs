@@ -23,11 +23,10 @@ pub(crate) struct ChunkTable {
     /// other, and the worker takes a shard's batches in order). Per kind too, as a batch may
     /// alternate between its shard's two chunks (test `interleaved_tasks_and_futures_...`).
     latest: [[u32; 2]; SHARDS],
-    /// Per queue shard, chunks let go of with nothing else holding them, for the shard's
-    /// cursors to reuse (`SpareChunk`), handed over as the worker next takes the shard's batch.
-    /// Tasks' chunks, and futures' (with waker slots).
-    spares: [Vec<SpareChunk>; SHARDS],
-    wake_spares: [Vec<SpareChunk>; SHARDS],
+    /// Per queue shard and kind (as `latest`), chunks let go of with nothing else holding them,
+    /// for the shard's cursors to reuse (`SpareChunk`), handed over as the worker next takes the
+    /// shard's batch.
+    spares: [[Vec<SpareChunk>; 2]; SHARDS],
 }
 
 /// A slot of the table: a free id, or a chunk (out of the table while its cells are being
@@ -60,8 +59,7 @@ impl ChunkTable {
         ChunkTable {
             chunks: Slab::new(),
             latest: [[NO_INDEX; 2]; SHARDS],
-            spares: std::array::from_fn(|_| Vec::new()),
-            wake_spares: std::array::from_fn(|_| Vec::new()),
+            spares: std::array::from_fn(|_| Default::default()),
         }
     }
 
@@ -72,16 +70,16 @@ impl ChunkTable {
     /// Spare chunks kept for the shards: tasks' and futures'.
     #[cfg(test)]
     pub(crate) fn spare_counts(&self) -> (usize, usize) {
-        let count = |s: &[Vec<SpareChunk>]| s.iter().map(Vec::len).sum();
-        (count(&self.spares), count(&self.wake_spares))
+        let count = |kind: usize| self.spares.iter().map(|s| s[kind].len()).sum();
+        (count(0), count(1))
     }
 
     /// Hands shard `shard`'s cursors their spare chunks (as the worker takes its batch).
     #[inline]
     pub(crate) fn lend_spares(&mut self, shard: usize, cursors: &mut ShardCursors) {
-        let (tasks, futures) = (&mut self.spares[shard], &mut self.wake_spares[shard]);
-        if !tasks.is_empty() || !futures.is_empty() {
-            cursors.add_spares(tasks, futures);
+        let spares = &mut self.spares[shard];
+        if spares.iter().any(|s| !s.is_empty()) {
+            cursors.add_spares(spares);
         }
     }
 
@@ -93,11 +91,7 @@ impl ChunkTable {
     /// A chunk let go of by the worker: kept as a spare if that was its last reference.
     #[inline]
     pub(super) fn release(&mut self, chunk: ChunkRef) {
-        let spares = if chunk.has_wakers() {
-            &mut self.wake_spares[chunk.shard()]
-        } else {
-            &mut self.spares[chunk.shard()]
-        };
+        let spares = &mut self.spares[chunk.shard()][usize::from(chunk.has_wakers())];
         if spares.len() < SPARE_CHUNKS {
             if let Some(spare) = chunk.into_spare() {
                 spares.push(spare);
@@ -182,8 +176,7 @@ impl ChunkTable {
         if self.held() == 0 {
             *self = ChunkTable::new();
         } else {
-            self.spares = std::array::from_fn(|_| Vec::new());
-            self.wake_spares = std::array::from_fn(|_| Vec::new());
+            self.spares = std::array::from_fn(|_| Default::default());
         }
     }
 
