@@ -419,9 +419,3 @@ impl<B, S> ShardGuard<'_, B, S> {
         (&mut shard.data, &mut shard.items)
     }
 }
-
-impl<B, S> std::fmt::Debug for Queue<B, S> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Queue").finish_non_exhaustive()
-    }
-}

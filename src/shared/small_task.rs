@@ -195,14 +195,6 @@ impl Drop for SmallTask {
     }
 }
 
-impl std::fmt::Debug for SmallTask {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SmallTask")
-            .field("words", &self.words())
-            .finish()
-    }
-}
-
 /// A task on its way through the queue: its table, its words following in the batch's vector
 /// of words, in push order (see [`SmallTask::enqueue`]). 8 bytes.
 #[derive(Debug)]

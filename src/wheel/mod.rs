@@ -113,6 +113,7 @@ impl<T> Wheel<T> {
         }
     }
 
+    #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
         self.nodes.live()
     }

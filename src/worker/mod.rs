@@ -92,15 +92,6 @@ pub(crate) struct Worker<J: Stored = BoxedTask> {
     deferred_trims: u32,
 }
 
-impl<J: Stored> std::fmt::Debug for Worker<J> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Worker")
-            .field("tick", &self.tick)
-            .field("entries", &self.wheel.len())
-            .finish()
-    }
-}
-
 impl<J: Stored> Worker<J> {
     pub(crate) fn new(tick_nanos: u64, wheel_len: usize, executor: Option<Executor>) -> Worker<J> {
         Worker {
