@@ -9,6 +9,7 @@ pub(crate) const LATENESS_CLASSES: usize = 8;
 
 /// Only the worker writes its running totals; refusing producers count `refused`, and a shutdown
 /// `cancelled_at_shutdown`. Every access is Relaxed: nothing is ordered by them.
+#[derive(Default)]
 pub(crate) struct Counters {
     pub(crate) expired: process::AtomicU64,
     pub(crate) cancelled: process::AtomicU64,
@@ -45,21 +46,6 @@ impl Counters {
     pub(crate) fn drop_task<T>(&self, task: T) {
         if !super::drop_caught(task) {
             self.user_code_panicked("a task's Drop");
-        }
-    }
-
-    pub(super) fn new() -> Counters {
-        let zero = || process::AtomicU64::new(0);
-        Counters {
-            expired: zero(),
-            cancelled: zero(),
-            cancelled_at_shutdown: zero(),
-            panicked: zero(),
-            refused: zero(),
-            late_max: zero(),
-            longest_run: zero(),
-            slow_runs: zero(),
-            lateness: std::array::from_fn(|_| zero()),
         }
     }
 }

@@ -240,7 +240,7 @@ impl<J: Stored> Shared<J> {
             planned: AtomicU64::new(AWAKE),
             tick: AtomicU64::new(0),
             wakeups: AtomicU64::new(0),
-            counters: Counters::new(),
+            counters: Counters::default(),
             tick_nanos,
             wheel_len,
             // The wheel's key space bounds any limit.
