@@ -6,7 +6,6 @@ use crate::clock::Clock;
 use crate::error::BuildError;
 use crate::shared::{Executor, Shared, Stored};
 use crate::sync::Arc;
-use crate::wheel::normalize_ticks_per_wheel;
 use crate::worker::Worker;
 use crate::TypedTask;
 use std::fmt;
@@ -290,7 +289,7 @@ impl Builder {
                 requested: self.ticks_per_wheel,
             });
         }
-        let wheel_len = normalize_ticks_per_wheel(self.ticks_per_wheel);
+        let wheel_len = self.ticks_per_wheel.next_power_of_two(); // Netty's normalizeTicksPerWheel
         let mut tick = self.tick;
         if tick < Duration::from_millis(1) {
             crate::shared::log_caught(

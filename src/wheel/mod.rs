@@ -81,11 +81,6 @@ const TRIM_NANOS_PER_SLOT: u64 = 5;
 /// The fewest pages a slab needs for a trim to look at it: a small timer's are not worth a pass.
 const TRIM_MIN_PAGES: usize = 4;
 
-/// Netty's `normalizeTicksPerWheel`; the caller has checked `1 <= ticks <= 2^30`.
-pub(crate) fn normalize_ticks_per_wheel(ticks: usize) -> usize {
-    ticks.next_power_of_two()
-}
-
 impl<T> Wheel<T> {
     pub(crate) fn new(tick_nanos: u64, wheel_len: usize) -> Self {
         assert!(wheel_len.is_power_of_two() && tick_nanos > 0);
@@ -597,15 +592,6 @@ mod tests {
             by_definition.push((500, 11 * MS + 500));
             assert_eq!(expire_then_the_rest(w, middle), by_definition);
         }
-    }
-
-    #[test]
-    fn rounds_up_to_power_of_two() {
-        assert_eq!(normalize_ticks_per_wheel(1), 1);
-        assert_eq!(normalize_ticks_per_wheel(3), 4);
-        assert_eq!(normalize_ticks_per_wheel(512), 512);
-        assert_eq!(normalize_ticks_per_wheel(513), 1024);
-        assert_eq!(normalize_ticks_per_wheel(1 << 30), 1 << 30);
     }
 
     /// A wheel of 2^30 buckets allocates bucket pages only where entries land, fires them as
