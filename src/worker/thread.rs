@@ -254,35 +254,28 @@ mod tests {
     use std::time::Duration;
 
     /// A worker thread that unwinds (a bug of the crate's: user code, the logger included, is
-    /// caught) stops its timer, which leaves the live-timer count then. It stayed counted for
-    /// good: the owner's `stop()` and drop found the timer stopped and returned at once.
+    /// caught) stops its timer, which leaves the live-timer count then, also on a process whose
+    /// logger panics on the report, which goes on. The timer stayed counted for good (the
+    /// owner's `stop()` and drop found it stopped and returned at once), and the report's panic
+    /// escaped the guard's `Drop` during the unwind, which aborted the process (every timer in
+    /// it lost).
     #[test]
-    fn a_worker_thread_that_unwinds_leaves_the_live_timer_count() {
-        let timer = HashedWheelTimer::new(Duration::from_millis(100), 1);
-        let shared = Arc::clone(&timer.shared);
-        let unwound = std::thread::spawn(move || {
-            let _loud = StopOnUnwind(&shared);
-            panic!("a bug of the worker thread (simulated)");
-        })
-        .join();
-        assert!(unwound.is_err());
-        assert!(timer.is_stopped());
-        assert!(!timer.shared.in_live_timer_count());
-    }
-
-    /// A worker thread that unwinds, on a process whose logger panics on the report: the timer
-    /// is stopped all the same, and the process goes on. The report's panic escaped the guard's
-    /// `Drop` during the unwind, which aborted the process (every timer in it lost).
-    #[test]
-    fn a_worker_thread_that_unwinds_stops_its_timer_when_the_logger_panics() {
-        let timer = HashedWheelTimer::new(Duration::from_millis(100), 1);
-        let shared = Arc::clone(&timer.shared);
-        let returned = loud_logger::on_a_loud_thread(move || {
-            let _loud = StopOnUnwind(&shared);
-            panic!("a bug of the worker thread (simulated)");
-        });
-        assert!(!returned);
-        assert!(timer.is_stopped());
-        assert!(!timer.shared.in_live_timer_count());
+    fn a_worker_thread_that_unwinds_stops_its_timer_and_leaves_the_live_timer_count() {
+        for loud in [false, true] {
+            let timer = HashedWheelTimer::new(Duration::from_millis(100), 1);
+            let shared = Arc::clone(&timer.shared);
+            let unwind = move || {
+                let _loud = StopOnUnwind(&shared);
+                panic!("a bug of the worker thread (simulated)");
+            };
+            let returned = if loud {
+                loud_logger::on_a_loud_thread(unwind)
+            } else {
+                std::thread::spawn(unwind).join().is_ok()
+            };
+            assert!(!returned, "loud logger: {loud}");
+            assert!(timer.is_stopped(), "loud logger: {loud}");
+            assert!(!timer.shared.in_live_timer_count(), "loud logger: {loud}");
+        }
     }
 }
