@@ -208,41 +208,34 @@ fn tighten_timer_slack(tick_nanos: u64) {
 fn tighten_timer_slack(_tick_nanos: u64) {}
 
 /// Sleeps until the end of `tick` (`u64::MAX`: until unparked); may return early.
-#[cfg(not(loom))]
-fn sleep_until_end_of<J: Stored>(shared: &Shared<J>, tick: u64) {
-    if tick == u64::MAX {
-        thread::park();
-        return;
-    }
-    let wake_at = tick.saturating_add(1).saturating_mul(shared.tick_nanos);
-    let now = shared.clock.now();
-    if wake_at > now {
-        thread::park_timeout(std::time::Duration::from_nanos(wake_at - now));
-    }
-}
-
+///
 /// Under loom a bounded sleep jumps the manual clock to its end; an unbounded one parks, so a
 /// lost wake-up deadlocks. If the model holds the clock (`loom_hooks::hold_clock`), a bounded
 /// sleep parks too, until `loom_hooks::advance_clock` ends the planned tick as an OS timer would.
-#[cfg(loom)]
 fn sleep_until_end_of<J: Stored>(shared: &Shared<J>, tick: u64) {
     if tick == u64::MAX {
         thread::park();
         return;
     }
-    use crate::sync::{fence, Ordering};
-
     let wake_at = tick.saturating_add(1).saturating_mul(shared.tick_nanos);
+    #[cfg(not(loom))]
+    {
+        let now = shared.clock.now();
+        if wake_at > now {
+            thread::park_timeout(std::time::Duration::from_nanos(wake_at - now));
+        }
+    }
+    #[cfg(loom)]
     if crate::sync::loom_hooks::clock_held() {
         // The model's clock is real time, which no memory ordering hides from a sleeper: this
         // fence and `advance_clock`'s make sure we see the time or the clock sees our plan.
-        fence(Ordering::SeqCst);
+        crate::sync::fence(crate::sync::Ordering::SeqCst);
         if shared.clock.now() < wake_at {
             thread::park();
         }
-        return;
+    } else {
+        shared.clock.advance_to(wake_at);
     }
-    shared.clock.advance_to(wake_at);
 }
 
 #[cfg(test)]
