@@ -129,13 +129,8 @@ impl SpareChunk {
 }
 
 /// A chunk of timeout states, as a queued batch and the worker's chunk table hold it.
+#[derive(Clone)]
 pub(crate) struct ChunkRef(pub(super) Arc<Chunk>);
-
-impl Clone for ChunkRef {
-    fn clone(&self) -> Self {
-        ChunkRef(Arc::clone(&self.0))
-    }
-}
 
 impl ChunkRef {
     #[inline]

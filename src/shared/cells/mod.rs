@@ -129,6 +129,7 @@ impl Cell {
 }
 
 /// A reference to a timeout's cell in its chunk (the module's state table; reuse: "Spares").
+#[derive(Clone)]
 #[allow(unreachable_pub)]
 pub struct CellRef {
     chunk: Arc<Chunk>,
@@ -138,15 +139,6 @@ pub struct CellRef {
 impl std::fmt::Debug for CellRef {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.cell().state_name())
-    }
-}
-
-impl Clone for CellRef {
-    fn clone(&self) -> Self {
-        CellRef {
-            chunk: Arc::clone(&self.chunk),
-            tag: self.tag,
-        }
     }
 }
 
