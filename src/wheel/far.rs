@@ -91,7 +91,7 @@ impl<T> Wheel<T> {
             }
             let mut cursor = self.list(b).head;
             *self.list_mut(b) = EMPTY_LIST;
-            self.set_occupied(b, false);
+            self.clear_occupied(b);
             while cursor != NO_INDEX {
                 let node = &self.nodes[cursor];
                 let (next, fire) = (node.next, self.calculated(node.deadline));

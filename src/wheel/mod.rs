@@ -227,12 +227,6 @@ impl<T> Wheel<T> {
     /// Unlinks and returns the entry under `key`; panics if it is not live (a worker bug).
     #[inline]
     pub(crate) fn remove(&mut self, key: u32) -> T {
-        self.unlink(key, None)
-    }
-
-    /// Unlinks `key` (`bucket`: its bucket, if the caller knows it), looking the node up once.
-    #[inline]
-    fn unlink(&mut self, key: u32, bucket: Option<usize>) -> T {
         let node = self.nodes.remove(key);
         let (prev, next, deadline) = (node.prev, node.next, node.deadline);
         let item = node.item.expect("the slab gives a live node");
@@ -243,7 +237,7 @@ impl<T> Wheel<T> {
             self.nodes[next].prev = prev;
         }
         if prev == NO_INDEX || next == NO_INDEX {
-            let b = bucket.unwrap_or_else(|| self.bucket_of_end(key, deadline));
+            let b = self.bucket_of_end(key, deadline);
             let list = self.list_mut(b);
             if prev == NO_INDEX {
                 list.head = next;
@@ -256,7 +250,7 @@ impl<T> Wheel<T> {
                 if b < self.buckets.len() {
                     self.buckets.get_mut(b).min_fire = u64::MAX;
                 }
-                self.set_occupied(b, false);
+                self.clear_occupied(b);
             }
         }
         if self.nodes.live() == 0 {
@@ -407,7 +401,7 @@ impl<T> Wheel<T> {
     fn close_walked_bucket(&mut self, b: usize, kept: u32, min_fire: u64) {
         if kept == NO_INDEX {
             *self.buckets.get_mut(b) = EMPTY_BUCKET;
-            self.set_occupied(b, false);
+            self.clear_occupied(b);
         } else {
             self.nodes[kept].next = NO_INDEX;
             let bucket = self.buckets.get_mut(b);

@@ -1,5 +1,5 @@
 //! The occupancy bitmap: a bit per non-empty bucket and far slot (`wheel` docs, "Occupancy").
-//! Owns [`Wheel::set_occupied`] (an insert sets its list's bit itself, where it links the
+//! Owns [`Wheel::clear_occupied`] (an insert sets its list's bit itself, where it links the
 //! entry) and [`Wheel::next_fire_tick`]. Touches nothing of the crate.
 
 use super::far::LEVEL_SLOTS;
@@ -12,17 +12,14 @@ use super::Wheel;
 pub(super) const SEARCH_BUCKETS: u64 = 1 << 18;
 
 impl<T> Wheel<T> {
+    /// Clears list `b`'s bit: a bucket or far slot emptied.
     #[inline]
-    pub(super) fn set_occupied(&mut self, b: usize, on: bool) {
+    pub(super) fn clear_occupied(&mut self, b: usize) {
         let (word, bit) = match b.checked_sub(self.buckets.len()) {
             None => (&mut self.occupied[b / 64], b % 64),
             Some(i) => (&mut self.far_occupied[i / LEVEL_SLOTS], i % LEVEL_SLOTS),
         };
-        if on {
-            *word |= 1 << bit;
-        } else {
-            *word &= !(1 << bit);
-        }
+        *word &= !(1 << bit);
     }
 
     /// The earliest tick `>= from` with work: an entry may fire, or far entries move down (done
