@@ -19,12 +19,10 @@ const DETACHED: bool = false;
 /// `push`'s `exempt`: the timeout counts against a pending limit.
 const LIMITED: bool = false;
 
-/// Decides the kind of chunk the cell comes from: a future's has waker slots.
-#[derive(Clone, Copy)]
-enum OnExpiry {
-    RunTask,
-    WakeFuture,
-}
+/// `push`'s `wakers`: the kind of chunk the cell comes from, a task's or a future's (with waker
+/// slots, for its expiry to wake).
+const RUN_TASK: bool = false;
+const WAKE_FUTURE: bool = true;
 
 /// A future's job: wake it. Zero-sized, so it takes no words.
 struct WakeJob;
@@ -64,7 +62,7 @@ impl<J: Stored> Shared<J> {
         deadline: u64,
         now: u64,
     ) -> Result<CellRef, TimerError> {
-        self.push::<WITH_HANDLE>(job, deadline, now, OnExpiry::RunTask, LIMITED)
+        self.push::<WITH_HANDLE>(job, deadline, now, RUN_TASK, LIMITED)
             .map(|state| state.expect("a state for the handle"))
     }
 
@@ -77,11 +75,11 @@ impl<J: Stored> Shared<J> {
         delay: Duration,
     ) -> Result<(), TimerError> {
         let (deadline, now) = self.due_after(delay);
-        self.push::<DETACHED>(job, deadline, now, OnExpiry::RunTask, LIMITED)
+        self.push::<DETACHED>(job, deadline, now, RUN_TASK, LIMITED)
             .map(|_| ())
     }
 
-    /// Queues a timeout, its cell from `on_expiry`'s cursor; its state, when `HANDLE`. An
+    /// Queues a timeout, its cell from a chunk of kind `wakers`; its state, when `HANDLE`. An
     /// `exempt` timeout counts as pending but passes a pending limit (not the key space).
     #[inline]
     fn push<const HANDLE: bool>(
@@ -89,7 +87,7 @@ impl<J: Stored> Shared<J> {
         job: impl Enqueue<J>,
         deadline: u64,
         now: u64,
-        on_expiry: OnExpiry,
+        wakers: bool,
         exempt: bool,
     ) -> Result<Option<CellRef>, TimerError> {
         let limited = self.max_pending != 0;
@@ -102,7 +100,7 @@ impl<J: Stored> Shared<J> {
             // Counted before `job` drops (at the return): its `Drop` is user code.
             self.reserve_below(bound).map_err(|e| self.refuse(e))?;
         }
-        let state = self.push_in_shard::<HANDLE>(job, deadline, on_expiry, limited)?;
+        let state = self.push_in_shard::<HANDLE>(job, deadline, wakers, limited)?;
         // No re-check against `stop()`: it sets SHUTDOWN before taking each shard, so this push
         // preceded the take (`stop()` returns it) or saw SHUTDOWN. No fence before reading the
         // plan: the worker publishes it before looking at the shards under their locks, so it
@@ -117,7 +115,7 @@ impl<J: Stored> Shared<J> {
         self: &Arc<Self>,
         job: impl Enqueue<J>,
         deadline: u64,
-        on_expiry: OnExpiry,
+        wakers: bool,
         limited: bool,
     ) -> Result<Option<CellRef>, TimerError> {
         let mut shard = self.timeouts.my_shard();
@@ -134,9 +132,7 @@ impl<J: Stored> Shared<J> {
         if !limited {
             self.take_credit(producer).map_err(|e| self.refuse(e))?;
         }
-        let cursor = producer
-            .cursors
-            .of(matches!(on_expiry, OnExpiry::WakeFuture));
+        let cursor = producer.cursors.of(wakers);
         Ok(items.push::<HANDLE>(cursor, self, shard_index, job, deadline))
     }
 
@@ -182,7 +178,7 @@ impl Shared {
         exempt: bool,
     ) -> Result<CellRef, TimerError> {
         let job = BoxedTask::new(WakeJob);
-        self.push::<WITH_HANDLE>(job, deadline, now, OnExpiry::WakeFuture, exempt)
+        self.push::<WITH_HANDLE>(job, deadline, now, WAKE_FUTURE, exempt)
             .map(|state| state.expect("a state for the handle"))
     }
 }
