@@ -139,7 +139,10 @@ impl<J: Stored> Worker<J> {
         loop {
             shared.set_tick(tick);
             self.process_cancelled(shared);
-            self.transfer(shared, tick, cap);
+            // The transfer: up to `cap` queued timeouts, oldest first, into the buckets (chunks
+            // and spans: `shared::cells`, "Chunks, spans and spares: the protocol").
+            self.take_queued(shared);
+            self.move_into_buckets(shared, tick, cap);
             cap = TRANSFER_CAP;
             self.expire(shared, tick, now);
             if shared.is_shutdown() {
@@ -228,13 +231,6 @@ impl<J: Stored> Worker<J> {
             self.tally.cancelled += unlinked as u64;
         }
         recycle(&mut self.cancellations);
-    }
-
-    /// Moves up to `cap` queued timeouts, oldest first, into the buckets, as of `tick` (chunks
-    /// and spans: `shared::cells`, "Chunks, spans and spares: the protocol").
-    fn transfer(&mut self, shared: &Shared<J>, tick: u64, cap: u64) {
-        self.take_queued(shared);
-        self.move_into_buckets(shared, tick, cap);
     }
 
     /// Takes each shard's batch into the inbox, handing the shard an emptied batch and its
