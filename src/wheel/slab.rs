@@ -63,12 +63,6 @@ pub(crate) struct Slab<S, const BITS: u32 = PAGE_BITS, const LANES: usize = 1> {
     holes: [Vec<u32>; LANES],
 }
 
-impl<S: Vacancy, const BITS: u32, const LANES: usize> Default for Slab<S, BITS, LANES> {
-    fn default() -> Self {
-        Slab::new()
-    }
-}
-
 impl<S: Vacancy, const BITS: u32, const LANES: usize> Slab<S, BITS, LANES> {
     const PAGE: usize = {
         assert!(BITS >= 2 && BITS < 32 && LANES.is_power_of_two() && LANES <= 256);
@@ -373,7 +367,7 @@ impl<S: Vacancy, const BITS: u32, const LANES: usize> Slab<S, BITS, LANES> {
     /// the slab's `Drop`).
     pub(crate) fn release(&mut self) {
         // Emptied first, so that a value's drop that panics leaves an empty slab behind.
-        drop(std::mem::take(self));
+        drop(std::mem::replace(self, Slab::new()));
     }
 
     /// Empties the slab and gives its memory back; the values, in key order.
