@@ -6,14 +6,11 @@ use crate::shared::{sealed, Stored};
 /// An expired task and its state, for the executor. Run, it counts a panic of the task; dropped
 /// unrun (the executor refuses it, panics or shuts down), it drops the task catching a panic of
 /// its `Drop`, perhaps while the executor unwinds.
-pub(super) struct ExecutorJob<J: Stored> {
-    pub(super) task: Option<J>,
-    pub(super) state: Option<CellRef>,
-}
+pub(super) struct ExecutorJob<J: Stored>(pub(super) Option<(J, CellRef)>);
 
 impl<J: Stored> ExecutorJob<J> {
     pub(super) fn run(mut self) {
-        let (Some(task), Some(state)) = (self.task.take(), self.state.take()) else {
+        let Some((task, state)) = self.0.take() else {
             return;
         };
         let (state, ran) = sealed::TaskStorage::run_stored(task, state);
@@ -31,7 +28,7 @@ impl<J: Stored> Drop for ExecutorJob<J> {
     /// One dropped as the executor unwinds is not: its panic is logged once caught, and a logger
     /// (user code) that panicked here would abort the process.
     fn drop(&mut self) {
-        if let (Some(task), Some(state)) = (self.task.take(), self.state.take()) {
+        if let Some((task, state)) = self.0.take() {
             // The task first: its drop is counted (and its panic caught) whatever the logger does.
             state.chunk_timer().counters().drop_task(task);
             if !std::thread::panicking() {

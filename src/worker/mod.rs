@@ -568,10 +568,7 @@ fn run_on_executor<J: Stored>(
     state: CellRef,
 ) -> (CellRef, bool) {
     // The executor's job outlives this call: it takes a reference of its own.
-    let job = ExecutorJob {
-        task: Some(J::from_entry(entry, tasks)),
-        state: Some(state.clone()),
-    };
+    let job = ExecutorJob(Some((J::from_entry(entry, tasks), state.clone())));
     let job: Box<dyn FnOnce() + Send> = Box::new(move || job.run());
     // A panicking executor drops the job it was given, run or not: the task is then dropped
     // once, by the job, and the timeout stays expired.
