@@ -362,20 +362,13 @@ impl<J: Stored> Worker<J> {
         self.cancellations = cancellations;
     }
 
-    /// Gives a drained burst's memory back while timeouts still wait: the wheel's pages with no
-    /// entry and the task words' empty pages (`docs/performance.md`, "Trim after a burst"),
-    /// at the end of a turn, whether the worker goes idle or turns again at the end of this
-    /// tick. A trim relinks every free slot, O(slots), so it runs only when it may give
-    /// something back (a slot was freed since the last one, and the slab is under a quarter
-    /// full), and then at most once per [`TRIM_NANOS`] of timer time, each trim that gives
-    /// nothing back doubling the wait (up to 2^[`TRIM_BACKOFF`] times); or before a sleep of
-    /// that long (`plan`), so that a timer going quiet keeps no burst's pages, unless a producer
-    /// cut the sleep the last trim came before short (then that trim's wait holds). Only when
-    /// the pass ends before the end of the planned tick (`Wheel::trim_cost`): a trim never
-    /// makes a timeout late. And on a turn that ran no task, as a thread a task woke may be
-    /// waiting for this one's CPU; a turn that did asks to look again at the end of the next
-    /// tick (the return), and after [`TRIM_DEFERRALS`] such turns since the last trim (a load
-    /// that runs tasks at every tick) the trim runs anyway. Other turns pay a few compares.
+    /// At the end of a turn that plans to wake at the end of tick `plan`: gives a drained
+    /// burst's memory back while timeouts still wait (`docs/performance.md`, "Trim after a
+    /// burst"). A trim runs if slots were freed since the last, at most once per [`TRIM_NANOS`]
+    /// of timer time (backing off after trims that gave nothing back) or before a sleep that
+    /// long; only if its pass ends before the end of tick `plan`, so it never makes a timeout
+    /// late; and on a turn that ran no task, or after [`TRIM_DEFERRALS`] turns that did. Those
+    /// ask to look again: `Some(tick)`, at the end of that tick. Other turns pay a few compares.
     pub(crate) fn trim_if_due(&mut self, shared: &Shared<J>, plan: u64) -> Option<u64> {
         let quiet = std::mem::replace(&mut self.ended_at_turn, self.ended) == self.ended;
         let sleeps_long = plan.saturating_sub(self.tick) >= trim_ticks(shared);
