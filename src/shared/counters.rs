@@ -41,6 +41,15 @@ impl Counters {
         );
     }
 
+    /// Counts a caught panic of user code unless it `returned` (as `catch_user_panic` and
+    /// `drop_caught` report).
+    #[inline]
+    pub(crate) fn caught(&self, returned: bool, what: &str) {
+        if !returned {
+            self.user_code_panicked(what);
+        }
+    }
+
     /// Drops a task that will not run (cancelled, or left at a stop), counting a `Drop` panic.
     #[inline]
     pub(crate) fn drop_task<T>(&self, task: T) {

@@ -209,21 +209,18 @@ where
     /// Drops the last task's waker and the sleeps armed for it, outside `state`.
     fn drop_last_task(&self, (task, sleeps): (Option<Arc<Waker>>, Sleeps<S>)) {
         self.drop_sleeps(sleeps);
-        if !drop_caught(task) {
-            self.shared
-                .counters
-                .user_code_panicked("a driver's task waker");
-        }
+        self.shared
+            .counters
+            .caught(drop_caught(task), "a driver's task waker");
     }
 
     /// Wakes the `Drive`'s task and lets go of this copy; a panic of the runtime's waker (its
     /// wake, or its drop if the copy was the last) is caught and counted.
     fn wake_task(&self, task: Arc<Waker>) {
-        if !catch_user_panic(|| task.wake_by_ref()) || !drop_caught(task) {
-            self.shared
-                .counters
-                .user_code_panicked("a driver's task waker");
-        }
+        let returned = catch_user_panic(|| task.wake_by_ref()) && drop_caught(task);
+        self.shared
+            .counters
+            .caught(returned, "a driver's task waker");
     }
 
     /// One turn (if due), then the sleeps for the ticks planned.
@@ -328,11 +325,9 @@ impl<F, S> Driver<F, S> {
     /// the turn and the sleeps it arms, still runs).
     fn drop_sleeps(&self, sleeps: impl IntoIterator<Item = (u64, Pin<Box<S>>)>) {
         for (_, sleep) in sleeps {
-            if !drop_caught(sleep) {
-                self.shared
-                    .counters
-                    .user_code_panicked("a driver's runtime sleep");
-            }
+            self.shared
+                .counters
+                .caught(drop_caught(sleep), "a driver's runtime sleep");
         }
     }
 
@@ -357,9 +352,9 @@ impl<F, S> Driver<F, S> {
         }
         drop(control);
         // Outside `control`: the runtime's waker is user code.
-        if !drop_caught(waker) {
-            shared.counters.user_code_panicked("a driver's waker");
-        }
+        shared
+            .counters
+            .caught(drop_caught(waker), "a driver's waker");
     }
 }
 
@@ -437,9 +432,10 @@ where
         if !stored {
             let replaced = lock(&inner.shared.control).driver_waker.replace(task);
             // Under a catch, as the last task's waker: this copy may be the last.
-            if !drop_caught(replaced) {
-                inner.shared.counters.user_code_panicked("a driver's waker");
-            }
+            inner
+                .shared
+                .counters
+                .caught(drop_caught(replaced), "a driver's waker");
         }
         if super::start(&inner.shared).is_err() || inner.run() {
             return Poll::Ready(());
@@ -460,12 +456,10 @@ impl<F, S> Drop for Drive<F, S> {
         self.inner.detach();
         // Last, each under a catch and counted, as in a poll: the runtime's waker and sleeps
         // are user code, and the ticks are handed back whatever their drops do.
-        if !drop_caught(task) {
-            self.inner
-                .shared
-                .counters
-                .user_code_panicked("a driver's waker");
-        }
+        self.inner
+            .shared
+            .counters
+            .caught(drop_caught(task), "a driver's waker");
         self.inner.drop_sleeps(sleeps);
     }
 }

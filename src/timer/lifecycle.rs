@@ -245,8 +245,7 @@ fn wake_driver<J: Stored>(shared: &Shared<J>) {
     for driver in drivers.iter().filter_map(Weak::upgrade) {
         // The task's waker is the runtime's code; so is the drop of a `Drive` gone meanwhile
         // (the last reference may be ours).
-        if !catch_user_panic(move || driver.wake_stopped()) {
-            shared.counters.user_code_panicked("a driver's waker");
-        }
+        let woken = catch_user_panic(move || driver.wake_stopped());
+        shared.counters.caught(woken, "a driver's waker");
     }
 }

@@ -119,9 +119,8 @@ impl<T> DelayQueue<T> {
             // panic; the queue's caller (an insert's, a reset's) is not its owner. The move has
             // woken the task to poll again, and the `Sleep` is armed: count the panic.
             Some(sleep) => {
-                if !catch_user_panic(|| sleep.rearm(shared, deadline, now)) {
-                    shared.counters.user_code_panicked("a DelayQueue's waker");
-                }
+                let rearmed = catch_user_panic(|| sleep.rearm(shared, deadline, now));
+                shared.counters.caught(rearmed, "a DelayQueue's waker");
             }
             None => self.sleep = Some(Sleep::exempt_at(shared, deadline, now)),
         }

@@ -161,20 +161,17 @@ impl<T> DelayQueue<T> {
     /// the waker's owner.
     pub(super) fn wake_waiting(&mut self) {
         if let Some(waker) = self.waker.take() {
-            if !catch_user_panic(|| waker.wake()) {
-                let counters = &self.timer.shared.counters;
-                counters.user_code_panicked("a DelayQueue's waker");
-            }
+            let woken = catch_user_panic(|| waker.wake());
+            let counters = &self.timer.shared.counters;
+            counters.caught(woken, "a DelayQueue's waker");
         }
     }
 
     /// Drops what holds the waiting task's waker (the `Sleep`, or the waker itself), counting
     /// a panic of the waker's drop as `wake_waiting` counts its wake's.
     pub(super) fn drop_waker_caught<W>(&self, holder: W) {
-        if !drop_caught(holder) {
-            let counters = &self.timer.shared.counters;
-            counters.user_code_panicked("a DelayQueue's waker");
-        }
+        let counters = &self.timer.shared.counters;
+        counters.caught(drop_caught(holder), "a DelayQueue's waker");
     }
 
     /// When the item under `key` is due.
