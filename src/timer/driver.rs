@@ -1,10 +1,10 @@
 //! The manual driver: [`ManualDriver`] runs a timer's worker on the caller's thread, on a clock
-//! moved by hand. Uses the shared state (clock, `Shared::worker`), the worker's `advance` and
-//! `lifecycle::worker_mut`.
+//! moved by hand. Uses the shared state (clock, `Shared::worker`), the worker's `advance`, and
+//! `lifecycle`'s `worker_mut` and `start_at_clock_tick`.
 
 use super::lifecycle;
 use crate::clock::duration_to_nanos;
-use crate::shared::{BoxedTask, ErasedWorker, Shared, Stored};
+use crate::shared::{BoxedTask, Shared, Stored};
 use crate::sync::{lock, thread, Arc};
 use std::fmt;
 use std::time::Duration;
@@ -116,31 +116,26 @@ impl<J: Stored> ManualDriver<J> {
         let Some(worker) = idle.as_mut() else {
             return; // stopped
         };
-        if self.shared.is_shutdown() {
-            // A `stop()` under way takes the worker next and returns what its wheel holds: leave
-            // it. Only when nobody will (the owner was dropped inside a task) drop it here.
-            if self.shared.owner_dropped_in_task() {
-                let worker = idle.take();
-                drop(idle);
-                drop(worker);
+        // Shut down, no turn: a `stop()` under way takes the worker next and returns what its
+        // wheel holds.
+        if !self.shared.is_shutdown() {
+            if !self.shared.is_started() {
+                return lifecycle::start_at_clock_tick(&self.shared, worker);
             }
-            return;
+            let worker = lifecycle::worker_mut::<J>(worker);
+            self.shared.set_worker_id(Some(thread::current().id()));
+            let now = self.shared.clock.now();
+            worker.advance(&self.shared, now);
+            // As on the worker thread: buffers are kept while producers work, given back once
+            // idle.
+            let plan = worker.planned_tick(&self.shared);
+            // A look the trim asks for comes with the next advance: the clock moves by hand.
+            let _ = worker.trim_if_due(&self.shared, plan);
+            if plan > worker.tick() {
+                worker.release_idle_buffers(&self.shared);
+            }
+            self.shared.set_worker_id(None);
         }
-        if !self.shared.is_started() {
-            return self.skip_unstarted_ticks(worker);
-        }
-        let worker = lifecycle::worker_mut::<J>(worker);
-        self.shared.set_worker_id(Some(thread::current().id()));
-        let now = self.shared.clock.now();
-        worker.advance(&self.shared, now);
-        // As on the worker thread: buffers are kept while producers work, given back once idle.
-        let plan = worker.planned_tick(&self.shared);
-        // A look the trim asks for comes with the next advance: the clock moves by hand.
-        let _ = worker.trim_if_due(&self.shared, plan);
-        if plan > worker.tick() {
-            worker.release_idle_buffers(&self.shared);
-        }
-        self.shared.set_worker_id(None);
         if self.shared.is_shutdown() && self.shared.owner_dropped_in_task() {
             // A task dropped the owner: nobody else will drop the worker, whose entries may
             // hold handles on this timer. Dropped unlocked: its tasks' drops may call in.
@@ -148,14 +143,6 @@ impl<J: Stored> ManualDriver<J> {
             drop(idle);
             drop(worker);
         }
-    }
-
-    /// Before the timer starts nothing is scheduled: the ticks the clock has passed ended empty,
-    /// and the worker goes on from the clock's tick, as a worker thread starts from it.
-    fn skip_unstarted_ticks(&self, worker: &mut ErasedWorker) {
-        let tick = self.shared.clock.now() / self.shared.tick_nanos;
-        lifecycle::worker_mut::<J>(worker).set_tick(tick);
-        self.shared.set_tick(tick);
     }
 
     /// The manual clock's time since the timer's origin.

@@ -62,6 +62,14 @@ fn end_at_stop<J: Stored>(state: CellRef) -> Option<Timeout<J>> {
     state.cancel_never_run().map(|state| Timeout::new(state))
 }
 
+/// Before the timer starts nothing is scheduled: the ticks the clock has passed ended empty, and
+/// the worker goes on from the clock's tick (also what `stats().tick` reads before its first turn).
+pub(super) fn start_at_clock_tick<J: Stored>(shared: &Shared<J>, idle: &mut ErasedWorker) {
+    let tick = shared.clock.now() / shared.tick_nanos;
+    worker_mut::<J>(idle).set_tick(tick);
+    shared.set_tick(tick);
+}
+
 /// Starts the worker thread, once, unless a `ManualDriver` runs the worker.
 #[cold]
 pub(super) fn start_slow<J: Stored>(shared: &Arc<Shared<J>>) -> Result<(), TimerError> {
@@ -73,14 +81,10 @@ pub(super) fn start_slow<J: Stored>(shared: &Arc<Shared<J>>) -> Result<(), Timer
         return Err(TimerError::Stopped);
     }
     if !shared.manual {
-        {
-            let mut held = lock(&shared.worker);
-            let idle = held.as_mut().expect("an unstarted timer holds its worker");
-            let tick = shared.clock.now() / shared.tick_nanos;
-            worker_mut::<J>(idle).set_tick(tick);
-            // What `stats().tick` reads, before the worker's first turn.
-            shared.set_tick(tick);
-        }
+        let mut held = lock(&shared.worker);
+        let idle = held.as_mut().expect("an unstarted timer holds its worker");
+        start_at_clock_tick(shared, idle);
+        drop(held);
         let for_thread = Arc::clone(shared);
         let join = thread::Builder::new()
             .name(shared.thread_name.to_string())
