@@ -267,7 +267,7 @@ impl Builder {
             wheel_len,
             self.max_pending,
             clock,
-            lifecycle::erase_worker(worker),
+            Box::new(worker),
             self.thread_name.into_boxed_str(),
             driven_by == DrivenBy::ManualDriver,
         )))

@@ -2,8 +2,8 @@
 //! worker thread, the warning of too many live timers, and a runtime driver's turn. Owns the run
 //! state's moves (`INIT -> STARTED -> SHUTDOWN`, under `control`) and the worker's place:
 //! `Shared::worker`, under the lock each turn holds, taken out at `stop()`. It is kept there
-//! type-erased (`shared` is below `worker`); this module erases it and takes it back, and the
-//! thread's turn downcasts it in place (`worker/thread.rs`). Uses the shared state, the worker
+//! type-erased (`shared` is below `worker`): the builder erases it, this module takes it back,
+//! and the thread's turn downcasts it in place (`worker/thread.rs`). Uses the shared state, the worker
 //! and `Timeout`.
 
 use crate::shared::cells::CellRef;
@@ -40,11 +40,7 @@ pub(super) fn count_instance() {
     }
 }
 
-pub(super) fn erase_worker<J: Stored>(worker: Worker<J>) -> ErasedWorker {
-    Box::new(worker)
-}
-
-/// The worker back from `Shared::worker` (only this module puts one there).
+/// The worker back from `Shared::worker` (only the builder puts one there).
 pub(super) fn worker_from<J: Stored>(idle: ErasedWorker) -> Worker<J> {
     *idle
         .downcast::<Worker<J>>()
@@ -117,18 +113,14 @@ pub(super) fn stop<J: Stored>(shared: &Arc<Shared<J>>) -> Result<Vec<Timeout<J>>
     // A runtime's driver completes once it sees SHUTDOWN: it may be waiting to be woken.
     wake_driver(shared);
     if let Some(join) = join {
-        join_worker_thread(join);
+        join.thread().unpark();
+        // User code cannot unwind the thread (each place that runs or drops it catches its
+        // panic); a crate bug that did has stopped the timer and logged it.
+        let _ = join.join();
     }
     let mut out = drain_worker(shared);
     drain_queues(shared, &mut out);
     Ok(out)
-}
-
-fn join_worker_thread(join: thread::JoinHandle<()>) {
-    join.thread().unpark();
-    // User code cannot unwind the thread (each place that runs or drops it catches its panic); a
-    // crate bug that did has stopped the timer and logged it.
-    let _ = join.join();
 }
 
 /// Takes the worker out (waiting for a turn under way) and ends its wheel's timeouts: the handles
@@ -197,12 +189,7 @@ pub(super) fn drive_turn<J: Stored>(shared: &Arc<Shared<J>>) -> Option<u64> {
     };
     let idle = held.as_mut()?;
     let me = thread::current().id();
-    let thread_id = {
-        let mut control = lock(&shared.control);
-        let thread_id = control.worker_id;
-        control.worker_id = Some(me);
-        thread_id
-    };
+    let thread_id = lock(&shared.control).worker_id.replace(me);
     let plan = worker::turn(worker_mut::<J>(idle), shared);
     end_drive_turn(shared, thread_id, plan);
     if shared.is_shutdown() {
