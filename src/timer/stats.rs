@@ -96,6 +96,24 @@ macro_rules! stats_methods {
                 stats(&self.shared)
             }
         }
+
+        /// Shows the state, the tick duration, the wheel's length, `pending` and `max_pending`,
+        /// and never blocks: `pending` is [`pending_timeouts()`](Self::pending_timeouts) read
+        /// without waiting for a producer, so while another thread schedules a timeout it can
+        /// also count timeouts that thread has reserved and not yet used: an upper bound then
+        /// (exact with a pending limit, which reserves none ahead).
+        impl<J: Stored> fmt::Debug for $ty<J> {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                let s = &self.shared;
+                f.debug_struct(stringify!($ty))
+                    .field("state", &s.state_name())
+                    .field("tick_duration", &Duration::from_nanos(s.tick_nanos))
+                    .field("wheel_len", &s.wheel_len)
+                    .field("pending", &s.pending_without_waiting())
+                    .field("max_pending", &s.max_pending)
+                    .finish_non_exhaustive()
+            }
+        }
     };
 }
 
@@ -116,35 +134,4 @@ fn stats<J: Stored>(shared: &Shared<J>) -> TimerStats {
         longest_run: Duration::from_nanos(load(&c.longest_run)),
         slow_runs: load(&c.slow_runs),
     }
-}
-
-/// Shows the state, the tick duration, the wheel's length, `pending` and `max_pending`, and
-/// never blocks: `pending` is [`pending_timeouts()`](HashedWheelTimer::pending_timeouts)
-/// read without waiting for a producer, so while another thread schedules a timeout it can also
-/// count timeouts that thread has reserved and not yet used: an upper bound then (exact with a
-/// pending limit, which reserves none ahead).
-impl<J: Stored> fmt::Debug for HashedWheelTimer<J> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        debug_shared(&self.shared, f.debug_struct("HashedWheelTimer"))
-    }
-}
-
-/// Shows the state, the tick duration, the wheel's length, `pending` and `max_pending`, and
-/// never blocks: `pending` is [`pending_timeouts()`](TimerHandle::pending_timeouts)
-/// read without waiting for a producer, so while another thread schedules a timeout it can also
-/// count timeouts that thread has reserved and not yet used: an upper bound then (exact with a
-/// pending limit, which reserves none ahead).
-impl<J: Stored> fmt::Debug for TimerHandle<J> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        debug_shared(&self.shared, f.debug_struct("TimerHandle"))
-    }
-}
-
-fn debug_shared<J: Stored>(s: &Shared<J>, mut d: fmt::DebugStruct<'_, '_>) -> fmt::Result {
-    d.field("state", &s.state_name())
-        .field("tick_duration", &Duration::from_nanos(s.tick_nanos))
-        .field("wheel_len", &s.wheel_len)
-        .field("pending", &s.pending_without_waiting())
-        .field("max_pending", &s.max_pending)
-        .finish_non_exhaustive()
 }
