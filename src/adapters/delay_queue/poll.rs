@@ -192,20 +192,12 @@ impl<T> DelayQueue<T> {
         debug_assert!(self.is_ready(&key), "the front of `ready` is never stale");
         let Slot::Ready {
             value, deadline, ..
-        } = self.free_slot(key.index)
+        } = self.slots.remove(key.index)
         else {
             unreachable!("the front of `ready` names an expired item");
         };
         self.drop_stale_front();
-        let deadline = self.timer.shared.clock.instant_parts(deadline);
-        if self.slots.live() == 0 {
-            self.emptied();
-        }
-        Some(Expired {
-            value,
-            deadline,
-            key,
-        })
+        Some(self.taken_out(key, value, deadline))
     }
 }
 

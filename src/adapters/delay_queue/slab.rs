@@ -95,19 +95,26 @@ impl<T> DelayQueue<T> {
     pub fn try_remove(&mut self, key: &Key) -> Option<Expired<T>> {
         self.slot_of(key)?;
         let (value, deadline) = self.vacate(key);
+        Some(self.taken_out(*key, value, deadline))
+    }
+
+    /// An item out of its slot, as returned: the queue emptied first if it was the last.
+    #[inline]
+    pub(super) fn taken_out(&mut self, key: Key, value: T, deadline: u64) -> Expired<T> {
+        let deadline = self.timer.shared.clock.instant_parts(deadline);
         if self.slots.live() == 0 {
             self.emptied();
         }
-        Some(Expired {
+        Expired {
             value,
-            deadline: self.timer.shared.clock.instant_parts(deadline),
-            key: *key,
-        })
+            deadline,
+            key,
+        }
     }
 
     /// Frees the item's slot and takes it out of the wheel or, expired, leaves a stale key.
     fn vacate(&mut self, key: &Key) -> (T, u64) {
-        match self.free_slot(key.index) {
+        match self.slots.remove(key.index) {
             Slot::Waiting { value, .. } => {
                 let deadline = self.wheel.deadline(key.index);
                 self.wheel.remove(key.index);
@@ -121,10 +128,6 @@ impl<T> DelayQueue<T> {
             }
             Slot::Vacant { .. } => unreachable!("vacate: the caller checked the slot"),
         }
-    }
-
-    pub(super) fn free_slot(&mut self, index: u32) -> Slot<T> {
-        self.slots.remove(index)
     }
 
     /// Whether `key` in `ready` names an expired item still there.
