@@ -85,18 +85,6 @@ fn new_timeout_detached<J: Stored>(
     shared.schedule_detached(job, delay)
 }
 
-/// As [`new_timeout`], due at `deadline` (nanoseconds since the timer's origin).
-fn new_timeout_at<J: Stored>(
-    shared: &Arc<Shared<J>>,
-    job: J,
-    deadline: u64,
-) -> Result<Timeout<J>, TimerError> {
-    started(shared)?;
-    shared
-        .schedule_at(job, deadline, shared.clock.now_upper())
-        .map(Timeout::new)
-}
-
 #[inline]
 fn start<J: Stored>(shared: &Arc<Shared<J>>) -> Result<(), TimerError> {
     if shared.is_started() {

@@ -1,9 +1,8 @@
 //! Periodic tasks: [`PeriodicTimeout`], [`MissedRuns`] and `PeriodicRun`, the task that runs the
 //! user's task and reschedules it. Each run is an ordinary timeout on an absolute deadline, the
 //! next scheduled once the run returns: runs never overlap, and a task has one timeout pending.
-//! Uses `new_timeout_at`, the shared state's clock and `sync`.
+//! Uses the timer's start, the shared state's `schedule_at` and clock, and `sync`.
 
-use super::new_timeout_at;
 use crate::clock::duration_to_nanos;
 use crate::shared::{BoxedTask, Shared, TimerHandle};
 use crate::sync::{lock, Arc, AtomicBool, AtomicU64, Mutex, Ordering};
@@ -374,14 +373,19 @@ fn schedule_run<F>(
 where
     F: FnMut(&PeriodicTimeout) + Send + 'static,
 {
-    let run = PeriodicRun {
+    let run = BoxedTask::new(PeriodicRun {
         periodic: EndsUnlessRun(Some(periodic.clone())),
         task,
         due,
         nth,
         schedule,
-    };
-    new_timeout_at(&periodic.inner.timer.shared, BoxedTask::new(run), due)
+    });
+    // As `new_timeout`, due at `due` (nanoseconds since the timer's origin).
+    let shared = &periodic.inner.timer.shared;
+    super::started(shared)?;
+    shared
+        .schedule_at(run, due, shared.clock.now_upper())
+        .map(Timeout::new)
 }
 
 fn schedule_periodic<F>(
