@@ -239,6 +239,30 @@ macro_rules! scheduling_methods {
                 // (`benches/README.md`, "Tried and dropped").
                 new_timeout_detached(&self.shared, BoxedTask::new(task), delay)
             }
+
+            /// A future that runs this timer's ticks on the runtime that polls it, sleeping with
+            /// `sleep_until` (tokio: `|at| tokio::time::sleep_until(at.into())`); see [`Drive`].
+            /// Its first poll starts the timer, thread included (the watchdog), as `start` does,
+            /// even with nothing scheduled. If `sleep_until` or its sleeps panic so that no
+            /// sleep is armed, the panic is counted in `stats().panicked`, and the `Drive` hands
+            /// the ticks back to the timer's thread and completes.
+            ///
+            /// ```
+            /// # use hashed_timer_wheel::HashedWheelTimer;
+            /// # use std::time::Duration;
+            /// let timer = HashedWheelTimer::new(Duration::from_millis(1), 64);
+            #[doc = $example]
+            /// let rt = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
+            /// rt.spawn(t.drive(|at| tokio::time::sleep_until(at.into())));
+            /// rt.block_on(t.sleep(Duration::from_millis(3))).unwrap();
+            /// ```
+            pub fn drive<F, S>(&self, sleep_until: F) -> Drive<F, S>
+            where
+                F: FnMut(std::time::Instant) -> S + Send + 'static,
+                S: std::future::Future<Output = ()> + Send + 'static,
+            {
+                Drive::new(&self.shared, sleep_until)
+            }
         }
 
         impl<J: Stored> $ty<J> {
@@ -520,35 +544,3 @@ impl<J: Stored> Drop for HashedWheelTimer<J> {
         }
     }
 }
-
-macro_rules! drive_methods {
-    ($ty:ty, $example:literal) => {
-        impl $ty {
-            /// A future that runs this timer's ticks on the runtime that polls it, sleeping with
-            /// `sleep_until` (tokio: `|at| tokio::time::sleep_until(at.into())`); see [`Drive`].
-            /// Its first poll starts the timer, thread included (the watchdog), as `start` does,
-            /// even with nothing scheduled. If `sleep_until` or its sleeps panic so that no
-            /// sleep is armed, the panic is counted in `stats().panicked`, and the `Drive` hands
-            /// the ticks back to the timer's thread and completes.
-            ///
-            /// ```
-            /// # use hashed_timer_wheel::HashedWheelTimer;
-            /// # use std::time::Duration;
-            /// let timer = HashedWheelTimer::new(Duration::from_millis(1), 64);
-            #[doc = $example]
-            /// let rt = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
-            /// rt.spawn(t.drive(|at| tokio::time::sleep_until(at.into())));
-            /// rt.block_on(t.sleep(Duration::from_millis(3))).unwrap();
-            /// ```
-            pub fn drive<F, S>(&self, sleep_until: F) -> Drive<F, S>
-            where
-                F: FnMut(std::time::Instant) -> S + Send + 'static,
-                S: std::future::Future<Output = ()> + Send + 'static,
-            {
-                Drive::new(&self.shared, sleep_until)
-            }
-        }
-    };
-}
-
-for_owner_and_handle!(drive_methods);
