@@ -228,21 +228,6 @@ mod timer_ref {
             key
         }
 
-        #[cfg(test)]
-        pub(super) fn check_packing() {
-            for (index, generation) in [(0, 1), (5, 7), ((1 << INDEX_BITS) - 1, 1 << 39)] {
-                let key = TimerRef { index, generation };
-                assert_ne!(key.pack(), 0);
-                assert_eq!(TimerRef::unpack(key.pack()), key);
-            }
-            let mut slot = Slot {
-                generation: (1 << GENERATION_BITS) - 1,
-                timer: Weak::new(),
-            };
-            slot.bump();
-            assert_eq!(slot.generation, 1, "wraps past 0");
-        }
-
         /// Names no timer: a stopped one's.
         const GONE: TimerRef = TimerRef {
             index: u32::MAX,
@@ -304,6 +289,26 @@ mod timer_ref {
             });
             drop(forgotten);
         });
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        #[test]
+        fn a_key_survives_its_packing_and_a_generation_wraps_past_zero() {
+            for (index, generation) in [(0, 1), (5, 7), ((1 << INDEX_BITS) - 1, 1 << 39)] {
+                let key = TimerRef { index, generation };
+                assert_ne!(key.pack(), 0);
+                assert_eq!(TimerRef::unpack(key.pack()), key);
+            }
+            let mut slot = Slot {
+                generation: (1 << GENERATION_BITS) - 1,
+                timer: Weak::new(),
+            };
+            slot.bump();
+            assert_eq!(slot.generation, 1, "wraps past 0");
+        }
     }
 }
 
@@ -500,11 +505,6 @@ mod tests {
     use super::timer_ref::TimerRef;
     use crate::HashedWheelTimer;
     use std::time::Duration;
-
-    #[test]
-    fn a_key_survives_its_packing_and_a_generation_wraps_past_zero() {
-        TimerRef::check_packing();
-    }
 
     #[test]
     fn a_timer_keeps_its_slot_and_lets_it_go_when_stopped() {
