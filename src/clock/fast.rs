@@ -157,7 +157,9 @@ pub(super) fn refused() -> bool {
 }
 
 fn calibrate() -> Option<Fast> {
-    if !kernel_keeps_time_with_tsc() {
+    // Only while the kernel keeps time with the TSC (so it is invariant and synchronised); its
+    // clock source read without allocating: a process's memory may be being counted.
+    if !ClockSource::default().names_tsc() {
         return None;
     }
     let tsc = quanta::Clock::new();
@@ -177,12 +179,6 @@ fn calibrate() -> Option<Fast> {
         window_raw,
         ns_per_2_32,
     })
-}
-
-/// Whether the kernel keeps time with the TSC (so it is invariant and synchronised), read
-/// without allocating: a process's memory may be being counted.
-fn kernel_keeps_time_with_tsc() -> bool {
-    ClockSource::default().names_tsc()
 }
 
 /// `current_clocksource`, kept open: a read from offset 0 is cheaper than opening it again.
@@ -350,7 +346,7 @@ mod tests {
             assert!(!names_tsc(source.as_bytes()), "{source:?}");
         }
         if let Ok(source) = std::fs::read_to_string(CLOCKSOURCE) {
-            assert_eq!(kernel_keeps_time_with_tsc(), source.trim() == "tsc");
+            assert_eq!(ClockSource::default().names_tsc(), source.trim() == "tsc");
             let mut kept = ClockSource::default();
             for _ in 0..3 {
                 assert_eq!(kept.names_tsc(), source.trim() == "tsc");
@@ -431,7 +427,7 @@ mod tests {
 
     #[test]
     fn a_measured_ratio_matches_the_monotonic_clock() {
-        if !kernel_keeps_time_with_tsc() {
+        if !ClockSource::default().names_tsc() {
             return; // no TSC clock source: nothing to measure
         }
         let tsc = quanta::Clock::new();
