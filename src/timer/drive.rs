@@ -217,7 +217,9 @@ where
     /// Wakes the `Drive`'s task and lets go of this copy; a panic of the runtime's waker (its
     /// wake, or its drop if the copy was the last) is caught and counted.
     fn wake_task(&self, task: Arc<Waker>) {
-        let returned = catch_user_panic(|| task.wake_by_ref()) && drop_caught(task);
+        // Both run: a waker whose wake panicked is still dropped under a catch.
+        let woke = catch_user_panic(|| task.wake_by_ref());
+        let returned = drop_caught(task) && woke;
         self.shared
             .counters
             .caught(returned, "a driver's task waker");
