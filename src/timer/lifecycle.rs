@@ -3,8 +3,8 @@
 //! state's moves (`INIT -> STARTED -> SHUTDOWN`, under `control`) and the worker's place:
 //! `Shared::worker`, under the lock each turn holds, taken out at `stop()`. It is kept there
 //! type-erased (`shared` is below `worker`): the builder erases it, this module takes it back,
-//! and the thread's turn downcasts it in place (`worker/thread.rs`). Uses the shared state, the worker
-//! and `Timeout`.
+//! and the thread's turn downcasts it in place (`worker/thread.rs`). Uses the shared state, the
+//! worker and `Timeout`.
 
 use crate::shared::cells::CellRef;
 use crate::shared::{
