@@ -343,11 +343,12 @@ impl<B: Batch, S> Queue<B, S> {
     pub(crate) fn fold_data<A>(&self, wait: bool, init: A, mut f: impl FnMut(A, &S) -> A) -> A {
         let mut acc = init;
         for shard in self.shards.iter() {
-            if let Some(shard) = if wait {
+            let held = if wait {
                 Some(lock(shard))
             } else {
                 try_lock(shard)
-            } {
+            };
+            if let Some(shard) = held {
                 acc = f(acc, &shard.data);
             }
         }

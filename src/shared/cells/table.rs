@@ -59,7 +59,7 @@ impl ChunkTable {
         ChunkTable {
             chunks: Slab::new(),
             latest: [[NO_INDEX; 2]; SHARDS],
-            spares: std::array::from_fn(|_| Default::default()),
+            spares: Default::default(),
         }
     }
 
@@ -176,7 +176,7 @@ impl ChunkTable {
         if self.held() == 0 {
             *self = ChunkTable::new();
         } else {
-            self.spares = std::array::from_fn(|_| Default::default());
+            self.spares = Default::default();
         }
     }
 
