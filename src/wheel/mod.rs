@@ -515,6 +515,46 @@ mod tests {
 
     const MS: u64 = 1_000_000;
 
+    /// Expires `ticks` of `w` in turn, each with the clock at its end: `(tick, item)` for each
+    /// entry handed out.
+    fn expire_ticks<T>(w: &mut Wheel<T>, ticks: impl IntoIterator<Item = u64>) -> Vec<(u64, T)> {
+        let mut fired = vec![];
+        for tick in ticks {
+            let now = (tick + 1) * w.tick_nanos;
+            w.expire(tick, now, |item, _, _| fired.push((tick, item)));
+        }
+        fired
+    }
+
+    /// Expires each tick `next_fire_tick` names from `from` on, as the worker does, until none:
+    /// the ticks visited, and `(tick, item)` for each entry handed out.
+    fn run_to_empty<T>(w: &mut Wheel<T>, mut from: u64) -> (Vec<u64>, Vec<(u64, T)>) {
+        let (mut visits, mut fired) = (vec![], vec![]);
+        while let Some(tick) = w.next_fire_tick(from) {
+            visits.push(tick);
+            fired.extend(expire_ticks(w, [tick]));
+            from = tick + 1;
+        }
+        (visits, fired)
+    }
+
+    /// As `run_to_empty`, checking at each tick that `peek` names the entry of least deadline
+    /// handed out (the first on a tie); the items in the order handed out.
+    fn run_checking_peek<T: Copy + PartialEq + std::fmt::Debug>(w: &mut Wheel<T>) -> Vec<T> {
+        let (mut order, mut from) = (vec![], 0);
+        while let Some(t) = w.next_fire_tick(from) {
+            let peeked = w.nodes[w.peek(t).expect("a wheel with work peeks")].item;
+            let mut got = vec![];
+            w.expire(t, (t + 1) * w.tick_nanos, |i, _, d| got.push((d, i)));
+            if let Some(&(_, least)) = got.iter().min_by_key(|(d, _)| *d) {
+                assert_eq!(Some(least), peeked, "tick {t}");
+            }
+            order.extend(got.into_iter().map(|(_, i)| i));
+            from = t + 1;
+        }
+        order
+    }
+
     /// A wheel of 8 ticks whose bucket 3 mixes entries due on tick 3 and a round later, and one
     /// entry in bucket 5; with the key of a survivor from the middle of the bucket, if any.
     fn mixed_bucket(later: impl Fn(u32) -> bool) -> (Wheel<u32>, Option<u32>) {
@@ -596,84 +636,56 @@ mod tests {
         assert_eq!(w.buckets.allocated_bytes(), 0);
         let page_bytes = (1 << BUCKET_PAGE_BITS) * std::mem::size_of::<Bucket>();
         let far = (1 << 29) + 7;
-        w.insert("near", 3 * MS, 0);
-        w.insert("far", far * MS, 0);
-        w.insert("near too", 5 * MS, 0);
+        for (item, tick) in [("near", 3), ("far", far), ("near too", 5)] {
+            w.insert(item, tick * MS, 0);
+        }
         assert_eq!(w.buckets.allocated_bytes(), 2 * page_bytes);
         assert_eq!(w.next_fire_tick(0), Some(3));
-        let mut fired = vec![];
-        for tick in [3, 5] {
-            w.expire(tick, (tick + 1) * MS, |item, _, _| fired.push((item, tick)));
-        }
         // Searched `SEARCH_BUCKETS` buckets at a time: the ticks between have no work.
-        let mut from = 6;
-        while let Some(tick) = w.next_fire_tick(from).filter(|&tick| tick < far) {
-            w.expire(tick, (tick + 1) * MS, |_, _, _| unreachable!());
-            from = tick + 1;
-        }
-        assert_eq!(w.next_fire_tick(from), Some(far));
-        w.expire(far, (far + 1) * MS, |item, _, _| fired.push((item, far)));
-        assert_eq!(fired, [("near", 3), ("near too", 5), ("far", far)]);
+        let fired = run_to_empty(&mut w, 0).1;
+        assert_eq!(fired, [(3, "near"), (5, "near too"), (far, "far")]);
         assert_eq!((w.len(), w.next_fire_tick(far)), (0, None));
-        // An empty bucket whose page never came is read as empty, not allocated.
-        w.expire(far + 1, (far + 2) * MS, |_, _, _| unreachable!());
-        assert_eq!(
-            w.buckets.allocated_bytes(),
-            2 * page_bytes,
-            "pages are kept"
-        );
+        // An empty bucket whose page never came is read as empty, not allocated; pages are kept.
+        assert_eq!(expire_ticks(&mut w, [far + 1]), []);
+        assert_eq!(w.buckets.allocated_bytes(), 2 * page_bytes);
         w.insert("again", 9 * MS + far * MS, far);
         assert_eq!(w.drain().len(), 1);
         assert_eq!(w.buckets.allocated_bytes(), 0);
         assert!(w.occupied.iter().all(|&word| word == 0));
     }
 
-    /// On the largest wheel (2^30 buckets), with only an entry far ahead in its bucket (or only
-    /// far slots), a search for the next fire tick read the whole occupancy bitmap, 2^24 words;
-    /// a worker searches after each tick with work, and fell many ticks behind. A search reads
-    /// the bits of at most `SEARCH_BUCKETS` buckets and answers the first tick past them (no
-    /// bucket beyond fires earlier); searching again from there finds the entry on its tick.
+    /// Regression: on the largest wheel, with one entry far ahead, a search for the next fire
+    /// tick read the whole bitmap (2^24 words) and a worker fell behind. A search reads at most
+    /// `SEARCH_BUCKETS` buckets and answers the first tick past them; the entry fires on time.
     #[test]
     fn a_search_for_the_next_fire_tick_on_the_largest_wheel_is_bounded() {
         let mut w = Wheel::new(MS, 1 << 30);
-        let due = 3 * SEARCH_BUCKETS + 5;
+        let (s, due) = (SEARCH_BUCKETS, 3 * SEARCH_BUCKETS + 5);
         w.insert("far ahead", due * MS, 0);
-        assert_eq!(w.next_fire_tick(0), Some(SEARCH_BUCKETS));
-        let (mut visits, mut fired, mut from) = (vec![], vec![], 0);
-        while let Some(tick) = w.next_fire_tick(from) {
-            visits.push(tick);
-            w.expire(tick, (tick + 1) * MS, |item, _, _| fired.push((item, tick)));
-            from = tick + 1;
-        }
-        assert_eq!(fired, vec![("far ahead", due)]);
-        let s = SEARCH_BUCKETS;
-        assert_eq!(visits, vec![s, 2 * s + 1, 3 * s + 2, due]);
+        assert_eq!(w.next_fire_tick(0), Some(s));
+        let (visits, fired) = run_to_empty(&mut w, 0);
+        assert_eq!(fired, [(due, "far ahead")]);
+        assert_eq!(visits, [s, 2 * s + 1, 3 * s + 2, due]);
     }
 
     #[test]
     fn a_wheel_of_one_page_or_less_is_allocated_whole() {
         for len in [1, 8, 512, 1 << BUCKET_PAGE_BITS] {
             let w: Wheel<()> = Wheel::new(MS, len);
-            assert_eq!(
-                w.buckets.allocated_bytes(),
-                len * std::mem::size_of::<Bucket>()
-            );
+            let whole = len * std::mem::size_of::<Bucket>();
+            assert_eq!(w.buckets.allocated_bytes(), whole, "{len} buckets");
         }
     }
 
     #[test]
     fn slot_is_fire_tick_masked_and_rounds_follow() {
         let w: Wheel<()> = Wheel::new(10 * MS, 8);
-        // 55 ms -> calculated 5, 0 rounds at tick 0; 135 ms -> calculated 13 -> bucket 5, 1 round.
+        // 55 ms: tick 5, bucket 5; 135 ms: tick 13, bucket 5 a round on.
         assert_eq!(w.remaining_rounds(55 * MS, 0), 0);
         assert_eq!(w.remaining_rounds(135 * MS, 0), 1);
         assert_eq!(w.remaining_rounds(135 * MS, 5), 1);
         assert_eq!(w.remaining_rounds(135 * MS, 13), 0);
-        assert_eq!(
-            w.remaining_rounds(5 * MS, 9),
-            0,
-            "past deadlines have 0 rounds"
-        );
+        assert_eq!(w.remaining_rounds(5 * MS, 9), 0, "past deadlines: none");
     }
 
     /// Regression (the `wheeltimer` crate): of two entries a round apart in one bucket, both fire.
@@ -682,58 +694,33 @@ mod tests {
         let mut w = Wheel::new(10 * MS, 8);
         w.insert("a", 55 * MS, 0);
         w.insert("b", 135 * MS, 0);
-        let mut fired = vec![];
-        for tick in 0..20u64 {
-            w.expire(tick, (tick + 1) * 10 * MS, |item, _, _| {
-                fired.push((item, tick))
-            });
-        }
-        assert_eq!(fired, vec![("a", 5), ("b", 13)]);
+        assert_eq!(expire_ticks(&mut w, 0..20), [(5, "a"), (13, "b")]);
         assert_eq!(w.len(), 0);
     }
 
+    /// An entry placed past its deadline goes into the bucket of the tick it is placed on: a
+    /// removal finds it there (either of two), and it fires there.
     #[test]
     fn past_deadline_goes_into_current_bucket() {
         let mut w = Wheel::new(10 * MS, 8);
+        let (a, b) = (w.insert(2, 0, 5), w.insert(3, 0, 5));
+        assert_eq!(w.remove(b), 3);
+        assert_eq!(w.remove(a), 2);
+        assert_eq!((w.len(), w.next_fire_tick(5)), (0, None));
         w.insert(1, 3 * MS, 6);
         assert_eq!(w.next_fire_tick(6), Some(6));
-        let mut fired = vec![];
-        w.expire(6, 70 * MS, |i, _, _| fired.push(i));
-        assert_eq!(fired, vec![1]);
+        assert_eq!(expire_ticks(&mut w, [6]), [(6, 1)]);
     }
 
     #[test]
     fn remove_from_middle_head_and_tail_keeps_order() {
         let mut w = Wheel::new(MS, 4);
         let keys: Vec<u32> = (0..5).map(|i| w.insert(i, 2 * MS, 0)).collect();
-        assert_eq!(w.remove(keys[2]), 2);
-        assert_eq!(w.remove(keys[0]), 0);
-        assert_eq!(w.remove(keys[4]), 4);
-        let mut fired = vec![];
-        w.expire(2, 3 * MS, |i, _, _| fired.push(i));
-        assert_eq!(fired, vec![1, 3]);
+        for i in [2, 0, 4] {
+            assert_eq!(w.remove(keys[i]), i);
+        }
+        assert_eq!(expire_ticks(&mut w, [2]), [(2, 1), (2, 3)]);
         assert_eq!(w.next_fire_tick(3), None);
-    }
-
-    #[test]
-    fn removing_clamped_entry_finds_its_bucket() {
-        let mut w = Wheel::new(MS, 8);
-        let a = w.insert('a', 0, 5); // clamped into bucket 5
-        let b = w.insert('b', 0, 5);
-        assert_eq!(w.remove(b), 'b');
-        assert_eq!(w.remove(a), 'a');
-        assert_eq!(w.len(), 0);
-        assert_eq!(w.next_fire_tick(5), None);
-    }
-
-    #[test]
-    fn free_slots_are_reused() {
-        let mut w = Wheel::new(MS, 4);
-        let _keep = w.insert(0, 100 * MS, 0);
-        let a = w.insert(1, 100 * MS, 0);
-        w.remove(a);
-        let b = w.insert(2, 100 * MS, 0);
-        assert_eq!(a, b);
     }
 
     #[test]
@@ -752,20 +739,13 @@ mod tests {
     fn a_far_entry_moves_down_a_few_times_and_fires_on_its_tick() {
         let mut w = Wheel::new(MS, 512);
         w.insert("hour", 3_600_000 * MS, 0); // round 7031
-        let (mut visits, mut fired, mut from) = (vec![], vec![], 0);
-        while let Some(tick) = w.next_fire_tick(from) {
-            visits.push(tick);
-            w.expire(tick, (tick + 1) * MS, |item, _, _| fired.push((item, tick)));
-            from = tick + 1;
-        }
-        assert_eq!(fired, vec![("hour", 3_600_000)]);
+        let (visits, fired) = run_to_empty(&mut w, 0);
+        assert_eq!(fired, [(3_600_000, "hour")]);
         // Down from level 2 when round 4096 nears, from level 1 when round 6976 does, into its
         // bucket at the start of the round before its own, then due.
-        assert_eq!(visits, vec![4095 * 512, 6975 * 512, 7030 * 512, 3_600_000]);
-        assert!(
-            w.far.iter().all(|level| level.is_empty()),
-            "an empty wheel keeps no far slots"
-        );
+        assert_eq!(visits, [4095 * 512, 6975 * 512, 7030 * 512, 3_600_000]);
+        // An empty wheel keeps no far slots.
+        assert!(w.far.iter().all(|level| level.is_empty()));
     }
 
     #[test]
@@ -773,7 +753,7 @@ mod tests {
         let mut w = Wheel::new(MS, 4);
         w.insert((), 9 * MS, 2); // round 2, past the horizon (round 1): a far slot
         assert_eq!(w.next_fire_tick(2), Some(4), "moves down as round 1 starts");
-        w.expire(4, 5 * MS, |_, _, _| panic!("not due"));
+        assert_eq!(expire_ticks(&mut w, [4]), [], "not due");
         assert_eq!(w.next_fire_tick(5), Some(9));
         assert_eq!(w.next_fire_tick(6), Some(9));
     }
@@ -783,28 +763,18 @@ mod tests {
     fn far_entries_can_be_removed_anywhere_in_their_slot() {
         let mut w = Wheel::new(MS, 4);
         // Rounds 100 to 103, five entries each: level 1 slots, then level 0.
-        let keys: Vec<(u32, u64)> = (0..20u64)
-            .map(|i| {
-                let fire = 400 + (i % 4) * 4 + i / 4 % 4;
-                (w.insert(i, fire * MS, 0), fire)
-            })
-            .collect();
-        for &(k, _) in keys.iter().filter(|(k, _)| k % 3 == 1) {
-            w.remove(k);
+        let fire = |i: u64| 400 + (i % 4) * 4 + i / 4 % 4;
+        let keys: Vec<u32> = (0..20u64).map(|i| w.insert(i, fire(i) * MS, 0)).collect();
+        let mut expected = vec![];
+        for (i, &key) in (0..).zip(&keys) {
+            if key % 3 == 1 {
+                w.remove(key);
+            } else {
+                expected.push((fire(i), i));
+            }
         }
-        let (mut fired, mut from) = (vec![], 0);
-        while let Some(tick) = w.next_fire_tick(from) {
-            w.expire(tick, (tick + 1) * MS, |item, _, _| fired.push((tick, item)));
-            from = tick + 1;
-        }
-        let mut expected: Vec<(u64, u64)> = keys
-            .iter()
-            .enumerate()
-            .filter(|(_, (k, _))| k % 3 != 1)
-            .map(|(i, &(_, fire))| (fire, i as u64))
-            .collect();
         expected.sort();
-        assert_eq!(fired, expected);
+        assert_eq!(run_to_empty(&mut w, 0).1, expected);
         assert_eq!(w.len(), 0);
     }
 
@@ -845,11 +815,8 @@ mod tests {
             assert!(refused.is_err(), "key {wrong} accepted");
         }
         w.insert('b', 3 * MS, 0);
-        let mut fired = vec![];
-        for tick in 0..5 {
-            w.expire(tick, (tick + 1) * MS, |item, _, _| fired.push(item));
-        }
-        assert_eq!((fired, w.len()), (vec!['a', 'b'], 0));
+        assert_eq!(expire_ticks(&mut w, 0..5), [(3, 'a'), (3, 'b')]);
+        assert_eq!(w.len(), 0);
     }
 
     /// A keyed wheel takes its owner's keys: past the end (the nodes before are pushed vacant),
@@ -864,11 +831,8 @@ mod tests {
         assert_eq!((w.deadline(5), w.deadline(0)), (3 * MS, 3 * MS));
         assert_eq!(w.remove(5), 'a');
         w.insert_at(5, 'd', 4 * MS, 0);
-        let mut fired = vec![];
-        for tick in 0..300 {
-            w.expire(tick, (tick + 1) * MS, |item, _, _| fired.push((tick, item)));
-        }
-        assert_eq!(fired, vec![(3, 'b'), (4, 'd'), (200, 'c')]);
+        let fired = expire_ticks(&mut w, 0..300);
+        assert_eq!(fired, [(3, 'b'), (4, 'd'), (200, 'c')]);
         assert_eq!(w.len(), 0);
         assert_eq!(w.nodes.len(), 2 * PAGE + 1, "empty, it keeps its nodes");
         w.insert_at(7, 'e', 301 * MS, 300);
@@ -886,22 +850,16 @@ mod tests {
         let n = 3 * PAGE as u64 + 5;
         // Eight buckets, so each bucket's list alternates between pages.
         let keys: Vec<u32> = (0..n).map(|i| w.insert(i, (i % 8) * MS, 0)).collect();
-        assert_eq!(
-            w.nodes.capacity(),
-            4 * PAGE,
-            "the first page grew to exactly a page, the others came whole"
-        );
-        for (i, &k) in keys.iter().enumerate().filter(|(i, _)| i % 3 == 0) {
-            assert_eq!(w.remove(k), i as u64);
+        // The first page grew to exactly a page, the others came whole.
+        assert_eq!(w.nodes.capacity(), 4 * PAGE);
+        for (i, &k) in (0..).zip(&keys).filter(|(i, _)| i % 3 == 0) {
+            assert_eq!(w.remove(k), i);
         }
         // Freed slots are reused before the slab grows, last freed first.
         let last_freed = keys[(n as usize - 1) / 3 * 3];
         assert_eq!(w.insert(n, 7 * MS, 0), last_freed);
         assert_eq!(w.nodes.capacity(), 4 * PAGE);
-        let mut fired = vec![];
-        for tick in 0..8 {
-            w.expire(tick, (tick + 1) * MS, |i, _, _| fired.push((tick, i)));
-        }
+        let mut fired = expire_ticks(&mut w, 0..8);
         let mut expected: Vec<(u64, u64)> = (0..n)
             .filter(|i| i % 3 != 0)
             .map(|i| (i % 8, i))
@@ -920,68 +878,47 @@ mod tests {
     fn peek_names_the_first_entry_expire_hands_out() {
         let mut w = Wheel::new(MS, 64);
         assert_eq!(w.peek(0), None);
-        let late = w.insert(1, 120 * MS, 0);
+        w.insert(1, 120 * MS, 0);
         let early = w.insert(0, 100 * MS, 0);
         assert_eq!(w.peek(0), Some(early), "far slot: the earliest deadline");
         let near = w.insert(2, 30 * MS, 0);
         let tie = w.insert(3, 30 * MS, 0);
-        assert_eq!(
-            w.peek(0),
-            Some(near),
-            "a bucket before any far slot; ties in order"
-        );
+        assert_eq!(w.peek(0), Some(near), "a bucket first; ties in order");
         w.remove(near);
         assert_eq!(w.peek(0), Some(tie));
         w.remove(tie);
         assert_eq!(w.peek(0), Some(early));
-        let mut order = vec![];
-        let mut tick = 0;
-        while let Some(t) = w.next_fire_tick(tick) {
-            let peeked = w.peek(t);
-            let mut got = vec![];
-            w.expire(t, (t + 1) * MS, |i, _, _| got.push(i));
-            if let (Some(first), Some(key)) = (got.first(), peeked) {
-                assert_eq!(
-                    *first,
-                    [early, late].iter().position(|&k| k == key).unwrap()
-                );
-            }
-            order.extend(got);
-            tick = t + 1;
-        }
-        assert_eq!(order, vec![0, 1]);
+        assert_eq!(run_checking_peek(&mut w), [0, 1]);
     }
 
     /// Two deadlines in one tick, the later inserted first: `peek` names the sooner (`expire`
     /// keeps bucket order); mid-tick only the sooner expires, and `peek` names the other next.
     #[test]
     fn peek_names_the_least_deadline_of_a_tick() {
-        let mut w = Wheel::new(MS, 64);
-        let later = w.insert('l', 100 * MS + 600_000, 0);
-        let sooner = w.insert('s', 100 * MS + 200_000, 0);
-        assert_eq!(w.peek(0), Some(sooner));
-        assert_eq!(w.peek(100), Some(sooner));
+        let two_in_a_tick = || {
+            let mut w = Wheel::new(MS, 64);
+            let later = w.insert('l', 100 * MS + 600_000, 0);
+            (w.insert('s', 100 * MS + 200_000, 0), later, w)
+        };
+        let (sooner, later, mut w) = two_in_a_tick();
+        assert_eq!((w.peek(0), w.peek(100)), (Some(sooner), Some(sooner)));
         let mut got = vec![];
         w.expire(100, 100 * MS + 400_000, |i, _, _| got.push(i));
         assert_eq!((got, w.peek(100)), (vec!['s'], Some(later)));
-        let mut w = Wheel::new(MS, 64);
-        w.insert('l', 100 * MS + 600_000, 0);
-        let sooner = w.insert('s', 100 * MS + 200_000, 0);
+        let (sooner, _, mut w) = two_in_a_tick();
         // An entry placed past its deadline, on tick 3, fires then: before either.
         let past = w.insert('p', MS, 3);
         assert_eq!(w.peek(3), Some(past));
         w.remove(past);
         assert_eq!(w.peek(3), Some(sooner));
-        let mut got = vec![];
-        w.expire(100, 101 * MS, |i, _, _| got.push(i));
-        assert_eq!(got, vec!['l', 's'], "expire keeps bucket order");
+        let fired = expire_ticks(&mut w, [100]);
+        assert_eq!(fired, [(100, 'l'), (100, 's')], "expire keeps bucket order");
     }
 
     #[test]
     fn peek_agrees_with_expire_on_random_deadlines() {
         let mut w = Wheel::new(MS, 8);
         let mut seed = 7u64;
-        let mut item_of = std::collections::HashMap::new();
         for i in 0..300u64 {
             seed = seed
                 .wrapping_mul(6364136223846793005)
@@ -990,19 +927,8 @@ mod tests {
             let deadline = (seed >> 33) % (500 * MS);
             let key = w.insert(i, deadline, 0);
             assert_eq!(w.deadline(key), deadline);
-            item_of.insert(key, i);
         }
-        let mut tick = 0;
-        while let Some(t) = w.next_fire_tick(tick) {
-            let peeked = item_of[&w.peek(t).unwrap()];
-            let mut got = vec![];
-            w.expire(t, (t + 1) * MS, |i, _, deadline| got.push((deadline, i)));
-            // The least deadline handed out, the first on a tie.
-            if let Some(&(_, first)) = got.iter().min_by_key(|(deadline, _)| *deadline) {
-                assert_eq!(first, peeked, "tick {t}");
-            }
-            tick = t + 1;
-        }
+        assert_eq!(run_checking_peek(&mut w).len(), 300);
         assert_eq!(w.len(), 0);
     }
 
@@ -1043,10 +969,6 @@ mod tests {
         // The drained wheel works as a new one.
         w.insert(100, 5 * MS, 0);
         assert_eq!(w.next_fire_tick(0), Some(5));
-        let mut fired = vec![];
-        for tick in 0..8 {
-            w.expire(tick, (tick + 1) * MS, |i, _, _| fired.push((tick, i)));
-        }
-        assert_eq!(fired, vec![(5, 100)]);
+        assert_eq!(expire_ticks(&mut w, 0..8), [(5, 100)]);
     }
 }
