@@ -579,6 +579,23 @@ mod tests {
         }
     }
 
+    /// A probe's task, and a reading of its (runs, drops).
+    fn counted<const PAD: usize>() -> (impl FnOnce(&Timeout) + Send, impl Fn() -> (usize, usize)) {
+        let (p, runs, drops) = probe::<PAD>();
+        let seen = move || (runs.load(Ordering::SeqCst), drops.load(Ordering::SeqCst));
+        (as_task(p), seen)
+    }
+
+    /// A task holding a probe that panics when run, and its probe's count of drops.
+    fn panicking<const PAD: usize>() -> (impl FnOnce(&Timeout) + Send, Arc<AtomicUsize>) {
+        let (p, _, drops) = probe::<PAD>();
+        let task = move |_: &Timeout| {
+            let _p = p;
+            panic!("task panics (on purpose)");
+        };
+        (task, drops)
+    }
+
     fn state() -> (crate::HashedWheelTimer, CellRef) {
         let (timer, _driver) = crate::HashedWheelTimer::builder().build_manual().unwrap();
         let t = timer
@@ -602,8 +619,7 @@ mod tests {
         assert_eq!(queue.len(), 1, "no words for a zero-sized task");
         let mut at = 1;
         let (_st, ran) = SmallTask::dequeue(queued, &queue, &mut at).run(st);
-        assert!(ran && at == 1);
-        assert_eq!(RUNS.load(Ordering::SeqCst), 1);
+        assert_eq!((ran, at, RUNS.load(Ordering::SeqCst)), (true, 1, 1));
     }
 
     #[test]
@@ -617,88 +633,59 @@ mod tests {
         assert_eq!(size_of::<SmallTask>(), 40);
     }
 
-    /// Every path a task takes, for a task of each class and a boxed one: run, dropped
-    /// unrun, kept and run, kept and dropped, and dropped with the store.
+    /// Every path a task takes, for a task of each class and a boxed one: run, dropped unrun,
+    /// kept and run, kept and dropped, queued, queued fresh, run where it is kept, left in the
+    /// store; and run when it panics (caught: dropped once, its state back).
     #[test]
     fn every_task_is_run_or_dropped_exactly_once() {
         fn check<const PAD: usize>(words: usize) {
             let (_timer, st) = state();
-            // Run.
-            let (p, runs, drops) = probe::<PAD>();
-            let task = SmallTask::new(as_task(p));
+            // Run; dropped unrun.
+            let ((task, seen), (unrun, unrun_seen)) = (counted::<PAD>(), counted::<PAD>());
+            let task = SmallTask::new(task);
             assert_eq!(task.words(), words);
             let (st, ran) = task.run(st);
-            assert!(ran);
-            assert_eq!(
-                (runs.load(Ordering::SeqCst), drops.load(Ordering::SeqCst)),
-                (1, 1)
-            );
-            // Dropped unrun.
-            let (p, runs, drops) = probe::<PAD>();
-            drop(SmallTask::new(as_task(p)));
-            assert_eq!(
-                (runs.load(Ordering::SeqCst), drops.load(Ordering::SeqCst)),
-                (0, 1)
-            );
+            drop(SmallTask::new(unrun));
+            assert_eq!((ran, seen(), unrun_seen()), (true, (1, 1), (0, 1)));
             // Kept, then run; kept, then dropped; kept and left in the store.
             let mut store = TaskWords::default();
-            let (p, runs, drops) = probe::<PAD>();
-            let entry = store.insert(SmallTask::new(as_task(p)), 0, CELL);
-            let (p2, runs2, drops2) = probe::<PAD>();
-            let entry2 = store.insert(SmallTask::new(as_task(p2)), 1, CELL);
-            let (p3, _, drops3) = probe::<PAD>();
-            let entry3 = store.insert(SmallTask::new(as_task(p3)), 2, CELL);
-            assert_eq!(drops.load(Ordering::SeqCst), 0);
+            let ((kept, seen), (removed, removed_seen)) = (counted::<PAD>(), counted::<PAD>());
+            let (left, left_seen) = counted::<PAD>();
+            let entry = store.insert(SmallTask::new(kept), 0, CELL);
+            let entry2 = store.insert(SmallTask::new(removed), 1, CELL);
+            let entry3 = store.insert(SmallTask::new(left), 2, CELL);
+            assert_eq!(seen(), (0, 0));
             let (st, ran) = store.remove(entry).run(st);
-            assert!(ran);
-            assert_eq!(
-                (runs.load(Ordering::SeqCst), drops.load(Ordering::SeqCst)),
-                (1, 1)
-            );
+            assert_eq!((ran, seen()), (true, (1, 1)));
             drop(store.remove(entry2));
-            assert_eq!(
-                (runs2.load(Ordering::SeqCst), drops2.load(Ordering::SeqCst)),
-                (0, 1)
-            );
+            assert_eq!(removed_seen(), (0, 1));
             // Queued (table and words apart), then run.
             let mut queue = Vec::new();
-            let (p5, runs5, drops5) = probe::<PAD>();
-            let queued = SmallTask::new(as_task(p5)).enqueue(&mut queue);
+            let (queued, seen) = counted::<PAD>();
+            let queued = SmallTask::new(queued).enqueue(&mut queue);
             assert_eq!(queue.len(), words);
             let mut at = 0;
             let (st, ran) = SmallTask::dequeue(queued, &queue, &mut at).run(st);
-            assert!(ran && at == queue.len());
-            assert_eq!(
-                (runs5.load(Ordering::SeqCst), drops5.load(Ordering::SeqCst)),
-                (1, 1)
-            );
+            assert_eq!((ran, at, seen()), (true, queue.len(), (1, 1)));
             // Queued fresh after another task's words, then run; queued fresh, then dropped.
-            let (p6, runs6, drops6) = probe::<PAD>();
-            let (p7, runs7, drops7) = probe::<PAD>();
-            let first = SmallTask::enqueue_fresh(as_task(p6), &mut queue);
-            let second = SmallTask::enqueue_fresh(as_task(p7), &mut queue);
+            let ((first, first_seen), (second, second_seen)) = (counted::<PAD>(), counted::<PAD>());
+            let first = SmallTask::enqueue_fresh(first, &mut queue);
+            let second = SmallTask::enqueue_fresh(second, &mut queue);
             assert_eq!(queue.len(), 3 * words);
             let (st, ran) = SmallTask::dequeue(first, &queue, &mut at).run(st);
-            assert!(ran);
             drop(SmallTask::dequeue(second, &queue, &mut at));
-            assert_eq!(at, queue.len());
-            assert_eq!(
-                (runs6.load(Ordering::SeqCst), drops6.load(Ordering::SeqCst)),
-                (1, 1)
-            );
-            assert_eq!(
-                (runs7.load(Ordering::SeqCst), drops7.load(Ordering::SeqCst)),
-                (0, 1)
-            );
-            // Run where it is entry.
-            let (p4, runs4, drops4) = probe::<PAD>();
-            let entry4 = store.insert(SmallTask::new(as_task(p4)), 0, CELL);
-            let (_st, ran) = store.run_entry(entry4, st);
-            assert!(ran);
-            assert_eq!(
-                (runs4.load(Ordering::SeqCst), drops4.load(Ordering::SeqCst)),
-                (1, 1)
-            );
+            assert_eq!((ran, at), (true, queue.len()));
+            assert_eq!((first_seen(), second_seen()), ((1, 1), (0, 1)));
+            // Run where it is kept.
+            let (task, seen) = counted::<PAD>();
+            let entry4 = store.insert(SmallTask::new(task), 0, CELL);
+            let (st, ran) = store.run_entry(entry4, st);
+            assert_eq!((ran, seen()), (true, (1, 1)));
+            // Panics when run.
+            let (task, drops) = panicking::<PAD>();
+            let (st, ran) = SmallTask::new(task).run(st);
+            assert_eq!((ran, drops.load(Ordering::SeqCst)), (false, 1));
+            assert!(!st.is_cancelled());
             // A task entry dropped without `remove` leaks (invariant 3): never a double drop.
             // (Under Miri, which reports leaks, it is removed instead.)
             #[cfg(not(miri))]
@@ -706,7 +693,7 @@ mod tests {
             #[cfg(miri)]
             drop(store.remove(entry3));
             drop(store);
-            assert_eq!(drops3.load(Ordering::SeqCst), usize::from(cfg!(miri)));
+            assert_eq!(left_seen(), (0, usize::from(cfg!(miri))));
         }
         // Probe: two Arcs (16 bytes) plus padding; the closure captures the probe.
         check::<0>(2);
@@ -797,8 +784,8 @@ mod tests {
     fn a_key_holds_one_task_at_a_time() {
         let (_timer, st) = state();
         let mut store = TaskWords::default();
-        let (p, runs, drops) = probe::<0>();
-        let held = store.insert(SmallTask::new(as_task(p)), 9, CELL);
+        let (task, seen) = counted::<0>();
+        let held = store.insert(SmallTask::new(task), 9, CELL);
         // The refused task leaks (invariant 3): one that owns no memory, for Miri.
         let words = [3u64; 2];
         let second = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
@@ -810,11 +797,7 @@ mod tests {
         assert!(second.is_err(), "a second task under a held key");
         assert_eq!(store.live(), 1);
         let (st, ran) = store.run_entry(held, st);
-        assert!(ran);
-        assert_eq!(
-            (runs.load(Ordering::SeqCst), drops.load(Ordering::SeqCst)),
-            (1, 1)
-        );
+        assert_eq!((ran, seen()), (true, (1, 1)));
         let stray = TaskEntry {
             vtable: &InPlace::<fn(&Timeout)>::VTABLE,
             key: 9,
@@ -833,28 +816,20 @@ mod tests {
         let (_timer, st) = state();
         let mut store = TaskWords::default();
         let runs = Arc::new(AtomicUsize::new(0));
-        let counted = |runs: &Arc<AtomicUsize>| {
+        let counting = |runs: &Arc<AtomicUsize>| {
             let runs = Arc::clone(runs);
             move |_: &Timeout| {
                 runs.fetch_add(1, Ordering::SeqCst);
             }
         };
-        let first = store.insert(SmallTask::new(counted(&runs)), 0, CELL);
-        let second = store.insert(SmallTask::new(counted(&runs)), 1, CELL);
+        let first = store.insert(SmallTask::new(counting(&runs)), 0, CELL);
+        let second = store.insert(SmallTask::new(counting(&runs)), 1, CELL);
         let zero_sized = store.insert(SmallTask::new(|_: &Timeout| {}), 2, CELL);
         let (st, ran) = store.run_entry(first, st);
-        assert!(ran);
-        assert_eq!(store.live(), 1);
-        let again = store.insert(SmallTask::new(counted(&runs)), 0, CELL);
-        let (p, _, drops) = probe::<0>();
-        let panics = store.insert(
-            SmallTask::new(move |_: &Timeout| {
-                let _p = p;
-                panic!("task panics");
-            }),
-            3,
-            CELL,
-        );
+        assert_eq!((ran, store.live()), (true, 1));
+        let again = store.insert(SmallTask::new(counting(&runs)), 0, CELL);
+        let (task, drops) = panicking::<0>();
+        let panics = store.insert(SmallTask::new(task), 3, CELL);
         let (st, ran) = store.run_entry(panics, st);
         assert!(!ran && !st.is_cancelled());
         assert_eq!(drops.load(Ordering::SeqCst), 1);
@@ -863,8 +838,7 @@ mod tests {
         let (st, _) = store.run_entry(again, st);
         assert_eq!((store.live(), store.two.pages.len()), (0, 0));
         let (_st, ran) = store.run_entry(zero_sized, st);
-        assert!(ran);
-        assert_eq!(runs.load(Ordering::SeqCst), 3);
+        assert_eq!((ran, runs.load(Ordering::SeqCst)), (true, 3));
     }
 
     /// Counts its drops and panics in its `Drop`.
@@ -883,13 +857,12 @@ mod tests {
     fn a_drop_that_panics_in_a_queue_leaves_the_rest_in_step() {
         let (_timer, mut st) = state();
         let panicking = Arc::new(AtomicUsize::new(0));
-        let (small, small_runs, small_drops) = probe::<0>();
-        let (large, large_runs, large_drops) = probe::<16>();
+        let ((small, small_seen), (large, large_seen)) = (counted::<0>(), counted::<16>());
         let mut queue = Vec::new();
         let p = PanicsOnDrop(Arc::clone(&panicking));
         let first = SmallTask::new(move |_: &Timeout| drop(p)).enqueue(&mut queue);
-        let second = SmallTask::enqueue_fresh(as_task(small), &mut queue);
-        let third = SmallTask::new(as_task(large)).enqueue(&mut queue);
+        let second = SmallTask::enqueue_fresh(small, &mut queue);
+        let third = SmallTask::new(large).enqueue(&mut queue);
         let mut at = 0;
         let first = SmallTask::dequeue(first, &queue, &mut at);
         assert!(!crate::shared::drop_caught(first));
@@ -900,10 +873,7 @@ mod tests {
             st = back;
         }
         assert_eq!(at, queue.len());
-        assert_eq!(small_runs.load(Ordering::SeqCst), 1);
-        assert_eq!(large_runs.load(Ordering::SeqCst), 1);
-        assert_eq!(small_drops.load(Ordering::SeqCst), 1);
-        assert_eq!(large_drops.load(Ordering::SeqCst), 1);
+        assert_eq!((small_seen(), large_seen()), ((1, 1), (1, 1)));
         assert_eq!(panicking.load(Ordering::SeqCst), 1, "dropped once");
     }
 
@@ -914,36 +884,20 @@ mod tests {
         let (_timer, st) = state();
         let panicking = Arc::new(AtomicUsize::new(0));
         let mut store = TaskWords::default();
-        let (before, before_runs, _) = probe::<8>();
-        let (after, after_runs, _) = probe::<8>();
-        let before = store.insert(SmallTask::new(as_task(before)), 0, CELL);
+        let ((before, before_seen), (after, after_seen)) = (counted::<8>(), counted::<8>());
+        let before = store.insert(SmallTask::new(before), 0, CELL);
         let p = PanicsOnDrop(Arc::clone(&panicking));
         let doomed = store.insert(SmallTask::new(move |_: &Timeout| drop((p, 0u64))), 1, CELL);
-        let after = store.insert(SmallTask::new(as_task(after)), 2, CELL);
+        let after = store.insert(SmallTask::new(after), 2, CELL);
         assert!(!crate::shared::drop_caught(store.remove(doomed)));
-        assert_eq!(panicking.load(Ordering::SeqCst), 1);
-        assert_eq!(store.live(), 2);
+        assert_eq!((panicking.load(Ordering::SeqCst), store.live()), (1, 2));
         let (st, ran) = store.run_entry(after, st);
         assert!(ran);
         let (_st, ran) = store.run_entry(before, st);
         assert!(ran);
-        assert_eq!(before_runs.load(Ordering::SeqCst), 1);
-        assert_eq!(after_runs.load(Ordering::SeqCst), 1);
-        assert_eq!(store.live(), 0);
-    }
-
-    /// A task that panics is caught by the job (its state comes back) and dropped once.
-    #[test]
-    fn a_panicking_task_gives_its_state_back() {
-        let (_timer, st) = state();
-        let (p, _, drops) = probe::<0>();
-        let task = SmallTask::new(move |_: &Timeout| {
-            let _p = p;
-            panic!("task panics");
-        });
-        let (st, ran) = task.run(st);
-        assert!(!ran);
-        assert_eq!(drops.load(Ordering::SeqCst), 1);
-        assert!(!st.is_cancelled());
+        assert_eq!(
+            (before_seen(), after_seen(), store.live()),
+            ((1, 1), (1, 1), 0)
+        );
     }
 }
