@@ -573,7 +573,7 @@ fn run_on_executor<J: Stored>(
 mod tests {
     use super::Worker;
     use crate::shared::cells::CHUNK;
-    use crate::{HashedWheelTimer, Timeout};
+    use crate::{HashedWheelTimer, ManualDriver, Timeout};
     use std::future::Future;
     use std::time::Duration;
 
@@ -591,19 +591,12 @@ mod tests {
                     [at.saturating_sub(1), at, at.saturating_add(1)]
                 })
                 .collect();
-            lates.extend([
-                u64::MAX - 1,
-                u64::MAX,
-                tick.saturating_mul(3),
-                tick.saturating_add(tick / 2),
-            ]);
+            lates.extend([u64::MAX - 1, u64::MAX, tick.saturating_mul(3)]);
+            lates.push(tick.saturating_add(tick / 2));
             for late in lates.into_iter().filter(|&late| late >= tick) {
                 let by_division = (u64::BITS - (late / tick).leading_zeros()) as usize;
-                assert_eq!(
-                    super::tally::late_class(late, tick),
-                    by_division,
-                    "{late} late, tick {tick}"
-                );
+                let class = super::tally::late_class(late, tick);
+                assert_eq!(class, by_division, "{late} late, tick {tick}");
             }
         }
     }
@@ -618,13 +611,8 @@ mod tests {
                 .max()
                 .unwrap_or(0)
         };
-        for late in (0..70 * TICK).step_by(7).chain([
-            127 * TICK,
-            128 * TICK,
-            129 * TICK,
-            u64::MAX / 2,
-            u64::MAX,
-        ]) {
+        let beyond = [127 * TICK, 128 * TICK, 129 * TICK, u64::MAX / 2, u64::MAX];
+        for late in (0..70 * TICK).step_by(7).chain(beyond) {
             let mut tally = super::Tally::default();
             tally.expired += 1;
             tally.fired(late, TICK);
@@ -645,43 +633,55 @@ mod tests {
         f(worker)
     }
 
+    const TICK: Duration = Duration::from_millis(10);
+
+    fn manual() -> (HashedWheelTimer, ManualDriver) {
+        let builder = HashedWheelTimer::builder().tick_duration(TICK);
+        builder.build_manual().unwrap()
+    }
+
+    /// A timeout of `timer` that waits a second.
+    fn waiting(timer: &HashedWheelTimer) -> Timeout {
+        timer.new_timeout(noop, Duration::from_secs(1)).unwrap()
+    }
+
+    /// Spare chunks the shards' cursors hold.
+    fn handed(timer: &HashedWheelTimer) -> usize {
+        let shards = &timer.shared.timeouts;
+        shards.fold_data(true, 0, |n, p| n + p.cursors.spare_count())
+    }
+
     /// Spare chunks: (the worker's, the shards' cursors').
     fn spares(timer: &HashedWheelTimer) -> (usize, usize) {
         let (tasks, futures) = with_worker(timer, |w| w.chunks.spare_counts());
-        let handed = timer
-            .shared
-            .timeouts
-            .fold_data(true, 0, |n, p| n + p.cursors.spare_count());
-        (tasks + futures, handed)
+        (tasks + futures, handed(timer))
     }
-
-    const TICK: Duration = Duration::from_millis(10);
 
     /// A manual timer with `chunks` chunks' worth of timeouts cancelled and settled into spares,
     /// then one more timeout (returned) and a tick: the worker hands the spares to its shard.
-    fn spares_handed_over(chunks: usize) -> (HashedWheelTimer, crate::ManualDriver, Timeout) {
-        let (timer, driver) = HashedWheelTimer::builder()
-            .tick_duration(TICK)
-            .build_manual()
-            .unwrap();
+    fn spares_handed_over(chunks: usize) -> (HashedWheelTimer, ManualDriver, Timeout) {
+        let (timer, driver) = manual();
         cancelled_pairs(&timer, chunks * CHUNK);
         driver.advance(TICK);
         assert_eq!(spares(&timer), (chunks, 0));
-        let first = timer.new_timeout(noop, Duration::from_secs(1)).unwrap();
+        let first = waiting(&timer);
         driver.advance(TICK);
         assert_eq!(spares(&timer), (0, chunks));
         (timer, driver, first)
+    }
+
+    fn cancelled_pairs(timer: &HashedWheelTimer, n: usize) {
+        for _ in 0..n {
+            assert!(waiting(timer).cancel());
+        }
     }
 
     /// A chunk settled more times than it has cells (a bookkeeping bug): debug builds panic;
     /// release builds keep the chunk for good rather than let it be reused under a live timeout.
     #[test]
     fn a_chunk_settled_too_often_panics_in_debug_and_is_kept_in_release() {
-        let (timer, driver) = HashedWheelTimer::builder()
-            .tick_duration(TICK)
-            .build_manual()
-            .unwrap();
-        let t = timer.new_timeout(noop, Duration::from_secs(1)).unwrap();
+        let (timer, driver) = manual();
+        let t = waiting(&timer);
         driver.advance(TICK);
         with_worker(&timer, |worker| {
             assert_eq!(worker.chunks.held(), 1);
@@ -697,22 +697,13 @@ mod tests {
         std::mem::forget((t, driver, timer));
     }
 
-    fn cancelled_pairs(timer: &HashedWheelTimer, n: usize) {
-        for _ in 0..n {
-            let t = timer.new_timeout(noop, Duration::from_secs(1)).unwrap();
-            assert!(t.cancel());
-        }
-    }
-
     /// Chunks all settled with no handle left come back to their shard as spares, cells fresh
     /// (a steady request-timeout load allocates nothing); an idle timer lets them go.
     #[test]
     fn chunks_let_go_by_the_worker_are_handed_out_again_fresh() {
         let (timer, driver, first) = spares_handed_over(2);
         // The rest of `first`'s chunk, then one cell of a spare.
-        let more: Vec<Timeout> = (0..CHUNK)
-            .map(|_| timer.new_timeout(noop, Duration::from_secs(1)).unwrap())
-            .collect();
+        let more: Vec<Timeout> = (0..CHUNK).map(|_| waiting(&timer)).collect();
         assert_eq!(spares(&timer), (0, 1));
         assert!(more.iter().all(|t| !t.is_cancelled() && !t.is_expired()));
         assert_eq!(timer.pending_timeouts(), CHUNK + 1);
@@ -727,42 +718,35 @@ mod tests {
     /// of each kind): once all end, the table holds no chunk, and each is a spare of its kind.
     #[test]
     fn interleaved_tasks_and_futures_settle_every_chunk() {
-        let (timer, driver) = HashedWheelTimer::builder()
-            .tick_duration(TICK)
-            .build_manual()
-            .unwrap();
-        let waker = std::task::Waker::noop();
+        let (timer, driver) = manual();
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
         let mut sleeps = Vec::new();
         // Whole chunks of each kind (a cursor's current chunk stays held until used up).
         for i in 0..4 * CHUNK {
             timer.new_timeout(noop, TICK).unwrap();
             if i % 2 == 0 {
                 let mut sleep = timer.sleep(TICK);
-                let mut cx = std::task::Context::from_waker(waker);
                 assert!(std::pin::Pin::new(&mut sleep).poll(&mut cx).is_pending());
                 sleeps.push(sleep);
             }
         }
         driver.advance(TICK * 3);
         assert_eq!(timer.pending_timeouts(), 0);
-        let table = |timer: &HashedWheelTimer| {
-            with_worker(timer, |w| {
+        // (chunks held, tasks' spares, futures' spares)
+        let table = || {
+            with_worker(&timer, |w| {
                 let (tasks, futures) = w.chunks.spare_counts();
                 (w.chunks.held(), tasks, futures)
             })
         };
-        assert_eq!(table(&timer).0, 0, "chunks still held by the table");
+        assert_eq!(table().0, 0, "chunks still held by the table");
         drop(sleeps);
         // Futures dropped before the worker is done with their chunks: futures' spares.
         for _ in 0..2 * CHUNK {
             drop(timer.sleep(TICK));
         }
         driver.advance(TICK);
-        assert_eq!(
-            table(&timer),
-            (0, 0, 2),
-            "(held, tasks' spares, futures' spares)"
-        );
+        assert_eq!(table(), (0, 0, 2));
     }
 
     /// A cancel that lands as an idle worker gives its buffers back is taken along with them:
@@ -770,10 +754,7 @@ mod tests {
     /// sleep until the next fire tick (an hour here) with the task held and counted pending.
     #[test]
     fn a_cancel_taken_with_the_idle_buffers_is_planned_for_at_once() {
-        let (timer, driver) = HashedWheelTimer::builder()
-            .tick_duration(TICK)
-            .build_manual()
-            .unwrap();
+        let (timer, driver) = manual();
         let _later = timer.new_timeout(noop, Duration::from_secs(3600)).unwrap();
         let cancelled = timer.new_timeout(noop, Duration::from_secs(3600)).unwrap();
         driver.advance(TICK); // both in the wheel
@@ -801,11 +782,7 @@ mod tests {
         driver.advance(TICK);
         assert_eq!(spares(&timer), (1, 1));
         assert_eq!(timer.stop().unwrap(), vec![first]);
-        let handed = timer
-            .shared
-            .timeouts
-            .fold_data(true, 0, |n, p| n + p.cursors.spare_count());
-        assert_eq!(handed, 0);
+        assert_eq!(handed(&timer), 0);
         // The owner and the driver: no chunk holds the timer any more.
         assert_eq!(std::sync::Arc::strong_count(&timer.shared), 2);
     }
