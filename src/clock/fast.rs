@@ -334,22 +334,15 @@ mod tests {
         for source in ["tsc", "tsc\n", " tsc \n"] {
             assert!(names_tsc(source.as_bytes()), "{source:?}");
         }
-        for source in [
-            "",
-            "\n",
-            "hpet\n",
-            "acpi_pm\n",
-            "kvm-clock\n",
-            "tsc-early\n",
-            "ts",
-        ] {
+        for source in ["", "\n", "hpet\n", "acpi_pm\n", "kvm-clock\n", "tsc-early\n", "ts"] {
             assert!(!names_tsc(source.as_bytes()), "{source:?}");
         }
         if let Ok(source) = std::fs::read_to_string(CLOCKSOURCE) {
-            assert_eq!(ClockSource::default().names_tsc(), source.trim() == "tsc");
+            let is_tsc = source.trim() == "tsc";
+            assert_eq!(ClockSource::default().names_tsc(), is_tsc);
             let mut kept = ClockSource::default();
             for _ in 0..3 {
-                assert_eq!(kept.names_tsc(), source.trim() == "tsc");
+                assert_eq!(kept.names_tsc(), is_tsc);
             }
             assert!(kept.file.is_some(), "the file stays open between reads");
         }
@@ -374,26 +367,19 @@ mod tests {
             trusted(Some(&set_up), &trust).is_some()
         };
         const S: u64 = RECHECK;
-        assert!(
-            turn(S / 2, "hpet\n"),
-            "no read within a second of the start"
-        );
-        assert!(turn(S, "tsc\n"));
-        assert!(
-            turn(S + S / 2, "hpet\n"),
-            "no read within a second of the last"
-        );
-        assert!(turn(5 * S, "tsc\n"), "a turn after a pause reads");
-        assert!(
-            !turn(6 * S, "hpet\n"),
-            "withdrawn at the first read of hpet"
-        );
-        assert!(!turn(9 * S, "tsc\n"), "and for good");
-        assert_eq!(
-            reads,
-            [S, 5 * S, 6 * S],
-            "nothing read after the withdrawal"
-        );
+        // (now, the clock source, trusted after the turn, why)
+        let turns = [
+            (S / 2, "hpet\n", true, "no read within a second of the start"),
+            (S, "tsc\n", true, "a read"),
+            (S + S / 2, "hpet\n", true, "no read within a second of the last"),
+            (5 * S, "tsc\n", true, "a turn after a pause reads"),
+            (6 * S, "hpet\n", false, "withdrawn at the first read of hpet"),
+            (9 * S, "tsc\n", false, "and for good"),
+        ];
+        for (now, source, trusted, why) in turns {
+            assert_eq!(turn(now, source), trusted, "at {now}: {why}");
+        }
+        assert_eq!(reads, [S, 5 * S, 6 * S], "none after the withdrawal");
         assert_eq!(read_at.load(Ordering::Relaxed), u64::MAX);
         // Of two turns that saw the same last read, one reads; `None` withdraws nothing.
         let (trust, read_at) = (AtomicBool::new(true), AtomicU64::new(0));
@@ -419,10 +405,7 @@ mod tests {
             reread(&read_at, 0, 1_000_000_000, &w, || Some(false));
         });
         assert!(returned, "the turn went on");
-        assert!(
-            !withdrawn.load(Ordering::Relaxed),
-            "the TSC is given up all the same"
-        );
+        assert!(!withdrawn.load(Ordering::Relaxed), "given up all the same");
     }
 
     #[test]
