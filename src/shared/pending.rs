@@ -156,8 +156,17 @@ fn too_many(pending: usize, max: usize) -> TimerError {
 mod tests {
     use crate::{HashedWheelTimer, Timeout, TimerError};
     use std::sync::atomic::Ordering;
-    use std::sync::mpsc;
+    use std::sync::{mpsc, Arc};
     use std::time::Duration;
+
+    fn noop(_: &Timeout) {}
+
+    /// A manual timer of `builder` with one timeout waiting a second.
+    fn one_waiting(builder: crate::Builder) -> HashedWheelTimer {
+        let (timer, _driver) = builder.build_manual().unwrap();
+        timer.new_timeout(noop, Duration::from_secs(1)).unwrap();
+        timer
+    }
 
     /// At the key bound with no pending limit, `new_timeout` refuses with the count it read, not
     /// the exact count (which would lock every shard while the producer holds its own).
@@ -168,31 +177,24 @@ mod tests {
         timer.shared.accepted.store(bound, Ordering::Relaxed);
         let (tx, rx) = mpsc::channel();
         let producer = std::thread::spawn(move || {
-            let refused = timer.new_timeout(|_: &Timeout| {}, Duration::from_secs(1));
+            let refused = timer.new_timeout(noop, Duration::from_secs(1));
             tx.send(refused.map(drop)).unwrap();
             timer
         });
         let refused = rx
             .recv_timeout(Duration::from_secs(30))
             .expect("new_timeout returns at the key bound");
-        assert_eq!(
-            refused,
-            Err(TimerError::TooManyPending {
-                pending: bound,
-                max: bound
-            })
-        );
+        let (pending, max) = (bound, bound);
+        assert_eq!(refused, Err(TimerError::TooManyPending { pending, max }));
         let timer = producer.join().unwrap();
         timer.shared.accepted.store(0, Ordering::Relaxed);
     }
 
-    /// Each accepted timeout is counted up once and down at most once, refusals racing `stop()`
-    /// included: with no cancels, the counter after `stop()` (which `pending_timeouts()` reports
-    /// as 0) is the number of timeouts `stop()` returned. Refusals after `stop()` leave it alone
-    /// (Netty counts each as pending, for good).
+    /// Refusals racing `stop()` count a timeout down at most once: the counter after `stop()` is
+    /// the number it returned; refusals after it leave it alone (Netty counts each, for good).
     #[test]
     fn refusal_racing_stop_is_counted_down_once() {
-        use std::sync::{Arc, Barrier};
+        use std::sync::Barrier;
         for round in 0..50u64 {
             let timer = Arc::new(HashedWheelTimer::new(Duration::from_millis(1), 8));
             let start = Arc::new(Barrier::new(4));
@@ -201,7 +203,7 @@ mod tests {
                     let (timer, start) = (Arc::clone(&timer), Arc::clone(&start));
                     std::thread::spawn(move || {
                         start.wait();
-                        while timer.new_timeout(|_: &Timeout| {}, Duration::ZERO).is_ok() {}
+                        while timer.new_timeout(noop, Duration::ZERO).is_ok() {}
                     })
                 })
                 .collect();
@@ -213,14 +215,11 @@ mod tests {
             }
             assert_eq!(timer.shared.count(true), returned, "round {round}");
             for _ in 0..100 {
-                let refused = timer.new_timeout(|_: &Timeout| {}, Duration::ZERO);
+                let refused = timer.new_timeout(noop, Duration::ZERO);
                 assert_eq!(refused.unwrap_err(), TimerError::Stopped);
             }
-            assert_eq!(
-                timer.shared.count(true),
-                returned,
-                "round {round}: refusals counted"
-            );
+            let count = timer.shared.count(true);
+            assert_eq!(count, returned, "round {round}: refusals counted");
         }
     }
 
@@ -229,14 +228,11 @@ mod tests {
     fn read_while_my_shard_is_held<T: Send + 'static>(
         timer: HashedWheelTimer,
         read: fn(&HashedWheelTimer) -> T,
-    ) -> (
-        std::sync::Arc<HashedWheelTimer>,
-        Result<T, mpsc::RecvTimeoutError>,
-    ) {
-        let timer = std::sync::Arc::new(timer);
+    ) -> (Arc<HashedWheelTimer>, Result<T, mpsc::RecvTimeoutError>) {
+        let timer = Arc::new(timer);
         let held = timer.shared.timeouts.my_shard();
         let (tx, rx) = mpsc::channel();
-        let reader = std::sync::Arc::clone(&timer);
+        let reader = Arc::clone(&timer);
         let reader = std::thread::spawn(move || tx.send(read(&reader)).unwrap());
         let got = rx.recv_timeout(Duration::from_secs(10));
         drop(held);
@@ -248,13 +244,7 @@ mod tests {
     /// waits for no producer's shard lock (only the count without a limit locks them).
     #[test]
     fn with_a_pending_limit_the_count_waits_for_no_shard() {
-        let (timer, _driver) = HashedWheelTimer::builder()
-            .max_pending_timeouts(8)
-            .build_manual()
-            .unwrap();
-        timer
-            .new_timeout(|_: &Timeout| {}, Duration::from_secs(1))
-            .unwrap();
+        let timer = one_waiting(HashedWheelTimer::builder().max_pending_timeouts(8));
         let (_, read) = read_while_my_shard_is_held(timer, |t| t.pending_timeouts());
         assert_eq!(read, Ok(1), "the count waited for a producer's shard");
     }
@@ -263,10 +253,7 @@ mod tests {
     /// shard's unused credit stays in `pending`, an upper bound, until the lock is free again.
     #[test]
     fn debug_waits_for_no_shard() {
-        let (timer, _driver) = HashedWheelTimer::builder().build_manual().unwrap();
-        timer
-            .new_timeout(|_: &Timeout| {}, Duration::from_secs(1))
-            .unwrap();
+        let timer = one_waiting(HashedWheelTimer::builder());
         let (timer, shown) = read_while_my_shard_is_held(timer, |t| format!("{t:?}"));
         let shown = shown.expect("Debug waited for a producer's shard");
         let bound = format!("pending: {},", super::CREDIT_BATCH);
