@@ -329,11 +329,8 @@ mod tests {
         }
         assert_eq!(at, 5);
         drop(drain);
-        assert_eq!(
-            dropped.lock().unwrap().len(),
-            7 + 2,
-            "left tasks dropped by the drain"
-        );
+        let by_the_drain = dropped.lock().unwrap().len();
+        assert_eq!(by_the_drain, 7 + 2, "left tasks dropped by the drain");
         drop(rest);
         let dropped = dropped.lock().unwrap();
         let mut ids: Vec<u64> = dropped.iter().map(|&(id, _)| id).collect();
@@ -377,11 +374,7 @@ mod tests {
             }
             let dropped = dropped.lock().unwrap();
             let ids: Vec<u64> = dropped.iter().map(|&(id, _)| id).collect();
-            assert_eq!(
-                ids,
-                (0..N).collect::<Vec<_>>(),
-                "{at_end}: in order, once each"
-            );
+            assert_eq!(ids, (0..N).collect::<Vec<_>>(), "{at_end}: in order, once");
             assert!(dropped.iter().all(|&(id, check)| check == !id), "{at_end}");
         }
     }
