@@ -433,27 +433,17 @@ mod tests {
         let cancelled = cell(word(7, CANCELLED));
         assert_eq!(cancelled.try_expire(7), Expiry::Cancelled);
         assert_eq!(cancelled.try_expire(9), Expiry::NotItsCell);
-        assert_eq!(
-            cell(word(NO_INDEX, QUEUED)).try_expire(7),
-            Expiry::NotItsCell
-        );
-        assert_eq!(cell(word(NO_INDEX, QUEUED)).wheel_key(), NO_INDEX);
+        let queued = || cell(word(NO_INDEX, QUEUED));
+        assert_eq!(queued().try_expire(7), Expiry::NotItsCell);
+        assert_eq!(queued().wheel_key(), NO_INDEX);
     }
 
     /// A cell id gives back its chunk id and tag at both ranges' ends; no two pairs share one.
     #[test]
     fn a_cell_id_keeps_its_chunk_and_tag_apart() {
-        let last_tag = (CHUNK - 1) as u8;
-        let chunks = [
-            0,
-            1,
-            2,
-            1000,
-            chunk::MAX_CHUNK_IDS - 2,
-            chunk::MAX_CHUNK_IDS - 1,
-        ];
+        let (last_tag, last) = ((CHUNK - 1) as u8, chunk::MAX_CHUNK_IDS - 1);
         let mut seen = std::collections::HashSet::new();
-        for &chunk in &chunks {
+        for chunk in [0, 1, 2, 1000, last - 1, last] {
             for tag in [0, 1, last_tag / 2, last_tag] {
                 let id = CellId::new(chunk, tag);
                 assert_eq!((id.chunk(), id.tag()), (chunk, tag));
