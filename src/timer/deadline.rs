@@ -309,6 +309,27 @@ mod timer_ref {
             slot.bump();
             assert_eq!(slot.generation, 1, "wraps past 0");
         }
+
+        #[test]
+        fn a_timer_keeps_its_slot_and_lets_it_go_when_stopped() {
+            let new_timer = || crate::HashedWheelTimer::new(std::time::Duration::from_millis(1), 8);
+            let timers: Vec<_> = (0..6).map(|_| new_timer()).collect();
+            let keys: Vec<_> = timers.iter().map(|t| TimerRef::new(&t.shared)).collect();
+            for (timer, key) in timers.iter().zip(&keys) {
+                assert_eq!(TimerRef::new(&timer.shared), *key, "one slot per timer");
+                let found = key.upgrade().expect("a live timer");
+                assert!(std::ptr::eq(&*found, &*timer.shared), "its own timer");
+            }
+            let stopped = &timers[2];
+            drop(stopped.stop());
+            assert!(keys[2].upgrade().is_none(), "let go when stopped");
+            let again = TimerRef::new(&stopped.shared);
+            assert!(again.upgrade().is_none(), "and not taken again");
+            let next = new_timer();
+            let reused = TimerRef::new(&next.shared);
+            assert!(keys[2].upgrade().is_none(), "the old key names no timer");
+            assert!(std::ptr::eq(&*reused.upgrade().unwrap(), &*next.shared));
+        }
     }
 }
 
@@ -499,35 +520,3 @@ macro_rules! deadline_methods {
 }
 
 for_owner_and_handle!(deadline_methods);
-
-#[cfg(all(test, not(loom)))]
-mod tests {
-    use super::timer_ref::TimerRef;
-    use crate::HashedWheelTimer;
-    use std::time::Duration;
-
-    #[test]
-    fn a_timer_keeps_its_slot_and_lets_it_go_when_stopped() {
-        let timers: Vec<_> = (0..6)
-            .map(|_| HashedWheelTimer::new(Duration::from_millis(1), 8))
-            .collect();
-        let keys: Vec<_> = timers.iter().map(|t| TimerRef::new(&t.shared)).collect();
-        for (timer, key) in timers.iter().zip(&keys) {
-            assert_eq!(TimerRef::new(&timer.shared), *key, "one slot per timer");
-            let found = key.upgrade().expect("a live timer");
-            assert!(std::ptr::eq(&*found, &*timer.shared), "its own timer");
-        }
-        let stopped = &timers[2];
-        drop(stopped.stop());
-        assert!(
-            keys[2].upgrade().is_none(),
-            "a stopped timer's slot is let go"
-        );
-        let again = TimerRef::new(&stopped.shared);
-        assert!(again.upgrade().is_none(), "and not taken again");
-        let next = HashedWheelTimer::new(Duration::from_millis(1), 8);
-        let reused = TimerRef::new(&next.shared);
-        assert!(keys[2].upgrade().is_none(), "the old key names no timer");
-        assert!(std::ptr::eq(&*reused.upgrade().unwrap(), &*next.shared));
-    }
-}
