@@ -246,12 +246,9 @@ mod tests {
     use crate::HashedWheelTimer;
     use std::time::Duration;
 
-    /// A worker thread that unwinds (a bug of the crate's: user code, the logger included, is
-    /// caught) stops its timer, which leaves the live-timer count then, also on a process whose
-    /// logger panics on the report, which goes on. The timer stayed counted for good (the
-    /// owner's `stop()` and drop found it stopped and returned at once), and the report's panic
-    /// escaped the guard's `Drop` during the unwind, which aborted the process (every timer in
-    /// it lost).
+    /// A worker thread that unwinds (a bug of the crate's) stops its timer and leaves the
+    /// live-timer count, also under a logger that panics on the report. The timer stayed counted
+    /// for good, and the report's panic escaped the guard's `Drop` and aborted the process.
     #[test]
     fn a_worker_thread_that_unwinds_stops_its_timer_and_leaves_the_live_timer_count() {
         for loud in [false, true] {
