@@ -185,14 +185,10 @@ mod tests {
 
     #[test]
     fn public_types_are_thread_safe() {
-        assert_send_sync::<HashedWheelTimer>();
-        assert_send_sync::<TimerHandle>();
-        assert_send_sync::<Timeout>();
-        assert_send_sync::<ManualDriver>();
-        assert_send_sync::<TimerError>();
-        assert_send_sync::<BuildError>();
-        assert_clone::<Timeout>();
-        assert_clone::<TimerHandle>();
+        // A tuple is `Send`, `Sync` or `Clone` if each of its types is.
+        assert_send_sync::<(HashedWheelTimer, TimerHandle, Timeout)>();
+        assert_send_sync::<(ManualDriver, TimerError, BuildError)>();
+        assert_clone::<(Timeout, TimerHandle)>();
     }
 }
 
