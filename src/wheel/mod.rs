@@ -611,27 +611,26 @@ mod tests {
         for later in patterns {
             let (w, middle) = mixed_bucket(later);
             // By definition: tick 3's entries in order, the removed survivor, bucket 5's, the rest.
-            let mut by_definition: Vec<(u32, u64)> = (0..40u32)
-                .filter(|&i| !later(i))
-                .map(|i| (i, 3 * MS + u64::from(i)))
-                .collect();
+            let due = |i: u32, tick: u64| (i, tick * MS + u64::from(i));
             let removed = (20..40u32).find(|&i| later(i));
-            by_definition.extend(removed.map(|i| (i, 0)));
-            by_definition.push((1000, 5 * MS));
-            by_definition.extend(
-                (0..40u32)
-                    .filter(|&i| later(i) && Some(i) != removed)
-                    .map(|i| (i, 11 * MS + u64::from(i))),
-            );
-            by_definition.push((500, 11 * MS + 500));
+            let mut by_definition: Vec<_> =
+                (0..40).filter(|&i| !later(i)).map(|i| due(i, 3)).collect();
+            by_definition.extend(removed.map(|i| (i, 0)).into_iter().chain([(1000, 5 * MS)]));
+            let rest = (0..40).filter(|&i| later(i) && Some(i) != removed);
+            by_definition.extend(rest.map(|i| due(i, 11)).chain([due(500, 11)]));
             assert_eq!(expire_then_the_rest(w, middle), by_definition);
         }
     }
 
     /// A wheel of 2^30 buckets allocates bucket pages only where entries land, fires them as
-    /// any wheel does, and frees the pages on a drain.
+    /// any wheel does, and frees the pages on a drain; a wheel of a page or less is whole.
     #[test]
     fn a_largest_wheel_allocates_the_pages_of_its_buckets_as_entries_land() {
+        for len in [1, 8, 512, 1 << BUCKET_PAGE_BITS] {
+            let w: Wheel<()> = Wheel::new(MS, len);
+            let whole = len * std::mem::size_of::<Bucket>();
+            assert_eq!(w.buckets.allocated_bytes(), whole, "{len} buckets");
+        }
         let mut w = Wheel::new(MS, 1 << 30);
         assert_eq!(w.buckets.allocated_bytes(), 0);
         let page_bytes = (1 << BUCKET_PAGE_BITS) * std::mem::size_of::<Bucket>();
@@ -668,30 +667,17 @@ mod tests {
         assert_eq!(visits, [s, 2 * s + 1, 3 * s + 2, due]);
     }
 
+    /// Regression (the `wheeltimer` crate): of two entries a round apart in one bucket, both
+    /// fire. The bucket is the fire tick masked; the rounds follow.
     #[test]
-    fn a_wheel_of_one_page_or_less_is_allocated_whole() {
-        for len in [1, 8, 512, 1 << BUCKET_PAGE_BITS] {
-            let w: Wheel<()> = Wheel::new(MS, len);
-            let whole = len * std::mem::size_of::<Bucket>();
-            assert_eq!(w.buckets.allocated_bytes(), whole, "{len} buckets");
-        }
-    }
-
-    #[test]
-    fn slot_is_fire_tick_masked_and_rounds_follow() {
-        let w: Wheel<()> = Wheel::new(10 * MS, 8);
+    fn same_bucket_one_round_apart_both_fire() {
+        let mut w = Wheel::new(10 * MS, 8);
         // 55 ms: tick 5, bucket 5; 135 ms: tick 13, bucket 5 a round on.
         assert_eq!(w.remaining_rounds(55 * MS, 0), 0);
         assert_eq!(w.remaining_rounds(135 * MS, 0), 1);
         assert_eq!(w.remaining_rounds(135 * MS, 5), 1);
         assert_eq!(w.remaining_rounds(135 * MS, 13), 0);
         assert_eq!(w.remaining_rounds(5 * MS, 9), 0, "past deadlines: none");
-    }
-
-    /// Regression (the `wheeltimer` crate): of two entries a round apart in one bucket, both fire.
-    #[test]
-    fn same_bucket_one_round_apart_both_fire() {
-        let mut w = Wheel::new(10 * MS, 8);
         w.insert("a", 55 * MS, 0);
         w.insert("b", 135 * MS, 0);
         assert_eq!(expire_ticks(&mut w, 0..20), [(5, "a"), (13, "b")]);
@@ -731,6 +717,13 @@ mod tests {
         w.insert((), 600 * MS, 400); // bucket 88, behind the start: wraps
         assert_eq!(w.next_fire_tick(400), Some(600));
         assert_eq!(w.next_fire_tick(601), Some(700));
+        // A wheel smaller than a bitmap word.
+        let mut w = Wheel::new(MS, 4);
+        w.insert((), 9 * MS, 2); // round 2, past the horizon (round 1): a far slot
+        assert_eq!(w.next_fire_tick(2), Some(4), "moves down as round 1 starts");
+        assert_eq!(expire_ticks(&mut w, [4]), [], "not due");
+        assert_eq!(w.next_fire_tick(5), Some(9));
+        assert_eq!(w.next_fire_tick(6), Some(9));
     }
 
     /// A timeout thousands of rounds away costs the worker one visit per far level it moves
@@ -746,16 +739,6 @@ mod tests {
         assert_eq!(visits, [4095 * 512, 6975 * 512, 7030 * 512, 3_600_000]);
         // An empty wheel keeps no far slots.
         assert!(w.far.iter().all(|level| level.is_empty()));
-    }
-
-    #[test]
-    fn next_fire_tick_on_a_wheel_smaller_than_a_bitmap_word() {
-        let mut w = Wheel::new(MS, 4);
-        w.insert((), 9 * MS, 2); // round 2, past the horizon (round 1): a far slot
-        assert_eq!(w.next_fire_tick(2), Some(4), "moves down as round 1 starts");
-        assert_eq!(expire_ticks(&mut w, [4]), [], "not due");
-        assert_eq!(w.next_fire_tick(5), Some(9));
-        assert_eq!(w.next_fire_tick(6), Some(9));
     }
 
     /// Far entries removed anywhere in their slot's list leave the others in order, on time.
