@@ -610,12 +610,8 @@ mod tests {
         static RUNS: AtomicUsize = AtomicUsize::new(0);
         let (_timer, st) = state();
         let mut queue = vec![Word::new(7)];
-        let queued = SmallTask::enqueue_fresh(
-            |_: &Timeout| {
-                RUNS.fetch_add(1, Ordering::SeqCst);
-            },
-            &mut queue,
-        );
+        let task = |_: &Timeout| _ = RUNS.fetch_add(1, Ordering::SeqCst);
+        let queued = SmallTask::enqueue_fresh(task, &mut queue);
         assert_eq!(queue.len(), 1, "no words for a zero-sized task");
         let mut at = 1;
         let (_st, ran) = SmallTask::dequeue(queued, &queue, &mut at).run(st);
@@ -711,9 +707,7 @@ mod tests {
         assert_eq!((store.live(), store.two.pages.len()), (0, 0));
         drop(store.remove(zst));
         let big = [7u64; 3];
-        let task = move |_: &Timeout| {
-            std::hint::black_box(big);
-        };
+        let task = move |_: &Timeout| _ = std::hint::black_box(big);
         let far = 3 * PAGE as u32 + 7;
         let entries: Vec<TaskEntry> = [0, 1, far]
             .into_iter()
@@ -789,9 +783,7 @@ mod tests {
         // The refused task leaks (invariant 3): one that owns no memory, for Miri.
         let words = [3u64; 2];
         let second = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            let refused = move |_: &Timeout| {
-                std::hint::black_box(words);
-            };
+            let refused = move |_: &Timeout| _ = std::hint::black_box(words);
             store.insert(SmallTask::new(refused), 9, CELL)
         }));
         assert!(second.is_err(), "a second task under a held key");
@@ -815,19 +807,14 @@ mod tests {
     fn running_kept_tasks_frees_their_keys() {
         let (_timer, st) = state();
         let mut store = TaskWords::default();
-        let runs = Arc::new(AtomicUsize::new(0));
-        let counting = |runs: &Arc<AtomicUsize>| {
-            let runs = Arc::clone(runs);
-            move |_: &Timeout| {
-                runs.fetch_add(1, Ordering::SeqCst);
-            }
-        };
-        let first = store.insert(SmallTask::new(counting(&runs)), 0, CELL);
-        let second = store.insert(SmallTask::new(counting(&runs)), 1, CELL);
+        let ((first, first_seen), (second, second_seen)) = (counted::<0>(), counted::<0>());
+        let (again, again_seen) = counted::<0>();
+        let first = store.insert(SmallTask::new(first), 0, CELL);
+        let second = store.insert(SmallTask::new(second), 1, CELL);
         let zero_sized = store.insert(SmallTask::new(|_: &Timeout| {}), 2, CELL);
         let (st, ran) = store.run_entry(first, st);
         assert_eq!((ran, store.live()), (true, 1));
-        let again = store.insert(SmallTask::new(counting(&runs)), 0, CELL);
+        let again = store.insert(SmallTask::new(again), 0, CELL);
         let (task, drops) = panicking::<0>();
         let panics = store.insert(SmallTask::new(task), 3, CELL);
         let (st, ran) = store.run_entry(panics, st);
@@ -838,7 +825,11 @@ mod tests {
         let (st, _) = store.run_entry(again, st);
         assert_eq!((store.live(), store.two.pages.len()), (0, 0));
         let (_st, ran) = store.run_entry(zero_sized, st);
-        assert_eq!((ran, runs.load(Ordering::SeqCst)), (true, 3));
+        assert!(ran);
+        assert_eq!(
+            (first_seen(), second_seen(), again_seen()),
+            ((1, 1), (1, 1), (1, 1))
+        );
     }
 
     /// Counts its drops and panics in its `Drop`.
