@@ -268,6 +268,7 @@ pub(crate) mod loud_logger {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     /// A system clock, its fast clock's calibration (which the first reading starts) ended.
     fn calibrated() -> Clock {
@@ -275,13 +276,10 @@ mod tests {
         clock.now_upper();
         #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
         {
-            let started = Instant::now();
+            let deadline = Instant::now() + Duration::from_secs(10);
             while !fast::settled() {
-                assert!(
-                    started.elapsed() < std::time::Duration::from_secs(10),
-                    "the fast clock's calibration never finished"
-                );
-                std::thread::sleep(std::time::Duration::from_millis(1));
+                assert!(Instant::now() < deadline, "calibration never finished");
+                std::thread::sleep(Duration::from_millis(1));
             }
         }
         clock
@@ -319,16 +317,11 @@ mod tests {
         let clock = calibrated();
         #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
         {
-            let source = std::fs::read_to_string(
-                "/sys/devices/system/clocksource/clocksource0/current_clocksource",
-            )
-            .unwrap_or_default();
-            assert_eq!(
-                fast::get().is_some(),
-                source.trim() == "tsc" && !fast::refused(),
-                "the fast clock is used exactly where the kernel keeps time with the TSC, and \
-                 its calibration passed the check"
-            );
+            let path = "/sys/devices/system/clocksource/clocksource0/current_clocksource";
+            let tsc = std::fs::read_to_string(path).is_ok_and(|source| source.trim() == "tsc");
+            // The fast clock is used exactly where the kernel keeps time with the TSC, and its
+            // calibration passed the check.
+            assert_eq!(fast::get().is_some(), tsc && !fast::refused());
         }
         let threads: Vec<_> = (0..2)
             .map(|_| {
@@ -343,7 +336,7 @@ mod tests {
                         worst_lead = worst_lead.max(upper.saturating_sub(after));
                         if i % 50_000 == 0 {
                             // Let anchors go stale.
-                            std::thread::sleep(std::time::Duration::from_millis(2));
+                            std::thread::sleep(Duration::from_millis(2));
                         }
                     }
                     worst_lead
@@ -358,20 +351,14 @@ mod tests {
 
     #[test]
     fn durations_convert_exactly_and_saturate() {
-        use std::time::Duration;
         assert_eq!(duration_to_nanos(Duration::ZERO), 0);
         assert_eq!(duration_to_nanos(Duration::new(3, 7)), 3_000_000_007);
-        let max = Duration::from_nanos(u64::MAX);
-        assert_eq!(
-            duration_to_nanos(max - Duration::from_nanos(1)),
-            u64::MAX - 1
-        );
+        let (max, ns) = (Duration::from_nanos(u64::MAX), Duration::from_nanos(1));
+        let past_max = Duration::new(u64::MAX / 1_000_000_000 + 1, 0);
+        assert_eq!(duration_to_nanos(max - ns), u64::MAX - 1);
         assert_eq!(duration_to_nanos(max), u64::MAX);
-        assert_eq!(duration_to_nanos(max + Duration::from_nanos(1)), u64::MAX);
-        assert_eq!(
-            duration_to_nanos(Duration::new(u64::MAX / 1_000_000_000 + 1, 0)),
-            u64::MAX
-        );
+        assert_eq!(duration_to_nanos(max + ns), u64::MAX);
+        assert_eq!(duration_to_nanos(past_max), u64::MAX);
         assert_eq!(duration_to_nanos(Duration::MAX), u64::MAX);
     }
 
