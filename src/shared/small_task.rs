@@ -620,13 +620,10 @@ mod tests {
 
     #[test]
     fn classes_by_size() {
-        assert_eq!(class_words(0), 0);
-        assert_eq!(class_words(1), 2);
-        assert_eq!(class_words(16), 2);
-        assert_eq!(class_words(17), 4);
-        assert_eq!(class_words(32), 4);
-        assert_eq!(size_of::<TaskEntry>(), 16);
-        assert_eq!(size_of::<SmallTask>(), 40);
+        for (bytes, words) in [(0, 0), (1, 2), (16, 2), (17, 4), (32, 4)] {
+            assert_eq!(class_words(bytes), words, "{bytes} bytes");
+        }
+        assert_eq!((size_of::<TaskEntry>(), size_of::<SmallTask>()), (16, 40));
     }
 
     /// Every path a task takes, for a task of each class and a boxed one: run, dropped unrun,
@@ -842,15 +839,18 @@ mod tests {
         }
     }
 
-    /// Queued tasks of every class, the middle one's `Drop` panicking as it is dropped (caught,
-    /// as the worker does): the tasks after it are read from their own words, each once.
+    /// A task whose `Drop` panics as it is dropped (caught, as the worker does) leaves the
+    /// others whole: queued tasks after it are read from their own words; kept tasks (it is
+    /// removed, a cancel) stay under their keys, its slot free. Each is dropped once.
     #[test]
-    fn a_drop_that_panics_in_a_queue_leaves_the_rest_in_step() {
-        let (_timer, mut st) = state();
+    fn a_drop_that_panics_leaves_the_other_tasks_whole() {
+        let (_timer, st) = state();
         let panicking = Arc::new(AtomicUsize::new(0));
+        let drops_panicking = || PanicsOnDrop(Arc::clone(&panicking));
+        // Queued tasks of every class, the first one's `Drop` panicking.
         let ((small, small_seen), (large, large_seen)) = (counted::<0>(), counted::<16>());
         let mut queue = Vec::new();
-        let p = PanicsOnDrop(Arc::clone(&panicking));
+        let p = drops_panicking();
         let first = SmallTask::new(move |_: &Timeout| drop(p)).enqueue(&mut queue);
         let second = SmallTask::enqueue_fresh(small, &mut queue);
         let third = SmallTask::new(large).enqueue(&mut queue);
@@ -858,37 +858,23 @@ mod tests {
         let first = SmallTask::dequeue(first, &queue, &mut at);
         assert!(!crate::shared::drop_caught(first));
         assert_eq!(panicking.load(Ordering::SeqCst), 1);
-        for queued in [second, third] {
-            let (back, ran) = SmallTask::dequeue(queued, &queue, &mut at).run(st);
-            assert!(ran);
-            st = back;
-        }
-        assert_eq!(at, queue.len());
+        let (st, ran_second) = SmallTask::dequeue(second, &queue, &mut at).run(st);
+        let (st, ran_third) = SmallTask::dequeue(third, &queue, &mut at).run(st);
+        assert_eq!((ran_second, ran_third, at), (true, true, queue.len()));
         assert_eq!((small_seen(), large_seen()), ((1, 1), (1, 1)));
-        assert_eq!(panicking.load(Ordering::SeqCst), 1, "dropped once");
-    }
-
-    /// A kept task whose `Drop` panics as it is removed and dropped (a cancel): its slot
-    /// is free, and the other kept tasks come back whole.
-    #[test]
-    fn a_drop_that_panics_after_a_remove_leaves_the_other_tasks_whole() {
-        let (_timer, st) = state();
-        let panicking = Arc::new(AtomicUsize::new(0));
+        // Kept tasks, the middle one's `Drop` panicking as it is removed.
         let mut store = TaskWords::default();
         let ((before, before_seen), (after, after_seen)) = (counted::<8>(), counted::<8>());
         let before = store.insert(SmallTask::new(before), 0, CELL);
-        let p = PanicsOnDrop(Arc::clone(&panicking));
+        let p = drops_panicking();
         let doomed = store.insert(SmallTask::new(move |_: &Timeout| drop((p, 0u64))), 1, CELL);
         let after = store.insert(SmallTask::new(after), 2, CELL);
         assert!(!crate::shared::drop_caught(store.remove(doomed)));
-        assert_eq!((panicking.load(Ordering::SeqCst), store.live()), (1, 2));
-        let (st, ran) = store.run_entry(after, st);
-        assert!(ran);
-        let (_st, ran) = store.run_entry(before, st);
-        assert!(ran);
-        assert_eq!(
-            (before_seen(), after_seen(), store.live()),
-            ((1, 1), (1, 1), 0)
-        );
+        assert_eq!((panicking.load(Ordering::SeqCst), store.live()), (2, 2));
+        let (st, ran_after) = store.run_entry(after, st);
+        let (_st, ran_before) = store.run_entry(before, st);
+        assert_eq!((ran_after, ran_before, store.live()), (true, true, 0));
+        assert_eq!((before_seen(), after_seen()), ((1, 1), (1, 1)));
+        assert_eq!(panicking.load(Ordering::SeqCst), 2, "each dropped once");
     }
 }
