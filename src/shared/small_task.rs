@@ -822,11 +822,8 @@ mod tests {
         let (st, _) = store.run_entry(again, st);
         assert_eq!((store.live(), store.two.pages.len()), (0, 0));
         let (_st, ran) = store.run_entry(zero_sized, st);
-        assert!(ran);
-        assert_eq!(
-            (first_seen(), second_seen(), again_seen()),
-            ((1, 1), (1, 1), (1, 1))
-        );
+        assert_eq!((ran, again_seen()), (true, (1, 1)));
+        assert_eq!((first_seen(), second_seen()), ((1, 1), (1, 1)));
     }
 
     /// Counts its drops and panics in its `Drop`.
