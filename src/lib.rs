@@ -127,11 +127,30 @@
 // Only `shared::small_task` allows it (a task's words stored in place).
 #![deny(unsafe_code)]
 
+// The `cfg_*!` macros (as tokio's): each repeated `cfg` condition written once, with a
+// `cfg_not_*!` twin, defined before the modules that use them.
+
+/// Where producers read the TSC (`clock`'s fast clock): Linux on x86-64, not under loom.
+macro_rules! cfg_tsc {
+    ($($item:item)*) => {
+        $(
+            #[cfg(all(not(loom), target_os = "linux", target_arch = "x86_64"))]
+            $item
+        )*
+    };
+}
+
+macro_rules! cfg_not_tsc {
+    ($($item:item)*) => {
+        $(
+            #[cfg(not(all(not(loom), target_os = "linux", target_arch = "x86_64")))]
+            $item
+        )*
+    };
+}
+
 // Bottom up, in the order of ARCHITECTURE.md's module table (`tests/architecture.rs` checks
-// it); `macros` first, for its `cfg_*!` macros. The comments between them keep rustfmt from
-// sorting them.
-#[macro_use]
-mod macros;
+// it). The comments between them keep rustfmt from sorting them.
 // Concurrency primitives (std or loom) and the producers' queue.
 mod sync;
 // Time since a timer's origin.
