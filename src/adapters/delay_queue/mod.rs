@@ -17,15 +17,12 @@
 //!   reading plus `BURST_NANOS`, and a TSC read against `Clock::raw_limit` after it checks
 //!   that; past the limit, a full reading moves the item if early (ending the burst).
 
-mod expired;
 mod insert;
 mod poll;
 mod slab;
 
-pub use expired::{Expired, Key};
-
 use super::StoppedTimer;
-use crate::clock::Clock;
+use crate::clock::{instant_after, Clock};
 use crate::sync::{process, Ordering};
 use crate::wheel::{Slab, Wheel, MAX_ENTRIES};
 use crate::{Sleep, TimerHandle};
@@ -33,6 +30,7 @@ use slab::Slot;
 use std::collections::VecDeque;
 use std::fmt;
 use std::task::Waker;
+use std::time::Instant;
 
 /// Buckets of the queue's wheel: one far level's worth (further entries wait in far slots).
 const BUCKETS: usize = 64;
@@ -234,5 +232,136 @@ impl<T> fmt::Debug for DelayQueue<T> {
             .field("tick", &self.tick)
             .field("armed", &(self.armed != UNARMED).then_some(self.armed))
             .finish_non_exhaustive()
+    }
+}
+
+/// Names a value in a [`DelayQueue`] until it is removed or yielded, and
+/// then no other: [`DelayQueue::try_remove`] returns `None`. (A
+/// key holds a 32-bit count of the queue's inserts: one kept across exactly 2^32 later inserts
+/// may name the value that took its slot. Each queue counts from its own offset, so a key
+/// used on another queue names nothing there unless the two counts have met.)
+///
+/// ```
+/// # use hashed_timer_wheel::{DelayQueue, HashedWheelTimer};
+/// # use std::time::Duration;
+/// let timer = HashedWheelTimer::new(Duration::from_millis(1), 64);
+/// let mut queue = DelayQueue::new(timer.handle());
+/// let key = queue.insert("first", Duration::from_secs(60));
+/// assert_eq!(queue.remove(&key).into_inner(), "first");
+/// assert!(queue.try_remove(&key).is_none()); // removed: the key names nothing now
+/// let next = queue.insert("second", Duration::from_secs(60)); // may reuse the slot
+/// assert_ne!(next, key);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Key {
+    index: u32,
+    stamp: u32,
+}
+
+/// A value taken out of its [`DelayQueue`], expired or removed.
+///
+/// ```
+/// # use hashed_timer_wheel::{DelayQueue, HashedWheelTimer};
+/// # use std::time::Duration;
+/// let timer = HashedWheelTimer::new(Duration::from_millis(1), 64);
+/// let mut queue = DelayQueue::new(timer.handle());
+/// let key = queue.insert(7, Duration::from_secs(60));
+/// let removed = queue.remove(&key);
+/// assert_eq!((removed.key(), *removed.get_ref()), (key, 7));
+/// ```
+pub struct Expired<T> {
+    value: T,
+    /// `Clock::instant_parts`, summed only if asked: most callers of `remove` never ask.
+    deadline: (Instant, u64),
+    key: Key,
+}
+
+impl<T> Expired<T> {
+    /// The value, by reference.
+    ///
+    /// ```
+    /// # use hashed_timer_wheel::{DelayQueue, HashedWheelTimer};
+    /// # use std::time::Duration;
+    /// let timer = HashedWheelTimer::new(Duration::from_millis(1), 64);
+    /// let mut queue = DelayQueue::new(timer.handle());
+    /// let key = queue.insert(vec![1, 2], Duration::from_secs(60));
+    /// assert_eq!(queue.remove(&key).get_ref().len(), 2);
+    /// ```
+    pub fn get_ref(&self) -> &T {
+        &self.value
+    }
+
+    /// The value, mutably.
+    ///
+    /// ```
+    /// # use hashed_timer_wheel::{DelayQueue, HashedWheelTimer};
+    /// # use std::time::Duration;
+    /// let timer = HashedWheelTimer::new(Duration::from_millis(1), 64);
+    /// let mut queue = DelayQueue::new(timer.handle());
+    /// let key = queue.insert(vec![1, 2], Duration::from_secs(60));
+    /// let mut removed = queue.remove(&key);
+    /// removed.get_mut().push(3);
+    /// assert_eq!(removed.into_inner(), [1, 2, 3]);
+    /// ```
+    pub fn get_mut(&mut self) -> &mut T {
+        &mut self.value
+    }
+
+    /// The value, taken out.
+    ///
+    /// ```
+    /// # use hashed_timer_wheel::{DelayQueue, HashedWheelTimer};
+    /// # use std::task::{Context, Poll, Waker};
+    /// # use std::time::Duration;
+    /// let (timer, driver) = HashedWheelTimer::builder().build_manual()?;
+    /// let mut queue = DelayQueue::new(timer.handle());
+    /// queue.insert(String::from("session 7"), Duration::from_secs(1));
+    /// driver.advance(Duration::from_secs(2));
+    /// let mut cx = Context::from_waker(Waker::noop());
+    /// let expired = queue.poll_expired(&mut cx).map(|e| e.unwrap().into_inner());
+    /// assert_eq!(expired, Poll::Ready(String::from("session 7")));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn into_inner(self) -> T {
+        self.value
+    }
+
+    /// The deadline the value had (never before the one asked for).
+    ///
+    /// ```
+    /// # use hashed_timer_wheel::{DelayQueue, HashedWheelTimer};
+    /// # use std::time::{Duration, Instant};
+    /// let timer = HashedWheelTimer::new(Duration::from_millis(1), 64);
+    /// let mut queue = DelayQueue::new(timer.handle());
+    /// let before = Instant::now();
+    /// let key = queue.insert("idle", Duration::from_secs(60));
+    /// assert!(queue.remove(&key).deadline() >= before + Duration::from_secs(60));
+    /// ```
+    pub fn deadline(&self) -> Instant {
+        instant_after(self.deadline.0, self.deadline.1)
+    }
+
+    /// The key the value had, which names nothing in the queue any more.
+    ///
+    /// ```
+    /// # use hashed_timer_wheel::{DelayQueue, HashedWheelTimer};
+    /// # use std::time::Duration;
+    /// let timer = HashedWheelTimer::new(Duration::from_millis(1), 64);
+    /// let mut queue = DelayQueue::new(timer.handle());
+    /// let key = queue.insert("idle", Duration::from_secs(60));
+    /// assert_eq!(queue.remove(&key).key(), key);
+    /// ```
+    pub fn key(&self) -> Key {
+        self.key
+    }
+}
+
+impl<T: fmt::Debug> fmt::Debug for Expired<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Expired")
+            .field("value", &self.value)
+            .field("deadline", &self.deadline())
+            .field("key", &self.key)
+            .finish()
     }
 }
