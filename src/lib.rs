@@ -187,12 +187,12 @@ pub use adapters::hyper::{HyperSleep, HyperTimer};
 #[cfg(feature = "tower")]
 pub use adapters::tower::{TimeoutLayer, TimeoutResponseFuture, TimeoutService};
 pub use error::{BuildError, DeadlineError, TimerError};
-pub use shared::{BoxedTask, Stored, TimerHandle};
+pub use shared::{BoxedTask, Stored, TimerHandle, TimerStats};
 pub use task::{TimerTask, TypedTask};
 pub use timeout::Timeout;
 pub use timer::{
     Builder, Deadline, Drive, HashedWheelTimer, Interval, ManualDriver, MissedRuns,
-    PeriodicTimeout, Sleep, Timer, TimerStats, INSTANCE_COUNT_LIMIT, MAX_TICKS_PER_WHEEL,
+    PeriodicTimeout, Sleep, Timer, INSTANCE_COUNT_LIMIT, MAX_TICKS_PER_WHEEL,
 };
 
 #[cfg(test)]

@@ -1,11 +1,11 @@
 //! What producers and the worker share. Owns [`Shared`] (one per timer, behind an `Arc`: the
-//! queues, the counters, the worker's plan, the run state), the timeout states ([`cells`]), the
-//! queued batches ([`batch`]), and the producer's half of every protocol: scheduling
-//! ([`Shared::schedule`]), cancelling ([`Shared::cancelled`]), the pending count and waking the
-//! worker. Touches `sync`, `clock`, `wheel` (its key bounds) and `error`; never the worker nor
-//! the owner above it, whose state here hides behind [`ErasedWorker`], [`Job`] and [`Stored`].
-//! All is generic over `J`, what a timer stores per timeout ([`BoxedTask`] by default), held by
-//! value and never looked into. Each file opens with what it owns.
+//! queues, the counters that [`TimerStats`] reads, the worker's plan, the run state), the timeout
+//! states ([`cells`]), the queued batches ([`batch`]), and the producer's half of every protocol:
+//! scheduling ([`Shared::schedule`]), cancelling ([`Shared::cancelled`]), the pending count and
+//! waking the worker. Touches `sync`, `clock`, `wheel` (its key bounds) and `error`; never the
+//! worker nor the owner above it, whose state here hides behind [`ErasedWorker`], [`Job`] and
+//! [`Stored`]. All is generic over `J`, what a timer stores per timeout ([`BoxedTask`] by
+//! default), held by value and never looked into. Each file opens with what it owns.
 //!
 //! # Ground rules
 //! - Producers (`schedule`, `cancelled`) never touch the wheel: they push on one of two MPSC
@@ -29,6 +29,7 @@ mod schedule;
 pub(crate) mod small_task;
 mod task_storage;
 
+pub use counters::TimerStats;
 pub(crate) use counters::{Counters, LATENESS_CLASSES};
 pub(crate) use plan::{AWAKE, DRIVEN_GRACE_TICKS};
 pub(crate) use task_storage::{sealed, Enqueue, Fresh, Job};

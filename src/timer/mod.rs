@@ -1,7 +1,7 @@
 //! The public timer: [`HashedWheelTimer`], the methods of [`TimerHandle`], the [`Timer`] trait, and
-//! in its files the [`Builder`], [`ManualDriver`], [`TimerStats`], periodic tasks, futures and
-//! lifecycle. Uses every module below it. A method of both owner and handle is written once, in a
-//! `macro_rules!` of its file that `for_owner_and_handle!` applies to both.
+//! in its files the [`Builder`], [`ManualDriver`], the `stats()` methods, periodic tasks, futures
+//! and lifecycle. Uses every module below it. A method of both owner and handle is written once,
+//! in a `macro_rules!` of its file that `for_owner_and_handle!` applies to both.
 
 /// Implements `$methods!` for the owner and the handle; its second argument binds `t` in examples.
 macro_rules! for_owner_and_handle {
@@ -29,7 +29,6 @@ pub use interval::Interval;
 pub use lifecycle::INSTANCE_COUNT_LIMIT;
 pub use periodic::{MissedRuns, PeriodicTimeout};
 pub use sleep::Sleep;
-pub use stats::TimerStats;
 
 use crate::shared::{BoxedTask, Enqueue, Fresh, Shared, Stored, TimerHandle};
 use crate::sync::Arc;
