@@ -80,7 +80,7 @@ const BURST_NANOS: u64 = 1_000;
 /// ```
 pub struct DelayQueue<T> {
     /// Items held (waiting, or expired and not yet yielded) under their keys' indices.
-    slots: Slab<Slot<T>, 16>,
+    slots: Slab<Slot<T>>,
     stamp: u32,
     /// Waiting items' slab indices, by deadline, each under its own index.
     wheel: Wheel<u32>,
