@@ -38,6 +38,7 @@
 //! this is ticking every tick: skipped ticks have empty buckets and queues, and rounds are
 //! absolute fire ticks (see `wheel`), so nothing needs replaying.
 
+mod executor;
 mod tally;
 mod thread;
 
@@ -50,6 +51,7 @@ use crate::shared::{
 };
 use crate::sync::{Arc, Batch};
 use crate::wheel::{Wheel, NO_INDEX};
+use executor::ExecutorJob;
 use std::collections::VecDeque;
 use tally::{RunTiming, Tally};
 
@@ -565,40 +567,6 @@ fn run_on_executor<J: Stored>(
     // once, by the job, and the timeout stays expired.
     let returned = catch_user_panic(|| executor(job));
     (state, returned)
-}
-
-/// An expired task and its state, for the executor. Run, it counts a panic of the task; dropped
-/// unrun (the executor refused it, panicked or shut down), it drops the task under a catch and
-/// logs the refusal, as Netty logs a rejected submission, unless the executor unwinds (its panic
-/// is logged once caught, and a logger that panicked here would abort the process).
-struct ExecutorJob<J: Stored>(Option<(J, CellRef)>);
-
-impl<J: Stored> ExecutorJob<J> {
-    fn run(mut self) {
-        if let Some((task, state)) = self.0.take() {
-            let (state, ran) = J::run_stored(task, state);
-            let counters = state.chunk_timer().counters();
-            counters.caught(ran, "a TimerTask (on the executor)");
-        }
-    }
-}
-
-impl<J: Stored> Drop for ExecutorJob<J> {
-    fn drop(&mut self) {
-        if let Some((task, state)) = self.0.take() {
-            // The task first: its drop is counted (and its panic caught) whatever the logger does.
-            state.chunk_timer().counters().drop_task(task);
-            if !std::thread::panicking() {
-                log_caught(
-                    log::Level::Warn,
-                    format_args!(
-                        "an expired task was dropped by the executor without running; its \
-                         timeout stays expired"
-                    ),
-                );
-            }
-        }
-    }
 }
 
 #[cfg(test)]
