@@ -923,6 +923,76 @@ fn only_sync_names_concurrency_primitives() {
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
+/// Each test module's first and last token (`#[cfg(test)] mod .. { .. }`).
+fn test_modules(t: &[Token]) -> Vec<(usize, usize)> {
+    (0..t.len())
+        .filter(|&i| is_punct(t.get(i), '#') && is_cfg_test(t, i))
+        .filter_map(|i| inline_module_brace(t, skip_attribute(t, i)).map(|open| (i, open)))
+        .map(|(i, open)| (i, matching_brace(t, open).min(t.len() - 1)))
+        .collect()
+}
+
+/// The lines from the `fn` at `i` to its body's closing brace, if it has a body: the first `{`
+/// outside parentheses and brackets, unless a `;` comes first (a declaration).
+fn function_lines(t: &[Token], i: usize) -> Option<usize> {
+    let mut depth = 0i32;
+    for (k, tok) in t.iter().enumerate().skip(i + 1) {
+        match tok.tok {
+            Tok::Punct('(' | '[') => depth += 1,
+            Tok::Punct(')' | ']') => depth -= 1,
+            Tok::Punct(';') if depth == 0 => return None,
+            Tok::Punct('{') if depth == 0 => {
+                let close = matching_brace(t, k).min(t.len() - 1);
+                return Some(t[close].line - t[i].line + 1);
+            }
+            _ => {}
+        }
+    }
+    None
+}
+
+/// Sizes a reader can hold: no file of `src/` over 600 lines before its first test module, and
+/// no function outside the test modules over 40 lines, its `fn` to its closing brace.
+#[test]
+fn files_and_functions_stay_short() {
+    let mut failures = Vec::new();
+    let mut functions = 0;
+    for src in crate_sources() {
+        let t = tokenize(&strip(&src.text));
+        let tests = test_modules(&t);
+        let before = tests
+            .first()
+            .map_or(src.text.lines().count(), |&(i, _)| t[i].line - 1);
+        if before > 600 {
+            failures.push(format!("{}: {before} lines before its tests", src.path));
+        }
+        for i in 0..t.len() {
+            let named = matches!(
+                t.get(i + 1),
+                Some(Token {
+                    tok: Tok::Ident(_),
+                    ..
+                })
+            );
+            if !is_ident(t.get(i), "fn") || !named || tests.iter().any(|&(a, b)| a < i && i < b) {
+                continue;
+            }
+            let Some(lines) = function_lines(&t, i) else {
+                continue;
+            };
+            functions += 1;
+            if lines > 40 {
+                failures.push(format!(
+                    "{}:{}: a function of {lines} lines",
+                    src.path, t[i].line
+                ));
+            }
+        }
+    }
+    assert!(functions > 300, "functions read: {functions}");
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
 // ---------------------------------------------------------------------------------------------
 // The check on small crates of its own: it must see what it is meant to see.
 
