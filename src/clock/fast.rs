@@ -334,7 +334,15 @@ mod tests {
         for source in ["tsc", "tsc\n", " tsc \n"] {
             assert!(names_tsc(source.as_bytes()), "{source:?}");
         }
-        for source in ["", "\n", "hpet\n", "acpi_pm\n", "kvm-clock\n", "tsc-early\n", "ts"] {
+        for source in [
+            "",
+            "\n",
+            "hpet\n",
+            "acpi_pm\n",
+            "kvm-clock\n",
+            "tsc-early\n",
+            "ts",
+        ] {
             assert!(!names_tsc(source.as_bytes()), "{source:?}");
         }
         if let Ok(source) = std::fs::read_to_string(CLOCKSOURCE) {
@@ -369,11 +377,26 @@ mod tests {
         const S: u64 = RECHECK;
         // (now, the clock source, trusted after the turn, why)
         let turns = [
-            (S / 2, "hpet\n", true, "no read within a second of the start"),
+            (
+                S / 2,
+                "hpet\n",
+                true,
+                "no read within a second of the start",
+            ),
             (S, "tsc\n", true, "a read"),
-            (S + S / 2, "hpet\n", true, "no read within a second of the last"),
+            (
+                S + S / 2,
+                "hpet\n",
+                true,
+                "no read within a second of the last",
+            ),
             (5 * S, "tsc\n", true, "a turn after a pause reads"),
-            (6 * S, "hpet\n", false, "withdrawn at the first read of hpet"),
+            (
+                6 * S,
+                "hpet\n",
+                false,
+                "withdrawn at the first read of hpet",
+            ),
             (9 * S, "tsc\n", false, "and for good"),
         ];
         for (now, source, trusted, why) in turns {
