@@ -22,6 +22,8 @@ const CLOCKSOURCE: &str = "/sys/devices/system/clocksource/clocksource0/current_
 pub(super) struct Fast {
     tsc: quanta::Clock,
     window_raw: u64,
+    /// TSC units in `PAIR_NS`: an anchor's readings may be at most this far apart.
+    pair_raw: u64,
     /// Nanoseconds per 2^32 TSC units, rounded up; `window_raw * ns_per_2_32` is below 2^53.
     ns_per_2_32: u64,
 }
@@ -177,6 +179,7 @@ fn calibrate() -> Option<Fast> {
     Some(Fast {
         tsc,
         window_raw,
+        pair_raw: pair_raw(ns_per_2_32)?,
         ns_per_2_32,
     })
 }
@@ -275,9 +278,13 @@ impl Fast {
                 // Round up by 1/1024 (~1000 ppm of calibration error and slewing) and a margin.
                 ns + d + (d >> 10) + MARGIN_NS
             } else {
-                // The TSC was read first: interpolating from this anchor only overestimates.
+                // The TSC was read first: interpolating from this anchor only overestimates, by
+                // what passed between the readings. A preemption between them would carry into
+                // every reading of the window: such a pair is not kept, the next read tries again.
                 let ns = duration_to_nanos(base().elapsed());
-                anchor.set((ns, raw));
+                if self.tsc.raw().wrapping_sub(raw) <= self.pair_raw {
+                    anchor.set((ns, raw));
+                }
                 ns
             }
         })
@@ -362,6 +369,7 @@ mod tests {
         let set_up = Some(Fast {
             tsc,
             window_raw: 1,
+            pair_raw: 1,
             ns_per_2_32: 1,
         });
         let (trust, read_at) = (AtomicBool::new(true), AtomicU64::new(0));
