@@ -591,8 +591,8 @@ mod tests {
                     [at.saturating_sub(1), at, at.saturating_add(1)]
                 })
                 .collect();
-            lates.extend([u64::MAX - 1, u64::MAX, tick.saturating_mul(3)]);
-            lates.push(tick.saturating_add(tick / 2));
+            let (half, three) = (tick.saturating_add(tick / 2), tick.saturating_mul(3));
+            lates.extend([u64::MAX - 1, u64::MAX, three, half]);
             for late in lates.into_iter().filter(|&late| late >= tick) {
                 let by_division = (u64::BITS - (late / tick).leading_zeros()) as usize;
                 let class = super::tally::late_class(late, tick);
