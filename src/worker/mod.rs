@@ -41,6 +41,7 @@
 mod executor;
 mod tally;
 mod thread;
+mod trim;
 
 pub(crate) use thread::{thread_main, turn};
 
@@ -54,6 +55,7 @@ use crate::wheel::{Wheel, NO_INDEX};
 use executor::ExecutorJob;
 use std::collections::VecDeque;
 use tally::{RunTiming, Tally};
+use trim::{trim_ticks, TrimSchedule, TrimStep, TurnEnd};
 
 /// Timeouts moved from the `timeouts` queue into buckets per tick, at most (Netty's cap).
 pub(crate) const TRANSFER_CAP: u64 = 100_000;
@@ -77,19 +79,8 @@ pub(crate) struct Worker<J: Stored = BoxedTask> {
     busy: bool,
     /// Timeouts ended here (expired or cancelled), a wrapping total for `Shared::set_ended`.
     ended: usize,
-    /// The tick from which a turn may trim again (`Worker::trim_if_due`).
-    trim_at: u64,
-    /// Trims in a row that gave nothing back (each doubles the wait, up to a bound).
-    fruitless_trims: u32,
-    /// `ended` at the last trim: until it moves, no slot has been freed since.
-    ended_at_trim: usize,
-    /// The plan of the long sleep the last trim came before (0: none): a turn by then was woken
-    /// early, and waits for `trim_at`.
-    trimmed_before: u64,
-    /// `ended` at the last turn: unchanged, the turn since ran no task.
-    ended_at_turn: usize,
-    /// Turns since the last trim that ran tasks while a trim was due (`Worker::trim_if_due`).
-    deferred_trims: u32,
+    /// When a turn gives a drained burst's memory back (`trim.rs`).
+    trims: TrimSchedule,
 }
 
 impl<J: Stored> Worker<J> {
@@ -106,12 +97,7 @@ impl<J: Stored> Worker<J> {
             executor,
             busy: false,
             ended: 0,
-            trim_at: 0,
-            fruitless_trims: 0,
-            ended_at_trim: 0,
-            trimmed_before: 0,
-            ended_at_turn: 0,
-            deferred_trims: 0,
+            trims: TrimSchedule::default(),
         }
     }
 
@@ -363,41 +349,30 @@ impl<J: Stored> Worker<J> {
     }
 
     /// At the end of a turn that plans to wake at the end of tick `plan`: gives a drained
-    /// burst's memory back while timeouts still wait (`docs/performance.md`, "Trim after a
-    /// burst"). A trim runs if slots were freed since the last, at most once per [`TRIM_NANOS`]
-    /// of timer time (backing off after trims that gave nothing back) or before a sleep that
-    /// long; only if its pass ends before the end of tick `plan`, so it never makes a timeout
-    /// late; and on a turn that ran no task, or after [`TRIM_DEFERRALS`] turns that did. Those
-    /// ask to look again: `Some(tick)`, at the end of that tick. Other turns pay a few compares.
+    /// burst's memory back while timeouts still wait, when [`TrimSchedule`] says so (`trim.rs`).
+    /// `Some(tick)`: look again at the end of that tick.
     pub(crate) fn trim_if_due(&mut self, shared: &Shared<J>, plan: u64) -> Option<u64> {
-        let quiet = std::mem::replace(&mut self.ended_at_turn, self.ended) == self.ended;
-        let sleeps_long = plan.saturating_sub(self.tick) >= trim_ticks(shared);
-        let woken_early = self.tick <= self.trimmed_before;
-        let due = self.tick >= self.trim_at || (sleeps_long && !woken_early);
-        if !due || self.ended == self.ended_at_trim {
-            return None;
-        }
-        let cost = self.wheel.trim_cost()?;
-        let planned_end = plan.saturating_add(1).saturating_mul(shared.tick_nanos);
-        if cost > planned_end.saturating_sub(shared.clock.now()) {
-            return None;
-        }
-        if !quiet && self.deferred_trims < TRIM_DEFERRALS {
-            self.deferred_trims += 1;
-            return Some(self.tick + 1);
-        }
-        let nodes = self.wheel.trim();
-        let words = J::trim(&mut self.tasks);
-        self.ended_at_trim = self.ended;
-        self.deferred_trims = 0;
-        self.trimmed_before = if sleeps_long { plan } else { 0 };
-        self.fruitless_trims = match nodes + words {
-            0 => (self.fruitless_trims + 1).min(TRIM_BACKOFF),
-            _ => 0,
+        let turn = TurnEnd {
+            tick: self.tick,
+            plan,
+            ended: self.ended,
+            every: trim_ticks(shared.tick_nanos),
         };
-        let wait = trim_ticks(shared) << self.fruitless_trims;
-        self.trim_at = self.tick.saturating_add(wait);
-        None
+        let wheel = &self.wheel;
+        let has_time = || {
+            let planned_end = plan.saturating_add(1).saturating_mul(shared.tick_nanos);
+            let left = planned_end.saturating_sub(shared.clock.now());
+            wheel.trim_cost().is_some_and(|cost| cost <= left)
+        };
+        match self.trims.step(&turn, has_time) {
+            TrimStep::Skip => None,
+            TrimStep::LookAgain => Some(self.tick + 1),
+            TrimStep::Trim => {
+                let given_back = self.wheel.trim() + J::trim(&mut self.tasks);
+                self.trims.trimmed(&turn, given_back);
+                None
+            }
+        }
     }
 
     /// Empties the wheel and the inbox (for `stop`): the states of what is in them. Their
@@ -446,21 +421,6 @@ impl<J: Stored> Drop for Worker<J> {
             );
         }
     }
-}
-
-/// Timer time between two of an idle worker's trims, at least (`Worker::trim_if_due`).
-const TRIM_NANOS: u64 = 1_000_000_000;
-
-/// The most a trim that gives nothing back doubles the wait for the next: 2^6 = 64 times.
-const TRIM_BACKOFF: u32 = 6;
-
-/// Turns that ran tasks a due trim waits out: waiting for one that ran none, a load that runs
-/// tasks at every tick would never trim.
-const TRIM_DEFERRALS: u32 = 8;
-
-/// [`TRIM_NANOS`] in ticks of this timer, at least one.
-fn trim_ticks<J: Stored>(shared: &Shared<J>) -> u64 {
-    (TRIM_NANOS / shared.tick_nanos).max(1)
 }
 
 /// Items a drained buffer may keep capacity for.
@@ -780,212 +740,5 @@ mod tests {
         assert_eq!(handed(&timer), 0);
         // The owner and the driver: no chunk holds the timer any more.
         assert_eq!(std::sync::Arc::strong_count(&timer.shared), 2);
-    }
-}
-
-#[cfg(test)]
-mod trim_tests {
-    use super::tests::with_worker;
-    use crate::{HashedWheelTimer, ManualDriver, Timeout};
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    use std::sync::Arc;
-    use std::time::Duration;
-
-    const TICK: Duration = Duration::from_millis(10);
-    const BURST: usize = 200_000;
-    const LIVED: Duration = Duration::from_secs(30);
-
-    /// Bytes the worker's wheel slab and task words hold.
-    fn held_bytes(timer: &HashedWheelTimer) -> usize {
-        with_worker(timer, |w| w.wheel.held_bytes() + w.tasks.held_bytes())
-    }
-
-    /// Schedules `n` timeouts that count their runs in `fired`, of each size class in turn (no
-    /// words, two, four), the `i`th after `delay(i)`.
-    fn schedule(
-        timer: &HashedWheelTimer,
-        n: usize,
-        delay: impl Fn(usize) -> Duration,
-        fired: &Arc<AtomicUsize>,
-    ) {
-        for i in 0..n {
-            let (fired, delay) = (Arc::clone(fired), delay(i));
-            let scheduled = match i % 3 {
-                0 => timer.new_timeout(|_: &Timeout| {}, delay),
-                1 => timer.new_timeout(
-                    move |_: &Timeout| {
-                        fired.fetch_add(1, Ordering::Relaxed);
-                    },
-                    delay,
-                ),
-                _ => {
-                    let pad = [i as u64; 3];
-                    timer.new_timeout(
-                        move |_: &Timeout| {
-                            std::hint::black_box(pad);
-                            fired.fetch_add(1, Ordering::Relaxed);
-                        },
-                        delay,
-                    )
-                }
-            };
-            drop(scheduled.unwrap());
-        }
-    }
-
-    /// Of `n` timeouts [`schedule`] makes, those that count their runs.
-    fn counting(n: usize) -> usize {
-        n - n.div_ceil(3)
-    }
-
-    fn manual(tick: Duration) -> (HashedWheelTimer, ManualDriver) {
-        let builder = HashedWheelTimer::builder().tick_duration(tick);
-        builder.build_manual().unwrap()
-    }
-
-    /// A load of `ticks` timeouts, one due at each tick from the first, and a burst of `burst`
-    /// due at the fifth: their counts of runs.
-    fn load_and_burst(
-        timer: &HashedWheelTimer,
-        tick: Duration,
-        ticks: usize,
-        burst: usize,
-    ) -> (Arc<AtomicUsize>, Arc<AtomicUsize>) {
-        let (steady, fired) = (Arc::default(), Arc::default());
-        schedule(timer, ticks, |i| tick * (i as u32 + 1), &steady);
-        schedule(timer, burst, |_| tick * 5, &fired);
-        (steady, fired)
-    }
-
-    /// Advances `n` ticks of `tick`, a turn each; the most bytes the worker held meanwhile.
-    fn run_by(tick: Duration, driver: &ManualDriver, timer: &HashedWheelTimer, n: usize) -> usize {
-        (0..n).fold(0, |most, _| {
-            driver.advance(tick);
-            most.max(held_bytes(timer))
-        })
-    }
-
-    /// A burst that drains while timeouts still wait (as a service's keep-alives always do)
-    /// gives its memory back within a few seconds, not only once the wheel empties, though the
-    /// worker wakes every few ticks; the waiting timeouts, scheduled before and amid the burst,
-    /// fire at their deadline, new ones go in, and `stop()` returns those left.
-    #[test]
-    fn a_drained_burst_gives_its_memory_back_while_timeouts_wait() {
-        let (timer, driver) = manual(TICK);
-        let (fired, lived, paced) = (Arc::default(), Arc::default(), Arc::default());
-        schedule(&timer, 3, |_| LIVED, &lived);
-        let hour: Vec<Timeout> = (0..3)
-            .map(|_| timer.new_timeout(|_: &Timeout| {}, Duration::from_secs(3600)))
-            .collect::<Result<_, _>>()
-            .unwrap();
-        // Due every 5 ticks for 4 s: the worker never plans a long sleep.
-        schedule(&timer, 80, |i| TICK * (5 * i as u32 + 5), &paced);
-        // Due over a second: a trim comes as it drains, and the next a second later.
-        let spread = |i: usize| TICK * (10 + (i % 100) as u32);
-        schedule(&timer, BURST / 2, spread, &fired);
-        schedule(&timer, 3, |_| LIVED, &lived);
-        schedule(&timer, BURST / 2, spread, &fired);
-        let burst = run_by(TICK, &driver, &timer, 400);
-        assert_eq!(fired.load(Ordering::Relaxed), 2 * counting(BURST / 2));
-        let after = held_bytes(&timer);
-        assert!(
-            after * 20 < burst,
-            "{after} bytes held after the burst, {burst} at it"
-        );
-        schedule(&timer, 5_000, |_| TICK * 2, &fired);
-        run_by(TICK, &driver, &timer, 4);
-        let expected = 2 * counting(BURST / 2) + counting(5_000);
-        assert_eq!(fired.load(Ordering::Relaxed), expected);
-        driver.advance_to(LIVED - TICK);
-        assert_eq!(lived.load(Ordering::Relaxed), 0, "not early");
-        driver.advance_to(LIVED + TICK);
-        assert_eq!(lived.load(Ordering::Relaxed), 2 * counting(3));
-        assert_eq!(timer.pending_timeouts(), 3);
-        let mut stopped = timer.stop().unwrap();
-        stopped.retain(|t| hour.contains(t));
-        assert_eq!(stopped.len(), 3);
-    }
-
-    /// A load that runs tasks at every tick keeps the worker turning at each tick's end, never
-    /// idle: a drained burst's memory still comes back, once the trim has waited out
-    /// `TRIM_DEFERRALS` turns that ran tasks, and the load's timeouts each fire at their tick.
-    #[test]
-    fn a_load_that_runs_tasks_at_every_tick_still_trims() {
-        let (timer, driver) = manual(TICK);
-        let ticks = 400;
-        let (steady, fired) = load_and_burst(&timer, TICK, ticks, BURST);
-        // Each fires at the end of the tick after its deadline's.
-        let burst = run_by(TICK, &driver, &timer, 6);
-        assert_eq!(fired.load(Ordering::Relaxed), counting(BURST));
-        let waited = super::TRIM_DEFERRALS as usize;
-        assert_eq!(
-            run_by(TICK, &driver, &timer, waited),
-            burst,
-            "the trim waits"
-        );
-        driver.advance(TICK);
-        let after = held_bytes(&timer);
-        assert!(
-            after * 20 < burst,
-            "{after} bytes held after, {burst} at the burst"
-        );
-        let turned = 6 + waited + 1;
-        assert_eq!(steady.load(Ordering::Relaxed), counting(turned - 1));
-        run_by(TICK, &driver, &timer, ticks + 1 - turned);
-        assert_eq!(steady.load(Ordering::Relaxed), counting(ticks));
-        assert_eq!(timer.pending_timeouts(), 0);
-    }
-
-    /// A trim whose pass would not end before the end of the tick the worker turns at next
-    /// waits for a turn with the time: under a load at every 1 ms tick, a slab of 300 000
-    /// slots (1.5 ms at 5 ns a slot) is trimmed once the load pauses, not during it.
-    #[test]
-    fn a_trim_waits_for_a_turn_with_the_time_for_its_pass() {
-        let tick = Duration::from_millis(1);
-        let (timer, driver) = manual(tick);
-        let ticks = 100;
-        let (steady, fired) = load_and_burst(&timer, tick, ticks, 3 * BURST / 2);
-        let advance = |n: usize| run_by(tick, &driver, &timer, n);
-        let burst = advance(6);
-        assert_eq!(fired.load(Ordering::Relaxed), counting(3 * BURST / 2));
-        assert_eq!(
-            advance(ticks - 6),
-            burst,
-            "no turn under the load has the time"
-        );
-        assert_eq!(steady.load(Ordering::Relaxed), counting(ticks - 1));
-        advance(2);
-        assert_eq!(steady.load(Ordering::Relaxed), counting(ticks));
-        let after = held_bytes(&timer);
-        assert!(
-            after * 20 < burst,
-            "{after} bytes held after the load, {burst} at the burst"
-        );
-    }
-
-    /// A turn that runs tasks does not trim, though its sleep is long: a thread a task woke may
-    /// wait for the worker's CPU. The next turn, which runs none, trims (on the worker's thread
-    /// it comes at the end of the next tick, which the turn asks for).
-    #[test]
-    fn a_turn_that_runs_tasks_leaves_the_trim_to_the_next() {
-        let (timer, driver) = manual(TICK);
-        let (fired, hour) = (Arc::default(), Arc::default());
-        schedule(&timer, 3, |_| Duration::from_secs(3600), &hour);
-        schedule(&timer, BURST, |_| TICK * 5, &fired);
-        let burst = run_by(TICK, &driver, &timer, 4);
-        assert_eq!(fired.load(Ordering::Relaxed), 0);
-        run_by(TICK, &driver, &timer, 2);
-        assert_eq!(fired.load(Ordering::Relaxed), counting(BURST));
-        assert_eq!(
-            held_bytes(&timer),
-            burst,
-            "the turn that ran the burst trims nothing"
-        );
-        driver.advance(TICK);
-        let after = held_bytes(&timer);
-        assert!(
-            after * 20 < burst,
-            "{after} bytes held after, {burst} at the burst"
-        );
     }
 }
