@@ -361,8 +361,9 @@ impl<J: Stored> Worker<J> {
         let wheel = &self.wheel;
         let has_time = || {
             let planned_end = plan.saturating_add(1).saturating_mul(shared.tick_nanos);
-            let left = planned_end.saturating_sub(shared.clock.now());
-            wheel.trim_cost().is_some_and(|cost| cost <= left)
+            // The clock is read only for a wheel that may give pages back.
+            let cost = wheel.trim_cost();
+            cost.is_some_and(|cost| cost <= planned_end.saturating_sub(shared.clock.now()))
         };
         match self.trims.step(&turn, has_time) {
             TrimStep::Skip => None,
