@@ -155,6 +155,15 @@ mod tests {
         with_worker(timer, |w| w.wheel.held_bytes() + w.tasks.held_bytes())
     }
 
+    /// The worker holds under a twentieth of the `burst` bytes it held at the burst (`when`).
+    fn assert_given_back(timer: &HashedWheelTimer, burst: usize, when: &str) {
+        let after = held_bytes(timer);
+        assert!(
+            after * 20 < burst,
+            "{after} bytes held {when}, {burst} at the burst"
+        );
+    }
+
     /// Schedules `n` timeouts that count their runs in `fired`, of each size class in turn (no
     /// words, two, four), the `i`th after `delay(i)`.
     fn schedule(
@@ -242,11 +251,7 @@ mod tests {
         schedule(&timer, BURST / 2, spread, &fired);
         let burst = run_by(TICK, &driver, &timer, 400);
         assert_eq!(fired.load(Ordering::Relaxed), 2 * counting(BURST / 2));
-        let after = held_bytes(&timer);
-        assert!(
-            after * 20 < burst,
-            "{after} bytes held after the burst, {burst} at it"
-        );
+        assert_given_back(&timer, burst, "after the burst");
         schedule(&timer, 5_000, |_| TICK * 2, &fired);
         run_by(TICK, &driver, &timer, 4);
         let expected = 2 * counting(BURST / 2) + counting(5_000);
@@ -279,11 +284,7 @@ mod tests {
             "the trim waits"
         );
         driver.advance(TICK);
-        let after = held_bytes(&timer);
-        assert!(
-            after * 20 < burst,
-            "{after} bytes held after, {burst} at the burst"
-        );
+        assert_given_back(&timer, burst, "after");
         let turned = 6 + waited + 1;
         assert_eq!(steady.load(Ordering::Relaxed), counting(turned - 1));
         run_by(TICK, &driver, &timer, ticks + 1 - turned);
@@ -311,11 +312,7 @@ mod tests {
         assert_eq!(steady.load(Ordering::Relaxed), counting(ticks - 1));
         advance(2);
         assert_eq!(steady.load(Ordering::Relaxed), counting(ticks));
-        let after = held_bytes(&timer);
-        assert!(
-            after * 20 < burst,
-            "{after} bytes held after the load, {burst} at the burst"
-        );
+        assert_given_back(&timer, burst, "after the load");
     }
 
     /// A turn that runs tasks does not trim, though its sleep is long: a thread a task woke may
@@ -337,10 +334,6 @@ mod tests {
             "the turn that ran the burst trims nothing"
         );
         driver.advance(TICK);
-        let after = held_bytes(&timer);
-        assert!(
-            after * 20 < burst,
-            "{after} bytes held after, {burst} at the burst"
-        );
+        assert_given_back(&timer, burst, "after");
     }
 }
