@@ -78,7 +78,9 @@ pub(super) const EMPTY_LIST: List = List {
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Bucket {
     pub(super) ends: List,
-    /// No entry in the bucket fires before this tick (may be stale-low after a removal).
+    /// No entry in the bucket fires before this tick (may be stale-low after a removal): the
+    /// worker neither walks nor wakes for a bucket whose entries are a round away
+    /// (`docs/performance.md`, "A bucket's least fire tick").
     pub(super) min_fire: u64,
 }
 
