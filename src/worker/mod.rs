@@ -541,28 +541,6 @@ mod tests {
     fn noop(_: &Timeout) {}
 
     #[test]
-    fn a_lateness_class_is_the_bit_length_of_the_ticks_late() {
-        // Ticks of every bit length, around powers of two, against the division.
-        let mut ticks: Vec<u64> = vec![1, 3, 7, 1_000, 999_983, 1_000_000, u64::MAX / 3, u64::MAX];
-        ticks.extend((1..64).flat_map(|b| [(1u64 << b) - 1, 1 << b, (1 << b) + 1]));
-        for &tick in &ticks {
-            let mut lates: Vec<u64> = (0..64)
-                .flat_map(|b| {
-                    let at = tick.saturating_mul(1 << b);
-                    [at.saturating_sub(1), at, at.saturating_add(1)]
-                })
-                .collect();
-            let (half, three) = (tick.saturating_add(tick / 2), tick.saturating_mul(3));
-            lates.extend([u64::MAX - 1, u64::MAX, three, half]);
-            for late in lates.into_iter().filter(|&late| late >= tick) {
-                let by_division = (u64::BITS - (late / tick).leading_zeros()) as usize;
-                let class = super::tally::late_class(late, tick);
-                assert_eq!(class, by_division, "{late} late, tick {tick}");
-            }
-        }
-    }
-
-    #[test]
     fn lateness_classes_are_powers_of_two_ticks() {
         const TICK: u64 = 1_000;
         // Class k >= 1 holds [2^(k-1), 2^k) ticks late, the last class everything beyond.

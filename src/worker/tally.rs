@@ -23,18 +23,6 @@ pub(super) struct Tally {
     warned_at: Option<u64>,
 }
 
-/// The lateness class of a timeout `late` ns late (`late >= tick_nanos`): the bit length of the
-/// whole ticks late, without a division (a worker behind finds every timeout late, and a
-/// division each would slow it further). With `d = bits(late) - bits(tick_nanos)`, the
-/// quotient `late / tick_nanos` lies in `(2^(d-1), 2^(d+1))`: its bit length is `d + 1` exactly
-/// when `late >= tick_nanos << d` (no overflow: `tick_nanos < 2^bits(tick_nanos)`), else `d`.
-#[inline]
-pub(super) fn late_class(late: u64, tick_nanos: u64) -> usize {
-    debug_assert!(late >= tick_nanos && tick_nanos > 0);
-    let d = tick_nanos.leading_zeros() - late.leading_zeros();
-    (d + u32::from(late >= tick_nanos << d)) as usize
-}
-
 /// A run of user code (a task, a waker, or several timed together: see [`RunTiming`]) holding
 /// the worker this many ticks or more is logged (Netty's most common misuse: a slow task delays
 /// every timeout after it), at most once per `WARNING_INTERVAL_NS`.
@@ -46,9 +34,12 @@ impl Tally {
     #[inline]
     pub(super) fn fired(&mut self, late: u64, tick_nanos: u64) {
         self.late_max = self.late_max.max(late);
-        // Class 0 (under a tick, the common path) counts nothing; the last class takes the rest.
+        // Class 0 (under a tick, the common path) counts nothing (`docs/performance.md`,
+        // "On-time expiries count nothing"); class k holds [2^(k-1), 2^k) ticks late, the last
+        // class the rest.
         if late >= tick_nanos {
-            self.lateness[late_class(late, tick_nanos).min(LATENESS_CLASSES - 1)] += 1;
+            let class = (u64::BITS - (late / tick_nanos).leading_zeros()) as usize;
+            self.lateness[class.min(LATENESS_CLASSES - 1)] += 1;
         }
     }
 
