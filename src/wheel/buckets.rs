@@ -90,7 +90,8 @@ pub(super) const EMPTY_BUCKET: Bucket = Bucket {
 };
 
 /// A large wheel's buckets come in pages of `2^BUCKET_PAGE_BITS`, each allocated when an entry
-/// first lands in it (`wheel` docs, "Layout"); a smaller wheel is one page, allocated up front.
+/// first lands in it (`wheel` docs, "Layout"; `docs/performance.md`, "Bucket pages allocated as
+/// entries land"); a smaller wheel is one page, allocated up front.
 pub(super) const BUCKET_PAGE_BITS: u32 = 12;
 
 /// The buckets in pages ([`BUCKET_PAGE_BITS`]). A page is kept until the wheel is drained: else
