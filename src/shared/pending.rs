@@ -55,8 +55,8 @@ impl<J: Stored> Shared<J> {
     }
 
     /// Takes `CREDIT_BATCH` of `accepted` as shard credit: one write of the shared line per
-    /// batch, not per timeout; the last batches shrink to the key space. Called under the
-    /// producer's shard lock; takes no other.
+    /// batch, not per timeout; the last batches shrink to the key space (`docs/performance.md`,
+    /// "Pending-count credit per shard"). Called under the producer's shard lock; takes no other.
     #[cold]
     pub(super) fn refill_credit(&self) -> Result<usize, TimerError> {
         // Relaxed: see `reserve_below`.

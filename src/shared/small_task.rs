@@ -406,7 +406,8 @@ impl<const N: usize> WordColumn<N> {
     }
 }
 
-/// The worker's store of waiting tasks' words (see [`TaskEntry`]): a column per size class.
+/// The worker's store of waiting tasks' words (see [`TaskEntry`]): a column per size class
+/// (`docs/performance.md`, "Task words in a column per size class").
 #[allow(unreachable_pub)]
 pub struct TaskWords {
     two: WordColumn<2>,

@@ -71,7 +71,8 @@ impl std::fmt::Debug for BoxedTask {
 }
 
 /// What a timer stores per timeout: [`BoxedTask`] by default, or a typed timer's own task type
-/// ([`TypedTask`](crate::TypedTask)), stored in place. Sealed: implemented by those two only.
+/// ([`TypedTask`](crate::TypedTask)), stored in place (`docs/performance.md`, "A typed timer's
+/// task stored as itself"). Sealed: implemented by those two only.
 ///
 /// Code that takes either kind of timer is generic over it:
 ///

@@ -1,6 +1,8 @@
 //! A deadline around any future (tokio's `Timeout`). Owns [`Deadline`], the timer's `timeout` and
 //! `timeout_at`, and `TimerRef`, a process-wide table that finds an unarmed deadline's timer
 //! without a reference count. Uses the [`Sleep`], the shared state's clock and `sync`'s lock.
+//! A deadline registers with the wheel at its first pending poll only (`docs/performance.md`,
+//! "Lazy `Deadline`").
 
 use super::sleep::Sleep;
 use crate::clock::duration_to_nanos;

@@ -1,7 +1,7 @@
 //! The wheel driven from an async runtime: [`Drive`], a future that runs the worker's turns where
-//! the runtime polls it. Uses the lifecycle (start, a turn under the worker's lock) and the shared
-//! driver slot (`Control::drivers`, `Control::driver_waker`), through which producers wake the
-//! driver.
+//! the runtime polls it (`docs/performance.md`, "Runtime-driven turns"). Uses the lifecycle
+//! (start, a turn under the worker's lock) and the shared driver slot (`Control::drivers`,
+//! `Control::driver_waker`), through which producers wake the driver.
 
 use super::lifecycle;
 use crate::shared::{catch_user_panic, drop_caught, AttachedDriver, Shared, AWAKE};

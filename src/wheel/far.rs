@@ -1,7 +1,7 @@
 //! The far slots, where an entry waits while its round is past the horizon (`wheel` docs, "Far
-//! timeouts wait outside the buckets"). Owns the far levels' arithmetic, the cascade down a
-//! level or into a bucket as the horizon advances, and the lookups of the next far slot to move
-//! or peek at. Touches nothing of the crate.
+//! timeouts wait outside the buckets"; `docs/performance.md`, "Far slots"). Owns the far
+//! levels' arithmetic, the cascade down a level or into a bucket as the horizon advances, and
+//! the lookups of the next far slot to move or peek at. Touches nothing of the crate.
 
 use super::{Wheel, EMPTY_LIST, NO_INDEX};
 

@@ -319,8 +319,9 @@ impl<T> Wheel<T> {
 
     /// Visits the bucket of `tick`: each entry whose fire tick has come and whose deadline is
     /// `<= now` is unlinked and handed to `f` (entry, key, deadline) in bucket order, during the
-    /// walk. The others stay, relinked in order; a bucket whose entries are all rounds away is
-    /// not walked (with absolute fire ticks there is no count to decrement).
+    /// walk (`docs/performance.md`, "One-walk expiry, task run in place"). The others stay,
+    /// relinked in order; a bucket whose entries are all rounds away is not walked (with
+    /// absolute fire ticks there is no count to decrement).
     #[inline]
     pub(crate) fn expire(&mut self, tick: u64, now: u64, f: impl FnMut(T, u32, u64)) {
         self.catch_up(tick);
@@ -377,6 +378,7 @@ impl<T> Wheel<T> {
 
     /// The fire tick of an entry the walk of `tick` (which ends at `tick_end`) keeps: rounds
     /// away, or `tick` again if due by it but not yet by the clock (a clock that lags the tick).
+    /// Inlined always (`docs/performance.md`, "`inline(always)` / `inline(never)` placements").
     #[inline(always)]
     fn survivor_fire(&self, deadline: u64, tick: u64, tick_end: u64) -> u64 {
         if deadline < tick_end || tick_end == u64::MAX {

@@ -1,6 +1,7 @@
 //! The crate's slab ([`Slab`], and the [`Vacancy`] a slot type gives it): values under `u32`
-//! keys, in pages that never move, free slots linked through the slots themselves. Holds the
-//! wheel's nodes, the worker's chunk table and the `DelayQueue`'s items. Touches nothing else.
+//! keys, in pages that never move (`docs/performance.md`, "Paged wheel slab"), free slots
+//! linked through the slots themselves. Holds the wheel's nodes, the worker's chunk table and
+//! the `DelayQueue`'s items. Touches nothing else.
 //!
 //! Memory comes back when the owner asks: all of it by [`Slab::release`] or [`Slab::drain`]
 //! (the wheel's, when it empties), the free slots past the last value by

@@ -171,7 +171,8 @@ impl<J: Stored> Worker<J> {
 
     /// The tick at whose end the worker plans to wake (`u64::MAX`: only when unparked; past
     /// the current tick: idle): the next tick with work, or the current tick while producers
-    /// are active even if the queues look empty (see the module docs, "Sleeping").
+    /// are active even if the queues look empty (see the module docs, "Sleeping";
+    /// `docs/performance.md`, "A look at the end of a busy tick").
     pub(crate) fn planned_tick(&self, shared: &Shared<J>) -> u64 {
         let next = self.next_work_tick(shared);
         if self.busy && next.is_none_or(|next| next > self.tick) {
@@ -427,7 +428,8 @@ impl<J: Stored> Drop for Worker<J> {
 /// Items a drained buffer may keep capacity for.
 const KEEP: usize = 128 * 1024;
 
-/// Emptied batches kept for the shards (a steady state needs one per producer thread).
+/// Emptied batches kept for the shards (a steady state needs one per producer thread;
+/// `docs/performance.md`, "Emptied batches traded back to the shards").
 const EMPTY_BATCHES: usize = 8;
 
 /// Keeps a drained buffer's allocation unless a burst made it very large, so a steady load does

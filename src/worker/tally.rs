@@ -104,7 +104,8 @@ impl Tally {
 /// stretch of consecutive tasks: a stretch is one task after a long one, and doubles (up to
 /// `MAX_STRETCH`) while stretches stay under `tick / 64`. A burst of short tasks costs a read
 /// per 128; a slow task is timed with the other tasks of its stretch, and tasks of one stretch
-/// that are each under a tick may together count as a slow run (as `TimerStats` says).
+/// that are each under a tick may together count as a slow run (as `TimerStats` says;
+/// `docs/performance.md`, "Run timing in stretches").
 pub(super) struct RunTiming {
     on: bool,
     /// When the open stretch started, if one is open.

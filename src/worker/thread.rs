@@ -186,8 +186,9 @@ impl<J: Stored> Drop for StopOnUnwind<'_, J> {
 }
 
 /// Asks the kernel to end this thread's sleeps within a thousandth of a tick, never looser than
-/// its current slack (Linux's default, 50 µs, is a twentieth of a 1 ms tick). Best effort: a
-/// refusal (a seccomp filter, say) keeps the current slack.
+/// its current slack (Linux's default, 50 µs, is a twentieth of a 1 ms tick;
+/// `docs/performance.md`, "Worker timer slack"). Best effort: a refusal (a seccomp filter, say)
+/// keeps the current slack.
 #[cfg(all(target_os = "linux", not(loom), not(miri)))]
 fn tighten_timer_slack(tick_nanos: u64) {
     const DEFAULT_SLACK_NANOS: u64 = 50_000;

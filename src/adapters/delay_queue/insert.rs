@@ -40,7 +40,8 @@ impl<T> DelayQueue<T> {
     }
 
     /// Checks a burst's item against a full reading: it moves if early (ending the burst);
-    /// otherwise the burst counts from this reading.
+    /// otherwise the burst counts from this reading (`docs/performance.md`, "`DelayQueue`
+    /// burst insert").
     fn burst_checked(&mut self, key: &Key, timeout: u64, deadline: u64) {
         let now = self.timer.shared.clock.now_upper();
         self.last_read = now;

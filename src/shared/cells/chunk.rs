@@ -11,7 +11,8 @@ use std::sync::PoisonError;
 use std::task::Waker;
 
 /// Timeouts per allocation; expiry walks states side by side (a chunk holds consecutive
-/// timeouts of one shard). Under loom each timeout gets its own chunk, to keep models small.
+/// timeouts of one shard; `docs/performance.md`, "Chunks of 32 cells per shard"). Under loom
+/// each timeout gets its own chunk, to keep models small.
 pub(crate) const CHUNK: usize = if cfg!(loom) { 1 } else { 32 };
 
 /// Bits of a cell's tag, its index in its chunk, in a [`CellId`].
@@ -23,7 +24,8 @@ const _: () = assert!(CHUNK <= 1 << TAG_BITS);
 pub(crate) const MAX_CHUNK_IDS: u32 = 1 << (32 - TAG_BITS);
 const _: () = assert!(crate::wheel::MAX_ENTRIES < MAX_CHUNK_IDS as usize);
 
-/// A cell as a wheel entry names it: its chunk's id in the worker's table, and its tag.
+/// A cell as a wheel entry names it: its chunk's id in the worker's table, and its tag, in one
+/// `u32` (`docs/performance.md`, "32-byte nodes, 4-byte states").
 // `pub` in a crate-private module: named by a sealed trait's methods.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[cfg_attr(test, derive(Hash))]
@@ -118,7 +120,8 @@ fn fresh_cells() -> [Cell; CHUNK] {
 pub(crate) const SPARE_CHUNKS: usize = 4096;
 
 /// A chunk nobody refers to, cells reset, for its shard's cursor to reuse: under the
-/// request-timeout pattern, reuse keeps the allocator (passing blocks between threads) out.
+/// request-timeout pattern, reuse keeps the allocator (passing blocks between threads) out
+/// (`docs/performance.md`, "Spare chunks handed back to their shard").
 pub(crate) struct SpareChunk(Arc<Chunk>);
 
 impl SpareChunk {
