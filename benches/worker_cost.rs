@@ -1,0 +1,155 @@
+//! The worker's cost per timeout on a manual clock, for callgrind: 10^5 timeouts (`N`) due on
+//! one tick are transferred into the wheel by one turn (`transfer`), then fired tick by tick
+//! (`expire`), after a warm-up round in which pages, chunks and buffers grow. A timeout an hour
+//! away keeps the wheel's memory, as under a steady load. The ledger's instruction counts
+//! (`docs/performance.md`) come from this program:
+//!
+//! ```text
+//! cargo bench --bench worker_cost --no-run     # prints the binary's path
+//! valgrind --tool=callgrind --toggle-collect='worker_cost::expire' <binary>
+//! valgrind --tool=callgrind --toggle-collect='worker_cost::transfer' <binary>
+//! ```
+//!
+//! The collected instructions over `N` are the cost per timeout. `TASK` picks the task: `noop`
+//! (the default), `capture` (a closure of 24 bytes) or `typed` (a typed timer's 24-byte task).
+//! `LATE=1` fires them by one advance over the expiry's ticks (each about 5 ticks late), and
+//! `TIME=1` prints nanoseconds per timeout (wall clock, without valgrind).
+
+use hashed_timer_wheel::{HashedWheelTimer, Timeout, TypedTask};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+static SUM: AtomicU64 = AtomicU64::new(0);
+
+const TICK: Duration = Duration::from_millis(1);
+/// Ticks from the scheduling to the due tick, and the ticks `expire` covers: from 5 before the
+/// due tick to 5 after it.
+const DUE_TICK: u64 = 20;
+const EXPIRY_TICKS: u64 = 11;
+
+fn noop(_: &Timeout) {}
+
+/// The typed timer's task: three words, as `capture`'s closure.
+struct Words {
+    a: u64,
+    b: u64,
+    c: u64,
+}
+
+impl TypedTask for Words {
+    fn run(self, _: &Timeout<Words>) {
+        SUM.fetch_add(self.a + self.b + self.c, Ordering::Relaxed);
+    }
+}
+
+/// The timer under test, seen through what the phases need of it.
+struct Subject {
+    /// Schedules the task made of `i`, due after the `Duration`.
+    schedule: Box<dyn Fn(u64, Duration)>,
+    advance: Box<dyn Fn(Duration)>,
+    pending: Box<dyn Fn() -> usize>,
+}
+
+fn subject(task: &str) -> Subject {
+    let builder = || {
+        HashedWheelTimer::builder()
+            .tick_duration(TICK)
+            .ticks_per_wheel(512)
+    };
+    if task == "typed" {
+        let (timer, driver) = builder().build_manual_typed::<Words>().expect("valid");
+        let timer = std::rc::Rc::new(timer);
+        let (t1, t2) = (timer.clone(), timer);
+        return Subject {
+            schedule: Box::new(move |i, delay| {
+                let words = Words {
+                    a: i,
+                    b: i * 3,
+                    c: i ^ 7,
+                };
+                t1.new_timeout(words, delay).expect("accepted");
+            }),
+            advance: Box::new(move |by| driver.advance(by)),
+            pending: Box::new(move || t2.pending_timeouts()),
+        };
+    }
+    let (timer, driver) = builder().build_manual().expect("valid");
+    let timer = std::rc::Rc::new(timer);
+    let (t1, t2) = (timer.clone(), timer);
+    let capture = task == "capture";
+    Subject {
+        schedule: Box::new(move |i, delay| {
+            if capture {
+                let (a, b, c) = (i, i * 3, i ^ 7);
+                let task = move |_: &Timeout| {
+                    SUM.fetch_add(a + b + c, Ordering::Relaxed);
+                };
+                t1.new_timeout(task, delay).expect("accepted");
+            } else {
+                t1.new_timeout(noop, delay).expect("accepted");
+            }
+        }),
+        advance: Box::new(move |by| driver.advance(by)),
+        pending: Box::new(move || t2.pending_timeouts()),
+    }
+}
+
+/// The turn that moves the `N` queued timeouts into the wheel.
+#[inline(never)]
+fn transfer(s: &Subject) {
+    (s.advance)(TICK);
+}
+
+/// The ticks that fire them: one by one, or in one advance when `late`.
+#[inline(never)]
+fn expire(s: &Subject, late: bool) {
+    if late {
+        (s.advance)(TICK * EXPIRY_TICKS as u32);
+        return;
+    }
+    ticks(s, EXPIRY_TICKS);
+}
+
+/// Turns tick by tick, as a worker that wakes for each tick with work.
+fn ticks(s: &Subject, n: u64) {
+    for _ in 0..n {
+        (s.advance)(TICK);
+    }
+}
+
+fn main() {
+    let n: u64 = std::env::var("N").map_or(100_000, |v| v.parse().expect("N: a count"));
+    let task = std::env::var("TASK").unwrap_or_else(|_| "noop".into());
+    assert!(
+        ["noop", "capture", "typed"].contains(&task.as_str()),
+        "TASK: noop, capture or typed"
+    );
+    let late = std::env::var("LATE").is_ok_and(|v| v == "1");
+    let s = subject(&task);
+    // Keeps the wheel's memory: an empty wheel gives its slab back.
+    (s.schedule)(0, Duration::from_secs(3600));
+    let due = TICK * DUE_TICK as u32 + TICK / 2;
+    let round = |s: &Subject| (0..n).for_each(|i| (s.schedule)(i, due));
+    round(&s);
+    ticks(&s, DUE_TICK + 6);
+    assert_eq!((s.pending)(), 1, "the warm-up round fired");
+    round(&s);
+    let t0 = Instant::now();
+    transfer(&s);
+    let transferred = t0.elapsed();
+    // To 5 ticks before the due one (the transfer's tick and this make `DUE_TICK - 5`).
+    ticks(&s, DUE_TICK - 6);
+    let t1 = Instant::now();
+    expire(&s, late);
+    let expired = t1.elapsed();
+    assert_eq!((s.pending)(), 1, "every timeout of the round fired");
+    if std::env::var("TIME").is_ok_and(|v| v == "1") {
+        let per = |d: Duration| d.as_nanos() as f64 / n as f64;
+        println!(
+            "RESULT impl=hashed-timer-wheel workload=worker_cost_{task} transfer_ns={:.1} expiry_ns={:.1}",
+            per(transferred),
+            per(expired)
+        );
+    }
+    std::hint::black_box(SUM.load(Ordering::Relaxed));
+}
