@@ -239,7 +239,7 @@ impl Settling<'_> {
     /// it expired now, lent for the task's run (back through [`Settling::give_back`]); else why
     /// its task is to be dropped: cancelled since the walk reached it, or the entry names
     /// another cell (a stale chunk id, a bug: no cell is touched). Inlined always into the walk
-    /// (`docs/performance.md`, "`inline(always)` / `inline(never)` placements").
+    /// (`docs/performance.md`, "`Settling::due` inlined always").
     #[inline(always)]
     pub(crate) fn due(&mut self, cell: CellId, key: u32) -> Result<CellRef, Expiry> {
         let (id, tag) = (cell.chunk(), cell.tag());
