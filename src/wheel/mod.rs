@@ -224,9 +224,10 @@ impl<T> Wheel<T> {
         self.nodes.next_key_in(lane)
     }
 
-    /// Unlinks and returns the entry under `key`; panics if it is not live (a worker bug).
+    /// Unlinks the entry under `key`: it and its deadline; panics if it is not live (a worker
+    /// bug).
     #[inline]
-    pub(crate) fn remove(&mut self, key: u32) -> T {
+    pub(crate) fn remove(&mut self, key: u32) -> (T, u64) {
         let node = self.nodes.remove(key);
         let (prev, next, deadline) = (node.prev, node.next, node.deadline);
         let item = node.item.expect("the slab gives a live node");
@@ -256,7 +257,7 @@ impl<T> Wheel<T> {
         if self.nodes.live() == 0 {
             self.release_memory();
         }
-        item
+        (item, deadline)
     }
 
     /// Nothing live: gives the slab and far slots back rather than keep a burst's worth.
@@ -590,7 +591,7 @@ mod tests {
         assert_eq!(w.occupied[0] & (1 << 3) != 0, walked > 0);
         // A survivor in the middle is cancelled (its neighbours relinked); a new entry joins.
         if let Some(key) = middle {
-            let item = w.remove(key);
+            let item = w.remove(key).0;
             got.push((item, 0));
         }
         w.insert(500, 11 * MS + 500, 4);
@@ -692,8 +693,8 @@ mod tests {
     fn past_deadline_goes_into_current_bucket() {
         let mut w = Wheel::new(10 * MS, 8);
         let (a, b) = (w.insert(2, 0, 5), w.insert(3, 0, 5));
-        assert_eq!(w.remove(b), 3);
-        assert_eq!(w.remove(a), 2);
+        assert_eq!(w.remove(b).0, 3);
+        assert_eq!(w.remove(a).0, 2);
         assert_eq!((w.len(), w.next_fire_tick(5)), (0, None));
         w.insert(1, 3 * MS, 6);
         assert_eq!(w.next_fire_tick(6), Some(6));
@@ -705,7 +706,7 @@ mod tests {
         let mut w = Wheel::new(MS, 4);
         let keys: Vec<u32> = (0..5).map(|i| w.insert(i, 2 * MS, 0)).collect();
         for i in [2, 0, 4] {
-            assert_eq!(w.remove(keys[i]), i);
+            assert_eq!(w.remove(keys[i]).0, i);
         }
         assert_eq!(expire_ticks(&mut w, [2]), [(2, 1), (2, 3)]);
         assert_eq!(w.next_fire_tick(3), None);
@@ -814,7 +815,7 @@ mod tests {
         w.insert_at(2 * PAGE as u32, 'c', 200 * MS, 0);
         assert_eq!(w.nodes.len(), 2 * PAGE + 1);
         assert_eq!((w.deadline(5), w.deadline(0)), (3 * MS, 3 * MS));
-        assert_eq!(w.remove(5), 'a');
+        assert_eq!(w.remove(5).0, 'a');
         w.insert_at(5, 'd', 4 * MS, 0);
         let fired = expire_ticks(&mut w, 0..300);
         assert_eq!(fired, [(3, 'b'), (4, 'd'), (200, 'c')]);
@@ -838,7 +839,7 @@ mod tests {
         // The first page grew to exactly a page, the others came whole.
         assert_eq!(w.nodes.capacity(), 4 * PAGE);
         for (i, &k) in (0..).zip(&keys).filter(|(i, _)| i % 3 == 0) {
-            assert_eq!(w.remove(k), i);
+            assert_eq!(w.remove(k).0, i);
         }
         // Freed slots are reused before the slab grows, last freed first.
         let last_freed = keys[(n as usize - 1) / 3 * 3];
@@ -932,7 +933,7 @@ mod tests {
         let slots = w.nodes.len() as u64;
         assert_eq!(w.trim_cost(), Some(slots * TRIM_NANOS_PER_SLOT));
         assert_eq!(w.trim(), 3, "the pages past the first");
-        assert_eq!(w.remove(keys[0]), 0);
+        assert_eq!(w.remove(keys[0]).0, 0);
         assert_eq!(
             w.trim_cost(),
             None,

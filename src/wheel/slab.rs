@@ -213,17 +213,28 @@ impl<S: Vacancy, const BITS: u32, const LANES: usize> Slab<S, BITS, LANES> {
     /// If `key` holds no value (before anything changes).
     #[inline]
     pub(crate) fn remove(&mut self, key: u32) -> S {
+        self.remove_if(key, |_| true)
+            .unwrap_or_else(|| panic!("slab: key {key} holds no value"))
+    }
+
+    /// Removes the value under `key` if there is one and `wanted` says so, looking the slot up
+    /// once: the value, or `None` (nothing changes).
+    #[inline]
+    pub(crate) fn remove_if(&mut self, key: u32, wanted: impl FnOnce(&S) -> bool) -> Option<S> {
         let lane = Self::lane_of(key);
         let next = self.free[lane];
-        let slot = &mut self[key];
-        assert!(
-            slot.next_vacant().is_none(),
-            "slab: key {key} holds no value"
-        );
+        let key_usize = key as usize;
+        let slot = self
+            .pages
+            .get_mut(key_usize >> BITS)?
+            .get_mut(key_usize & (Self::PAGE - 1))?;
+        if slot.next_vacant().is_some() || !wanted(slot) {
+            return None;
+        }
         let value = slot.vacate(next);
         self.free[lane] = key;
         self.live -= 1;
-        value
+        Some(value)
     }
 
     /// Stores `value` under `key`, which the owner hands out: a slot holding no value, or one
@@ -574,6 +585,29 @@ mod tests {
         assert_eq!(slab[5], Slot::Value(101));
     }
 
+    /// `remove_if` takes a value only if it is there and wanted; otherwise nothing changes: not
+    /// the count, not the free list.
+    #[test]
+    fn remove_if_takes_only_a_wanted_value() {
+        let mut slab: Slab<Slot> = Slab::new();
+        let (a, b) = (slab.insert(Slot::Value(1)), slab.insert(Slot::Value(2)));
+        slab.remove(b);
+        let unwanted = |slot: &Slot| *slot != Slot::Value(1);
+        assert_eq!(slab.remove_if(a, unwanted), None, "not wanted");
+        assert_eq!(slab.remove_if(b, |_| true), None, "a free slot");
+        assert_eq!(
+            slab.remove_if(PAGE as u32 * 5, |_| true),
+            None,
+            "past the pages"
+        );
+        assert_eq!((slab.live(), slab.next_key()), (1, b), "nothing changed");
+        assert_eq!(slab.remove_if(a, |_| true), Some(Slot::Value(1)));
+        assert_eq!(
+            (slab.live(), slab.next_key()),
+            (0, a),
+            "freed last, reused first"
+        );
+    }
     /// Each lane's values are on pages of that lane, each lane reuses its own free slots, and
     /// a lane's first page grows as needed.
     #[test]

@@ -205,7 +205,7 @@ impl<J: Stored> Worker<J> {
             // NO_INDEX: a bucket's walk dropped it, and ended it then.
             if key != NO_INDEX {
                 state.clear_wheel_key();
-                let entry = self.wheel.remove(key);
+                let (entry, _) = self.wheel.remove(key);
                 self.chunks.settle_cancelled(J::cell(&entry), &state);
                 shared
                     .counters

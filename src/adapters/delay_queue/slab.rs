@@ -93,8 +93,7 @@ impl<T> DelayQueue<T> {
     /// assert!(queue.try_remove(&key).is_none());
     /// ```
     pub fn try_remove(&mut self, key: &Key) -> Option<Expired<T>> {
-        self.slot_of(key)?;
-        let (value, deadline) = self.vacate(key);
+        let (value, deadline) = self.vacate(key)?;
         Some(self.taken_out(*key, value, deadline))
     }
 
@@ -112,22 +111,24 @@ impl<T> DelayQueue<T> {
         }
     }
 
-    /// Frees the item's slot and takes it out of the wheel or, expired, leaves a stale key.
-    fn vacate(&mut self, key: &Key) -> (T, u64) {
-        match self.slots.remove(key.index) {
-            Slot::Waiting { value, .. } => {
-                let deadline = self.wheel.deadline(key.index);
-                self.wheel.remove(key.index);
-                (value, deadline)
-            }
+    /// Frees the item's slot, if `key` names an item, and takes it out of the wheel or,
+    /// expired, leaves a stale key: its value and deadline. One look at the slot, one at the
+    /// wheel's node.
+    fn vacate(&mut self, key: &Key) -> Option<(T, u64)> {
+        let named = |slot: &Slot<T>| match slot {
+            Slot::Waiting { stamp, .. } | Slot::Ready { stamp, .. } => *stamp == key.stamp,
+            Slot::Vacant { .. } => false,
+        };
+        Some(match self.slots.remove_if(key.index, named)? {
+            Slot::Waiting { value, .. } => (value, self.wheel.remove(key.index).1),
             Slot::Ready {
                 value, deadline, ..
             } => {
                 self.drop_stale_front();
                 (value, deadline)
             }
-            Slot::Vacant { .. } => unreachable!("vacate: the caller checked the slot"),
-        }
+            Slot::Vacant { .. } => unreachable!("vacate: `named` took a vacant slot"),
+        })
     }
 
     /// Whether `key` in `ready` names an expired item still there.
@@ -145,7 +146,10 @@ impl<T> DelayQueue<T> {
 
     /// Emptied: drops the `Sleep`, restarts the slab at 0 (stamps keep keys apart), wakes the
     /// task. The queue is whole and empty before user code runs; every value is dropped even if
-    /// some drops panic, and the first such panic goes on once the task is woken.
+    /// some drops panic, and the first such panic goes on once the task is woken. Cold: a queue
+    /// empties seldom, and this inlined would keep `taken_out` out of `remove` and
+    /// `poll_expired` (`docs/performance.md`, "`DelayQueue::emptied` cold").
+    #[cold]
     pub(super) fn emptied(&mut self) {
         let sleep = self.sleep.take();
         self.armed = UNARMED;
