@@ -608,6 +608,7 @@ mod tests {
             "freed last, reused first"
         );
     }
+
     /// Each lane's values are on pages of that lane, each lane reuses its own free slots, and
     /// a lane's first page grows as needed.
     #[test]
