@@ -19,6 +19,18 @@
 //! | `INIT`     | construction                      | no worker yet; `new_timeout` starts it  |
 //! | `STARTED`  | the first `start()`/`new_timeout` | the worker runs; work is accepted       |
 //! | `SHUTDOWN` | `stop()` or dropping the owner    | permanent; nothing is accepted          |
+//!
+//! # User code
+//! A task, its `Drop`, a waker, an executor and the process's logger may panic anywhere. Every
+//! place on the timer's side that runs or drops one catches the panic and counts it
+//! ([`catch_user_panic`], [`drop_caught`], `Counters::drop_task`, a task's own `Job::run`;
+//! [`log_caught`] for the logger; `drop_each` in `wheel/slab.rs` for many values at once), and
+//! a caught panic's payload, user code too, is dropped under a catch as well. No user code runs
+//! under a lock a callback could need: a runtime's waker is shared under `control` and woken
+//! and dropped after it (`Shared::wake_driver_with`); a future's waker is cloned and dropped
+//! outside its slot's lock. The batch's drain keeps its word cursor in step when dropped early
+//! (`batch`, `DrainFront`), and `small_task` states its `unsafe` invariants under unwinding.
+//! A worker thread that unwinds anyway (a bug) stops the timer and logs it (`worker/thread.rs`).
 
 pub(crate) mod batch;
 pub(crate) mod cells;

@@ -2,6 +2,11 @@
 //! `accepted` (producers: one CAS a timeout against `max_pending`, or with no limit batches of
 //! credit kept in their shard), `ended` (the worker's total) and the credit. Touches the
 //! wheel's `MAX_ENTRIES`, which bounds any count.
+//!
+//! `pending_timeouts()` is `accepted - ended` less the shards' unused credit (`Shared::count`),
+//! exact when quiet: the path that wins a timeout's cell counts it ended once, on the worker
+//! (transfer, unlink or expiry), in the total only the worker writes (`Shared::set_ended`).
+//! Once `SHUTDOWN` is set it is 0.
 
 use super::batch::ProducerShard;
 use super::{Shared, Stored};

@@ -2,6 +2,20 @@
 //! the runtime polls it (`docs/performance.md`, "Runtime-driven turns"). Uses the lifecycle
 //! (start, a turn under the worker's lock) and the shared driver slot (`Control::drivers`,
 //! `Control::driver_waker`), through which producers wake the driver.
+//!
+//! # Who runs the turns
+//! The worker's turns run one at a time: the worker thread, a `Drive` and a `ManualDriver` each
+//! run a turn under `Shared::worker`'s lock (`worker::turn`, `lifecycle::drive_turn`,
+//! `ManualDriver::advance_with`, which reads the manual clock under that lock too). While a
+//! driver is attached, producers wake it, else the thread (`Shared::unpark_worker`). The
+//! thread then watches over the driver: parked with nothing pending, it is unparked by a
+//! driver's turn that plans a tick (`Control::watchdog_parked`); else it sleeps until 32 ticks
+//! past the driver's plan, to take over from a driver that stalls, and a producer or a
+//! driver's turn whose deadline lies well before that unparks it (`Control::watchdog_until`).
+//! A dropped `Drive`, and one the runtime's panics leave with no sleep armed, leave
+//! (`Driver::detach`): the producers' waker is cleared and the thread runs the ticks until a
+//! driver is polled again. `stop()` wakes every attached `Drive` (`Control::drivers`), so that
+//! each completes; a `Drive` polled by a new task (another runtime) arms its sleeps afresh.
 
 use super::lifecycle;
 use crate::shared::{catch_user_panic, drop_caught, AttachedDriver, Shared, AWAKE};
