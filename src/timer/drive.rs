@@ -10,8 +10,9 @@
 //! driver is attached, producers wake it, else the thread (`Shared::unpark_worker`). The
 //! thread then watches over the driver: parked with nothing pending, it is unparked by a
 //! driver's turn that plans a tick (`Control::watchdog_parked`); else it sleeps until 32 ticks
-//! past the driver's plan, to take over from a driver that stalls, and a producer or a
-//! driver's turn whose deadline lies well before that unparks it (`Control::watchdog_until`).
+//! past the driver's plan, to take over from a driver that stalls, and a producer whose
+//! deadline, or a driver's turn whose plan, lies well before that unparks it
+//! (`Control::watchdog_until`).
 //! A dropped `Drive`, and one the runtime's panics leave with no sleep armed, leave
 //! (`Driver::detach`): the producers' waker is cleared and the thread runs the ticks until a
 //! driver is polled again. `stop()` wakes every attached `Drive` (`Control::drivers`), so that
