@@ -171,6 +171,9 @@ mod task;
 mod timer;
 // Adapters to other crates' timer interfaces.
 mod adapters;
+// The new core, beside the old one until the public types move onto it.
+#[doc(hidden)]
+pub mod next;
 
 /// What the loom models observe and drive beyond the public API (`--cfg loom` only).
 #[cfg(loom)]

@@ -1,0 +1,550 @@
+//! The new core, beside the old one until the public types move onto it: one name per timeout
+//! (its slot), no `unsafe`, and the few mechanisms that make a Rust port beat Netty's.
+//!
+//! - `slots`: blocks of 64 timeout states; the `Timeout` handle is a block and an index.
+//! - `wheel`: the pure wheel over slot ids (buckets, far levels, occupancy bits).
+//! - this module: what producers and the worker share (`Shared`): the shards of the `timeouts`
+//!   and cancellation queues, the timer's state, the pending count and the worker's plan.
+//! - `worker`: one turn of the worker as a pure step over a given `now`, and its thread.
+//!
+//! # The mechanisms, and why each is here
+//! - **No allocation per timeout**: states come in blocks of 64; the worker's per-timeout data
+//!   lives in paged arrays indexed by slot id. (A boxed closure that captures data is still
+//!   one allocation; a typed timer stores its task in place.)
+//! - **A batched hand-off**: a producer pushes onto its thread's shard (a `Mutex<Vec>`); the
+//!   worker swaps each shard's vector out whole, once a turn.
+//! - **Levels for far deadlines**: a timeout rounds away waits in a far list (`wheel`).
+//! - **No empty wake-ups**: the worker sleeps to the next tick with work and publishes it
+//!   (`planned`); a producer whose timeout is due earlier, or whose push starts a new batch
+//!   while the worker sleeps past the next tick, unparks it.
+//!
+//! # Ground rules
+//! Only the worker touches the wheel and the per-slot arrays. Producers and cancellers reach it
+//! through the shards and the slot states. The worker's turns run under `Shared::worker`'s lock.
+
+pub(crate) mod slots;
+pub(crate) mod wheel;
+pub(crate) mod worker;
+
+use crate::error::TimerError;
+use crate::sync::{
+    lock, thread, Arc, AtomicU64, AtomicU8, AtomicUsize, CachePadded, Mutex, Ordering,
+};
+pub use slots::Timeout;
+use slots::{Block, BlockIds, BLOCK};
+use std::time::{Duration, Instant};
+use wheel::SlotId;
+use worker::Worker;
+
+/// What a timer stores per timeout and runs when it expires.
+pub trait Job: Send + Sized + 'static {
+    /// Runs the task; `timeout` is its own handle.
+    fn run(self, timeout: &Timeout<Self>);
+}
+
+/// The boxed timer's task: any closure, boxed (a closure that captures nothing is not
+/// allocated).
+pub struct Boxed(Box<dyn BoxedFn>);
+
+trait BoxedFn: Send {
+    fn call(self: Box<Self>, timeout: &Timeout<Boxed>);
+}
+
+impl<F: FnOnce(&Timeout<Boxed>) + Send + 'static> BoxedFn for F {
+    fn call(self: Box<Self>, timeout: &Timeout<Boxed>) {
+        (*self)(timeout)
+    }
+}
+
+impl Boxed {
+    /// Boxes `f`.
+    pub fn new(f: impl FnOnce(&Timeout<Boxed>) + Send + 'static) -> Boxed {
+        Boxed(Box::new(f))
+    }
+}
+
+impl std::fmt::Debug for Boxed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Boxed")
+    }
+}
+
+impl Job for Boxed {
+    fn run(self, timeout: &Timeout<Boxed>) {
+        self.0.call(timeout)
+    }
+}
+
+/// The producers' shards: a thread keeps to one.
+const SHARDS: usize = if cfg!(loom) { 2 } else { 8 };
+/// Slot ids a timer can name at once (blocks alive, handles included).
+const MAX_PENDING: usize = slots::MAX_BLOCKS as usize * BLOCK;
+/// At most this many timeouts move into buckets per tick (Netty's cap); the rest wait.
+pub(crate) const TRANSFER_CAP: usize = 100_000;
+
+const INIT: u8 = 0;
+const STARTED: u8 = 1;
+const SHUTDOWN: u8 = 2;
+
+/// `planned` while the worker runs a turn: it will look at the queues before it sleeps.
+pub(crate) const AWAKE: u64 = 0;
+/// `planned` while the worker parks with nothing to wait for.
+pub(crate) const NEVER: u64 = u64::MAX;
+
+/// A pushed timeout's handle (none if detached), and whether its shard was empty before.
+type Pushed<J> = (Option<Timeout<J>>, bool);
+
+/// A timeout on its way to the worker.
+pub(crate) struct Entry<J: Job> {
+    pub(crate) id: SlotId,
+    /// Nanoseconds since the timer's origin.
+    pub(crate) deadline: u64,
+    pub(crate) task: J,
+    /// The slot's block, with the first slot taken from it: the worker keeps it until it has
+    /// ended all 64.
+    pub(crate) block: Option<Arc<Block<J>>>,
+}
+
+/// One shard of the `timeouts` and cancellation queues, and its producers' block.
+pub(crate) struct Shard<J: Job> {
+    pub(crate) timeouts: Vec<Entry<J>>,
+    pub(crate) cancels: Vec<SlotId>,
+    /// The block this shard takes slots from, and the next index.
+    cursor: Option<(Arc<Block<J>>, usize)>,
+    /// Timeouts this shard accepted; pending is their sum less `ended`.
+    accepted: u64,
+}
+
+impl<J: Job> Shard<J> {
+    fn new() -> Shard<J> {
+        Shard {
+            timeouts: Vec::new(),
+            cancels: Vec::new(),
+            cursor: None,
+            accepted: 0,
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.timeouts.is_empty() && self.cancels.is_empty()
+    }
+
+    /// The next slot: its block, its index, and the block itself when the slot is its first.
+    fn take_slot(&mut self, shared: &Arc<Shared<J>>) -> Option<(&Arc<Block<J>>, usize, bool)> {
+        let fresh = match &self.cursor {
+            Some((_, next)) => *next == BLOCK,
+            None => true,
+        };
+        if fresh {
+            self.cursor = Some((Block::new(shared)?, 0));
+        }
+        let (block, next) = self.cursor.as_mut()?;
+        let index = *next;
+        *next += 1;
+        Some((block, index, index == 0))
+    }
+}
+
+/// Time since the timer's origin: the system's monotonic clock, or a hand-driven one.
+pub(crate) enum Clock {
+    System(Instant),
+    Manual(AtomicU64),
+}
+
+impl Clock {
+    pub(crate) fn now(&self) -> u64 {
+        match self {
+            // Saturating: 584 years of uptime.
+            Clock::System(origin) => u64::try_from(origin.elapsed().as_nanos()).unwrap_or(u64::MAX),
+            // Acquire: pairs with the Release in `Timer::advance_to`.
+            Clock::Manual(now) => now.load(Ordering::Acquire),
+        }
+    }
+}
+
+/// Runs expired tasks somewhere other than the worker thread.
+pub(crate) type Executor = Arc<dyn Fn(Box<dyn FnOnce() + Send>) + Send + Sync>;
+
+/// What producers, handles and the worker share.
+pub(crate) struct Shared<J: Job> {
+    shards: Box<[CachePadded<Mutex<Shard<J>>>]>,
+    state: AtomicU8,
+    /// The tick at whose end the worker next looks at the queues (`AWAKE`, `NEVER`).
+    planned: AtomicU64,
+    /// The worker's tick when it last planned.
+    worker_tick: AtomicU64,
+    /// Timeouts the worker ended: only the worker writes it.
+    ended: AtomicU64,
+    /// With a limit: the pending count the limit is held against.
+    limited: Option<(usize, AtomicUsize)>,
+    pub(crate) block_ids: Mutex<BlockIds>,
+    pub(crate) tick_nanos: u64,
+    pub(crate) wheel_len: usize,
+    pub(crate) clock: Clock,
+    pub(crate) executor: Option<Executor>,
+    /// The worker between turns; whoever runs a turn holds this lock. `None` once stopped.
+    pub(crate) worker: Mutex<Option<Worker<J>>>,
+    /// The worker thread, once started.
+    thread: Mutex<Option<thread::JoinHandle<()>>>,
+    worker_thread: Mutex<Option<thread::Thread>>,
+}
+
+impl<J: Job> Shared<J> {
+    /// A timer's shared state, its worker not started.
+    pub(crate) fn new(
+        tick_nanos: u64,
+        wheel_len: usize,
+        max_pending: Option<usize>,
+        clock: Clock,
+        executor: Option<Executor>,
+    ) -> Arc<Shared<J>> {
+        let shared = Arc::new(Shared {
+            shards: (0..SHARDS)
+                .map(|_| CachePadded::new(Mutex::new(Shard::new())))
+                .collect(),
+            state: AtomicU8::new(INIT),
+            planned: AtomicU64::new(NEVER),
+            worker_tick: AtomicU64::new(0),
+            ended: AtomicU64::new(0),
+            limited: max_pending.map(|max| (max, AtomicUsize::new(0))),
+            block_ids: Mutex::new(BlockIds::default()),
+            tick_nanos,
+            wheel_len,
+            clock,
+            executor,
+            worker: Mutex::new(None),
+            thread: Mutex::new(None),
+            worker_thread: Mutex::new(None),
+        });
+        *lock(&shared.worker) = Some(Worker::new(&shared));
+        shared
+    }
+
+    pub(crate) fn is_shutdown(&self) -> bool {
+        // Acquire: pairs with the SeqCst store in `stop`.
+        self.state.load(Ordering::Acquire) == SHUTDOWN
+    }
+
+    /// Schedules `task` at `delay` from now; the handle unless `detached`.
+    pub(crate) fn schedule(
+        self: &Arc<Self>,
+        task: J,
+        delay: Duration,
+        detached: bool,
+    ) -> Result<Option<Timeout<J>>, (TimerError, J)> {
+        let now = self.clock.now();
+        let delay = u64::try_from(delay.as_nanos()).unwrap_or(u64::MAX);
+        let deadline = now.saturating_add(delay);
+        if let Err(e) = self.reserve() {
+            return Err((e, task));
+        }
+        let pushed = self.push(task, deadline, detached);
+        let (handle, was_empty) = pushed.inspect_err(|_| self.unreserve())?;
+        let fire = deadline / self.tick_nanos;
+        let now_tick = now / self.tick_nanos;
+        // The first push since the worker took the queues asks for a look within a tick, so
+        // that no queue grows for long; the worker then plans ticks while pushes go on.
+        self.wake_if_later_than(if was_empty {
+            fire.min(now_tick + 1)
+        } else {
+            fire
+        });
+        Ok(handle)
+    }
+
+    /// Pushes a timeout onto this thread's shard; its handle, and whether the shard was empty.
+    fn push(
+        self: &Arc<Self>,
+        task: J,
+        deadline: u64,
+        detached: bool,
+    ) -> Result<Pushed<J>, (TimerError, J)> {
+        let mut shard = lock(&self.shards[shard_index()]);
+        // Under the shard lock: `stop` sets SHUTDOWN, then takes every shard's lock once, so
+        // this timeout is either refused here or among what `stop` drains.
+        if self.is_shutdown() {
+            return Err((TimerError::Stopped, task));
+        }
+        let Some((block, index, first)) = shard.take_slot(self) else {
+            let max = MAX_PENDING;
+            return Err((TimerError::TooManyPending { pending: max, max }, task));
+        };
+        let id = block.slot(index);
+        let handle = (!detached).then(|| Timeout::new(Arc::clone(block), index));
+        let block = first.then(|| Arc::clone(block));
+        let was_empty = shard.is_empty();
+        let entry = Entry {
+            id,
+            deadline,
+            task,
+            block,
+        };
+        shard.timeouts.push(entry);
+        shard.accepted += 1;
+        Ok((handle, was_empty))
+    }
+
+    /// Counts one more pending against the limit, if there is one.
+    fn reserve(&self) -> Result<(), TimerError> {
+        if let Some((max, count)) = &self.limited {
+            // Relaxed: a count; the timeout is published by the shard lock.
+            let pending = count.fetch_add(1, Ordering::Relaxed);
+            if pending >= *max {
+                count.fetch_sub(1, Ordering::Relaxed);
+                return Err(TimerError::TooManyPending { pending, max: *max });
+            }
+        }
+        Ok(())
+    }
+
+    fn unreserve(&self) {
+        if let Some((_, count)) = &self.limited {
+            count.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Queues a slot a `cancel()` won, for the worker to end within about a tick.
+    pub(crate) fn push_cancel(&self, id: SlotId) {
+        let was_empty = {
+            let mut shard = lock(&self.shards[shard_index()]);
+            let was_empty = shard.is_empty();
+            shard.cancels.push(id);
+            was_empty
+        };
+        if was_empty {
+            // Relaxed: a hint; a stale tick only wakes the worker once more.
+            let tick = self.worker_tick.load(Ordering::Relaxed);
+            self.wake_if_later_than(tick + 1);
+        }
+    }
+
+    /// Unparks the worker if it plans to look at the queues after tick `needed`.
+    fn wake_if_later_than(&self, needed: u64) {
+        // SeqCst: with the worker's SeqCst store of its plan before it locks the shards
+        // (`Worker::settle`), either it sees this push or this load sees its plan.
+        if needed < self.planned.load(Ordering::SeqCst) {
+            self.unpark_worker();
+        }
+    }
+
+    #[cold]
+    fn unpark_worker(&self) {
+        if let Some(worker) = lock(&self.worker_thread).as_ref() {
+            worker.unpark();
+        }
+    }
+
+    /// Timeouts accepted and not yet ended.
+    pub(crate) fn pending(&self) -> usize {
+        // Acquire, and `ended` first: every ended timeout was accepted, so the difference
+        // never goes below zero.
+        let ended = self.ended.load(Ordering::Acquire);
+        let accepted: u64 = self.shards.iter().map(|s| lock(s).accepted).sum();
+        (accepted - ended) as usize
+    }
+
+    /// The worker counts `n` more timeouts ended, its running total `total`.
+    pub(crate) fn set_ended(&self, total: u64, n: usize) {
+        // Release: pairs with the Acquire in `pending`.
+        self.ended.store(total, Ordering::Release);
+        if let Some((_, count)) = &self.limited {
+            count.fetch_sub(n, Ordering::Relaxed);
+        }
+    }
+
+    /// Swaps every shard's queues with `timeouts` and `cancels` (empty, with capacity).
+    pub(crate) fn take_queues(&self, timeouts: &mut Vec<Vec<Entry<J>>>, cancels: &mut Vec<SlotId>) {
+        for shard in self.shards.iter() {
+            let mut shard = lock(shard);
+            if !shard.timeouts.is_empty() {
+                timeouts.push(std::mem::take(&mut shard.timeouts));
+            }
+            cancels.append(&mut shard.cancels);
+        }
+    }
+
+    /// Whether any shard holds a timeout or a cancellation.
+    pub(crate) fn queues_empty(&self) -> bool {
+        self.shards.iter().all(|s| lock(s).is_empty())
+    }
+
+    /// Publishes the worker's plan: it looks at the queues at the end of tick `planned`.
+    pub(crate) fn set_plan(&self, planned: u64, tick: u64) {
+        self.worker_tick.store(tick, Ordering::Relaxed);
+        // SeqCst: see `wake_if_later_than`.
+        self.planned.store(planned, Ordering::SeqCst);
+    }
+
+    /// Starts the worker thread, once.
+    pub(crate) fn start(self: &Arc<Self>, name: &str) -> Result<(), TimerError> {
+        if matches!(self.clock, Clock::Manual(_)) {
+            return Ok(());
+        }
+        let mut thread = lock(&self.thread);
+        if self.is_shutdown() {
+            return Err(TimerError::Stopped);
+        }
+        if self.state.load(Ordering::Acquire) == STARTED {
+            return Ok(());
+        }
+        let shared = Arc::clone(self);
+        let handle = thread::Builder::new()
+            .name(name.to_owned())
+            .spawn(move || worker::run_thread(&shared))
+            .expect("the timer's worker thread could not be spawned");
+        *lock(&self.worker_thread) = Some(handle.thread().clone());
+        *thread = Some(handle);
+        // Release: pairs with the Acquire in `is_started`.
+        self.state.store(STARTED, Ordering::Release);
+        Ok(())
+    }
+
+    pub(crate) fn is_started(&self) -> bool {
+        self.state.load(Ordering::Acquire) == STARTED
+    }
+
+    /// Stops the timer: the timeouts that neither expired nor were cancelled, each now
+    /// cancelled. Empty the second time.
+    pub(crate) fn stop(self: &Arc<Self>) -> Result<Vec<Timeout<J>>, TimerError> {
+        let on_worker = lock(&self.worker_thread)
+            .as_ref()
+            .is_some_and(|t| t.id() == thread::current().id());
+        if on_worker {
+            return Err(TimerError::StopFromWorker);
+        }
+        let join = {
+            let mut thread = lock(&self.thread);
+            if self.state.swap(SHUTDOWN, Ordering::SeqCst) == SHUTDOWN {
+                return Ok(Vec::new());
+            }
+            thread.take()
+        };
+        // Every producer that took a shard lock before SHUTDOWN has pushed by now.
+        for shard in self.shards.iter() {
+            drop(lock(shard));
+        }
+        if let Some(join) = join {
+            self.unpark_worker();
+            // A task's panic never unwinds the worker; a join error would be the crate's bug.
+            let _ = join.join();
+        }
+        let worker = lock(&self.worker).take();
+        let mut returned = Vec::new();
+        if let Some(mut worker) = worker {
+            worker.stop(self, &mut returned);
+        }
+        for shard in self.shards.iter() {
+            lock(shard).cursor = None;
+        }
+        Ok(returned)
+    }
+}
+
+/// This thread's shard.
+fn shard_index() -> usize {
+    use crate::sync::process::AtomicUsize;
+    use std::cell::Cell;
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    thread_local! {
+        static SHARD: Cell<usize> = const { Cell::new(usize::MAX) };
+    }
+    SHARD.with(|s| {
+        if s.get() == usize::MAX {
+            // Relaxed: a round-robin spread, nothing ordered by it.
+            s.set(NEXT.fetch_add(1, Ordering::Relaxed) % SHARDS);
+        }
+        s.get()
+    })
+}
+
+/// The new core's timer, for its own tests and benches until the public types move onto it.
+pub struct Timer<J: Job = Boxed> {
+    shared: Arc<Shared<J>>,
+}
+
+impl<J: Job> Timer<J> {
+    /// A timer with the system clock; its thread starts with the first timeout.
+    pub fn new(tick: Duration, ticks_per_wheel: usize) -> Timer<J> {
+        Timer::build(tick, ticks_per_wheel, None, Clock::System(Instant::now()))
+    }
+
+    /// A timer whose clock only `advance_to` moves, and whose turns only it runs.
+    pub fn manual(tick: Duration, ticks_per_wheel: usize, max_pending: Option<usize>) -> Timer<J> {
+        Timer::build(
+            tick,
+            ticks_per_wheel,
+            max_pending,
+            Clock::Manual(AtomicU64::new(0)),
+        )
+    }
+
+    fn build(tick: Duration, len: usize, max: Option<usize>, clock: Clock) -> Timer<J> {
+        let tick_nanos = u64::try_from(tick.as_nanos()).unwrap_or(u64::MAX).max(1);
+        Timer {
+            shared: Shared::new(tick_nanos, len.next_power_of_two(), max, clock, None),
+        }
+    }
+
+    /// Schedules `task` to run once `delay` has passed.
+    pub fn new_timeout(&self, task: J, delay: Duration) -> Result<Timeout<J>, TimerError> {
+        self.start()?;
+        match self.shared.schedule(task, delay, false) {
+            Ok(handle) => Ok(handle.expect("a handle was asked for")),
+            Err((e, _task)) => Err(e),
+        }
+    }
+
+    /// Schedules `task` with no handle.
+    pub fn new_timeout_detached(&self, task: J, delay: Duration) -> Result<(), TimerError> {
+        self.start()?;
+        self.shared
+            .schedule(task, delay, true)
+            .map(drop)
+            .map_err(|(e, _)| e)
+    }
+
+    fn start(&self) -> Result<(), TimerError> {
+        if self.shared.is_started() {
+            return Ok(());
+        }
+        self.shared.start("wheel")
+    }
+
+    /// Timeouts accepted and not yet ended.
+    pub fn pending_timeouts(&self) -> usize {
+        self.shared.pending()
+    }
+
+    /// Stops the timer; the timeouts that never ran, now cancelled.
+    pub fn stop(&self) -> Result<Vec<Timeout<J>>, TimerError> {
+        self.shared.stop()
+    }
+
+    /// A manual timer: moves its clock to `to` since its origin and runs a turn.
+    pub fn advance_to(&self, to: Duration) {
+        if let Clock::Manual(now) = &self.shared.clock {
+            let to = u64::try_from(to.as_nanos()).unwrap_or(u64::MAX);
+            // Release: pairs with the Acquire in `Clock::now`.
+            now.fetch_max(to, Ordering::Release);
+        }
+        let mut worker = lock(&self.shared.worker);
+        if let Some(worker) = worker.as_mut() {
+            let busy = worker.turn(&self.shared, self.shared.clock.now());
+            worker.settle(&self.shared, busy);
+        }
+    }
+}
+
+impl<J: Job> Drop for Timer<J> {
+    fn drop(&mut self) {
+        let _ = self.shared.stop();
+    }
+}
+
+impl<J: Job> std::fmt::Debug for Timer<J> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Timer")
+            .field("pending", &self.pending_timeouts())
+            .finish()
+    }
+}

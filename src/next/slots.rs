@@ -1,0 +1,184 @@
+//! Timeout slots: blocks of 64 atomic states, and the handle that names one.
+//!
+//! A timeout's one name is its slot: the handle holds the slot's block and its index there, and
+//! the worker keeps the timeout's links, fire tick and task in arrays indexed by the slot id
+//! (`block.id * BLOCK + index`). A block is never reused: its id is, once the block is dropped
+//! (the worker has ended all 64 slots and no handle is left), so a handle always reads its own
+//! timeout's state.
+//!
+//! # States
+//! | state | moved to by | from |
+//! |---|---|---|
+//! | `PENDING` | the producer that takes the slot | (fresh block) |
+//! | `CANCELLED` | `cancel()` on any thread, or `stop()` | `PENDING` |
+//! | `EXPIRED` | the worker, before it runs the task | `PENDING` |
+//!
+//! One compare-and-swap leaves `PENDING`; its winner owns the outcome. The worker ends every
+//! slot exactly once whatever the winner: it drops or runs the task, and counts it ended.
+
+use super::wheel::SlotId;
+use super::{Job, Shared};
+use crate::sync::{lock, Arc, AtomicU8, Ordering};
+use std::fmt;
+
+/// Slots a block holds.
+pub(crate) const BLOCK: usize = 64;
+/// Blocks a timer may have at once: slot ids stay below `u32::MAX`.
+pub(crate) const MAX_BLOCKS: u32 = (u32::MAX / BLOCK as u32) - 1;
+
+const PENDING: u8 = 0;
+const CANCELLED: u8 = 1;
+const EXPIRED: u8 = 2;
+
+/// The block ids a timer hands out, and those given back by dropped blocks.
+#[derive(Default)]
+pub(crate) struct BlockIds {
+    free: Vec<u32>,
+    next: u32,
+}
+
+/// 64 timeout states, shared by the handles, the producer that fills it and the worker.
+pub(crate) struct Block<J: Job> {
+    id: u32,
+    states: [AtomicU8; BLOCK],
+    shared: Arc<Shared<J>>,
+}
+
+impl<J: Job> Block<J> {
+    /// A fresh block, or `None` when the timer has `MAX_BLOCKS` alive.
+    pub(crate) fn new(shared: &Arc<Shared<J>>) -> Option<Arc<Block<J>>> {
+        let id = {
+            let mut ids = lock(&shared.block_ids);
+            match ids.free.pop() {
+                Some(id) => id,
+                None if ids.next < MAX_BLOCKS => {
+                    ids.next += 1;
+                    ids.next - 1
+                }
+                None => return None,
+            }
+        };
+        Some(Arc::new(Block {
+            id,
+            states: std::array::from_fn(|_| AtomicU8::new(PENDING)),
+            shared: Arc::clone(shared),
+        }))
+    }
+
+    /// The slot id of `index` in this block.
+    pub(crate) fn slot(&self, index: usize) -> SlotId {
+        self.id * BLOCK as u32 + index as u32
+    }
+
+    fn state(&self, index: usize) -> u8 {
+        // Acquire: pairs with the AcqRel of the move that set it.
+        self.states[index].load(Ordering::Acquire)
+    }
+
+    /// PENDING -> `to`; whether this call made the move.
+    fn leave_pending(&self, index: usize, to: u8) -> bool {
+        // AcqRel: the winner sees everything before the slot was taken, and its outcome is
+        // published to whoever reads the state after.
+        self.states[index]
+            .compare_exchange(PENDING, to, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+    }
+
+    /// The worker's expiry: whether it won the slot (else it was cancelled).
+    pub(crate) fn expire(&self, index: usize) -> bool {
+        self.leave_pending(index, EXPIRED)
+    }
+
+    /// `stop()`'s cancel: whether it won the slot.
+    pub(crate) fn cancel(&self, index: usize) -> bool {
+        self.leave_pending(index, CANCELLED)
+    }
+
+    pub(crate) fn is_cancelled(&self, index: usize) -> bool {
+        self.state(index) == CANCELLED
+    }
+}
+
+impl<J: Job> Drop for Block<J> {
+    fn drop(&mut self) {
+        lock(&self.shared.block_ids).free.push(self.id);
+    }
+}
+
+/// A handle to one timeout: its block and its index there.
+///
+/// Dropping a `Timeout` does not cancel it.
+pub struct Timeout<J: Job> {
+    block: Arc<Block<J>>,
+    index: u8,
+}
+
+impl<J: Job> Timeout<J> {
+    pub(crate) fn new(block: Arc<Block<J>>, index: usize) -> Timeout<J> {
+        Timeout {
+            block,
+            index: index as u8,
+        }
+    }
+
+    /// The block, given back (the worker lends its own reference for a task's run).
+    pub(crate) fn into_block(self) -> Arc<Block<J>> {
+        self.block
+    }
+
+    pub(crate) fn slot(&self) -> SlotId {
+        self.block.slot(self.index as usize)
+    }
+
+    /// Cancels the timeout if it is still pending: true only for the call that did it.
+    pub fn cancel(&self) -> bool {
+        let index = self.index as usize;
+        if !self.block.leave_pending(index, CANCELLED) {
+            return false;
+        }
+        self.block.shared.push_cancel(self.slot());
+        true
+    }
+
+    /// Whether the timeout was cancelled (by `cancel()` or `stop()`).
+    pub fn is_cancelled(&self) -> bool {
+        self.block.state(self.index as usize) == CANCELLED
+    }
+
+    /// Whether the timeout expired: its task ran, or is running.
+    pub fn is_expired(&self) -> bool {
+        self.block.state(self.index as usize) == EXPIRED
+    }
+}
+
+impl<J: Job> Clone for Timeout<J> {
+    fn clone(&self) -> Self {
+        Timeout {
+            block: Arc::clone(&self.block),
+            index: self.index,
+        }
+    }
+}
+
+impl<J: Job> fmt::Debug for Timeout<J> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let state = match self.block.state(self.index as usize) {
+            PENDING => "pending",
+            CANCELLED => "cancelled",
+            _ => "expired",
+        };
+        f.debug_struct("Timeout")
+            .field("slot", &self.slot())
+            .field("state", &state)
+            .finish()
+    }
+}
+
+/// Whether `a` and `b` name the same timeout.
+impl<J: Job> PartialEq for Timeout<J> {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.block, &other.block) && self.index == other.index
+    }
+}
+
+impl<J: Job> Eq for Timeout<J> {}

@@ -1,0 +1,484 @@
+//! The pure wheel: buckets of timeouts by fire tick, far levels for the timeouts rounds away,
+//! and occupancy bits so that an empty tick costs nothing. No threads, no clock, no atomics.
+//!
+//! A timeout is named by its slot id (`SlotId`, the same number the handle and the queues use),
+//! and the wheel keeps its links, fire tick and value in paged arrays indexed by that id.
+//!
+//! # Ground rules
+//! - `tick` is the tick the wheel is in: the next one to expire. Every timeout in the wheel has
+//!   `fire >= tick`, so the walk of bucket `tick & mask` gives up exactly the ones due.
+//! - A bucket holds the timeouts whose fire round (`fire / len`) is the current round or the
+//!   next: Netty's `remaining_rounds` is 0 or 1 there. A timeout further away waits in a far
+//!   list and costs nothing until its round comes near.
+//! - The far lists form levels of 64 over rounds, as tokio's wheel does over ticks: with
+//!   `window = current round + 1`, a timeout of round `r > window` waits at level
+//!   `k = highest 6-bit group in which r and window differ`, slot `(r >> 6k) & 63`. When the
+//!   window moves to a round where a level's slot begins, that slot's timeouts are placed again
+//!   (lower, or into their buckets), in order. So every timeout of one fire round is in one list
+//!   at any time, and a bucket keeps transfer order within a tick.
+
+/// A timeout's one name: block number times `BLOCK` plus its index in the block.
+pub(crate) type SlotId = u32;
+
+/// No slot, or no list.
+pub(crate) const NIL: u32 = u32::MAX;
+
+const LEVEL_BITS: u32 = 6;
+const LEVEL_SLOTS: usize = 1 << LEVEL_BITS;
+/// Enough levels for any round number of a `u64` tick.
+const LEVELS: usize = 11;
+/// Slots a page of the node arrays holds: memory grows by pages, never by doubling.
+const PAGE_BITS: u32 = 12;
+const PAGE: usize = 1 << PAGE_BITS;
+
+struct Node<T> {
+    next: u32,
+    prev: u32,
+    /// The list the node is in (a bucket, or `len + level * 64 + slot`), or `NIL`.
+    list: u32,
+    fire: u64,
+    value: Option<T>,
+}
+
+impl<T> Node<T> {
+    fn vacant() -> Node<T> {
+        Node {
+            next: NIL,
+            prev: NIL,
+            list: NIL,
+            fire: 0,
+            value: None,
+        }
+    }
+}
+
+/// The wheel: see the module docs.
+pub(crate) struct Wheel<T> {
+    pages: Vec<Vec<Node<T>>>,
+    /// First and last node of each list: the buckets, then the far slots.
+    heads: Vec<u32>,
+    tails: Vec<u32>,
+    /// One bit per bucket that holds a node.
+    occupied: Vec<u64>,
+    /// One bit per far slot that holds a node, a word per level.
+    far_occupied: [u64; LEVELS],
+    len_bits: u32,
+    tick: u64,
+    /// Nodes in the wheel.
+    count: usize,
+}
+
+impl<T> Wheel<T> {
+    /// A wheel of `len` buckets (a power of two), at tick 0.
+    pub(crate) fn new(len: usize) -> Wheel<T> {
+        assert!(
+            len.is_power_of_two(),
+            "the wheel's length is a power of two"
+        );
+        let lists = len + LEVELS * LEVEL_SLOTS;
+        Wheel {
+            pages: Vec::new(),
+            heads: vec![NIL; lists],
+            tails: vec![NIL; lists],
+            occupied: vec![0; len.div_ceil(64)],
+            far_occupied: [0; LEVELS],
+            len_bits: len.trailing_zeros(),
+            tick: 0,
+            count: 0,
+        }
+    }
+
+    /// The tick the wheel is in: the next to expire.
+    pub(crate) fn tick(&self) -> u64 {
+        self.tick
+    }
+
+    /// Nodes in the wheel.
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.count
+    }
+
+    fn mask(&self) -> u64 {
+        (1u64 << self.len_bits) - 1
+    }
+
+    fn node(&mut self, id: SlotId) -> &mut Node<T> {
+        let id = id as usize;
+        &mut self.pages[id >> PAGE_BITS][id & (PAGE - 1)]
+    }
+
+    fn node_ref(&self, id: SlotId) -> Option<&Node<T>> {
+        let id = id as usize;
+        self.pages.get(id >> PAGE_BITS).map(|p| &p[id & (PAGE - 1)])
+    }
+
+    /// Whether `id` is in the wheel.
+    pub(crate) fn contains(&self, id: SlotId) -> bool {
+        self.node_ref(id).is_some_and(|n| n.list != NIL)
+    }
+
+    /// Places `value` under `id`, to fire on tick `max(fire, tick)`. `id` is not in the wheel.
+    pub(crate) fn insert(&mut self, id: SlotId, fire: u64, value: T) {
+        let page = id as usize >> PAGE_BITS;
+        while self.pages.len() <= page {
+            self.pages.push((0..PAGE).map(|_| Node::vacant()).collect());
+        }
+        let fire = fire.max(self.tick);
+        let node = self.node(id);
+        debug_assert_eq!(node.list, NIL, "slot {id} is in the wheel already");
+        node.fire = fire;
+        node.value = Some(value);
+        self.count += 1;
+        self.place(id, fire);
+    }
+
+    /// The list a node of tick `fire` belongs in now.
+    fn list_for(&self, fire: u64) -> usize {
+        let round = fire >> self.len_bits;
+        let window = (self.tick >> self.len_bits) + 1;
+        if round <= window {
+            return (fire & self.mask()) as usize;
+        }
+        let level = ((63 - (round ^ window).leading_zeros()) / LEVEL_BITS) as usize;
+        let slot = (round >> (LEVEL_BITS * level as u32)) as usize & (LEVEL_SLOTS - 1);
+        self.buckets() + level * LEVEL_SLOTS + slot
+    }
+
+    fn buckets(&self) -> usize {
+        1 << self.len_bits
+    }
+
+    /// Appends `id` to the list its fire tick belongs in.
+    fn place(&mut self, id: SlotId, fire: u64) {
+        let list = self.list_for(fire);
+        let tail = self.tails[list];
+        {
+            let node = self.node(id);
+            node.list = list as u32;
+            node.prev = tail;
+            node.next = NIL;
+        }
+        if tail == NIL {
+            self.heads[list] = id;
+            self.set_occupied(list, true);
+        } else {
+            self.node(tail).next = id;
+        }
+        self.tails[list] = id;
+    }
+
+    fn set_occupied(&mut self, list: usize, on: bool) {
+        let (word, bit) = if list < self.buckets() {
+            (&mut self.occupied[list / 64], list % 64)
+        } else {
+            let far = list - self.buckets();
+            (&mut self.far_occupied[far / LEVEL_SLOTS], far % LEVEL_SLOTS)
+        };
+        if on {
+            *word |= 1 << bit;
+        } else {
+            *word &= !(1 << bit);
+        }
+    }
+
+    /// Unlinks `id` from its list; its value stays.
+    fn unlink(&mut self, id: SlotId) {
+        let (list, prev, next) = {
+            let node = self.node(id);
+            let links = (node.list as usize, node.prev, node.next);
+            node.list = NIL;
+            links
+        };
+        if prev == NIL {
+            self.heads[list] = next;
+        } else {
+            self.node(prev).next = next;
+        }
+        if next == NIL {
+            self.tails[list] = prev;
+        } else {
+            self.node(next).prev = prev;
+        }
+        if self.heads[list] == NIL {
+            self.set_occupied(list, false);
+        }
+    }
+
+    /// Takes `id` out of the wheel, with its value; `None` if it is not in the wheel.
+    pub(crate) fn remove(&mut self, id: SlotId) -> Option<T> {
+        if !self.contains(id) {
+            return None;
+        }
+        self.unlink(id);
+        self.count -= 1;
+        self.node(id).value.take()
+    }
+
+    /// Expires the current tick: takes every node of its bucket that is due (fire round this
+    /// one, not the next), in bucket order, and hands each to `f` with its id.
+    pub(crate) fn expire(&mut self, mut f: impl FnMut(SlotId, T)) {
+        let bucket = (self.tick & self.mask()) as usize;
+        let mut id = self.heads[bucket];
+        while id != NIL {
+            let (next, due) = {
+                let node = self.node(id);
+                (node.next, node.fire <= self.tick)
+            };
+            if due {
+                if let Some(value) = self.remove(id) {
+                    f(id, value);
+                }
+            }
+            id = next;
+        }
+    }
+
+    /// Moves to tick `to`, placing again the far slots whose round begins on the way. Only
+    /// ticks without work may be passed over: `to <= next_work()`, or the current bucket's
+    /// expired.
+    pub(crate) fn advance_to(&mut self, to: u64) {
+        debug_assert!(to >= self.tick);
+        while let Some(cascade) = self.next_cascade_tick() {
+            if cascade > to {
+                break;
+            }
+            self.tick = cascade;
+            self.cascade();
+        }
+        self.tick = to;
+    }
+
+    /// The window moved to a new round: the far slots that begin there are placed again.
+    fn cascade(&mut self) {
+        let window = (self.tick >> self.len_bits) + 1;
+        for level in (0..LEVELS).rev() {
+            let shift = LEVEL_BITS * level as u32;
+            if shift >= 64 || window & ((1u64 << shift) - 1) != 0 {
+                continue;
+            }
+            let slot = (window >> shift) as usize & (LEVEL_SLOTS - 1);
+            let list = self.buckets() + level * LEVEL_SLOTS + slot;
+            let mut id = std::mem::replace(&mut self.heads[list], NIL);
+            self.tails[list] = NIL;
+            self.set_occupied(list, false);
+            while id != NIL {
+                let (next, fire) = {
+                    let node = self.node(id);
+                    (node.next, node.fire)
+                };
+                self.place(id, fire);
+                id = next;
+            }
+        }
+    }
+
+    /// The first tick, from the current one, on which the wheel has work: a bucket that holds
+    /// a node, or a far slot to place again. `None` when the wheel is empty.
+    pub(crate) fn next_work(&self) -> Option<u64> {
+        let bucket = self.next_bucket_tick();
+        let far = self.next_cascade_tick();
+        match (bucket, far) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// The tick of the first occupied bucket from the current tick on, a round at most.
+    fn next_bucket_tick(&self) -> Option<u64> {
+        let len = self.buckets();
+        let start = (self.tick & self.mask()) as usize;
+        let words = self.occupied.len();
+        // The first word is looked at twice: from the start bit, and at the end before it.
+        for step in 0..=words {
+            let w = (start / 64 + step) % words;
+            let mut bits = self.occupied[w];
+            if step == 0 {
+                bits &= u64::MAX << (start % 64);
+            } else if step == words {
+                bits &= !(u64::MAX << (start % 64));
+            }
+            if bits != 0 {
+                let bucket = w * 64 + bits.trailing_zeros() as usize;
+                let ahead = (bucket + len - start) % len;
+                return Some(self.tick + ahead as u64);
+            }
+        }
+        None
+    }
+
+    /// The tick whose round start places a far slot again, the earliest.
+    fn next_cascade_tick(&self) -> Option<u64> {
+        let window = (self.tick >> self.len_bits) + 1;
+        let mut first: Option<u64> = None;
+        for (level, &bits) in self.far_occupied.iter().enumerate() {
+            if bits == 0 {
+                continue;
+            }
+            let shift = LEVEL_BITS * level as u32;
+            let slot = u64::from(bits.trailing_zeros());
+            // The window's groups above this level, this slot, zeros below.
+            let above = shift + LEVEL_BITS;
+            let high = if above >= 64 {
+                0
+            } else {
+                window >> above << above
+            };
+            let round = high | (slot << shift);
+            let tick = (round - 1) << self.len_bits;
+            first = Some(first.map_or(tick, |f| f.min(tick)));
+        }
+        first
+    }
+
+    /// Takes every node out, in no particular order.
+    pub(crate) fn drain(&mut self, mut f: impl FnMut(SlotId, T)) {
+        for list in 0..self.heads.len() {
+            let mut id = self.heads[list];
+            while id != NIL {
+                let next = self.node(id).next;
+                if let Some(value) = self.remove(id) {
+                    f(id, value);
+                }
+                id = next;
+            }
+        }
+    }
+
+    /// Bytes the node arrays hold.
+    #[cfg(test)]
+    pub(crate) fn bytes(&self) -> usize {
+        self.pages.len() * PAGE * std::mem::size_of::<Node<T>>()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Runs the wheel from its tick to `until`, as the worker does, recording (tick, value).
+    fn run(wheel: &mut Wheel<u64>, until: u64, fired: &mut Vec<(u64, u64)>) {
+        while wheel.tick() <= until {
+            let tick = wheel.tick();
+            wheel.expire(|_, v| fired.push((tick, v)));
+            let next = wheel.next_work().map_or(until + 1, |t| t.max(tick + 1));
+            wheel.advance_to(next.min(until + 1));
+        }
+    }
+
+    #[test]
+    fn fires_on_its_tick_near_and_far() {
+        let mut wheel = Wheel::new(8);
+        let fires = [
+            0, 1, 7, 8, 9, 15, 16, 17, 100, 511, 512, 4095, 4096, 300_000, 70_000_000,
+        ];
+        for (id, &f) in fires.iter().enumerate() {
+            wheel.insert(id as u32, f, f);
+        }
+        let mut fired = Vec::new();
+        run(&mut wheel, 70_000_001, &mut fired);
+        assert_eq!(fired.len(), fires.len());
+        for (tick, v) in fired {
+            assert_eq!(tick, v);
+        }
+        assert_eq!(wheel.len(), 0);
+    }
+
+    #[test]
+    fn one_tick_keeps_insertion_order_across_levels() {
+        let mut wheel = Wheel::new(4);
+        // Inserted far away, then nearer as time passes: all fire on tick 1000, in order.
+        for i in 0..20u32 {
+            let t = u64::from(i) * 40;
+            while wheel.tick() < t {
+                let next = wheel
+                    .next_work()
+                    .map_or(t, |w| w.clamp(wheel.tick() + 1, t));
+                wheel.expire(|_, _| {});
+                wheel.advance_to(next);
+            }
+            wheel.insert(i, 1000, u64::from(i));
+        }
+        let mut fired = Vec::new();
+        run(&mut wheel, 1000, &mut fired);
+        let order: Vec<u64> = fired.iter().map(|&(_, v)| v).collect();
+        assert_eq!(order, (0..20).collect::<Vec<_>>());
+        assert!(fired.iter().all(|&(t, _)| t == 1000));
+    }
+
+    #[test]
+    fn remove_from_bucket_and_far_list() {
+        let mut wheel = Wheel::new(8);
+        wheel.insert(1, 3, 1);
+        wheel.insert(2, 3, 2);
+        wheel.insert(3, 3, 3);
+        wheel.insert(4, 10_000, 4);
+        assert_eq!(wheel.remove(2), Some(2));
+        assert_eq!(wheel.remove(2), None);
+        assert_eq!(wheel.remove(4), Some(4));
+        assert!(!wheel.contains(4));
+        let mut fired = Vec::new();
+        run(&mut wheel, 20_000, &mut fired);
+        assert_eq!(fired, vec![(3, 1), (3, 3)]);
+        assert_eq!(wheel.next_work(), None);
+    }
+
+    #[test]
+    fn a_past_fire_tick_fires_now() {
+        let mut wheel = Wheel::new(8);
+        wheel.advance_to(50);
+        wheel.insert(0, 10, 7);
+        let mut fired = Vec::new();
+        wheel.expire(|id, v| fired.push((id, v)));
+        assert_eq!(fired, vec![(0, 7)]);
+    }
+
+    #[test]
+    fn next_round_stays_in_its_bucket() {
+        let mut wheel = Wheel::new(8);
+        wheel.insert(0, 9, 9); // bucket 1, the next round
+        wheel.advance_to(1);
+        let mut fired = Vec::new();
+        wheel.expire(|_, v| fired.push(v));
+        assert!(fired.is_empty());
+        // The bucket's bit stands for both rounds: one look a round finds it not due.
+        assert_eq!(wheel.next_work(), Some(1));
+        wheel.advance_to(2);
+        assert_eq!(wheel.next_work(), Some(9));
+    }
+
+    #[test]
+    fn next_work_skips_empty_ticks_and_finds_far_slots() {
+        let mut wheel: Wheel<u64> = Wheel::new(512);
+        assert_eq!(wheel.next_work(), None);
+        wheel.insert(0, 3_600_000, 0);
+        let first = wheel.next_work().unwrap();
+        assert!(first > 0 && first < 3_600_000);
+        // Following the plan only, the wheel wakes a handful of times in an hour.
+        let mut wakes = 0;
+        let mut fired = Vec::new();
+        while let Some(t) = wheel.next_work() {
+            wheel.advance_to(t);
+            wheel.expire(|_, v| fired.push((t, v)));
+            wakes += 1;
+            if wheel.next_work() == Some(t) {
+                wheel.advance_to(t + 1);
+            }
+        }
+        assert_eq!(fired, vec![(3_600_000, 0)]);
+        assert!(wakes < 10, "{wakes} wake-ups");
+    }
+
+    #[test]
+    fn memory_grows_by_pages() {
+        let mut wheel = Wheel::new(512);
+        for id in 0..10_000u32 {
+            wheel.insert(id, u64::from(id), 0u64);
+        }
+        let per = wheel.bytes() / 10_000;
+        assert!(
+            per <= 2 * std::mem::size_of::<Node<u64>>(),
+            "{per} bytes a node"
+        );
+    }
+}

@@ -1,0 +1,326 @@
+//! The worker: a turn as a pure step over a given `now` (no sleeping, no clock read), and the
+//! thread loop around it.
+//!
+//! # A turn, in Netty's order
+//! For every tick that ended by `now`, from the wheel's: process the cancellations, move up to
+//! `TRANSFER_CAP` new timeouts into the wheel, expire the tick's bucket. Ticks with no work are
+//! passed over (`Wheel::next_work`), with the same outcome as ticking each.
+//!
+//! # Sleeping
+//! After a turn the worker publishes the tick at whose end it looks at the queues again
+//! (`Shared::set_plan`), then looks at them under their locks; what it finds it transfers, and
+//! plans again. A producer reads the plan after its push: either the worker saw the push or the
+//! producer sees the plan (`Shared::wake_if_later_than`). While producers keep pushing, the
+//! worker plans the current tick, so that it wakes once a tick at most, however many pushes.
+//!
+//! # Ground rules
+//! Only the worker touches the wheel, `blocks` and `ended_in`. It ends every slot once: an
+//! expiry it won, a cancellation it finds (in the queue, in the wheel, or at the transfer), or
+//! `stop()`; each end counts in `Shared::set_ended` before the task runs.
+
+use super::slots::{Block, Timeout, BLOCK};
+use super::wheel::{SlotId, Wheel};
+use super::{Entry, Job, Shared, AWAKE, NEVER, TRANSFER_CAP};
+use crate::shared::{catch_user_panic, drop_caught, log_caught};
+use crate::sync::{lock, thread, Arc};
+use std::collections::VecDeque;
+
+/// Vectors of entries kept between turns stay under this many bytes: glibc keeps larger freed
+/// buffers of a thread's arena after a burst.
+const KEEP_BYTES: usize = 64 << 10;
+
+/// The worker's state between turns: see the module docs.
+pub(crate) struct Worker<J: Job> {
+    wheel: Wheel<J>,
+    /// Per block id: the block, while it has slots the worker has not ended.
+    blocks: Vec<Option<Arc<Block<J>>>>,
+    /// Per block id: slots ended.
+    ended_in: Vec<u8>,
+    /// Timeouts taken from the shards and not yet in the wheel (over the cap).
+    inbox: VecDeque<Entry<J>>,
+    batches: Vec<Vec<Entry<J>>>,
+    cancels: Vec<SlotId>,
+    due: Vec<(SlotId, J)>,
+    ended: u64,
+    /// Transfers left in `budget_tick`.
+    budget: usize,
+    budget_tick: u64,
+    tick_nanos: u64,
+}
+
+impl<J: Job> Worker<J> {
+    pub(crate) fn new(shared: &Shared<J>) -> Worker<J> {
+        Worker {
+            wheel: Wheel::new(shared.wheel_len),
+            blocks: Vec::new(),
+            ended_in: Vec::new(),
+            inbox: VecDeque::new(),
+            batches: Vec::new(),
+            cancels: Vec::new(),
+            due: Vec::new(),
+            ended: 0,
+            budget: TRANSFER_CAP,
+            budget_tick: 0,
+            tick_nanos: shared.tick_nanos,
+        }
+    }
+
+    /// Runs every tick that ended by `now`; whether it found anything in the queues.
+    pub(crate) fn turn(&mut self, shared: &Shared<J>, now: u64) -> bool {
+        let end = now / self.tick_nanos;
+        let mut busy = self.collect(shared);
+        self.transfer(shared);
+        while self.wheel.tick() < end {
+            let tick = self.wheel.tick();
+            self.expire(shared);
+            let next = if self.inbox.is_empty() {
+                self.wheel
+                    .next_work()
+                    .map_or(end, |t| t.max(tick + 1))
+                    .min(end)
+            } else {
+                tick + 1
+            };
+            self.wheel.advance_to(next);
+            if next < end {
+                busy |= self.collect(shared);
+                self.transfer(shared);
+            }
+        }
+        busy
+    }
+
+    /// Publishes the plan and takes what producers pushed meanwhile, until the queues are
+    /// empty under a published plan; the planned tick (`NEVER`: nothing to wait for).
+    pub(crate) fn settle(&mut self, shared: &Shared<J>, mut busy: bool) -> u64 {
+        loop {
+            let tick = self.wheel.tick();
+            let plan = if busy || !self.inbox.is_empty() {
+                tick
+            } else {
+                self.wheel.next_work().unwrap_or(NEVER)
+            };
+            shared.set_plan(plan, tick);
+            if shared.queues_empty() {
+                return plan;
+            }
+            shared.set_plan(AWAKE, tick);
+            busy |= self.collect(shared);
+            self.transfer(shared);
+        }
+    }
+
+    /// Takes the shards' queues: ends the cancelled timeouts in the wheel, and queues the new
+    /// ones in the inbox; whether there was anything.
+    fn collect(&mut self, shared: &Shared<J>) -> bool {
+        shared.take_queues(&mut self.batches, &mut self.cancels);
+        let found = !self.batches.is_empty() || !self.cancels.is_empty();
+        let mut cancels = std::mem::take(&mut self.cancels);
+        for &id in &cancels {
+            self.cancelled(shared, id);
+        }
+        cancels.clear();
+        if cancels.capacity() * std::mem::size_of::<SlotId>() > KEEP_BYTES {
+            cancels = Vec::new();
+        }
+        self.cancels = cancels;
+        for mut batch in self.batches.drain(..) {
+            self.inbox.extend(batch.drain(..));
+        }
+        if self.inbox.is_empty() && self.inbox.capacity() * size_of_entry::<J>() > KEEP_BYTES {
+            self.inbox = VecDeque::new();
+        }
+        found
+    }
+
+    /// A slot `cancel()` won: unlinks and ends it if it is in the wheel (at the transfer
+    /// otherwise; a stale id, its block gone and the id reused, finds its slot pending).
+    fn cancelled(&mut self, shared: &Shared<J>, id: SlotId) {
+        let (bid, index) = split(id);
+        let cancelled = self
+            .blocks
+            .get(bid)
+            .and_then(Option::as_ref)
+            .is_some_and(|b| b.is_cancelled(index));
+        if cancelled && self.wheel.contains(id) {
+            if let Some(task) = self.wheel.remove(id) {
+                self.end(shared, id, task);
+            }
+        }
+    }
+
+    /// Moves up to this tick's budget of timeouts from the inbox into the wheel.
+    fn transfer(&mut self, shared: &Shared<J>) {
+        let tick = self.wheel.tick();
+        if tick != self.budget_tick {
+            self.budget_tick = tick;
+            self.budget = TRANSFER_CAP;
+        }
+        let n = self.budget.min(self.inbox.len());
+        self.budget -= n;
+        for _ in 0..n {
+            let Some(entry) = self.inbox.pop_front() else {
+                break;
+            };
+            self.place(shared, entry);
+        }
+    }
+
+    fn place(&mut self, shared: &Shared<J>, entry: Entry<J>) {
+        let (bid, index) = split(entry.id);
+        self.register(bid, entry.block);
+        let cancelled = self.blocks[bid]
+            .as_ref()
+            .is_some_and(|b| b.is_cancelled(index));
+        if cancelled {
+            // Its cancel's queue entry finds it out of the wheel and does nothing.
+            self.end(shared, entry.id, entry.task);
+        } else {
+            self.wheel
+                .insert(entry.id, entry.deadline / self.tick_nanos, entry.task);
+        }
+    }
+
+    /// Keeps a block that arrived with its first slot.
+    fn register(&mut self, bid: usize, block: Option<Arc<Block<J>>>) {
+        let Some(block) = block else { return };
+        if self.blocks.len() <= bid {
+            self.blocks.resize_with(bid + 1, || None);
+            self.ended_in.resize(bid + 1, 0);
+        }
+        self.blocks[bid] = Some(block);
+        self.ended_in[bid] = 0;
+    }
+
+    /// Counts a slot of block `bid` ended; whether that was the block's last.
+    fn count_end(&mut self, shared: &Shared<J>, bid: usize) -> bool {
+        self.ended += 1;
+        shared.set_ended(self.ended, 1);
+        self.ended_in[bid] += 1;
+        usize::from(self.ended_in[bid]) == BLOCK
+    }
+
+    /// Ends a slot that is not in the wheel (or no longer), dropping its task; the block goes
+    /// with its last slot.
+    fn end(&mut self, shared: &Shared<J>, id: SlotId, task: J) {
+        let (bid, _) = split(id);
+        if self.count_end(shared, bid) {
+            self.blocks[bid] = None;
+        }
+        drop_caught(task);
+    }
+
+    /// Expires the current tick's bucket: each due timeout is ended, then its task runs (unless
+    /// a `cancel()` won it first: then its task is dropped). The task's `Timeout` borrows the
+    /// worker's reference to the block.
+    fn expire(&mut self, shared: &Shared<J>) {
+        let mut due = std::mem::take(&mut self.due);
+        self.wheel.expire(|id, task| due.push((id, task)));
+        for (id, task) in due.drain(..) {
+            let (bid, index) = split(id);
+            let mut block = self.blocks[bid]
+                .take()
+                .expect("a slot in the wheel has its block");
+            let last = self.count_end(shared, bid);
+            if block.expire(index) {
+                let timeout = Timeout::new(block, index);
+                run(shared, task, &timeout);
+                block = timeout.into_block();
+            } else {
+                drop_caught(task);
+            }
+            if !last {
+                self.blocks[bid] = Some(block);
+            }
+        }
+        if due.capacity() * std::mem::size_of::<(SlotId, J)>() <= KEEP_BYTES {
+            self.due = due;
+        }
+    }
+
+    /// `stop()`: ends everything; the timeouts it cancels go to `returned`, their tasks are
+    /// dropped.
+    pub(crate) fn stop(&mut self, shared: &Shared<J>, returned: &mut Vec<Timeout<J>>) {
+        self.collect(shared);
+        let mut rest: Vec<(SlotId, J)> = Vec::new();
+        while let Some(entry) = self.inbox.pop_front() {
+            self.register(split(entry.id).0, entry.block);
+            rest.push((entry.id, entry.task));
+        }
+        self.wheel.drain(|id, task| rest.push((id, task)));
+        for (id, task) in rest {
+            let (bid, index) = split(id);
+            if let Some(block) = &self.blocks[bid] {
+                if block.cancel(index) {
+                    returned.push(Timeout::new(Arc::clone(block), index));
+                }
+            }
+            self.end(shared, id, task);
+        }
+    }
+}
+
+/// Runs an expired task inline, or hands it to the executor; a panic is caught and logged.
+fn run<J: Job>(shared: &Shared<J>, task: J, timeout: &Timeout<J>) {
+    match &shared.executor {
+        None => {
+            if !catch_user_panic(|| task.run(timeout)) {
+                log_caught(log::Level::Warn, format_args!("a timer task panicked"));
+            }
+        }
+        Some(executor) => {
+            let timeout = timeout.clone();
+            let job: Box<dyn FnOnce() + Send> = Box::new(move || task.run(&timeout));
+            if !catch_user_panic(|| executor(job)) {
+                log_caught(
+                    log::Level::Warn,
+                    format_args!("the timer's executor panicked"),
+                );
+            }
+        }
+    }
+}
+
+fn split(id: SlotId) -> (usize, usize) {
+    (id as usize / BLOCK, id as usize % BLOCK)
+}
+
+fn size_of_entry<J: Job>() -> usize {
+    std::mem::size_of::<Entry<J>>()
+}
+
+/// The worker thread: turns, and sleeps to the planned tick, until the timer stops.
+pub(crate) fn run_thread<J: Job>(shared: &Arc<Shared<J>>) {
+    loop {
+        let planned = {
+            let mut guard = lock(&shared.worker);
+            let Some(worker) = guard.as_mut() else { return };
+            if shared.is_shutdown() {
+                return;
+            }
+            let busy = worker.turn(shared, shared.clock.now());
+            worker.settle(shared, busy)
+        };
+        if shared.is_shutdown() {
+            return;
+        }
+        sleep(shared, planned);
+        shared.set_plan(AWAKE, 0);
+    }
+}
+
+/// Parks until the end of tick `planned`, or until unparked.
+fn sleep<J: Job>(shared: &Shared<J>, planned: u64) {
+    if planned == NEVER {
+        thread::park();
+        return;
+    }
+    let wake_at = planned.saturating_add(1).saturating_mul(shared.tick_nanos);
+    let now = shared.clock.now();
+    if wake_at > now {
+        #[cfg(not(loom))]
+        thread::park_timeout(std::time::Duration::from_nanos(wake_at - now));
+        #[cfg(loom)]
+        thread::park();
+    }
+}
