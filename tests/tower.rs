@@ -75,6 +75,34 @@ fn the_deadline_wins_never_early() {
     assert_eq!(timer.pending_timeouts(), 0);
 }
 
+/// tower's meaning (`tower::timeout::Timeout::call` starts its sleep): the limit counts from
+/// `call`. A response first polled 30 ms after a call with a 50 ms limit fails at 50 ms, not 80.
+#[test]
+fn the_limit_counts_from_call_as_towers() {
+    let (timer, driver) = manual();
+    let mut service = ServiceBuilder::new()
+        .layer(TimeoutLayer::new(timer.handle(), Duration::from_millis(50)))
+        .service(service_fn(never));
+    let waker = Waker::from(Arc::new(Counter::default()));
+    let mut call = Box::pin(service.call(1));
+    driver.advance(Duration::from_millis(30));
+    assert!(poll(call.as_mut(), &waker).is_pending());
+    driver.advance(Duration::from_millis(19));
+    assert!(poll(call.as_mut(), &waker).is_pending(), "never early");
+    driver.advance(Duration::from_millis(2));
+    let Poll::Ready(Err(error)) = poll(call.as_mut(), &waker) else {
+        panic!("at 50 ms from the call, not 80")
+    };
+    assert!(error.is::<Elapsed>(), "{error}");
+    // Polled first after its limit: it fails at that poll, scheduling nothing.
+    let mut late = Box::pin(service.call(2));
+    driver.advance(Duration::from_millis(60));
+    let Poll::Ready(Err(error)) = poll(late.as_mut(), &waker) else {
+        panic!("past its limit")
+    };
+    assert!(error.is::<Elapsed>(), "{error}");
+}
+
 #[test]
 fn a_dropped_response_future_cancels_its_timeout() {
     let (timer, driver) = manual();

@@ -75,15 +75,15 @@ impl<S> Layer<S> for TimeoutLayer {
 
 /// A service whose responses fail with tower's own
 /// [`Elapsed`](https://docs.rs/tower/0.5/tower/timeout/error/struct.Elapsed.html) when they
-/// take longer than the limit (`tower::timeout::Timeout`, on the wheel), counted from the first
-/// poll that finds the response pending. `poll_ready` and inner errors pass through, boxed.
+/// take longer than the limit (`tower::timeout::Timeout`, on the wheel), counted from `call`,
+/// as tower's. `poll_ready` and inner errors pass through, boxed.
 /// On a stopped timer a poll returns a ready response, and otherwise gives it up and fails with
 /// [`TimerError::Stopped`](crate::TimerError::Stopped), boxed; this is logged once (see
 /// [`TimeoutLayer`]). At the timer's pending limit
 /// ([`Builder::max_pending_timeouts`](crate::Builder::max_pending_timeouts)), a call whose
 /// response is pending at its first poll fails with
 /// [`TimerError::TooManyPending`](crate::TimerError::TooManyPending), boxed, as a
-/// [`Deadline`] does.
+/// [`Deadline`] does. Nothing is scheduled for a response ready at its first poll.
 ///
 /// ```
 /// use hashed_timer_wheel::{HashedWheelTimer, TimeoutService};
@@ -121,7 +121,7 @@ impl<S> TimeoutService<S> {
         }
     }
 
-    /// The limit each call gets, counted from the first poll that finds its response pending.
+    /// The limit each call gets, counted from `call`.
     ///
     /// ```
     /// # use hashed_timer_wheel::{HashedWheelTimer, TimeoutLayer};
