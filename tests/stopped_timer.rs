@@ -186,3 +186,26 @@ fn a_delay_queue_on_a_stopped_timer_panics() {
     let polled = empty.poll_expired(&mut std::task::Context::from_waker(waker));
     assert!(matches!(polled, std::task::Poll::Ready(None)));
 }
+
+/// The last user dropped in one of the timer's own tasks, on its worker thread: the timer
+/// stops without waiting for itself (no deadlock), and the task runs to its end.
+#[test]
+fn the_last_adapter_dropped_in_a_task_stops_the_timer_without_deadlock() {
+    let owner = HashedWheelTimer::new(TICK, 64);
+    let handle = owner.handle();
+    let queue: DelayQueue<u32> = DelayQueue::new(owner.handle());
+    let (tx, rx) = std::sync::mpsc::channel();
+    let task = move |_: &hashed_timer_wheel::Timeout| {
+        drop(queue);
+        tx.send(()).unwrap();
+    };
+    owner.new_timeout(task, Duration::from_millis(5)).unwrap();
+    drop(owner);
+    assert!(
+        !handle.is_stopped(),
+        "the queue, in the task, keeps it running"
+    );
+    rx.recv_timeout(Duration::from_secs(10))
+        .expect("the task ran to its end");
+    assert!(handle.is_stopped());
+}
