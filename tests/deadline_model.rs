@@ -1,12 +1,13 @@
 //! Model-based test of `Deadline`s across several timers and two threads: timers made, stopped
 //! and dropped (their table slots reused), deadlines made and first polled on either thread,
 //! unarmed until their first pending poll, checked step by step against what each timer should
-//! hold.
+//! hold. A deadline is fixed when made (`timeout` counts from the call, as tokio's).
 //!
 //! An unarmed deadline names its timer by a slot in a process-wide table and each thread
 //! remembers its last four timers: a deadline must arm on its own timer and no other, or find
-//! it gone (stopped or dropped) and complete with `Stopped`. Armed on a timer at manual time
-//! `s` with limit `l`, its sleep fires on tick `max((s + l) / T, s / T)` (`tests/sleep_model.rs`).
+//! it gone (stopped or dropped) and complete with `Stopped`. Made at manual time `m` with limit
+//! `l` and first pending at `s`, it elapses at once if `m + l <= s`, else its sleep fires on tick
+//! `(m + l) / T` (`tests/sleep_model.rs`).
 //! Some timers have a pending limit, which other timeouts fill: a deadline first polled while
 //! its timer is at the limit completes with the refusal.
 
@@ -120,7 +121,8 @@ type Boxed = Pin<Box<Deadline<Pending<()>>>>;
 struct DeadlineModel {
     future: Boxed,
     timer: usize,
-    limit: u64,
+    /// Its deadline on its timer's manual clock: made then, plus the limit.
+    due: u64,
     /// The fire tick of its sleep, once armed.
     armed: Option<u64>,
 }
@@ -185,7 +187,7 @@ impl Model {
         self.deadlines.push(DeadlineModel {
             future,
             timer: i,
-            limit,
+            due: self.timers[i].now + limit,
             armed: None,
         });
     }
@@ -208,10 +210,10 @@ impl Model {
             _ if self.elapsed(&d) => Poll::Ready(Err(DeadlineError::Elapsed)),
             _ if timer.gone() => Poll::Ready(Err(DeadlineError::Timer(TimerError::Stopped))),
             Some(_) => Poll::Pending,
+            None if d.due <= timer.now => Poll::Ready(Err(DeadlineError::Elapsed)),
             None if refusal.is_some() => refusal.unwrap(),
             None => {
-                let due = timer.now + d.limit;
-                d.armed = Some((due / T).max(timer.now / T));
+                d.armed = Some((d.due / T).max(timer.now / T));
                 Poll::Pending
             }
         };

@@ -389,31 +389,21 @@ fn a_deadline_ready_at_its_first_poll_schedules_nothing() {
     assert_eq!(wakes(&count), 0);
 }
 
-/// A deadline's limit counts from the first poll that finds its future pending: never before
-/// the limit from then, at most a tick after; `timeout_at` keeps its instant.
+/// A deadline's limit counts from the call, as tokio's `timeout`: a future first polled 20 ms
+/// after a 30 ms `timeout` is made fires never before 30 ms from the call, at most a tick after;
+/// `timeout_at` keeps its instant.
 #[test]
-fn a_pending_deadline_fires_never_before_its_limit_from_its_first_pending_poll() {
+fn a_pending_deadline_fires_never_before_its_limit_from_the_call() {
     let (timer, driver) = manual();
     let (count, waker) = counter();
     let (_tx, rx) = futures::channel::oneshot::channel::<u32>();
+    let made = driver.now();
     let mut call = timer.timeout(Duration::from_millis(30), rx);
-    // The call is made at 0; its first poll comes at 50 ms.
-    step_to(&driver, Duration::from_millis(50));
-    assert_eq!(
-        timer.pending_timeouts(),
-        0,
-        "not scheduled before it is pending"
-    );
+    step_to(&driver, Duration::from_millis(20));
+    assert_eq!(timer.pending_timeouts(), 0, "not scheduled before pending");
     assert_eq!(poll(&mut call, &waker), Poll::Pending);
-    assert_eq!(
-        timer.pending_timeouts(),
-        1,
-        "scheduled at the first pending poll"
-    );
-    let first_pending = driver.now();
-    let limit = first_pending + Duration::from_millis(30);
-    let ahead = call.deadline().saturating_duration_since(Instant::now());
-    assert!(ahead <= Duration::from_millis(30), "{ahead:?}");
+    assert_eq!(timer.pending_timeouts(), 1, "scheduled when pending");
+    let limit = made + Duration::from_millis(30);
     while wakes(&count) == 0 {
         assert!(
             driver.now() < limit + TICK,
@@ -450,6 +440,167 @@ fn a_pending_deadline_fires_never_before_its_limit_from_its_first_pending_poll()
         Poll::Ready(Err(DeadlineError::Elapsed)),
         "at most a tick after its instant"
     );
+}
+
+/// A manual timer with a 1 ms tick, for deadlines measured to the millisecond.
+fn fine_manual() -> (HashedWheelTimer, ManualDriver) {
+    HashedWheelTimer::builder()
+        .tick_duration(Duration::from_millis(1))
+        .ticks_per_wheel(64)
+        .build_manual()
+        .unwrap()
+}
+
+/// Polls `call` each millisecond until it completes; the manual time it completed at.
+fn ms_until_ready<F: Future + Unpin>(
+    driver: &ManualDriver,
+    call: &mut F,
+    waker: &Waker,
+) -> Duration {
+    for _ in 0..1_000 {
+        if poll(call, waker).is_ready() {
+            return driver.now();
+        }
+        driver.advance(Duration::from_millis(1));
+    }
+    panic!("not ready within a second")
+}
+
+// tokio's own `timeout` tests (`tokio/tests/time_timeout.rs`), re-derived on the crate's types.
+
+/// tokio: `simultaneous_deadline_future_completion`, `completed_future_past_deadline`. The inner
+/// future is polled first: a ready one wins over a deadline now or past.
+#[test]
+fn tokio_a_ready_future_wins_over_a_deadline_now_or_past() {
+    let (timer, _driver) = fine_manual();
+    let (_, waker) = counter();
+    let now = Instant::now();
+    let mut at_now = timer.timeout_at(now, std::future::ready(1));
+    assert_eq!(poll(&mut at_now, &waker), Poll::Ready(Ok(1)));
+    let past = now.checked_sub(Duration::from_secs(1)).unwrap_or(now);
+    let mut in_the_past = timer.timeout_at(past, std::future::ready(2));
+    assert_eq!(poll(&mut in_the_past, &waker), Poll::Ready(Ok(2)));
+    let mut zero = timer.timeout(Duration::ZERO, std::future::ready(3));
+    assert_eq!(poll(&mut zero, &waker), Poll::Ready(Ok(3)));
+}
+
+/// tokio: `future_and_deadline_in_future`, `future_and_timeout_in_future`. A future that
+/// completes before its deadline wins, also when it was pending first.
+#[test]
+fn tokio_a_future_completing_before_its_deadline_wins() {
+    let (timer, driver) = fine_manual();
+    let (count, waker) = counter();
+    let (tx, rx) = futures::channel::oneshot::channel::<u32>();
+    let mut by_instant = timer.timeout_at(Instant::now() + Duration::from_millis(100), rx);
+    let (tx2, rx2) = futures::channel::oneshot::channel::<u32>();
+    let mut by_limit = timer.timeout(Duration::from_millis(100), rx2);
+    assert_eq!(poll(&mut by_instant, &waker), Poll::Pending);
+    assert_eq!(poll(&mut by_limit, &waker), Poll::Pending);
+    driver.advance(Duration::from_millis(90));
+    assert_eq!(poll(&mut by_instant, &waker), Poll::Pending);
+    assert_eq!(poll(&mut by_limit, &waker), Poll::Pending);
+    assert_eq!(wakes(&count), 0);
+    tx.send(1).unwrap();
+    tx2.send(2).unwrap();
+    assert_eq!(poll(&mut by_instant, &waker), Poll::Ready(Ok(Ok(1))));
+    assert_eq!(poll(&mut by_limit, &waker), Poll::Ready(Ok(Ok(2))));
+}
+
+/// tokio: `very_large_timeout`. A limit past any clock neither overflows nor fires.
+#[test]
+fn tokio_a_very_large_timeout_never_fires() {
+    let (timer, driver) = fine_manual();
+    let (tx, rx) = futures::channel::oneshot::channel::<u32>();
+    let (count, waker) = counter();
+    let mut call = timer.timeout(Duration::MAX, rx);
+    assert_eq!(poll(&mut call, &waker), Poll::Pending);
+    driver.advance(Duration::from_secs(3600));
+    assert_eq!(poll(&mut call, &waker), Poll::Pending);
+    assert_eq!(wakes(&count), 0);
+    tx.send(7).unwrap();
+    assert_eq!(poll(&mut call, &waker), Poll::Ready(Ok(Ok(7))));
+}
+
+/// tokio: `deadline_now_elapses`. A pending future whose deadline is now elapses at its first
+/// poll, scheduling nothing.
+#[test]
+fn tokio_a_deadline_now_elapses_at_the_first_poll() {
+    let (timer, _driver) = fine_manual();
+    let (_, waker) = counter();
+    let mut call = timer.timeout_at(Instant::now(), std::future::pending::<()>());
+    assert_eq!(
+        poll(&mut call, &waker),
+        Poll::Ready(Err(DeadlineError::Elapsed))
+    );
+    assert_eq!(timer.pending_timeouts(), 0, "nothing scheduled");
+}
+
+/// tokio: `deadline_future_elapses`. A deadline 300 ms ahead elapses then, never before; the
+/// task is woken.
+#[test]
+fn tokio_a_deadline_in_the_future_elapses_then() {
+    let (timer, driver) = fine_manual();
+    let (count, waker) = counter();
+    let mut call = timer.timeout_at(
+        Instant::now() + Duration::from_millis(300),
+        std::future::pending::<()>(),
+    );
+    assert_eq!(poll(&mut call, &waker), Poll::Pending);
+    let done = ms_until_ready(&driver, &mut call, &waker);
+    assert!(done >= Duration::from_millis(300), "early: {done:?}");
+    assert!(done <= Duration::from_millis(301), "late: {done:?}");
+    assert_eq!(wakes(&count), 1);
+}
+
+/// tokio's meaning, which the crate's `timeout` had not: a future first polled 30 ms after a
+/// 50 ms `timeout` is made times out 50 ms after the call, not 80.
+#[test]
+fn tokio_a_timeout_first_polled_late_elapses_at_its_limit_from_the_call() {
+    let (timer, driver) = fine_manual();
+    let (_, waker) = counter();
+    let mut call = timer.timeout(Duration::from_millis(50), std::future::pending::<()>());
+    driver.advance(Duration::from_millis(30));
+    let done = ms_until_ready(&driver, &mut call, &waker);
+    assert!(done >= Duration::from_millis(50), "early: {done:?}");
+    assert!(
+        done <= Duration::from_millis(51),
+        "at 50 ms, not 80: {done:?}"
+    );
+}
+
+/// `deadline()` is fixed when the `Deadline` is made: the same before and after its first
+/// pending poll, however late that comes (on the real clock, where an `Instant` is fixed).
+#[test]
+fn a_deadline_never_moves() {
+    let timer = HashedWheelTimer::new(Duration::from_millis(1), 64);
+    let (_, waker) = counter();
+    let before = Instant::now();
+    let mut call = timer.timeout(Duration::from_secs(60), std::future::pending::<()>());
+    let fixed = call.deadline();
+    assert!(fixed >= before + Duration::from_secs(60), "never early");
+    assert!(fixed <= Instant::now() + Duration::from_secs(60) + Duration::from_millis(1));
+    std::thread::sleep(Duration::from_millis(20));
+    assert_eq!(call.deadline(), fixed, "unarmed");
+    assert_eq!(poll(&mut call, &waker), Poll::Pending);
+    assert_eq!(call.deadline(), fixed, "armed 20 ms later");
+}
+
+/// A pending future first polled after its deadline has passed elapses at that poll, as in
+/// tokio, with nothing scheduled; a ready one still wins.
+#[test]
+fn a_timeout_first_polled_after_its_deadline_elapses_at_once() {
+    let (timer, driver) = fine_manual();
+    let (_, waker) = counter();
+    let mut late = timer.timeout(Duration::from_millis(30), std::future::pending::<()>());
+    let mut ready = timer.timeout(Duration::from_millis(30), std::future::ready(5));
+    driver.advance(Duration::from_millis(50));
+    assert_eq!(
+        poll(&mut late, &waker),
+        Poll::Ready(Err(DeadlineError::Elapsed))
+    );
+    assert_eq!(poll(&mut ready, &waker), Poll::Ready(Ok(5)));
+    assert_eq!(timer.pending_timeouts(), 0, "nothing scheduled");
+    assert_eq!(timer.stats().refused, 0);
 }
 
 /// A deadline made on one thread and first polled on another finds its timer; one whose timer

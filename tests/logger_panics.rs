@@ -15,21 +15,18 @@ use std::time::Duration;
 /// The threads on which the logger panics.
 const LOUD: &str = "loud-logger";
 /// What the logger panics on: the report of a caught panic of user code, of a periodic task's
-/// run refused, of an adapter built or called on a stopped timer, of a tick clamped to 1 ms,
-/// and of too many live timers.
-const TRIGGERS: [&str; 5] = [
+/// run refused, of a tick clamped to 1 ms, and of too many live timers.
+const TRIGGERS: [&str; 4] = [
     "panicked; the timer goes on",
     "its schedule ends",
-    "on a stopped timer",
     "is smaller than 1 ms",
     "too many HashedWheelTimer instances",
 ];
 /// Indices into `TRIGGERS`.
 const CAUGHT: usize = 0;
 const REFUSED: usize = 1;
-const STOPPED: usize = 2;
-const CLAMPED: usize = 3;
-const TOO_MANY: usize = 4;
+const CLAMPED: usize = 2;
+const TOO_MANY: usize = 3;
 const DELIBERATE: &str = "deliberate panic (user code, then the logger)";
 
 /// Panics on `TRIGGERS` on a `LOUD` thread, counting each time it does, trigger by trigger.
@@ -193,49 +190,6 @@ fn a_periodic_run_refused_with_a_logger_that_panics_ends_its_schedule() {
     }
     assert_eq!(periodic.runs(), 1);
     assert_eq!(timer.stats().panicked, 0, "no user code panicked");
-}
-
-/// A tower service on a stopped timer, built and called on a thread whose logger panics on the
-/// report of it: the service is built, and the call fails with `Stopped` as its docs say. The
-/// logger's panic unwound `TimeoutService::new`, and in `call` dropped the request before the
-/// inner service saw it.
-#[cfg(feature = "tower")]
-#[test]
-fn a_tower_service_on_a_stopped_timer_with_a_logger_that_panics_fails_its_calls() {
-    use hashed_timer_wheel::{TimeoutService, TimerError};
-    use std::future::Future;
-    use std::task::{Context, Poll, Waker};
-    use tower::Service;
-    init();
-    let timer = HashedWheelTimer::new(ms(1), 64);
-    let handle = timer.handle();
-    drop(timer);
-    let caller = std::thread::Builder::new().name(LOUD.to_owned());
-    let (served, outcome) = caller
-        .spawn(move || {
-            let served = Arc::new(AtomicUsize::new(0));
-            let s = Arc::clone(&served);
-            let inner = tower::service_fn(move |()| {
-                s.fetch_add(1, SeqCst);
-                std::future::pending::<Result<(), std::convert::Infallible>>()
-            });
-            let mut service = TimeoutService::new(inner, handle, ms(5));
-            let mut response = std::pin::pin!(service.call(()));
-            let polled = response
-                .as_mut()
-                .poll(&mut Context::from_waker(Waker::noop()));
-            let outcome = match polled {
-                Poll::Ready(Err(e)) => e.downcast_ref::<TimerError>().cloned(),
-                _ => None,
-            };
-            (served.load(SeqCst), outcome)
-        })
-        .unwrap()
-        .join()
-        .expect("neither the service's making nor its call unwinds");
-    assert_eq!(served, 1, "the inner service got the request");
-    assert_eq!(outcome, Some(TimerError::Stopped));
-    assert!(logger_panics(STOPPED) > 0, "the logger panicked");
 }
 
 /// Runs `f` on a thread named `LOUD`, where the logger panics; what it returns, or the panic

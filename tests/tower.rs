@@ -75,6 +75,34 @@ fn the_deadline_wins_never_early() {
     assert_eq!(timer.pending_timeouts(), 0);
 }
 
+/// tower's meaning (`tower::timeout::Timeout::call` starts its sleep): the limit counts from
+/// `call`. A response first polled 30 ms after a call with a 50 ms limit fails at 50 ms, not 80.
+#[test]
+fn the_limit_counts_from_call_as_towers() {
+    let (timer, driver) = manual();
+    let mut service = ServiceBuilder::new()
+        .layer(TimeoutLayer::new(timer.handle(), Duration::from_millis(50)))
+        .service(service_fn(never));
+    let waker = Waker::from(Arc::new(Counter::default()));
+    let mut call = Box::pin(service.call(1));
+    driver.advance(Duration::from_millis(30));
+    assert!(poll(call.as_mut(), &waker).is_pending());
+    driver.advance(Duration::from_millis(19));
+    assert!(poll(call.as_mut(), &waker).is_pending(), "never early");
+    driver.advance(Duration::from_millis(2));
+    let Poll::Ready(Err(error)) = poll(call.as_mut(), &waker) else {
+        panic!("at 50 ms from the call, not 80")
+    };
+    assert!(error.is::<Elapsed>(), "{error}");
+    // Polled first after its limit: it fails at that poll, scheduling nothing.
+    let mut late = Box::pin(service.call(2));
+    driver.advance(Duration::from_millis(60));
+    let Poll::Ready(Err(error)) = poll(late.as_mut(), &waker) else {
+        panic!("past its limit")
+    };
+    assert!(error.is::<Elapsed>(), "{error}");
+}
+
 #[test]
 fn a_dropped_response_future_cancels_its_timeout() {
     let (timer, driver) = manual();
@@ -214,7 +242,7 @@ fn a_stopped_timer_fails_the_call_with_its_error() {
         .layer(TimeoutLayer::new(timer.handle(), Duration::from_secs(1)))
         .service(service_fn(never));
     let waker = Waker::from(Arc::new(Counter::default()));
-    let mut call = Box::pin(service.oneshot(0));
+    let mut call = Box::pin(service.clone().oneshot(0));
     assert!(poll(call.as_mut(), &waker).is_pending());
     drop(timer.stop());
     let Poll::Ready(Err(error)) = poll(call.as_mut(), &waker) else {
@@ -224,10 +252,7 @@ fn a_stopped_timer_fails_the_call_with_its_error() {
         error.downcast_ref::<TimerError>(),
         Some(&TimerError::Stopped)
     );
-    // A call made after the stop fails at once.
-    let service = ServiceBuilder::new()
-        .layer(TimeoutLayer::new(timer.handle(), Duration::from_secs(1)))
-        .service(service_fn(never));
+    // A call made after the stop fails at once: its service is not ready.
     let error = futures::executor::block_on(service.oneshot(0)).unwrap_err();
     assert!(error.is::<TimerError>());
 }
@@ -261,15 +286,19 @@ fn a_timeout_is_towers_own_elapsed_as_with_towers_layer() {
     assert_eq!(ours.to_string(), theirs.to_string());
 }
 
+/// A response ready when polled wins even once the timer is stopped (the inner response is
+/// polled first, as `tower::timeout` does); a dropped owner no longer stops the timer under the
+/// layer, which formerly made every slow call fail.
 #[test]
 fn a_stopped_timer_still_returns_a_ready_response() {
-    // The inner response is polled first (as `tower::timeout` does): one that is ready wins
-    // even when no limit can be kept.
     let (timer, _driver) = manual();
+    let mut service = ServiceBuilder::new()
+        .layer(TimeoutLayer::new(timer.handle(), Duration::from_secs(1)))
+        .service(service_fn(|x: u32| async move { Ok::<_, Infallible>(x) }));
     let handle = timer.handle();
     drop(timer);
-    let service = ServiceBuilder::new()
-        .layer(TimeoutLayer::new(handle, Duration::from_secs(1)))
-        .service(service_fn(|x: u32| async move { Ok::<_, Infallible>(x) }));
-    assert_eq!(futures::executor::block_on(service.oneshot(5)).unwrap(), 5);
+    assert!(!handle.is_stopped(), "the layer keeps the timer running");
+    let response = service.call(5);
+    drop(handle.stop());
+    assert_eq!(futures::executor::block_on(response).unwrap(), 5);
 }

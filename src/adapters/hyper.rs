@@ -1,8 +1,9 @@
 //! `hyper::rt::Timer` (hyper 1.x) on the wheel: hyper's connection timeouts become [`Sleep`]s.
 //! Owns [`HyperTimer`] and [`HyperSleep`]; touches the public futures and the timer's clock.
 
-use super::StoppedTimer;
+use super::{keep_alive, stopped};
 use crate::sync::Arc;
+use crate::timer::KeepAlive;
 use crate::{Sleep, TimerHandle};
 use std::future::Future;
 use std::pin::Pin;
@@ -20,12 +21,13 @@ use std::time::{Duration, Instant};
 /// of a tick (never early, up to about a tick late): build the timer with a 1 ms tick, as
 /// below, not the default 100 ms.
 ///
-/// # Keep the timer's owner alive
-/// A [`TimerHandle`] does not keep its timer alive. If the owner ([`HashedWheelTimer`]) is
-/// dropped while the server runs, every sleep completes at once and hyper closes every
-/// connection as a header-read timeout; this is logged once (`log::error!`, naming
-/// `HyperTimer`). Keep the owner for the server's life (in `main`, or in an `Arc` the server
-/// holds), and stop it after the server.
+/// # The timer runs while a `HyperTimer` exists
+/// A `HyperTimer` (each clone, and each [`HyperSleep`] it gives hyper) keeps its timer running:
+/// the owner ([`HashedWheelTimer`]) may be dropped while the server runs, and the last of
+/// these stops the timer when it goes. [`stop()`](crate::HashedWheelTimer::stop) stops it for
+/// everyone: the sleeps waiting then complete at once (no connection waits forever), and from
+/// then on the `HyperTimer` panics when hyper asks it for a sleep or a reset, as hyper's tokio
+/// timer does on a runtime that has shut down. Stop the timer after the server.
 ///
 /// [`HashedWheelTimer`]: crate::HashedWheelTimer
 ///
@@ -41,16 +43,14 @@ use std::time::{Duration, Instant};
 /// ```
 #[derive(Clone, Debug)]
 pub struct HyperTimer {
-    timer: TimerHandle,
+    timer: KeepAlive,
 }
 
-static STOPPED: StoppedTimer = StoppedTimer::new(
-    "HyperTimer",
-    "every sleep completes at once, so hyper closes every connection as timed out",
-);
-
 impl HyperTimer {
-    /// A hyper timer on `timer`.
+    /// A hyper timer on `timer`, which keeps it running.
+    ///
+    /// # Panics
+    /// If the timer is stopped (its owner dropped with no adapter left on it, or `stop()`).
     ///
     /// ```
     /// # use hashed_timer_wheel::{HashedWheelTimer, HyperTimer};
@@ -59,23 +59,36 @@ impl HyperTimer {
     /// let hyper_timer = HyperTimer::new(timer.handle());
     /// # let _ = hyper_timer;
     /// ```
+    #[track_caller]
     pub fn new(timer: TimerHandle) -> Self {
-        STOPPED.check(&timer);
-        HyperTimer { timer }
+        HyperTimer {
+            timer: keep_alive("HyperTimer", timer),
+        }
+    }
+
+    /// Panics if the timer is stopped: hyper would take each sleep for a timeout.
+    fn check_running(&self) {
+        if self.timer.is_stopped() {
+            stopped("HyperTimer", "cannot time hyper's connections");
+        }
     }
 
     fn boxed(&self, sleep: Sleep) -> Pin<Box<dyn hyper::rt::Sleep>> {
-        STOPPED.check(&self.timer);
-        Box::pin(HyperSleep { sleep })
+        Box::pin(HyperSleep {
+            sleep,
+            _running: self.timer.clone(),
+        })
     }
 }
 
 impl hyper::rt::Timer for HyperTimer {
     fn sleep(&self, duration: Duration) -> Pin<Box<dyn hyper::rt::Sleep>> {
+        self.check_running();
         self.boxed(self.timer.sleep(duration))
     }
 
     fn sleep_until(&self, deadline: Instant) -> Pin<Box<dyn hyper::rt::Sleep>> {
+        self.check_running();
         self.boxed(self.timer.sleep_until(deadline))
     }
 
@@ -88,7 +101,7 @@ impl hyper::rt::Timer for HyperTimer {
     fn reset(&self, sleep: &mut Pin<Box<dyn hyper::rt::Sleep>>, new_deadline: Instant) {
         match sleep.as_mut().downcast_mut_pin::<HyperSleep>() {
             Some(ours) if Arc::ptr_eq(ours.sleep.shared(), &self.timer.shared) => {
-                STOPPED.check(&self.timer);
+                self.check_running();
                 ours.get_mut().sleep.extend_or_reset(new_deadline);
             }
             // Another timer's sleep, or one on another wheel: replace it.
@@ -99,6 +112,7 @@ impl hyper::rt::Timer for HyperTimer {
 
 /// The future [`HyperTimer`] gives hyper: a [`Sleep`] that completes with `()`, at its
 /// deadline or when the timer stops (or refuses it), so that no connection waits forever.
+/// It keeps its timer running, as its `HyperTimer` does.
 ///
 /// ```
 /// # use hashed_timer_wheel::{HashedWheelTimer, HyperTimer};
@@ -112,6 +126,7 @@ impl hyper::rt::Timer for HyperTimer {
 #[derive(Debug)]
 pub struct HyperSleep {
     sleep: Sleep,
+    _running: KeepAlive,
 }
 
 impl HyperSleep {

@@ -1,10 +1,11 @@
 //! A tower 0.5 timeout layer on the wheel, in the shape of `tower::timeout`. Owns
 //! [`TimeoutLayer`], [`TimeoutService`] and [`TimeoutResponseFuture`]; each call is a
-//! [`Deadline`] on the inner response. Touches the crate's public futures, `TimerHandle` and
-//! the adapters' `StoppedTimer`.
+//! [`Deadline`] on the inner response. Touches the crate's public futures, `TimerHandle`,
+//! `KeepAlive` and the adapters' `keep_alive`.
 
-use super::StoppedTimer;
-use crate::{Deadline, DeadlineError, TimerHandle};
+use super::keep_alive;
+use crate::timer::KeepAlive;
+use crate::{Deadline, DeadlineError, TimerError, TimerHandle};
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -30,27 +31,26 @@ use tower::{BoxError, Layer, Service};
 /// assert!(error.is::<Elapsed>());
 /// ```
 ///
-/// # Keep the timer's owner alive
-/// A [`TimerHandle`] does not keep its timer alive. If the owner ([`HashedWheelTimer`]) is
-/// dropped, every call whose response is not ready when polled fails with
-/// [`TimerError::Stopped`](crate::TimerError::Stopped) (see [`TimeoutService`]), logged once
-/// (`log::error!`). Keep the owner for the service's life, and stop it after the server.
+/// # The timer runs while a `TimeoutLayer` exists
+/// A `TimeoutLayer` (each clone, each [`TimeoutService`] it makes, and each response future
+/// of those) keeps its timer running: the owner ([`HashedWheelTimer`]) may be dropped while the
+/// service runs, and the last of these stops the timer when it goes.
+/// [`stop()`](crate::HashedWheelTimer::stop) stops it for everyone: the services then fail
+/// with [`TimerError::Stopped`], boxed (see [`TimeoutService`]). Stop the timer after the
+/// server.
 ///
 /// [`HashedWheelTimer`]: crate::HashedWheelTimer
 #[derive(Clone, Debug)]
 pub struct TimeoutLayer {
-    timer: TimerHandle,
+    timer: KeepAlive,
     limit: Duration,
 }
 
-static STOPPED: StoppedTimer = StoppedTimer::new(
-    "TimeoutLayer",
-    "no limit can be kept, and every call whose response is not ready at once fails with \
-     TimerError::Stopped",
-);
-
 impl TimeoutLayer {
-    /// A layer that gives each request `limit`, measured by `timer`.
+    /// A layer that gives each request `limit`, measured by `timer`, which it keeps running.
+    ///
+    /// # Panics
+    /// If the timer is stopped (its owner dropped with no adapter left on it, or `stop()`).
     ///
     /// ```
     /// # use hashed_timer_wheel::{HashedWheelTimer, TimeoutLayer};
@@ -59,9 +59,12 @@ impl TimeoutLayer {
     /// let layer = TimeoutLayer::new(timer.handle(), Duration::from_secs(5));
     /// # let _ = layer;
     /// ```
+    #[track_caller]
     pub fn new(timer: TimerHandle, limit: Duration) -> Self {
-        STOPPED.check(&timer);
-        TimeoutLayer { timer, limit }
+        TimeoutLayer {
+            timer: keep_alive("TimeoutLayer", timer),
+            limit,
+        }
     }
 }
 
@@ -69,21 +72,25 @@ impl<S> Layer<S> for TimeoutLayer {
     type Service = TimeoutService<S>;
 
     fn layer(&self, inner: S) -> TimeoutService<S> {
-        TimeoutService::new(inner, self.timer.clone(), self.limit)
+        TimeoutService {
+            inner,
+            timer: self.timer.clone(),
+            limit: self.limit,
+        }
     }
 }
 
 /// A service whose responses fail with tower's own
 /// [`Elapsed`](https://docs.rs/tower/0.5/tower/timeout/error/struct.Elapsed.html) when they
-/// take longer than the limit (`tower::timeout::Timeout`, on the wheel), counted from the first
-/// poll that finds the response pending. `poll_ready` and inner errors pass through, boxed.
-/// On a stopped timer a poll returns a ready response, and otherwise gives it up and fails with
-/// [`TimerError::Stopped`](crate::TimerError::Stopped), boxed; this is logged once (see
-/// [`TimeoutLayer`]). At the timer's pending limit
+/// take longer than the limit (`tower::timeout::Timeout`, on the wheel), counted from `call`,
+/// as tower's. `poll_ready` and inner errors pass through, boxed. It keeps its timer running
+/// (see [`TimeoutLayer`]). Once the timer is stopped (`stop()`), `poll_ready` fails with
+/// [`TimerError::Stopped`], boxed, and so does a response in flight unless it is ready when
+/// polled. At the timer's pending limit
 /// ([`Builder::max_pending_timeouts`](crate::Builder::max_pending_timeouts)), a call whose
 /// response is pending at its first poll fails with
 /// [`TimerError::TooManyPending`](crate::TimerError::TooManyPending), boxed, as a
-/// [`Deadline`] does.
+/// [`Deadline`] does. Nothing is scheduled for a response ready at its first poll.
 ///
 /// ```
 /// use hashed_timer_wheel::{HashedWheelTimer, TimeoutService};
@@ -98,12 +105,15 @@ impl<S> Layer<S> for TimeoutLayer {
 #[derive(Clone, Debug)]
 pub struct TimeoutService<S> {
     inner: S,
-    timer: TimerHandle,
+    timer: KeepAlive,
     limit: Duration,
 }
 
 impl<S> TimeoutService<S> {
-    /// `inner` with a limit of `limit` per call, measured by `timer`.
+    /// `inner` with a limit of `limit` per call, measured by `timer`, which it keeps running.
+    ///
+    /// # Panics
+    /// If the timer is stopped (its owner dropped with no adapter left on it, or `stop()`).
     ///
     /// ```
     /// # use hashed_timer_wheel::{HashedWheelTimer, TimeoutService};
@@ -112,16 +122,16 @@ impl<S> TimeoutService<S> {
     /// let service = TimeoutService::new((), timer.handle(), Duration::from_secs(1));
     /// assert_eq!(service.limit(), Duration::from_secs(1));
     /// ```
+    #[track_caller]
     pub fn new(inner: S, timer: TimerHandle, limit: Duration) -> Self {
-        STOPPED.check(&timer);
         TimeoutService {
             inner,
-            timer,
+            timer: keep_alive("TimeoutService", timer),
             limit,
         }
     }
 
-    /// The limit each call gets, counted from the first poll that finds its response pending.
+    /// The limit each call gets, counted from `call`.
     ///
     /// ```
     /// # use hashed_timer_wheel::{HashedWheelTimer, TimeoutLayer};
@@ -186,21 +196,26 @@ where
     type Future = TimeoutResponseFuture<S::Future>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        // A service that can keep no limit is not ready: tower's way to say it is broken.
+        if self.timer.is_stopped() {
+            return Poll::Ready(Err(Box::new(TimerError::Stopped)));
+        }
         self.inner.poll_ready(cx).map_err(Into::into)
     }
 
     fn call(&mut self, request: Request) -> Self::Future {
-        STOPPED.check(&self.timer);
         let response = self.inner.call(request);
         TimeoutResponseFuture {
             deadline: self.timer.timeout(self.limit, response),
+            _running: self.timer.clone(),
         }
     }
 }
 
 pin_project_lite::pin_project! {
     /// The response of a [`TimeoutService`]: the inner response, or an error once the limit
-    /// has passed. Dropping it cancels its timeout.
+    /// has passed. Dropping it cancels its timeout. It keeps its timer running, as its service
+    /// does.
     ///
     /// ```
     /// # use hashed_timer_wheel::{HashedWheelTimer, TimeoutService};
@@ -220,6 +235,7 @@ pin_project_lite::pin_project! {
     pub struct TimeoutResponseFuture<F> {
         #[pin]
         deadline: Deadline<F>,
+        _running: KeepAlive,
     }
 }
 

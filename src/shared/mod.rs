@@ -18,7 +18,7 @@
 //! |------------|-----------------------------------|-----------------------------------------|
 //! | `INIT`     | construction                      | no worker yet; `new_timeout` starts it  |
 //! | `STARTED`  | the first `start()`/`new_timeout` | the worker runs; work is accepted       |
-//! | `SHUTDOWN` | `stop()` or dropping the owner    | permanent; nothing is accepted          |
+//! | `SHUTDOWN` | `stop()`, or its last user gone   | permanent; nothing is accepted          |
 //!
 //! # User code
 //! A task, its `Drop`, a waker, an executor and the process's logger may panic anywhere. Every
@@ -120,9 +120,29 @@ pub(crate) type ErasedWorker = Box<dyn std::any::Any + Send>;
 /// A cheap, cloneable reference to a timer, as returned by [`Timeout::timer`] and
 /// [`HashedWheelTimer::handle`].
 ///
-/// A handle schedules and stops exactly like the owner, but does not own the timer: when the
-/// [`HashedWheelTimer`] is dropped the worker stops, and handles get [`TimerError::Stopped`].
-/// Handles never keep a worker thread alive.
+/// A handle schedules and stops exactly like the owner, but does not keep the timer running:
+/// once it is stopped, handles get [`TimerError::Stopped`]. Handles never keep a worker thread
+/// alive.
+///
+/// # What keeps the timer running
+/// The timer runs until [`stop()`](crate::HashedWheelTimer::stop) (the owner's or a handle's),
+/// or until the last of these goes:
+/// - the owner, the [`HashedWheelTimer`];
+/// - each adapter on it: a [`DelayQueue`](crate::DelayQueue), and `HyperTimer`,
+///   `TimeoutLayer` and `TimeoutService` under their features (each clone counts);
+/// - each future an adapter hands out: `HyperSleep`, `TimeoutResponseFuture`.
+///
+/// A handle, a [`Timeout`], and the futures made from the timer or a handle ([`Sleep`],
+/// [`Deadline`], [`Interval`]) do not keep it running: once it stops they end with
+/// [`TimerError::Stopped`]. So the owner may be dropped once the adapters are built (in a
+/// set-up function); an adapter built on a stopped timer panics, as does one that hyper or a
+/// `DelayQueue`'s task uses after `stop()` (where no error value can be returned). An adapter
+/// kept in one of the timer's own tasks keeps it running too, until that task has run.
+///
+/// [`Timeout`]: crate::Timeout
+/// [`Sleep`]: crate::Sleep
+/// [`Deadline`]: crate::Deadline
+/// [`Interval`]: crate::Interval
 ///
 /// # What a handle may do
 /// - **Schedule** everything the owner schedules: `new_timeout`, periodic tasks, the futures.
@@ -131,17 +151,19 @@ pub(crate) type ErasedWorker = Box<dyn std::any::Any + Send>;
 ///   Netty's `timeout.timer().stop()`; unlike tokio's `Handle`). Give a handle only to code you
 ///   trust to stop the timer; others can get an adapter on it (`DelayQueue`, and `HyperTimer`
 ///   and `TimeoutLayer` under their features).
-/// - **Not** keep the timer alive, start it early (`start`) or read its configuration
+/// - **Not** keep the timer running, start it early (`start`) or read its configuration
 ///   (`tick_duration`, `wheel_len`): those are the owner's.
 ///
 /// ```
-/// use hashed_timer_wheel::{HashedWheelTimer, TimerError};
+/// use hashed_timer_wheel::{DelayQueue, HashedWheelTimer, TimerError};
 /// use std::time::Duration;
 ///
 /// let timer = HashedWheelTimer::new(Duration::from_millis(10), 64);
 /// let handle = timer.handle();
+/// let queue: DelayQueue<u32> = DelayQueue::new(timer.handle());
+/// drop(timer); // the queue keeps the timer running
 /// handle.new_timeout(|_: &_| {}, Duration::from_millis(5)).unwrap();
-/// drop(timer);
+/// drop(queue); // the last user: the timer stops
 /// assert_eq!(handle.new_timeout(|_: &_| {}, Duration::ZERO).unwrap_err(), TimerError::Stopped);
 /// ```
 ///
@@ -193,9 +215,13 @@ pub(crate) struct Shared<J: crate::shared::sealed::TaskStorage = BoxedTask> {
     pub(crate) thread_name: Box<str>,
     /// Whether a `ManualDriver` runs the worker (no thread is ever started).
     pub(crate) manual: bool,
-    /// The owner was dropped in a task: nobody will `stop()` to take the worker, so a
-    /// `ManualDriver` may drop it.
+    /// The last user (see `users`) went in a task: nobody will `stop()` to take the worker, so
+    /// a `ManualDriver` may drop it.
     owner_dropped_in_task: AtomicBool,
+    /// What keeps the timer running: the owner, each adapter and each future an adapter hands
+    /// out (`timer::KeepAlive`). Starts at 1, the owner; never rises from 0; the one that takes
+    /// it to 0 stops the timer. On its own cache line: a tower call moves it twice.
+    users: CachePadded<AtomicUsize>,
     in_live_timer_count: crate::sync::process::AtomicBool,
     /// This timer's slot in `timer::deadline`'s table of timers, in that module's encoding (0:
     /// none yet), set by the first deadline made on it: a deadline reads it here. (Under loom a
@@ -264,6 +290,7 @@ impl<J: Stored> Shared<J> {
             thread_name,
             manual,
             owner_dropped_in_task: AtomicBool::new(false),
+            users: CachePadded::new(AtomicUsize::new(1)),
             in_live_timer_count: crate::sync::process::AtomicBool::new(true),
             deadline_slot: crate::sync::process::AtomicU64::new(0),
         }
@@ -299,6 +326,37 @@ impl<J: Stored> Shared<J> {
     pub(crate) fn owner_dropped_in_task(&self) -> bool {
         // Acquire: pairs with the Release in `mark_owner_dropped_in_task`.
         self.owner_dropped_in_task.load(Ordering::Acquire)
+    }
+
+    /// Counts one more user, unless none is left (the timer stops, or has stopped, for want
+    /// of one): whether it counted.
+    pub(crate) fn enter_user(&self) -> bool {
+        // Relaxed: a count, as `Arc`'s increment; `leave_user` orders the end.
+        let mut users = self.users.load(Ordering::Relaxed);
+        while users != 0 {
+            match self.users.compare_exchange_weak(
+                users,
+                users + 1,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return true,
+                Err(now) => users = now,
+            }
+        }
+        false
+    }
+
+    /// Counts one more user beside one the caller holds (never from 0).
+    pub(crate) fn add_user(&self) {
+        // Relaxed: as `Arc::clone`.
+        self.users.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts a user gone; whether it was the last, which must then stop the timer.
+    pub(crate) fn leave_user(&self) -> bool {
+        // AcqRel: as `Arc`'s drop, the last user sees what every other did before it left.
+        self.users.fetch_sub(1, Ordering::AcqRel) == 1
     }
 
     /// Leaves the process's live-timer count, once whoever calls: `stop()`, the owner dropped

@@ -1,8 +1,8 @@
 //! A deadline around any future (tokio's `Timeout`). Owns [`Deadline`], the timer's `timeout` and
 //! `timeout_at`, and `TimerRef`, a process-wide table that finds an unarmed deadline's timer
 //! without a reference count. Uses the [`Sleep`], the shared state's clock and `sync`'s lock.
-//! A deadline registers with the wheel at its first pending poll only (`docs/performance.md`,
-//! "Lazy `Deadline`").
+//! A deadline counts from the call, as tokio's, and registers with the wheel at its first pending
+//! poll only (`docs/performance.md`, "Lazy `Deadline`").
 
 use super::sleep::Sleep;
 use crate::clock::duration_to_nanos;
@@ -19,15 +19,17 @@ pin_project_lite::pin_project! {
     /// A future with a deadline: its output, or [`DeadlineError::Elapsed`] if the deadline passes
     /// first (tokio's `Timeout`, named apart from the [`Timeout`](crate::Timeout) handle).
     ///
-    /// Made by [`HashedWheelTimer::timeout`] and [`HashedWheelTimer::timeout_at`]. Each poll polls
-    /// the inner future first. **Nothing is scheduled until the inner future is pending**: a future
-    /// ready at its first poll never reaches the timer. Then the deadline is a [`Sleep`]: dropping
-    /// the `Deadline` cancels it; a timer stopped, dropped or at its pending limit completes it
-    /// with [`DeadlineError::Timer`].
+    /// Made by [`HashedWheelTimer::timeout`] and [`HashedWheelTimer::timeout_at`]. As with tokio's
+    /// `timeout`, the deadline is fixed when the `Deadline` is made (`timeout(limit, future)`
+    /// counts `limit` from the call) and never moves: a future first polled late has that much
+    /// less time, and one first polled after its deadline completes with `Elapsed` at once
+    /// unless it is ready. The error never comes before the deadline, at most about a tick after.
     ///
-    /// Unlike tokio's `timeout`, `timeout(limit, future)` counts `limit` from that first pending
-    /// poll (pingora's lazy timeout), so its deadline is never earlier than tokio's; `timeout_at`
-    /// keeps its instant. The error never comes before the deadline, at most about a tick after.
+    /// Each poll polls the inner future first. **Nothing is scheduled until the inner future is
+    /// pending**: a future ready at its first poll never reaches the timer (making the
+    /// `Deadline` costs one clock read). Then the deadline is a [`Sleep`]: dropping the
+    /// `Deadline` cancels it; a timer stopped, dropped or at its pending limit completes it with
+    /// [`DeadlineError::Timer`].
     ///
     /// ```
     /// use hashed_timer_wheel::{DeadlineError, HashedWheelTimer};
@@ -56,30 +58,12 @@ enum Wait {
     /// The inner future has not been pending yet: nothing scheduled, nothing shared written.
     Unarmed {
         timer: TimerRef,
-        start: Start,
+        /// Nanoseconds since the timer's origin, fixed when the `Deadline` is made.
+        deadline: u64,
     },
     Armed(Sleep),
     /// The timer was stopped or dropped before the inner future was first pending.
     Gone,
-}
-
-/// Where an unarmed deadline's time comes from.
-#[derive(Clone, Copy, Debug)]
-enum Start {
-    /// This many nanoseconds after the first poll that finds the inner future pending.
-    After(u64),
-    /// At this time, nanoseconds since the timer's origin (never before that first poll).
-    At(u64),
-}
-
-impl Start {
-    /// The deadline for a clock reading `now` (the producers' clock).
-    fn due(self, now: u64) -> u64 {
-        match self {
-            Start::After(limit) => now.saturating_add(limit),
-            Start::At(deadline) => deadline.max(now),
-        }
-    }
 }
 
 /// An unarmed deadline's timer, unless dropped or stopped: a stopped one is gone, as its
@@ -88,21 +72,37 @@ fn live_timer(timer: &TimerRef) -> Option<Arc<Shared>> {
     timer.upgrade().filter(|shared| !shared.is_shutdown())
 }
 
+/// What an unarmed deadline's first pending poll finds.
+enum Armed<'a> {
+    /// The deadline is scheduled: wait on its sleep.
+    Sleep(&'a mut Sleep),
+    /// The deadline had passed already (tokio's `Timeout` polled late): nothing scheduled.
+    Passed,
+    /// The timer was stopped or dropped.
+    Gone,
+}
+
 impl Wait {
-    /// The sleep, scheduled now if it was not yet; `None` if the timer is gone.
-    fn armed(&mut self) -> Option<&mut Sleep> {
-        if let Wait::Unarmed { timer, start } = self {
-            *self = match live_timer(timer) {
-                Some(shared) => {
-                    let now = shared.clock.now_upper();
-                    Wait::Armed(Sleep::at(&shared, start.due(now), now))
-                }
-                None => Wait::Gone,
+    /// The sleep, scheduled now if it was not yet, unless the deadline has passed by the
+    /// worker's clock or the timer is gone.
+    fn armed(&mut self) -> Armed<'_> {
+        if let Wait::Unarmed { timer, deadline } = self {
+            let deadline = *deadline;
+            let Some(shared) = live_timer(timer) else {
+                *self = Wait::Gone;
+                return Armed::Gone;
             };
+            // The worker's clock: a deadline it has passed fires on no later tick (never early).
+            if deadline <= shared.clock.now() {
+                return Armed::Passed;
+            }
+            let now = shared.clock.now_upper();
+            *self = Wait::Armed(Sleep::at(&shared, deadline.max(now), now));
         }
         match self {
-            Wait::Armed(sleep) => Some(sleep),
-            Wait::Unarmed { .. } | Wait::Gone => None,
+            Wait::Armed(sleep) => Armed::Sleep(sleep),
+            Wait::Unarmed { .. } => Armed::Passed,
+            Wait::Gone => Armed::Gone,
         }
     }
 }
@@ -406,8 +406,9 @@ impl<F> Deadline<F> {
         self.future
     }
 
-    /// When the deadline is ([`Sleep::deadline`]). Before the first pending poll, `timeout` gives
-    /// the deadline it would get now; if the timer was stopped or dropped meanwhile, now.
+    /// When the deadline is, fixed when the `Deadline` was made ([`Sleep::deadline`] once
+    /// scheduled); if the timer was stopped or dropped before the inner future was first
+    /// pending, now (the next poll completes it).
     ///
     /// ```
     /// # use hashed_timer_wheel::HashedWheelTimer;
@@ -416,12 +417,14 @@ impl<F> Deadline<F> {
     /// let before = Instant::now();
     /// let call = timer.timeout(Duration::from_secs(5), std::future::pending::<()>());
     /// assert!(call.deadline() >= before + Duration::from_secs(5)); // never early
+    /// std::thread::sleep(Duration::from_millis(2));
+    /// assert_eq!(call.deadline(), call.deadline()); // counted from the call: it never moves
     /// ```
     pub fn deadline(&self) -> Instant {
         match &self.wait {
             Wait::Armed(sleep) => sleep.deadline(),
-            Wait::Unarmed { timer, start } => match live_timer(timer) {
-                Some(shared) => shared.clock.instant_at(start.due(shared.clock.now_upper())),
+            Wait::Unarmed { timer, deadline } => match live_timer(timer) {
+                Some(shared) => shared.clock.instant_at(*deadline),
                 None => Instant::now(),
             },
             Wait::Gone => Instant::now(),
@@ -437,8 +440,10 @@ impl<F: Future> Future for Deadline<F> {
         if let Poll::Ready(output) = this.future.poll(cx) {
             return Poll::Ready(Ok(output));
         }
-        let Some(sleep) = this.wait.armed() else {
-            return Poll::Ready(Err(DeadlineError::Timer(TimerError::Stopped)));
+        let sleep = match this.wait.armed() {
+            Armed::Sleep(sleep) => sleep,
+            Armed::Passed => return Poll::Ready(Err(DeadlineError::Elapsed)),
+            Armed::Gone => return Poll::Ready(Err(DeadlineError::Timer(TimerError::Stopped))),
         };
         match Pin::new(sleep).poll(cx) {
             Poll::Pending => Poll::Pending,
@@ -454,23 +459,24 @@ impl<F: fmt::Debug> fmt::Debug for Deadline<F> {
         d.field("future", &self.future);
         match &self.wait {
             Wait::Armed(sleep) => d.field("sleep", sleep),
-            Wait::Unarmed { start, .. } => d.field("unarmed", start),
+            Wait::Unarmed { deadline, .. } => d.field("unarmed_deadline", deadline),
             Wait::Gone => d.field("timer", &"gone"),
         };
         d.finish()
     }
 }
 
+/// A deadline at `deadline` nanoseconds since the timer's origin, fixed now; nothing scheduled.
 fn deadline<F: IntoFuture>(
     shared: &Arc<Shared>,
-    start: Start,
+    deadline: u64,
     future: F,
 ) -> Deadline<F::IntoFuture> {
     Deadline {
         future: future.into_future(),
         wait: Wait::Unarmed {
             timer: TimerRef::new(shared),
-            start,
+            deadline,
         },
     }
 }
@@ -478,8 +484,8 @@ fn deadline<F: IntoFuture>(
 macro_rules! deadline_methods {
     ($ty:ty, $example:literal) => {
         impl $ty {
-            /// `future` with a deadline `limit` after its first pending poll (not after the call,
-            /// as in tokio): its output, or [`DeadlineError::Elapsed`] (see [`Deadline`]).
+            /// `future` with a deadline `limit` after this call (as `tokio::time::timeout`): its
+            /// output, or [`DeadlineError::Elapsed`] (see [`Deadline`]).
             ///
             /// ```
             /// # use hashed_timer_wheel::{DeadlineError, HashedWheelTimer};
@@ -495,7 +501,10 @@ macro_rules! deadline_methods {
                 limit: Duration,
                 future: F,
             ) -> Deadline<F::IntoFuture> {
-                deadline(&self.shared, Start::After(duration_to_nanos(limit)), future)
+                // The producers' clock, never behind the worker's: never early.
+                let now = self.shared.clock.now_upper();
+                let at = now.saturating_add(duration_to_nanos(limit));
+                deadline(&self.shared, at, future)
             }
 
             /// `future` with a deadline at `deadline`: its output, or [`DeadlineError::Elapsed`]
@@ -514,7 +523,7 @@ macro_rules! deadline_methods {
                 deadline: Instant,
                 future: F,
             ) -> Deadline<F::IntoFuture> {
-                let at = Start::At(self.shared.clock.nanos_at(deadline));
+                let at = self.shared.clock.nanos_at(deadline);
                 self::deadline(&self.shared, at, future)
             }
         }

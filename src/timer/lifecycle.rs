@@ -1,14 +1,15 @@
-//! Starting and stopping: the worker thread's lazy start, `stop()`, the owner dropped on the
-//! worker thread, the warning of too many live timers, and a runtime driver's turn. Owns the run
-//! state's moves (`INIT -> STARTED -> SHUTDOWN`, under `control`) and the worker's place:
-//! `Shared::worker`, under the lock each turn holds, taken out at `stop()`. It is kept there
-//! type-erased (`shared` is below `worker`): the builder erases it, this module takes it back,
-//! and the thread's turn downcasts it in place (`worker/thread.rs`). Uses the shared state, the
-//! worker and `Timeout`.
+//! Starting and stopping: the worker thread's lazy start, `stop()`, the last user (the owner,
+//! an adapter: `KeepAlive`) dropped, also on the worker thread, the warning of too many live
+//! timers, and a runtime driver's turn. Owns the run state's moves (`INIT -> STARTED ->
+//! SHUTDOWN`, under `control`) and the worker's place: `Shared::worker`, under the lock each
+//! turn holds, taken out at `stop()`. It is kept there type-erased (`shared` is below
+//! `worker`): the builder erases it, this module takes it back, and the thread's turn downcasts
+//! it in place (`worker/thread.rs`). Uses the shared state, the worker and `Timeout`.
 
 use crate::shared::cells::CellRef;
 use crate::shared::{
-    catch_user_panic, enter_live_timer_count, ErasedWorker, Shared, Stored, DRIVEN_GRACE_TICKS,
+    catch_user_panic, enter_live_timer_count, ErasedWorker, Shared, Stored, TimerHandle,
+    DRIVEN_GRACE_TICKS,
 };
 use crate::sync::{lock, process, thread, try_lock, Arc, Ordering, Weak};
 use crate::worker::{self, Worker};
@@ -148,7 +149,8 @@ fn drain_queues<J: Stored>(shared: &Shared<J>, out: &mut Vec<Timeout<J>>) {
     drop(shared.cancellations.take_all());
 }
 
-/// The owner dropped inside a task: stop without joining; the worker drops its wheel itself.
+/// The last user (the owner, an adapter) dropped inside a task or a waker on the worker thread:
+/// stop without joining; the worker drops its wheel itself.
 /// Already stopped, a `stop()` from another thread is under way (it waits for this turn) and
 /// returns what the wheel and the queues hold: they are left to it.
 pub(super) fn shutdown_from_worker<J: Stored>(shared: &Shared<J>) {
@@ -238,5 +240,67 @@ fn wake_driver<J: Stored>(shared: &Shared<J>) {
         // (the last reference may be ours).
         let woken = catch_user_panic(move || driver.wake_stopped());
         shared.counters.caught(woken, "a driver's waker");
+    }
+}
+
+/// Counts a user of the timer gone (the owner, an adapter, an adapter's future): the last one
+/// stops it, as `stop()` does, with what never ran dropped; on the worker thread (in a task, a
+/// waker) without waiting for it, which would deadlock.
+pub(super) fn release<J: Stored>(shared: &Arc<Shared<J>>) {
+    if !shared.leave_user() {
+        return;
+    }
+    if shared.on_worker_thread() {
+        shutdown_from_worker(shared);
+    } else {
+        // Cannot fail off the worker thread; what never ran is dropped.
+        let _ = stop(shared);
+    }
+}
+
+/// A [`TimerHandle`] that keeps its timer running: what the adapters hold, and the futures
+/// they hand out. While any exists the owner's drop does not stop the timer; the last of them
+/// (or the owner, if it goes last) stops it. `stop()` still stops it for everyone.
+pub(crate) struct KeepAlive {
+    handle: TimerHandle,
+}
+
+impl KeepAlive {
+    /// Keeps `handle`'s timer running; [`TimerError::Stopped`] if it is stopped, or stops now
+    /// for want of a user.
+    pub(crate) fn new(handle: TimerHandle) -> Result<KeepAlive, TimerError> {
+        if handle.shared.is_shutdown() || !handle.shared.enter_user() {
+            return Err(TimerError::Stopped);
+        }
+        Ok(KeepAlive { handle })
+    }
+}
+
+impl std::ops::Deref for KeepAlive {
+    type Target = TimerHandle;
+
+    fn deref(&self) -> &TimerHandle {
+        &self.handle
+    }
+}
+
+impl Clone for KeepAlive {
+    fn clone(&self) -> Self {
+        self.handle.shared.add_user();
+        KeepAlive {
+            handle: self.handle.clone(),
+        }
+    }
+}
+
+impl Drop for KeepAlive {
+    fn drop(&mut self) {
+        release(&self.handle.shared);
+    }
+}
+
+impl std::fmt::Debug for KeepAlive {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.handle.fmt(f)
     }
 }

@@ -26,6 +26,7 @@ pub use deadline::Deadline;
 pub use drive::Drive;
 pub use driver::ManualDriver;
 pub use interval::Interval;
+pub(crate) use lifecycle::KeepAlive;
 pub use lifecycle::INSTANCE_COUNT_LIMIT;
 pub use periodic::{MissedRuns, PeriodicTimeout};
 pub use sleep::Sleep;
@@ -409,9 +410,11 @@ for_owner_and_handle!(scheduling_methods);
 /// A hashed wheel timer: Netty's `HashedWheelTimer`, with the same contract and timing.
 ///
 /// The owner, `Send + Sync`: share it behind an `Arc`, or hand out [`TimerHandle`]s (which do not
-/// keep it alive). Dropping it stops the timer as [`stop`](HashedWheelTimer::stop) does, waiting
-/// for the task the worker is running (inside one of its tasks it waits for nothing: the worker
-/// ends after that task), and drops every task that never ran.
+/// keep it running). Dropping it stops the timer as [`stop`](HashedWheelTimer::stop) does,
+/// waiting for the task the worker is running (inside one of its tasks it waits for nothing: the
+/// worker ends after that task), and drops every task that never ran; unless an adapter on the
+/// timer (or a future an adapter handed out) still exists: then the last of those stops it when
+/// it goes ([`TimerHandle`], "What keeps the timer running").
 ///
 /// ```
 /// use hashed_timer_wheel::{HashedWheelTimer, Timeout};
@@ -534,12 +537,10 @@ impl Default for HashedWheelTimer {
 }
 
 impl<J: Stored> Drop for HashedWheelTimer<J> {
+    /// Stops the timer unless an adapter (or a future an adapter handed out) still uses it: the
+    /// last of those stops it when it goes (see [`TimerHandle`], "What keeps the timer
+    /// running").
     fn drop(&mut self) {
-        if self.shared.on_worker_thread() {
-            lifecycle::shutdown_from_worker(&self.shared);
-        } else {
-            // Cannot fail off the worker thread; what never ran is dropped.
-            let _ = lifecycle::stop(&self.shared);
-        }
+        lifecycle::release(&self.shared);
     }
 }

@@ -21,9 +21,10 @@ mod insert;
 mod poll;
 mod slab;
 
-use super::StoppedTimer;
+use super::keep_alive;
 use crate::clock::{instant_after, Clock};
 use crate::sync::{process, Ordering};
+use crate::timer::KeepAlive;
 use crate::wheel::{Slab, Wheel, MAX_ENTRIES};
 use crate::{Sleep, TimerHandle};
 use slab::Slot;
@@ -56,8 +57,10 @@ const BURST_NANOS: u64 = 1_000;
 /// - **Empty:** `poll_expired` returns `Ready(None)`; `remove` or `clear` emptying the queue
 ///   wakes the waiting task. An insert makes it yield again, and wakes the task that saw the
 ///   queue empty (as tokio-util's).
-/// - **A stopped timer** ends the queue: `poll_expired` returns what is due, then
-///   `Ready(None)`. A [`TimerHandle`] does not keep its timer alive: keep the owner.
+/// - **The timer runs while the queue exists**: the owner may be dropped, and the last user
+///   (the queue, another adapter, the owner) stops the timer when it goes. Once the timer is
+///   stopped (`stop()`), `poll_expired` returns what is due and then panics while items wait,
+///   as tokio-util's does on a runtime that has shut down; an empty queue returns `Ready(None)`.
 /// - **Built** with `DelayQueue::new(timer.handle())`, not in a runtime; methods as tokio-util's,
 ///   but for `compact`: [`shrink_to_fit`](DelayQueue::shrink_to_fit) gives a burst's memory back
 ///   (keys stay valid).
@@ -102,7 +105,7 @@ pub struct DelayQueue<T> {
     slack: u64,
     /// The task that last saw `Pending`, or `Ready(None)` on an empty queue.
     waker: Option<Waker>,
-    timer: TimerHandle,
+    timer: KeepAlive,
 }
 
 /// Where the next queue's stamps start.
@@ -115,11 +118,6 @@ fn first_stamp() -> u32 {
     NEXT_FIRST_STAMP.fetch_add(0x9E37_79B9, Ordering::Relaxed) as u32
 }
 
-static STOPPED: StoppedTimer = StoppedTimer::new(
-    "DelayQueue",
-    "its items stop expiring: poll_expired returns Ready(None) while they wait",
-);
-
 /// Panics if a queue is asked to hold room for more items than any queue can hold.
 #[track_caller]
 fn check_capacity(items: usize) {
@@ -130,7 +128,10 @@ fn check_capacity(items: usize) {
 }
 
 impl<T> DelayQueue<T> {
-    /// An empty queue on `timer`'s clock, woken by that timer.
+    /// An empty queue on `timer`'s clock, woken by that timer, which it keeps running.
+    ///
+    /// # Panics
+    /// If the timer is stopped (its owner dropped with no adapter left on it, or `stop()`).
     ///
     /// ```
     /// # use hashed_timer_wheel::{DelayQueue, HashedWheelTimer};
@@ -147,7 +148,8 @@ impl<T> DelayQueue<T> {
     ///
     /// # Panics
     /// If `capacity` is above the most items a queue holds, 2^27 - 1 ("capacity overflow", as
-    /// tokio-util's for what no allocation can hold).
+    /// tokio-util's for what no allocation can hold); if the timer is stopped, as
+    /// [`new`](DelayQueue::new).
     ///
     /// ```
     /// # use hashed_timer_wheel::{DelayQueue, HashedWheelTimer};
@@ -159,7 +161,7 @@ impl<T> DelayQueue<T> {
     #[track_caller]
     pub fn with_capacity(timer: TimerHandle, capacity: usize) -> Self {
         check_capacity(capacity);
-        STOPPED.check(&timer);
+        let timer = keep_alive("DelayQueue", timer);
         let tick_nanos = timer.shared.tick_nanos;
         let now = timer.shared.clock.now();
         DelayQueue {

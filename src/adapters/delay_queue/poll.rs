@@ -34,8 +34,11 @@ impl<T> DelayQueue<T> {
     }
 
     /// Yields the next item whose deadline has passed; `Pending` (the task is woken when one
-    /// is due) if none; `Ready(None)` when the queue is empty (the next insert wakes the task)
-    /// or its timer stopped.
+    /// is due) if none; `Ready(None)` when the queue is empty (the next insert wakes the task).
+    ///
+    /// # Panics
+    /// If the timer is stopped (`stop()`) while items wait, once what was due has been yielded:
+    /// nothing can wake the queue for them.
     ///
     /// ```
     /// # use hashed_timer_wheel::{DelayQueue, HashedWheelTimer};
@@ -79,8 +82,9 @@ impl<T> DelayQueue<T> {
                 // Tick `fire` has ended on the timer's clock: expire it.
                 Poll::Ready(Ok(())) => continue,
                 Poll::Ready(Err(TimerError::Stopped)) => {
-                    // Nothing will wake the queue again; what was due has been yielded.
-                    return Poll::Ready(None);
+                    // Nothing will wake the queue again; what was due has been yielded. Ending
+                    // the stream here would drop the waiting items silently.
+                    crate::adapters::stopped("DelayQueue", "cannot expire the items it holds");
                 }
                 Poll::Ready(Err(_)) => {
                     self.retry_refused(cx.waker());
