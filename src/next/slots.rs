@@ -9,12 +9,16 @@
 //! # States
 //! | state | moved to by | from |
 //! |---|---|---|
-//! | `PENDING` | the producer that takes the slot | (fresh block) |
-//! | `CANCELLED` | `cancel()` on any thread, or `stop()` | `PENDING` |
-//! | `EXPIRED` | the worker, before it runs the task | `PENDING` |
+//! | `QUEUED` | the producer that takes the slot | (fresh block) |
+//! | `PLACED` | the worker, as it moves the timeout into the wheel | `QUEUED` |
+//! | `CANCELLED` | `cancel()` on any thread, or `stop()` | `QUEUED` or `PLACED` |
+//! | `EXPIRED` | the worker, before it runs the task | `PLACED` |
 //!
-//! One compare-and-swap leaves `PENDING`; its winner owns the outcome. The worker ends every
-//! slot exactly once whatever the winner: it drops or runs the task, and counts it ended.
+//! One compare-and-swap leaves the pending states (`QUEUED`, `PLACED`) for good; its winner owns
+//! the outcome. A `cancel()` that wins from `QUEUED` has nothing more to do: the worker's move to
+//! `PLACED` fails and it ends the timeout at the transfer. One that wins from `PLACED` queues the
+//! slot for the worker to unlink. The worker ends every slot exactly once whatever the winner: it
+//! drops or runs the task, and counts it ended.
 
 use super::wheel::SlotId;
 use super::{Job, Shared};
@@ -26,9 +30,10 @@ pub(crate) const BLOCK: usize = 64;
 /// Blocks a timer may have at once: slot ids stay below `u32::MAX`.
 pub(crate) const MAX_BLOCKS: u32 = (u32::MAX / BLOCK as u32) - 1;
 
-const PENDING: u8 = 0;
-const CANCELLED: u8 = 1;
-const EXPIRED: u8 = 2;
+const QUEUED: u8 = 0;
+const PLACED: u8 = 1;
+const CANCELLED: u8 = 2;
+const EXPIRED: u8 = 3;
 
 /// The block ids a timer hands out, and those given back by dropped blocks.
 #[derive(Default)]
@@ -60,7 +65,7 @@ impl<J: Job> Block<J> {
         };
         Some(Arc::new(Block {
             id,
-            states: std::array::from_fn(|_| AtomicU8::new(PENDING)),
+            states: std::array::from_fn(|_| AtomicU8::new(QUEUED)),
             shared: Arc::clone(shared),
         }))
     }
@@ -75,23 +80,41 @@ impl<J: Job> Block<J> {
         self.states[index].load(Ordering::Acquire)
     }
 
-    /// PENDING -> `to`; whether this call made the move.
-    fn leave_pending(&self, index: usize, to: u8) -> bool {
+    /// `from` -> `to`; whether this call made the move.
+    fn move_state(&self, index: usize, from: u8, to: u8) -> bool {
         // AcqRel: the winner sees everything before the slot was taken, and its outcome is
         // published to whoever reads the state after.
         self.states[index]
-            .compare_exchange(PENDING, to, Ordering::AcqRel, Ordering::Acquire)
+            .compare_exchange(from, to, Ordering::AcqRel, Ordering::Acquire)
             .is_ok()
+    }
+
+    /// The worker's transfer: whether the timeout goes into the wheel (else it was cancelled).
+    pub(crate) fn place(&self, index: usize) -> bool {
+        self.move_state(index, QUEUED, PLACED)
     }
 
     /// The worker's expiry: whether it won the slot (else it was cancelled).
     pub(crate) fn expire(&self, index: usize) -> bool {
-        self.leave_pending(index, EXPIRED)
+        self.move_state(index, PLACED, EXPIRED)
     }
 
-    /// `stop()`'s cancel: whether it won the slot.
-    pub(crate) fn cancel(&self, index: usize) -> bool {
-        self.leave_pending(index, CANCELLED)
+    /// Moves a pending slot to `CANCELLED`: the state it left, or `None` if it was not pending.
+    pub(crate) fn cancel(&self, index: usize) -> Option<u8> {
+        let mut state = self.state(index);
+        while state == QUEUED || state == PLACED {
+            // AcqRel, as `move_state`.
+            match self.states[index].compare_exchange(
+                state,
+                CANCELLED,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => return Some(state),
+                Err(now) => state = now,
+            }
+        }
+        None
     }
 
     pub(crate) fn is_cancelled(&self, index: usize) -> bool {
@@ -132,11 +155,11 @@ impl<J: Job> Timeout<J> {
 
     /// Cancels the timeout if it is still pending: true only for the call that did it.
     pub fn cancel(&self) -> bool {
-        let index = self.index as usize;
-        if !self.block.leave_pending(index, CANCELLED) {
-            return false;
+        match self.block.cancel(self.index as usize) {
+            Some(PLACED) => self.block.shared.push_cancel(self.slot()),
+            Some(_) => {}
+            None => return false,
         }
-        self.block.shared.push_cancel(self.slot());
         true
     }
 
@@ -163,7 +186,7 @@ impl<J: Job> Clone for Timeout<J> {
 impl<J: Job> fmt::Debug for Timeout<J> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let state = match self.block.state(self.index as usize) {
-            PENDING => "pending",
+            QUEUED | PLACED => "pending",
             CANCELLED => "cancelled",
             _ => "expired",
         };

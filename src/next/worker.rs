@@ -133,8 +133,8 @@ impl<J: Job> Worker<J> {
         found
     }
 
-    /// A slot `cancel()` won: unlinks and ends it if it is in the wheel (at the transfer
-    /// otherwise; a stale id, its block gone and the id reused, finds its slot pending).
+    /// A slot `cancel()` won in the wheel: unlinks and ends it (a stale id, its block gone and
+    /// the id reused, finds its slot pending, or out of the wheel).
     fn cancelled(&mut self, shared: &Shared<J>, id: SlotId) {
         let (bid, index) = split(id);
         let cancelled = self
@@ -169,11 +169,9 @@ impl<J: Job> Worker<J> {
     fn place(&mut self, shared: &Shared<J>, entry: Entry<J>) {
         let (bid, index) = split(entry.id);
         self.register(bid, entry.block);
-        let cancelled = self.blocks[bid]
-            .as_ref()
-            .is_some_and(|b| b.is_cancelled(index));
-        if cancelled {
-            // Its cancel's queue entry finds it out of the wheel and does nothing.
+        let placed = self.blocks[bid].as_ref().is_some_and(|b| b.place(index));
+        if !placed {
+            // A `cancel()` won it while it was queued: it ends here.
             self.end(shared, entry.id, entry.task);
         } else {
             self.wheel
@@ -251,7 +249,7 @@ impl<J: Job> Worker<J> {
         for (id, task) in rest {
             let (bid, index) = split(id);
             if let Some(block) = &self.blocks[bid] {
-                if block.cancel(index) {
+                if block.cancel(index).is_some() {
                     returned.push(Timeout::new(Arc::clone(block), index));
                 }
             }
