@@ -22,6 +22,7 @@
 //! Only the worker touches the wheel and the per-slot arrays. Producers and cancellers reach it
 //! through the shards and the slot states. The worker's turns run under `Shared::worker`'s lock.
 
+pub(crate) mod clock;
 pub(crate) mod slots;
 pub(crate) mod wheel;
 pub(crate) mod worker;
@@ -30,9 +31,10 @@ use crate::error::TimerError;
 use crate::sync::{
     lock, thread, Arc, AtomicU64, AtomicU8, AtomicUsize, CachePadded, Mutex, Ordering,
 };
+use clock::Clock;
 pub use slots::Timeout;
 use slots::{Block, BlockIds, BLOCK};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use wheel::SlotId;
 use worker::Worker;
 
@@ -79,6 +81,21 @@ impl Job for Boxed {
 const SHARDS: usize = if cfg!(loom) { 2 } else { 8 };
 /// Slot ids a timer can name at once (blocks alive, handles included).
 const MAX_PENDING: usize = slots::MAX_BLOCKS as usize * BLOCK;
+/// Spare blocks a shard keeps: the request-timeout pattern (schedule, cancel) reuses them and
+/// allocates nothing; a burst's blocks beyond are freed.
+const SPARE_BLOCKS: usize = 32;
+/// Empty segments a shard keeps.
+const SPARE_SEGMENTS: usize = 2;
+/// Bytes a segment of new timeouts holds at most.
+const SEGMENT_BYTES: usize = 32 << 10;
+
+/// Entries a segment holds.
+pub(crate) fn segment_len<J: Job>() -> usize {
+    (SEGMENT_BYTES / std::mem::size_of::<Entry<J>>()).max(1)
+}
+
+/// The producers' shards, for the worker.
+pub(crate) const SHARD_COUNT: usize = SHARDS;
 /// At most this many timeouts move into buckets per tick (Netty's cap); the rest wait.
 pub(crate) const TRANSFER_CAP: usize = 100_000;
 
@@ -107,26 +124,52 @@ pub(crate) struct Entry<J: Job> {
 
 /// One shard of the `timeouts` and cancellation queues, and its producers' block.
 pub(crate) struct Shard<J: Job> {
-    pub(crate) timeouts: Vec<Entry<J>>,
+    /// New timeouts, in segments of `segment_len` entries (each well under glibc's mmap
+    /// threshold, and reused: a burst neither faults fresh pages in nor moves the threshold).
+    pub(crate) timeouts: Vec<Vec<Entry<J>>>,
+    /// Empty segments the worker gave back.
+    free_segments: Vec<Vec<Entry<J>>>,
     pub(crate) cancels: Vec<SlotId>,
     /// The block this shard takes slots from, and the next index.
     cursor: Option<(Arc<Block<J>>, usize)>,
+    /// Blocks the worker gave back, all their slots ended and no handle left: taken before a
+    /// new one is allocated.
+    spares: Vec<Arc<Block<J>>>,
     /// Timeouts this shard accepted; pending is their sum less `ended`.
     accepted: u64,
+    index: usize,
 }
 
 impl<J: Job> Shard<J> {
-    fn new() -> Shard<J> {
+    fn new(index: usize) -> Shard<J> {
         Shard {
             timeouts: Vec::new(),
+            free_segments: Vec::new(),
             cancels: Vec::new(),
             cursor: None,
+            spares: Vec::new(),
             accepted: 0,
+            index,
         }
     }
 
     fn is_empty(&self) -> bool {
         self.timeouts.is_empty() && self.cancels.is_empty()
+    }
+
+    fn push_entry(&mut self, entry: Entry<J>) {
+        if let Some(segment) = self.timeouts.last_mut() {
+            if segment.len() < segment.capacity() {
+                segment.push(entry);
+                return;
+            }
+        }
+        let mut segment = self
+            .free_segments
+            .pop()
+            .unwrap_or_else(|| Vec::with_capacity(segment_len::<J>()));
+        segment.push(entry);
+        self.timeouts.push(segment);
     }
 
     /// The next slot: its block, its index, and the block itself when the slot is its first.
@@ -136,29 +179,16 @@ impl<J: Job> Shard<J> {
             None => true,
         };
         if fresh {
-            self.cursor = Some((Block::new(shared)?, 0));
+            let block = match self.spares.pop() {
+                Some(block) => block,
+                None => Block::new(shared, self.index)?,
+            };
+            self.cursor = Some((block, 0));
         }
         let (block, next) = self.cursor.as_mut()?;
         let index = *next;
         *next += 1;
         Some((block, index, index == 0))
-    }
-}
-
-/// Time since the timer's origin: the system's monotonic clock, or a hand-driven one.
-pub(crate) enum Clock {
-    System(Instant),
-    Manual(AtomicU64),
-}
-
-impl Clock {
-    pub(crate) fn now(&self) -> u64 {
-        match self {
-            // Saturating: 584 years of uptime.
-            Clock::System(origin) => u64::try_from(origin.elapsed().as_nanos()).unwrap_or(u64::MAX),
-            // Acquire: pairs with the Release in `Timer::advance_to`.
-            Clock::Manual(now) => now.load(Ordering::Acquire),
-        }
     }
 }
 
@@ -173,8 +203,9 @@ pub(crate) struct Shared<J: Job> {
     planned: AtomicU64,
     /// The worker's tick when it last planned.
     worker_tick: AtomicU64,
-    /// Timeouts the worker ended: only the worker writes it.
-    ended: AtomicU64,
+    /// Timeouts the worker ended: only the worker writes it, on a cache line of its own (a
+    /// store per end must not evict the fields every producer reads).
+    ended: CachePadded<AtomicU64>,
     /// With a limit: the pending count the limit is held against.
     limited: Option<(usize, AtomicUsize)>,
     pub(crate) block_ids: Mutex<BlockIds>,
@@ -200,12 +231,17 @@ impl<J: Job> Shared<J> {
     ) -> Arc<Shared<J>> {
         let shared = Arc::new(Shared {
             shards: (0..SHARDS)
-                .map(|_| CachePadded::new(Mutex::new(Shard::new())))
+                .map(|i| CachePadded::new(Mutex::new(Shard::new(i))))
                 .collect(),
             state: AtomicU8::new(INIT),
-            planned: AtomicU64::new(NEVER),
+            // A manual timer has no thread to wake: its plan stays `AWAKE`.
+            planned: AtomicU64::new(if matches!(clock, Clock::Manual(_)) {
+                AWAKE
+            } else {
+                NEVER
+            }),
             worker_tick: AtomicU64::new(0),
-            ended: AtomicU64::new(0),
+            ended: CachePadded::new(AtomicU64::new(0)),
             limited: max_pending.map(|max| (max, AtomicUsize::new(0))),
             block_ids: Mutex::new(BlockIds::default()),
             tick_nanos,
@@ -279,7 +315,7 @@ impl<J: Job> Shared<J> {
             task,
             block,
         };
-        shard.timeouts.push(entry);
+        shard.push_entry(entry);
         shard.accepted += 1;
         Ok((handle, was_empty))
     }
@@ -352,15 +388,29 @@ impl<J: Job> Shared<J> {
         }
     }
 
-    /// Swaps every shard's queues with `timeouts` and `cancels` (empty, with capacity).
-    pub(crate) fn take_queues(&self, timeouts: &mut Vec<Vec<Entry<J>>>, cancels: &mut Vec<SlotId>) {
-        for shard in self.shards.iter() {
+    /// Takes every shard's queues, and hands each shard its spare blocks and empty segments.
+    pub(crate) fn take_queues(
+        &self,
+        timeouts: &mut Vec<Vec<Entry<J>>>,
+        cancels: &mut Vec<SlotId>,
+        spares: &mut [Vec<Arc<Block<J>>>],
+        free_segments: &mut Vec<Vec<Entry<J>>>,
+    ) {
+        for (shard, spares) in self.shards.iter().zip(spares) {
             let mut shard = lock(shard);
-            if !shard.timeouts.is_empty() {
-                timeouts.push(std::mem::take(&mut shard.timeouts));
-            }
+            timeouts.append(&mut shard.timeouts);
             cancels.append(&mut shard.cancels);
+            let room = SPARE_BLOCKS.saturating_sub(shard.spares.len());
+            shard.spares.extend(spares.drain(..spares.len().min(room)));
+            spares.clear();
+            while shard.free_segments.len() < SPARE_SEGMENTS {
+                let Some(segment) = free_segments.pop() else {
+                    break;
+                };
+                shard.free_segments.push(segment);
+            }
         }
+        free_segments.clear();
     }
 
     /// Whether any shard holds a timeout or a cancellation.
@@ -370,6 +420,9 @@ impl<J: Job> Shared<J> {
 
     /// Publishes the worker's plan: it looks at the queues at the end of tick `planned`.
     pub(crate) fn set_plan(&self, planned: u64, tick: u64) {
+        if matches!(self.clock, Clock::Manual(_)) {
+            return;
+        }
         self.worker_tick.store(tick, Ordering::Relaxed);
         // SeqCst: see `wake_if_later_than`.
         self.planned.store(planned, Ordering::SeqCst);
@@ -434,7 +487,10 @@ impl<J: Job> Shared<J> {
             worker.stop(self, &mut returned);
         }
         for shard in self.shards.iter() {
-            lock(shard).cursor = None;
+            let mut shard = lock(shard);
+            shard.cursor = None;
+            shard.spares.clear();
+            shard.free_segments.clear();
         }
         Ok(returned)
     }
@@ -465,17 +521,12 @@ pub struct Timer<J: Job = Boxed> {
 impl<J: Job> Timer<J> {
     /// A timer with the system clock; its thread starts with the first timeout.
     pub fn new(tick: Duration, ticks_per_wheel: usize) -> Timer<J> {
-        Timer::build(tick, ticks_per_wheel, None, Clock::System(Instant::now()))
+        Timer::build(tick, ticks_per_wheel, None, Clock::system())
     }
 
     /// A timer whose clock only `advance_to` moves, and whose turns only it runs.
     pub fn manual(tick: Duration, ticks_per_wheel: usize, max_pending: Option<usize>) -> Timer<J> {
-        Timer::build(
-            tick,
-            ticks_per_wheel,
-            max_pending,
-            Clock::Manual(AtomicU64::new(0)),
-        )
+        Timer::build(tick, ticks_per_wheel, max_pending, Clock::manual())
     }
 
     fn build(tick: Duration, len: usize, max: Option<usize>, clock: Clock) -> Timer<J> {
@@ -522,10 +573,9 @@ impl<J: Job> Timer<J> {
 
     /// A manual timer: moves its clock to `to` since its origin and runs a turn.
     pub fn advance_to(&self, to: Duration) {
-        if let Clock::Manual(now) = &self.shared.clock {
-            let to = u64::try_from(to.as_nanos()).unwrap_or(u64::MAX);
-            // Release: pairs with the Acquire in `Clock::now`.
-            now.fetch_max(to, Ordering::Release);
+        let to = u64::try_from(to.as_nanos()).unwrap_or(u64::MAX);
+        if !self.shared.clock.advance(to) {
+            return;
         }
         let mut worker = lock(&self.shared.worker);
         if let Some(worker) = worker.as_mut() {

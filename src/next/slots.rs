@@ -45,13 +45,15 @@ pub(crate) struct BlockIds {
 /// 64 timeout states, shared by the handles, the producer that fills it and the worker.
 pub(crate) struct Block<J: Job> {
     id: u32,
+    /// The shard that takes slots from it, and gets it back as a spare.
+    shard: usize,
     states: [AtomicU8; BLOCK],
     shared: Arc<Shared<J>>,
 }
 
 impl<J: Job> Block<J> {
     /// A fresh block, or `None` when the timer has `MAX_BLOCKS` alive.
-    pub(crate) fn new(shared: &Arc<Shared<J>>) -> Option<Arc<Block<J>>> {
+    pub(crate) fn new(shared: &Arc<Shared<J>>, shard: usize) -> Option<Arc<Block<J>>> {
         let id = {
             let mut ids = lock(&shared.block_ids);
             match ids.free.pop() {
@@ -65,9 +67,25 @@ impl<J: Job> Block<J> {
         };
         Some(Arc::new(Block {
             id,
+            shard,
             states: std::array::from_fn(|_| AtomicU8::new(QUEUED)),
             shared: Arc::clone(shared),
         }))
+    }
+
+    pub(crate) fn shard(&self) -> usize {
+        self.shard
+    }
+
+    /// A block the worker holds alone, every slot ended: fresh again, for its shard's spares.
+    pub(crate) fn renew(block: &mut Arc<Block<J>>) -> bool {
+        let Some(block) = Arc::get_mut(block) else {
+            return false;
+        };
+        for state in &mut block.states {
+            *state.get_mut() = QUEUED;
+        }
+        true
     }
 
     /// The slot id of `index` in this block.

@@ -27,8 +27,9 @@ const LEVEL_BITS: u32 = 6;
 const LEVEL_SLOTS: usize = 1 << LEVEL_BITS;
 /// Enough levels for any round number of a `u64` tick.
 const LEVELS: usize = 11;
-/// Slots a page of the node arrays holds: memory grows by pages, never by doubling.
-const PAGE_BITS: u32 = 12;
+/// Slots a page of the node arrays holds: memory grows by pages, never by doubling, each page
+/// under glibc's 128 KiB mmap threshold for tasks of up to 24 bytes.
+const PAGE_BITS: u32 = 11;
 const PAGE: usize = 1 << PAGE_BITS;
 
 struct Node<T> {

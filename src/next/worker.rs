@@ -20,7 +20,7 @@
 
 use super::slots::{Block, Timeout, BLOCK};
 use super::wheel::{SlotId, Wheel};
-use super::{Entry, Job, Shared, AWAKE, NEVER, TRANSFER_CAP};
+use super::{segment_len, Entry, Job, Shared, AWAKE, NEVER, SHARD_COUNT, TRANSFER_CAP};
 use crate::shared::{catch_user_panic, drop_caught, log_caught};
 use crate::sync::{lock, thread, Arc};
 use std::collections::VecDeque;
@@ -36,10 +36,14 @@ pub(crate) struct Worker<J: Job> {
     blocks: Vec<Option<Arc<Block<J>>>>,
     /// Per block id: slots ended.
     ended_in: Vec<u8>,
-    /// Timeouts taken from the shards and not yet in the wheel (over the cap).
-    inbox: VecDeque<Entry<J>>,
+    /// Batches taken from the shards, not yet all in the wheel (the cap), oldest first.
+    inbox: VecDeque<Vec<Entry<J>>>,
     batches: Vec<Vec<Entry<J>>>,
+    /// Emptied segments, for the shards.
+    free_segments: Vec<Vec<Entry<J>>>,
     cancels: Vec<SlotId>,
+    /// Per shard: blocks to give back at the next `collect`.
+    spares: Vec<Vec<Arc<Block<J>>>>,
     due: Vec<(SlotId, J)>,
     ended: u64,
     /// Transfers left in `budget_tick`.
@@ -56,7 +60,9 @@ impl<J: Job> Worker<J> {
             ended_in: Vec::new(),
             inbox: VecDeque::new(),
             batches: Vec::new(),
+            free_segments: Vec::new(),
             cancels: Vec::new(),
+            spares: (0..SHARD_COUNT).map(|_| Vec::new()).collect(),
             due: Vec::new(),
             ended: 0,
             budget: TRANSFER_CAP,
@@ -113,7 +119,12 @@ impl<J: Job> Worker<J> {
     /// Takes the shards' queues: ends the cancelled timeouts in the wheel, and queues the new
     /// ones in the inbox; whether there was anything.
     fn collect(&mut self, shared: &Shared<J>) -> bool {
-        shared.take_queues(&mut self.batches, &mut self.cancels);
+        shared.take_queues(
+            &mut self.batches,
+            &mut self.cancels,
+            &mut self.spares,
+            &mut self.free_segments,
+        );
         let found = !self.batches.is_empty() || !self.cancels.is_empty();
         let mut cancels = std::mem::take(&mut self.cancels);
         for &id in &cancels {
@@ -124,12 +135,7 @@ impl<J: Job> Worker<J> {
             cancels = Vec::new();
         }
         self.cancels = cancels;
-        for mut batch in self.batches.drain(..) {
-            self.inbox.extend(batch.drain(..));
-        }
-        if self.inbox.is_empty() && self.inbox.capacity() * size_of_entry::<J>() > KEEP_BYTES {
-            self.inbox = VecDeque::new();
-        }
+        self.inbox.extend(self.batches.drain(..));
         found
     }
 
@@ -156,13 +162,20 @@ impl<J: Job> Worker<J> {
             self.budget_tick = tick;
             self.budget = TRANSFER_CAP;
         }
-        let n = self.budget.min(self.inbox.len());
-        self.budget -= n;
-        for _ in 0..n {
-            let Some(entry) = self.inbox.pop_front() else {
+        while self.budget > 0 {
+            let Some(mut segment) = self.inbox.pop_front() else {
                 break;
             };
-            self.place(shared, entry);
+            let n = self.budget.min(segment.len());
+            self.budget -= n;
+            for entry in segment.drain(..n) {
+                self.place(shared, entry);
+            }
+            if !segment.is_empty() {
+                self.inbox.push_front(segment);
+            } else if segment.capacity() == segment_len::<J>() {
+                self.free_segments.push(segment);
+            }
         }
     }
 
@@ -176,6 +189,14 @@ impl<J: Job> Worker<J> {
         } else {
             self.wheel
                 .insert(entry.id, entry.deadline / self.tick_nanos, entry.task);
+        }
+    }
+
+    /// A block all of whose slots ended: back to its shard if no handle holds it, else it goes
+    /// with the last handle.
+    fn retire(&mut self, mut block: Arc<Block<J>>) {
+        if Block::renew(&mut block) {
+            self.spares[block.shard()].push(block);
         }
     }
 
@@ -203,7 +224,9 @@ impl<J: Job> Worker<J> {
     fn end(&mut self, shared: &Shared<J>, id: SlotId, task: J) {
         let (bid, _) = split(id);
         if self.count_end(shared, bid) {
-            self.blocks[bid] = None;
+            if let Some(block) = self.blocks[bid].take() {
+                self.retire(block);
+            }
         }
         drop_caught(task);
     }
@@ -227,7 +250,9 @@ impl<J: Job> Worker<J> {
             } else {
                 drop_caught(task);
             }
-            if !last {
+            if last {
+                self.retire(block);
+            } else {
                 self.blocks[bid] = Some(block);
             }
         }
@@ -241,7 +266,8 @@ impl<J: Job> Worker<J> {
     pub(crate) fn stop(&mut self, shared: &Shared<J>, returned: &mut Vec<Timeout<J>>) {
         self.collect(shared);
         let mut rest: Vec<(SlotId, J)> = Vec::new();
-        while let Some(entry) = self.inbox.pop_front() {
+        let inbox = std::mem::take(&mut self.inbox);
+        for entry in inbox.into_iter().flatten() {
             self.register(split(entry.id).0, entry.block);
             rest.push((entry.id, entry.task));
         }
@@ -281,10 +307,6 @@ fn run<J: Job>(shared: &Shared<J>, task: J, timeout: &Timeout<J>) {
 
 fn split(id: SlotId) -> (usize, usize) {
     (id as usize / BLOCK, id as usize % BLOCK)
-}
-
-fn size_of_entry<J: Job>() -> usize {
-    std::mem::size_of::<Entry<J>>()
 }
 
 /// The worker thread: turns, and sleeps to the planned tick, until the timer stops.

@@ -1,0 +1,144 @@
+//! Time since a timer's origin, in nanoseconds: the system's monotonic clock, read cheaply, or a
+//! hand-driven one.
+//!
+//! `new_timeout` reads the clock on every call, and `std::time::Instant::now` costs about as much
+//! as the rest of the call (a `clock_gettime` through the vDSO). Where quanta reads the CPU's
+//! time-stamp counter, the timer reads that instead and turns it into time since its origin with
+//! an offset taken from `Instant` at most every `ANCHOR_NANOS`: quanta's scaling drifts from the
+//! monotonic clock by parts per million, so the offset's age bounds the error to nanoseconds, and
+//! `SLACK` rounds every reading up by more than that. Elsewhere, and under loom, `Instant`.
+
+use crate::sync::{AtomicU64, Ordering};
+use std::time::Instant;
+
+/// How old the offset may grow before a reading takes a new one.
+#[cfg(all(not(loom), target_os = "linux", target_arch = "x86_64"))]
+const ANCHOR_NANOS: u64 = 10_000_000;
+/// Added to every counter reading: more than the drift over `ANCHOR_NANOS` at 100 ppm.
+#[cfg(all(not(loom), target_os = "linux", target_arch = "x86_64"))]
+const SLACK: u64 = 2_000;
+
+/// A timer's clock.
+pub(crate) enum Clock {
+    System(SystemClock),
+    Manual(AtomicU64),
+}
+
+impl Clock {
+    /// The system's clock, its origin now.
+    pub(crate) fn system() -> Clock {
+        Clock::System(SystemClock::new())
+    }
+
+    /// A clock that only `advance` moves, at 0.
+    pub(crate) fn manual() -> Clock {
+        Clock::Manual(AtomicU64::new(0))
+    }
+
+    /// Nanoseconds since the origin: never less than the time that has passed.
+    pub(crate) fn now(&self) -> u64 {
+        match self {
+            Clock::System(clock) => clock.now(),
+            // Acquire: pairs with the Release in `advance`.
+            Clock::Manual(now) => now.load(Ordering::Acquire),
+        }
+    }
+
+    /// A manual clock: moves to `to` (never back); whether the clock is manual.
+    pub(crate) fn advance(&self, to: u64) -> bool {
+        match self {
+            Clock::System(_) => false,
+            Clock::Manual(now) => {
+                // Release: pairs with the Acquire in `now`.
+                now.fetch_max(to, Ordering::Release);
+                true
+            }
+        }
+    }
+}
+
+/// The system's monotonic clock since an origin.
+pub(crate) struct SystemClock {
+    origin: Instant,
+    #[cfg(all(not(loom), target_os = "linux", target_arch = "x86_64"))]
+    counter: Counter,
+}
+
+impl SystemClock {
+    fn new() -> SystemClock {
+        let origin = Instant::now();
+        SystemClock {
+            origin,
+            #[cfg(all(not(loom), target_os = "linux", target_arch = "x86_64"))]
+            counter: Counter::new(origin),
+        }
+    }
+
+    /// By `Instant`: the reference.
+    fn exact(&self) -> u64 {
+        u64::try_from(self.origin.elapsed().as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    #[cfg(not(all(not(loom), target_os = "linux", target_arch = "x86_64")))]
+    fn now(&self) -> u64 {
+        self.exact()
+    }
+
+    #[cfg(all(not(loom), target_os = "linux", target_arch = "x86_64"))]
+    fn now(&self) -> u64 {
+        let c = &self.counter;
+        let raw = c.clock.raw();
+        // Relaxed: each is a self-contained value; a reading that pairs an offset with the
+        // other's anchor is off by the drift between two anchors, under `SLACK`.
+        let anchor = c.anchor_raw.load(Ordering::Relaxed);
+        if raw.wrapping_sub(anchor) > c.anchor_raw_span {
+            return c.reanchor(self.exact(), raw);
+        }
+        let scaled = c.clock.delta_as_nanos(0, raw);
+        scaled
+            .wrapping_sub(c.offset.load(Ordering::Relaxed))
+            .saturating_add(SLACK)
+    }
+}
+
+/// quanta's counter, and the offset that turns its scaled readings into time since the origin.
+#[cfg(all(not(loom), target_os = "linux", target_arch = "x86_64"))]
+struct Counter {
+    clock: quanta::Clock,
+    /// Scaled counter less time since the origin, at the last anchor (wrapping).
+    offset: AtomicU64,
+    /// The raw counter at the last anchor.
+    anchor_raw: AtomicU64,
+    /// `ANCHOR_NANOS` in raw counter units.
+    anchor_raw_span: u64,
+}
+
+#[cfg(all(not(loom), target_os = "linux", target_arch = "x86_64"))]
+impl Counter {
+    fn new(origin: Instant) -> Counter {
+        let clock = quanta::Clock::new();
+        // Raw units per ANCHOR_NANOS, from quanta's scale (1 when it has no counter).
+        let per_ns = clock.delta_as_nanos(0, 1 << 32).max(1);
+        let anchor_raw_span = ((ANCHOR_NANOS as u128) << 32) / u128::from(per_ns);
+        let counter = Counter {
+            clock,
+            offset: AtomicU64::new(0),
+            anchor_raw: AtomicU64::new(0),
+            anchor_raw_span: u64::try_from(anchor_raw_span).unwrap_or(u64::MAX),
+        };
+        let exact = u64::try_from(origin.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        counter.reanchor(exact, counter.clock.raw());
+        counter
+    }
+
+    /// Takes a new offset from `exact` (time since the origin by `Instant`), read after `raw`;
+    /// the time now.
+    #[cold]
+    fn reanchor(&self, exact: u64, raw: u64) -> u64 {
+        let scaled = self.clock.delta_as_nanos(0, raw);
+        self.offset
+            .store(scaled.wrapping_sub(exact), Ordering::Relaxed);
+        self.anchor_raw.store(raw, Ordering::Relaxed);
+        exact
+    }
+}
