@@ -3,7 +3,7 @@
 //! beside `benches/netty/run` and `netty_workloads` in one sitting.
 //!
 //! `cargo bench --bench next_core [workload]`; workloads: schedule, schedule_capture,
-//! schedule_cancel, multi_producer, expire, memory, memory_capture, idle, held. Environment as
+//! schedule_cancel, multi_producer, expire, expire_rate, memory, memory_capture, idle, held. Environment as
 //! `netty_workloads`: N, REPS, THREADS, IDLE_S.
 
 mod common;
@@ -11,8 +11,8 @@ mod common;
 use common::*;
 use hashed_timer_wheel::next::{Boxed, Job, Timeout, Timer};
 use std::hint::black_box;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Barrier, Mutex};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
 #[global_allocator]
@@ -25,10 +25,12 @@ const WORKLOADS: &[&str] = &[
     "schedule_cancel",
     "multi_producer",
     "expire",
+    "expire_rate",
     "memory",
     "memory_capture",
     "idle",
     "held",
+    "rss_burst",
 ];
 
 fn started<J: Job>(anchor: J) -> Timer<J> {
@@ -97,35 +99,65 @@ fn multi_producer(n: usize, reps: usize, threads: usize) -> f64 {
     median(&runs[1..])
 }
 
-fn expire(n: usize, reps: usize) {
-    let mut runs = Vec::new();
-    for _ in 0..reps.min(3) {
-        let timer = started(noop());
-        let late = Arc::new(Mutex::new(Vec::with_capacity(n)));
-        let done = Arc::new(AtomicUsize::new(0));
-        let base = Instant::now();
-        for i in 0..n {
-            let due = base + Duration::from_nanos(expire_due_ns(i, n));
-            let (late, done) = (Arc::clone(&late), Arc::clone(&done));
-            let task = Boxed::new(move |_| {
-                late.lock()
-                    .unwrap()
-                    .push(Instant::now().duration_since(due).as_nanos() as i64);
-                done.fetch_add(1, Ordering::Relaxed);
-            });
-            timer
-                .new_timeout(task, due.saturating_duration_since(Instant::now()))
-                .unwrap();
-        }
-        while done.load(Ordering::Relaxed) < n {
-            std::thread::sleep(Duration::from_millis(1));
-        }
-        let last = base + Duration::from_nanos(expire_due_ns(n - 1, n));
-        let lag = millis(Instant::now().duration_since(last));
-        let [p50, p99, max] = late_percentiles(&mut late.lock().unwrap());
-        runs.push([lag, p50, p99, max]);
+/// The `expire` task, typed: records its lateness in the shared harness (`Lateness`).
+struct Record {
+    i: usize,
+    due_ns: u64,
+    run: &'static Lateness,
+}
+
+impl Job for Record {
+    fn run(self, _: &Timeout<Record>) {
+        self.run.record(self.i, self.due_ns);
     }
-    report_expire(IMPL, &runs);
+}
+
+/// `expire` (boxed, or typed with `Record`): N timeouts due over [100, 200) ms.
+fn expire(n: usize, typed: bool) -> [f64; 4] {
+    let run = Lateness::start(n);
+    if typed {
+        let timer = started(Record {
+            i: 0,
+            due_ns: u64::MAX,
+            run,
+        });
+        for i in 0..n {
+            let due_ns = expire_due_ns(i, n);
+            let delay = Duration::from_nanos(due_ns.saturating_sub(run.now_ns()));
+            timer.new_timeout(Record { i, due_ns, run }, delay).unwrap();
+        }
+        let end = run.wait();
+        drop(timer.stop());
+        return run.summary(end);
+    }
+    let timer = started(noop());
+    for i in 0..n {
+        let due_ns = expire_due_ns(i, n);
+        let delay = Duration::from_nanos(due_ns.saturating_sub(run.now_ns()));
+        timer
+            .new_timeout(Boxed::new(move |_| run.record(i, due_ns)), delay)
+            .unwrap();
+    }
+    let end = run.wait();
+    drop(timer.stop());
+    run.summary(end)
+}
+
+/// `expire_rate` (boxed): R x 100 ms of timeouts scheduled ahead, due over 100 ms.
+fn expire_rate(sweep: &RateSweep, n: usize) -> [f64; 2] {
+    let run = Lateness::start(n);
+    let timer = started(noop());
+    for i in 0..n {
+        let due_ns = sweep.due_ns(i, n);
+        let delay = Duration::from_nanos(due_ns.saturating_sub(run.now_ns()));
+        timer
+            .new_timeout(Boxed::new(move |_| run.record(i, due_ns)), delay)
+            .unwrap();
+    }
+    let scheduled = (run.now_ns() as f64 - sweep.lead_ns as f64) / 1e6;
+    run.wait();
+    drop(timer.stop());
+    [run.late_p99_ms(), scheduled]
 }
 
 fn memory<J: Job>(workload: &str, n: usize, task: impl Fn(usize) -> J, anchor: J) {
@@ -181,6 +213,53 @@ fn held(n: usize, seconds: u64) {
     report_held(IMPL, figures);
 }
 
+/// Resident set size in bytes, after glibc has given back what it can (`malloc_trim`).
+fn rss_after_trim() -> f64 {
+    // SAFETY: malloc_trim only releases free memory of glibc's arenas.
+    unsafe { libc::malloc_trim(0) };
+    let statm = std::fs::read_to_string("/proc/self/statm").unwrap();
+    let pages: f64 = statm.split_whitespace().nth(1).unwrap().parse().unwrap();
+    pages * 4096.0
+}
+
+/// RSS after bursts: a warm-up of request timeouts, then `BURSTS` bursts of N timeouts due
+/// within 300 ms from two threads, drained, 2 s idle: RSS against the warm-up's.
+fn rss_burst(n: usize, bursts: usize) {
+    let timer = Arc::new(started(noop()));
+    for i in 0..100_000 {
+        timer.new_timeout(noop(), far_delay(i)).unwrap().cancel();
+    }
+    std::thread::sleep(Duration::from_millis(1500));
+    let warm = rss_after_trim();
+    let mut peak: f64 = 0.0;
+    for _ in 0..bursts {
+        let producers: Vec<_> = (0..2)
+            .map(|_| {
+                let timer = Arc::clone(&timer);
+                std::thread::spawn(move || {
+                    for i in 0..n / 2 {
+                        let delay = Duration::from_micros(100_000 + (i % 200_000) as u64);
+                        timer.new_timeout_detached(noop(), delay).unwrap();
+                    }
+                })
+            })
+            .collect();
+        producers.into_iter().for_each(|p| p.join().unwrap());
+        let statm = std::fs::read_to_string("/proc/self/statm").unwrap();
+        let pages: f64 = statm.split_whitespace().nth(1).unwrap().parse().unwrap();
+        peak = peak.max(pages * 4096.0);
+        while timer.pending_timeouts() > 1 {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+    std::thread::sleep(Duration::from_secs(2));
+    let after = rss_after_trim();
+    result(IMPL, "rss_burst", "warm_mib", warm / 1048576.0);
+    result(IMPL, "rss_burst", "peak_mib", peak / 1048576.0);
+    result(IMPL, "rss_burst", "after_mib", after / 1048576.0);
+    result(IMPL, "rss_burst", "after_over_warm", after / warm);
+}
+
 fn main() {
     let only = selected_workload(WORKLOADS);
     let run = |w: &str| only == "all" || only == w;
@@ -194,7 +273,9 @@ fn main() {
     }
     if run("schedule_capture") {
         let boxed = per_call(n, reps, noop, |t, i| {
-            let task = Boxed::new(move |_| drop(SINK.fetch_add(i as u64, Ordering::Relaxed)));
+            let task = Boxed::new(move |_| {
+                SINK.fetch_add(i as u64, Ordering::Relaxed);
+            });
             drop(black_box(t.new_timeout(task, far_delay(i))));
         });
         result(IMPL, "schedule_capture", "ns_per_op", boxed);
@@ -222,7 +303,14 @@ fn main() {
         );
     }
     if run("expire") {
-        expire(n, reps);
+        let runs: Vec<_> = (0..reps.min(3)).map(|_| expire(n, false)).collect();
+        report_expire(IMPL, &runs);
+        let runs: Vec<_> = (0..reps.min(3)).map(|_| expire(n, true)).collect();
+        report_expire_as(IMPL, "expire_typed", &runs);
+    }
+    if run("expire_rate") {
+        let sweep = RateSweep::from_env();
+        sweep.report(IMPL, "expire_rate", |n| expire_rate(&sweep, n));
     }
     if run("memory") {
         memory("memory", n, |_| noop(), noop());
@@ -240,5 +328,8 @@ fn main() {
     }
     if run("held") {
         held(n, env_usize("IDLE_S", 5) as u64);
+    }
+    if run("rss_burst") {
+        rss_burst(env_usize("BURST_N", 5_000_000), env_usize("BURSTS", 3));
     }
 }

@@ -23,6 +23,8 @@
 use super::wheel::SlotId;
 use super::{Job, Shared};
 use crate::sync::{lock, Arc, AtomicU8, Ordering};
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
 use std::fmt;
 
 /// Slots a block holds.
@@ -35,10 +37,11 @@ const PLACED: u8 = 1;
 const CANCELLED: u8 = 2;
 const EXPIRED: u8 = 3;
 
-/// The block ids a timer hands out, and those given back by dropped blocks.
+/// The block ids a timer hands out, and those given back by dropped blocks, lowest first: the
+/// live slots crowd the low pages, and the worker can give the high ones back.
 #[derive(Default)]
 pub(crate) struct BlockIds {
-    free: Vec<u32>,
+    free: BinaryHeap<Reverse<u32>>,
     next: u32,
 }
 
@@ -57,7 +60,7 @@ impl<J: Job> Block<J> {
         let id = {
             let mut ids = lock(&shared.block_ids);
             match ids.free.pop() {
-                Some(id) => id,
+                Some(Reverse(id)) => id,
                 None if ids.next < MAX_BLOCKS => {
                     ids.next += 1;
                     ids.next - 1
@@ -142,7 +145,7 @@ impl<J: Job> Block<J> {
 
 impl<J: Job> Drop for Block<J> {
     fn drop(&mut self) {
-        lock(&self.shared.block_ids).free.push(self.id);
+        lock(&self.shared.block_ids).free.push(Reverse(self.id));
     }
 }
 

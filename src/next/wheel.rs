@@ -55,7 +55,10 @@ impl<T> Node<T> {
 
 /// The wheel: see the module docs.
 pub(crate) struct Wheel<T> {
+    /// The nodes, by id; a page is empty (unallocated) while it holds none (`trim`).
     pages: Vec<Vec<Node<T>>>,
+    /// Per page: nodes in the wheel.
+    live: Vec<u32>,
     /// First and last node of each list: the buckets, then the far slots.
     heads: Vec<u32>,
     tails: Vec<u32>,
@@ -79,6 +82,7 @@ impl<T> Wheel<T> {
         let lists = len + LEVELS * LEVEL_SLOTS;
         Wheel {
             pages: Vec::new(),
+            live: Vec::new(),
             heads: vec![NIL; lists],
             tails: vec![NIL; lists],
             occupied: vec![0; len.div_ceil(64)],
@@ -111,7 +115,7 @@ impl<T> Wheel<T> {
 
     fn node_ref(&self, id: SlotId) -> Option<&Node<T>> {
         let id = id as usize;
-        self.pages.get(id >> PAGE_BITS).map(|p| &p[id & (PAGE - 1)])
+        self.pages.get(id >> PAGE_BITS)?.get(id & (PAGE - 1))
     }
 
     /// Whether `id` is in the wheel.
@@ -122,9 +126,14 @@ impl<T> Wheel<T> {
     /// Places `value` under `id`, to fire on tick `max(fire, tick)`. `id` is not in the wheel.
     pub(crate) fn insert(&mut self, id: SlotId, fire: u64, value: T) {
         let page = id as usize >> PAGE_BITS;
-        while self.pages.len() <= page {
-            self.pages.push((0..PAGE).map(|_| Node::vacant()).collect());
+        if self.pages.len() <= page {
+            self.pages.resize_with(page + 1, Vec::new);
+            self.live.resize(page + 1, 0);
         }
+        if self.pages[page].is_empty() {
+            self.pages[page] = (0..PAGE).map(|_| Node::vacant()).collect();
+        }
+        self.live[page] += 1;
         let fire = fire.max(self.tick);
         let node = self.node(id);
         debug_assert_eq!(node.list, NIL, "slot {id} is in the wheel already");
@@ -213,7 +222,25 @@ impl<T> Wheel<T> {
         }
         self.unlink(id);
         self.count -= 1;
+        self.live[id as usize >> PAGE_BITS] -= 1;
         self.node(id).value.take()
+    }
+
+    /// Frees the pages that hold no node (a page is made again when an id in it is inserted);
+    /// the bytes still held.
+    pub(crate) fn trim(&mut self) -> usize {
+        for (page, live) in self.pages.iter_mut().zip(&self.live) {
+            if *live == 0 {
+                *page = Vec::new();
+            }
+        }
+        while self.pages.last().is_some_and(Vec::is_empty) {
+            self.pages.pop();
+            self.live.pop();
+        }
+        self.pages.shrink_to_fit();
+        self.live.shrink_to_fit();
+        self.pages.iter().filter(|p| !p.is_empty()).count() * PAGE * std::mem::size_of::<Node<T>>()
     }
 
     /// Expires the current tick: takes every node of its bucket that is due (fire round this
@@ -349,7 +376,7 @@ impl<T> Wheel<T> {
     /// Bytes the node arrays hold.
     #[cfg(test)]
     pub(crate) fn bytes(&self) -> usize {
-        self.pages.len() * PAGE * std::mem::size_of::<Node<T>>()
+        self.pages.iter().map(Vec::len).sum::<usize>() * std::mem::size_of::<Node<T>>()
     }
 }
 
@@ -468,6 +495,28 @@ mod tests {
         }
         assert_eq!(fired, vec![(3_600_000, 0)]);
         assert!(wakes < 10, "{wakes} wake-ups");
+    }
+
+    #[test]
+    fn trim_frees_the_pages_that_hold_nothing() {
+        let mut wheel = Wheel::new(512);
+        for id in 0..20_000u32 {
+            wheel.insert(id, 100, 0u64);
+        }
+        for id in 0..20_000u32 {
+            if id != 7 {
+                wheel.remove(id);
+            }
+        }
+        let before = wheel.bytes();
+        let after = wheel.trim();
+        assert_eq!(after, wheel.bytes());
+        assert!(after * 5 < before, "{after} of {before} bytes");
+        assert!(wheel.contains(7) && !wheel.contains(19_999));
+        wheel.insert(19_999, 3, 9);
+        assert_eq!(wheel.remove(19_999), Some(9));
+        assert_eq!(wheel.remove(7), Some(0));
+        assert_eq!(wheel.trim(), 0);
     }
 
     #[test]

@@ -25,6 +25,10 @@ use crate::shared::{catch_user_panic, drop_caught, log_caught};
 use crate::sync::{lock, thread, Arc};
 use std::collections::VecDeque;
 
+/// The worker gives back what drained at most this often while busy, and before a sleep of
+/// this long or longer.
+const TRIM_NANOS: u64 = 1_000_000_000;
+
 /// Vectors of entries kept between turns stay under this many bytes: glibc keeps larger freed
 /// buffers of a thread's arena after a burst.
 const KEEP_BYTES: usize = 64 << 10;
@@ -50,6 +54,8 @@ pub(crate) struct Worker<J: Job> {
     budget: usize,
     budget_tick: u64,
     tick_nanos: u64,
+    /// When the worker last gave back memory (`trim`).
+    trimmed_at: u64,
 }
 
 impl<J: Job> Worker<J> {
@@ -68,11 +74,16 @@ impl<J: Job> Worker<J> {
             budget: TRANSFER_CAP,
             budget_tick: 0,
             tick_nanos: shared.tick_nanos,
+            trimmed_at: 0,
         }
     }
 
     /// Runs every tick that ended by `now`; whether it found anything in the queues.
     pub(crate) fn turn(&mut self, shared: &Shared<J>, now: u64) -> bool {
+        if now.saturating_sub(self.trimmed_at) >= TRIM_NANOS {
+            self.trimmed_at = now;
+            self.trim();
+        }
         let end = now / self.tick_nanos;
         let mut busy = self.collect(shared);
         self.transfer(shared);
@@ -108,6 +119,9 @@ impl<J: Job> Worker<J> {
             };
             shared.set_plan(plan, tick);
             if shared.queues_empty() {
+                if plan.saturating_sub(tick) >= TRIM_NANOS / self.tick_nanos {
+                    self.trim();
+                }
                 return plan;
             }
             shared.set_plan(AWAKE, tick);
@@ -190,6 +204,18 @@ impl<J: Job> Worker<J> {
             self.wheel
                 .insert(entry.id, entry.deadline / self.tick_nanos, entry.task);
         }
+    }
+
+    /// Gives back the memory of what drained: the wheel's empty pages, and the block table's
+    /// tail of blocks no longer held.
+    fn trim(&mut self) {
+        self.wheel.trim();
+        while self.blocks.last().is_some_and(Option::is_none) {
+            self.blocks.pop();
+            self.ended_in.pop();
+        }
+        self.blocks.shrink_to_fit();
+        self.ended_in.shrink_to_fit();
     }
 
     /// A block all of whose slots ended: back to its shard if no handle holds it, else it goes
