@@ -83,3 +83,50 @@ fn next_stop_vs_new_timeout_with_worker_thread() {
         assert_eq!(timer.pending_timeouts(), 0);
     });
 }
+
+#[test]
+fn next_pending_limit_under_racing_producers() {
+    check("next_pending_limit_under_racing_producers", || {
+        let timer = Arc::new(Timer::manual(TICK, 4, Some(1)));
+        let ran = Arc::new(AtomicUsize::new(0));
+        let producers: Vec<_> = (0..2)
+            .map(|_| {
+                let (timer, ran) = (Arc::clone(&timer), Arc::clone(&ran));
+                thread::spawn(move || timer.new_timeout(counting(&ran), Duration::ZERO).is_ok())
+            })
+            .collect();
+        let accepted = producers.into_iter().map(|p| p.join().unwrap());
+        assert_eq!(accepted.filter(|&ok| ok).count(), 1);
+        assert_eq!(timer.pending_timeouts(), 1);
+        timer.advance_to(TICK);
+        assert_eq!(ran.load(SeqCst), 1);
+        assert_eq!(timer.pending_timeouts(), 0);
+    });
+}
+
+#[test]
+fn next_two_first_new_timeouts_start_one_worker() {
+    check("next_two_first_new_timeouts_start_one_worker", || {
+        let before = hashed_timer_wheel::loom_hooks::threads_spawned();
+        let timer = Arc::new(Timer::<Boxed>::new(TICK, 4));
+        let ran = Arc::new(AtomicUsize::new(0));
+        let other = {
+            let (timer, ran) = (Arc::clone(&timer), Arc::clone(&ran));
+            thread::spawn(move || {
+                timer
+                    .new_timeout(counting(&ran), Duration::from_secs(60))
+                    .unwrap()
+            })
+        };
+        let mine = timer
+            .new_timeout(counting(&ran), Duration::from_secs(60))
+            .unwrap();
+        let theirs = other.join().unwrap();
+        assert_eq!(
+            hashed_timer_wheel::loom_hooks::threads_spawned() - before,
+            1
+        );
+        let returned = timer.stop().unwrap();
+        assert!(returned.contains(&mine) && returned.contains(&theirs));
+    });
+}

@@ -6,7 +6,8 @@
 //! time-stamp counter, the timer reads that instead and turns it into time since its origin with
 //! an offset taken from `Instant` at most every `ANCHOR_NANOS`: quanta's scaling drifts from the
 //! monotonic clock by parts per million, so the offset's age bounds the error to nanoseconds, and
-//! `SLACK` rounds every reading up by more than that. Elsewhere, and under loom, `Instant`.
+//! `SLACK` rounds every reading up by more than that. Elsewhere `Instant`; under loom, a clock
+//! that stands still.
 
 use crate::sync::{AtomicU64, Ordering};
 use std::time::Instant;
@@ -75,13 +76,22 @@ impl SystemClock {
     }
 
     /// By `Instant`: the reference.
+    #[cfg(not(loom))]
     fn exact(&self) -> u64 {
         u64::try_from(self.origin.elapsed().as_nanos()).unwrap_or(u64::MAX)
     }
 
-    #[cfg(not(all(not(loom), target_os = "linux", target_arch = "x86_64")))]
+    #[cfg(all(not(loom), not(all(target_os = "linux", target_arch = "x86_64"))))]
     fn now(&self) -> u64 {
         self.exact()
+    }
+
+    /// Under loom time stands still, so that every model is deterministic: models that need
+    /// time to pass drive a manual timer.
+    #[cfg(loom)]
+    fn now(&self) -> u64 {
+        let _ = self.origin;
+        0
     }
 
     #[cfg(all(not(loom), target_os = "linux", target_arch = "x86_64"))]

@@ -496,7 +496,15 @@ impl<J: Job> Shared<J> {
     }
 }
 
+/// This thread's shard (under loom, one: a process-wide counter would differ between a model's
+/// iterations).
+#[cfg(loom)]
+fn shard_index() -> usize {
+    0
+}
+
 /// This thread's shard.
+#[cfg(not(loom))]
 fn shard_index() -> usize {
     use crate::sync::process::AtomicUsize;
     use std::cell::Cell;

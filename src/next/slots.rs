@@ -85,8 +85,9 @@ impl<J: Job> Block<J> {
         let Some(block) = Arc::get_mut(block) else {
             return false;
         };
-        for state in &mut block.states {
-            *state.get_mut() = QUEUED;
+        for state in &block.states {
+            // Relaxed: the block is ours alone (`Arc::get_mut` ordered every earlier access).
+            state.store(QUEUED, Ordering::Relaxed);
         }
         true
     }
