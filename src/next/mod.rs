@@ -23,7 +23,9 @@
 //! through the shards and the slot states. The worker's turns run under `Shared::worker`'s lock.
 
 pub(crate) mod clock;
+mod shard;
 pub(crate) mod slots;
+mod timer;
 pub(crate) mod wheel;
 pub(crate) mod worker;
 
@@ -32,9 +34,12 @@ use crate::sync::{
     lock, thread, Arc, AtomicU64, AtomicU8, AtomicUsize, CachePadded, Mutex, Ordering,
 };
 use clock::Clock;
+pub(crate) use shard::{segment_len, Entry, SHARD_COUNT};
+use shard::{shard_index, Shard, SHARDS, SPARE_BLOCKS, SPARE_SEGMENTS};
 pub use slots::Timeout;
 use slots::{Block, BlockIds, BLOCK};
 use std::time::Duration;
+pub use timer::Timer;
 use wheel::SlotId;
 use worker::Worker;
 
@@ -77,25 +82,8 @@ impl Job for Boxed {
     }
 }
 
-/// The producers' shards: a thread keeps to one.
-const SHARDS: usize = if cfg!(loom) { 2 } else { 8 };
 /// Slot ids a timer can name at once (blocks alive, handles included).
 const MAX_PENDING: usize = slots::MAX_BLOCKS as usize * BLOCK;
-/// Spare blocks a shard keeps: the request-timeout pattern (schedule, cancel) reuses them and
-/// allocates nothing; a burst's blocks beyond are freed.
-const SPARE_BLOCKS: usize = 32;
-/// Empty segments a shard keeps.
-const SPARE_SEGMENTS: usize = 2;
-/// Bytes a segment of new timeouts holds at most.
-const SEGMENT_BYTES: usize = 32 << 10;
-
-/// Entries a segment holds.
-pub(crate) fn segment_len<J: Job>() -> usize {
-    (SEGMENT_BYTES / std::mem::size_of::<Entry<J>>()).max(1)
-}
-
-/// The producers' shards, for the worker.
-pub(crate) const SHARD_COUNT: usize = SHARDS;
 /// At most this many timeouts move into buckets per tick (Netty's cap); the rest wait.
 pub(crate) const TRANSFER_CAP: usize = 100_000;
 
@@ -110,87 +98,6 @@ pub(crate) const NEVER: u64 = u64::MAX;
 
 /// A pushed timeout's handle (none if detached), and whether its shard was empty before.
 type Pushed<J> = (Option<Timeout<J>>, bool);
-
-/// A timeout on its way to the worker.
-pub(crate) struct Entry<J: Job> {
-    pub(crate) id: SlotId,
-    /// Nanoseconds since the timer's origin.
-    pub(crate) deadline: u64,
-    pub(crate) task: J,
-    /// The slot's block, with the first slot taken from it: the worker keeps it until it has
-    /// ended all 64.
-    pub(crate) block: Option<Arc<Block<J>>>,
-}
-
-/// One shard of the `timeouts` and cancellation queues, and its producers' block.
-pub(crate) struct Shard<J: Job> {
-    /// New timeouts, in segments of `segment_len` entries (each well under glibc's mmap
-    /// threshold, and reused: a burst neither faults fresh pages in nor moves the threshold).
-    pub(crate) timeouts: Vec<Vec<Entry<J>>>,
-    /// Empty segments the worker gave back.
-    free_segments: Vec<Vec<Entry<J>>>,
-    pub(crate) cancels: Vec<SlotId>,
-    /// The block this shard takes slots from, and the next index.
-    cursor: Option<(Arc<Block<J>>, usize)>,
-    /// Blocks the worker gave back, all their slots ended and no handle left: taken before a
-    /// new one is allocated.
-    spares: Vec<Arc<Block<J>>>,
-    /// Timeouts this shard accepted; pending is their sum less `ended`.
-    accepted: u64,
-    index: usize,
-}
-
-impl<J: Job> Shard<J> {
-    fn new(index: usize) -> Shard<J> {
-        Shard {
-            timeouts: Vec::new(),
-            free_segments: Vec::new(),
-            cancels: Vec::new(),
-            cursor: None,
-            spares: Vec::new(),
-            accepted: 0,
-            index,
-        }
-    }
-
-    fn is_empty(&self) -> bool {
-        self.timeouts.is_empty() && self.cancels.is_empty()
-    }
-
-    fn push_entry(&mut self, entry: Entry<J>) {
-        if let Some(segment) = self.timeouts.last_mut() {
-            if segment.len() < segment.capacity() {
-                segment.push(entry);
-                return;
-            }
-        }
-        let mut segment = self
-            .free_segments
-            .pop()
-            .unwrap_or_else(|| Vec::with_capacity(segment_len::<J>()));
-        segment.push(entry);
-        self.timeouts.push(segment);
-    }
-
-    /// The next slot: its block, its index, and the block itself when the slot is its first.
-    fn take_slot(&mut self, shared: &Arc<Shared<J>>) -> Option<(&Arc<Block<J>>, usize, bool)> {
-        let fresh = match &self.cursor {
-            Some((_, next)) => *next == BLOCK,
-            None => true,
-        };
-        if fresh {
-            let block = match self.spares.pop() {
-                Some(block) => block,
-                None => Block::new(shared, self.index)?,
-            };
-            self.cursor = Some((block, 0));
-        }
-        let (block, next) = self.cursor.as_mut()?;
-        let index = *next;
-        *next += 1;
-        Some((block, index, index == 0))
-    }
-}
 
 /// Runs expired tasks somewhere other than the worker thread.
 pub(crate) type Executor = Arc<dyn Fn(Box<dyn FnOnce() + Send>) + Send + Sync>;
@@ -493,116 +400,5 @@ impl<J: Job> Shared<J> {
             shard.free_segments.clear();
         }
         Ok(returned)
-    }
-}
-
-/// This thread's shard (under loom, one: a process-wide counter would differ between a model's
-/// iterations).
-#[cfg(loom)]
-fn shard_index() -> usize {
-    0
-}
-
-/// This thread's shard.
-#[cfg(not(loom))]
-fn shard_index() -> usize {
-    use crate::sync::process::AtomicUsize;
-    use std::cell::Cell;
-    static NEXT: AtomicUsize = AtomicUsize::new(0);
-    thread_local! {
-        static SHARD: Cell<usize> = const { Cell::new(usize::MAX) };
-    }
-    SHARD.with(|s| {
-        if s.get() == usize::MAX {
-            // Relaxed: a round-robin spread, nothing ordered by it.
-            s.set(NEXT.fetch_add(1, Ordering::Relaxed) % SHARDS);
-        }
-        s.get()
-    })
-}
-
-/// The new core's timer, for its own tests and benches until the public types move onto it.
-pub struct Timer<J: Job = Boxed> {
-    shared: Arc<Shared<J>>,
-}
-
-impl<J: Job> Timer<J> {
-    /// A timer with the system clock; its thread starts with the first timeout.
-    pub fn new(tick: Duration, ticks_per_wheel: usize) -> Timer<J> {
-        Timer::build(tick, ticks_per_wheel, None, Clock::system())
-    }
-
-    /// A timer whose clock only `advance_to` moves, and whose turns only it runs.
-    pub fn manual(tick: Duration, ticks_per_wheel: usize, max_pending: Option<usize>) -> Timer<J> {
-        Timer::build(tick, ticks_per_wheel, max_pending, Clock::manual())
-    }
-
-    fn build(tick: Duration, len: usize, max: Option<usize>, clock: Clock) -> Timer<J> {
-        let tick_nanos = u64::try_from(tick.as_nanos()).unwrap_or(u64::MAX).max(1);
-        Timer {
-            shared: Shared::new(tick_nanos, len.next_power_of_two(), max, clock, None),
-        }
-    }
-
-    /// Schedules `task` to run once `delay` has passed.
-    pub fn new_timeout(&self, task: J, delay: Duration) -> Result<Timeout<J>, TimerError> {
-        self.start()?;
-        match self.shared.schedule(task, delay, false) {
-            Ok(handle) => Ok(handle.expect("a handle was asked for")),
-            Err((e, _task)) => Err(e),
-        }
-    }
-
-    /// Schedules `task` with no handle.
-    pub fn new_timeout_detached(&self, task: J, delay: Duration) -> Result<(), TimerError> {
-        self.start()?;
-        self.shared
-            .schedule(task, delay, true)
-            .map(drop)
-            .map_err(|(e, _)| e)
-    }
-
-    fn start(&self) -> Result<(), TimerError> {
-        if self.shared.is_started() {
-            return Ok(());
-        }
-        self.shared.start("wheel")
-    }
-
-    /// Timeouts accepted and not yet ended.
-    pub fn pending_timeouts(&self) -> usize {
-        self.shared.pending()
-    }
-
-    /// Stops the timer; the timeouts that never ran, now cancelled.
-    pub fn stop(&self) -> Result<Vec<Timeout<J>>, TimerError> {
-        self.shared.stop()
-    }
-
-    /// A manual timer: moves its clock to `to` since its origin and runs a turn.
-    pub fn advance_to(&self, to: Duration) {
-        let to = u64::try_from(to.as_nanos()).unwrap_or(u64::MAX);
-        if !self.shared.clock.advance(to) {
-            return;
-        }
-        let mut worker = lock(&self.shared.worker);
-        if let Some(worker) = worker.as_mut() {
-            let busy = worker.turn(&self.shared, self.shared.clock.now());
-            worker.settle(&self.shared, busy);
-        }
-    }
-}
-
-impl<J: Job> Drop for Timer<J> {
-    fn drop(&mut self) {
-        let _ = self.shared.stop();
-    }
-}
-
-impl<J: Job> std::fmt::Debug for Timer<J> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Timer")
-            .field("pending", &self.pending_timeouts())
-            .finish()
     }
 }

@@ -1,0 +1,135 @@
+//! One shard of the producers' queues: new timeouts in reused segments, won cancellations, the
+//! block the shard's producers take slots from, and its spares. A thread keeps to one shard
+//! (`shard_index`), so producers on different threads rarely meet on a lock.
+
+use super::slots::{Block, BLOCK};
+use super::wheel::SlotId;
+use super::{Job, Shared};
+use crate::sync::{Arc, Ordering};
+
+/// The producers' shards: a thread keeps to one.
+pub(crate) const SHARDS: usize = if cfg!(loom) { 2 } else { 8 };
+/// The producers' shards, for the worker.
+pub(crate) const SHARD_COUNT: usize = SHARDS;
+
+/// Spare blocks a shard keeps: the request-timeout pattern (schedule, cancel) reuses them and
+/// allocates nothing; a burst's blocks beyond are freed.
+pub(crate) const SPARE_BLOCKS: usize = 32;
+/// Empty segments a shard keeps.
+pub(crate) const SPARE_SEGMENTS: usize = 2;
+/// Bytes a segment of new timeouts holds at most.
+pub(crate) const SEGMENT_BYTES: usize = 32 << 10;
+
+/// Entries a segment holds.
+pub(crate) fn segment_len<J: Job>() -> usize {
+    (SEGMENT_BYTES / std::mem::size_of::<Entry<J>>()).max(1)
+}
+
+/// A timeout on its way to the worker.
+pub(crate) struct Entry<J: Job> {
+    pub(crate) id: SlotId,
+    /// Nanoseconds since the timer's origin.
+    pub(crate) deadline: u64,
+    pub(crate) task: J,
+    /// The slot's block, with the first slot taken from it: the worker keeps it until it has
+    /// ended all 64.
+    pub(crate) block: Option<Arc<Block<J>>>,
+}
+
+/// One shard of the `timeouts` and cancellation queues, and its producers' block.
+pub(crate) struct Shard<J: Job> {
+    /// New timeouts, in segments of `segment_len` entries (each well under glibc's mmap
+    /// threshold, and reused: a burst neither faults fresh pages in nor moves the threshold).
+    pub(crate) timeouts: Vec<Vec<Entry<J>>>,
+    /// Empty segments the worker gave back.
+    pub(crate) free_segments: Vec<Vec<Entry<J>>>,
+    pub(crate) cancels: Vec<SlotId>,
+    /// The block this shard takes slots from, and the next index.
+    pub(crate) cursor: Option<(Arc<Block<J>>, usize)>,
+    /// Blocks the worker gave back, all their slots ended and no handle left: taken before a
+    /// new one is allocated.
+    pub(crate) spares: Vec<Arc<Block<J>>>,
+    /// Timeouts this shard accepted; pending is their sum less `ended`.
+    pub(crate) accepted: u64,
+    pub(crate) index: usize,
+}
+
+impl<J: Job> Shard<J> {
+    pub(crate) fn new(index: usize) -> Shard<J> {
+        Shard {
+            timeouts: Vec::new(),
+            free_segments: Vec::new(),
+            cancels: Vec::new(),
+            cursor: None,
+            spares: Vec::new(),
+            accepted: 0,
+            index,
+        }
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.timeouts.is_empty() && self.cancels.is_empty()
+    }
+
+    pub(crate) fn push_entry(&mut self, entry: Entry<J>) {
+        if let Some(segment) = self.timeouts.last_mut() {
+            if segment.len() < segment.capacity() {
+                segment.push(entry);
+                return;
+            }
+        }
+        let mut segment = self
+            .free_segments
+            .pop()
+            .unwrap_or_else(|| Vec::with_capacity(segment_len::<J>()));
+        segment.push(entry);
+        self.timeouts.push(segment);
+    }
+
+    /// The next slot: its block, its index, and the block itself when the slot is its first.
+    pub(crate) fn take_slot(
+        &mut self,
+        shared: &Arc<Shared<J>>,
+    ) -> Option<(&Arc<Block<J>>, usize, bool)> {
+        let fresh = match &self.cursor {
+            Some((_, next)) => *next == BLOCK,
+            None => true,
+        };
+        if fresh {
+            let block = match self.spares.pop() {
+                Some(block) => block,
+                None => Block::new(shared, self.index)?,
+            };
+            self.cursor = Some((block, 0));
+        }
+        let (block, next) = self.cursor.as_mut()?;
+        let index = *next;
+        *next += 1;
+        Some((block, index, index == 0))
+    }
+}
+
+/// This thread's shard (under loom, one: a process-wide counter would differ between a model's
+/// iterations).
+#[cfg(loom)]
+pub(crate) fn shard_index() -> usize {
+    0
+}
+
+/// This thread's shard.
+#[cfg(not(loom))]
+pub(crate) fn shard_index() -> usize {
+    use crate::sync::process::AtomicUsize;
+    use std::cell::Cell;
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    thread_local! {
+        static SHARD: Cell<usize> = const { Cell::new(usize::MAX) };
+    }
+    SHARD.with(|s| {
+        if s.get() == usize::MAX {
+            // Relaxed: a round-robin spread, nothing ordered by it.
+            s.set(NEXT.fetch_add(1, Ordering::Relaxed) % SHARDS);
+        }
+        s.get()
+    })
+}

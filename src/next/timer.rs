@@ -1,0 +1,94 @@
+//! The new core's timer facade: what its tests, loom models and benches drive until the public
+//! types move onto the core.
+
+use super::clock::Clock;
+use super::{Boxed, Job, Shared, Timeout};
+use crate::error::TimerError;
+use crate::sync::{lock, Arc};
+use std::time::Duration;
+
+/// The new core's timer, for its own tests and benches until the public types move onto it.
+pub struct Timer<J: Job = Boxed> {
+    shared: Arc<Shared<J>>,
+}
+
+impl<J: Job> Timer<J> {
+    /// A timer with the system clock; its thread starts with the first timeout.
+    pub fn new(tick: Duration, ticks_per_wheel: usize) -> Timer<J> {
+        Timer::build(tick, ticks_per_wheel, None, Clock::system())
+    }
+
+    /// A timer whose clock only `advance_to` moves, and whose turns only it runs.
+    pub fn manual(tick: Duration, ticks_per_wheel: usize, max_pending: Option<usize>) -> Timer<J> {
+        Timer::build(tick, ticks_per_wheel, max_pending, Clock::manual())
+    }
+
+    fn build(tick: Duration, len: usize, max: Option<usize>, clock: Clock) -> Timer<J> {
+        let tick_nanos = u64::try_from(tick.as_nanos()).unwrap_or(u64::MAX).max(1);
+        Timer {
+            shared: Shared::new(tick_nanos, len.next_power_of_two(), max, clock, None),
+        }
+    }
+
+    /// Schedules `task` to run once `delay` has passed.
+    pub fn new_timeout(&self, task: J, delay: Duration) -> Result<Timeout<J>, TimerError> {
+        self.start()?;
+        match self.shared.schedule(task, delay, false) {
+            Ok(handle) => Ok(handle.expect("a handle was asked for")),
+            Err((e, _task)) => Err(e),
+        }
+    }
+
+    /// Schedules `task` with no handle.
+    pub fn new_timeout_detached(&self, task: J, delay: Duration) -> Result<(), TimerError> {
+        self.start()?;
+        self.shared
+            .schedule(task, delay, true)
+            .map(drop)
+            .map_err(|(e, _)| e)
+    }
+
+    fn start(&self) -> Result<(), TimerError> {
+        if self.shared.is_started() {
+            return Ok(());
+        }
+        self.shared.start("wheel")
+    }
+
+    /// Timeouts accepted and not yet ended.
+    pub fn pending_timeouts(&self) -> usize {
+        self.shared.pending()
+    }
+
+    /// Stops the timer; the timeouts that never ran, now cancelled.
+    pub fn stop(&self) -> Result<Vec<Timeout<J>>, TimerError> {
+        self.shared.stop()
+    }
+
+    /// A manual timer: moves its clock to `to` since its origin and runs a turn.
+    pub fn advance_to(&self, to: Duration) {
+        let to = u64::try_from(to.as_nanos()).unwrap_or(u64::MAX);
+        if !self.shared.clock.advance(to) {
+            return;
+        }
+        let mut worker = lock(&self.shared.worker);
+        if let Some(worker) = worker.as_mut() {
+            let busy = worker.turn(&self.shared, self.shared.clock.now());
+            worker.settle(&self.shared, busy);
+        }
+    }
+}
+
+impl<J: Job> Drop for Timer<J> {
+    fn drop(&mut self) {
+        let _ = self.shared.stop();
+    }
+}
+
+impl<J: Job> std::fmt::Debug for Timer<J> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Timer")
+            .field("pending", &self.pending_timeouts())
+            .finish()
+    }
+}
