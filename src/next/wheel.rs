@@ -62,8 +62,12 @@ pub(crate) struct Wheel<T> {
     /// First and last node of each list: the buckets, then the far slots.
     heads: Vec<u32>,
     tails: Vec<u32>,
-    /// One bit per bucket that holds a node.
-    occupied: Vec<u64>,
+    /// Per parity of the fire round (`fire / len % 2`): one bit per bucket holding a node of a
+    /// round of that parity. A bucket holds two rounds; these bits tell which, so that a bucket
+    /// whose nodes are all a round away costs no wake-up.
+    occupied: [Vec<u64>; 2],
+    /// Per bucket: its nodes of each parity.
+    counts: Vec<[u32; 2]>,
     /// One bit per far slot that holds a node, a word per level.
     far_occupied: [u64; LEVELS],
     len_bits: u32,
@@ -85,7 +89,8 @@ impl<T> Wheel<T> {
             live: Vec::new(),
             heads: vec![NIL; lists],
             tails: vec![NIL; lists],
-            occupied: vec![0; len.div_ceil(64)],
+            occupied: [vec![0; len.div_ceil(64)], vec![0; len.div_ceil(64)]],
+            counts: vec![[0; 2]; len],
             far_occupied: [0; LEVELS],
             len_bits: len.trailing_zeros(),
             tick: 0,
@@ -171,32 +176,42 @@ impl<T> Wheel<T> {
         }
         if tail == NIL {
             self.heads[list] = id;
-            self.set_occupied(list, true);
         } else {
             self.node(tail).next = id;
         }
         self.tails[list] = id;
+        self.count_in(list, fire, true);
     }
 
-    fn set_occupied(&mut self, list: usize, on: bool) {
-        let (word, bit) = if list < self.buckets() {
-            (&mut self.occupied[list / 64], list % 64)
-        } else {
+    /// Counts a node of tick `fire` in or out of `list`, keeping the occupancy bits.
+    fn count_in(&mut self, list: usize, fire: u64, on: bool) {
+        if list >= self.buckets() {
             let far = list - self.buckets();
-            (&mut self.far_occupied[far / LEVEL_SLOTS], far % LEVEL_SLOTS)
-        };
-        if on {
-            *word |= 1 << bit;
-        } else {
-            *word &= !(1 << bit);
+            let bit = 1u64 << (far % LEVEL_SLOTS);
+            let word = &mut self.far_occupied[far / LEVEL_SLOTS];
+            *word = if self.heads[list] == NIL {
+                *word & !bit
+            } else {
+                *word | bit
+            };
+            return;
         }
+        let parity = ((fire >> self.len_bits) & 1) as usize;
+        let count = &mut self.counts[list][parity];
+        *count = if on { *count + 1 } else { *count - 1 };
+        let (word, bit) = (&mut self.occupied[parity][list / 64], 1u64 << (list % 64));
+        *word = if *count == 0 {
+            *word & !bit
+        } else {
+            *word | bit
+        };
     }
 
     /// Unlinks `id` from its list; its value stays.
     fn unlink(&mut self, id: SlotId) {
-        let (list, prev, next) = {
+        let (list, prev, next, fire) = {
             let node = self.node(id);
-            let links = (node.list as usize, node.prev, node.next);
+            let links = (node.list as usize, node.prev, node.next, node.fire);
             node.list = NIL;
             links
         };
@@ -210,9 +225,7 @@ impl<T> Wheel<T> {
         } else {
             self.node(next).prev = prev;
         }
-        if self.heads[list] == NIL {
-            self.set_occupied(list, false);
-        }
+        self.count_in(list, fire, false);
     }
 
     /// Takes `id` out of the wheel, with its value; `None` if it is not in the wheel.
@@ -289,7 +302,7 @@ impl<T> Wheel<T> {
             let list = self.buckets() + level * LEVEL_SLOTS + slot;
             let mut id = std::mem::replace(&mut self.heads[list], NIL);
             self.tails[list] = NIL;
-            self.set_occupied(list, false);
+            self.count_in(list, 0, false);
             while id != NIL {
                 let (next, fire) = {
                     let node = self.node(id);
@@ -312,27 +325,18 @@ impl<T> Wheel<T> {
         }
     }
 
-    /// The tick of the first occupied bucket from the current tick on, a round at most.
+    /// The tick of the first bucket, from the current tick on, that holds a node due in its
+    /// round: this round's from the current bucket on, else the next round's.
     fn next_bucket_tick(&self) -> Option<u64> {
         let len = self.buckets();
         let start = (self.tick & self.mask()) as usize;
-        let words = self.occupied.len();
-        // The first word is looked at twice: from the start bit, and at the end before it.
-        for step in 0..=words {
-            let w = (start / 64 + step) % words;
-            let mut bits = self.occupied[w];
-            if step == 0 {
-                bits &= u64::MAX << (start % 64);
-            } else if step == words {
-                bits &= !(u64::MAX << (start % 64));
-            }
-            if bits != 0 {
-                let bucket = w * 64 + bits.trailing_zeros() as usize;
-                let ahead = (bucket + len - start) % len;
-                return Some(self.tick + ahead as u64);
-            }
+        let round_start = self.tick - start as u64;
+        let parity = ((self.tick >> self.len_bits) & 1) as usize;
+        if let Some(bucket) = first_set(&self.occupied[parity], start, len) {
+            return Some(round_start + bucket as u64);
         }
-        None
+        let bucket = first_set(&self.occupied[1 - parity], 0, len)?;
+        Some(round_start + len as u64 + bucket as u64)
     }
 
     /// The tick whose round start places a far slot again, the earliest.
@@ -378,6 +382,22 @@ impl<T> Wheel<T> {
     pub(crate) fn bytes(&self) -> usize {
         self.pages.iter().map(Vec::len).sum::<usize>() * std::mem::size_of::<Node<T>>()
     }
+}
+
+/// The first set bit of `bits` in `from..to`.
+fn first_set(bits: &[u64], from: usize, to: usize) -> Option<usize> {
+    let mut word = from / 64;
+    let mut mask = u64::MAX << (from % 64);
+    while word * 64 < to {
+        let set = bits[word] & mask;
+        if set != 0 {
+            let bit = word * 64 + set.trailing_zeros() as usize;
+            return (bit < to).then_some(bit);
+        }
+        word += 1;
+        mask = u64::MAX;
+    }
+    None
 }
 
 #[cfg(test)]
@@ -469,9 +489,7 @@ mod tests {
         let mut fired = Vec::new();
         wheel.expire(|_, v| fired.push(v));
         assert!(fired.is_empty());
-        // The bucket's bit stands for both rounds: one look a round finds it not due.
-        assert_eq!(wheel.next_work(), Some(1));
-        wheel.advance_to(2);
+        // The bucket holds a node of the next round only: no work before tick 9.
         assert_eq!(wheel.next_work(), Some(9));
     }
 
@@ -495,6 +513,59 @@ mod tests {
         }
         assert_eq!(fired, vec![(3_600_000, 0)]);
         assert!(wakes < 10, "{wakes} wake-ups");
+    }
+
+    /// Random inserts, removals and runs against a plain map: each node fires on
+    /// `max(fire, tick at insert)`, and `next_work` never passes a due node.
+    #[test]
+    fn matches_a_plain_model() {
+        let mut seed = 0x2545_f491_4f6c_dd1d_u64;
+        let mut rand = move |n: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % n
+        };
+        for len in [1usize, 2, 8, 64] {
+            let mut wheel = Wheel::new(len);
+            let mut model = std::collections::BTreeMap::new();
+            for _ in 0..20_000 {
+                match rand(10) {
+                    0..=5 => {
+                        let id = rand(500) as u32;
+                        if !model.contains_key(&id) {
+                            let far = [4, 64, 5_000, 300_000][rand(4) as usize];
+                            let fire = wheel.tick() + rand(far);
+                            wheel.insert(id, fire, fire);
+                            model.insert(id, fire);
+                        }
+                    }
+                    6 => {
+                        let id = rand(500) as u32;
+                        assert_eq!(wheel.remove(id), model.remove(&id));
+                    }
+                    _ => {
+                        let until = wheel.tick() + rand(2_000);
+                        let first_due = model.values().min().copied();
+                        let next = wheel.next_work();
+                        if let Some(due) = first_due {
+                            assert!(next.is_some_and(|n| n <= due && n >= wheel.tick()));
+                        }
+                        while wheel.tick() <= until {
+                            let tick = wheel.tick();
+                            wheel.expire(|id, fire| {
+                                assert_eq!(fire, tick, "slot {id}");
+                                assert_eq!(model.remove(&id), Some(fire));
+                            });
+                            assert!(model.values().all(|&f| f > tick));
+                            let next = wheel.next_work().map_or(until + 1, |t| t.max(tick + 1));
+                            wheel.advance_to(next.min(until + 1));
+                        }
+                    }
+                }
+            }
+            assert_eq!(wheel.len(), model.len());
+        }
     }
 
     #[test]
