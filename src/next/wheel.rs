@@ -533,11 +533,11 @@ mod tests {
                 match rand(10) {
                     0..=5 => {
                         let id = rand(500) as u32;
-                        if !model.contains_key(&id) {
+                        if let std::collections::btree_map::Entry::Vacant(slot) = model.entry(id) {
                             let far = [4, 64, 5_000, 300_000][rand(4) as usize];
                             let fire = wheel.tick() + rand(far);
                             wheel.insert(id, fire, fire);
-                            model.insert(id, fire);
+                            slot.insert(fire);
                         }
                     }
                     6 => {
