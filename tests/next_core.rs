@@ -327,3 +327,51 @@ fn producers_racing_stop_lose_nothing() {
         assert_eq!(timer.pending_timeouts(), 0);
     }
 }
+
+#[test]
+fn the_owner_dropped_in_a_task_ends_everything_without_deadlock() {
+    let timer: Timer = Timer::new(TICK, 8);
+    let owner = Arc::new(Mutex::new(None::<Timer>));
+    let ran = Arc::new(AtomicUsize::new(0));
+    let o = Arc::clone(&owner);
+    let dropper = timer
+        .new_timeout(Boxed::new(move |_| drop(o.lock().unwrap().take())), ms(1))
+        .unwrap();
+    let later = timer
+        .new_timeout(record_count(&ran), Duration::from_secs(60))
+        .unwrap();
+    *owner.lock().unwrap() = Some(timer);
+    let start = Instant::now();
+    while !(later.is_cancelled() && dropper.is_expired()) {
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "the worker did not end everything"
+        );
+        std::thread::sleep(ms(1));
+    }
+    assert_eq!(ran.load(Ordering::SeqCst), 0);
+}
+
+#[test]
+fn stop_inside_a_task_is_refused() {
+    let timer = Arc::new(manual(8));
+    let t = Arc::clone(&timer);
+    let refused = Arc::new(Mutex::new(None));
+    let r = Arc::clone(&refused);
+    timer
+        .new_timeout(
+            Boxed::new(move |_| *r.lock().unwrap() = Some(t.stop().unwrap_err())),
+            ms(1),
+        )
+        .unwrap();
+    timer.advance_to(ms(5));
+    assert_eq!(*refused.lock().unwrap(), Some(TimerError::StopFromWorker));
+    assert!(timer.stop().unwrap().is_empty());
+}
+
+fn record_count(ran: &Arc<AtomicUsize>) -> Boxed {
+    let ran = Arc::clone(ran);
+    Boxed::new(move |_| {
+        ran.fetch_add(1, Ordering::SeqCst);
+    })
+}

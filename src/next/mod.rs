@@ -31,7 +31,7 @@ pub(crate) mod worker;
 
 use crate::error::TimerError;
 use crate::sync::{
-    lock, thread, Arc, AtomicU64, AtomicU8, AtomicUsize, CachePadded, Mutex, Ordering,
+    lock, thread, Arc, AtomicBool, AtomicU64, AtomicU8, AtomicUsize, CachePadded, Mutex, Ordering,
 };
 use clock::Clock;
 pub(crate) use shard::{segment_len, Entry, SHARD_COUNT};
@@ -125,6 +125,10 @@ pub(crate) struct Shared<J: Job> {
     /// The worker thread, once started.
     thread: Mutex<Option<thread::JoinHandle<()>>>,
     worker_thread: Mutex<Option<thread::Thread>>,
+    /// The thread running a turn now: `stop()` there would wait for itself.
+    turn_thread: Mutex<Option<thread::ThreadId>>,
+    /// The owner went inside a turn (a task dropped it): the turn's runner ends everything.
+    orphaned: AtomicBool,
 }
 
 impl<J: Job> Shared<J> {
@@ -158,6 +162,8 @@ impl<J: Job> Shared<J> {
             worker: Mutex::new(None),
             thread: Mutex::new(None),
             worker_thread: Mutex::new(None),
+            turn_thread: Mutex::new(None),
+            orphaned: AtomicBool::new(false),
         });
         *lock(&shared.worker) = Some(Worker::new(&shared));
         shared
@@ -363,26 +369,62 @@ impl<J: Job> Shared<J> {
         self.state.load(Ordering::Acquire) == STARTED
     }
 
-    /// Stops the timer: the timeouts that neither expired nor were cancelled, each now
-    /// cancelled. Empty the second time.
-    pub(crate) fn stop(self: &Arc<Self>) -> Result<Vec<Timeout<J>>, TimerError> {
-        let on_worker = lock(&self.worker_thread)
-            .as_ref()
-            .is_some_and(|t| t.id() == thread::current().id());
-        if on_worker {
-            return Err(TimerError::StopFromWorker);
+    /// Runs a turn at `now` for whoever calls (the worker thread, a manual advance), then
+    /// publishes the plan; `None` once the timer is shut down. If the owner went during the
+    /// turn, this ends every timeout (`stop()` with nothing returned).
+    pub(crate) fn run_turn(&self, now: u64) -> Option<u64> {
+        let mut guard = lock(&self.worker);
+        let worker = guard.as_mut()?;
+        if self.is_shutdown() {
+            return None;
         }
+        *lock(&self.turn_thread) = Some(thread::current().id());
+        let busy = worker.turn(self, now);
+        let plan = worker.settle(self, busy);
+        *lock(&self.turn_thread) = None;
+        // Acquire: pairs with the Release in `shutdown`.
+        if self.orphaned.load(Ordering::Acquire) {
+            let mut worker = guard.take()?;
+            drop(guard);
+            let mut returned = Vec::new();
+            worker.stop(self, &mut returned);
+            drop(returned);
+            self.let_go();
+            return None;
+        }
+        Some(plan)
+    }
+
+    fn in_turn(&self) -> bool {
+        *lock(&self.turn_thread) == Some(thread::current().id())
+    }
+
+    /// Refuses every `new_timeout` from now on: SHUTDOWN, set under the `thread` lock, then
+    /// every shard's lock taken once (a producer that saw it clear has pushed); the worker
+    /// thread's handle, if any. `None` if it was shut down already.
+    fn shut(&self) -> Option<Option<thread::JoinHandle<()>>> {
         let join = {
             let mut thread = lock(&self.thread);
             if self.state.swap(SHUTDOWN, Ordering::SeqCst) == SHUTDOWN {
-                return Ok(Vec::new());
+                return None;
             }
             thread.take()
         };
-        // Every producer that took a shard lock before SHUTDOWN has pushed by now.
         for shard in self.shards.iter() {
             drop(lock(shard));
         }
+        Some(join)
+    }
+
+    /// Stops the timer: the timeouts that neither expired nor were cancelled, each now
+    /// cancelled. Empty the second time.
+    pub(crate) fn stop(&self) -> Result<Vec<Timeout<J>>, TimerError> {
+        if self.in_turn() {
+            return Err(TimerError::StopFromWorker);
+        }
+        let Some(join) = self.shut() else {
+            return Ok(Vec::new());
+        };
         if let Some(join) = join {
             self.unpark_worker();
             // A task's panic never unwinds the worker; a join error would be the crate's bug.
@@ -393,12 +435,30 @@ impl<J: Job> Shared<J> {
         if let Some(mut worker) = worker {
             worker.stop(self, &mut returned);
         }
+        self.let_go();
+        Ok(returned)
+    }
+
+    /// The owner's drop: a stop whose returned timeouts are dropped. Inside a turn (a task
+    /// dropped the owner) it only shuts the timer: the turn's runner ends the rest.
+    pub(crate) fn shutdown(&self) {
+        if !self.in_turn() {
+            drop(self.stop());
+            return;
+        }
+        // Release: pairs with the Acquire in `run_turn`.
+        self.orphaned.store(true, Ordering::Release);
+        // The thread's handle goes: nobody joins a thread from itself.
+        drop(self.shut());
+    }
+
+    /// The shards let go of their blocks and segments: no block keeps the timer alive.
+    fn let_go(&self) {
         for shard in self.shards.iter() {
             let mut shard = lock(shard);
             shard.cursor = None;
             shard.spares.clear();
             shard.free_segments.clear();
         }
-        Ok(returned)
     }
 }

@@ -4,7 +4,7 @@
 use super::clock::Clock;
 use super::{Boxed, Job, Shared, Timeout};
 use crate::error::TimerError;
-use crate::sync::{lock, Arc};
+use crate::sync::Arc;
 use std::time::Duration;
 
 /// The new core's timer, for its own tests and benches until the public types move onto it.
@@ -71,17 +71,13 @@ impl<J: Job> Timer<J> {
         if !self.shared.clock.advance(to) {
             return;
         }
-        let mut worker = lock(&self.shared.worker);
-        if let Some(worker) = worker.as_mut() {
-            let busy = worker.turn(&self.shared, self.shared.clock.now());
-            worker.settle(&self.shared, busy);
-        }
+        self.shared.run_turn(self.shared.clock.now());
     }
 }
 
 impl<J: Job> Drop for Timer<J> {
     fn drop(&mut self) {
-        let _ = self.shared.stop();
+        self.shared.shutdown();
     }
 }
 

@@ -22,7 +22,7 @@ use super::slots::{Block, Timeout, BLOCK};
 use super::wheel::{SlotId, Wheel};
 use super::{segment_len, Entry, Job, Shared, AWAKE, NEVER, SHARD_COUNT, TRANSFER_CAP};
 use crate::shared::{catch_user_panic, drop_caught, log_caught};
-use crate::sync::{lock, thread, Arc};
+use crate::sync::{thread, Arc};
 use std::collections::VecDeque;
 
 /// The worker gives back what drained at most this often while busy, and before a sleep of
@@ -337,16 +337,7 @@ fn split(id: SlotId) -> (usize, usize) {
 
 /// The worker thread: turns, and sleeps to the planned tick, until the timer stops.
 pub(crate) fn run_thread<J: Job>(shared: &Arc<Shared<J>>) {
-    loop {
-        let planned = {
-            let mut guard = lock(&shared.worker);
-            let Some(worker) = guard.as_mut() else { return };
-            if shared.is_shutdown() {
-                return;
-            }
-            let busy = worker.turn(shared, shared.clock.now());
-            worker.settle(shared, busy)
-        };
+    while let Some(planned) = shared.run_turn(shared.clock.now()) {
         if shared.is_shutdown() {
             return;
         }
