@@ -130,3 +130,26 @@ fn next_two_first_new_timeouts_start_one_worker() {
         assert!(returned.contains(&mine) && returned.contains(&theirs));
     });
 }
+
+#[test]
+fn next_stop_vs_cancel() {
+    check("next_stop_vs_cancel", || {
+        let timer = Arc::new(Timer::manual(TICK, 4, None));
+        let ran = Arc::new(AtomicUsize::new(0));
+        let placed = timer.new_timeout(counting(&ran), TICK * 10).unwrap();
+        timer.advance_to(TICK);
+        let queued = timer.new_timeout(counting(&ran), TICK * 10).unwrap();
+        let canceller = {
+            let (placed, queued) = (placed.clone(), queued.clone());
+            thread::spawn(move || (placed.cancel(), queued.cancel()))
+        };
+        let returned = timer.stop().unwrap();
+        let (placed_won, queued_won) = canceller.join().unwrap();
+        // Exactly one of cancel() and stop() wins each timeout.
+        assert_ne!(placed_won, returned.contains(&placed));
+        assert_ne!(queued_won, returned.contains(&queued));
+        assert!(placed.is_cancelled() && queued.is_cancelled());
+        assert_eq!(ran.load(SeqCst), 0);
+        assert_eq!(timer.pending_timeouts(), 0);
+    });
+}
