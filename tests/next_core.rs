@@ -375,3 +375,22 @@ fn record_count(ran: &Arc<AtomicUsize>) -> Boxed {
         ran.fetch_add(1, Ordering::SeqCst);
     })
 }
+
+#[test]
+fn a_task_reschedules_itself_through_its_timeout() {
+    fn again(left: Arc<AtomicUsize>) -> Boxed {
+        Boxed::new(move |t| {
+            if left.fetch_sub(1, Ordering::SeqCst) > 1 {
+                t.timer().new_timeout_detached(again(left), ms(3)).unwrap();
+            }
+        })
+    }
+    let timer = manual(32);
+    let left = Arc::new(AtomicUsize::new(5));
+    timer.new_timeout_detached(again(Arc::clone(&left)), ms(3)).unwrap();
+    for now in 0..40 {
+        timer.advance_to(ms(now));
+    }
+    assert_eq!(left.load(Ordering::SeqCst), 0);
+    assert_eq!(timer.pending_timeouts(), 0);
+}

@@ -36,8 +36,8 @@ use crate::sync::{
 use clock::Clock;
 pub(crate) use shard::{segment_len, Entry, SHARD_COUNT};
 use shard::{shard_index, Shard, SHARDS, SPARE_BLOCKS, SPARE_SEGMENTS};
-pub use slots::Timeout;
 use slots::{Block, BlockIds, BLOCK};
+pub use slots::{Timeout, TimerRef};
 use std::time::Duration;
 pub use timer::Timer;
 use wheel::SlotId;

@@ -51,7 +51,7 @@ pub(crate) struct Block<J: Job> {
     /// The shard that takes slots from it, and gets it back as a spare.
     shard: usize,
     states: [AtomicU8; BLOCK],
-    shared: Arc<Shared<J>>,
+    timer: TimerRef<J>,
 }
 
 impl<J: Job> Block<J> {
@@ -72,7 +72,7 @@ impl<J: Job> Block<J> {
             id,
             shard,
             states: std::array::from_fn(|_| AtomicU8::new(QUEUED)),
-            shared: Arc::clone(shared),
+            timer: TimerRef(Arc::clone(shared)),
         }))
     }
 
@@ -146,7 +146,42 @@ impl<J: Job> Block<J> {
 
 impl<J: Job> Drop for Block<J> {
     fn drop(&mut self) {
-        lock(&self.shared.block_ids).free.push(Reverse(self.id));
+        lock(&self.timer.0.block_ids).free.push(Reverse(self.id));
+    }
+}
+
+/// A reference to a timer's shared state, as a timeout reaches its timer (the public
+/// `TimerHandle` is this type once the public types move onto the core).
+pub struct TimerRef<J: Job>(pub(crate) Arc<Shared<J>>);
+
+impl<J: Job> TimerRef<J> {
+    /// Timeouts accepted and not yet ended.
+    pub fn pending_timeouts(&self) -> usize {
+        self.0.pending()
+    }
+
+    /// Schedules `task` on this timer, with no handle (a task rescheduling itself).
+    pub fn new_timeout_detached(
+        &self,
+        task: J,
+        delay: std::time::Duration,
+    ) -> Result<(), crate::TimerError> {
+        self.0
+            .schedule(task, delay, true)
+            .map(drop)
+            .map_err(|(e, _)| e)
+    }
+}
+
+impl<J: Job> Clone for TimerRef<J> {
+    fn clone(&self) -> Self {
+        TimerRef(Arc::clone(&self.0))
+    }
+}
+
+impl<J: Job> fmt::Debug for TimerRef<J> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TimerRef").finish_non_exhaustive()
     }
 }
 
@@ -178,11 +213,16 @@ impl<J: Job> Timeout<J> {
     /// Cancels the timeout if it is still pending: true only for the call that did it.
     pub fn cancel(&self) -> bool {
         match self.block.cancel(self.index as usize) {
-            Some(PLACED) => self.block.shared.push_cancel(self.slot()),
+            Some(PLACED) => self.block.timer.0.push_cancel(self.slot()),
             Some(_) => {}
             None => return false,
         }
         true
+    }
+
+    /// The timer the timeout belongs to.
+    pub fn timer(&self) -> &TimerRef<J> {
+        &self.block.timer
     }
 
     /// Whether the timeout was cancelled (by `cancel()` or `stop()`).
