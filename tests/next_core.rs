@@ -387,7 +387,9 @@ fn a_task_reschedules_itself_through_its_timeout() {
     }
     let timer = manual(32);
     let left = Arc::new(AtomicUsize::new(5));
-    timer.new_timeout_detached(again(Arc::clone(&left)), ms(3)).unwrap();
+    timer
+        .new_timeout_detached(again(Arc::clone(&left)), ms(3))
+        .unwrap();
     for now in 0..40 {
         timer.advance_to(ms(now));
     }

@@ -23,6 +23,7 @@
 //! through the shards and the slot states. The worker's turns run under `Shared::worker`'s lock.
 
 pub(crate) mod clock;
+mod lifecycle;
 mod shard;
 pub(crate) mod slots;
 mod timer;
@@ -339,126 +340,5 @@ impl<J: Job> Shared<J> {
         self.worker_tick.store(tick, Ordering::Relaxed);
         // SeqCst: see `wake_if_later_than`.
         self.planned.store(planned, Ordering::SeqCst);
-    }
-
-    /// Starts the worker thread, once.
-    pub(crate) fn start(self: &Arc<Self>, name: &str) -> Result<(), TimerError> {
-        if matches!(self.clock, Clock::Manual(_)) {
-            return Ok(());
-        }
-        let mut thread = lock(&self.thread);
-        if self.is_shutdown() {
-            return Err(TimerError::Stopped);
-        }
-        if self.state.load(Ordering::Acquire) == STARTED {
-            return Ok(());
-        }
-        let shared = Arc::clone(self);
-        let handle = thread::Builder::new()
-            .name(name.to_owned())
-            .spawn(move || worker::run_thread(&shared))
-            .expect("the timer's worker thread could not be spawned");
-        *lock(&self.worker_thread) = Some(handle.thread().clone());
-        *thread = Some(handle);
-        // Release: pairs with the Acquire in `is_started`.
-        self.state.store(STARTED, Ordering::Release);
-        Ok(())
-    }
-
-    pub(crate) fn is_started(&self) -> bool {
-        self.state.load(Ordering::Acquire) == STARTED
-    }
-
-    /// Runs a turn at `now` for whoever calls (the worker thread, a manual advance), then
-    /// publishes the plan; `None` once the timer is shut down. If the owner went during the
-    /// turn, this ends every timeout (`stop()` with nothing returned).
-    pub(crate) fn run_turn(&self, now: u64) -> Option<u64> {
-        let mut guard = lock(&self.worker);
-        let worker = guard.as_mut()?;
-        if self.is_shutdown() {
-            return None;
-        }
-        *lock(&self.turn_thread) = Some(thread::current().id());
-        let busy = worker.turn(self, now);
-        let plan = worker.settle(self, busy);
-        *lock(&self.turn_thread) = None;
-        // Acquire: pairs with the Release in `shutdown`.
-        if self.orphaned.load(Ordering::Acquire) {
-            let mut worker = guard.take()?;
-            drop(guard);
-            let mut returned = Vec::new();
-            worker.stop(self, &mut returned);
-            drop(returned);
-            self.let_go();
-            return None;
-        }
-        Some(plan)
-    }
-
-    fn in_turn(&self) -> bool {
-        *lock(&self.turn_thread) == Some(thread::current().id())
-    }
-
-    /// Refuses every `new_timeout` from now on: SHUTDOWN, set under the `thread` lock, then
-    /// every shard's lock taken once (a producer that saw it clear has pushed); the worker
-    /// thread's handle, if any. `None` if it was shut down already.
-    fn shut(&self) -> Option<Option<thread::JoinHandle<()>>> {
-        let join = {
-            let mut thread = lock(&self.thread);
-            if self.state.swap(SHUTDOWN, Ordering::SeqCst) == SHUTDOWN {
-                return None;
-            }
-            thread.take()
-        };
-        for shard in self.shards.iter() {
-            drop(lock(shard));
-        }
-        Some(join)
-    }
-
-    /// Stops the timer: the timeouts that neither expired nor were cancelled, each now
-    /// cancelled. Empty the second time.
-    pub(crate) fn stop(&self) -> Result<Vec<Timeout<J>>, TimerError> {
-        if self.in_turn() {
-            return Err(TimerError::StopFromWorker);
-        }
-        let Some(join) = self.shut() else {
-            return Ok(Vec::new());
-        };
-        if let Some(join) = join {
-            self.unpark_worker();
-            // A task's panic never unwinds the worker; a join error would be the crate's bug.
-            let _ = join.join();
-        }
-        let worker = lock(&self.worker).take();
-        let mut returned = Vec::new();
-        if let Some(mut worker) = worker {
-            worker.stop(self, &mut returned);
-        }
-        self.let_go();
-        Ok(returned)
-    }
-
-    /// The owner's drop: a stop whose returned timeouts are dropped. Inside a turn (a task
-    /// dropped the owner) it only shuts the timer: the turn's runner ends the rest.
-    pub(crate) fn shutdown(&self) {
-        if !self.in_turn() {
-            drop(self.stop());
-            return;
-        }
-        // Release: pairs with the Acquire in `run_turn`.
-        self.orphaned.store(true, Ordering::Release);
-        // The thread's handle goes: nobody joins a thread from itself.
-        drop(self.shut());
-    }
-
-    /// The shards let go of their blocks and segments: no block keeps the timer alive.
-    fn let_go(&self) {
-        for shard in self.shards.iter() {
-            let mut shard = lock(shard);
-            shard.cursor = None;
-            shard.spares.clear();
-            shard.free_segments.clear();
-        }
     }
 }

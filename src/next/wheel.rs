@@ -1,8 +1,8 @@
 //! The pure wheel: buckets of timeouts by fire tick, far levels for the timeouts rounds away,
 //! and occupancy bits so that an empty tick costs nothing. No threads, no clock, no atomics.
 //!
-//! A timeout is named by its slot id (`SlotId`, the same number the handle and the queues use),
-//! and the wheel keeps its links, fire tick and value in paged arrays indexed by that id.
+//! A timeout is named by its slot id (as in the handle and the queues); the wheel keeps its
+//! links, fire tick and value in paged arrays indexed by that id.
 //!
 //! # Ground rules
 //! - `tick` is the tick the wheel is in: the next one to expire. Every timeout in the wheel has
@@ -19,7 +19,6 @@
 
 /// A timeout's one name: block number times `BLOCK` plus its index in the block.
 pub(crate) type SlotId = u32;
-
 /// No slot, or no list.
 pub(crate) const NIL: u32 = u32::MAX;
 
@@ -101,12 +100,6 @@ impl<T> Wheel<T> {
     /// The tick the wheel is in: the next to expire.
     pub(crate) fn tick(&self) -> u64 {
         self.tick
-    }
-
-    /// Nodes in the wheel.
-    #[cfg(test)]
-    pub(crate) fn len(&self) -> usize {
-        self.count
     }
 
     fn mask(&self) -> u64 {
@@ -517,6 +510,12 @@ mod tests {
 
     /// Random inserts, removals and runs against a plain map: each node fires on
     /// `max(fire, tick at insert)`, and `next_work` never passes a due node.
+    impl<T> Wheel<T> {
+        fn len(&self) -> usize {
+            self.count
+        }
+    }
+
     #[test]
     fn matches_a_plain_model() {
         let mut seed = 0x2545_f491_4f6c_dd1d_u64;
