@@ -396,3 +396,40 @@ fn a_task_reschedules_itself_through_its_timeout() {
     assert_eq!(left.load(Ordering::SeqCst), 0);
     assert_eq!(timer.pending_timeouts(), 0);
 }
+
+#[test]
+fn stats_count_each_outcome_once() {
+    let timer: Timer = Timer::manual(TICK, 8, Some(4));
+    let fires = timer.new_timeout(Boxed::new(|_| {}), ms(1)).unwrap();
+    let panics = timer
+        .new_timeout(Boxed::new(|_| panic!("a task")), ms(1))
+        .unwrap();
+    let queued = timer.new_timeout(Boxed::new(|_| {}), ms(1)).unwrap();
+    assert!(queued.cancel());
+    let in_wheel = timer.new_timeout(Boxed::new(|_| {}), ms(50)).unwrap();
+    assert!(timer.new_timeout(Boxed::new(|_| {}), ms(1)).is_err());
+    // Deadlines at 1 ms, fired by the turn at 2 ms: a tick late.
+    timer.advance_to(ms(2));
+    assert!(in_wheel.cancel());
+    // A deadline at 2 ms, fired by the turn at 942 ms.
+    let late = timer.new_timeout(Boxed::new(|_| {}), ms(0)).unwrap();
+    timer.advance_to(ms(942));
+    let stats = timer.stats();
+    assert!(fires.is_expired() && panics.is_expired() && late.is_expired());
+    assert_eq!(
+        (
+            stats.expired,
+            stats.panicked,
+            stats.cancelled,
+            stats.refused
+        ),
+        (3, 1, 2, 1)
+    );
+    assert_eq!(stats.late_max, ms(940));
+    assert_eq!(stats.lateness, [0, 2, 0, 0, 0, 0, 0, 1]);
+    assert_eq!(stats.tick, 942);
+    assert_eq!(
+        (stats.slow_runs, stats.longest_run, stats.wakeups),
+        (0, Duration::ZERO, 0)
+    );
+}

@@ -46,8 +46,12 @@ impl<J: Job> Shared<J> {
             return None;
         }
         *lock(&self.turn_thread) = Some(thread::current().id());
+        if !matches!(self.clock, Clock::Manual(_)) {
+            worker.tally.wakeups += 1;
+        }
         let busy = worker.turn(self, now);
         let plan = worker.settle(self, busy);
+        worker.publish(self);
         *lock(&self.turn_thread) = None;
         // Acquire: pairs with the Release in `shutdown`.
         if self.orphaned.load(Ordering::Acquire) {

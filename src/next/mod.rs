@@ -26,6 +26,7 @@ pub(crate) mod clock;
 mod lifecycle;
 mod shard;
 pub(crate) mod slots;
+mod stats;
 mod timer;
 pub(crate) mod wheel;
 pub(crate) mod worker;
@@ -121,6 +122,7 @@ pub(crate) struct Shared<J: Job> {
     pub(crate) wheel_len: usize,
     pub(crate) clock: Clock,
     pub(crate) executor: Option<Executor>,
+    pub(crate) counters: stats::Counters,
     /// The worker between turns; whoever runs a turn holds this lock. `None` once stopped.
     pub(crate) worker: Mutex<Option<Worker<J>>>,
     /// The worker thread, once started.
@@ -160,6 +162,7 @@ impl<J: Job> Shared<J> {
             wheel_len,
             clock,
             executor,
+            counters: stats::Counters::default(),
             worker: Mutex::new(None),
             thread: Mutex::new(None),
             worker_thread: Mutex::new(None),
@@ -186,10 +189,14 @@ impl<J: Job> Shared<J> {
         let delay = u64::try_from(delay.as_nanos()).unwrap_or(u64::MAX);
         let deadline = now.saturating_add(delay);
         if let Err(e) = self.reserve() {
+            self.counters.refused();
             return Err((e, task));
         }
         let pushed = self.push(task, deadline, detached);
-        let (handle, was_empty) = pushed.inspect_err(|_| self.unreserve())?;
+        let (handle, was_empty) = pushed.inspect_err(|_| {
+            self.unreserve();
+            self.counters.refused();
+        })?;
         let fire = deadline / self.tick_nanos;
         let now_tick = now / self.tick_nanos;
         // The first push since the worker took the queues asks for a look within a tick, so
@@ -282,6 +289,11 @@ impl<J: Job> Shared<J> {
         if let Some(worker) = lock(&self.worker_thread).as_ref() {
             worker.unpark();
         }
+    }
+
+    /// The counters as of the worker's last turn.
+    pub(crate) fn stats(&self) -> crate::TimerStats {
+        self.counters.read()
     }
 
     /// Timeouts accepted and not yet ended.

@@ -60,6 +60,11 @@ impl<J: Job> Timer<J> {
         self.shared.pending()
     }
 
+    /// The timer's counters, as of the worker's last turn.
+    pub fn stats(&self) -> crate::TimerStats {
+        self.shared.stats()
+    }
+
     /// Stops the timer; the timeouts that never ran, now cancelled.
     pub fn stop(&self) -> Result<Vec<Timeout<J>>, TimerError> {
         self.shared.stop()

@@ -19,6 +19,7 @@
 //! `stop()`; each end counts in `Shared::set_ended` before the task runs.
 
 use super::slots::{Block, Timeout, BLOCK};
+use super::stats::Tally;
 use super::wheel::{SlotId, Wheel};
 use super::{segment_len, Entry, Job, Shared, AWAKE, NEVER, SHARD_COUNT, TRANSFER_CAP};
 use crate::shared::{catch_user_panic, drop_caught, log_caught};
@@ -33,9 +34,15 @@ const TRIM_NANOS: u64 = 1_000_000_000;
 /// buffers of a thread's arena after a burst.
 const KEEP_BYTES: usize = 64 << 10;
 
+/// A task in the wheel, with its deadline (ns since the origin) for the lateness counters.
+struct Waiting<J> {
+    task: J,
+    deadline: u64,
+}
+
 /// The worker's state between turns: see the module docs.
 pub(crate) struct Worker<J: Job> {
-    wheel: Wheel<J>,
+    wheel: Wheel<Waiting<J>>,
     /// Per block id: the block, while it has slots the worker has not ended.
     blocks: Vec<Option<Arc<Block<J>>>>,
     /// Per block id: slots ended.
@@ -48,7 +55,11 @@ pub(crate) struct Worker<J: Job> {
     cancels: Vec<SlotId>,
     /// Per shard: blocks to give back at the next `collect`.
     spares: Vec<Vec<Arc<Block<J>>>>,
-    due: Vec<(SlotId, J)>,
+    due: Vec<(SlotId, Waiting<J>)>,
+    /// Counters, published once a turn.
+    pub(crate) tally: Tally,
+    /// The `now` of the current turn.
+    now: u64,
     ended: u64,
     /// Transfers left in `budget_tick`.
     budget: usize,
@@ -70,6 +81,8 @@ impl<J: Job> Worker<J> {
             cancels: Vec::new(),
             spares: (0..SHARD_COUNT).map(|_| Vec::new()).collect(),
             due: Vec::new(),
+            tally: Tally::default(),
+            now: 0,
             ended: 0,
             budget: TRANSFER_CAP,
             budget_tick: 0,
@@ -80,6 +93,7 @@ impl<J: Job> Worker<J> {
 
     /// Runs every tick that ended by `now`; whether it found anything in the queues.
     pub(crate) fn turn(&mut self, shared: &Shared<J>, now: u64) -> bool {
+        self.now = now;
         if now.saturating_sub(self.trimmed_at) >= TRIM_NANOS {
             self.trimmed_at = now;
             self.trim();
@@ -163,8 +177,9 @@ impl<J: Job> Worker<J> {
             .and_then(Option::as_ref)
             .is_some_and(|b| b.is_cancelled(index));
         if cancelled && self.wheel.contains(id) {
-            if let Some(task) = self.wheel.remove(id) {
-                self.end(shared, id, task);
+            if let Some(waiting) = self.wheel.remove(id) {
+                self.tally.cancelled += 1;
+                self.end(shared, id, waiting.task);
             }
         }
     }
@@ -199,11 +214,22 @@ impl<J: Job> Worker<J> {
         let placed = self.blocks[bid].as_ref().is_some_and(|b| b.place(index));
         if !placed {
             // A `cancel()` won it while it was queued: it ends here.
+            self.tally.cancelled += 1;
             self.end(shared, entry.id, entry.task);
         } else {
-            self.wheel
-                .insert(entry.id, entry.deadline / self.tick_nanos, entry.task);
+            let fire = entry.deadline / self.tick_nanos;
+            let waiting = Waiting {
+                task: entry.task,
+                deadline: entry.deadline,
+            };
+            self.wheel.insert(entry.id, fire, waiting);
         }
+    }
+
+    /// Publishes the counters (`Shared::stats`).
+    pub(crate) fn publish(&mut self, shared: &Shared<J>) {
+        self.tally.tick = self.wheel.tick();
+        shared.counters.publish(&self.tally);
     }
 
     /// Gives back the memory of what drained: the wheel's empty pages, and the block table's
@@ -254,7 +280,9 @@ impl<J: Job> Worker<J> {
                 self.retire(block);
             }
         }
-        drop_caught(task);
+        if !drop_caught(task) {
+            self.tally.panicked += 1;
+        }
     }
 
     /// Expires the current tick's bucket: each due timeout is ended, then its task runs (unless
@@ -262,27 +290,37 @@ impl<J: Job> Worker<J> {
     /// worker's reference to the block.
     fn expire(&mut self, shared: &Shared<J>) {
         let mut due = std::mem::take(&mut self.due);
-        self.wheel.expire(|id, task| due.push((id, task)));
-        for (id, task) in due.drain(..) {
+        self.wheel.expire(|id, waiting| due.push((id, waiting)));
+        let started = (!due.is_empty()).then(|| shared.clock.now());
+        for (id, waiting) in due.drain(..) {
             let (bid, index) = split(id);
             let mut block = self.blocks[bid]
                 .take()
                 .expect("a slot in the wheel has its block");
             let last = self.count_end(shared, bid);
-            if block.expire(index) {
+            let ran = if block.expire(index) {
+                let late = self.now.saturating_sub(waiting.deadline);
+                self.tally.fired(late, self.tick_nanos);
                 let timeout = Timeout::new(block, index);
-                run(shared, task, &timeout);
+                let ran = run(shared, waiting.task, &timeout);
                 block = timeout.into_block();
+                ran
             } else {
-                drop_caught(task);
-            }
+                self.tally.cancelled += 1;
+                drop_caught(waiting.task)
+            };
+            self.tally.panicked += u64::from(!ran);
             if last {
                 self.retire(block);
             } else {
                 self.blocks[bid] = Some(block);
             }
         }
-        if due.capacity() * std::mem::size_of::<(SlotId, J)>() <= KEEP_BYTES {
+        if let Some(started) = started {
+            let nanos = shared.clock.now().saturating_sub(started);
+            self.tally.ran(nanos, self.tick_nanos);
+        }
+        if due.capacity() * std::mem::size_of::<(SlotId, Waiting<J>)>() <= KEEP_BYTES {
             self.due = due;
         }
     }
@@ -297,38 +335,43 @@ impl<J: Job> Worker<J> {
             self.register(split(entry.id).0, entry.block);
             rest.push((entry.id, entry.task));
         }
-        self.wheel.drain(|id, task| rest.push((id, task)));
+        self.wheel
+            .drain(|id, waiting| rest.push((id, waiting.task)));
         for (id, task) in rest {
             let (bid, index) = split(id);
-            if let Some(block) = &self.blocks[bid] {
-                if block.cancel(index).is_some() {
+            match &self.blocks[bid] {
+                Some(block) if block.cancel(index).is_some() => {
                     returned.push(Timeout::new(Arc::clone(block), index));
                 }
+                // A cancel() won it, and the worker had not ended it yet.
+                _ => self.tally.cancelled += 1,
             }
             self.end(shared, id, task);
         }
+        self.publish(shared);
     }
 }
 
 /// Runs an expired task inline, or hands it to the executor; a panic is caught and logged.
-fn run<J: Job>(shared: &Shared<J>, task: J, timeout: &Timeout<J>) {
-    match &shared.executor {
-        None => {
-            if !catch_user_panic(|| task.run(timeout)) {
-                log_caught(log::Level::Warn, format_args!("a timer task panicked"));
-            }
+/// Whether it did not panic.
+fn run<J: Job>(shared: &Shared<J>, task: J, timeout: &Timeout<J>) -> bool {
+    let Some(executor) = &shared.executor else {
+        let ran = catch_user_panic(|| task.run(timeout));
+        if !ran {
+            log_caught(log::Level::Warn, format_args!("a timer task panicked"));
         }
-        Some(executor) => {
-            let timeout = timeout.clone();
-            let job: Box<dyn FnOnce() + Send> = Box::new(move || task.run(&timeout));
-            if !catch_user_panic(|| executor(job)) {
-                log_caught(
-                    log::Level::Warn,
-                    format_args!("the timer's executor panicked"),
-                );
-            }
-        }
+        return ran;
+    };
+    let timeout = timeout.clone();
+    let job: Box<dyn FnOnce() + Send> = Box::new(move || task.run(&timeout));
+    let ran = catch_user_panic(|| executor(job));
+    if !ran {
+        log_caught(
+            log::Level::Warn,
+            format_args!("the timer's executor panicked"),
+        );
     }
+    ran
 }
 
 fn split(id: SlotId) -> (usize, usize) {
