@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Runs every loom model in loom-tests/ and prints iterations and wall time per model.
-# CI (.ci/run) calls it with no arguments. See loom-tests/README.md.
+# CI (.ci/run) calls it twice: most protocol files at LOOM_MAX_PREEMPTIONS=3, the three whose
+# models take longest at 2. See loom-tests/README.md.
 #
-#   bash loom-tests/run.sh                          # the CI bound: LOOM_MAX_PREEMPTIONS=3
+#   bash loom-tests/run.sh                          # every model at LOOM_MAX_PREEMPTIONS=3
 #   LOOM_MAX_PREEMPTIONS=4 bash loom-tests/run.sh   # deeper (about half an hour on two cores)
 #   bash loom-tests/run.sh sleep_wake stop_vs_cancel   # some protocol files only
 set -euo pipefail
