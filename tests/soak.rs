@@ -1,6 +1,6 @@
 //! Soak: the timers under a mixed load for a while, then their books balanced.
 //!
-//! For `SOAK_SECS` seconds (3 by default, so that `cargo test` stays quick; CI runs 60, and
+//! For `SOAK_SECS` seconds (3 by default, so that `cargo test` stays quick; CI runs 20, and
 //! `SOAK_SECS=3600` runs an hour), after a warm-up of the same load:
 //! - two producer threads schedule one-shot tasks (delays of 1 ms to 2 s, about 70 % cancelled
 //!   before their deadline, the rest left to fire with their handle kept, dropped at once, or
