@@ -264,6 +264,10 @@ impl<J: Job> Shared<J> {
     pub(crate) fn push_cancel(&self, id: SlotId) {
         let was_empty = {
             let mut shard = lock(&self.shards[shard_index()]);
+            // Under the shard lock, as in `push`: after a stop, nobody takes the queues.
+            if self.is_shutdown() {
+                return;
+            }
             let was_empty = shard.is_empty();
             shard.cancels.push(id);
             was_empty
