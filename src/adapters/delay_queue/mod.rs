@@ -5,8 +5,10 @@
 //! wakes the polling task. Touches the wheel, the timer's clock and tick, `Sleep`.
 //!
 //! # Ground rules
-//! - The wheel ticks on the timer's grid, so a `Sleep` armed for the start of fire tick `t`
-//!   completes once the worker has passed the end of `t`: each wake-up finds work.
+//! - The wheel ticks on the timer's grid, so a `Sleep` armed for the start of tick `t`
+//!   completes once the worker has passed the end of `t`. It is armed for the wheel's next
+//!   tick with work (`Wheel::next_work`): each wake-up finds work, if not always an item (a
+//!   bucket that holds only the next round's items is looked at once, a round early).
 //! - Every tick before the wheel's has been processed; inserts go in at the wheel's tick.
 //! - A key is a slot id and a stamp, a 32-bit count of inserts starting at the queue's own
 //!   offset (`first_stamp`): a dead key names no later value, within the limits [`Key`] gives.
@@ -101,7 +103,7 @@ pub struct DelayQueue<T> {
     ready: VecDeque<Option<(Key, Item<T>)>>,
     /// The place in yield order of the front of `ready` (a count that wraps).
     ready_base: u32,
-    /// Armed for the start of fire tick `armed`.
+    /// Armed for the start of tick `armed`.
     sleep: Option<Sleep>,
     armed: u64,
     /// The queue's last reading of the producers' clock.

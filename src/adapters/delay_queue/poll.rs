@@ -69,10 +69,11 @@ impl<T> DelayQueue<T> {
             if self.expire_due() {
                 continue;
             }
-            let Some((fire, _)) = self.wheel.first_tick() else {
+            // Not `first_tick`, which walks a bucket of the next round's items at each poll.
+            let Some(tick) = self.wheel.next_work() else {
                 unreachable!("items held, none ready: the wheel holds them");
             };
-            self.arm(fire);
+            self.arm(tick);
             let Some(sleep) = self.sleep.as_mut() else {
                 unreachable!("armed just now");
             };
@@ -81,7 +82,7 @@ impl<T> DelayQueue<T> {
                     self.keep_waker(cx.waker());
                     return Poll::Pending;
                 }
-                // Tick `fire` has ended on the timer's clock: expire it.
+                // Tick `tick` has ended on the timer's clock: look at the wheel again.
                 Poll::Ready(Ok(())) => continue,
                 Poll::Ready(Err(TimerError::Stopped)) => {
                     // Nothing will wake the queue again; what was due has been yielded. Ending
@@ -111,13 +112,13 @@ impl<T> DelayQueue<T> {
         waker.wake_by_ref();
     }
 
-    /// Arms the `Sleep` for the start of fire tick `fire`: it completes once that tick ends.
-    pub(super) fn arm(&mut self, fire: u64) {
-        if self.sleep.is_some() && self.armed == fire {
+    /// Arms the `Sleep` for the start of tick `tick`: it completes once that tick ends.
+    pub(super) fn arm(&mut self, tick: u64) {
+        if self.sleep.is_some() && self.armed == tick {
             return;
         }
         let shared = &self.timer.shared;
-        let deadline = fire.saturating_mul(self.tick_nanos);
+        let deadline = tick.saturating_mul(self.tick_nanos);
         let now = shared.clock.now_upper();
         // Exempt from a pending limit: refused, the queue could only poll again at once.
         match self.sleep.as_mut() {
@@ -130,7 +131,7 @@ impl<T> DelayQueue<T> {
             }
             None => self.sleep = Some(Sleep::exempt_at(shared, deadline, now)),
         }
-        self.armed = fire;
+        self.armed = tick;
     }
 
     /// Moves every due item from the wheel to `ready`, by deadline; whether any moved.
