@@ -169,11 +169,11 @@ mod timeout;
 mod task;
 // The owner, its handles' methods, the builder, the futures, the lifecycle.
 mod timer;
-// Adapters to other crates' timer interfaces.
-mod adapters;
 // The new core, beside the old one until the public types move onto it.
 #[doc(hidden)]
 pub mod next;
+// Adapters to other crates' timer interfaces.
+mod adapters;
 
 /// What the loom models observe and drive beyond the public API (`--cfg loom` only).
 #[cfg(loom)]

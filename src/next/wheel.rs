@@ -268,6 +268,91 @@ impl<T> Wheel<T> {
         }
     }
 
+    /// [`expire`](Wheel::expire), taking only the due nodes whose value `due` accepts: the
+    /// others stay in their bucket, in order, for a later look at the same tick.
+    pub(crate) fn expire_if(
+        &mut self,
+        mut due: impl FnMut(&T) -> bool,
+        mut f: impl FnMut(SlotId, T),
+    ) {
+        let tick = self.tick;
+        let mut id = self.heads[(tick & self.mask()) as usize];
+        while id != NIL {
+            let node = self.node(id);
+            let next = node.next;
+            if node.fire <= tick && node.value.as_ref().is_some_and(&mut due) {
+                if let Some(value) = self.remove(id) {
+                    f(id, value);
+                }
+            }
+            id = next;
+        }
+    }
+
+    /// The value under `id`, if it is in the wheel.
+    pub(crate) fn get(&self, id: SlotId) -> Option<&T> {
+        self.node_ref(id).filter(|n| n.list != NIL)?.value.as_ref()
+    }
+
+    /// The least fire tick of the nodes in the wheel, and that tick's nodes (ids and values) in
+    /// the order `expire` gives them up; `None` when the wheel is empty. Walks the buckets' lists
+    /// up to the first tick that has a node, or, with none, the far slot placed again first.
+    pub(crate) fn first_tick(&self) -> Option<(u64, impl Iterator<Item = (SlotId, &T)> + '_)> {
+        let (fire, list) = self.first_bucket().or_else(|| {
+            // Every far node fires after every bucket's; the lowest level's lowest slot holds
+            // the lowest rounds (see the module docs).
+            let level = self.far_occupied.iter().position(|&bits| bits != 0)?;
+            let slot = self.far_occupied[level].trailing_zeros() as usize;
+            let list = self.buckets() + level * LEVEL_SLOTS + slot;
+            Some((self.least_fire(list, 0)?, list))
+        })?;
+        let nodes = self.list_nodes(list).filter(move |(_, n)| n.fire == fire);
+        Some((
+            fire,
+            nodes.filter_map(|(id, n)| Some((id, n.value.as_ref()?))),
+        ))
+    }
+
+    /// The least fire tick of the buckets' nodes, and its bucket.
+    fn first_bucket(&self) -> Option<(u64, usize)> {
+        let mut first: Option<(u64, usize)> = None;
+        for ahead in 0..self.buckets() as u64 {
+            let visit = self.tick.saturating_add(ahead);
+            if first.is_some_and(|(fire, _)| fire <= visit) {
+                break;
+            }
+            let list = (visit & self.mask()) as usize;
+            let Some(fire) = self.least_fire(list, visit) else {
+                continue;
+            };
+            if first.is_none_or(|(least, _)| fire < least) {
+                first = Some((fire, list));
+            }
+        }
+        first
+    }
+
+    /// The least fire tick in list `list` (`floor` at the first node that has it).
+    fn least_fire(&self, list: usize, floor: u64) -> Option<u64> {
+        let mut least = None;
+        for (_, node) in self.list_nodes(list) {
+            if node.fire <= floor {
+                return Some(node.fire);
+            }
+            least = Some(least.map_or(node.fire, |l: u64| l.min(node.fire)));
+        }
+        least
+    }
+
+    fn list_nodes(&self, list: usize) -> impl Iterator<Item = (SlotId, &Node<T>)> + '_ {
+        let mut id = self.heads[list];
+        std::iter::from_fn(move || {
+            let node = self.node_ref(id)?;
+            let this = std::mem::replace(&mut id, node.next);
+            Some((this, node))
+        })
+    }
+
     /// Moves to tick `to`, placing again the far slots whose round begins on the way. Only
     /// ticks without work may be passed over: `to <= next_work()`, or the current bucket's
     /// expired.
@@ -565,6 +650,65 @@ mod tests {
             }
             assert_eq!(wheel.len(), model.len());
         }
+    }
+
+    #[test]
+    fn expire_if_leaves_the_refused_nodes_in_order() {
+        let mut wheel = Wheel::new(8);
+        for id in 0..6u32 {
+            wheel.insert(id, 3, u64::from(id));
+        }
+        wheel.insert(6, 11, 6); // the same bucket, the next round
+        wheel.advance_to(3);
+        let mut fired = Vec::new();
+        wheel.expire_if(|v| v % 2 == 0, |id, v| fired.push((id, v)));
+        assert_eq!(fired, [(0, 0), (2, 2), (4, 4)]);
+        wheel.insert(7, 3, 7);
+        let mut rest = Vec::new();
+        wheel.expire(|_, v| rest.push(v));
+        assert_eq!(rest, [1, 3, 5, 7]);
+        assert_eq!(wheel.next_work(), Some(11), "the next round's node stays");
+    }
+
+    fn first(wheel: &Wheel<u64>) -> Option<(u64, Vec<(SlotId, u64)>)> {
+        let (tick, nodes) = wheel.first_tick()?;
+        Some((tick, nodes.map(|(id, &v)| (id, v)).collect()))
+    }
+
+    #[test]
+    fn first_tick_names_the_least_fire_tick_and_its_nodes_in_order() {
+        let mut wheel = Wheel::new(8);
+        assert_eq!(first(&wheel), None);
+        wheel.insert(1, 5_000, 10); // far
+        wheel.insert(2, 5_001, 11);
+        wheel.insert(3, 5_000, 12);
+        assert_eq!(first(&wheel), Some((5_000, vec![(1, 10), (3, 12)])));
+        wheel.insert(4, 12, 13); // bucket 4, the next round: visited at tick 4 first
+        assert_eq!(first(&wheel), Some((12, vec![(4, 13)])));
+        wheel.insert(5, 6, 14); // this round
+        assert_eq!(first(&wheel), Some((6, vec![(5, 14)])));
+        assert_eq!((wheel.get(4), wheel.get(6)), (Some(&13), None));
+        wheel.remove(5);
+        assert_eq!(wheel.get(5), None);
+        assert_eq!(first(&wheel), Some((12, vec![(4, 13)])));
+    }
+
+    #[test]
+    fn first_tick_is_the_next_to_fire_as_the_wheel_turns() {
+        let mut wheel = Wheel::new(8);
+        let fires = [
+            0, 1, 7, 8, 9, 15, 16, 17, 100, 511, 512, 4095, 4096, 300_000, 70_000_000,
+        ];
+        for (id, &f) in fires.iter().enumerate().rev() {
+            wheel.insert(id as u32, f, f);
+        }
+        for (id, &f) in fires.iter().enumerate() {
+            assert_eq!(first(&wheel), Some((f, vec![(id as u32, f)])));
+            let mut fired = Vec::new();
+            run(&mut wheel, f, &mut fired);
+            assert_eq!(fired, [(f, f)]);
+        }
+        assert_eq!(first(&wheel), None);
     }
 
     #[test]

@@ -6,8 +6,8 @@
 use super::slab::Vacancy;
 use super::NO_INDEX;
 
-/// Entries one wheel holds at most: `new_timeout` (`Shared::refill_credit`) and
-/// `DelayQueue::insert` refuse beyond. Cells keep a key in under 32 bits (`shared::cells` checks).
+/// Entries one wheel holds at most: `new_timeout` (`Shared::refill_credit`) refuses beyond.
+/// Cells keep a key in under 32 bits (`shared::cells` checks).
 pub(crate) const MAX_ENTRIES: usize = (1 << 27) - 1;
 
 #[derive(Debug)]

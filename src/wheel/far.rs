@@ -106,12 +106,6 @@ impl<T> Wheel<T> {
         self.occupied_far_starts().map(|s| s.0).min()
     }
 
-    /// The list index of the occupied far slot that starts first (it holds the earliest far
-    /// entries: a round waits in one slot only).
-    pub(super) fn first_far_slot(&self) -> Option<usize> {
-        self.occupied_far_starts().min_by_key(|s| s.0).map(|s| s.1)
-    }
-
     /// Each occupied level's first occupied far slot: the round its range starts at, and its
     /// list index.
     fn occupied_far_starts(&self) -> impl Iterator<Item = (u64, usize)> + '_ {

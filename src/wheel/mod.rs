@@ -68,9 +68,6 @@ pub(crate) struct Wheel<T> {
     /// wheel empties; slot `s` of level `l` is list `wheel_len + l * LEVEL_SLOTS + s`.
     far: [Box<[List]>; FAR_LEVELS],
     far_occupied: [u64; FAR_LEVELS],
-    /// Whether the owner hands out the keys ([`Wheel::new_keyed`]): then the slab keeps its
-    /// nodes when the wheel empties (the owner's keys index it) until [`Wheel::release_nodes`].
-    keyed: bool,
 }
 
 /// A bound on a trim's pass, in nanoseconds per slot of the slab ([`Wheel::trim_cost`]), about
@@ -94,17 +91,6 @@ impl<T> Wheel<T> {
             horizon: 1,
             far: std::array::from_fn(|_| Box::default()),
             far_occupied: [0; FAR_LEVELS],
-            keyed: false,
-        }
-    }
-
-    /// A wheel whose owner hands out the keys (the `DelayQueue`'s: its own slab's index). A
-    /// wheel takes keys one way only: from [`Wheel::next_key_in`], or from its owner (never
-    /// reusing one by itself).
-    pub(crate) fn new_keyed(tick_nanos: u64, wheel_len: usize) -> Self {
-        Wheel {
-            keyed: true,
-            ..Wheel::new(tick_nanos, wheel_len)
         }
     }
 
@@ -137,10 +123,9 @@ impl<T> Wheel<T> {
         key
     }
 
-    /// `insert` under `key`: in a wheel that hands out its keys, the [`Wheel::next_key_in`] of
-    /// a lane, nothing inserted or removed since; in a keyed wheel, one that is not live.
-    /// Panics before anything changes if `key` is not below [`MAX_ENTRIES`] or, in a wheel
-    /// that hands out its keys, not such a key (a bug of the owner's).
+    /// `insert` under `key`: the [`Wheel::next_key_in`] of a lane, nothing inserted or removed
+    /// since. Panics before anything changes if `key` is not below [`MAX_ENTRIES`] or not such
+    /// a key (a bug of the owner's).
     #[inline]
     pub(crate) fn insert_at(&mut self, key: u32, item: T, deadline: u64, tick: u64) {
         // Unreachable: `new_timeout` refuses beyond MAX_ENTRIES (`Shared::refill_credit`).
@@ -152,11 +137,7 @@ impl<T> Wheel<T> {
         let fire = self.calculated(deadline).max(tick);
         // Stored before it is linked: the slab checks the key first.
         let node = Node::new(item, deadline, NO_INDEX);
-        if self.keyed {
-            self.nodes.put(key, node);
-        } else {
-            self.nodes.insert_at(key, node);
-        }
+        self.nodes.insert_at(key, node);
         let tail = self.push_back(key, fire);
         if tail != NO_INDEX {
             self.nodes[tail].next = key;
@@ -262,19 +243,17 @@ impl<T> Wheel<T> {
 
     /// Nothing live: gives the slab and far slots back rather than keep a burst's worth.
     fn release_memory(&mut self) {
-        if !self.keyed {
-            self.nodes.release();
-        }
+        self.nodes.release();
         self.clear_far();
     }
 
     /// What [`Wheel::trim`]'s pass takes, in nanoseconds at [`TRIM_NANOS_PER_SLOT`], if it may
     /// give pages back: a slab of [`TRIM_MIN_PAGES`] pages or more, under a quarter of whose
-    /// slots hold an entry (not a keyed wheel's: the `DelayQueue` keeps its own).
+    /// slots hold an entry.
     pub(crate) fn trim_cost(&self) -> Option<u64> {
         let (slots, live) = (self.nodes.len(), self.nodes.live());
         let big = slots >= TRIM_MIN_PAGES << PAGE_BITS;
-        let sparse = !self.keyed && big && live * 4 < slots;
+        let sparse = big && live * 4 < slots;
         sparse.then(|| (slots as u64).saturating_mul(TRIM_NANOS_PER_SLOT))
     }
 
@@ -288,12 +267,6 @@ impl<T> Wheel<T> {
     #[cfg(test)]
     pub(crate) fn held_bytes(&self) -> usize {
         self.nodes.capacity() * std::mem::size_of::<Node<T>>()
-    }
-
-    /// Gives the slab back: a keyed wheel that is empty, whose owner's keys start again from 0.
-    pub(crate) fn release_nodes(&mut self) {
-        debug_assert_eq!(self.nodes.live(), 0);
-        self.nodes.release();
     }
 
     /// The bucket of which `key` (whose deadline this is) is the head or the tail.
@@ -413,81 +386,6 @@ impl<T> Wheel<T> {
         }
     }
 
-    /// The deadline of the live entry under `key`; panics if `key` is not live.
-    pub(crate) fn deadline(&self, key: u32) -> u64 {
-        let node = &self.nodes[key];
-        assert!(node.item.is_some(), "wheel: key is not live");
-        node.deadline
-    }
-
-    /// The key of the entry that comes due first (every tick before `from` processed): the
-    /// least deadline among the entries of the least fire tick, the first in bucket order on a
-    /// tie; that is the least deadline of all, as an entry placed past its deadline fires on
-    /// the tick it was placed on. [`Wheel::expire`] hands a tick's entries out in bucket order,
-    /// so an owner that yields by deadline sorts them (the `DelayQueue` does).
-    pub(crate) fn peek(&self, from: u64) -> Option<u32> {
-        if self.nodes.live() == 0 {
-            return None;
-        }
-        // A bucket's entries fire in rounds up to the horizon, before any far entry.
-        self.peek_buckets(from)
-            .or_else(|| self.first_far_slot().map(|b| self.first_of(b, 0).1))
-    }
-
-    fn peek_buckets(&self, from: u64) -> Option<u32> {
-        let mut best: Option<(u64, u32)> = None;
-        for offset in 0..self.wheel_len() {
-            let visit = from.saturating_add(offset);
-            if best.is_some_and(|(fire, _)| visit >= fire) {
-                break;
-            }
-            let b = (visit & self.mask) as usize;
-            if self.occupied[b / 64] & (1 << (b % 64)) == 0 {
-                continue;
-            }
-            let first = self.first_of(b, visit);
-            if best.is_none_or(|(fire, _)| first.0 < fire) {
-                best = Some(first);
-            }
-        }
-        best.map(|(_, key)| key)
-    }
-
-    /// (fire tick, key) of non-empty list `b`'s entry with the least fire tick, then the least
-    /// deadline (the first in list order on a tie), the list first visited on tick `visit`.
-    fn first_of(&self, b: usize, visit: u64) -> (u64, u32) {
-        let mut cursor = self.list(b).head;
-        let mut best = (u64::MAX, u64::MAX, NO_INDEX);
-        while cursor != NO_INDEX {
-            let node = &self.nodes[cursor];
-            let fire = self.calculated(node.deadline).max(visit);
-            if (fire, node.deadline) < (best.0, best.1) || best.2 == NO_INDEX {
-                best = (fire, node.deadline, cursor);
-            }
-            cursor = node.next;
-        }
-        (best.0, best.2)
-    }
-
-    /// Hands `f` every entry's key and deadline, each list (bucket, then far slot) walked in its
-    /// order. Entries with equal deadlines share a list, unless one was placed past its
-    /// deadline on a later tick than the other (an owner that processes every tick before the
-    /// one it places at, as the `DelayQueue`, has none such): placed in this order into a new
-    /// wheel, they keep their order.
-    pub(crate) fn for_each_by_list(&self, mut f: impl FnMut(u32, u64)) {
-        let far = (0..FAR_LEVELS * LEVEL_SLOTS)
-            .filter(|&i| self.far_occupied[i / LEVEL_SLOTS] & (1 << (i % LEVEL_SLOTS)) != 0)
-            .map(|i| self.buckets.len() + i);
-        for b in (0..self.buckets.len()).chain(far) {
-            let mut cursor = self.list(b).head;
-            while cursor != NO_INDEX {
-                let node = &self.nodes[cursor];
-                f(cursor, node.deadline);
-                cursor = node.next;
-            }
-        }
-    }
-
     /// Removes every entry, in slot order (about insertion order): one pass over the slab's
     /// pages in memory order, not a walk of lists scattered across it.
     pub(crate) fn drain(&mut self) -> Vec<T> {
@@ -539,23 +437,6 @@ mod tests {
             from = tick + 1;
         }
         (visits, fired)
-    }
-
-    /// As `run_to_empty`, checking at each tick that `peek` names the entry of least deadline
-    /// handed out (the first on a tie); the items in the order handed out.
-    fn run_checking_peek<T: Copy + PartialEq + std::fmt::Debug>(w: &mut Wheel<T>) -> Vec<T> {
-        let (mut order, mut from) = (vec![], 0);
-        while let Some(t) = w.next_fire_tick(from) {
-            let peeked = w.nodes[w.peek(t).expect("a wheel with work peeks")].item;
-            let mut got = vec![];
-            w.expire(t, (t + 1) * w.tick_nanos, |i, _, d| got.push((d, i)));
-            if let Some(&(_, least)) = got.iter().min_by_key(|(d, _)| *d) {
-                assert_eq!(Some(least), peeked, "tick {t}");
-            }
-            order.extend(got.into_iter().map(|(_, i)| i));
-            from = t + 1;
-        }
-        order
     }
 
     /// A wheel of 8 ticks whose bucket 3 mixes entries due on tick 3 and a round later, and one
@@ -805,29 +686,6 @@ mod tests {
         assert_eq!(w.len(), 0);
     }
 
-    /// A keyed wheel takes its owner's keys: past the end (the nodes before are pushed vacant),
-    /// reused after a removal; it keeps its nodes when it empties, until `release_nodes`.
-    #[test]
-    fn a_keyed_wheel_puts_entries_under_its_owners_keys() {
-        let mut w = Wheel::new_keyed(MS, 8);
-        w.insert_at(5, 'a', 3 * MS, 0);
-        w.insert_at(0, 'b', 3 * MS, 0);
-        w.insert_at(2 * PAGE as u32, 'c', 200 * MS, 0);
-        assert_eq!(w.nodes.len(), 2 * PAGE + 1);
-        assert_eq!((w.deadline(5), w.deadline(0)), (3 * MS, 3 * MS));
-        assert_eq!(w.remove(5).0, 'a');
-        w.insert_at(5, 'd', 4 * MS, 0);
-        let fired = expire_ticks(&mut w, 0..300);
-        assert_eq!(fired, [(3, 'b'), (4, 'd'), (200, 'c')]);
-        assert_eq!(w.len(), 0);
-        assert_eq!(w.nodes.len(), 2 * PAGE + 1, "empty, it keeps its nodes");
-        w.insert_at(7, 'e', 301 * MS, 300);
-        assert_eq!(w.peek(300), Some(7));
-        w.remove(7);
-        w.release_nodes();
-        assert_eq!(w.nodes.capacity(), 0);
-    }
-
     /// Entries on several slab pages keep their items and links: lists run across pages,
     /// removals relink across pages, freed slots are reused, an emptied wheel frees its pages.
     #[test]
@@ -856,66 +714,6 @@ mod tests {
         assert_eq!(fired, expected, "each entry fires once, on its tick");
         assert_eq!(w.len(), 0);
         assert_eq!(w.nodes.capacity(), 0, "an empty wheel keeps no page");
-    }
-
-    /// `peek` names the key `expire` hands out first: in buckets, in far slots (the later of
-    /// two deadlines in one slot inserted first), with ties in bucket order, after removals.
-    #[test]
-    fn peek_names_the_first_entry_expire_hands_out() {
-        let mut w = Wheel::new(MS, 64);
-        assert_eq!(w.peek(0), None);
-        w.insert(1, 120 * MS, 0);
-        let early = w.insert(0, 100 * MS, 0);
-        assert_eq!(w.peek(0), Some(early), "far slot: the earliest deadline");
-        let near = w.insert(2, 30 * MS, 0);
-        let tie = w.insert(3, 30 * MS, 0);
-        assert_eq!(w.peek(0), Some(near), "a bucket first; ties in order");
-        w.remove(near);
-        assert_eq!(w.peek(0), Some(tie));
-        w.remove(tie);
-        assert_eq!(w.peek(0), Some(early));
-        assert_eq!(run_checking_peek(&mut w), [0, 1]);
-    }
-
-    /// Two deadlines in one tick, the later inserted first: `peek` names the sooner (`expire`
-    /// keeps bucket order); mid-tick only the sooner expires, and `peek` names the other next.
-    #[test]
-    fn peek_names_the_least_deadline_of_a_tick() {
-        let two_in_a_tick = || {
-            let mut w = Wheel::new(MS, 64);
-            let later = w.insert('l', 100 * MS + 600_000, 0);
-            (w.insert('s', 100 * MS + 200_000, 0), later, w)
-        };
-        let (sooner, later, mut w) = two_in_a_tick();
-        assert_eq!((w.peek(0), w.peek(100)), (Some(sooner), Some(sooner)));
-        let mut got = vec![];
-        w.expire(100, 100 * MS + 400_000, |i, _, _| got.push(i));
-        assert_eq!((got, w.peek(100)), (vec!['s'], Some(later)));
-        let (sooner, _, mut w) = two_in_a_tick();
-        // An entry placed past its deadline, on tick 3, fires then: before either.
-        let past = w.insert('p', MS, 3);
-        assert_eq!(w.peek(3), Some(past));
-        w.remove(past);
-        assert_eq!(w.peek(3), Some(sooner));
-        let fired = expire_ticks(&mut w, [100]);
-        assert_eq!(fired, [(100, 'l'), (100, 's')], "expire keeps bucket order");
-    }
-
-    #[test]
-    fn peek_agrees_with_expire_on_random_deadlines() {
-        let mut w = Wheel::new(MS, 8);
-        let mut seed = 7u64;
-        for i in 0..300u64 {
-            seed = seed
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            // Over 500 ticks: most ticks hold a few entries.
-            let deadline = (seed >> 33) % (500 * MS);
-            let key = w.insert(i, deadline, 0);
-            assert_eq!(w.deadline(key), deadline);
-        }
-        assert_eq!(run_checking_peek(&mut w).len(), 300);
-        assert_eq!(w.len(), 0);
     }
 
     /// A sparse wheel's trim costs its slots at `TRIM_NANOS_PER_SLOT`, and is looked at only

@@ -1,11 +1,10 @@
 //! The crate's slab ([`Slab`], and the [`Vacancy`] a slot type gives it): values under `u32`
 //! keys, in pages that never move (`docs/performance.md`, "Paged wheel slab"), free slots
-//! linked through the slots themselves. Holds the wheel's nodes, the worker's chunk table and
-//! the `DelayQueue`'s items. Touches nothing else.
+//! linked through the slots themselves. Holds the wheel's nodes and the worker's chunk table.
+//! Touches nothing else.
 //!
 //! Memory comes back when the owner asks: all of it by [`Slab::release`] or [`Slab::drain`]
-//! (the wheel's, when it empties), the free slots past the last value by
-//! [`Slab::shrink_to_fit`] (one lane), and every page that holds no value by [`Slab::trim`]
+//! (the wheel's, when it empties), and every page that holds no value by [`Slab::trim`]
 //! (lanes; the worker's, idle after a burst: `docs/performance.md`, "Trim after a burst").
 
 /// The crate's one "none" for keys, slots and ids (slab keys, chunk ids, a cell's wheel key).
@@ -79,12 +78,6 @@ impl<S: Vacancy, const BITS: u32, const LANES: usize> Slab<S, BITS, LANES> {
             growing: [NO_INDEX; LANES],
             holes: [const { Vec::new() }; LANES],
         }
-    }
-
-    pub(crate) fn with_capacity(capacity: usize) -> Self {
-        let mut slab = Slab::new();
-        slab.reserve(capacity);
-        slab
     }
 
     /// Slots handed out so far (live or free); with one lane, the keys below this one.
@@ -237,29 +230,6 @@ impl<S: Vacancy, const BITS: u32, const LANES: usize> Slab<S, BITS, LANES> {
         Some(value)
     }
 
-    /// Stores `value` under `key`, which the owner hands out: a slot holding no value, or one
-    /// past the end (the slots up to it made free, on no list).
-    #[inline]
-    pub(crate) fn put(&mut self, key: u32, value: S) {
-        debug_assert!(self
-            .get(key)
-            .is_none_or(|slot| slot.next_vacant().is_some()));
-        self.live += 1;
-        match (key as usize).cmp(&self.len) {
-            std::cmp::Ordering::Less => self[key] = value,
-            std::cmp::Ordering::Equal => self.push(value),
-            std::cmp::Ordering::Greater => self.put_past_end(key, value),
-        }
-    }
-
-    #[cold]
-    fn put_past_end(&mut self, key: u32, value: S) {
-        while self.len < key as usize {
-            self.push(S::vacant(NO_INDEX));
-        }
-        self.push(value);
-    }
-
     #[inline]
     fn push(&mut self, value: S) {
         let p = self.len >> BITS;
@@ -274,9 +244,8 @@ impl<S: Vacancy, const BITS: u32, const LANES: usize> Slab<S, BITS, LANES> {
         self.len += 1;
     }
 
-    /// Doubles a full page short of `PAGE` slots (at least 4), to at most `PAGE`: left to
-    /// `Vec`, one sized by `reserve` or `shrink_to_fit` would double past it, into slots that
-    /// no key reaches.
+    /// Doubles a full page short of `PAGE` slots (at least 4), to at most `PAGE`: never past
+    /// it, into slots that no key reaches.
     #[cold]
     fn grow_page(page: &mut Vec<S>) {
         let room = page.capacity().saturating_mul(2).clamp(4, Self::PAGE);
@@ -361,20 +330,6 @@ impl<S: Vacancy, const BITS: u32, const LANES: usize> Slab<S, BITS, LANES> {
         self.pages.iter().flatten()
     }
 
-    /// Drops every value, in key order, keeping the pages (as `Vec::clear` keeps capacity). The
-    /// slab is empty before the first drop; every value is dropped even if some drops panic,
-    /// and the first such panic then goes on.
-    pub(crate) fn clear(&mut self) {
-        debug_assert_eq!(LANES, 1, "a slab of lanes is emptied by release");
-        let mut pages = std::mem::take(&mut self.pages);
-        *self = Slab::new();
-        let dropped = drop_each(pages.iter_mut().flat_map(|page| page.drain(..)));
-        self.pages = pages;
-        if let Err(panic) = dropped {
-            std::panic::resume_unwind(panic);
-        }
-    }
-
     /// Empties the slab and gives its memory back; the values are dropped in key order (as
     /// the slab's `Drop`).
     pub(crate) fn release(&mut self) {
@@ -392,52 +347,17 @@ impl<S: Vacancy, const BITS: u32, const LANES: usize> Slab<S, BITS, LANES> {
             .filter(|slot| slot.next_vacant().is_none())
     }
 
+    #[cfg(test)]
     pub(crate) fn capacity(&self) -> usize {
         self.pages.iter().map(Vec::capacity).sum()
     }
 
-    /// Makes room for at least `additional` more values than it holds: the free slots, which
-    /// inserts take first, count as room.
-    pub(crate) fn reserve(&mut self, additional: usize) {
-        debug_assert_eq!(LANES, 1, "a slab of lanes grows by its lanes' pages");
-        let want = self.live.saturating_add(additional).max(self.len);
-        for p in 0..want.div_ceil(Self::PAGE) {
-            let room = (want - p * Self::PAGE).min(Self::PAGE);
-            match self.pages.get_mut(p) {
-                None => self.pages.push(Vec::with_capacity(room)),
-                Some(page) if page.capacity() < room => page.reserve_exact(room - page.len()),
-                Some(_) => {}
-            }
-        }
-    }
-
-    /// Gives back the memory past the last value: the free slots after it go, the free list is
-    /// relinked lowest key first, and the last page keeps no spare room. Keys stay valid.
-    pub(crate) fn shrink_to_fit(&mut self) {
-        debug_assert_eq!(LANES, 1, "a slab of lanes is emptied by release");
-        while let Some(page) = self.pages.last_mut() {
-            while page.last().is_some_and(|slot| slot.next_vacant().is_some()) {
-                page.pop();
-                self.len -= 1;
-            }
-            if !page.is_empty() {
-                page.shrink_to_fit();
-                break;
-            }
-            self.pages.pop();
-        }
-        self.free[0] = NO_INDEX;
-        for p in (0..self.pages.len()).rev() {
-            self.relink_page(0, p);
-        }
-    }
-
-    /// A slab of lanes' [`Slab::shrink_to_fit`]: each page that holds no value is given back,
+    /// Gives back each page that holds no value,
     /// and each lane's free list relinked lowest key first, so that new values fill its low
     /// pages and its high ones empty for the next trim. Keys stay valid. O(slots). Returns the
     /// pages given back.
     pub(crate) fn trim(&mut self) -> usize {
-        debug_assert!(LANES > 1, "a one-lane slab shrinks by shrink_to_fit");
+        debug_assert!(LANES > 1, "a one-lane slab is not trimmed");
         let given_back = (0..LANES).map(|lane| self.trim_lane(lane)).sum();
         let used = self.growing.iter().filter(|&&p| p != NO_INDEX).max();
         self.pages.truncate(used.map_or(0, |&p| p as usize + 1));
@@ -908,48 +828,5 @@ mod tests {
         assert_eq!(slab.remove(5), Slot::Value(5));
         assert_eq!(slab[6], Slot::Value(6));
         assert_eq!(slab.insert(Slot::Value(50)), 5);
-    }
-
-    #[test]
-    fn put_takes_the_owners_keys_past_the_end() {
-        let mut slab: Slab<Slot> = Slab::new();
-        slab.put(3, Slot::Value(3));
-        assert_eq!((slab.len(), slab.live()), (4, 1));
-        assert_eq!(slab.get(1), Some(&Slot::Free(NO_INDEX)));
-        slab.put(1, Slot::Value(1));
-        assert_eq!(slab.remove(3), Slot::Value(3));
-        assert_eq!(slab.live(), 1);
-    }
-
-    #[test]
-    fn capacity_reserve_and_shrink() {
-        let mut slab: Slab<Slot> = Slab::with_capacity(16);
-        assert_eq!(slab.capacity(), 16);
-        slab.reserve(3 * PAGE);
-        assert!(slab.capacity() >= 3 * PAGE);
-        let keys: Vec<u32> = (0..2 * PAGE as u64)
-            .map(|v| slab.insert(Slot::Value(v)))
-            .collect();
-        for &key in &keys[10..] {
-            slab.remove(key);
-        }
-        slab.remove(keys[2]);
-        slab.shrink_to_fit();
-        assert_eq!((slab.len(), slab.live()), (10, 9));
-        assert_eq!(slab.capacity(), 10);
-        assert_eq!(
-            slab.insert(Slot::Value(7)),
-            2,
-            "the free slot below the last value"
-        );
-        assert_eq!(slab.insert(Slot::Value(8)), 10);
-        let capacity = slab.capacity();
-        slab.clear();
-        assert_eq!((slab.len(), slab.live(), slab.capacity()), (0, 0, capacity));
-        assert_eq!(slab.insert(Slot::Value(9)), 0, "from the first key again");
-        slab.insert(Slot::Value(10));
-        let values: Vec<Slot> = slab.drain().collect();
-        assert_eq!(values, [Slot::Value(9), Slot::Value(10)]);
-        assert_eq!((slab.len(), slab.live(), slab.capacity()), (0, 0, 0));
     }
 }

@@ -1,10 +1,9 @@
 //! Deadlines in: `insert`, `insert_at`, `reset` and `reset_at` place items in the wheel under
-//! their slab index, never early; the clock readings and bursts (ground rules in `mod.rs`); the
-//! wake-up for an item due sooner. Touches the slab, the wheel, the clock and `Sleep`.
+//! their slot ids, never early; the clock readings and bursts (ground rules in `mod.rs`); the
+//! wake-up for an item due sooner. Touches the slots, the wheel, the clock and `Sleep`.
 
-use super::{DelayQueue, Key, Slot, NO_READING};
+use super::{DelayQueue, Item, Key, Slot, NO_READING};
 use crate::clock::duration_to_nanos;
-use crate::wheel::NO_INDEX;
 use std::time::{Duration, Instant};
 
 impl<T> DelayQueue<T> {
@@ -95,18 +94,18 @@ impl<T> DelayQueue<T> {
     #[track_caller]
     fn insert_nanos(&mut self, value: T, deadline: u64, read: u64) -> Key {
         let stamp = self.stamp;
-        let slot = Slot::Waiting { stamp, value };
-        self.check_index();
-        let index = self.slots.insert(slot);
+        let index = self.take_id(Slot::Waiting { stamp });
         self.stamp = stamp.wrapping_add(1);
-        self.wait(index, deadline);
-        self.wake_for(deadline, read);
+        self.wait(index, Item { value, deadline }, read);
         Key { index, stamp }
     }
 
+    /// Places `item` in the wheel under `id`, and wakes the waiting task if it must hear of it.
     #[inline]
-    fn wait(&mut self, index: u32, deadline: u64) {
-        self.wheel.insert_at(index, index, deadline, self.tick);
+    fn wait(&mut self, id: u32, item: Item<T>, read: u64) {
+        let deadline = item.deadline;
+        self.wheel.insert(id, deadline / self.tick_nanos, item);
+        self.wake_for(deadline, read);
     }
 
     /// Reads the producers' clock, noting whether inserts come in a burst.
@@ -163,24 +162,12 @@ impl<T> DelayQueue<T> {
 
     #[track_caller]
     fn reset_nanos(&mut self, key: &Key, deadline: u64, read: u64) {
-        match self.slot_of(key) {
-            Some(Slot::Waiting { .. }) => {
-                self.wheel.remove(key.index);
-            }
-            Some(Slot::Ready { .. }) => {
-                // An expired item goes back into the wheel; its key in `ready` goes stale.
-                let slot = &mut self.slots[key.index];
-                if let Slot::Ready { stamp, value, .. } =
-                    std::mem::replace(slot, Slot::Vacant { next: NO_INDEX })
-                {
-                    *slot = Slot::Waiting { stamp, value };
-                }
-                self.drop_stale_front();
-            }
-            _ => panic!("DelayQueue::reset: the key names no item"),
-        }
-        self.wait(key.index, deadline);
-        self.wake_for(deadline, read);
+        // An expired item goes back into the wheel, leaving its place in `ready` empty.
+        let Some(Item { value, .. }) = self.take_item(key) else {
+            panic!("DelayQueue::reset: the key names no item");
+        };
+        self.slots[key.index as usize] = Slot::Waiting { stamp: key.stamp };
+        self.wait(key.index, Item { value, deadline }, read);
     }
 
     /// An item due at `deadline`, counted from reading `read` (or `NO_READING`), was just
@@ -215,7 +202,7 @@ impl<T> DelayQueue<T> {
             return;
         }
         // At or after the armed tick, the `Sleep` completes once the item's tick has ended.
-        let fire = (deadline / self.tick_nanos).max(self.tick);
+        let fire = (deadline / self.tick_nanos).max(self.wheel.tick());
         if fire < self.armed {
             self.arm(fire);
         }

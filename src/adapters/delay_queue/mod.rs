@@ -1,43 +1,51 @@
 //! tokio-util's `DelayQueue` on this crate's wheel. Owns [`DelayQueue`], [`Key`], [`Expired`]:
-//! values in a slab of the queue's own (`slab.rs`), deadlines in a private `wheel::Wheel` keyed
-//! by slab index, driven on the owner's task (`insert.rs`, `poll.rs`), and one [`Sleep`] on the
-//! timer that wakes the polling task. Touches the wheel, the timer's clock and tick, `Sleep`.
+//! each item under a slot id of the queue's own (`slots.rs`), waiting in a private
+//! `next::wheel::Wheel` that keeps its value and deadline under that id, or expired in `ready`;
+//! driven on the owner's task (`insert.rs`, `poll.rs`), and one [`Sleep`] on the timer that
+//! wakes the polling task. Touches the wheel, the timer's clock and tick, `Sleep`.
 //!
 //! # Ground rules
-//! - The wheel ticks on the timer's grid, so a `Sleep` armed for the start of fire tick `t`
-//!   completes once the worker has passed the end of `t`: each wake-up finds work.
-//! - Every tick before `tick` has been processed; inserts go in at `tick`.
-//! - A key is a slab index and a stamp, a 32-bit count of inserts starting at the queue's own
+//! - The wheel ticks on the timer's grid, so a `Sleep` armed for the start of tick `t`
+//!   completes once the worker has passed the end of `t`. It is armed for the wheel's next
+//!   tick with work (`Wheel::next_work`): each wake-up finds work, if not always an item (a
+//!   bucket that holds only the next round's items is looked at once, a round early).
+//! - Every tick before the wheel's has been processed; inserts go in at the wheel's tick.
+//! - A key is a slot id and a stamp, a 32-bit count of inserts starting at the queue's own
 //!   offset (`first_stamp`): a dead key names no later value, within the limits [`Key`] gives.
 //! - Whatever empties the queue, or makes an item due at once, wakes the waiting task, as an
 //!   insert into an empty queue wakes the task that saw it empty; a move to an earlier fire
 //!   tick re-arms the `Sleep`.
-//! - Never early: inserts read the producers' clock, which rounds up. In a burst (readings
-//!   within `BURST_NANOS`, no poll since) an insert goes into the wheel first, at the last
-//!   reading plus `BURST_NANOS`, and a TSC read against `Clock::raw_limit` after it checks
-//!   that; past the limit, a full reading moves the item if early (ending the burst).
+//! - Never early: inserts read the producers' clock, which rounds up, and the wheel gives up
+//!   an item only once the clock has reached its deadline. In a burst (readings within
+//!   `BURST_NANOS`, no poll since) an insert goes into the wheel first, at the last reading plus
+//!   `BURST_NANOS`, and a TSC read against `Clock::raw_limit` after it checks that; past the
+//!   limit, a full reading moves the item if early (ending the burst).
 
 mod insert;
 mod poll;
-mod slab;
+mod slots;
 
 use super::keep_alive;
 use crate::clock::{instant_after, Clock};
+use crate::next::wheel::Wheel;
 use crate::sync::{process, Ordering};
 use crate::timer::KeepAlive;
-use crate::wheel::{Slab, Wheel, MAX_ENTRIES};
 use crate::{Sleep, TimerHandle};
-use slab::Slot;
+use slots::Slot;
 use std::collections::VecDeque;
 use std::fmt;
 use std::task::Waker;
 use std::time::Instant;
 
-/// Buckets of the queue's wheel: one far level's worth (further entries wait in far slots).
+/// Buckets of the queue's wheel: one far level's worth (further items wait in far slots).
 const BUCKETS: usize = 64;
+/// The most items a queue holds at once.
+const MAX_ITEMS: usize = (1 << 27) - 1;
 const UNARMED: u64 = u64::MAX;
 /// No clock reading behind a deadline (one given as an `Instant`).
 const NO_READING: u64 = u64::MAX;
+/// A deadline past the clock's last nanosecond: it never comes (its tick never ends).
+const NEVER: u64 = u64::MAX;
 /// Inserts with readings this close come in a burst (see the ground rules).
 const BURST_NANOS: u64 = 1_000;
 
@@ -82,17 +90,20 @@ const BURST_NANOS: u64 = 1_000;
 /// });
 /// ```
 pub struct DelayQueue<T> {
-    /// Items held (waiting, or expired and not yet yielded) under their keys' indices.
-    slots: Slab<Slot<T>>,
+    /// Per slot id below its length: free, waiting in the wheel, or expired in `ready`.
+    slots: Vec<Slot>,
+    /// The free ids below `slots.len()`, the next one to take last.
+    free: Vec<u32>,
     stamp: u32,
-    /// Waiting items' slab indices, by deadline, each under its own index.
-    wheel: Wheel<u32>,
-    tick: u64,
+    /// Waiting items, each under its slot id, by fire tick.
+    wheel: Wheel<Item<T>>,
     tick_nanos: u64,
-    /// Expired items' keys, in yield order; a key whose slot is not `Ready` under its stamp is
-    /// stale, but never the front ([`DelayQueue::drop_stale_front`]), so `peek` needs no walk.
-    ready: VecDeque<Key>,
-    /// Armed for the start of fire tick `armed`.
+    /// Expired items in yield order, `None` where one left before its turn; never `None` at
+    /// the front ([`DelayQueue::drop_stale_front`]), so `peek` needs no walk.
+    ready: VecDeque<Option<(Key, Item<T>)>>,
+    /// The place in yield order of the front of `ready` (a count that wraps).
+    ready_base: u32,
+    /// Armed for the start of tick `armed`.
     sleep: Option<Sleep>,
     armed: u64,
     /// The queue's last reading of the producers' clock.
@@ -118,11 +129,17 @@ fn first_stamp() -> u32 {
     NEXT_FIRST_STAMP.fetch_add(0x9E37_79B9, Ordering::Relaxed) as u32
 }
 
+/// An item's value and deadline, in the wheel or in `ready`.
+struct Item<T> {
+    value: T,
+    deadline: u64,
+}
+
 /// Panics if a queue is asked to hold room for more items than any queue can hold.
 #[track_caller]
 fn check_capacity(items: usize) {
     assert!(
-        items <= MAX_ENTRIES,
+        items <= MAX_ITEMS,
         "DelayQueue: capacity overflow ({items} items asked for, at most 2^27 - 1)"
     );
 }
@@ -164,13 +181,16 @@ impl<T> DelayQueue<T> {
         let timer = keep_alive("DelayQueue", timer);
         let tick_nanos = timer.shared.tick_nanos;
         let now = timer.shared.clock.now();
+        let mut wheel = Wheel::new(BUCKETS);
+        wheel.advance_to(now / tick_nanos);
         DelayQueue {
-            slots: Slab::with_capacity(capacity),
+            slots: Vec::with_capacity(capacity),
+            free: Vec::new(),
             stamp: first_stamp(),
-            wheel: Wheel::new_keyed(tick_nanos, BUCKETS),
-            tick: now / tick_nanos,
+            wheel,
             tick_nanos,
             ready: VecDeque::new(),
+            ready_base: 0,
             sleep: None,
             armed: UNARMED,
             last_read: now,
@@ -197,7 +217,7 @@ impl<T> DelayQueue<T> {
     /// assert_eq!(queue.len(), 1);
     /// ```
     pub fn len(&self) -> usize {
-        self.slots.live()
+        self.slots.len() - self.free.len()
     }
 
     /// Whether the queue holds no item.
@@ -209,29 +229,33 @@ impl<T> DelayQueue<T> {
     /// assert!(DelayQueue::<()>::new(timer.handle()).is_empty());
     /// ```
     pub fn is_empty(&self) -> bool {
-        self.slots.live() == 0
+        self.len() == 0
     }
 }
 
-// Values are never pinned: the queue moves them in and out of its slab.
+// Values are never pinned: the queue moves them in and out of its wheel.
 impl<T> Unpin for DelayQueue<T> {}
 
 impl<T> Drop for DelayQueue<T> {
     /// The wakers go first, their panics caught and counted: the values' drops come after,
     /// and a waker's drop that panicked while a value's panic unwinds would abort the process.
+    /// Every value is dropped; the first panic of their drops then goes on.
     fn drop(&mut self) {
         let (sleep, waker) = (self.sleep.take(), self.waker.take());
         self.drop_waker_caught(sleep);
         self.drop_waker_caught(waker);
+        if let Err(panic) = self.drop_values() {
+            std::panic::resume_unwind(panic);
+        }
     }
 }
 
 impl<T> fmt::Debug for DelayQueue<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("DelayQueue")
-            .field("len", &self.slots.live())
-            .field("capacity", &self.slots.capacity())
-            .field("tick", &self.tick)
+            .field("len", &self.len())
+            .field("capacity", &self.capacity())
+            .field("tick", &self.wheel.tick())
             .field("armed", &(self.armed != UNARMED).then_some(self.armed))
             .finish_non_exhaustive()
     }

@@ -1,9 +1,8 @@
 //! Expiry and polling: `peek`, `poll_expired`, the `Stream`, due items moved to `ready` in
-//! deadline order, and the waking `Sleep`. Touches the slab, the wheel, the clock and `Sleep`.
+//! deadline order, and the waking `Sleep`. Touches the slots, the wheel, the clock and `Sleep`.
 
-use super::{DelayQueue, Expired, Key, Slot, UNARMED};
+use super::{DelayQueue, Expired, Item, Key, Slot, NEVER, UNARMED};
 use crate::shared::catch_user_panic;
-use crate::wheel::NO_INDEX;
 use crate::{Sleep, TimerError};
 use std::future::Future;
 use std::pin::Pin;
@@ -23,12 +22,15 @@ impl<T> DelayQueue<T> {
     /// assert_eq!(queue.peek(), Some(sooner));
     /// ```
     pub fn peek(&self) -> Option<Key> {
-        if let Some(key) = self.ready.front() {
+        if let Some(Some((key, _))) = self.ready.front() {
             return Some(*key);
         }
-        let index = self.wheel.peek(self.tick)?;
-        match self.slots[index] {
-            Slot::Waiting { stamp, .. } => Some(Key { index, stamp }),
+        // The least deadline of the first fire tick is the least of all (an item placed past
+        // its deadline fires on the tick it was placed on); the first on a tie.
+        let (_, items) = self.wheel.first_tick()?;
+        let (index, _) = items.min_by_key(|(_, item)| item.deadline)?;
+        match self.slots[index as usize] {
+            Slot::Waiting { stamp } => Some(Key { index, stamp }),
             _ => unreachable!("peek: the wheel holds only waiting items"),
         }
     }
@@ -59,7 +61,7 @@ impl<T> DelayQueue<T> {
             if let Some(item) = self.pop_ready() {
                 return Poll::Ready(Some(item));
             }
-            if self.slots.live() == 0 {
+            if self.is_empty() {
                 // Kept, as tokio-util's: the next insert wakes the task that saw the end.
                 self.keep_waker(cx.waker());
                 return Poll::Ready(None);
@@ -67,10 +69,11 @@ impl<T> DelayQueue<T> {
             if self.expire_due() {
                 continue;
             }
-            let Some(fire) = self.wheel.next_fire_tick(self.tick) else {
+            // Not `first_tick`, which walks a bucket of the next round's items at each poll.
+            let Some(tick) = self.wheel.next_work() else {
                 unreachable!("items held, none ready: the wheel holds them");
             };
-            self.arm(fire);
+            self.arm(tick);
             let Some(sleep) = self.sleep.as_mut() else {
                 unreachable!("armed just now");
             };
@@ -79,7 +82,7 @@ impl<T> DelayQueue<T> {
                     self.keep_waker(cx.waker());
                     return Poll::Pending;
                 }
-                // Tick `fire` has ended on the timer's clock: expire it.
+                // Tick `tick` has ended on the timer's clock: look at the wheel again.
                 Poll::Ready(Ok(())) => continue,
                 Poll::Ready(Err(TimerError::Stopped)) => {
                     // Nothing will wake the queue again; what was due has been yielded. Ending
@@ -109,13 +112,13 @@ impl<T> DelayQueue<T> {
         waker.wake_by_ref();
     }
 
-    /// Arms the `Sleep` for the start of fire tick `fire`: it completes once that tick ends.
-    pub(super) fn arm(&mut self, fire: u64) {
-        if self.sleep.is_some() && self.armed == fire {
+    /// Arms the `Sleep` for the start of tick `tick`: it completes once that tick ends.
+    pub(super) fn arm(&mut self, tick: u64) {
+        if self.sleep.is_some() && self.armed == tick {
             return;
         }
         let shared = &self.timer.shared;
-        let deadline = fire.saturating_mul(self.tick_nanos);
+        let deadline = tick.saturating_mul(self.tick_nanos);
         let now = shared.clock.now_upper();
         // Exempt from a pending limit: refused, the queue could only poll again at once.
         match self.sleep.as_mut() {
@@ -128,7 +131,7 @@ impl<T> DelayQueue<T> {
             }
             None => self.sleep = Some(Sleep::exempt_at(shared, deadline, now)),
         }
-        self.armed = fire;
+        self.armed = tick;
     }
 
     /// Moves every due item from the wheel to `ready`, by deadline; whether any moved.
@@ -138,70 +141,59 @@ impl<T> DelayQueue<T> {
         let now_tick = now / self.tick_nanos;
         // Ticks come in order, each in insertion order: sorted unless a tick's went in unsorted.
         let start = self.ready.len();
-        let (mut last, mut sorted) = (0, true);
-        while let Some(tick) = self.wheel.next_fire_tick(self.tick) {
-            if tick > now_tick {
-                break;
-            }
-            sorted &= self.expire_tick(tick, now, &mut last);
+        let mut last = 0;
+        let mut sorted = true;
+        while let Some(tick) = self.wheel.next_work().filter(|&t| t <= now_tick) {
+            self.wheel.advance_to(tick);
+            let (slots, ready) = (&self.slots, &mut self.ready);
+            let due = |item: &Item<T>| item.deadline <= now && item.deadline != NEVER;
+            self.wheel.expire_if(due, |index, item| {
+                let Slot::Waiting { stamp } = slots[index as usize] else {
+                    unreachable!("the wheel holds only waiting items");
+                };
+                sorted &= item.deadline >= last;
+                last = item.deadline;
+                ready.push_back(Some((Key { index, stamp }, item)));
+            });
             if tick == now_tick {
                 // The current tick: what is not yet due stays for a later poll.
-                self.tick = tick;
                 break;
             }
-            self.tick = tick + 1;
+            self.wheel.advance_to(tick + 1);
+        }
+        if self.wheel.tick() < now_tick {
+            self.wheel.advance_to(now_tick);
         }
         if !sorted {
-            self.sort_ready_from(start);
+            // Stable: equal deadlines keep insertion order (they share a tick, unless the
+            // later went in past it, on a later tick).
+            self.ready.make_contiguous()[start..]
+                .sort_by_key(|entry| entry.as_ref().map(|(_, item)| item.deadline));
         }
+        self.mark_ready_from(start);
         // Only this poll pushes to `ready` meanwhile: whatever it holds past `start` moved.
         self.ready.len() > start
     }
 
-    /// Moves tick `tick`'s items due by `now` to `ready`; false if a deadline went below `*last`.
-    fn expire_tick(&mut self, tick: u64, now: u64, last: &mut u64) -> bool {
-        let mut sorted = true;
-        let (slots, ready) = (&mut self.slots, &mut self.ready);
-        self.wheel.expire(tick, now, |index, _, deadline| {
-            let slot = &mut slots[index];
-            if let Slot::Waiting { stamp, value } =
-                std::mem::replace(slot, Slot::Vacant { next: NO_INDEX })
-            {
-                *slot = Slot::Ready {
-                    stamp,
-                    value,
-                    deadline,
+    /// Marks the items in `ready` from `start` on as expired, at their places in yield order.
+    fn mark_ready_from(&mut self, start: usize) {
+        for (at, entry) in (start..).zip(self.ready.range(start..)) {
+            if let Some((key, _)) = entry {
+                let seq = self.ready_base.wrapping_add(at as u32);
+                self.slots[key.index as usize] = Slot::Ready {
+                    stamp: key.stamp,
+                    seq,
                 };
-                ready.push_back(Key { index, stamp });
-                sorted &= deadline >= *last;
-                *last = deadline;
             }
-        });
-        sorted
-    }
-
-    /// Sorts the keys in `ready` from `start` on by deadline; stable, so equal deadlines keep
-    /// insertion order (they share a tick, unless the later went in past it, on a later tick).
-    #[cold]
-    fn sort_ready_from(&mut self, start: usize) {
-        let slots = &self.slots;
-        self.ready.make_contiguous()[start..].sort_by_key(|key| match slots[key.index] {
-            Slot::Ready { deadline, .. } => deadline,
-            _ => unreachable!("a key just moved to `ready` names an expired item"),
-        });
+        }
     }
 
     fn pop_ready(&mut self) -> Option<Expired<T>> {
-        let key = self.ready.pop_front()?;
-        debug_assert!(self.is_ready(&key), "the front of `ready` is never stale");
-        let Slot::Ready {
-            value, deadline, ..
-        } = self.slots.remove(key.index)
-        else {
-            unreachable!("the front of `ready` names an expired item");
-        };
+        let entry = self.ready.pop_front()?;
+        self.ready_base = self.ready_base.wrapping_add(1);
+        let (key, item) = entry.expect("the front of `ready` is never empty");
         self.drop_stale_front();
-        Some(self.taken_out(key, value, deadline))
+        Some(self.taken_out(key, item))
     }
 }
 
@@ -216,6 +208,6 @@ impl<T> futures_core::Stream for DelayQueue<T> {
     }
 
     fn size_hint(&self) -> (usize, Option<usize>) {
-        (0, Some(self.slots.live()))
+        (0, Some(self.len()))
     }
 }

@@ -1,63 +1,64 @@
-//! The queue's values in the crate's slab, with the stamps that keep a key from naming a later
-//! value: [`Slot`], lookup, removal, emptying, memory. Touches the wheel and the clock.
+//! The queue's slot ids, with the stamps that keep a key from naming a later value: [`Slot`],
+//! lookup, removal, emptying, memory. Touches the wheel and the clock.
 
-use super::{DelayQueue, Expired, Key, BUCKETS, UNARMED};
+use super::{check_capacity, DelayQueue, Expired, Item, Key, MAX_ITEMS, UNARMED};
 use crate::shared::{catch_user_panic, drop_caught};
-use crate::wheel::{Vacancy, Wheel, MAX_ENTRIES};
 use std::panic::AssertUnwindSafe;
 use std::time::Instant;
 
-/// A stamp and a value; a waiting item's deadline is in the wheel, under the slot's index.
-pub(super) enum Slot<T> {
-    Vacant {
-        next: u32,
-    },
-    Waiting {
-        stamp: u32,
-        value: T,
-    },
-    /// Expired, not yet yielded (its key is in `ready`).
-    Ready {
-        stamp: u32,
-        value: T,
-        deadline: u64,
-    },
-}
-
-impl<T> Vacancy for Slot<T> {
-    #[inline]
-    fn vacant(next: u32) -> Self {
-        Slot::Vacant { next }
-    }
-
-    #[inline]
-    fn next_vacant(&self) -> Option<u32> {
-        match *self {
-            Slot::Vacant { next } => Some(next),
-            _ => None,
-        }
-    }
+/// What a slot id holds; a waiting item's value and deadline are in the wheel under the id, an
+/// expired one's in `ready`, at place `seq` in yield order.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Slot {
+    Free,
+    Waiting { stamp: u32 },
+    Ready { stamp: u32, seq: u32 },
 }
 
 impl<T> DelayQueue<T> {
-    /// Panics, before anything changes, unless the slab's next slot is a valid wheel key.
+    /// A slot id for `slot`: the last freed, or a new one. Panics, before anything changes,
+    /// when the queue holds as many items as it can.
     #[inline]
     #[track_caller]
-    pub(super) fn check_index(&self) {
+    pub(super) fn take_id(&mut self, slot: Slot) -> u32 {
+        if let Some(id) = self.free.pop() {
+            self.slots[id as usize] = slot;
+            return id;
+        }
         assert!(
-            (self.slots.next_key() as usize) < MAX_ENTRIES,
+            self.slots.len() < MAX_ITEMS,
             "DelayQueue: at most 2^27 - 1 items at once"
         );
+        self.slots.push(slot);
+        (self.slots.len() - 1) as u32
     }
 
-    pub(super) fn slot_of(&self, key: &Key) -> Option<&Slot<T>> {
-        match self.slots.get(key.index)? {
-            slot @ (Slot::Waiting { stamp, .. } | Slot::Ready { stamp, .. })
-                if *stamp == key.stamp =>
-            {
-                Some(slot)
-            }
+    /// What the id of `key` holds, if `key` names an item there.
+    pub(super) fn slot_of(&self, key: &Key) -> Option<Slot> {
+        let slot = *self.slots.get(key.index as usize)?;
+        match slot {
+            Slot::Waiting { stamp } | Slot::Ready { stamp, .. } if stamp == key.stamp => Some(slot),
             _ => None,
+        }
+    }
+
+    /// Where the expired item at place `seq` in yield order is in `ready`.
+    pub(super) fn ready_index(&self, seq: u32) -> usize {
+        seq.wrapping_sub(self.ready_base) as usize
+    }
+
+    /// Takes the item under `key` out of the wheel or `ready`, if `key` names one; its id
+    /// stays taken.
+    pub(super) fn take_item(&mut self, key: &Key) -> Option<Item<T>> {
+        match self.slot_of(key)? {
+            Slot::Waiting { .. } => self.wheel.remove(key.index),
+            Slot::Ready { seq, .. } => {
+                let at = self.ready_index(seq);
+                let (_, item) = self.ready[at].take()?;
+                self.drop_stale_front();
+                Some(item)
+            }
+            Slot::Free => None,
         }
     }
 
@@ -93,74 +94,49 @@ impl<T> DelayQueue<T> {
     /// assert!(queue.try_remove(&key).is_none());
     /// ```
     pub fn try_remove(&mut self, key: &Key) -> Option<Expired<T>> {
-        let (value, deadline) = self.vacate(key)?;
-        Some(self.taken_out(*key, value, deadline))
+        let item = self.take_item(key)?;
+        Some(self.taken_out(*key, item))
     }
 
-    /// An item out of its slot, as returned: the queue emptied first if it was the last.
+    /// An item out of the queue, as returned: its id freed, and the queue emptied first if it
+    /// was the last.
     #[inline]
-    pub(super) fn taken_out(&mut self, key: Key, value: T, deadline: u64) -> Expired<T> {
-        let deadline = self.timer.shared.clock.instant_parts(deadline);
-        if self.slots.live() == 0 {
+    pub(super) fn taken_out(&mut self, key: Key, item: Item<T>) -> Expired<T> {
+        self.slots[key.index as usize] = Slot::Free;
+        self.free.push(key.index);
+        if self.is_empty() {
             self.emptied();
         }
         Expired {
-            value,
-            deadline,
+            value: item.value,
+            deadline: self.timer.shared.clock.instant_parts(item.deadline),
             key,
         }
     }
 
-    /// Frees the item's slot, if `key` names an item, and takes it out of the wheel or,
-    /// expired, leaves a stale key: its value and deadline. One look at the slot, one at the
-    /// wheel's node.
-    fn vacate(&mut self, key: &Key) -> Option<(T, u64)> {
-        let named = |slot: &Slot<T>| match slot {
-            Slot::Waiting { stamp, .. } | Slot::Ready { stamp, .. } => *stamp == key.stamp,
-            Slot::Vacant { .. } => false,
-        };
-        Some(match self.slots.remove_if(key.index, named)? {
-            Slot::Waiting { value, .. } => (value, self.wheel.remove(key.index).1),
-            Slot::Ready {
-                value, deadline, ..
-            } => {
-                self.drop_stale_front();
-                (value, deadline)
-            }
-            Slot::Vacant { .. } => unreachable!("vacate: `named` took a vacant slot"),
-        })
-    }
-
-    /// Whether `key` in `ready` names an expired item still there.
-    pub(super) fn is_ready(&self, key: &Key) -> bool {
-        matches!(self.slots.get(key.index),
-            Some(Slot::Ready { stamp, .. }) if *stamp == key.stamp)
-    }
-
-    /// Drops stale keys off the front of `ready`, so that it names the next item to yield.
+    /// Drops the places left by items gone from the front of `ready`, so that it names the
+    /// next item to yield.
     pub(super) fn drop_stale_front(&mut self) {
-        while self.ready.front().is_some_and(|key| !self.is_ready(key)) {
+        while let Some(None) = self.ready.front() {
             self.ready.pop_front();
+            self.ready_base = self.ready_base.wrapping_add(1);
         }
     }
 
-    /// Emptied: drops the `Sleep`, restarts the slab at 0 (stamps keep keys apart), wakes the
-    /// task. The queue is whole and empty before user code runs; every value is dropped even if
-    /// some drops panic, and the first such panic goes on once the task is woken. Cold: a queue
-    /// empties seldom, and this inlined would keep `taken_out` out of `remove` and
-    /// `poll_expired` (`docs/performance.md`, "`DelayQueue::emptied` cold").
+    /// Emptied: drops the `Sleep`, restarts the slot ids at 0 (stamps keep keys apart), wakes
+    /// the task; the wheel keeps its pages (as a `Vec` keeps its capacity) until
+    /// [`shrink_to_fit`](DelayQueue::shrink_to_fit). Cold: a queue empties seldom, and this
+    /// inlined would keep `taken_out` out of `remove` and `poll_expired`
+    /// (`docs/performance.md`, "`DelayQueue::emptied` cold").
     #[cold]
     pub(super) fn emptied(&mut self) {
         let sleep = self.sleep.take();
         self.armed = UNARMED;
         self.ready.clear();
-        self.wheel.release_nodes();
+        self.slots.clear();
+        self.free.clear();
         self.drop_waker_caught(sleep);
-        let dropped = std::panic::catch_unwind(AssertUnwindSafe(|| self.slots.clear()));
         self.wake_waiting();
-        if let Err(panic) = dropped {
-            std::panic::resume_unwind(panic);
-        }
     }
 
     /// Wakes the task waiting on the queue, if any. A waker that panics is counted and logged,
@@ -181,6 +157,27 @@ impl<T> DelayQueue<T> {
         counters.caught(drop_caught(holder), "a DelayQueue's waker");
     }
 
+    /// Drops every value, each under its own catch (two panics in one unwind would abort the
+    /// process), leaving the wheel and `ready` empty: the first panic, for the caller to go
+    /// on with (a later one's payload is dropped under a catch too).
+    pub(super) fn drop_values(&mut self) -> std::thread::Result<()> {
+        let mut first = Ok(());
+        let mut drop_one = |item: Item<T>| {
+            if let Err(panic) = std::panic::catch_unwind(AssertUnwindSafe(move || drop(item))) {
+                match first {
+                    Ok(()) => first = Err(panic),
+                    Err(_) => drop(drop_caught(panic)),
+                }
+            }
+        };
+        self.wheel.drain(|_, item| drop_one(item));
+        self.ready
+            .drain(..)
+            .flatten()
+            .for_each(|(_, item)| drop_one(item));
+        first
+    }
+
     /// When the item under `key` is due.
     ///
     /// # Panics
@@ -196,12 +193,15 @@ impl<T> DelayQueue<T> {
     /// ```
     #[track_caller]
     pub fn deadline(&self, key: &Key) -> Instant {
-        let nanos = match self.slot_of(key) {
-            Some(Slot::Waiting { .. }) => self.wheel.deadline(key.index),
-            Some(Slot::Ready { deadline, .. }) => *deadline,
-            _ => panic!("DelayQueue::deadline: the key names no item"),
+        let item = match self.slot_of(key) {
+            Some(Slot::Waiting { .. }) => self.wheel.get(key.index),
+            Some(Slot::Ready { seq, .. }) => {
+                self.ready[self.ready_index(seq)].as_ref().map(|e| &e.1)
+            }
+            _ => None,
         };
-        self.timer.shared.clock.instant_at(nanos)
+        let item = item.expect("DelayQueue::deadline: the key names no item");
+        self.timer.shared.clock.instant_at(item.deadline)
     }
 
     /// Drops every item and wakes a waiting task (it sees `Ready(None)`). If values' drops
@@ -219,15 +219,17 @@ impl<T> DelayQueue<T> {
     /// assert!(queue.try_remove(&key).is_none());
     /// ```
     pub fn clear(&mut self) {
-        if self.slots.live() == 0 {
-            debug_assert_eq!(self.slots.len(), 0, "emptied as the last item left");
+        if self.is_empty() {
             return;
         }
-        self.wheel = Wheel::new_keyed(self.tick_nanos, BUCKETS);
+        let dropped = self.drop_values();
         self.emptied();
+        if let Err(panic) = dropped {
+            std::panic::resume_unwind(panic);
+        }
     }
 
-    /// Items the slab holds room for without allocating.
+    /// Items the queue has slot ids for without growing its table of them.
     ///
     /// ```
     /// # use hashed_timer_wheel::{DelayQueue, HashedWheelTimer};
@@ -239,7 +241,7 @@ impl<T> DelayQueue<T> {
         self.slots.capacity()
     }
 
-    /// Makes room for at least `additional` more items.
+    /// Makes room for at least `additional` more items; the ids that removals freed count.
     ///
     /// # Panics
     /// If the items held and `additional` come to more than a queue holds, 2^27 - 1.
@@ -254,8 +256,9 @@ impl<T> DelayQueue<T> {
     /// ```
     #[track_caller]
     pub fn reserve(&mut self, additional: usize) {
-        super::check_capacity(self.slots.live().saturating_add(additional));
-        self.slots.reserve(additional);
+        check_capacity(self.len().saturating_add(additional));
+        self.slots
+            .reserve(additional.saturating_sub(self.free.len()));
     }
 
     /// Gives back the memory a burst left, in O(items); keys stay valid, and items keep their
@@ -275,13 +278,19 @@ impl<T> DelayQueue<T> {
     /// assert_eq!(queue.remove(&keys[3]).into_inner(), 3);
     /// ```
     pub fn shrink_to_fit(&mut self) {
+        let used = self.slots.iter().rposition(|s| *s != Slot::Free);
+        self.slots.truncate(used.map_or(0, |last| last + 1));
         self.slots.shrink_to_fit();
+        // Free ids below the last used one, the lowest taken first.
+        let slots = &self.slots;
+        self.free.clear();
+        self.free.extend(
+            (0..slots.len() as u32)
+                .rev()
+                .filter(|&id| slots[id as usize] == Slot::Free),
+        );
+        self.free.shrink_to_fit();
         self.ready.shrink_to_fit();
-        // The waiting items, each list in order: equal deadlines keep their order.
-        let mut wheel = Wheel::new_keyed(self.tick_nanos, BUCKETS);
-        self.wheel.for_each_by_list(|index, deadline| {
-            wheel.insert_at(index, index, deadline, self.tick);
-        });
-        self.wheel = wheel;
+        self.wheel.trim();
     }
 }
