@@ -135,8 +135,11 @@ fn expire(n: usize, typed: bool) -> [f64; 4] {
         let due_ns = expire_due_ns(i, n);
         let delay = Duration::from_nanos(due_ns.saturating_sub(run.now_ns()));
         timer
-            .new_timeout(Boxed::new(move |_| run.record(i, due_ns)), delay)
+            .new_timeout_fn(move |_| run.record(i, due_ns), delay)
             .unwrap();
+    }
+    if std::env::var_os("DEBUG_EXPIRE").is_some() {
+        eprintln!("scheduled by {} ms", run.now_ns() / 1_000_000);
     }
     let end = run.wait();
     drop(timer.stop());
@@ -151,7 +154,7 @@ fn expire_rate(sweep: &RateSweep, n: usize) -> [f64; 2] {
         let due_ns = sweep.due_ns(i, n);
         let delay = Duration::from_nanos(due_ns.saturating_sub(run.now_ns()));
         timer
-            .new_timeout(Boxed::new(move |_| run.record(i, due_ns)), delay)
+            .new_timeout_fn(move |_| run.record(i, due_ns), delay)
             .unwrap();
     }
     let scheduled = (run.now_ns() as f64 - sweep.lead_ns as f64) / 1e6;
@@ -199,7 +202,7 @@ fn held(n: usize, seconds: u64) {
         let delay = held_delay(i, n);
         let due = held_due_ns(delay);
         timer
-            .new_timeout_detached(Boxed::new(move |_| held_record(due)), delay)
+            .new_timeout_fn_detached(move |_| held_record(due), delay)
             .unwrap();
     }
     std::thread::sleep(Duration::from_secs(2));

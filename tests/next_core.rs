@@ -433,3 +433,40 @@ fn stats_count_each_outcome_once() {
         (0, Duration::ZERO, 0)
     );
 }
+
+#[test]
+fn reused_boxes_run_each_closure_once_on_its_own_data() {
+    let timer = manual(8);
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let mut next_id = 0u64;
+    for wave in 0..3u64 {
+        for _ in 0..200 {
+            next_id += 1;
+            let (log, id) = (Arc::clone(&log), next_id);
+            if id % 3 == 0 {
+                // Another closure type between them: its box is not reused for the first type.
+                let extra = [id; 4];
+                timer
+                    .new_timeout_fn_detached(move |_| log.lock().unwrap().push(extra[3]), ms(1))
+                    .unwrap();
+            } else if id % 7 == 0 {
+                let t = timer
+                    .new_timeout_fn(move |_| log.lock().unwrap().push(id), ms(1))
+                    .unwrap();
+                assert!(t.cancel());
+            } else {
+                timer
+                    .new_timeout_fn_detached(move |_| log.lock().unwrap().push(id), ms(1))
+                    .unwrap();
+            }
+        }
+        timer.advance_to(ms(wave * 10 + 5));
+    }
+    let mut ran = log.lock().unwrap().clone();
+    ran.sort_unstable();
+    let expected: Vec<u64> = (1..=next_id)
+        .filter(|id| id % 3 == 0 || id % 7 != 0)
+        .collect();
+    assert_eq!(ran, expected);
+    assert_eq!(timer.pending_timeouts(), 0);
+}

@@ -27,6 +27,7 @@ mod lifecycle;
 mod shard;
 pub(crate) mod slots;
 mod stats;
+mod task;
 mod timer;
 pub(crate) mod wheel;
 pub(crate) mod worker;
@@ -37,52 +38,14 @@ use crate::sync::{
 };
 use clock::Clock;
 pub(crate) use shard::{segment_len, Entry, SHARD_COUNT};
-use shard::{shard_index, Shard, SHARDS, SPARE_BLOCKS, SPARE_SEGMENTS};
+use shard::{shard_index, Shard, SHARDS, SPARE_BLOCKS, SPARE_SEGMENTS, SPARE_TASKS};
 use slots::{Block, BlockIds, BLOCK};
 pub use slots::{Timeout, TimerRef};
 use std::time::Duration;
+pub use task::{Boxed, Job};
 pub use timer::Timer;
 use wheel::SlotId;
 use worker::Worker;
-
-/// What a timer stores per timeout and runs when it expires.
-pub trait Job: Send + Sized + 'static {
-    /// Runs the task; `timeout` is its own handle.
-    fn run(self, timeout: &Timeout<Self>);
-}
-
-/// The boxed timer's task: any closure, boxed (a closure that captures nothing is not
-/// allocated).
-pub struct Boxed(Box<dyn BoxedFn>);
-
-trait BoxedFn: Send {
-    fn call(self: Box<Self>, timeout: &Timeout<Boxed>);
-}
-
-impl<F: FnOnce(&Timeout<Boxed>) + Send + 'static> BoxedFn for F {
-    fn call(self: Box<Self>, timeout: &Timeout<Boxed>) {
-        (*self)(timeout)
-    }
-}
-
-impl Boxed {
-    /// Boxes `f`.
-    pub fn new(f: impl FnOnce(&Timeout<Boxed>) + Send + 'static) -> Boxed {
-        Boxed(Box::new(f))
-    }
-}
-
-impl std::fmt::Debug for Boxed {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Boxed")
-    }
-}
-
-impl Job for Boxed {
-    fn run(self, timeout: &Timeout<Boxed>) {
-        self.0.call(timeout)
-    }
-}
 
 /// Slot ids a timer can name at once (blocks alive, handles included).
 const MAX_PENDING: usize = slots::MAX_BLOCKS as usize * BLOCK;
@@ -185,14 +148,26 @@ impl<J: Job> Shared<J> {
         delay: Duration,
         detached: bool,
     ) -> Result<Option<Timeout<J>>, (TimerError, J)> {
+        self.schedule_with(|_| task, delay, detached)
+            .map_err(|(e, make)| (e, make(&mut Vec::new())))
+    }
+
+    /// Schedules the task `make` builds (under the shard lock, from the shard's spare tasks) at
+    /// `delay` from now; the handle unless `detached`. Refused, `make` comes back unused.
+    pub(crate) fn schedule_with<M: FnOnce(&mut Vec<J>) -> J>(
+        self: &Arc<Self>,
+        make: M,
+        delay: Duration,
+        detached: bool,
+    ) -> Result<Option<Timeout<J>>, (TimerError, M)> {
         let now = self.clock.now();
         let delay = u64::try_from(delay.as_nanos()).unwrap_or(u64::MAX);
         let deadline = now.saturating_add(delay);
         if let Err(e) = self.reserve() {
             self.counters.refused();
-            return Err((e, task));
+            return Err((e, make));
         }
-        let pushed = self.push(task, deadline, detached);
+        let pushed = self.push(make, deadline, detached);
         let (handle, was_empty) = pushed.inspect_err(|_| {
             self.unreserve();
             self.counters.refused();
@@ -210,26 +185,27 @@ impl<J: Job> Shared<J> {
     }
 
     /// Pushes a timeout onto this thread's shard; its handle, and whether the shard was empty.
-    fn push(
+    fn push<M: FnOnce(&mut Vec<J>) -> J>(
         self: &Arc<Self>,
-        task: J,
+        make: M,
         deadline: u64,
         detached: bool,
-    ) -> Result<Pushed<J>, (TimerError, J)> {
+    ) -> Result<Pushed<J>, (TimerError, M)> {
         let mut shard = lock(&self.shards[shard_index()]);
         // Under the shard lock: `stop` sets SHUTDOWN, then takes every shard's lock once, so
         // this timeout is either refused here or among what `stop` drains.
         if self.is_shutdown() {
-            return Err((TimerError::Stopped, task));
+            return Err((TimerError::Stopped, make));
         }
         let Some((block, index, first)) = shard.take_slot(self) else {
             let max = MAX_PENDING;
-            return Err((TimerError::TooManyPending { pending: max, max }, task));
+            return Err((TimerError::TooManyPending { pending: max, max }, make));
         };
         let id = block.slot(index);
         let handle = (!detached).then(|| Timeout::new(Arc::clone(block), index));
         let block = first.then(|| Arc::clone(block));
         let was_empty = shard.is_empty();
+        let task = make(&mut shard.task_spares);
         let entry = Entry {
             id,
             deadline,
@@ -321,26 +297,42 @@ impl<J: Job> Shared<J> {
     /// Takes every shard's queues, and hands each shard its spare blocks and empty segments.
     pub(crate) fn take_queues(
         &self,
-        timeouts: &mut Vec<Vec<Entry<J>>>,
+        timeouts: &mut Vec<(usize, Vec<Entry<J>>)>,
         cancels: &mut Vec<SlotId>,
         spares: &mut [Vec<Arc<Block<J>>>],
-        free_segments: &mut Vec<Vec<Entry<J>>>,
+        free_segments: &mut [Vec<Vec<Entry<J>>>],
+        task_spares: &mut [Vec<J>],
     ) {
-        for (shard, spares) in self.shards.iter().zip(spares) {
+        let returns = spares.iter_mut().zip(task_spares).zip(free_segments);
+        for (i, (shard, ((spares, tasks), segments))) in self.shards.iter().zip(returns).enumerate()
+        {
             let mut shard = lock(shard);
-            timeouts.append(&mut shard.timeouts);
+            timeouts.extend(shard.timeouts.drain(..).map(|segment| (i, segment)));
             cancels.append(&mut shard.cancels);
             let room = SPARE_BLOCKS.saturating_sub(shard.spares.len());
             shard.spares.extend(spares.drain(..spares.len().min(room)));
             spares.clear();
-            while shard.free_segments.len() < SPARE_SEGMENTS {
-                let Some(segment) = free_segments.pop() else {
-                    break;
-                };
-                shard.free_segments.push(segment);
-            }
+            // All of them, back to the producers that allocated them (`trim_spares` bounds them).
+            shard.task_spares.append(tasks);
+            shard.free_segments.append(segments);
         }
-        free_segments.clear();
+    }
+
+    /// Frees what the shards keep beyond their spares' bounds (the worker's `trim`).
+    pub(crate) fn trim_spares(&self) {
+        for shard in self.shards.iter() {
+            let extra = {
+                let mut shard = lock(shard);
+                let keep = shard.task_spares.len().min(SPARE_TASKS);
+                let segments = shard.free_segments.len().min(SPARE_SEGMENTS);
+                (
+                    shard.task_spares.split_off(keep),
+                    shard.free_segments.split_off(segments),
+                )
+            };
+            // User code (a task's box) is dropped outside the lock.
+            drop(extra);
+        }
     }
 
     /// Whether any shard holds a timeout or a cancellation.

@@ -15,6 +15,8 @@ pub(crate) const SHARD_COUNT: usize = SHARDS;
 /// Spare blocks a shard keeps: the request-timeout pattern (schedule, cancel) reuses them and
 /// allocates nothing; a burst's blocks beyond are freed.
 pub(crate) const SPARE_BLOCKS: usize = 32;
+/// Tasks' empty boxes a shard keeps for the next of their type (`Boxed::reusing`).
+pub(crate) const SPARE_TASKS: usize = 1024;
 /// Empty segments a shard keeps.
 pub(crate) const SPARE_SEGMENTS: usize = 2;
 /// Bytes a segment of new timeouts holds at most.
@@ -49,6 +51,8 @@ pub(crate) struct Shard<J: Job> {
     /// Blocks the worker gave back, all their slots ended and no handle left: taken before a
     /// new one is allocated.
     pub(crate) spares: Vec<Arc<Block<J>>>,
+    /// What the worker kept of tasks that ended, for the next ones (`Job::run_keeping`).
+    pub(crate) task_spares: Vec<J>,
     /// Timeouts this shard accepted; pending is their sum less `ended`.
     pub(crate) accepted: u64,
     pub(crate) index: usize,
@@ -62,6 +66,7 @@ impl<J: Job> Shard<J> {
             cancels: Vec::new(),
             cursor: None,
             spares: Vec::new(),
+            task_spares: Vec::new(),
             accepted: 0,
             index,
         }

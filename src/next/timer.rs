@@ -80,6 +80,34 @@ impl<J: Job> Timer<J> {
     }
 }
 
+impl Timer<Boxed> {
+    /// Schedules the closure `f`, in the box of an earlier closure of its type if one is spare.
+    pub fn new_timeout_fn<F>(&self, f: F, delay: Duration) -> Result<Timeout<Boxed>, TimerError>
+    where
+        F: FnOnce(&Timeout<Boxed>) + Send + 'static,
+    {
+        self.start()?;
+        let make = |spares: &mut Vec<Boxed>| Boxed::reusing(f, spares);
+        match self.shared.schedule_with(make, delay, false) {
+            Ok(handle) => Ok(handle.expect("a handle was asked for")),
+            Err((e, _make)) => Err(e),
+        }
+    }
+
+    /// `new_timeout_fn` with no handle.
+    pub fn new_timeout_fn_detached<F>(&self, f: F, delay: Duration) -> Result<(), TimerError>
+    where
+        F: FnOnce(&Timeout<Boxed>) + Send + 'static,
+    {
+        self.start()?;
+        let make = |spares: &mut Vec<Boxed>| Boxed::reusing(f, spares);
+        self.shared
+            .schedule_with(make, delay, true)
+            .map(drop)
+            .map_err(|(e, _)| e)
+    }
+}
+
 impl<J: Job> Drop for Timer<J> {
     fn drop(&mut self) {
         self.shared.shutdown();

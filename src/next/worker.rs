@@ -8,10 +8,12 @@
 //!
 //! # Sleeping
 //! After a turn the worker publishes the tick at whose end it looks at the queues again
-//! (`Shared::set_plan`), then looks at them under their locks; what it finds it transfers, and
-//! plans again. A producer reads the plan after its push: either the worker saw the push or the
-//! producer sees the plan (`Shared::wake_if_later_than`). While producers keep pushing, the
-//! worker plans the current tick, so that it wakes once a tick at most, however many pushes.
+//! (`Shared::set_plan`): the next tick with work, or the current one if the turn found anything
+//! in the queues, so that while producers push it wakes once a tick, however many pushes. Then
+//! it looks at the queues under their locks: if a producer pushed while it saw the worker
+//! awake, the plan becomes the current tick. A producer reads the plan after its push: either
+//! the worker saw the push or the producer sees the plan, and unparks the worker if its
+//! timeout is due before it (`Shared::wake_if_later_than`).
 //!
 //! # Ground rules
 //! Only the worker touches the wheel, `blocks` and `ended_in`. It ends every slot once: an
@@ -22,7 +24,7 @@ use super::slots::{Block, Timeout, BLOCK};
 use super::stats::Tally;
 use super::wheel::{SlotId, Wheel};
 use super::{segment_len, Entry, Job, Shared, AWAKE, NEVER, SHARD_COUNT, TRANSFER_CAP};
-use crate::shared::{catch_user_panic, drop_caught, log_caught};
+use crate::shared::{catch_user_panic, log_caught};
 use crate::sync::{thread, Arc};
 use std::collections::VecDeque;
 
@@ -48,13 +50,15 @@ pub(crate) struct Worker<J: Job> {
     /// Per block id: slots ended.
     ended_in: Vec<u8>,
     /// Batches taken from the shards, not yet all in the wheel (the cap), oldest first.
-    inbox: VecDeque<Vec<Entry<J>>>,
-    batches: Vec<Vec<Entry<J>>>,
+    inbox: VecDeque<(usize, Vec<Entry<J>>)>,
+    batches: Vec<(usize, Vec<Entry<J>>)>,
     /// Emptied segments, for the shards.
-    free_segments: Vec<Vec<Entry<J>>>,
+    free_segments: Vec<Vec<Vec<Entry<J>>>>,
     cancels: Vec<SlotId>,
     /// Per shard: blocks to give back at the next `collect`.
     spares: Vec<Vec<Arc<Block<J>>>>,
+    /// Per shard: what ended tasks left for the next ones (`Job::run_keeping`).
+    task_spares: Vec<Vec<J>>,
     due: Vec<(SlotId, Waiting<J>)>,
     /// Counters, published once a turn.
     pub(crate) tally: Tally,
@@ -77,9 +81,10 @@ impl<J: Job> Worker<J> {
             ended_in: Vec::new(),
             inbox: VecDeque::new(),
             batches: Vec::new(),
-            free_segments: Vec::new(),
+            free_segments: (0..SHARD_COUNT).map(|_| Vec::new()).collect(),
             cancels: Vec::new(),
             spares: (0..SHARD_COUNT).map(|_| Vec::new()).collect(),
+            task_spares: (0..SHARD_COUNT).map(|_| Vec::new()).collect(),
             due: Vec::new(),
             tally: Tally::default(),
             now: 0,
@@ -96,7 +101,7 @@ impl<J: Job> Worker<J> {
         self.now = now;
         if now.saturating_sub(self.trimmed_at) >= TRIM_NANOS {
             self.trimmed_at = now;
-            self.trim();
+            self.trim(shared);
         }
         let end = now / self.tick_nanos;
         let mut busy = self.collect(shared);
@@ -121,27 +126,27 @@ impl<J: Job> Worker<J> {
         busy
     }
 
-    /// Publishes the plan and takes what producers pushed meanwhile, until the queues are
-    /// empty under a published plan; the planned tick (`NEVER`: nothing to wait for).
-    pub(crate) fn settle(&mut self, shared: &Shared<J>, mut busy: bool) -> u64 {
-        loop {
-            let tick = self.wheel.tick();
-            let plan = if busy || !self.inbox.is_empty() {
-                tick
-            } else {
-                self.wheel.next_work().unwrap_or(NEVER)
-            };
-            shared.set_plan(plan, tick);
-            if shared.queues_empty() {
-                if plan.saturating_sub(tick) >= TRIM_NANOS / self.tick_nanos {
-                    self.trim();
-                }
-                return plan;
-            }
-            shared.set_plan(AWAKE, tick);
-            busy |= self.collect(shared);
-            self.transfer(shared);
+    /// Publishes the plan: the next tick with work, or the current one while producers push
+    /// (so that the worker looks at the queues once a tick, however many pushes); the planned
+    /// tick (`NEVER`: nothing to wait for).
+    pub(crate) fn settle(&mut self, shared: &Shared<J>, busy: bool) -> u64 {
+        let tick = self.wheel.tick();
+        if busy || !self.inbox.is_empty() {
+            shared.set_plan(tick, tick);
+            return tick;
         }
+        let plan = self.wheel.next_work().unwrap_or(NEVER);
+        shared.set_plan(plan, tick);
+        if !shared.queues_empty() {
+            // Pushed while the producers saw the worker awake: it looks at them at the end of
+            // this tick, the earliest any of them can be due.
+            shared.set_plan(tick, tick);
+            return tick;
+        }
+        if plan.saturating_sub(tick) >= TRIM_NANOS / self.tick_nanos {
+            self.trim(shared);
+        }
+        plan
     }
 
     /// Takes the shards' queues: ends the cancelled timeouts in the wheel, and queues the new
@@ -152,6 +157,7 @@ impl<J: Job> Worker<J> {
             &mut self.cancels,
             &mut self.spares,
             &mut self.free_segments,
+            &mut self.task_spares,
         );
         let found = !self.batches.is_empty() || !self.cancels.is_empty();
         let mut cancels = std::mem::take(&mut self.cancels);
@@ -192,7 +198,7 @@ impl<J: Job> Worker<J> {
             self.budget = TRANSFER_CAP;
         }
         while self.budget > 0 {
-            let Some(mut segment) = self.inbox.pop_front() else {
+            let Some((shard, mut segment)) = self.inbox.pop_front() else {
                 break;
             };
             let n = self.budget.min(segment.len());
@@ -201,9 +207,9 @@ impl<J: Job> Worker<J> {
                 self.place(shared, entry);
             }
             if !segment.is_empty() {
-                self.inbox.push_front(segment);
+                self.inbox.push_front((shard, segment));
             } else if segment.capacity() == segment_len::<J>() {
-                self.free_segments.push(segment);
+                self.free_segments[shard].push(segment);
             }
         }
     }
@@ -234,7 +240,8 @@ impl<J: Job> Worker<J> {
 
     /// Gives back the memory of what drained: the wheel's empty pages, and the block table's
     /// tail of blocks no longer held.
-    fn trim(&mut self) {
+    fn trim(&mut self, shared: &Shared<J>) {
+        shared.trim_spares();
         self.wheel.trim();
         while self.blocks.last().is_some_and(Option::is_none) {
             self.blocks.pop();
@@ -275,12 +282,14 @@ impl<J: Job> Worker<J> {
     /// with its last slot.
     fn end(&mut self, shared: &Shared<J>, id: SlotId, task: J) {
         let (bid, _) = split(id);
+        let shard = self.blocks[bid].as_ref().map_or(0, |b| b.shard());
         if self.count_end(shared, bid) {
             if let Some(block) = self.blocks[bid].take() {
                 self.retire(block);
             }
         }
-        if !drop_caught(task) {
+        let spares = &mut self.task_spares[shard];
+        if !catch_user_panic(|| task.drop_keeping(spares)) {
             self.tally.panicked += 1;
         }
     }
@@ -301,13 +310,15 @@ impl<J: Job> Worker<J> {
             let ran = if block.expire(index) {
                 let late = self.now.saturating_sub(waiting.deadline);
                 self.tally.fired(late, self.tick_nanos);
+                let spares = &mut self.task_spares[block.shard()];
                 let timeout = Timeout::new(block, index);
-                let ran = run(shared, waiting.task, &timeout);
+                let ran = run(shared, waiting.task, &timeout, spares);
                 block = timeout.into_block();
                 ran
             } else {
                 self.tally.cancelled += 1;
-                drop_caught(waiting.task)
+                let spares = &mut self.task_spares[block.shard()];
+                catch_user_panic(|| waiting.task.drop_keeping(spares))
             };
             self.tally.panicked += u64::from(!ran);
             if last {
@@ -331,7 +342,7 @@ impl<J: Job> Worker<J> {
         self.collect(shared);
         let mut rest: Vec<(SlotId, J)> = Vec::new();
         let inbox = std::mem::take(&mut self.inbox);
-        for entry in inbox.into_iter().flatten() {
+        for entry in inbox.into_iter().flat_map(|(_, segment)| segment) {
             self.register(split(entry.id).0, entry.block);
             rest.push((entry.id, entry.task));
         }
@@ -354,9 +365,9 @@ impl<J: Job> Worker<J> {
 
 /// Runs an expired task inline, or hands it to the executor; a panic is caught and logged.
 /// Whether it did not panic.
-fn run<J: Job>(shared: &Shared<J>, task: J, timeout: &Timeout<J>) -> bool {
+fn run<J: Job>(shared: &Shared<J>, task: J, timeout: &Timeout<J>, spares: &mut Vec<J>) -> bool {
     let Some(executor) = &shared.executor else {
-        let ran = catch_user_panic(|| task.run(timeout));
+        let ran = catch_user_panic(|| task.run_keeping(timeout, spares));
         if !ran {
             log_caught(log::Level::Warn, format_args!("a timer task panicked"));
         }
