@@ -312,25 +312,27 @@ impl<J: Job> Shared<J> {
             let room = SPARE_BLOCKS.saturating_sub(shard.spares.len());
             shard.spares.extend(spares.drain(..spares.len().min(room)));
             spares.clear();
-            // All of them, back to the producers that allocated them (`trim_spares` bounds them).
-            shard.task_spares.append(tasks);
+            let room = SPARE_TASKS.saturating_sub(shard.task_spares.len());
+            shard
+                .task_spares
+                .extend(tasks.drain(..tasks.len().min(room)));
+            tasks.clear();
             shard.free_segments.append(segments);
         }
     }
 
-    /// Frees what the shards keep beyond their spares' bounds (the worker's `trim`).
+    /// Frees the shards' empty segments beyond their bound (the worker's `trim`).
     pub(crate) fn trim_spares(&self) {
         for shard in self.shards.iter() {
             let extra = {
                 let mut shard = lock(shard);
-                let keep = shard.task_spares.len().min(SPARE_TASKS);
                 let segments = shard.free_segments.len().min(SPARE_SEGMENTS);
-                (
-                    shard.task_spares.split_off(keep),
-                    shard.free_segments.split_off(segments),
-                )
+                let extra = shard.free_segments.split_off(segments);
+                shard.free_segments.shrink_to_fit();
+                shard.timeouts.shrink_to_fit();
+                shard.cancels.shrink_to_fit();
+                extra
             };
-            // User code (a task's box) is dropped outside the lock.
             drop(extra);
         }
     }

@@ -16,7 +16,7 @@ pub(crate) const SHARD_COUNT: usize = SHARDS;
 /// allocates nothing; a burst's blocks beyond are freed.
 pub(crate) const SPARE_BLOCKS: usize = 32;
 /// Tasks' empty boxes a shard keeps for the next of their type (`Boxed::reusing`).
-pub(crate) const SPARE_TASKS: usize = 1024;
+pub(crate) const SPARE_TASKS: usize = 256;
 /// Empty segments a shard keeps.
 pub(crate) const SPARE_SEGMENTS: usize = 2;
 /// Bytes a segment of new timeouts holds at most.

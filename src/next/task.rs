@@ -28,24 +28,46 @@ pub trait Job: Send + Sized + 'static {
 /// the box reused for the next closure of its type).
 pub struct Boxed(Box<dyn Cell>);
 
-/// A box holding a closure until it runs, then nothing (and ready for the next of its type).
+/// A closure in its box. Run or dropped, a box that can hold the next closure of its type comes
+/// back empty.
 trait Cell: Send {
-    fn call(&mut self, timeout: &Timeout<Boxed>);
-    fn clear(&mut self);
+    fn call(self: Box<Self>, timeout: &Timeout<Boxed>) -> Option<Box<dyn Cell>>;
+    fn clear(self: Box<Self>) -> Option<Box<dyn Cell>>;
     fn into_any(self: Box<Self>) -> Box<dyn Any + Send>;
 }
 
+/// A closure that captures something, until it runs.
 struct Holder<F>(Option<F>);
 
+/// A closure that captures nothing: its box allocates nothing, and none is kept.
+struct Bare<F>(F);
+
 impl<F: FnOnce(&Timeout<Boxed>) + Send + 'static> Cell for Holder<F> {
-    fn call(&mut self, timeout: &Timeout<Boxed>) {
+    fn call(mut self: Box<Self>, timeout: &Timeout<Boxed>) -> Option<Box<dyn Cell>> {
         if let Some(f) = self.0.take() {
             f(timeout)
         }
+        Some(self)
     }
 
-    fn clear(&mut self) {
+    fn clear(mut self: Box<Self>) -> Option<Box<dyn Cell>> {
         self.0 = None;
+        Some(self)
+    }
+
+    fn into_any(self: Box<Self>) -> Box<dyn Any + Send> {
+        self
+    }
+}
+
+impl<F: FnOnce(&Timeout<Boxed>) + Send + 'static> Cell for Bare<F> {
+    fn call(self: Box<Self>, timeout: &Timeout<Boxed>) -> Option<Box<dyn Cell>> {
+        (self.0)(timeout);
+        None
+    }
+
+    fn clear(self: Box<Self>) -> Option<Box<dyn Cell>> {
+        None
     }
 
     fn into_any(self: Box<Self>) -> Box<dyn Any + Send> {
@@ -55,8 +77,12 @@ impl<F: FnOnce(&Timeout<Boxed>) + Send + 'static> Cell for Holder<F> {
 
 impl Boxed {
     /// Boxes `f`.
-    pub fn new(f: impl FnOnce(&Timeout<Boxed>) + Send + 'static) -> Boxed {
-        Boxed(Box::new(Holder(Some(f))))
+    pub fn new<F: FnOnce(&Timeout<Boxed>) + Send + 'static>(f: F) -> Boxed {
+        if std::mem::size_of::<F>() == 0 {
+            Boxed(Box::new(Bare(f)))
+        } else {
+            Boxed(Box::new(Holder(Some(f))))
+        }
     }
 
     /// `f` in the last spare box if it is of `f`'s type, else in a new one (the spare is freed
@@ -78,18 +104,16 @@ impl Boxed {
 }
 
 impl Job for Boxed {
-    fn run(mut self, timeout: &Timeout<Boxed>) {
-        self.0.call(timeout)
+    fn run(self, timeout: &Timeout<Boxed>) {
+        drop(self.0.call(timeout));
     }
 
-    fn run_keeping(mut self, timeout: &Timeout<Boxed>, spares: &mut Vec<Boxed>) {
-        self.0.call(timeout);
-        spares.push(self);
+    fn run_keeping(self, timeout: &Timeout<Boxed>, spares: &mut Vec<Boxed>) {
+        spares.extend(self.0.call(timeout).map(Boxed));
     }
 
-    fn drop_keeping(mut self, spares: &mut Vec<Boxed>) {
-        self.0.clear();
-        spares.push(self);
+    fn drop_keeping(self, spares: &mut Vec<Boxed>) {
+        spares.extend(self.0.clear().map(Boxed));
     }
 }
 

@@ -243,6 +243,13 @@ impl<J: Job> Worker<J> {
     fn trim(&mut self, shared: &Shared<J>) {
         shared.trim_spares();
         self.wheel.trim();
+        self.inbox.shrink_to_fit();
+        self.batches.shrink_to_fit();
+        for (tasks, segments) in self.task_spares.iter_mut().zip(&mut self.free_segments) {
+            tasks.shrink_to_fit();
+            segments.clear();
+            segments.shrink_to_fit();
+        }
         while self.blocks.last().is_some_and(Option::is_none) {
             self.blocks.pop();
             self.ended_in.pop();
