@@ -26,6 +26,7 @@ const WORKLOADS: &[&str] = &[
     "multi_producer",
     "expire",
     "expire_rate",
+    "expire_rate_typed",
     "memory",
     "memory_capture",
     "idle",
@@ -144,6 +145,25 @@ fn expire(n: usize, typed: bool) -> [f64; 4] {
     let end = run.wait();
     drop(timer.stop());
     run.summary(end)
+}
+
+/// `expire_rate` on a typed timer (`Record` stored in place).
+fn expire_rate_typed(sweep: &RateSweep, n: usize) -> [f64; 2] {
+    let run = Lateness::start(n);
+    let timer = started(Record {
+        i: 0,
+        due_ns: u64::MAX,
+        run,
+    });
+    for i in 0..n {
+        let due_ns = sweep.due_ns(i, n);
+        let delay = Duration::from_nanos(due_ns.saturating_sub(run.now_ns()));
+        timer.new_timeout(Record { i, due_ns, run }, delay).unwrap();
+    }
+    let scheduled = (run.now_ns() as f64 - sweep.lead_ns as f64) / 1e6;
+    run.wait();
+    drop(timer.stop());
+    [run.late_p99_ms(), scheduled]
 }
 
 /// `expire_rate` (boxed): R x 100 ms of timeouts scheduled ahead, due over 100 ms.
@@ -314,6 +334,10 @@ fn main() {
     if run("expire_rate") {
         let sweep = RateSweep::from_env();
         sweep.report(IMPL, "expire_rate", |n| expire_rate(&sweep, n));
+    }
+    if run("expire_rate_typed") {
+        let sweep = RateSweep::from_env();
+        sweep.report(IMPL, "expire_rate_typed", |n| expire_rate_typed(&sweep, n));
     }
     if run("memory") {
         memory("memory", n, |_| noop(), noop());
