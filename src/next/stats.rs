@@ -27,12 +27,12 @@ impl Tally {
     pub(crate) fn fired(&mut self, late: u64, tick_nanos: u64) {
         self.expired += 1;
         self.late_max = self.late_max.max(late);
-        let ticks = late / tick_nanos;
-        let class = if ticks == 0 {
-            0
-        } else {
-            (ticks.ilog2() as usize + 1).min(CLASSES - 1)
-        };
+        // Under a tick, 1 to 2 ticks, 2 to 4, ...: compares, not a division per timeout.
+        let (mut class, mut bound) = (0, tick_nanos);
+        while class < CLASSES - 1 && late >= bound {
+            class += 1;
+            bound = bound.saturating_mul(2);
+        }
         self.lateness[class] += 1;
     }
 

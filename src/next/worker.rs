@@ -59,7 +59,6 @@ pub(crate) struct Worker<J: Job> {
     spares: Vec<Vec<Arc<Block<J>>>>,
     /// Per shard: what ended tasks left for the next ones (`Job::run_keeping`).
     task_spares: Vec<Vec<J>>,
-    due: Vec<(SlotId, Waiting<J>)>,
     /// Counters, published once a turn.
     pub(crate) tally: Tally,
     /// The `now` of the current turn.
@@ -85,7 +84,6 @@ impl<J: Job> Worker<J> {
             cancels: Vec::new(),
             spares: (0..SHARD_COUNT).map(|_| Vec::new()).collect(),
             task_spares: (0..SHARD_COUNT).map(|_| Vec::new()).collect(),
-            due: Vec::new(),
             tally: Tally::default(),
             now: 0,
             ended: 0,
@@ -108,7 +106,11 @@ impl<J: Job> Worker<J> {
         self.transfer(shared);
         while self.wheel.tick() < end {
             let tick = self.wheel.tick();
+            // The tick's tasks are timed together, as one run.
+            let started = shared.clock.now();
             self.expire(shared);
+            let ran = shared.clock.now().saturating_sub(started);
+            self.tally.ran(ran, self.tick_nanos);
             let next = if self.inbox.is_empty() {
                 self.wheel
                     .next_work()
@@ -301,46 +303,47 @@ impl<J: Job> Worker<J> {
         }
     }
 
-    /// Expires the current tick's bucket: each due timeout is ended, then its task runs (unless
-    /// a `cancel()` won it first: then its task is dropped). The task's `Timeout` borrows the
-    /// worker's reference to the block.
+    /// Expires the current tick's bucket: each due timeout, as the walk unlinks it, is ended,
+    /// then its task runs (unless a `cancel()` won it first: then its task is dropped). The
+    /// task's `Timeout` borrows the worker's reference to the block.
     fn expire(&mut self, shared: &Shared<J>) {
-        let mut due = std::mem::take(&mut self.due);
-        self.wheel.expire(|id, waiting| due.push((id, waiting)));
-        let started = (!due.is_empty()).then(|| shared.clock.now());
-        for (id, waiting) in due.drain(..) {
+        let Worker {
+            wheel,
+            blocks,
+            ended_in,
+            ended,
+            tally,
+            task_spares,
+            spares,
+            now,
+            tick_nanos,
+            ..
+        } = self;
+        let (now, tick_nanos) = (*now, *tick_nanos);
+        wheel.expire(|id, waiting| {
             let (bid, index) = split(id);
-            let mut block = self.blocks[bid]
+            let block = blocks[bid]
                 .take()
                 .expect("a slot in the wheel has its block");
-            let last = self.count_end(shared, bid);
-            let ran = if block.expire(index) {
-                let late = self.now.saturating_sub(waiting.deadline);
-                self.tally.fired(late, self.tick_nanos);
-                let spares = &mut self.task_spares[block.shard()];
-                let timeout = Timeout::new(block, index);
-                let ran = run(shared, waiting.task, &timeout, spares);
-                block = timeout.into_block();
-                ran
-            } else {
-                self.tally.cancelled += 1;
-                let spares = &mut self.task_spares[block.shard()];
-                catch_user_panic(|| waiting.task.drop_keeping(spares))
-            };
-            self.tally.panicked += u64::from(!ran);
-            if last {
-                self.retire(block);
-            } else {
-                self.blocks[bid] = Some(block);
+            *ended += 1;
+            shared.set_ended(*ended, 1);
+            ended_in[bid] += 1;
+            let kept = &mut task_spares[block.shard()];
+            let mut block = fire(
+                shared,
+                block,
+                index,
+                waiting,
+                kept,
+                tally,
+                (now, tick_nanos),
+            );
+            if usize::from(ended_in[bid]) < BLOCK {
+                blocks[bid] = Some(block);
+            } else if Block::renew(&mut block) {
+                spares[block.shard()].push(block);
             }
-        }
-        if let Some(started) = started {
-            let nanos = shared.clock.now().saturating_sub(started);
-            self.tally.ran(nanos, self.tick_nanos);
-        }
-        if due.capacity() * std::mem::size_of::<(SlotId, Waiting<J>)>() <= KEEP_BYTES {
-            self.due = due;
-        }
+        });
     }
 
     /// `stop()`: ends everything; the timeouts it cancels go to `returned`, their tasks are
@@ -368,6 +371,30 @@ impl<J: Job> Worker<J> {
         }
         self.publish(shared);
     }
+}
+
+/// A due timeout the walk took: runs its task if the worker wins its slot, else drops it (a
+/// `cancel()` won); counts either in the tally. The block comes back.
+fn fire<J: Job>(
+    shared: &Shared<J>,
+    block: Arc<Block<J>>,
+    index: usize,
+    Waiting { task, deadline }: Waiting<J>,
+    kept: &mut Vec<J>,
+    tally: &mut Tally,
+    (now, tick_nanos): (u64, u64),
+) -> Arc<Block<J>> {
+    let (block, ran) = if block.expire(index) {
+        tally.fired(now.saturating_sub(deadline), tick_nanos);
+        let timeout = Timeout::new(block, index);
+        let ran = run(shared, task, &timeout, kept);
+        (timeout.into_block(), ran)
+    } else {
+        tally.cancelled += 1;
+        (block, catch_user_panic(|| task.drop_keeping(kept)))
+    };
+    tally.panicked += u64::from(!ran);
+    block
 }
 
 /// Runs an expired task inline, or hands it to the executor; a panic is caught and logged.
