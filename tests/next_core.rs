@@ -97,14 +97,8 @@ fn transfer_cap_leaves_the_rest_for_later_ticks_and_loses_none() {
     let timer = manual(512);
     let ran = Arc::new(AtomicUsize::new(0));
     for _ in 0..250_000 {
-        let ran = Arc::clone(&ran);
         timer
-            .new_timeout_detached(
-                Boxed::new(move |_| {
-                    ran.fetch_add(1, Ordering::Relaxed);
-                }),
-                ms(0),
-            )
+            .new_timeout_detached(record_count(&ran), ms(0))
             .unwrap();
     }
     timer.advance_to(ms(1));
@@ -189,15 +183,7 @@ fn a_panicking_task_or_drop_loses_nothing() {
         .new_timeout(Boxed::new(move |_| drop(guard)), ms(1))
         .unwrap();
     dropped.cancel();
-    let r = Arc::clone(&ran);
-    timer
-        .new_timeout(
-            Boxed::new(move |_| {
-                r.fetch_add(1, Ordering::SeqCst);
-            }),
-            ms(1),
-        )
-        .unwrap();
+    timer.new_timeout(record_count(&ran), ms(1)).unwrap();
     timer.advance_to(ms(5));
     assert_eq!(ran.load(Ordering::SeqCst), 1);
     assert_eq!(timer.pending_timeouts(), 0);

@@ -251,21 +251,8 @@ impl<T> Wheel<T> {
 
     /// Expires the current tick: takes every node of its bucket that is due (fire round this
     /// one, not the next), in bucket order, and hands each to `f` with its id.
-    pub(crate) fn expire(&mut self, mut f: impl FnMut(SlotId, T)) {
-        let bucket = (self.tick & self.mask()) as usize;
-        let mut id = self.heads[bucket];
-        while id != NIL {
-            let (next, due) = {
-                let node = self.node(id);
-                (node.next, node.fire <= self.tick)
-            };
-            if due {
-                if let Some(value) = self.remove(id) {
-                    f(id, value);
-                }
-            }
-            id = next;
-        }
+    pub(crate) fn expire(&mut self, f: impl FnMut(SlotId, T)) {
+        self.expire_if(|_| true, f);
     }
 
     /// [`expire`](Wheel::expire), taking only the due nodes whose value `due` accepts: the
