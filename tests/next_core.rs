@@ -201,7 +201,7 @@ fn duration_max_never_fires() {
 }
 
 #[test]
-fn request_timeout_churn_reuses_blocks() {
+fn request_timeout_churn_ends_every_timeout() {
     let timer = manual(512);
     for round in 0..200u64 {
         for _ in 0..1000 {
