@@ -124,54 +124,20 @@
 //! # Testing code that uses a timer
 //! [`Builder::build_manual`]: a timer with no thread, whose [`ManualDriver`] moves its clock.
 #![warn(missing_docs)]
-// Only `shared::small_task` allows it (a task's words stored in place).
-#![deny(unsafe_code)]
-
-// The `cfg_*!` macros (as tokio's): each repeated `cfg` condition written once, with a
-// `cfg_not_*!` twin, defined before the modules that use them.
-
-/// Where producers read the TSC (`clock`'s fast clock): Linux on x86-64, not under loom.
-macro_rules! cfg_tsc {
-    ($($item:item)*) => {
-        $(
-            #[cfg(all(not(loom), target_os = "linux", target_arch = "x86_64"))]
-            $item
-        )*
-    };
-}
-
-macro_rules! cfg_not_tsc {
-    ($($item:item)*) => {
-        $(
-            #[cfg(not(all(not(loom), target_os = "linux", target_arch = "x86_64")))]
-            $item
-        )*
-    };
-}
+#![forbid(unsafe_code)]
 
 // Bottom up, in the order of ARCHITECTURE.md's module table (`tests/architecture.rs` checks
 // it). The comments between them keep rustfmt from sorting them.
-// Concurrency primitives (std or loom) and the producers' queue.
+// Concurrency primitives (std or loom).
 mod sync;
-// Time since a timer's origin.
-mod clock;
 // The error enums.
 mod error;
-// The pure wheel: buckets, far slots, its slab.
-mod wheel;
-// What producers and the worker share.
-mod shared;
-// The worker: one tick as a pure step, and its thread's loop.
-mod worker;
-// The `Timeout` handle.
-mod timeout;
-// The task traits.
+// The core: slots, shards, the wheel, the worker, the lifecycle.
+mod next;
+// The task traits, and the catching of user code.
 mod task;
-// The owner, its handles' methods, the builder, the futures, the lifecycle.
+// The owner, its handle's methods, the builder, the futures, the runtime's drive.
 mod timer;
-// The new core, beside the old one until the public types move onto it.
-#[doc(hidden)]
-pub mod next;
 // Adapters to other crates' timer interfaces.
 mod adapters;
 
@@ -180,7 +146,6 @@ mod adapters;
 #[doc(hidden)]
 pub mod loom_hooks {
     pub use crate::sync::loom_hooks::{hold_clock, threads_spawned};
-    pub use crate::timer::advance_clock;
 }
 
 pub use adapters::delay_queue::{self, DelayQueue};
@@ -190,12 +155,11 @@ pub use adapters::hyper::{HyperSleep, HyperTimer};
 #[cfg(feature = "tower")]
 pub use adapters::tower::{TimeoutLayer, TimeoutResponseFuture, TimeoutService};
 pub use error::{BuildError, DeadlineError, TimerError};
-pub use shared::{BoxedTask, Stored, TimerHandle, TimerStats};
+pub use next::{BoxedTask, Stored, Timeout, TimerStats, INSTANCE_COUNT_LIMIT};
 pub use task::{TimerTask, TypedTask};
-pub use timeout::Timeout;
 pub use timer::{
     Builder, Deadline, Drive, HashedWheelTimer, Interval, ManualDriver, MissedRuns,
-    PeriodicTimeout, Sleep, Timer, INSTANCE_COUNT_LIMIT, MAX_TICKS_PER_WHEEL,
+    PeriodicTimeout, Sleep, Timer, TimerHandle, MAX_TICKS_PER_WHEEL,
 };
 
 #[cfg(test)]

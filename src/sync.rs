@@ -3,15 +3,15 @@
 //! names these types (loom would miss it), which `tests/architecture.rs` checks.
 
 #[cfg(not(loom))]
-pub(crate) use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, AtomicUsize};
+pub(crate) use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize};
 #[cfg(not(loom))]
-pub(crate) use std::sync::{Arc, Mutex, MutexGuard, Weak};
+pub(crate) use std::sync::{Arc, Mutex, MutexGuard};
 #[cfg(not(loom))]
 pub(crate) use std::thread;
 
 #[cfg(loom)]
 pub(crate) use loom::sync::atomic::{
-    fence, AtomicBool, AtomicU32, AtomicU64, AtomicU8, AtomicUsize,
+    fence, AtomicBool, AtomicU64, AtomicU8, AtomicUsize,
 };
 #[cfg(loom)]
 pub(crate) use loom::sync::{Mutex, MutexGuard};
@@ -194,15 +194,7 @@ pub(crate) use crossbeam_utils::CachePadded;
 
 /// Process-wide statics, outside every modelled protocol: plain std even under loom.
 pub(crate) mod process {
-    /// For statistics (`shared::Counters`): in no protocol, so loom need not explore them.
-    pub(crate) use std::sync::atomic::AtomicU64;
     pub(crate) use std::sync::atomic::{AtomicBool, AtomicUsize};
-    cfg_tsc! {
-        pub(crate) use std::{
-            sync::{Mutex, Once, OnceLock},
-            thread::Builder as ThreadBuilder,
-        };
-    }
 }
 
 /// Locks, ignoring poisoning: every critical section leaves its data consistent before it can
@@ -215,208 +207,5 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     #[cfg(loom)]
     {
         m.lock().unwrap()
-    }
-}
-
-/// Locks a mutex if no other thread holds it (poisoning ignored, as in [`lock`]).
-pub(crate) fn try_lock<T>(m: &Mutex<T>) -> Option<MutexGuard<'_, T>> {
-    #[cfg(not(loom))]
-    {
-        match m.try_lock() {
-            Ok(guard) => Some(guard),
-            Err(std::sync::TryLockError::Poisoned(e)) => Some(e.into_inner()),
-            Err(std::sync::TryLockError::WouldBlock) => None,
-        }
-    }
-    #[cfg(loom)]
-    {
-        m.try_lock().ok()
-    }
-}
-
-/// What a [`Queue`] shard holds: a batch of items that the worker takes whole.
-pub(crate) trait Batch: Default {
-    fn is_empty(&self) -> bool;
-    /// Moves every item of `other` to the end of `self`, in order.
-    fn append(&mut self, other: &mut Self);
-}
-
-impl<T> Batch for Vec<T> {
-    #[inline]
-    fn is_empty(&self) -> bool {
-        Vec::is_empty(self)
-    }
-    #[inline]
-    fn append(&mut self, other: &mut Self) {
-        Vec::append(self, other)
-    }
-}
-
-/// Whether a drain keeps the shards' buffers for the next pushes or frees them.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Buffers {
-    Keep,
-    Free,
-}
-
-/// An unbounded multi-producer queue; its one consumer, the worker, takes everything at once
-/// ([`Queue::take_into`]). Each shard is a mutex-guarded [`Batch`] `B` plus data `S` (the
-/// pending-count credit: `Shared::refill_credit`); the worker swaps the buffers for empty ones,
-/// so a steady state allocates nothing (`docs/performance.md`, "Sharded producer queue").
-///
-/// **The lock is part of the protocol.** A producer pushes, then reads a flag (`state`,
-/// `planned`); the worker and `stop()` write it, then look at every shard under its lock
-/// ([`Queue::is_empty`], [`Queue::take_all`]): whichever comes second sees what the first
-/// did, so neither side needs a fence.
-pub(crate) struct Queue<B, S = ()> {
-    /// A producer thread pushes to one shard (its pushes stay in order), chosen round robin at
-    /// its first push. Under loom, one: more would add contention, not behaviour.
-    shards: Box<[PaddedShard<B, S>]>,
-}
-
-type PaddedShard<B, S> = CachePadded<Mutex<Shard<B, S>>>;
-
-struct Shard<B, S> {
-    items: B,
-    data: S,
-}
-
-pub(crate) const SHARDS: usize = if cfg!(loom) { 1 } else { 8 };
-// A shard's index travels as a `u8` (`ShardGuard::index`, a chunk's shard).
-const _: () = assert!(SHARDS <= 256);
-
-#[cfg(not(loom))]
-#[inline]
-fn my_shard() -> usize {
-    use std::cell::Cell;
-    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-    std::thread_local! {
-        static SHARD: Cell<usize> = const { Cell::new(usize::MAX) };
-    }
-    SHARD.with(|s| {
-        let mut i = s.get();
-        if i == usize::MAX {
-            i = NEXT.fetch_add(1, Ordering::Relaxed) % SHARDS;
-            s.set(i);
-        }
-        i
-    })
-}
-
-#[cfg(loom)]
-fn my_shard() -> usize {
-    0
-}
-
-impl<B: Batch, S: Default> Queue<B, S> {
-    pub(crate) fn new() -> Self {
-        Queue {
-            shards: (0..SHARDS)
-                .map(|_| {
-                    CachePadded::new(Mutex::new(Shard {
-                        items: B::default(),
-                        data: S::default(),
-                    }))
-                })
-                .collect(),
-        }
-    }
-}
-
-impl<B: Batch, S> Queue<B, S> {
-    /// Locks this thread's shard: push through the guard, with the shard's data at hand.
-    #[inline]
-    pub(crate) fn my_shard(&self) -> ShardGuard<'_, B, S> {
-        let i = my_shard();
-        // Fits: `SHARDS <= 256`.
-        ShardGuard(lock(&self.shards[i]), i as u8)
-    }
-
-    pub(crate) fn for_each_data(&self, mut f: impl FnMut(&mut S)) {
-        for shard in self.shards.iter() {
-            f(&mut lock(shard).data);
-        }
-    }
-
-    /// Folds `f` over the shards' data, each under its lock: with `wait`, waiting for it; else
-    /// passing over each shard whose lock another thread holds, so that the fold never waits.
-    pub(crate) fn fold_data<A>(&self, wait: bool, init: A, mut f: impl FnMut(A, &S) -> A) -> A {
-        let mut acc = init;
-        for shard in self.shards.iter() {
-            let held = if wait {
-                Some(lock(shard))
-            } else {
-                try_lock(shard)
-            };
-            if let Some(shard) = held {
-                acc = f(acc, &shard.data);
-            }
-        }
-        acc
-    }
-
-    /// Whether every shard is empty, each looked at under its lock (see the type's docs).
-    pub(crate) fn is_empty(&self) -> bool {
-        self.shards.iter().all(|s| lock(s).items.is_empty())
-    }
-
-    /// Moves every queued item to `buf`, each thread's in order; an empty `buf` is swapped in.
-    #[inline]
-    pub(crate) fn take_into(&self, buf: &mut B) {
-        self.take(buf, Buffers::Keep)
-    }
-
-    /// Hands each non-empty shard's batch (to move out), data and index to `take`, under its lock.
-    #[inline]
-    pub(crate) fn take_each(&self, mut take: impl FnMut(&mut B, &mut S, usize)) {
-        for (i, shard) in self.shards.iter().enumerate() {
-            let shard = &mut *lock(shard);
-            if !shard.items.is_empty() {
-                take(&mut shard.items, &mut shard.data, i);
-            }
-        }
-    }
-
-    /// Every queued item, and the buffers with them, for `stop` and an idle worker.
-    pub(crate) fn take_all(&self) -> B {
-        let mut out = B::default();
-        self.take(&mut out, Buffers::Free);
-        out
-    }
-
-    fn take(&self, buf: &mut B, buffers: Buffers) {
-        let free = buffers == Buffers::Free;
-        for shard in self.shards.iter() {
-            let items = &mut lock(shard).items;
-            if items.is_empty() {
-                if free {
-                    *items = B::default();
-                }
-                continue;
-            }
-            if buf.is_empty() {
-                std::mem::swap(items, buf);
-            } else {
-                buf.append(items);
-            }
-            if free {
-                *items = B::default();
-            }
-        }
-    }
-}
-
-/// This thread's shard of a [`Queue`], locked.
-pub(crate) struct ShardGuard<'a, B, S>(MutexGuard<'a, Shard<B, S>>, u8);
-
-impl<B, S> ShardGuard<'_, B, S> {
-    #[inline]
-    pub(crate) fn index(&self) -> u8 {
-        self.1
-    }
-    #[inline]
-    pub(crate) fn parts(&mut self) -> (&mut S, &mut B) {
-        let shard = &mut *self.0;
-        (&mut shard.data, &mut shard.items)
     }
 }

@@ -1,16 +1,15 @@
-//! The work a timeout runs. Owns [`TimerTask`] (any closure, type-erased) and [`TypedTask`] (a
-//! typed timer's tasks, stored in place). Imports `timeout`, and fills `shared`'s `Job` (for every
-//! `TimerTask`) and `Stored` (for every `TypedTask`).
+//! The work a timeout runs: [`TimerTask`] (any closure, boxed on the default timer) and
+//! [`TypedTask`] (a typed timer's tasks, stored whole); both reach the core as its `Stored`.
+//! Also the crate's one rule for user code: every call into it is caught.
 
-use crate::shared::cells::{CellId, CellRef};
-use crate::shared::{catch_user_panic, sealed, small_task::Word, Job, Stored};
+use crate::next::{BoxedTask, Stored};
 use crate::Timeout;
 
 /// A task run once when its [`Timeout`] expires (Netty's `TimerTask`).
 ///
-/// Every `FnOnce(&Timeout) + Send + 'static` closure is one. A task of up to 32 bytes (aligned to
-/// at most 8) is stored in place, allocating nothing; a larger one is boxed when scheduled, and one
-/// of your own type when it runs.
+/// Every `FnOnce(&Timeout) + Send + 'static` closure is one. A closure that captures nothing
+/// allocates nothing; one that captures data is boxed, in the box of an earlier task of its type
+/// when one has run (see [`BoxedTask`](crate::BoxedTask)).
 ///
 /// ```
 /// use hashed_timer_wheel::{HashedWheelTimer, Timeout, TimerTask};
@@ -94,22 +93,6 @@ impl TimerTask for Box<dyn TimerTask> {
 }
 
 /// A task as `shared` carries it: a job run with its cell, which becomes the task's `Timeout`.
-impl<T: TimerTask> Job for T {
-    #[inline]
-    fn run(self, state: CellRef) -> (CellRef, bool) {
-        let timeout = Timeout::new(state);
-        let ran = catch_user_panic(|| self.run_unboxed(&timeout));
-        (timeout.state, ran)
-    }
-
-    #[inline]
-    fn run_boxed(self: Box<Self>, state: CellRef) -> (CellRef, bool) {
-        let timeout = Timeout::new(state);
-        let ran = catch_user_panic(|| TimerTask::run(self, &timeout));
-        (timeout.state, ran)
-    }
-}
-
 /// A task of a typed timer (`HashedWheelTimer<T>`), stored in place: scheduling allocates nothing.
 ///
 /// One type per timer (make it an enum for several kinds of work), built with
@@ -167,54 +150,46 @@ pub trait TypedTask: Send + Sized + 'static {
     fn run(self, timeout: &Timeout<Self>);
 }
 
-impl<T: TypedTask> Stored for T {}
-
-impl<T: TypedTask> sealed::TaskStorage for T {
-    type Entry = sealed::Whole<T>;
-    type Store = ();
-    type Queued = T;
-
+impl<T: TypedTask> Stored for T {
     #[inline]
-    fn enqueue(self, _: &mut Vec<Word>) -> T {
-        self
+    fn run(self, timeout: &Timeout<Self>) {
+        TypedTask::run(self, timeout)
     }
+}
 
-    #[inline]
-    fn dequeue(queued: T, _: &[Word], _: &mut usize) -> T {
-        queued
-    }
+/// `task` as the default timer stores it: in the last spare box if one of its type is there.
+#[inline]
+pub(crate) fn boxed<T: TimerTask>(task: T, spares: &mut Vec<BoxedTask>) -> BoxedTask {
+    BoxedTask::reusing(move |t: &Timeout| task.run_unboxed(t), spares)
+}
 
-    #[inline]
-    fn dequeue_entry(
-        queued: T,
-        _: &[Word],
-        _: &mut usize,
-        _: u32,
-        cell: CellId,
-        _: &mut (),
-    ) -> sealed::Whole<T> {
-        sealed::Whole { task: queued, cell }
+/// Runs user code (a task, its `Drop`, a waker, the executor), catching a panic; whether it
+/// returned. The crate's rule: user code may panic anywhere, yet nothing is lost, run twice or
+/// run on the wrong data. All user code runs through here with no crate state half-changed, so
+/// `AssertUnwindSafe` holds.
+#[inline]
+pub(crate) fn catch_user_panic(user_code: impl FnOnce()) -> bool {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(user_code)) {
+        Ok(()) => true,
+        Err(payload) => {
+            // A payload whose own `Drop` panics (`panic_any` of such a value) is leaked.
+            let dropped = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(payload)));
+            if let Err(again) = dropped {
+                std::mem::forget(again);
+            }
+            false
+        }
     }
+}
 
-    #[inline]
-    fn from_entry(entry: sealed::Whole<T>, _: &mut ()) -> T {
-        entry.task
-    }
+/// Logs through the `log` facade, catching a panic of the logger (user code too).
+#[cold]
+pub(crate) fn log_caught(level: log::Level, message: std::fmt::Arguments<'_>) {
+    let _ = catch_user_panic(|| log::log!(level, "{message}"));
+}
 
-    #[inline]
-    fn run_entry(entry: sealed::Whole<T>, _: &mut (), state: CellRef) -> (CellRef, bool) {
-        sealed::TaskStorage::run_stored(entry.task, state)
-    }
-
-    #[inline]
-    fn cell(entry: &sealed::Whole<T>) -> CellId {
-        entry.cell
-    }
-
-    #[inline]
-    fn run_stored(self, state: CellRef) -> (CellRef, bool) {
-        let timeout = Timeout::new(state);
-        let ran = catch_user_panic(|| TypedTask::run(self, &timeout));
-        (timeout.state, ran)
-    }
+/// Drops a value holding user code under [`catch_user_panic`]; whether it returned.
+#[inline]
+pub(crate) fn drop_caught<T>(value: T) -> bool {
+    !std::mem::needs_drop::<T>() || catch_user_panic(move || drop(value))
 }

@@ -94,13 +94,13 @@ impl hyper::rt::Timer for HyperTimer {
 
     fn now(&self) -> Instant {
         // The producers' clock, which `sleep`'s deadlines count from.
-        let clock = &self.timer.shared.clock;
-        clock.instant_at(clock.now_upper())
+        let clock = &self.timer.0.clock;
+        clock.instant_at(clock.now())
     }
 
     fn reset(&self, sleep: &mut Pin<Box<dyn hyper::rt::Sleep>>, new_deadline: Instant) {
         match sleep.as_mut().downcast_mut_pin::<HyperSleep>() {
-            Some(ours) if Arc::ptr_eq(ours.sleep.shared(), &self.timer.shared) => {
+            Some(ours) if Arc::ptr_eq(&ours.sleep.timer().0, &self.timer.0) => {
                 self.check_running();
                 ours.get_mut().sleep.extend_or_reset(new_deadline);
             }

@@ -10,7 +10,7 @@
 //! that stands still.
 
 use crate::sync::{AtomicU64, Ordering};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// How old the offset may grow before a reading takes a new one.
 #[cfg(all(not(loom), target_os = "linux", target_arch = "x86_64"))]
@@ -55,6 +55,54 @@ impl Clock {
                 true
             }
         }
+    }
+}
+
+/// `Instant`s and the clock's nanoseconds: since the origin for the system's clock; for a
+/// manual one, the real now is the clock's now.
+impl Clock {
+    /// The `Instant` and the clock's reading that stand for the same time.
+    fn pair(&self) -> (Instant, u64) {
+        match self {
+            Clock::System(clock) => (clock.origin, 0),
+            Clock::Manual(_) => (Instant::now(), self.now()),
+        }
+    }
+
+    /// The `Instant` `nanos` after the clock's origin (as far as `Instant` goes).
+    pub(crate) fn instant_at(&self, nanos: u64) -> Instant {
+        let (base, at) = self.pair();
+        if nanos < at {
+            let back = Duration::from_nanos(at - nanos);
+            return base.checked_sub(back).unwrap_or(base);
+        }
+        let far = || base + Duration::from_secs(u64::from(u32::MAX));
+        base.checked_add(Duration::from_nanos(nanos - at))
+            .unwrap_or_else(far)
+    }
+
+    /// The clock's reading at `at` (0 before the origin).
+    pub(crate) fn nanos_at(&self, at: Instant) -> u64 {
+        self.nanos_or_before(at).0
+    }
+
+    /// [`Clock::nanos_at`] without its clamp: `(nanos, 0)` for an instant it maps to `nanos`,
+    /// `(0, before)` for one `before` nanoseconds ahead of what it maps to 0.
+    pub(crate) fn nanos_or_before(&self, at: Instant) -> (u64, u64) {
+        let (base, at_base) = self.pair();
+        let nanos = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+        match at.checked_duration_since(base) {
+            Some(after) => (at_base.saturating_add(nanos(after)), 0),
+            None => {
+                let back = nanos(base - at);
+                (at_base.saturating_sub(back), back.saturating_sub(at_base))
+            }
+        }
+    }
+
+    /// Whether only `advance` moves this clock.
+    pub(crate) fn is_manual(&self) -> bool {
+        matches!(self, Clock::Manual(..))
     }
 }
 

@@ -1,18 +1,46 @@
 //! The timer's lifecycle on the shared state: the worker thread's lazy start, a turn run by
 //! whoever runs turns, `stop()`, and the owner's drop (inside a turn too).
 
-use super::clock::Clock;
 use super::worker;
-use super::{Job, Shared, Timeout, SHUTDOWN, STARTED};
+use super::{Stored, Shared, Timeout, SHUTDOWN, STARTED};
 use crate::error::TimerError;
-use crate::sync::{lock, thread, Arc, Ordering};
+use crate::sync::{lock, process, thread, Arc, Ordering};
 
-impl<J: Job> Shared<J> {
-    /// Starts the worker thread, once.
-    pub(crate) fn start(self: &Arc<Self>, name: &str) -> Result<(), TimerError> {
-        if matches!(self.clock, Clock::Manual(_)) {
+/// Live timers above this many log an error once per process (Netty's `INSTANCE_COUNT_LIMIT`).
+pub const INSTANCE_COUNT_LIMIT: usize = 64;
+
+/// Timers built and not yet shut down, in this process.
+static LIVE_TIMERS: process::AtomicUsize = process::AtomicUsize::new(0);
+static WARNED: process::AtomicBool = process::AtomicBool::new(false);
+
+/// Counts a new timer, warning once past [`INSTANCE_COUNT_LIMIT`].
+pub(crate) fn count_instance() {
+    // Relaxed: counts for a log message; nothing is published with them.
+    let live = LIVE_TIMERS.fetch_add(1, Ordering::Relaxed) + 1;
+    if live > INSTANCE_COUNT_LIMIT && !WARNED.swap(true, Ordering::Relaxed) {
+        crate::task::log_caught(
+            log::Level::Error,
+            format_args!(
+                "you are creating too many HashedWheelTimer instances ({live} live). \
+                 HashedWheelTimer is a shared resource that must be reused across the \
+                 process, so that only a few instances are created"
+            ),
+        );
+    }
+}
+
+impl<J: Stored> Shared<J> {
+    /// Starts the worker thread, once; refused once the timer is shut down.
+    #[inline]
+    pub(crate) fn start(self: &Arc<Self>) -> Result<(), TimerError> {
+        if self.is_started() || self.clock.is_manual() {
             return Ok(());
         }
+        self.start_thread()
+    }
+
+    #[cold]
+    fn start_thread(self: &Arc<Self>) -> Result<(), TimerError> {
         let mut thread = lock(&self.thread);
         if self.is_shutdown() {
             return Err(TimerError::Stopped);
@@ -22,9 +50,9 @@ impl<J: Job> Shared<J> {
         }
         let shared = Arc::clone(self);
         let handle = thread::Builder::new()
-            .name(name.to_owned())
+            .name(self.thread_name.to_string())
             .spawn(move || worker::run_thread(&shared))
-            .expect("the timer's worker thread could not be spawned");
+            .unwrap_or_else(|e| panic!("hashed-timer-wheel: cannot spawn the worker thread: {e}"));
         *lock(&self.worker_thread) = Some(handle.thread().clone());
         *thread = Some(handle);
         // Release: pairs with the Acquire in `is_started`.
@@ -46,7 +74,7 @@ impl<J: Job> Shared<J> {
             return None;
         }
         *lock(&self.turn_thread) = Some(thread::current().id());
-        if !matches!(self.clock, Clock::Manual(_)) {
+        if !self.clock.is_manual() {
             worker.tally.wakeups += 1;
         }
         let busy = worker.turn(self, now);
@@ -66,7 +94,8 @@ impl<J: Job> Shared<J> {
         Some(plan)
     }
 
-    fn in_turn(&self) -> bool {
+    /// Whether this thread runs a turn of this timer now (user code it calls).
+    pub(crate) fn in_turn(&self) -> bool {
         *lock(&self.turn_thread) == Some(thread::current().id())
     }
 
@@ -84,7 +113,32 @@ impl<J: Job> Shared<J> {
         for shard in self.shards.iter() {
             drop(lock(shard));
         }
+        // Relaxed: a count for a log message.
+        LIVE_TIMERS.fetch_sub(1, Ordering::Relaxed);
+        self.wake_driver();
         Some(join)
+    }
+
+    /// The last user (the owner, or the last adapter keeping the timer running) went.
+    pub(crate) fn release(&self) {
+        // AcqRel: the last user sees every other user's work done.
+        if self.users.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.shutdown();
+        }
+    }
+
+    /// One more user keeps the timer running; refused once it is stopped or every user went.
+    pub(crate) fn enter_user(&self) -> Result<(), TimerError> {
+        let mut users = self.users.load(Ordering::Relaxed);
+        loop {
+            if users == 0 || self.is_shutdown() {
+                return Err(TimerError::Stopped);
+            }
+            match self.users.compare_exchange_weak(users, users + 1, Ordering::Relaxed, Ordering::Relaxed) {
+                Ok(_) => return Ok(()),
+                Err(now) => users = now,
+            }
+        }
     }
 
     /// Stops the timer: the timeouts that neither expired nor were cancelled, each now
@@ -94,6 +148,8 @@ impl<J: Job> Shared<J> {
             return Err(TimerError::StopFromWorker);
         }
         let Some(join) = self.shut() else {
+            // Another stop is under way: wait, as it does, for the task a turn may be running.
+            drop(lock(&self.worker));
             return Ok(Vec::new());
         };
         if let Some(join) = join {

@@ -24,11 +24,12 @@
 
 pub(crate) mod clock;
 mod lifecycle;
+pub(crate) use lifecycle::count_instance;
+pub use lifecycle::INSTANCE_COUNT_LIMIT;
 mod shard;
 pub(crate) mod slots;
 mod stats;
 mod task;
-mod timer;
 pub(crate) mod wheel;
 pub(crate) mod worker;
 
@@ -40,10 +41,10 @@ use clock::Clock;
 pub(crate) use shard::{segment_len, Entry, SHARD_COUNT};
 use shard::{shard_index, Shard, SHARDS, SPARE_BLOCKS, SPARE_SEGMENTS, SPARE_TASKS};
 use slots::{Block, BlockIds, BLOCK};
-pub use slots::{Timeout, TimerRef};
+pub use slots::{Timeout, TimerHandle};
 use std::time::Duration;
-pub use task::{Boxed, Job};
-pub use timer::Timer;
+pub use stats::TimerStats;
+pub use task::{BoxedTask, Stored};
 use wheel::SlotId;
 use worker::Worker;
 
@@ -61,14 +62,32 @@ pub(crate) const AWAKE: u64 = 0;
 /// `planned` while the worker parks with nothing to wait for.
 pub(crate) const NEVER: u64 = u64::MAX;
 
+/// When a timeout is due: its deadline and the time it was asked at (ns since the origin), and
+/// whether it passes the pending limit (a future's wait that goes on).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct At {
+    pub(crate) deadline: u64,
+    pub(crate) now: u64,
+    pub(crate) exempt: bool,
+}
+
 /// A pushed timeout's handle (none if detached), and whether its shard was empty before.
 type Pushed<J> = (Option<Timeout<J>>, bool);
 
 /// Runs expired tasks somewhere other than the worker thread.
 pub(crate) type Executor = Arc<dyn Fn(Box<dyn FnOnce() + Send>) + Send + Sync>;
 
+/// A timer's options, checked by the builder.
+pub(crate) struct Config {
+    pub(crate) tick_nanos: u64,
+    pub(crate) wheel_len: usize,
+    pub(crate) max_pending: Option<usize>,
+    pub(crate) thread_name: Box<str>,
+    pub(crate) executor: Option<Executor>,
+}
+
 /// What producers, handles and the worker share.
-pub(crate) struct Shared<J: Job> {
+pub(crate) struct Shared<J: Stored> {
     shards: Box<[CachePadded<Mutex<Shard<J>>>]>,
     state: AtomicU8,
     /// The tick at whose end the worker next looks at the queues (`AWAKE`, `NEVER`).
@@ -85,6 +104,15 @@ pub(crate) struct Shared<J: Job> {
     pub(crate) wheel_len: usize,
     pub(crate) clock: Clock,
     pub(crate) executor: Option<Executor>,
+    thread_name: Box<str>,
+    /// The owner and the adapters that keep the timer running (`KeepAlive`): the last to go
+    /// stops it.
+    pub(crate) users: AtomicUsize,
+    /// A runtime's `Drive` running the turns: its waker, woken where the thread would be
+    /// unparked.
+    pub(crate) driver: Mutex<Option<std::task::Waker>>,
+    /// The thread watches a `Drive` with nothing planned, parked until a turn plans a tick.
+    pub(crate) watch_parked: AtomicBool,
     pub(crate) counters: stats::Counters,
     /// The worker between turns; whoever runs a turn holds this lock. `None` once stopped.
     pub(crate) worker: Mutex<Option<Worker<J>>>,
@@ -97,40 +125,35 @@ pub(crate) struct Shared<J: Job> {
     orphaned: AtomicBool,
 }
 
-impl<J: Job> Shared<J> {
+impl<J: Stored> Shared<J> {
     /// A timer's shared state, its worker not started.
-    pub(crate) fn new(
-        tick_nanos: u64,
-        wheel_len: usize,
-        max_pending: Option<usize>,
-        clock: Clock,
-        executor: Option<Executor>,
-    ) -> Arc<Shared<J>> {
+    pub(crate) fn new(config: Config, clock: Clock) -> Arc<Shared<J>> {
+        let manual = clock.is_manual();
         let shared = Arc::new(Shared {
             shards: (0..SHARDS)
                 .map(|i| CachePadded::new(Mutex::new(Shard::new(i))))
                 .collect(),
             state: AtomicU8::new(INIT),
             // A manual timer has no thread to wake: its plan stays `AWAKE`.
-            planned: AtomicU64::new(if matches!(clock, Clock::Manual(_)) {
-                AWAKE
-            } else {
-                NEVER
-            }),
+            planned: AtomicU64::new(if manual { AWAKE } else { NEVER }),
             worker_tick: AtomicU64::new(0),
             ended: CachePadded::new(AtomicU64::new(0)),
-            limited: max_pending.map(|max| (max, AtomicUsize::new(0))),
+            limited: config.max_pending.map(|max| (max, AtomicUsize::new(0))),
             block_ids: Mutex::new(BlockIds::default()),
-            tick_nanos,
-            wheel_len,
+            tick_nanos: config.tick_nanos,
+            wheel_len: config.wheel_len,
             clock,
-            executor,
+            executor: config.executor,
+            thread_name: config.thread_name,
+            users: AtomicUsize::new(1),
             counters: stats::Counters::default(),
             worker: Mutex::new(None),
             thread: Mutex::new(None),
             worker_thread: Mutex::new(None),
             turn_thread: Mutex::new(None),
             orphaned: AtomicBool::new(false),
+            driver: Mutex::new(None),
+            watch_parked: AtomicBool::new(false),
         });
         *lock(&shared.worker) = Some(Worker::new(&shared));
         shared
@@ -154,6 +177,7 @@ impl<J: Job> Shared<J> {
 
     /// Schedules the task `make` builds (under the shard lock, from the shard's spare tasks) at
     /// `delay` from now; the handle unless `detached`. Refused, `make` comes back unused.
+    #[inline]
     pub(crate) fn schedule_with<M: FnOnce(&mut Vec<J>) -> J>(
         self: &Arc<Self>,
         make: M,
@@ -162,18 +186,36 @@ impl<J: Job> Shared<J> {
     ) -> Result<Option<Timeout<J>>, (TimerError, M)> {
         let now = self.clock.now();
         let delay = u64::try_from(delay.as_nanos()).unwrap_or(u64::MAX);
-        let deadline = now.saturating_add(delay);
-        if let Err(e) = self.reserve() {
+        let at = At {
+            deadline: now.saturating_add(delay),
+            now,
+            exempt: false,
+        };
+        self.schedule_at(make, at, detached)
+    }
+
+    /// Schedules the task `make` builds at `at.deadline` (ns since the origin).
+    pub(crate) fn schedule_at<M: FnOnce(&mut Vec<J>) -> J>(
+        self: &Arc<Self>,
+        make: M,
+        at: At,
+        detached: bool,
+    ) -> Result<Option<Timeout<J>>, (TimerError, M)> {
+        if let Err(e) = self.start() {
             self.counters.refused();
             return Err((e, make));
         }
-        let pushed = self.push(make, deadline, detached);
+        if let Err(e) = self.reserve(at.exempt) {
+            self.counters.refused();
+            return Err((e, make));
+        }
+        let pushed = self.push(make, at.deadline, detached);
         let (handle, was_empty) = pushed.inspect_err(|_| {
             self.unreserve();
             self.counters.refused();
         })?;
-        let fire = deadline / self.tick_nanos;
-        let now_tick = now / self.tick_nanos;
+        let fire = at.deadline / self.tick_nanos;
+        let now_tick = at.now / self.tick_nanos;
         // The first push since the worker took the queues asks for a look within a tick, so
         // that no queue grows for long; the worker then plans ticks while pushes go on.
         self.wake_if_later_than(if was_empty {
@@ -217,12 +259,13 @@ impl<J: Job> Shared<J> {
         Ok((handle, was_empty))
     }
 
-    /// Counts one more pending against the limit, if there is one.
-    fn reserve(&self) -> Result<(), TimerError> {
+    /// Counts one more pending against the limit, if there is one (an `exempt` timeout passes
+    /// it, and counts).
+    fn reserve(&self, exempt: bool) -> Result<(), TimerError> {
         if let Some((max, count)) = &self.limited {
             // Relaxed: a count; the timeout is published by the shard lock.
             let pending = count.fetch_add(1, Ordering::Relaxed);
-            if pending >= *max {
+            if pending >= *max && !exempt {
                 count.fetch_sub(1, Ordering::Relaxed);
                 return Err(TimerError::TooManyPending { pending, max: *max });
             }
@@ -264,11 +307,81 @@ impl<J: Job> Shared<J> {
         }
     }
 
+    /// Wakes whoever runs the turns: a runtime's `Drive`, else the worker thread.
     #[cold]
-    fn unpark_worker(&self) {
+    pub(crate) fn unpark_worker(&self) {
+        let driver = lock(&self.driver).clone();
+        if let Some(driver) = driver {
+            // The runtime's code: caught, as all user code is.
+            let woken = crate::task::catch_user_panic(|| driver.wake());
+            self.counters.caught(woken);
+            return;
+        }
+        self.unpark_thread();
+    }
+
+    /// A `Drive` polled by the task of `waker`: producers wake it from now on.
+    pub(crate) fn attach_driver(&self, waker: &std::task::Waker) {
+        let mut driver = lock(&self.driver);
+        if !matches!(&*driver, Some(w) if w.will_wake(waker)) {
+            let old = driver.replace(waker.clone());
+            drop(driver);
+            let dropped = crate::task::catch_user_panic(move || drop(old));
+            self.counters.caught(dropped);
+        }
+    }
+
+    /// A `Drive` went: the thread runs the turns again.
+    pub(crate) fn detach_driver(&self) {
+        let old = lock(&self.driver).take();
+        let dropped = crate::task::catch_user_panic(move || drop(old));
+        self.counters.caught(dropped);
+        self.unpark_thread();
+    }
+
+    /// Whether a `Drive` runs the turns (the thread only watches).
+    pub(crate) fn is_driven(&self) -> bool {
+        lock(&self.driver).is_some()
+    }
+
+    /// A `Drive`'s turn planned `plan`: a thread watching with nothing planned watches again.
+    pub(crate) fn watch_plan(&self, plan: u64) {
+        // SeqCst: with the thread's store before its last look at the plan (`worker::watch`).
+        if plan != NEVER && self.watch_parked.swap(false, Ordering::SeqCst) {
+            self.unpark_thread();
+        }
+    }
+
+    pub(crate) fn unpark_thread(&self) {
         if let Some(worker) = lock(&self.worker_thread).as_ref() {
             worker.unpark();
         }
+    }
+
+    /// The worker thread is about to run a turn: producers need not wake it.
+    pub(crate) fn mark_awake(&self) {
+        // SeqCst: see `wake_if_later_than`.
+        self.planned.store(AWAKE, Ordering::SeqCst);
+    }
+
+    /// The tick at whose end the worker next looks at the queues.
+    pub(crate) fn planned(&self) -> u64 {
+        self.planned.load(Ordering::SeqCst)
+    }
+
+    /// Wakes a `Drive` for good: the timer shut down.
+    pub(crate) fn wake_driver(&self) {
+        let driver = lock(&self.driver).take();
+        if let Some(driver) = driver {
+            let woken = crate::task::catch_user_panic(|| driver.wake());
+            self.counters.caught(woken);
+        }
+    }
+
+    /// The worker's tick as of its last turn: the next tick it processes.
+    pub(crate) fn current_tick(&self) -> u64 {
+        // Relaxed: a figure for tests and monitoring.
+        self.worker_tick.load(Ordering::Relaxed)
     }
 
     /// The counters as of the worker's last turn.
@@ -344,10 +457,10 @@ impl<J: Job> Shared<J> {
 
     /// Publishes the worker's plan: it looks at the queues at the end of tick `planned`.
     pub(crate) fn set_plan(&self, planned: u64, tick: u64) {
-        if matches!(self.clock, Clock::Manual(_)) {
+        self.worker_tick.store(tick, Ordering::Relaxed);
+        if self.clock.is_manual() {
             return;
         }
-        self.worker_tick.store(tick, Ordering::Relaxed);
         // SeqCst: see `wake_if_later_than`.
         self.planned.store(planned, Ordering::SeqCst);
     }

@@ -4,7 +4,7 @@
 
 use super::slots::{Block, BLOCK};
 use super::wheel::SlotId;
-use super::{Job, Shared};
+use super::{Stored, Shared};
 use crate::sync::{Arc, Ordering};
 
 /// The producers' shards: a thread keeps to one.
@@ -15,7 +15,7 @@ pub(crate) const SHARD_COUNT: usize = SHARDS;
 /// Spare blocks a shard keeps: the request-timeout pattern (schedule, cancel) reuses them and
 /// allocates nothing; a burst's blocks beyond are freed.
 pub(crate) const SPARE_BLOCKS: usize = 32;
-/// Tasks' empty boxes a shard keeps for the next of their type (`Boxed::reusing`).
+/// Tasks' empty boxes a shard keeps for the next of their type (`BoxedTask::reusing`).
 pub(crate) const SPARE_TASKS: usize = 256;
 /// Empty segments a shard keeps.
 pub(crate) const SPARE_SEGMENTS: usize = 2;
@@ -23,12 +23,12 @@ pub(crate) const SPARE_SEGMENTS: usize = 2;
 pub(crate) const SEGMENT_BYTES: usize = 32 << 10;
 
 /// Entries a segment holds.
-pub(crate) fn segment_len<J: Job>() -> usize {
+pub(crate) fn segment_len<J: Stored>() -> usize {
     (SEGMENT_BYTES / std::mem::size_of::<Entry<J>>()).max(1)
 }
 
 /// A timeout on its way to the worker.
-pub(crate) struct Entry<J: Job> {
+pub(crate) struct Entry<J: Stored> {
     pub(crate) id: SlotId,
     /// Nanoseconds since the timer's origin.
     pub(crate) deadline: u64,
@@ -39,7 +39,7 @@ pub(crate) struct Entry<J: Job> {
 }
 
 /// One shard of the `timeouts` and cancellation queues, and its producers' block.
-pub(crate) struct Shard<J: Job> {
+pub(crate) struct Shard<J: Stored> {
     /// New timeouts, in segments of `segment_len` entries (each well under glibc's mmap
     /// threshold, and reused: a burst neither faults fresh pages in nor moves the threshold).
     pub(crate) timeouts: Vec<Vec<Entry<J>>>,
@@ -51,14 +51,14 @@ pub(crate) struct Shard<J: Job> {
     /// Blocks the worker gave back, all their slots ended and no handle left: taken before a
     /// new one is allocated.
     pub(crate) spares: Vec<Arc<Block<J>>>,
-    /// What the worker kept of tasks that ended, for the next ones (`Job::run_keeping`).
+    /// What the worker kept of tasks that ended, for the next ones (`Stored::run_keeping`).
     pub(crate) task_spares: Vec<J>,
     /// Timeouts this shard accepted; pending is their sum less `ended`.
     pub(crate) accepted: u64,
     pub(crate) index: usize,
 }
 
-impl<J: Job> Shard<J> {
+impl<J: Stored> Shard<J> {
     pub(crate) fn new(index: usize) -> Shard<J> {
         Shard {
             timeouts: Vec::new(),

@@ -21,7 +21,7 @@
 //! drops or runs the task, and counts it ended.
 
 use super::wheel::SlotId;
-use super::{Job, Shared};
+use super::{BoxedTask, Shared, Stored};
 use crate::sync::{lock, Arc, AtomicU8, Ordering};
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -46,15 +46,15 @@ pub(crate) struct BlockIds {
 }
 
 /// 64 timeout states, shared by the handles, the producer that fills it and the worker.
-pub(crate) struct Block<J: Job> {
+pub(crate) struct Block<J: Stored> {
     id: u32,
     /// The shard that takes slots from it, and gets it back as a spare.
     shard: usize,
     states: [AtomicU8; BLOCK],
-    timer: TimerRef<J>,
+    timer: TimerHandle<J>,
 }
 
-impl<J: Job> Block<J> {
+impl<J: Stored> Block<J> {
     /// A fresh block, or `None` when the timer has `MAX_BLOCKS` alive.
     pub(crate) fn new(shared: &Arc<Shared<J>>, shard: usize) -> Option<Arc<Block<J>>> {
         let id = {
@@ -72,7 +72,7 @@ impl<J: Job> Block<J> {
             id,
             shard,
             states: std::array::from_fn(|_| AtomicU8::new(QUEUED)),
-            timer: TimerRef(Arc::clone(shared)),
+            timer: TimerHandle(Arc::clone(shared)),
         }))
     }
 
@@ -144,56 +144,76 @@ impl<J: Job> Block<J> {
     }
 }
 
-impl<J: Job> Drop for Block<J> {
+impl<J: Stored> Drop for Block<J> {
     fn drop(&mut self) {
         lock(&self.timer.0.block_ids).free.push(Reverse(self.id));
     }
 }
 
-/// A reference to a timer's shared state, as a timeout reaches its timer (the public
-/// `TimerHandle` is this type once the public types move onto the core).
-pub struct TimerRef<J: Job>(pub(crate) Arc<Shared<J>>);
-
-impl<J: Job> TimerRef<J> {
-    /// Timeouts accepted and not yet ended.
-    pub fn pending_timeouts(&self) -> usize {
-        self.0.pending()
-    }
-
-    /// Schedules `task` on this timer, with no handle (a task rescheduling itself).
-    pub fn new_timeout_detached(
-        &self,
-        task: J,
-        delay: std::time::Duration,
-    ) -> Result<(), crate::TimerError> {
-        self.0
-            .schedule(task, delay, true)
-            .map(drop)
-            .map_err(|(e, _)| e)
-    }
-}
-
-impl<J: Job> Clone for TimerRef<J> {
-    fn clone(&self) -> Self {
-        TimerRef(Arc::clone(&self.0))
-    }
-}
-
-impl<J: Job> fmt::Debug for TimerRef<J> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("TimerRef").finish_non_exhaustive()
-    }
-}
-
-/// A handle to one timeout: its block and its index there.
+/// A cheap, cloneable reference to a timer, as returned by [`Timeout::timer`] and
+/// [`HashedWheelTimer::handle`](crate::HashedWheelTimer::handle): the owner's methods, without
+/// owning the timer. Inside a task it is how the task reaches its timer.
 ///
-/// Dropping a `Timeout` does not cancel it.
-pub struct Timeout<J: Job> {
+/// # What keeps the timer running
+/// A handle does not: the owner's drop stops the timer (a handle's calls then fail with
+/// [`TimerError::Stopped`](crate::TimerError::Stopped)), unless an adapter built on it (hyper's
+/// `HyperTimer`, tower's `TimeoutLayer`, a `DelayQueue`) or a future an adapter handed out
+/// still exists: the last of those stops it.
+///
+/// ```
+/// use hashed_timer_wheel::{HashedWheelTimer, Timeout};
+/// use std::time::Duration;
+///
+/// let timer = HashedWheelTimer::new(Duration::from_millis(10), 64);
+/// let handle = timer.handle();
+/// handle.new_timeout(|_: &Timeout| {}, Duration::from_secs(1))?.cancel();
+/// drop(timer);
+/// assert!(handle.is_stopped());
+/// # Ok::<(), hashed_timer_wheel::TimerError>(())
+/// ```
+pub struct TimerHandle<J: Stored = BoxedTask>(pub(crate) Arc<Shared<J>>);
+
+impl<J: Stored> Clone for TimerHandle<J> {
+    fn clone(&self) -> Self {
+        TimerHandle(Arc::clone(&self.0))
+    }
+}
+
+impl<J: Stored> fmt::Debug for TimerHandle<J> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TimerHandle")
+            .field("stopped", &self.0.is_shutdown())
+            .finish_non_exhaustive()
+    }
+}
+
+/// A handle on a scheduled task (Netty's `Timeout`).
+///
+/// Returned by [`new_timeout`](crate::TimerHandle::new_timeout) and passed to the task when it
+/// runs. Clones are cheap, refer to the same timeout and compare equal.
+///
+/// **Dropping a `Timeout` does not cancel it**: the task still runs when it is due. Nor does a
+/// handle keep the timer alive: once the owner is dropped, [`timer()`](Timeout::timer) refuses new
+/// work with [`TimerError::Stopped`](crate::TimerError::Stopped).
+///
+/// ```
+/// use hashed_timer_wheel::HashedWheelTimer;
+/// use std::time::Duration;
+///
+/// let timer = HashedWheelTimer::new(Duration::from_millis(10), 64);
+/// let timeout = timer.new_timeout(|_: &_| println!("too late"), Duration::from_secs(30)).unwrap();
+/// assert!(timeout.cancel());
+/// assert!(timeout.is_cancelled());
+/// assert!(!timeout.cancel(), "only the first cancel wins");
+/// ```
+///
+/// Inside, it is the timeout's slot: its block of states and its index there.
+pub struct Timeout<J: Stored = BoxedTask> {
     block: Arc<Block<J>>,
     index: u8,
 }
 
-impl<J: Job> Timeout<J> {
+impl<J: Stored> Timeout<J> {
     pub(crate) fn new(block: Arc<Block<J>>, index: usize) -> Timeout<J> {
         Timeout {
             block,
@@ -221,7 +241,7 @@ impl<J: Job> Timeout<J> {
     }
 
     /// The timer the timeout belongs to.
-    pub fn timer(&self) -> &TimerRef<J> {
+    pub fn timer(&self) -> &TimerHandle<J> {
         &self.block.timer
     }
 
@@ -236,7 +256,7 @@ impl<J: Job> Timeout<J> {
     }
 }
 
-impl<J: Job> Clone for Timeout<J> {
+impl<J: Stored> Clone for Timeout<J> {
     fn clone(&self) -> Self {
         Timeout {
             block: Arc::clone(&self.block),
@@ -245,7 +265,7 @@ impl<J: Job> Clone for Timeout<J> {
     }
 }
 
-impl<J: Job> fmt::Debug for Timeout<J> {
+impl<J: Stored> fmt::Debug for Timeout<J> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let state = match self.block.state(self.index as usize) {
             QUEUED | PLACED => "pending",
@@ -260,10 +280,17 @@ impl<J: Job> fmt::Debug for Timeout<J> {
 }
 
 /// Whether `a` and `b` name the same timeout.
-impl<J: Job> PartialEq for Timeout<J> {
+impl<J: Stored> PartialEq for Timeout<J> {
     fn eq(&self, other: &Self) -> bool {
         Arc::ptr_eq(&self.block, &other.block) && self.index == other.index
     }
 }
 
-impl<J: Job> Eq for Timeout<J> {}
+impl<J: Stored> Eq for Timeout<J> {}
+
+impl<J: Stored> std::hash::Hash for Timeout<J> {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        Arc::as_ptr(&self.block).hash(state);
+        self.index.hash(state);
+    }
+}

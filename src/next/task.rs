@@ -1,5 +1,5 @@
-//! What a timer stores per timeout: a `Job`, run once with its own `Timeout`. The boxed timer's
-//! job, `Boxed`, is any closure in a box; the box it ran in goes back to the producers, who put
+//! What a timer stores per timeout: a `Stored`, run once with its own `Timeout`. The boxed timer's
+//! job, `BoxedTask`, is any closure in a box; the box it ran in goes back to the producers, who put
 //! the next closure of the same type in it, so that a service scheduling one kind of closure
 //! allocates nothing per timeout, and the worker frees nothing the producers allocated.
 
@@ -8,7 +8,7 @@ use std::any::Any;
 use std::fmt;
 
 /// What a timer stores per timeout and runs when it expires.
-pub trait Job: Send + Sized + 'static {
+pub trait Stored: Send + Sized + 'static {
     /// Runs the task; `timeout` is its own handle.
     fn run(self, timeout: &Timeout<Self>);
 
@@ -26,12 +26,12 @@ pub trait Job: Send + Sized + 'static {
 
 /// The boxed timer's task: any closure, in a box (no allocation for one that captures nothing;
 /// the box reused for the next closure of its type).
-pub struct Boxed(Box<dyn Cell>);
+pub struct BoxedTask(Box<dyn Cell>);
 
 /// A closure in its box. Run or dropped, a box that can hold the next closure of its type comes
 /// back empty.
 trait Cell: Send {
-    fn call(self: Box<Self>, timeout: &Timeout<Boxed>) -> Option<Box<dyn Cell>>;
+    fn call(self: Box<Self>, timeout: &Timeout<BoxedTask>) -> Option<Box<dyn Cell>>;
     fn clear(self: Box<Self>) -> Option<Box<dyn Cell>>;
     fn into_any(self: Box<Self>) -> Box<dyn Any + Send>;
 }
@@ -42,8 +42,8 @@ struct Holder<F>(Option<F>);
 /// A closure that captures nothing: its box allocates nothing, and none is kept.
 struct Bare<F>(F);
 
-impl<F: FnOnce(&Timeout<Boxed>) + Send + 'static> Cell for Holder<F> {
-    fn call(mut self: Box<Self>, timeout: &Timeout<Boxed>) -> Option<Box<dyn Cell>> {
+impl<F: FnOnce(&Timeout<BoxedTask>) + Send + 'static> Cell for Holder<F> {
+    fn call(mut self: Box<Self>, timeout: &Timeout<BoxedTask>) -> Option<Box<dyn Cell>> {
         if let Some(f) = self.0.take() {
             f(timeout)
         }
@@ -60,8 +60,8 @@ impl<F: FnOnce(&Timeout<Boxed>) + Send + 'static> Cell for Holder<F> {
     }
 }
 
-impl<F: FnOnce(&Timeout<Boxed>) + Send + 'static> Cell for Bare<F> {
-    fn call(self: Box<Self>, timeout: &Timeout<Boxed>) -> Option<Box<dyn Cell>> {
+impl<F: FnOnce(&Timeout<BoxedTask>) + Send + 'static> Cell for Bare<F> {
+    fn call(self: Box<Self>, timeout: &Timeout<BoxedTask>) -> Option<Box<dyn Cell>> {
         (self.0)(timeout);
         None
     }
@@ -75,50 +75,50 @@ impl<F: FnOnce(&Timeout<Boxed>) + Send + 'static> Cell for Bare<F> {
     }
 }
 
-impl Boxed {
+impl BoxedTask {
     /// Boxes `f`.
-    pub fn new<F: FnOnce(&Timeout<Boxed>) + Send + 'static>(f: F) -> Boxed {
+    pub fn new<F: FnOnce(&Timeout<BoxedTask>) + Send + 'static>(f: F) -> BoxedTask {
         if std::mem::size_of::<F>() == 0 {
-            Boxed(Box::new(Bare(f)))
+            BoxedTask(Box::new(Bare(f)))
         } else {
-            Boxed(Box::new(Holder(Some(f))))
+            BoxedTask(Box::new(Holder(Some(f))))
         }
     }
 
     /// `f` in the last spare box if it is of `f`'s type, else in a new one (the spare is freed
     /// here, on the producer's thread).
-    pub(crate) fn reusing<F>(f: F, spares: &mut Vec<Boxed>) -> Boxed
+    pub(crate) fn reusing<F>(f: F, spares: &mut Vec<BoxedTask>) -> BoxedTask
     where
-        F: FnOnce(&Timeout<Boxed>) + Send + 'static,
+        F: FnOnce(&Timeout<BoxedTask>) + Send + 'static,
     {
         if std::mem::size_of::<F>() > 0 {
             if let Some(spare) = spares.pop() {
                 if let Ok(mut holder) = spare.0.into_any().downcast::<Holder<F>>() {
                     holder.0 = Some(f);
-                    return Boxed(holder);
+                    return BoxedTask(holder);
                 }
             }
         }
-        Boxed::new(f)
+        BoxedTask::new(f)
     }
 }
 
-impl Job for Boxed {
-    fn run(self, timeout: &Timeout<Boxed>) {
+impl Stored for BoxedTask {
+    fn run(self, timeout: &Timeout<BoxedTask>) {
         drop(self.0.call(timeout));
     }
 
-    fn run_keeping(self, timeout: &Timeout<Boxed>, spares: &mut Vec<Boxed>) {
-        spares.extend(self.0.call(timeout).map(Boxed));
+    fn run_keeping(self, timeout: &Timeout<BoxedTask>, spares: &mut Vec<BoxedTask>) {
+        spares.extend(self.0.call(timeout).map(BoxedTask));
     }
 
-    fn drop_keeping(self, spares: &mut Vec<Boxed>) {
-        spares.extend(self.0.clear().map(Boxed));
+    fn drop_keeping(self, spares: &mut Vec<BoxedTask>) {
+        spares.extend(self.0.clear().map(BoxedTask));
     }
 }
 
-impl fmt::Debug for Boxed {
+impl fmt::Debug for BoxedTask {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("Boxed")
+        f.write_str("BoxedTask")
     }
 }

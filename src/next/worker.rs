@@ -23,9 +23,9 @@
 use super::slots::{Block, Timeout, BLOCK};
 use super::stats::Tally;
 use super::wheel::{SlotId, Wheel};
-use super::{segment_len, Entry, Job, Shared, AWAKE, NEVER, SHARD_COUNT, TRANSFER_CAP};
-use crate::shared::{catch_user_panic, log_caught};
-use crate::sync::{thread, Arc};
+use super::{segment_len, Entry, Stored, Shared, NEVER, SHARD_COUNT, TRANSFER_CAP};
+use crate::task::{catch_user_panic, log_caught};
+use crate::sync::{thread, Arc, Ordering};
 use std::collections::VecDeque;
 
 /// The worker gives back what drained at most this often while busy, and before a sleep of
@@ -43,7 +43,7 @@ struct Waiting<J> {
 }
 
 /// The worker's state between turns: see the module docs.
-pub(crate) struct Worker<J: Job> {
+pub(crate) struct Worker<J: Stored> {
     wheel: Wheel<Waiting<J>>,
     /// Per block id: the block, while it has slots the worker has not ended.
     blocks: Vec<Option<Arc<Block<J>>>>,
@@ -57,7 +57,7 @@ pub(crate) struct Worker<J: Job> {
     cancels: Vec<SlotId>,
     /// Per shard: blocks to give back at the next `collect`.
     spares: Vec<Vec<Arc<Block<J>>>>,
-    /// Per shard: what ended tasks left for the next ones (`Job::run_keeping`).
+    /// Per shard: what ended tasks left for the next ones (`Stored::run_keeping`).
     task_spares: Vec<Vec<J>>,
     /// Counters, published once a turn.
     pub(crate) tally: Tally,
@@ -72,7 +72,7 @@ pub(crate) struct Worker<J: Job> {
     trimmed_at: u64,
 }
 
-impl<J: Job> Worker<J> {
+impl<J: Stored> Worker<J> {
     pub(crate) fn new(shared: &Shared<J>) -> Worker<J> {
         Worker {
             wheel: Wheel::new(shared.wheel_len),
@@ -375,7 +375,7 @@ impl<J: Job> Worker<J> {
 
 /// A due timeout the walk took: runs its task if the worker wins its slot, else drops it (a
 /// `cancel()` won); counts either in the tally. The block comes back.
-fn fire<J: Job>(
+fn fire<J: Stored>(
     shared: &Shared<J>,
     block: Arc<Block<J>>,
     index: usize,
@@ -399,7 +399,7 @@ fn fire<J: Job>(
 
 /// Runs an expired task inline, or hands it to the executor; a panic is caught and logged.
 /// Whether it did not panic.
-fn run<J: Job>(shared: &Shared<J>, task: J, timeout: &Timeout<J>, spares: &mut Vec<J>) -> bool {
+fn run<J: Stored>(shared: &Shared<J>, task: J, timeout: &Timeout<J>, spares: &mut Vec<J>) -> bool {
     let Some(executor) = &shared.executor else {
         let ran = catch_user_panic(|| task.run_keeping(timeout, spares));
         if !ran {
@@ -423,19 +423,57 @@ fn split(id: SlotId) -> (usize, usize) {
     (id as usize / BLOCK, id as usize % BLOCK)
 }
 
-/// The worker thread: turns, and sleeps to the planned tick, until the timer stops.
-pub(crate) fn run_thread<J: Job>(shared: &Arc<Shared<J>>) {
-    while let Some(planned) = shared.run_turn(shared.clock.now()) {
+/// The worker thread: turns, and sleeps to the planned tick, until the timer stops. While a
+/// `Drive` runs the turns, it only watches (`watch`).
+pub(crate) fn run_thread<J: Stored>(shared: &Arc<Shared<J>>) {
+    let mut planned = shared.run_turn(shared.clock.now());
+    while let Some(plan) = planned {
         if shared.is_shutdown() {
             return;
         }
-        sleep(shared, planned);
-        shared.set_plan(AWAKE, 0);
+        if shared.is_driven() {
+            if !watch(shared) {
+                continue;
+            }
+        } else {
+            sleep(shared, plan);
+        }
+        shared.mark_awake();
+        planned = shared.run_turn(shared.clock.now());
     }
 }
 
+/// A `Drive`'s turns lag by this many ticks before the watching thread runs one itself.
+const GRACE_TICKS: u64 = 32;
+
+/// Watches a `Drive`: sleeps until `GRACE_TICKS` after its plan; whether the turn is overdue.
+fn watch<J: Stored>(shared: &Shared<J>) -> bool {
+    let plan = shared.planned();
+    if plan == NEVER {
+        // SeqCst: with the `Drive`'s swap in `Shared::watch_plan`.
+        shared.watch_parked.store(true, Ordering::SeqCst);
+        if shared.planned() == NEVER && shared.is_driven() {
+            thread::park();
+        }
+        shared.watch_parked.store(false, Ordering::SeqCst);
+        return false;
+    }
+    let due = plan
+        .saturating_add(1 + GRACE_TICKS)
+        .saturating_mul(shared.tick_nanos);
+    let now = shared.clock.now();
+    if now >= due {
+        return true;
+    }
+    #[cfg(not(loom))]
+    thread::park_timeout(std::time::Duration::from_nanos(due - now));
+    #[cfg(loom)]
+    thread::park();
+    false
+}
+
 /// Parks until the end of tick `planned`, or until unparked.
-fn sleep<J: Job>(shared: &Shared<J>, planned: u64) {
+fn sleep<J: Stored>(shared: &Shared<J>, planned: u64) {
     if planned == NEVER {
         thread::park();
         return;

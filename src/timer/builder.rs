@@ -1,12 +1,10 @@
-//! The builder: the options, their defaults and their checks. Creates the shared state and the
-//! worker; uses the clock and the wheel's size rule.
+//! The builder: the options, their defaults and their checks; it creates the core's shared state.
 
-use super::{lifecycle, HashedWheelTimer, ManualDriver, MAX_TICKS_PER_WHEEL};
-use crate::clock::Clock;
+use super::{HashedWheelTimer, ManualDriver, MAX_TICKS_PER_WHEEL};
 use crate::error::BuildError;
-use crate::shared::{Executor, Shared, Stored};
+use crate::next::clock::Clock;
+use crate::next::{count_instance, Config, Executor, Shared, Stored, TimerHandle};
 use crate::sync::Arc;
-use crate::worker::Worker;
 use crate::TypedTask;
 use std::fmt;
 use std::time::Duration;
@@ -64,9 +62,7 @@ impl Builder {
         self
     }
 
-    /// The number of buckets, rounded up to a power of two (1 to 2^30, as Netty), 16 bytes each.
-    /// A wheel of up to 4096 buckets is allocated when the timer is built; a larger one in pages
-    /// of 4096 as timeouts reach them, each page kept until the timer stops.
+    /// The number of buckets, rounded up to a power of two (1 to 2^30, as Netty).
     ///
     /// ```
     /// let b = hashed_timer_wheel::HashedWheelTimer::builder().ticks_per_wheel(1024);
@@ -207,12 +203,8 @@ impl Builder {
     }
 
     fn threaded<J: Stored>(self) -> Result<HashedWheelTimer<J>, BuildError> {
-        #[cfg(not(loom))]
-        let clock = Clock::system();
-        #[cfg(loom)]
-        let clock = Clock::manual();
-        self.build_with(clock, DrivenBy::WorkerThread)
-            .map(|shared| HashedWheelTimer { shared })
+        let shared = self.build_with(Clock::system())?;
+        Ok(HashedWheelTimer::from_handle(TimerHandle(shared)))
     }
 
     /// [`build_manual`](Builder::build_manual) for a typed timer
@@ -247,30 +239,22 @@ impl Builder {
     }
 
     fn manual<J: Stored>(self) -> Result<(HashedWheelTimer<J>, ManualDriver<J>), BuildError> {
-        let shared = self.build_with(Clock::manual(), DrivenBy::ManualDriver)?;
-        let driver = ManualDriver {
-            shared: Arc::clone(&shared),
-        };
-        Ok((HashedWheelTimer { shared }, driver))
+        let shared = self.build_with(Clock::manual())?;
+        let driver = ManualDriver::new(Arc::clone(&shared));
+        Ok((HashedWheelTimer::from_handle(TimerHandle(shared)), driver))
     }
 
-    fn build_with<J: Stored>(
-        self,
-        clock: Clock,
-        driven_by: DrivenBy,
-    ) -> Result<Arc<Shared<J>>, BuildError> {
+    fn build_with<J: Stored>(self, clock: Clock) -> Result<Arc<Shared<J>>, BuildError> {
         let (tick_nanos, wheel_len) = self.tick_and_wheel_len()?;
-        lifecycle::count_instance();
-        let worker: Worker<J> = Worker::new(tick_nanos, wheel_len, self.executor);
-        Ok(Arc::new(Shared::new(
+        count_instance();
+        let config = Config {
             tick_nanos,
             wheel_len,
-            self.max_pending,
-            clock,
-            Box::new(worker),
-            self.thread_name.into_boxed_str(),
-            driven_by == DrivenBy::ManualDriver,
-        )))
+            max_pending: (self.max_pending > 0).then_some(self.max_pending),
+            thread_name: self.thread_name.into_boxed_str(),
+            executor: self.executor,
+        };
+        Ok(Shared::new(config, clock))
     }
 
     fn tick_and_wheel_len(&self) -> Result<(u64, usize), BuildError> {
@@ -292,7 +276,7 @@ impl Builder {
         let wheel_len = self.ticks_per_wheel.next_power_of_two(); // Netty's normalizeTicksPerWheel
         let mut tick = self.tick;
         if tick < Duration::from_millis(1) {
-            crate::shared::log_caught(
+            crate::task::log_caught(
                 log::Level::Warn,
                 format_args!("configured tick duration {tick:?} is smaller than 1 ms, using 1 ms"),
             );
@@ -307,13 +291,6 @@ impl Builder {
             })?;
         Ok((tick_nanos, wheel_len))
     }
-}
-
-/// What runs a timer's worker.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum DrivenBy {
-    WorkerThread,
-    ManualDriver,
 }
 
 impl fmt::Debug for Builder {

@@ -1,14 +1,10 @@
-//! The manual driver: [`ManualDriver`] runs a timer's worker on the caller's thread, on a clock
-//! moved by hand. Uses the shared state (clock, `Shared::worker`), the worker's `advance`, and
-//! `lifecycle`'s `worker_mut` and `start_at_clock_tick`.
+//! The manual driver: [`ManualDriver`] runs a timer's turns on the caller's thread, on a clock
+//! moved by hand.
 
-use super::lifecycle;
-use crate::clock::duration_to_nanos;
-use crate::shared::{BoxedTask, Shared, Stored};
-use crate::sync::{lock, thread, Arc};
+use crate::next::{BoxedTask, Shared, Stored};
+use crate::sync::Arc;
 use std::fmt;
 use std::time::Duration;
-
 /// Drives a timer built with [`Builder::build_manual`](crate::Builder::build_manual): moves its
 /// clock and runs due work on the calling thread. Cloneable; clones drive the same timer.
 ///
@@ -36,7 +32,7 @@ use std::time::Duration;
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub struct ManualDriver<J: Stored = BoxedTask> {
-    pub(super) shared: Arc<Shared<J>>,
+    shared: Arc<Shared<J>>,
 }
 
 impl<J: Stored> Clone for ManualDriver<J> {
@@ -48,6 +44,10 @@ impl<J: Stored> Clone for ManualDriver<J> {
 }
 
 impl<J: Stored> ManualDriver<J> {
+    pub(super) fn new(shared: Arc<Shared<J>>) -> ManualDriver<J> {
+        ManualDriver { shared }
+    }
+
     /// Moves the clock forward by `by` and runs everything that became due. The tasks see the
     /// clock at the end of the advance, as they would a worker that many ticks late: one long
     /// advance runs a periodic task under `MissedRuns::Skip` or `Delay` once, where advancing
@@ -69,7 +69,7 @@ impl<J: Stored> ManualDriver<J> {
     #[track_caller]
     pub fn advance(&self, by: Duration) {
         self.refuse_reentry();
-        let by = duration_to_nanos(by);
+        let by = u64::try_from(by.as_nanos()).unwrap_or(u64::MAX);
         // From the time the advance finds under the worker's lock: two threads advancing at
         // once each move the clock by their own `by`.
         self.advance_with(|now| now.saturating_add(by));
@@ -91,15 +91,14 @@ impl<J: Stored> ManualDriver<J> {
     #[track_caller]
     pub fn advance_to(&self, since_origin: Duration) {
         self.refuse_reentry();
-        let to = duration_to_nanos(since_origin);
+        let to = u64::try_from(since_origin.as_nanos()).unwrap_or(u64::MAX);
         self.advance_with(|_| to);
     }
 
     /// Panics on the thread advancing the timer; another thread's advance is waited for.
     #[track_caller]
     fn refuse_reentry(&self) {
-        // The worker id is this thread's only while it runs an advance (set below, under `worker`).
-        if self.shared.on_worker_thread() {
+        if self.shared.in_turn() {
             panic!(
                 "ManualDriver::advance called from user code that an advance of the same timer \
                  runs (a task, a task's drop, a waker, the executor): the advance under way \
@@ -109,40 +108,11 @@ impl<J: Stored> ManualDriver<J> {
         }
     }
 
-    /// Moves the clock to `to(now)`, `now` read under the worker's lock, and runs what is due.
+    /// Moves the clock to `to(now)` (never back) and runs a turn there.
     fn advance_with(&self, to: impl FnOnce(u64) -> u64) {
-        let mut idle = lock(&self.shared.worker);
-        self.shared.clock.advance_to(to(self.shared.clock.now()));
-        let Some(worker) = idle.as_mut() else {
-            return; // stopped
-        };
-        // Shut down, no turn: a `stop()` under way takes the worker next and returns what its
-        // wheel holds.
-        if !self.shared.is_shutdown() {
-            if !self.shared.is_started() {
-                return lifecycle::start_at_clock_tick(&self.shared, worker);
-            }
-            let worker = lifecycle::worker_mut::<J>(worker);
-            self.shared.set_worker_id(Some(thread::current().id()));
-            let now = self.shared.clock.now();
-            worker.advance(&self.shared, now);
-            // As on the worker thread: buffers are kept while producers work, given back once
-            // idle.
-            let plan = worker.planned_tick(&self.shared);
-            // A look the trim asks for comes with the next advance: the clock moves by hand.
-            let _ = worker.trim_if_due(&self.shared, plan);
-            if plan > worker.tick() {
-                worker.release_idle_buffers(&self.shared);
-            }
-            self.shared.set_worker_id(None);
-        }
-        if self.shared.is_shutdown() && self.shared.owner_dropped_in_task() {
-            // A task dropped the owner: nobody else will drop the worker, whose entries may
-            // hold handles on this timer. Dropped unlocked: its tasks' drops may call in.
-            let worker = idle.take();
-            drop(idle);
-            drop(worker);
-        }
+        let clock = &self.shared.clock;
+        let _ = clock.advance(to(clock.now()));
+        let _ = self.shared.run_turn(clock.now());
     }
 
     /// The manual clock's time since the timer's origin.
@@ -170,7 +140,7 @@ impl<J: Stored> ManualDriver<J> {
     /// assert_eq!(driver.current_tick(), 3);
     /// ```
     pub fn current_tick(&self) -> u64 {
-        self.shared.worker_tick()
+        self.shared.current_tick()
     }
 }
 

@@ -4,10 +4,8 @@
 
 use super::periodic::next_due;
 use super::sleep::Sleep;
-use crate::clock::duration_to_nanos;
-use crate::shared::{Shared, TimerHandle};
-use crate::sync::Arc;
-use crate::{HashedWheelTimer, MissedRuns, TimerError};
+use crate::next::TimerHandle;
+use crate::{MissedRuns, TimerError};
 use std::fmt;
 use std::future::{poll_fn, Future};
 use std::pin::Pin;
@@ -16,7 +14,7 @@ use std::time::{Duration, Instant};
 
 /// Ticks at a fixed rate on a [`HashedWheelTimer`]'s wheel (tokio's `Interval`): deadlines at
 /// `start + k * period`, never early, at most about a tick late, no drift. Made by
-/// [`HashedWheelTimer::interval`] and [`HashedWheelTimer::interval_at`].
+/// [`TimerHandle::interval`] and [`TimerHandle::interval_at`].
 ///
 /// A tick taken late follows the [`MissedRuns`] policy, [`MissedRuns::Burst`] by default, as in
 /// tokio (`Delay` counts the next from when the late tick is taken).
@@ -54,14 +52,13 @@ pub struct Interval {
 impl Interval {
     /// Starts at `start` nanoseconds since the clock's origin, or, with `before_origin`, that
     /// far before it (`start` is then 0).
-    fn new(shared: &Arc<Shared>, (start, before_origin): (u64, u64), period: Duration) -> Interval {
+    fn new(timer: &TimerHandle, (start, before_origin): (u64, u64), period: Duration) -> Interval {
         assert!(
             !period.is_zero(),
             "the period of an interval must not be zero"
         );
-        let now = shared.clock.now_upper();
         Interval {
-            sleep: Sleep::at(shared, start, now),
+            sleep: Sleep::at(timer, start, false),
             due: start,
             before_origin,
             period,
@@ -131,15 +128,15 @@ impl Interval {
         // that this tick is not lost: a poll takes it once the sleep is due again.
         self.arm(next);
         self.due = next;
-        let at = self.sleep.shared().clock.instant_at(due);
+        let at = self.sleep.timer().0.clock.instant_at(due);
         let before = Duration::from_nanos(self.before_origin);
         Poll::Ready(Ok(at.checked_sub(before).unwrap_or(at)))
     }
 
     /// The deadline of the tick after the one due at `due`, taken now (see [`MissedRuns`]).
     fn next_after(&self, due: u64) -> u64 {
-        let tick = self.sleep.shared().tick_nanos;
-        let period = duration_to_nanos(self.period);
+        let tick = self.sleep.timer().0.tick_nanos;
+        let period = nanos(self.period);
         let now = self.now();
         match self.missed {
             // tokio's `Delay`: a tick taken late (past the tick of slack that every timeout may
@@ -152,7 +149,7 @@ impl Interval {
     /// The clock's now on the schedule's time, short of `u64::MAX`: a saturated deadline (past
     /// 584 years) never comes, as a timeout's does not, not even on a manual clock at its end.
     fn now(&self) -> u64 {
-        let now = self.sleep.shared().clock.now();
+        let now = self.sleep.timer().0.clock.now();
         now.saturating_add(self.before_origin).min(u64::MAX - 1)
     }
 
@@ -160,10 +157,8 @@ impl Interval {
     /// Unwinds with the panic of a waker whose clone panics as it moves to the new timeout
     /// (`Sleep::rearm`), with the sleep armed and the task woken.
     fn arm(&mut self, due: u64) {
-        let shared = Arc::clone(self.sleep.shared());
         let deadline = due.saturating_sub(self.before_origin);
-        self.sleep
-            .rearm(&shared, deadline, shared.clock.now_upper());
+        self.sleep.rearm(deadline);
     }
 
     /// Starts the schedule again: the next tick a period from now.
@@ -181,10 +176,10 @@ impl Interval {
     /// interval.reset();
     /// ```
     pub fn reset(&mut self) {
-        let now = self.sleep.shared().clock.now_upper();
+        let now = self.sleep.timer().0.clock.now();
         let due = now
             .saturating_add(self.before_origin)
-            .saturating_add(duration_to_nanos(self.period));
+            .saturating_add(nanos(self.period));
         // Kept before the sleep is armed: the arm may unwind with the waker's panic.
         self.due = due;
         self.arm(due);
@@ -241,55 +236,47 @@ impl fmt::Debug for Interval {
     }
 }
 
-macro_rules! interval_methods {
-    ($ty:ty, $example:literal) => {
-        impl $ty {
-            /// Ticks every `period`, the first at once (see [`Interval`]).
-            ///
-            /// # Panics
-            /// If `period` is zero.
-            ///
-            /// ```
-            /// # use hashed_timer_wheel::HashedWheelTimer;
-            /// # use std::time::Duration;
-            /// let timer = HashedWheelTimer::new(Duration::from_millis(1), 64);
-            #[doc = $example]
-            /// let mut interval = t.interval(Duration::from_millis(2));
-            /// futures::executor::block_on(async {
-            ///     interval.tick().await.unwrap();
-            ///     interval.tick().await.unwrap();
-            /// });
-            /// ```
-            pub fn interval(&self, period: Duration) -> Interval {
-                // The monotonic clock's now, which the first poll compares with: the first
-                // tick is due at once (the producers' clock may read a little ahead).
-                Interval::new(&self.shared, (self.shared.clock.now(), 0), period)
-            }
+impl TimerHandle {
+    /// Ticks every `period`, the first at once (see [`Interval`]).
+    ///
+    /// # Panics
+    /// If `period` is zero.
+    ///
+    /// ```
+    /// # use hashed_timer_wheel::HashedWheelTimer;
+    /// # use std::time::Duration;
+    /// let timer = HashedWheelTimer::new(Duration::from_millis(1), 64);
+    /// let mut interval = timer.interval(Duration::from_millis(2));
+    /// futures::executor::block_on(async {
+    ///     interval.tick().await.unwrap();
+    ///     interval.tick().await.unwrap();
+    /// });
+    /// ```
+    pub fn interval(&self, period: Duration) -> Interval {
+        // The monotonic clock's now, which the first poll compares with: the first
+        // tick is due at once (the producers' clock may read a little ahead).
+        Interval::new(self, (self.0.clock.now(), 0), period)
+    }
 
-            /// Ticks every `period`, the first at `start` (see [`Interval`]).
-            ///
-            /// # Panics
-            /// If `period` is zero.
-            ///
-            /// ```
-            /// # use hashed_timer_wheel::HashedWheelTimer;
-            /// # use std::time::{Duration, Instant};
-            /// let timer = HashedWheelTimer::new(Duration::from_millis(1), 64);
-            #[doc = $example]
-            /// let start = Instant::now() + Duration::from_millis(3);
-            /// let mut interval = t.interval_at(start, Duration::from_secs(1));
-            /// let first = futures::executor::block_on(interval.tick()).unwrap();
-            /// assert!(first >= start && Instant::now() >= start);
-            /// ```
-            pub fn interval_at(&self, start: Instant, period: Duration) -> Interval {
-                Interval::new(
-                    &self.shared,
-                    self.shared.clock.nanos_or_before(start),
-                    period,
-                )
-            }
-        }
-    };
+    /// Ticks every `period`, the first at `start` (see [`Interval`]).
+    ///
+    /// # Panics
+    /// If `period` is zero.
+    ///
+    /// ```
+    /// # use hashed_timer_wheel::HashedWheelTimer;
+    /// # use std::time::{Duration, Instant};
+    /// let timer = HashedWheelTimer::new(Duration::from_millis(1), 64);
+    /// let start = Instant::now() + Duration::from_millis(3);
+    /// let mut interval = timer.interval_at(start, Duration::from_secs(1));
+    /// let first = futures::executor::block_on(interval.tick()).unwrap();
+    /// assert!(first >= start && Instant::now() >= start);
+    /// ```
+    pub fn interval_at(&self, start: Instant, period: Duration) -> Interval {
+        Interval::new(self, self.0.clock.nanos_or_before(start), period)
+    }
 }
 
-for_owner_and_handle!(interval_methods);
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}

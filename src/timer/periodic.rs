@@ -3,10 +3,9 @@
 //! next scheduled once the run returns: runs never overlap, and a task has one timeout pending.
 //! Uses the timer's start, the shared state's `schedule_at` and clock, and `sync`.
 
-use crate::clock::duration_to_nanos;
-use crate::shared::{BoxedTask, Shared, TimerHandle};
+use crate::next::{At, BoxedTask, TimerHandle};
 use crate::sync::{lock, Arc, AtomicBool, AtomicU64, Mutex, Ordering};
-use crate::{HashedWheelTimer, Timeout, TimerError, TimerTask};
+use crate::{Timeout, TimerError, TimerTask};
 use std::fmt;
 use std::panic::AssertUnwindSafe;
 use std::time::Duration;
@@ -331,15 +330,15 @@ where
         if !periodic.inner.start_run() {
             return;
         }
-        let shared = &periodic.inner.timer.shared;
+        let shared = &periodic.inner.timer.0;
         if let Err(panic) = std::panic::catch_unwind(AssertUnwindSafe(|| task(&periodic))) {
             // The panic ends the schedule, visibly. The task is dropped here, not by the unwind:
             // a `Drop` that panics while a panic unwinds would abort the process.
             periodic.inner.end();
-            shared.counters.drop_task(task);
+            shared.counters.caught(crate::task::catch_user_panic(move || drop(task)));
             std::panic::resume_unwind(panic);
         }
-        let next = schedule.next_after(due, shared.clock.now_upper(), shared.tick_nanos);
+        let next = schedule.next_after(due, shared.clock.now(), shared.tick_nanos);
         // Relaxed: a hint (`store` looks again under the lock).
         if periodic.inner.cancelled.load(Ordering::Relaxed) {
             return;
@@ -350,7 +349,7 @@ where
             Ok(timeout) => Some(timeout),
             Err(TimerError::Stopped) => None,
             Err(e) => {
-                crate::shared::log_caught(
+                crate::task::log_caught(
                     log::Level::Warn,
                     format_args!("a periodic task's next run was refused ({e}): its schedule ends"),
                 );
@@ -373,23 +372,30 @@ fn schedule_run<F>(
 where
     F: FnMut(&PeriodicTimeout) + Send + 'static,
 {
-    let run = BoxedTask::new(PeriodicRun {
+    let run = PeriodicRun {
         periodic: EndsUnlessRun(Some(periodic.clone())),
         task,
         due,
         nth,
         schedule,
-    });
+    };
     // As `new_timeout`, due at `due` (nanoseconds since the timer's origin).
-    let shared = &periodic.inner.timer.shared;
-    super::started(shared)?;
-    shared
-        .schedule_at(run, due, shared.clock.now_upper())
-        .map(Timeout::new)
+    let shared = &periodic.inner.timer.0;
+    let now = shared.clock.now();
+    let at = At {
+        deadline: due.max(now),
+        now,
+        exempt: false,
+    };
+    let make = |spares: &mut Vec<BoxedTask>| crate::task::boxed(run, spares);
+    match shared.schedule_at(make, at, false) {
+        Ok(timeout) => Ok(timeout.expect("a handle was asked for")),
+        Err((e, _make)) => Err(e),
+    }
 }
 
 fn schedule_periodic<F>(
-    shared: &Arc<Shared>,
+    timer: &TimerHandle,
     task: F,
     initial_delay: Duration,
     schedule: Schedule,
@@ -399,117 +405,109 @@ where
 {
     let periodic = PeriodicTimeout {
         inner: Arc::new(Periodic {
-            timer: TimerHandle {
-                shared: Arc::clone(shared),
-            },
+            timer: timer.clone(),
             current: Mutex::new((0, None)),
             cancelled: AtomicBool::new(false),
             runs: AtomicU64::new(0),
         }),
     };
-    let first = shared
-        .clock
-        .now_upper()
-        .saturating_add(duration_to_nanos(initial_delay));
+    let delay = u64::try_from(initial_delay.as_nanos()).unwrap_or(u64::MAX);
+    let first = timer.0.clock.now().saturating_add(delay);
     let timeout = schedule_run(&periodic, task, first, 1, schedule)?;
     periodic.inner.store(1, Some(timeout));
     Ok(periodic)
 }
 
-macro_rules! periodic_methods {
-    ($ty:ident, $example:literal) => {
-        impl $ty {
-            /// Runs `task` first after `initial_delay`, then every `period` on deadlines fixed from
-            /// the first (no drift), as Java's `scheduleAtFixedRate`, with a policy for missed runs
-            /// ([`MissedRuns`]). Runs never overlap: the next is scheduled when one returns, so
-            /// `pending_timeouts()` counts the task once.
-            ///
-            /// # Errors
-            /// As [`HashedWheelTimer::new_timeout`], for the first run. A later refusal (the
-            /// timer stopped, or at its pending limit, which is logged) ends the schedule:
-            /// [`PeriodicTimeout::is_cancelled`] then returns true.
-            ///
-            /// # Panics
-            /// If `period` is zero.
-            ///
-            /// ```
-            /// use hashed_timer_wheel::{HashedWheelTimer, MissedRuns};
-            /// use std::sync::atomic::{AtomicU32, Ordering};
-            /// use std::sync::Arc;
-            /// use std::time::Duration;
-            ///
-            /// let (timer, driver) = HashedWheelTimer::builder()
-            ///     .tick_duration(Duration::from_millis(10))
-            ///     .build_manual()?;
-            #[doc = $example]
-            /// let runs = Arc::new(AtomicU32::new(0));
-            /// let r = runs.clone();
-            /// let task = t
-            ///     .schedule_at_fixed_rate(
-            ///         move |_: &_| {
-            ///             r.fetch_add(1, Ordering::SeqCst);
-            ///         },
-            ///         Duration::from_millis(50),
-            ///         Duration::from_millis(100),
-            ///         MissedRuns::Burst,
-            ///     )
-            ///     .unwrap();
-            /// driver.advance(Duration::from_millis(360)); // due at 50, 150, 250, 350 ms
-            /// assert_eq!(runs.load(Ordering::SeqCst), 4);
-            /// assert_eq!(timer.pending_timeouts(), 1, "one timeout pending per periodic task");
-            /// assert!(task.cancel());
-            /// # Ok::<(), hashed_timer_wheel::BuildError>(())
-            /// ```
-            pub fn schedule_at_fixed_rate<F>(
-                &self,
-                task: F,
-                initial_delay: Duration,
-                period: Duration,
-                missed: MissedRuns,
-            ) -> Result<PeriodicTimeout, TimerError>
-            where
-                F: FnMut(&PeriodicTimeout) + Send + 'static,
-            {
-                let period = duration_to_nanos(period);
-                assert!(period > 0, "the period of a periodic task must not be zero");
-                let schedule = Schedule::Rate { period, missed };
-                schedule_periodic(&self.shared, task, initial_delay, schedule)
-            }
+impl TimerHandle {
+    /// Runs `task` first after `initial_delay`, then every `period` on deadlines fixed from
+    /// the first (no drift), as Java's `scheduleAtFixedRate`, with a policy for missed runs
+    /// ([`MissedRuns`]). Runs never overlap: the next is scheduled when one returns, so
+    /// `pending_timeouts()` counts the task once.
+    ///
+    /// # Errors
+    /// As [`HashedWheelTimer::new_timeout`], for the first run. A later refusal (the
+    /// timer stopped, or at its pending limit, which is logged) ends the schedule:
+    /// [`PeriodicTimeout::is_cancelled`] then returns true.
+    ///
+    /// # Panics
+    /// If `period` is zero.
+    ///
+    /// ```
+    /// use hashed_timer_wheel::{HashedWheelTimer, MissedRuns};
+    /// use std::sync::atomic::{AtomicU32, Ordering};
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    ///
+    /// let (timer, driver) = HashedWheelTimer::builder()
+    ///     .tick_duration(Duration::from_millis(10))
+    ///     .build_manual()?;
+    /// let runs = Arc::new(AtomicU32::new(0));
+    /// let r = runs.clone();
+    /// let task = t
+    ///     .schedule_at_fixed_rate(
+    ///         move |_: &_| {
+    ///             r.fetch_add(1, Ordering::SeqCst);
+    ///         },
+    ///         Duration::from_millis(50),
+    ///         Duration::from_millis(100),
+    ///         MissedRuns::Burst,
+    ///     )
+    ///     .unwrap();
+    /// driver.advance(Duration::from_millis(360)); // due at 50, 150, 250, 350 ms
+    /// assert_eq!(runs.load(Ordering::SeqCst), 4);
+    /// assert_eq!(timer.pending_timeouts(), 1, "one timeout pending per periodic task");
+    /// assert!(task.cancel());
+    /// # Ok::<(), hashed_timer_wheel::BuildError>(())
+    /// ```
+    pub fn schedule_at_fixed_rate<F>(
+        &self,
+        task: F,
+        initial_delay: Duration,
+        period: Duration,
+        missed: MissedRuns,
+    ) -> Result<PeriodicTimeout, TimerError>
+    where
+        F: FnMut(&PeriodicTimeout) + Send + 'static,
+    {
+        let period = nanos(period);
+        assert!(period > 0, "the period of a periodic task must not be zero");
+        let schedule = Schedule::Rate { period, missed };
+        schedule_periodic(self, task, initial_delay, schedule)
+    }
 
-            /// Runs `task` first after `initial_delay`, then again `delay` after each run has
-            /// returned. Like Java's `scheduleWithFixedDelay`.
-            ///
-            /// # Errors
-            /// As [`schedule_at_fixed_rate`](Self::schedule_at_fixed_rate).
-            ///
-            /// # Panics
-            /// If `delay` is zero (Java's `scheduleWithFixedDelay` refuses a delay of zero too).
-            ///
-            /// ```
-            /// # use hashed_timer_wheel::HashedWheelTimer;
-            /// # use std::time::Duration;
-            /// let timer = HashedWheelTimer::default();
-            #[doc = $example]
-            /// let poll = t
-            ///     .schedule_with_fixed_delay(|_: &_| {}, Duration::ZERO, Duration::from_millis(500))
-            ///     .unwrap();
-            /// assert!(poll.cancel());
-            /// ```
-            pub fn schedule_with_fixed_delay<F>(
-                &self,
-                task: F,
-                initial_delay: Duration,
-                delay: Duration,
-            ) -> Result<PeriodicTimeout, TimerError>
-            where
-                F: FnMut(&PeriodicTimeout) + Send + 'static,
-            {
-                let delay = duration_to_nanos(delay);
-                assert!(delay > 0, "the delay of a periodic task must not be zero");
-                schedule_periodic(&self.shared, task, initial_delay, Schedule::Delay { delay })
-            }
-        }
-    };
+    /// Runs `task` first after `initial_delay`, then again `delay` after each run has
+    /// returned. Like Java's `scheduleWithFixedDelay`.
+    ///
+    /// # Errors
+    /// As [`schedule_at_fixed_rate`](Self::schedule_at_fixed_rate).
+    ///
+    /// # Panics
+    /// If `delay` is zero (Java's `scheduleWithFixedDelay` refuses a delay of zero too).
+    ///
+    /// ```
+    /// # use hashed_timer_wheel::HashedWheelTimer;
+    /// # use std::time::Duration;
+    /// let timer = HashedWheelTimer::default();
+    /// let poll = t
+    ///     .schedule_with_fixed_delay(|_: &_| {}, Duration::ZERO, Duration::from_millis(500))
+    ///     .unwrap();
+    /// assert!(poll.cancel());
+    /// ```
+    pub fn schedule_with_fixed_delay<F>(
+        &self,
+        task: F,
+        initial_delay: Duration,
+        delay: Duration,
+    ) -> Result<PeriodicTimeout, TimerError>
+    where
+        F: FnMut(&PeriodicTimeout) + Send + 'static,
+    {
+        let delay = nanos(delay);
+        assert!(delay > 0, "the delay of a periodic task must not be zero");
+        schedule_periodic(self, task, initial_delay, Schedule::Delay { delay })
+    }
 }
 
-for_owner_and_handle!(periodic_methods);
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}

@@ -1,26 +1,21 @@
 //! A future on the wheel: [`Sleep`], and the timer's `sleep` and `sleep_until`. A `Sleep` is an
-//! ordinary timeout whose job wakes the future, with its waker in a slot beside its state
-//! (`shared::cells::WakerSlots` has the protocol; the loom model is
-//! `loom-tests/tests/sleep_future.rs`). `Deadline` and `Interval` build on it. Uses the owner's
-//! scheduling, the shared state's cells and clock.
+//! ordinary timeout whose task wakes the future: the task holds the sleep's waker cell, and its
+//! run or its drop (when `stop()` ends it) takes the waker out and wakes it. The timeout's state
+//! says how it ended. `Deadline`, `Interval` and the adapters build on it.
 
-use super::started;
-use crate::clock::duration_to_nanos;
-use crate::shared::cells::End;
-use crate::shared::{Shared, TimerHandle};
-use crate::sync::Arc;
-use crate::{HashedWheelTimer, Timeout, TimerError};
+use crate::next::{At, BoxedTask, TimerHandle};
+use crate::sync::{lock, Arc, Mutex};
+use crate::{Timeout, TimerError};
 use std::fmt;
 use std::future::Future;
-use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::pin::Pin;
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 /// A future that completes at a deadline on a [`HashedWheelTimer`]'s wheel (tokio's `Sleep`).
 ///
-/// Made by [`HashedWheelTimer::sleep`] and [`HashedWheelTimer::sleep_until`] (or a
-/// [`TimerHandle`]'s), and scheduled at once. It completes with `Ok(())` never before its deadline,
+/// Made by [`TimerHandle::sleep`] and [`TimerHandle::sleep_until`] (on the owner
+/// too), and scheduled at once. It completes with `Ok(())` never before its deadline,
 /// at most about a tick after; any executor can poll it.
 ///
 /// - **Dropping** it cancels its timeout.
@@ -34,8 +29,8 @@ use std::time::{Duration, Instant};
 /// - It is `Unpin` (`&mut sleep` is a future, for `select!` in a loop), and [`reset`](Sleep::reset)
 ///   moves its deadline.
 ///
-/// It counts as a timeout in [`pending_timeouts()`](HashedWheelTimer::pending_timeouts) and
-/// [`stats()`](HashedWheelTimer::stats); `stop()` does not return it.
+/// It counts as a timeout in [`pending_timeouts()`](TimerHandle::pending_timeouts) and
+/// [`stats()`](TimerHandle::stats); `stop()` does not return it.
 ///
 /// ```
 /// use hashed_timer_wheel::HashedWheelTimer;
@@ -50,70 +45,97 @@ use std::time::{Duration, Instant};
 /// ```
 #[must_use = "a Sleep does nothing unless awaited, and its drop cancels it"]
 pub struct Sleep {
-    scheduled: Scheduled,
+    timer: TimerHandle,
+    /// The timeout whose end completes the future, or the error that refused it.
+    armed: Result<Timeout, TimerError>,
+    /// Where the task finds the waker; one per `Sleep`, shared by the timeouts it arms.
+    cell: Arc<WakeCell>,
     /// Nanoseconds since the timer's origin.
-    pub(super) deadline: u64,
-    /// The deadline of the timeout in `scheduled`: before `deadline` after a reset to a later one,
-    /// which schedules nothing; the expiry then arms the rest (as tokio's timer extends an entry),
-    /// unless the rest has passed too (the poll then sets it to `deadline`).
+    deadline: u64,
+    /// The deadline of the armed timeout: before `deadline` after `extend_or_reset` moved it
+    /// later, which schedules nothing; the poll after the expiry arms the rest.
     armed_for: u64,
-    /// This future has stored a waker in the armed timeout's slot (which an end may have taken
-    /// since): a poll then compares before it clones.
-    waker_stored: bool,
     /// A `DelayQueue`'s wake-up: each of its timeouts passes a pending limit, since the queue
     /// could report a refusal only by polling again at once.
     exempt: bool,
 }
 
-/// What scheduling a sleep's timeout gave.
-enum Scheduled {
-    /// Accepted: the timeout whose end completes the future.
-    Armed(Timeout),
-    /// Refused when made (boxed: a cold path that should not grow every `Sleep`).
-    Refused(Box<Refused>),
+/// The waker of the task waiting on a `Sleep`, and the generation of the sleep's armed
+/// timeout: the task of a timeout the sleep has replaced wakes nobody.
+#[derive(Default)]
+struct WakeCell(Mutex<(u64, Option<Waker>)>);
+
+/// A sleep's timeout's task: wakes the waiting task when it runs or is dropped unrun.
+struct Wake {
+    cell: Arc<WakeCell>,
+    generation: u64,
 }
 
-struct Refused {
-    error: TimerError,
-    /// For `reset`, which schedules again.
-    shared: Arc<Shared>,
+impl Drop for Wake {
+    fn drop(&mut self) {
+        let waker = {
+            let mut cell = lock(&self.cell.0);
+            if cell.0 != self.generation {
+                return;
+            }
+            cell.1.take()
+        };
+        if let Some(waker) = waker {
+            waker.wake();
+        }
+    }
 }
 
 impl Sleep {
-    /// A sleep due at `deadline`; `now` is the producers' clock, read by the caller.
-    pub(crate) fn at(shared: &Arc<Shared>, deadline: u64, now: u64) -> Sleep {
-        Sleep::armed(shared, deadline, now, false)
-    }
-
-    /// As [`Sleep::at`], passing a pending limit: a `DelayQueue`'s wake-up (see `exempt`).
-    pub(crate) fn exempt_at(shared: &Arc<Shared>, deadline: u64, now: u64) -> Sleep {
-        Sleep::armed(shared, deadline, now, true)
-    }
-
-    fn armed(shared: &Arc<Shared>, deadline: u64, now: u64, exempt: bool) -> Sleep {
-        Sleep {
-            scheduled: arm(shared, deadline, now, exempt),
+    /// A sleep until `deadline` (ns since the origin), armed now.
+    pub(crate) fn at(timer: &TimerHandle, deadline: u64, exempt: bool) -> Sleep {
+        let mut sleep = Sleep {
+            timer: timer.clone(),
+            armed: Err(TimerError::Stopped),
+            cell: Arc::default(),
             deadline,
             armed_for: deadline,
-            waker_stored: false,
             exempt,
+        };
+        sleep.armed = sleep.arm(deadline, exempt);
+        sleep
+    }
+
+    /// Schedules the timeout for `deadline` under a new generation: its task wakes the waiter.
+    fn arm(&self, deadline: u64, exempt: bool) -> Result<Timeout, TimerError> {
+        let generation = {
+            let mut cell = lock(&self.cell.0);
+            cell.0 += 1;
+            cell.0
+        };
+        let wake = Wake {
+            cell: Arc::clone(&self.cell),
+            generation,
+        };
+        let make = move |spares: &mut Vec<BoxedTask>| {
+            BoxedTask::reusing(move |_: &Timeout| drop(wake), spares)
+        };
+        let now = self.timer.0.clock.now();
+        let at = At {
+            deadline: deadline.max(now),
+            now,
+            exempt,
+        };
+        match self.timer.0.schedule_at(make, at, false) {
+            Ok(timeout) => Ok(timeout.expect("a handle was asked for")),
+            Err((e, _make)) => Err(e),
         }
     }
 
     /// Whether the timer refused this sleep's timeout at its pending limit: a refusal that a
     /// later arm may not meet.
     pub(super) fn refused_at_limit(&self) -> bool {
-        matches!(
-            &self.scheduled,
-            Scheduled::Refused(refused) if matches!(refused.error, TimerError::TooManyPending { .. })
-        )
+        matches!(&self.armed, Err(TimerError::TooManyPending { .. }))
     }
 
-    pub(crate) fn shared(&self) -> &Arc<Shared> {
-        match &self.scheduled {
-            Scheduled::Armed(timeout) => &timeout.timer().shared,
-            Scheduled::Refused(refused) => &refused.shared,
-        }
+    /// The timer this sleep is on.
+    pub(crate) fn timer(&self) -> &TimerHandle {
+        &self.timer
     }
 
     /// When the sleep is due: as made, or by the last [`reset`](Sleep::reset). On a manual clock,
@@ -128,7 +150,7 @@ impl Sleep {
     /// assert!(sleep.deadline() > Instant::now() + Duration::from_secs(4));
     /// ```
     pub fn deadline(&self) -> Instant {
-        self.shared().clock.instant_at(self.deadline)
+        self.timer.0.clock.instant_at(self.deadline)
     }
 
     /// Whether the timeout has expired: polling now returns `Ready(Ok(()))`.
@@ -140,8 +162,8 @@ impl Sleep {
     /// assert!(!timer.sleep(Duration::from_secs(5)).is_elapsed());
     /// ```
     pub fn is_elapsed(&self) -> bool {
-        matches!(&self.scheduled, Scheduled::Armed(timeout) if timeout.is_expired())
-            && (self.deadline <= self.armed_for || self.deadline <= self.shared().clock.now())
+        matches!(&self.armed, Ok(timeout) if timeout.is_expired())
+            && (self.deadline <= self.armed_for || self.deadline <= self.timer.0.clock.now())
     }
 
     /// Moves the deadline to `deadline` (earlier or later), whether or not the sleep had completed;
@@ -162,9 +184,9 @@ impl Sleep {
     /// futures::executor::block_on(&mut idle).unwrap();
     /// ```
     pub fn reset(&mut self, deadline: Instant) {
-        let shared = Arc::clone(self.shared());
-        let now = shared.clock.now_upper();
-        self.rearm(&shared, shared.clock.nanos_at(deadline).max(now), now);
+        let clock = &self.timer.0.clock;
+        let deadline = clock.nanos_at(deadline).max(clock.now());
+        self.rearm(deadline);
     }
 
     /// [`reset`](Sleep::reset) to `delay` from now, on the timer's own clock (cheaper than
@@ -182,9 +204,8 @@ impl Sleep {
     /// futures::executor::block_on(&mut idle).unwrap();
     /// ```
     pub fn reset_after(&mut self, delay: Duration) {
-        let shared = Arc::clone(self.shared());
-        let now = shared.clock.now_upper();
-        self.rearm(&shared, now.saturating_add(duration_to_nanos(delay)), now);
+        let delay = u64::try_from(delay.as_nanos()).unwrap_or(u64::MAX);
+        self.rearm(self.timer.0.clock.now().saturating_add(delay));
     }
 
     /// A reset for a caller that takes spurious wake-ups (hyper): a later deadline while the armed
@@ -192,72 +213,33 @@ impl Sleep {
     /// timeout pushed back on every request touches the wheel once per period, not per reset.
     #[cfg_attr(not(feature = "hyper"), allow(dead_code))]
     pub(crate) fn extend_or_reset(&mut self, deadline: Instant) {
-        let shared = Arc::clone(self.shared());
-        let now = shared.clock.now_upper();
-        let deadline = shared.clock.nanos_at(deadline).max(now);
-        let pending = matches!(
-            &self.scheduled,
-            Scheduled::Armed(t) if !t.is_expired() && !t.is_cancelled()
-        );
+        let clock = &self.timer.0.clock;
+        let deadline = clock.nanos_at(deadline).max(clock.now());
+        let pending = matches!(&self.armed, Ok(t) if !t.is_expired() && !t.is_cancelled());
         if pending && deadline >= self.armed_for {
             self.deadline = deadline;
         } else {
-            self.rearm(&shared, deadline, now);
+            self.rearm(deadline);
         }
     }
 
-    /// Arms a timeout due at `deadline` in place of the sleep's own, and moves its waker there.
-    ///
-    /// The pending limit's one rule for a sleep: a timeout that continues its wait passes the
-    /// limit, since the sleep keeps its one place. The wait goes on while its timeout is pending
-    /// (cancelled here and replaced; the cancel counts as ended at the worker's next tick, so
-    /// the count stays exact) or has expired short of a deadline pushed back
-    /// (`extend_or_reset`). A sleep that is new, completed or refused takes a place as a new
-    /// timeout does, unless it is `exempt`.
-    pub(crate) fn rearm(&mut self, shared: &Arc<Shared>, deadline: u64, now: u64) {
-        let replaces = matches!(&self.scheduled, Scheduled::Armed(old) if old.cancel());
+    /// Arms a timeout due at `deadline` in place of the sleep's own. A timeout that continues
+    /// the wait (the old one was pending, or expired short of a deadline pushed back) passes the
+    /// pending limit: the sleep keeps its one place. A sleep that is new, completed or refused
+    /// takes a place as a new timeout does, unless it is `exempt`.
+    pub(crate) fn rearm(&mut self, deadline: u64) {
+        let replaces = matches!(&self.armed, Ok(old) if old.cancel());
         let waiting = replaces || self.deadline > self.armed_for;
-        let new = arm(shared, deadline, now, self.exempt || waiting);
-        let old = std::mem::replace(&mut self.scheduled, new);
+        self.armed = self.arm(deadline, self.exempt || waiting);
         self.deadline = deadline;
         self.armed_for = deadline;
-        self.waker_stored = false;
-        if let Scheduled::Armed(old) = old {
-            // Whether or not the cancel won, the waker we left there is ours: the task waits on
-            // the new timeout instead.
-            if let Some(waker) = old.state.take_waker() {
-                self.move_waker(waker);
-            }
-        }
-    }
-
-    /// Stores the waker taken from the replaced timeout in the new one's slot, or wakes it if
-    /// the new one has ended or was refused (the sleep is complete: its task must hear so).
-    fn move_waker(&mut self, waker: Waker) {
-        let Scheduled::Armed(new) = &self.scheduled else {
-            return waker.wake();
-        };
-        // The slot keeps a clone: the waker's, user code that may panic. The task is then
-        // woken, to poll again, before the panic goes on.
-        match catch_unwind(AssertUnwindSafe(|| new.state.poll_end(&waker, true))) {
-            Ok(None) => self.waker_stored = true,
-            Ok(Some(_)) => waker.wake(),
-            Err(panic) => {
+        if self.armed.is_err() {
+            // Complete (refused): a task waiting on the replaced timeout must hear so.
+            let waker = lock(&self.cell.0).1.take();
+            if let Some(waker) = waker {
                 waker.wake();
-                resume_unwind(panic);
             }
         }
-    }
-}
-
-fn arm(shared: &Arc<Shared>, deadline: u64, now: u64, exempt: bool) -> Scheduled {
-    let scheduled = started(shared).and_then(|()| shared.schedule_wake_at(deadline, now, exempt));
-    match scheduled.map(Timeout::new) {
-        Ok(timeout) => Scheduled::Armed(timeout),
-        Err(error) => Scheduled::Refused(Box::new(Refused {
-            error,
-            shared: Arc::clone(shared),
-        })),
     }
 }
 
@@ -265,47 +247,51 @@ impl Future for Sleep {
     type Output = Result<(), TimerError>;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let fresh = !self.waker_stored;
-        match &self.scheduled {
-            Scheduled::Armed(timeout) => match timeout.state.poll_end(cx.waker(), fresh) {
-                None => {
-                    self.waker_stored = true;
-                    Poll::Pending
+        let timeout = match &self.armed {
+            Ok(timeout) => timeout,
+            Err(e) => return Poll::Ready(Err(e.clone())),
+        };
+        {
+            // The waker first, then the state, under the cell's lock: the worker sets the state,
+            // then takes the waker under that lock; one of the two sees the other.
+            let mut cell = lock(&self.cell.0);
+            if !timeout.is_expired() && !timeout.is_cancelled() {
+                match &mut cell.1 {
+                    Some(w) if w.will_wake(cx.waker()) => {}
+                    slot => *slot = Some(cx.waker().clone()),
                 }
-                Some(End::Expired) if self.deadline > self.armed_for => {
-                    let shared = Arc::clone(self.shared());
-                    // Reset to a later deadline meanwhile, which has passed too (pushed back
-                    // within the armed tick, or polled late): done, by the worker's clock. A
-                    // timeout armed for it now would fire a tick after it.
-                    if self.deadline <= shared.clock.now() {
-                        self.armed_for = self.deadline;
-                        return Poll::Ready(Ok(()));
-                    }
-                    // Else the rest of the wait, which passes a pending limit as the wait goes
-                    // on (`rearm`).
-                    let (deadline, now) = (self.deadline, shared.clock.now_upper());
-                    self.rearm(&shared, deadline, now);
-                    self.poll(cx)
-                }
-                Some(End::Expired) => Poll::Ready(Ok(())),
-                // Only `stop()` cancels a sleep's timeout: the sleep's own drop and `reset`
-                // are the only other cancels, and neither leaves it to be polled.
-                Some(End::Cancelled) => Poll::Ready(Err(TimerError::Stopped)),
-            },
-            Scheduled::Refused(refused) => Poll::Ready(Err(refused.error.clone())),
+                return Poll::Pending;
+            }
         }
+        if timeout.is_cancelled() {
+            // Only `stop()` cancels a sleep's timeout that is still polled.
+            return Poll::Ready(Err(TimerError::Stopped));
+        }
+        if self.deadline > self.armed_for {
+            // Pushed back meanwhile: done if that deadline has passed too, else the rest.
+            if self.deadline <= self.timer.0.clock.now() {
+                self.armed_for = self.deadline;
+                return Poll::Ready(Ok(()));
+            }
+            let deadline = self.deadline;
+            self.rearm(deadline);
+            return self.poll(cx);
+        }
+        Poll::Ready(Ok(()))
     }
 }
 
 impl Drop for Sleep {
     fn drop(&mut self) {
-        if let Scheduled::Armed(timeout) = &self.scheduled {
-            // Expired already: nothing to do. Else the waker we may have left is ours to take back
-            // (see `shared::cells::WakerSlots`).
-            if timeout.cancel() {
-                drop(timeout.state.take_waker());
-            }
+        if let Ok(timeout) = &self.armed {
+            timeout.cancel();
         }
+        // The waker is not the timer's to keep: a cancelled task wakes nobody.
+        let mut cell = lock(&self.cell.0);
+        cell.0 += 1;
+        let waker = cell.1.take();
+        drop(cell);
+        drop(waker);
     }
 }
 
@@ -313,53 +299,40 @@ impl fmt::Debug for Sleep {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut d = f.debug_struct("Sleep");
         d.field("deadline", &self.deadline());
-        match &self.scheduled {
-            Scheduled::Armed(timeout) => d.field("timeout", timeout),
-            Scheduled::Refused(refused) => d.field("refused", &refused.error),
+        match &self.armed {
+            Ok(timeout) => d.field("timeout", timeout),
+            Err(e) => d.field("refused", e),
         };
         d.finish()
     }
 }
 
-macro_rules! sleep_methods {
-    ($ty:ty, $example:literal) => {
-        impl $ty {
-            /// A future that completes `delay` from now (see [`Sleep`]); refusals show when polled.
-            ///
-            /// ```
-            /// # use hashed_timer_wheel::HashedWheelTimer;
-            /// # use std::time::Duration;
-            /// let timer = HashedWheelTimer::new(Duration::from_millis(1), 64);
-            #[doc = $example]
-            /// futures::executor::block_on(t.sleep(Duration::from_millis(2))).unwrap();
-            /// ```
-            pub fn sleep(&self, delay: Duration) -> Sleep {
-                let now = self.shared.clock.now_upper();
-                let deadline = now.saturating_add(duration_to_nanos(delay));
-                Sleep::at(&self.shared, deadline, now)
-            }
+impl TimerHandle {
+    /// A future that completes `delay` from now (see [`Sleep`]); refusals show when polled.
+    ///
+    /// ```
+    /// # use hashed_timer_wheel::HashedWheelTimer;
+    /// # use std::time::Duration;
+    /// let timer = HashedWheelTimer::new(Duration::from_millis(1), 64);
+    /// futures::executor::block_on(timer.sleep(Duration::from_millis(2))).unwrap();
+    /// ```
+    pub fn sleep(&self, delay: Duration) -> Sleep {
+        let delay = u64::try_from(delay.as_nanos()).unwrap_or(u64::MAX);
+        Sleep::at(self, self.0.clock.now().saturating_add(delay), false)
+    }
 
-            /// A future that completes at `deadline` (see [`Sleep`]); when the current tick ends
-            /// if it has passed.
-            ///
-            /// ```
-            /// # use hashed_timer_wheel::HashedWheelTimer;
-            /// # use std::time::{Duration, Instant};
-            /// let timer = HashedWheelTimer::new(Duration::from_millis(1), 64);
-            #[doc = $example]
-            /// let at = Instant::now() + Duration::from_millis(2);
-            /// futures::executor::block_on(t.sleep_until(at)).unwrap();
-            /// assert!(Instant::now() >= at);
-            /// ```
-            pub fn sleep_until(&self, deadline: Instant) -> Sleep {
-                // Never early: a deadline passed is due at once, and the producers' clock is
-                // never behind the worker's.
-                let now = self.shared.clock.now_upper();
-                let deadline = self.shared.clock.nanos_at(deadline).max(now);
-                Sleep::at(&self.shared, deadline, now)
-            }
-        }
-    };
+    /// A future that completes at `deadline` (see [`Sleep`]); when the current tick ends
+    /// if it has passed.
+    ///
+    /// ```
+    /// # use hashed_timer_wheel::HashedWheelTimer;
+    /// # use std::time::{Duration, Instant};
+    /// let timer = HashedWheelTimer::new(Duration::from_millis(1), 64);
+    /// let at = Instant::now() + Duration::from_millis(2);
+    /// futures::executor::block_on(timer.sleep_until(at)).unwrap();
+    /// assert!(Instant::now() >= at);
+    /// ```
+    pub fn sleep_until(&self, deadline: Instant) -> Sleep {
+        Sleep::at(self, self.0.clock.nanos_at(deadline), false)
+    }
 }
-
-for_owner_and_handle!(sleep_methods);

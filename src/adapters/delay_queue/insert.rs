@@ -3,7 +3,6 @@
 //! wake-up for an item due sooner. Touches the slots, the wheel, the clock and `Sleep`.
 
 use super::{DelayQueue, Item, Key, Slot, NO_READING};
-use crate::clock::duration_to_nanos;
 use std::time::{Duration, Instant};
 
 impl<T> DelayQueue<T> {
@@ -23,51 +22,9 @@ impl<T> DelayQueue<T> {
     #[inline]
     #[track_caller]
     pub fn insert(&mut self, value: T, timeout: Duration) -> Key {
-        let timeout = duration_to_nanos(timeout);
-        if !self.burst {
-            return self.insert_after_reading(value, timeout);
-        }
-        // In a burst the item goes in first, as if read `slack` past the last reading; the
-        // fresh reading only checks that this is not early (ground rules).
-        let read = self.last_read.saturating_add(self.slack);
-        let deadline = read.saturating_add(timeout);
-        let key = self.insert_nanos(value, deadline, read);
-        if self.raw_limit == 0 || self.timer.shared.clock.raw() > self.raw_limit {
-            self.burst_checked(&key, timeout, deadline);
-        }
-        key
-    }
-
-    /// Checks a burst's item against a full reading: it moves if early (ending the burst);
-    /// otherwise the burst counts from this reading (`docs/performance.md`, "`DelayQueue`
-    /// burst insert").
-    fn burst_checked(&mut self, key: &Key, timeout: u64, deadline: u64) {
-        let now = self.timer.shared.clock.now_upper();
-        self.last_read = now;
-        if now.saturating_add(timeout) > deadline {
-            self.burst_ended(key, now, timeout);
-        } else {
-            self.renew_raw_limit();
-        }
-    }
-
-    fn renew_raw_limit(&mut self) {
-        let upper = self.last_read.saturating_add(self.slack / 2);
-        self.raw_limit = self.timer.shared.clock.raw_limit(upper).unwrap_or(0);
-    }
-
-    /// [`insert`](DelayQueue::insert) out of a burst: the clock is read first.
-    #[track_caller]
-    fn insert_after_reading(&mut self, value: T, timeout: u64) -> Key {
+        let timeout = u64::try_from(timeout.as_nanos()).unwrap_or(u64::MAX);
         let now = self.read_clock();
         self.insert_nanos(value, now.saturating_add(timeout), now)
-    }
-
-    /// The clock moved more than `slack`: the item just inserted moves to `now`'s deadline.
-    #[cold]
-    fn burst_ended(&mut self, key: &Key, now: u64, timeout: u64) {
-        self.burst = false;
-        self.reset_nanos(key, now.saturating_add(timeout), now);
     }
 
     /// Inserts `value`, due at `when` (at once if it has passed), and returns its key.
@@ -86,7 +43,7 @@ impl<T> DelayQueue<T> {
     /// ```
     #[track_caller]
     pub fn insert_at(&mut self, value: T, when: Instant) -> Key {
-        let deadline = self.timer.shared.clock.nanos_at(when);
+        let deadline = self.timer.0.clock.nanos_at(when);
         self.insert_nanos(value, deadline, NO_READING)
     }
 
@@ -108,15 +65,9 @@ impl<T> DelayQueue<T> {
         self.wake_for(deadline, read);
     }
 
-    /// Reads the producers' clock, noting whether inserts come in a burst.
+    /// Reads the timer's clock.
     fn read_clock(&mut self) -> u64 {
-        let now = self.timer.shared.clock.now_upper();
-        self.burst = now <= self.last_read.saturating_add(self.slack);
-        self.last_read = now;
-        if self.burst {
-            self.renew_raw_limit();
-        }
-        now
+        self.timer.0.clock.now()
     }
 
     /// Moves the item's deadline to `timeout` from now, expired or not (it then waits again).
@@ -136,7 +87,7 @@ impl<T> DelayQueue<T> {
     #[track_caller]
     pub fn reset(&mut self, key: &Key, timeout: Duration) {
         let now = self.read_clock();
-        self.reset_nanos(key, now.saturating_add(duration_to_nanos(timeout)), now);
+        self.reset_nanos(key, now.saturating_add(u64::try_from(timeout.as_nanos()).unwrap_or(u64::MAX)), now);
     }
 
     /// Moves the deadline of the item under `key` to `when`; a past `when` makes it due at once.
@@ -156,7 +107,7 @@ impl<T> DelayQueue<T> {
     /// ```
     #[track_caller]
     pub fn reset_at(&mut self, key: &Key, when: Instant) {
-        let deadline = self.timer.shared.clock.nanos_at(when);
+        let deadline = self.timer.0.clock.nanos_at(when);
         self.reset_nanos(key, deadline, NO_READING);
     }
 
@@ -197,7 +148,7 @@ impl<T> DelayQueue<T> {
     #[cold]
     fn wake_sooner(&mut self, deadline: u64) {
         // The item is due: the waiting task looks at the wheel on its next poll.
-        if deadline <= self.timer.shared.clock.now() {
+        if deadline <= self.timer.0.clock.now() {
             self.wake_waiting();
             return;
         }

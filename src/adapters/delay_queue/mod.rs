@@ -15,18 +15,14 @@
 //! - Whatever empties the queue, or makes an item due at once, wakes the waiting task, as an
 //!   insert into an empty queue wakes the task that saw it empty; a move to an earlier fire
 //!   tick re-arms the `Sleep`.
-//! - Never early: inserts read the producers' clock, which rounds up, and the wheel gives up
-//!   an item only once the clock has reached its deadline. In a burst (readings within
-//!   `BURST_NANOS`, no poll since) an insert goes into the wheel first, at the last reading plus
-//!   `BURST_NANOS`, and a TSC read against `Clock::raw_limit` after it checks that; past the
-//!   limit, a full reading moves the item if early (ending the burst).
+//! - Never early: inserts read the timer's clock, which rounds up, and the wheel gives up an
+//!   item only once the clock has reached its deadline.
 
 mod insert;
 mod poll;
 mod slots;
 
 use super::keep_alive;
-use crate::clock::{instant_after, Clock};
 use crate::next::wheel::Wheel;
 use crate::sync::{process, Ordering};
 use crate::timer::KeepAlive;
@@ -46,8 +42,6 @@ const UNARMED: u64 = u64::MAX;
 const NO_READING: u64 = u64::MAX;
 /// A deadline past the clock's last nanosecond: it never comes (its tick never ends).
 const NEVER: u64 = u64::MAX;
-/// Inserts with readings this close come in a burst (see the ground rules).
-const BURST_NANOS: u64 = 1_000;
 
 /// A queue of values, each returned once its deadline has passed (tokio-util's `DelayQueue`,
 /// on a [`HashedWheelTimer`](crate::HashedWheelTimer)'s clock).
@@ -106,14 +100,6 @@ pub struct DelayQueue<T> {
     /// Armed for the start of tick `armed`.
     sleep: Option<Sleep>,
     armed: u64,
-    /// The queue's last reading of the producers' clock.
-    last_read: u64,
-    /// In a burst (see the ground rules): the next insert goes in before it reads the clock.
-    burst: bool,
-    /// In a burst, the `Clock::raw_limit` for `last_read` plus half the slack; 0 for none.
-    raw_limit: u64,
-    /// How far past `last_read` a burst's insert takes its reading to be (0 on a manual clock).
-    slack: u64,
     /// The task that last saw `Pending`, or `Ready(None)` on an empty queue.
     waker: Option<Waker>,
     timer: KeepAlive,
@@ -179,8 +165,8 @@ impl<T> DelayQueue<T> {
     pub fn with_capacity(timer: TimerHandle, capacity: usize) -> Self {
         check_capacity(capacity);
         let timer = keep_alive("DelayQueue", timer);
-        let tick_nanos = timer.shared.tick_nanos;
-        let now = timer.shared.clock.now();
+        let tick_nanos = timer.0.tick_nanos;
+        let now = timer.0.clock.now();
         let mut wheel = Wheel::new(BUCKETS);
         wheel.advance_to(now / tick_nanos);
         DelayQueue {
@@ -193,14 +179,6 @@ impl<T> DelayQueue<T> {
             ready_base: 0,
             sleep: None,
             armed: UNARMED,
-            last_read: now,
-            burst: false,
-            raw_limit: 0,
-            slack: if matches!(timer.shared.clock, Clock::Manual(_)) {
-                0
-            } else {
-                BURST_NANOS
-            },
             waker: None,
             timer,
         }
@@ -297,8 +275,7 @@ pub struct Key {
 /// ```
 pub struct Expired<T> {
     value: T,
-    /// `Clock::instant_parts`, summed only if asked: most callers of `remove` never ask.
-    deadline: (Instant, u64),
+    deadline: Instant,
     key: Key,
 }
 
@@ -364,7 +341,7 @@ impl<T> Expired<T> {
     /// assert!(queue.remove(&key).deadline() >= before + Duration::from_secs(60));
     /// ```
     pub fn deadline(&self) -> Instant {
-        instant_after(self.deadline.0, self.deadline.1)
+        self.deadline
     }
 
     /// The key the value had, which names nothing in the queue any more.

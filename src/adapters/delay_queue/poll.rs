@@ -2,7 +2,7 @@
 //! deadline order, and the waking `Sleep`. Touches the slots, the wheel, the clock and `Sleep`.
 
 use super::{DelayQueue, Expired, Item, Key, Slot, NEVER, UNARMED};
-use crate::shared::catch_user_panic;
+use crate::task::catch_user_panic;
 use crate::{Sleep, TimerError};
 use std::future::Future;
 use std::pin::Pin;
@@ -117,27 +117,24 @@ impl<T> DelayQueue<T> {
         if self.sleep.is_some() && self.armed == tick {
             return;
         }
-        let shared = &self.timer.shared;
         let deadline = tick.saturating_mul(self.tick_nanos);
-        let now = shared.clock.now_upper();
         // Exempt from a pending limit: refused, the queue could only poll again at once.
         match self.sleep.as_mut() {
             // The waiting task's waker moves to the new timeout as a clone, user code that may
             // panic; the queue's caller (an insert's, a reset's) is not its owner. The move has
             // woken the task to poll again, and the `Sleep` is armed: count the panic.
             Some(sleep) => {
-                let rearmed = catch_user_panic(|| sleep.rearm(shared, deadline, now));
-                shared.counters.caught(rearmed, "a DelayQueue's waker");
+                let rearmed = catch_user_panic(|| sleep.rearm(deadline));
+                self.timer.0.counters.caught(rearmed);
             }
-            None => self.sleep = Some(Sleep::exempt_at(shared, deadline, now)),
+            None => self.sleep = Some(Sleep::at(&self.timer, deadline, true)),
         }
         self.armed = tick;
     }
 
     /// Moves every due item from the wheel to `ready`, by deadline; whether any moved.
     fn expire_due(&mut self) -> bool {
-        let now = self.timer.shared.clock.now();
-        self.burst = false; // a poll ends a burst: the next insert reads first
+        let now = self.timer.0.clock.now();
         let now_tick = now / self.tick_nanos;
         // Ticks come in order, each in insertion order: sorted unless a tick's went in unsorted.
         let start = self.ready.len();

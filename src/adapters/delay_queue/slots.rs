@@ -2,7 +2,7 @@
 //! lookup, removal, emptying, memory. Touches the wheel and the clock.
 
 use super::{check_capacity, DelayQueue, Expired, Item, Key, MAX_ITEMS, UNARMED};
-use crate::shared::{catch_user_panic, drop_caught};
+use crate::task::{catch_user_panic, drop_caught};
 use std::panic::AssertUnwindSafe;
 use std::time::Instant;
 
@@ -109,7 +109,7 @@ impl<T> DelayQueue<T> {
         }
         Expired {
             value: item.value,
-            deadline: self.timer.shared.clock.instant_parts(item.deadline),
+            deadline: self.timer.0.clock.instant_at(item.deadline),
             key,
         }
     }
@@ -145,16 +145,16 @@ impl<T> DelayQueue<T> {
     pub(super) fn wake_waiting(&mut self) {
         if let Some(waker) = self.waker.take() {
             let woken = catch_user_panic(|| waker.wake());
-            let counters = &self.timer.shared.counters;
-            counters.caught(woken, "a DelayQueue's waker");
+            let counters = &self.timer.0.counters;
+            counters.caught(woken);
         }
     }
 
     /// Drops what holds the waiting task's waker (the `Sleep`, or the waker itself), counting
     /// a panic of the waker's drop as `wake_waiting` counts its wake's.
     pub(super) fn drop_waker_caught<W>(&self, holder: W) {
-        let counters = &self.timer.shared.counters;
-        counters.caught(drop_caught(holder), "a DelayQueue's waker");
+        let counters = &self.timer.0.counters;
+        counters.caught(drop_caught(holder));
     }
 
     /// Drops every value, each under its own catch (two panics in one unwind would abort the
@@ -201,7 +201,7 @@ impl<T> DelayQueue<T> {
             _ => None,
         };
         let item = item.expect("DelayQueue::deadline: the key names no item");
-        self.timer.shared.clock.instant_at(item.deadline)
+        self.timer.0.clock.instant_at(item.deadline)
     }
 
     /// Drops every item and wakes a waiting task (it sees `Ready(None)`). If values' drops
