@@ -75,7 +75,12 @@ pub(crate) struct At {
 type Pushed<J> = (Option<Timeout<J>>, bool);
 
 /// Runs expired tasks somewhere other than the worker thread.
-pub(crate) type Executor = Arc<dyn Fn(Box<dyn FnOnce() + Send>) + Send + Sync>;
+pub(crate) struct Executor(pub(crate) Box<dyn Fn(Box<dyn FnOnce() + Send>) + Send + Sync>);
+
+// A panic of the executor is caught where it is called, and leaves nothing of the timer's
+// half-changed (`task::catch_user_panic`): the timer stays unwind-safe with one set.
+impl std::panic::RefUnwindSafe for Executor {}
+impl std::panic::UnwindSafe for Executor {}
 
 /// A timer's options, checked by the builder.
 pub(crate) struct Config {
@@ -314,7 +319,7 @@ impl<J: Stored> Shared<J> {
         if let Some(driver) = driver {
             // The runtime's code: caught, as all user code is.
             let woken = crate::task::catch_user_panic(|| driver.wake());
-            self.counters.caught(woken);
+            self.counters.caught(woken, "a driver's waker");
             return;
         }
         self.unpark_thread();
@@ -327,7 +332,7 @@ impl<J: Stored> Shared<J> {
             let old = driver.replace(waker.clone());
             drop(driver);
             let dropped = crate::task::catch_user_panic(move || drop(old));
-            self.counters.caught(dropped);
+            self.counters.caught(dropped, "a driver's waker");
         }
     }
 
@@ -335,7 +340,7 @@ impl<J: Stored> Shared<J> {
     pub(crate) fn detach_driver(&self) {
         let old = lock(&self.driver).take();
         let dropped = crate::task::catch_user_panic(move || drop(old));
-        self.counters.caught(dropped);
+        self.counters.caught(dropped, "a driver's waker");
         self.unpark_thread();
     }
 
@@ -374,19 +379,33 @@ impl<J: Stored> Shared<J> {
         let driver = lock(&self.driver).take();
         if let Some(driver) = driver {
             let woken = crate::task::catch_user_panic(|| driver.wake());
-            self.counters.caught(woken);
+            self.counters.caught(woken, "a driver's waker");
         }
     }
 
-    /// The worker's tick as of its last turn: the next tick it processes.
+    /// The worker processes tick `tick` (its tasks see it as the current tick).
+    pub(crate) fn set_tick(&self, tick: u64) {
+        // Relaxed: a figure for tests and monitoring.
+        self.worker_tick.store(tick, Ordering::Relaxed);
+    }
+
+    /// Whether the owner went inside a turn (a task dropped it).
+    pub(crate) fn is_orphaned(&self) -> bool {
+        // Acquire: pairs with the Release in `shutdown`.
+        self.orphaned.load(Ordering::Acquire)
+    }
+
+    /// The worker's tick: the one it processes, or the next one between turns.
     pub(crate) fn current_tick(&self) -> u64 {
         // Relaxed: a figure for tests and monitoring.
         self.worker_tick.load(Ordering::Relaxed)
     }
 
-    /// The counters as of the worker's last turn.
+    /// The counters as of the worker's last turn; the tick as of now.
     pub(crate) fn stats(&self) -> crate::TimerStats {
-        self.counters.read()
+        let mut stats = self.counters.read();
+        stats.tick = self.current_tick();
+        stats
     }
 
     /// Timeouts accepted and not yet ended.

@@ -70,7 +70,12 @@ pub(crate) struct Tally {
     lateness: [u64; CLASSES],
     longest_run: u64,
     slow_runs: u64,
+    /// When a slow run was last logged.
+    warned_at: Option<u64>,
 }
+
+/// A slow run is logged at most this often.
+const WARN_EVERY: u64 = 10_000_000_000;
 
 impl Tally {
     /// A timeout fired `late` ns after its deadline, on a wheel of `tick_nanos` ticks.
@@ -87,9 +92,23 @@ impl Tally {
     }
 
     /// Tasks ran back to back for `nanos`: one run, for `longest_run` and `slow_runs`.
-    pub(crate) fn ran(&mut self, nanos: u64, tick_nanos: u64) {
+    /// At `now`; a run of four ticks or more is also logged, at most once every ten seconds.
+    pub(crate) fn ran(&mut self, nanos: u64, tick_nanos: u64, now: u64) {
         self.longest_run = self.longest_run.max(nanos);
         self.slow_runs += u64::from(nanos > tick_nanos);
+        let quiet = self.warned_at.is_some_and(|at| now.saturating_sub(at) < WARN_EVERY);
+        if nanos >= tick_nanos.saturating_mul(4) && !quiet {
+            self.warned_at = Some(now);
+            crate::task::log_caught(
+                log::Level::Warn,
+                format_args!(
+                    "user code (tasks or futures' wakers, timed together) held the timer's \
+                     worker for {:?}, {} ticks: every timeout due meanwhile fires late",
+                    Duration::from_nanos(nanos),
+                    nanos / tick_nanos
+                ),
+            );
+        }
     }
 }
 
@@ -109,12 +128,13 @@ impl Counters {
         self.refused.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Counts a panic of user code caught off the worker's turn, if `returned` is false.
-    pub(crate) fn caught(&self, returned: bool) {
+    /// Counts a panic of user code (`what`) caught off the worker's turn, if `returned` is
+    /// false, and logs it.
+    pub(crate) fn caught(&self, returned: bool, what: &str) {
         if !returned {
             // Relaxed: a count.
             self.caught.fetch_add(1, Ordering::Relaxed);
-            crate::task::log_caught(log::Level::Error, format_args!("a waker panicked"));
+            crate::task::log_caught(log::Level::Warn, format_args!("{what} panicked"));
         }
     }
 

@@ -22,6 +22,13 @@ pub trait Stored: Send + Sized + 'static {
     fn drop_keeping(self, spares: &mut Vec<Self>) {
         let _ = spares;
     }
+
+    /// Whether this is the crate's own task (a future's wake-up): run on the worker even with
+    /// an executor, and not among what `stop()` returns.
+    #[doc(hidden)]
+    fn is_internal(&self) -> bool {
+        false
+    }
 }
 
 /// The boxed timer's task: any closure, in a box (no allocation for one that captures nothing;
@@ -34,6 +41,34 @@ trait Cell: Send {
     fn call(self: Box<Self>, timeout: &Timeout<BoxedTask>) -> Option<Box<dyn Cell>>;
     fn clear(self: Box<Self>) -> Option<Box<dyn Cell>>;
     fn into_any(self: Box<Self>) -> Box<dyn Any + Send>;
+    fn is_internal(&self) -> bool {
+        false
+    }
+}
+
+/// The crate's own closure (a future's wake-up), in a reused box as a `Holder`'s.
+struct Internal<F>(Holder<F>);
+
+impl<F: FnOnce(&Timeout<BoxedTask>) + Send + 'static> Cell for Internal<F> {
+    fn call(mut self: Box<Self>, timeout: &Timeout<BoxedTask>) -> Option<Box<dyn Cell>> {
+        if let Some(f) = self.0 .0.take() {
+            f(timeout)
+        }
+        Some(self)
+    }
+
+    fn clear(mut self: Box<Self>) -> Option<Box<dyn Cell>> {
+        self.0 .0 = None;
+        Some(self)
+    }
+
+    fn into_any(self: Box<Self>) -> Box<dyn Any + Send> {
+        self
+    }
+
+    fn is_internal(&self) -> bool {
+        true
+    }
 }
 
 /// A closure that captures something, until it runs.
@@ -103,7 +138,31 @@ impl BoxedTask {
     }
 }
 
+impl BoxedTask {
+    /// The crate's own closure `f` (see `Stored::is_internal`), in a spare box of its type if
+    /// one is there.
+    pub(crate) fn internal<F>(f: F, spares: &mut Vec<BoxedTask>) -> BoxedTask
+    where
+        F: FnOnce(&Timeout<BoxedTask>) + Send + 'static,
+    {
+        if let Some(spare) = spares.pop() {
+            match spare.0.into_any().downcast::<Internal<F>>() {
+                Ok(mut cell) => {
+                    cell.0 .0 = Some(f);
+                    return BoxedTask(cell);
+                }
+                Err(_) => {}
+            }
+        }
+        BoxedTask(Box::new(Internal(Holder(Some(f)))))
+    }
+}
+
 impl Stored for BoxedTask {
+    fn is_internal(&self) -> bool {
+        self.0.is_internal()
+    }
+
     fn run(self, timeout: &Timeout<BoxedTask>) {
         drop(self.0.call(timeout));
     }

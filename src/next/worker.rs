@@ -106,11 +106,16 @@ impl<J: Stored> Worker<J> {
         self.transfer(shared);
         while self.wheel.tick() < end {
             let tick = self.wheel.tick();
+            shared.set_tick(tick);
             // The tick's tasks are timed together, as one run.
             let started = shared.clock.now();
             self.expire(shared);
             let ran = shared.clock.now().saturating_sub(started);
-            self.tally.ran(ran, self.tick_nanos);
+            self.tally.ran(ran, self.tick_nanos, now);
+            if shared.is_orphaned() {
+                // A task dropped the owner: this tick was the last.
+                return busy;
+            }
             let next = if self.inbox.is_empty() {
                 self.wheel
                     .next_work()
@@ -361,6 +366,11 @@ impl<J: Stored> Worker<J> {
         for (id, task) in rest {
             let (bid, index) = split(id);
             match &self.blocks[bid] {
+                Some(block) if task.is_internal() => {
+                    // A future's timeout: ended, not returned; the future sees it cancelled.
+                    let _ = block.cancel(index);
+                    self.tally.cancelled += 1;
+                }
                 Some(block) if block.cancel(index).is_some() => {
                     returned.push(Timeout::new(Arc::clone(block), index));
                 }
@@ -397,19 +407,27 @@ fn fire<J: Stored>(
     block
 }
 
-/// Runs an expired task inline, or hands it to the executor; a panic is caught and logged.
-/// Whether it did not panic.
+/// Runs an expired task inline, or hands it to the executor (a future's wake-up runs inline);
+/// a panic is caught and logged. Whether it did not panic.
 fn run<J: Stored>(shared: &Shared<J>, task: J, timeout: &Timeout<J>, spares: &mut Vec<J>) -> bool {
-    let Some(executor) = &shared.executor else {
-        let ran = catch_user_panic(|| task.run_keeping(timeout, spares));
-        if !ran {
-            log_caught(log::Level::Warn, format_args!("a timer task panicked"));
+    let executor = match &shared.executor {
+        Some(executor) if !task.is_internal() => executor,
+        _ => {
+            let what = if task.is_internal() {
+                "a future's waker"
+            } else {
+                "a timer task"
+            };
+            let ran = catch_user_panic(|| task.run_keeping(timeout, spares));
+            if !ran {
+                log_caught(log::Level::Warn, format_args!("{what} panicked"));
+            }
+            return ran;
         }
-        return ran;
     };
-    let timeout = timeout.clone();
-    let job: Box<dyn FnOnce() + Send> = Box::new(move || task.run(&timeout));
-    let ran = catch_user_panic(|| executor(job));
+    let handed = Handed(Some((task, timeout.clone())));
+    let job: Box<dyn FnOnce() + Send> = Box::new(move || handed.run());
+    let ran = catch_user_panic(|| (executor.0)(job));
     if !ran {
         log_caught(
             log::Level::Warn,
@@ -417,6 +435,31 @@ fn run<J: Stored>(shared: &Shared<J>, task: J, timeout: &Timeout<J>, spares: &mu
         );
     }
     ran
+}
+
+/// A task handed to the executor: run there, or, dropped unrun, reported.
+struct Handed<J: Stored>(Option<(J, Timeout<J>)>);
+
+impl<J: Stored> Handed<J> {
+    fn run(mut self) {
+        if let Some((task, timeout)) = self.0.take() {
+            let ran = catch_user_panic(|| task.run(&timeout));
+            timeout.timer().0.counters.caught(ran, "a timer task run by the executor");
+        }
+    }
+}
+
+impl<J: Stored> Drop for Handed<J> {
+    fn drop(&mut self) {
+        if let Some((task, timeout)) = self.0.take() {
+            log_caught(
+                log::Level::Warn,
+                format_args!("a timeout's task was dropped by the executor without running"),
+            );
+            let dropped = catch_user_panic(move || drop(task));
+            timeout.timer().0.counters.caught(dropped, "a timer task's drop");
+        }
+    }
 }
 
 fn split(id: SlotId) -> (usize, usize) {

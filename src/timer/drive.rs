@@ -94,7 +94,7 @@ where
                 let sleep_until = &mut self.sleep_until;
                 let mut made = None;
                 let ok = catch_user_panic(|| made = Some(Box::pin(sleep_until(at))));
-                shared.counters.caught(ok);
+                shared.counters.caught(ok, "the runtime's sleep");
                 self.drop_sleep();
                 match made {
                     Some(sleep) => self.sleep = Some((plan, sleep)),
@@ -104,7 +104,7 @@ where
             let (_, sleep) = self.sleep.as_mut().expect("armed above");
             let mut ready = false;
             let ok = catch_user_panic(|| ready = sleep.as_mut().poll(cx).is_ready());
-            shared.counters.caught(ok);
+            shared.counters.caught(ok, "the runtime's sleep");
             if !ok {
                 return false;
             }
@@ -118,7 +118,7 @@ where
     fn drop_sleep(&mut self) {
         if let Some(sleep) = self.sleep.take() {
             let ok = catch_user_panic(move || drop(sleep));
-            self.timer.0.counters.caught(ok);
+            self.timer.0.counters.caught(ok, "the runtime's sleep");
         }
     }
 
@@ -160,7 +160,7 @@ impl<F, S> Drop for Drive<F, S> {
     fn drop(&mut self) {
         if let Some(sleep) = self.sleep.take() {
             let ok = catch_user_panic(move || drop(sleep));
-            self.timer.0.counters.caught(ok);
+            self.timer.0.counters.caught(ok, "the runtime's sleep");
         }
         if !self.done {
             self.timer.0.detach_driver();

@@ -383,7 +383,45 @@ impl HashedWheelTimer {
     }
 }
 
+// The methods of the `Timer` trait, inherent on the owner too: with the trait in scope, a call
+// on the owner would otherwise resolve to the trait's (boxed) method before deref finds these.
+impl HashedWheelTimer {
+    /// As [`TimerHandle::new_timeout`].
+    ///
+    /// # Errors
+    /// As [`TimerHandle::new_timeout`].
+    #[inline]
+    pub fn new_timeout<T: TimerTask>(&self, task: T, delay: Duration) -> Result<Timeout, TimerError> {
+        self.handle.new_timeout(task, delay)
+    }
+}
+
+impl<T: TypedTask> HashedWheelTimer<T> {
+    /// As [`TimerHandle::new_timeout`] on a typed timer.
+    ///
+    /// # Errors
+    /// As [`TimerHandle::new_timeout`].
+    #[inline]
+    pub fn new_timeout(&self, task: T, delay: Duration) -> Result<Timeout<T>, TimerError> {
+        self.handle.new_timeout(task, delay)
+    }
+}
+
 impl<J: Stored> HashedWheelTimer<J> {
+    /// As [`TimerHandle::stop`].
+    ///
+    /// # Errors
+    /// As [`TimerHandle::stop`].
+    #[must_use = "the returned timeouts never ran; ignore them explicitly if that is intended"]
+    pub fn stop(&self) -> Result<Vec<Timeout<J>>, TimerError> {
+        self.handle.stop()
+    }
+
+    /// As [`TimerHandle::pending_timeouts`].
+    pub fn pending_timeouts(&self) -> usize {
+        self.handle.pending_timeouts()
+    }
+
     pub(crate) fn from_handle(handle: TimerHandle<J>) -> HashedWheelTimer<J> {
         HashedWheelTimer { handle }
     }

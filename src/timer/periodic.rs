@@ -335,7 +335,8 @@ where
             // The panic ends the schedule, visibly. The task is dropped here, not by the unwind:
             // a `Drop` that panics while a panic unwinds would abort the process.
             periodic.inner.end();
-            shared.counters.caught(crate::task::catch_user_panic(move || drop(task)));
+            let dropped = crate::task::catch_user_panic(move || drop(task));
+            shared.counters.caught(dropped, "a periodic task's drop");
             std::panic::resume_unwind(panic);
         }
         let next = schedule.next_after(due, shared.clock.now(), shared.tick_nanos);

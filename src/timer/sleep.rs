@@ -113,7 +113,7 @@ impl Sleep {
             generation,
         };
         let make = move |spares: &mut Vec<BoxedTask>| {
-            BoxedTask::reusing(move |_: &Timeout| drop(wake), spares)
+            BoxedTask::internal(move |_: &Timeout| drop(wake), spares)
         };
         let now = self.timer.0.clock.now();
         let at = At {

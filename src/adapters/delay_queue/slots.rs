@@ -146,7 +146,7 @@ impl<T> DelayQueue<T> {
         if let Some(waker) = self.waker.take() {
             let woken = catch_user_panic(|| waker.wake());
             let counters = &self.timer.0.counters;
-            counters.caught(woken);
+            counters.caught(woken, "a DelayQueue's waker");
         }
     }
 
@@ -154,7 +154,7 @@ impl<T> DelayQueue<T> {
     /// a panic of the waker's drop as `wake_waiting` counts its wake's.
     pub(super) fn drop_waker_caught<W>(&self, holder: W) {
         let counters = &self.timer.0.counters;
-        counters.caught(drop_caught(holder));
+        counters.caught(drop_caught(holder), "a DelayQueue's waker");
     }
 
     /// Drops every value, each under its own catch (two panics in one unwind would abort the
