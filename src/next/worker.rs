@@ -116,6 +116,10 @@ impl<J: Stored> Worker<J> {
                 // A task dropped the owner: this tick was the last.
                 return busy;
             }
+            // What the tick's tasks scheduled is transferred before the next tick, as Netty's
+            // next tick would.
+            busy |= self.collect(shared);
+            self.transfer(shared);
             let next = if self.inbox.is_empty() {
                 self.wheel
                     .next_work()
@@ -125,10 +129,6 @@ impl<J: Stored> Worker<J> {
                 tick + 1
             };
             self.wheel.advance_to(next);
-            if next < end {
-                busy |= self.collect(shared);
-                self.transfer(shared);
-            }
         }
         busy
     }

@@ -384,7 +384,7 @@ where
     let shared = &periodic.inner.timer.0;
     let now = shared.clock.now();
     let at = At {
-        deadline: due.max(now),
+        deadline: due,
         now,
         exempt: false,
     };

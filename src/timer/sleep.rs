@@ -117,7 +117,7 @@ impl Sleep {
         };
         let now = self.timer.0.clock.now();
         let at = At {
-            deadline: deadline.max(now),
+            deadline,
             now,
             exempt,
         };
