@@ -102,8 +102,12 @@ impl<J: Stored> Worker<J> {
             self.trim(shared);
         }
         let end = now / self.tick_nanos;
-        let mut busy = self.collect(shared);
-        self.transfer(shared);
+        // As Netty's worker, the queues are taken as a tick ends, not before.
+        let mut busy = false;
+        if self.wheel.tick() < end {
+            busy = self.collect(shared);
+            self.transfer(shared);
+        }
         while self.wheel.tick() < end {
             let tick = self.wheel.tick();
             shared.set_tick(tick);
@@ -118,8 +122,10 @@ impl<J: Stored> Worker<J> {
             }
             // What the tick's tasks scheduled is transferred before the next tick, as Netty's
             // next tick would.
-            busy |= self.collect(shared);
-            self.transfer(shared);
+            if tick + 1 < end {
+                busy |= self.collect(shared);
+                self.transfer(shared);
+            }
             let next = if self.inbox.is_empty() {
                 self.wheel
                     .next_work()
