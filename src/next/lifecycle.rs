@@ -55,6 +55,8 @@ impl<J: Stored> Shared<J> {
             .unwrap_or_else(|e| panic!("hashed-timer-wheel: cannot spawn the worker thread: {e}"));
         *lock(&self.worker_thread) = Some(handle.thread().clone());
         *thread = Some(handle);
+        // Until the thread's first turn, the tick is the clock's.
+        self.set_tick(self.clock.now() / self.tick_nanos);
         // Release: pairs with the Acquire in `is_started`.
         self.state.store(STARTED, Ordering::Release);
         Ok(())
@@ -87,6 +89,9 @@ impl<J: Stored> Shared<J> {
             drop(guard);
             let mut returned = Vec::new();
             worker.stop(self, &mut returned);
+            // Nobody receives them: they count as cancelled.
+            worker.tally.cancelled += returned.len() as u64;
+            worker.publish(self);
             drop(returned);
             self.let_go();
             return None;
@@ -173,10 +178,12 @@ impl<J: Stored> Shared<J> {
             drop(self.stop());
             return;
         }
-        // Release: pairs with the Acquire in `run_turn`.
-        self.orphaned.store(true, Ordering::Release);
-        // The thread's handle goes: nobody joins a thread from itself.
-        drop(self.shut());
+        // The thread's handle goes: nobody joins a thread from itself. If a `stop()` shut the
+        // timer first, it waits for this turn and takes the rest.
+        if self.shut().is_some() {
+            // Release: pairs with the Acquire in `run_turn`.
+            self.orphaned.store(true, Ordering::Release);
+        }
     }
 
     /// The shards let go of their blocks and segments: no block keeps the timer alive.

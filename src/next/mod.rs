@@ -206,7 +206,8 @@ impl<J: Stored> Shared<J> {
         at: At,
         detached: bool,
     ) -> Result<Option<Timeout<J>>, (TimerError, M)> {
-        if let Err(e) = self.start() {
+        // Stopped first, then the limit: the contract's order of checks.
+        if let Err(e) = self.start().and_then(|()| self.open()) {
             self.counters.refused();
             return Err((e, make));
         }
@@ -262,6 +263,13 @@ impl<J: Stored> Shared<J> {
         shard.push_entry(entry);
         shard.accepted += 1;
         Ok((handle, was_empty))
+    }
+
+    fn open(&self) -> Result<(), TimerError> {
+        match self.is_shutdown() {
+            true => Err(TimerError::Stopped),
+            false => Ok(()),
+        }
     }
 
     /// Counts one more pending against the limit, if there is one (an `exempt` timeout passes
@@ -389,12 +397,6 @@ impl<J: Stored> Shared<J> {
         self.worker_tick.store(tick, Ordering::Relaxed);
     }
 
-    /// Whether the owner went inside a turn (a task dropped it).
-    pub(crate) fn is_orphaned(&self) -> bool {
-        // Acquire: pairs with the Release in `shutdown`.
-        self.orphaned.load(Ordering::Acquire)
-    }
-
     /// The worker's tick: the one it processes, or the next one between turns.
     pub(crate) fn current_tick(&self) -> u64 {
         // Relaxed: a figure for tests and monitoring.
@@ -410,6 +412,9 @@ impl<J: Stored> Shared<J> {
 
     /// Timeouts accepted and not yet ended.
     pub(crate) fn pending(&self) -> usize {
+        if self.is_shutdown() {
+            return 0;
+        }
         // Acquire, and `ended` first: every ended timeout was accepted, so the difference
         // never goes below zero.
         let ended = self.ended.load(Ordering::Acquire);

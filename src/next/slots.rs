@@ -182,6 +182,7 @@ impl<J: Stored> Clone for TimerHandle<J> {
 impl<J: Stored> fmt::Debug for TimerHandle<J> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("TimerHandle")
+            .field("pending", &self.0.pending())
             .field("stopped", &self.0.is_shutdown())
             .finish_non_exhaustive()
     }

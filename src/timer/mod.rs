@@ -467,6 +467,7 @@ impl<J: Stored> std::fmt::Debug for HashedWheelTimer<J> {
         f.debug_struct("HashedWheelTimer")
             .field("tick_duration", &self.tick_duration())
             .field("wheel_len", &self.wheel_len())
+            .field("pending", &self.pending_timeouts())
             .field("stopped", &self.is_stopped())
             .finish_non_exhaustive()
     }
