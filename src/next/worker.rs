@@ -75,7 +75,7 @@ pub(crate) struct Worker<J: Stored> {
 impl<J: Stored> Worker<J> {
     pub(crate) fn new(shared: &Shared<J>) -> Worker<J> {
         Worker {
-            wheel: Wheel::new(shared.wheel_len),
+            wheel: Wheel::new(shared.wheel_len.min(MAX_BUCKETS)),
             blocks: Vec::new(),
             ended_in: Vec::new(),
             inbox: VecDeque::new(),
@@ -512,6 +512,11 @@ fn tighten_timer_slack(tick_nanos: u64) {
 /// Elsewhere the sleep's precision is the platform's.
 #[cfg(not(all(target_os = "linux", not(loom))))]
 fn tighten_timer_slack(_tick_nanos: u64) {}
+
+/// The most buckets the worker's wheel allocates (16 bytes each). A timeout's tick does not
+/// depend on the wheel's length (its far levels take what lies rounds away), so a larger
+/// `ticks_per_wheel` is kept as asked and reported, and costs no memory.
+const MAX_BUCKETS: usize = 1 << 16;
 
 /// A `Drive`'s turns lag by this many ticks before the watching thread runs one itself.
 const GRACE_TICKS: u64 = 32;
