@@ -134,7 +134,7 @@ impl Counters {
         if !returned {
             // Relaxed: a count.
             self.caught.fetch_add(1, Ordering::Relaxed);
-            crate::task::log_caught(log::Level::Warn, format_args!("{what} panicked"));
+            crate::task::log_caught(log::Level::Warn, format_args!("{what} panicked; the timer goes on"));
         }
     }
 

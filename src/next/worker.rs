@@ -309,6 +309,7 @@ impl<J: Stored> Worker<J> {
         let spares = &mut self.task_spares[shard];
         if !catch_user_panic(|| task.drop_keeping(spares)) {
             self.tally.panicked += 1;
+            dropped_with_panic();
         }
     }
 
@@ -405,7 +406,11 @@ fn fire<J: Stored>(
         (timeout.into_block(), ran)
     } else {
         tally.cancelled += 1;
-        (block, catch_user_panic(|| task.drop_keeping(kept)))
+        let dropped = catch_user_panic(|| task.drop_keeping(kept));
+        if !dropped {
+            dropped_with_panic();
+        }
+        (block, dropped)
     };
     tally.panicked += u64::from(!ran);
     block
@@ -424,7 +429,7 @@ fn run<J: Stored>(shared: &Shared<J>, task: J, timeout: &Timeout<J>, spares: &mu
             };
             let ran = catch_user_panic(|| task.run_keeping(timeout, spares));
             if !ran {
-                log_caught(log::Level::Warn, format_args!("{what} panicked"));
+                log_caught(log::Level::Warn, format_args!("{what} panicked; the timer goes on"));
             }
             return ran;
         }
@@ -435,7 +440,7 @@ fn run<J: Stored>(shared: &Shared<J>, task: J, timeout: &Timeout<J>, spares: &mu
     if !ran {
         log_caught(
             log::Level::Warn,
-            format_args!("the timer's executor panicked"),
+            format_args!("the timer's executor panicked; the timer goes on"),
         );
     }
     ran
@@ -464,6 +469,14 @@ impl<J: Stored> Drop for Handed<J> {
             timeout.timer().0.counters.caught(dropped, "a timer task's drop");
         }
     }
+}
+
+#[cold]
+fn dropped_with_panic() {
+    log_caught(
+        log::Level::Warn,
+        format_args!("a timer task's drop panicked; the timer goes on"),
+    );
 }
 
 fn split(id: SlotId) -> (usize, usize) {
