@@ -39,7 +39,7 @@ use crate::sync::{
 };
 use clock::Clock;
 pub(crate) use shard::{segment_len, Entry, SHARD_COUNT};
-use shard::{shard_index, Shard, SHARDS, SPARE_BLOCKS, SPARE_SEGMENTS, SPARE_TASKS};
+use shard::{shard_index, Shard, IDLE_SPARE_BLOCKS, SHARDS, SPARE_BLOCKS, SPARE_SEGMENTS, SPARE_TASKS};
 use slots::{Block, BlockIds, BLOCK};
 pub use slots::{Timeout, TimerHandle};
 use std::time::Duration;
@@ -465,10 +465,13 @@ impl<J: Stored> Shared<J> {
                 let mut shard = lock(shard);
                 let segments = shard.free_segments.len().min(SPARE_SEGMENTS);
                 let extra = shard.free_segments.split_off(segments);
+                let blocks = shard.spares.len().min(IDLE_SPARE_BLOCKS);
+                let extra_blocks = shard.spares.split_off(blocks);
+                shard.spares.shrink_to_fit();
                 shard.free_segments.shrink_to_fit();
                 shard.timeouts.shrink_to_fit();
                 shard.cancels.shrink_to_fit();
-                extra
+                (extra, extra_blocks)
             };
             drop(extra);
         }

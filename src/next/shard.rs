@@ -12,9 +12,11 @@ pub(crate) const SHARDS: usize = if cfg!(loom) { 2 } else { 8 };
 /// The producers' shards, for the worker.
 pub(crate) const SHARD_COUNT: usize = SHARDS;
 
-/// Spare blocks a shard keeps: the request-timeout pattern (schedule, cancel) reuses them and
-/// allocates nothing; a burst's blocks beyond are freed.
-pub(crate) const SPARE_BLOCKS: usize = 32;
+/// Spare blocks a shard keeps while busy (64 timeouts each): the request-timeout pattern
+/// (schedule, cancel) reuses them and allocates nothing; a burst's blocks beyond are freed.
+pub(crate) const SPARE_BLOCKS: usize = 1024;
+/// Spare blocks a shard keeps through a trim (once idle).
+pub(crate) const IDLE_SPARE_BLOCKS: usize = 32;
 /// Tasks' empty boxes a shard keeps for the next of their type (`BoxedTask::reusing`).
 pub(crate) const SPARE_TASKS: usize = 256;
 /// Empty segments a shard keeps.
@@ -77,16 +79,19 @@ impl<J: Stored> Shard<J> {
     }
 
     pub(crate) fn push_entry(&mut self, entry: Entry<J>) {
+        let full = segment_len::<J>();
         if let Some(segment) = self.timeouts.last_mut() {
-            if segment.len() < segment.capacity() {
+            if segment.len() < full {
+                if segment.len() == segment.capacity() {
+                    // A new segment starts small and doubles up to `full`: a timer with a few
+                    // timeouts holds a few bytes for them.
+                    segment.reserve_exact(segment.len().max(8).min(full - segment.len()));
+                }
                 segment.push(entry);
                 return;
             }
         }
-        let mut segment = self
-            .free_segments
-            .pop()
-            .unwrap_or_else(|| Vec::with_capacity(segment_len::<J>()));
+        let mut segment = self.free_segments.pop().unwrap_or_default();
         segment.push(entry);
         self.timeouts.push(segment);
     }

@@ -128,8 +128,12 @@ impl<T> Wheel<T> {
             self.pages.resize_with(page + 1, Vec::new);
             self.live.resize(page + 1, 0);
         }
-        if self.pages[page].is_empty() {
-            self.pages[page] = (0..PAGE).map(|_| Node::vacant()).collect();
+        let nodes = &mut self.pages[page];
+        let offset = id as usize & (PAGE - 1);
+        if nodes.len() <= offset {
+            // A page grows by doubling up to `PAGE`: a few timeouts hold a few nodes.
+            let len = (offset + 1).next_power_of_two().clamp(16, PAGE);
+            nodes.resize_with(len, Node::vacant);
         }
         self.live[page] += 1;
         let fire = fire.max(self.tick);
