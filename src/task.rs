@@ -162,34 +162,3 @@ impl<T: TypedTask> Stored for T {
 pub(crate) fn boxed<T: TimerTask>(task: T, spares: &mut Vec<BoxedTask>) -> BoxedTask {
     BoxedTask::reusing(move |t: &Timeout| task.run_unboxed(t), spares)
 }
-
-/// Runs user code (a task, its `Drop`, a waker, the executor), catching a panic; whether it
-/// returned. The crate's rule: user code may panic anywhere, yet nothing is lost, run twice or
-/// run on the wrong data. All user code runs through here with no crate state half-changed, so
-/// `AssertUnwindSafe` holds.
-#[inline]
-pub(crate) fn catch_user_panic(user_code: impl FnOnce()) -> bool {
-    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(user_code)) {
-        Ok(()) => true,
-        Err(payload) => {
-            // A payload whose own `Drop` panics (`panic_any` of such a value) is leaked.
-            let dropped = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(payload)));
-            if let Err(again) = dropped {
-                std::mem::forget(again);
-            }
-            false
-        }
-    }
-}
-
-/// Logs through the `log` facade, catching a panic of the logger (user code too).
-#[cold]
-pub(crate) fn log_caught(level: log::Level, message: std::fmt::Arguments<'_>) {
-    let _ = catch_user_panic(|| log::log!(level, "{message}"));
-}
-
-/// Drops a value holding user code under [`catch_user_panic`]; whether it returned.
-#[inline]
-pub(crate) fn drop_caught<T>(value: T) -> bool {
-    !std::mem::needs_drop::<T>() || catch_user_panic(move || drop(value))
-}

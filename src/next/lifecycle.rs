@@ -18,7 +18,7 @@ pub(crate) fn count_instance() {
     // Relaxed: counts for a log message; nothing is published with them.
     let live = LIVE_TIMERS.fetch_add(1, Ordering::Relaxed) + 1;
     if live > INSTANCE_COUNT_LIMIT && !WARNED.swap(true, Ordering::Relaxed) {
-        crate::task::log_caught(
+        super::log_caught(
             log::Level::Error,
             format_args!(
                 "you are creating too many HashedWheelTimer instances ({live} live). \

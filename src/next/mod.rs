@@ -45,6 +45,7 @@ pub use slots::{Timeout, TimerHandle};
 use std::time::Duration;
 pub use stats::TimerStats;
 pub use task::{BoxedTask, Stored};
+pub(crate) use task::{catch_user_panic, drop_caught, log_caught};
 use wheel::SlotId;
 use worker::Worker;
 
@@ -326,7 +327,7 @@ impl<J: Stored> Shared<J> {
         let driver = lock(&self.driver).clone();
         if let Some(driver) = driver {
             // The runtime's code: caught, as all user code is.
-            let woken = crate::task::catch_user_panic(|| driver.wake());
+            let woken = catch_user_panic(|| driver.wake());
             self.counters.caught(woken, "a driver's waker");
             return;
         }
@@ -339,7 +340,7 @@ impl<J: Stored> Shared<J> {
         if !matches!(&*driver, Some(w) if w.will_wake(waker)) {
             let old = driver.replace(waker.clone());
             drop(driver);
-            let dropped = crate::task::catch_user_panic(move || drop(old));
+            let dropped = catch_user_panic(move || drop(old));
             self.counters.caught(dropped, "a driver's waker");
         }
     }
@@ -347,7 +348,7 @@ impl<J: Stored> Shared<J> {
     /// A `Drive` went: the thread runs the turns again.
     pub(crate) fn detach_driver(&self) {
         let old = lock(&self.driver).take();
-        let dropped = crate::task::catch_user_panic(move || drop(old));
+        let dropped = catch_user_panic(move || drop(old));
         self.counters.caught(dropped, "a driver's waker");
         self.unpark_thread();
     }
@@ -386,7 +387,7 @@ impl<J: Stored> Shared<J> {
     pub(crate) fn wake_driver(&self) {
         let driver = lock(&self.driver).take();
         if let Some(driver) = driver {
-            let woken = crate::task::catch_user_panic(|| driver.wake());
+            let woken = catch_user_panic(|| driver.wake());
             self.counters.caught(woken, "a driver's waker");
         }
     }

@@ -99,7 +99,7 @@ impl Tally {
         let quiet = self.warned_at.is_some_and(|at| now.saturating_sub(at) < WARN_EVERY);
         if nanos >= tick_nanos.saturating_mul(4) && !quiet {
             self.warned_at = Some(now);
-            crate::task::log_caught(
+            super::log_caught(
                 log::Level::Warn,
                 format_args!(
                     "user code (tasks or futures' wakers, timed together) held the timer's \
@@ -134,7 +134,7 @@ impl Counters {
         if !returned {
             // Relaxed: a count.
             self.caught.fetch_add(1, Ordering::Relaxed);
-            crate::task::log_caught(log::Level::Warn, format_args!("{what} panicked; the timer goes on"));
+            super::log_caught(log::Level::Warn, format_args!("{what} panicked; the timer goes on"));
         }
     }
 

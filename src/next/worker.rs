@@ -24,7 +24,7 @@ use super::slots::{Block, Timeout, BLOCK};
 use super::stats::Tally;
 use super::wheel::{SlotId, Wheel};
 use super::{segment_len, Entry, Stored, Shared, NEVER, SHARD_COUNT, TRANSFER_CAP};
-use crate::task::{catch_user_panic, log_caught};
+use super::{catch_user_panic, log_caught};
 use crate::sync::{thread, Arc, Ordering};
 use std::collections::VecDeque;
 

@@ -276,7 +276,7 @@ impl Builder {
         let wheel_len = self.ticks_per_wheel.next_power_of_two(); // Netty's normalizeTicksPerWheel
         let mut tick = self.tick;
         if tick < Duration::from_millis(1) {
-            crate::task::log_caught(
+            crate::next::log_caught(
                 log::Level::Warn,
                 format_args!("configured tick duration {tick:?} is smaller than 1 ms, using 1 ms"),
             );

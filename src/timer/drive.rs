@@ -9,7 +9,7 @@
 //! one whose runtime panicked, takes its waker back and unparks the thread.
 
 use crate::next::TimerHandle;
-use crate::task::catch_user_panic;
+use crate::next::catch_user_panic;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
