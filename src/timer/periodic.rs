@@ -444,7 +444,7 @@ impl TimerHandle {
     ///     .build_manual()?;
     /// let runs = Arc::new(AtomicU32::new(0));
     /// let r = runs.clone();
-    /// let task = t
+    /// let task = timer
     ///     .schedule_at_fixed_rate(
     ///         move |_: &_| {
     ///             r.fetch_add(1, Ordering::SeqCst);
@@ -489,7 +489,7 @@ impl TimerHandle {
     /// # use hashed_timer_wheel::HashedWheelTimer;
     /// # use std::time::Duration;
     /// let timer = HashedWheelTimer::default();
-    /// let poll = t
+    /// let poll = timer
     ///     .schedule_with_fixed_delay(|_: &_| {}, Duration::ZERO, Duration::from_millis(500))
     ///     .unwrap();
     /// assert!(poll.cancel());
