@@ -146,6 +146,19 @@ mod adapters;
 #[doc(hidden)]
 pub mod loom_hooks {
     pub use crate::sync::loom_hooks::{hold_clock, threads_spawned};
+
+    /// With the clock held: moves the clock to `to` (never back) and, as an OS timer would,
+    /// wakes the worker (or a runtime's driver) if the tick it planned to sleep to has ended.
+    pub fn advance_clock(timer: &crate::HashedWheelTimer, to: std::time::Duration) {
+        let shared = &timer.handle().0;
+        let to = u64::try_from(to.as_nanos()).unwrap_or(u64::MAX);
+        shared.clock.loom_advance(to);
+        let planned = shared.planned();
+        let ends = planned.saturating_add(1).saturating_mul(shared.tick_nanos);
+        if planned != crate::next::AWAKE && planned != crate::next::NEVER && ends <= to {
+            shared.unpark_worker();
+        }
+    }
 }
 
 pub use adapters::delay_queue::{self, DelayQueue};

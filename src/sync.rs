@@ -1,5 +1,5 @@
-//! The concurrency primitives (std and crossbeam, or loom's), the sharded MPSC [`Queue`], and
-//! loom's parking stand-in and `loom_hooks`. Imports nothing of the crate; no other module
+//! The concurrency primitives (std and crossbeam, or loom's), loom's parking stand-in and
+//! `loom_hooks`. Imports nothing of the crate; no other module
 //! names these types (loom would miss it), which `tests/architecture.rs` checks.
 
 #[cfg(not(loom))]
@@ -10,15 +10,13 @@ pub(crate) use std::sync::{Arc, Mutex, MutexGuard};
 pub(crate) use std::thread;
 
 #[cfg(loom)]
-pub(crate) use loom::sync::atomic::{
-    fence, AtomicBool, AtomicU64, AtomicU8, AtomicUsize,
-};
+pub(crate) use loom::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize};
 #[cfg(loom)]
 pub(crate) use loom::sync::{Mutex, MutexGuard};
 // std's `Arc` even under loom: loom's can be neither a method receiver nor an `Arc<dyn Fn ..>`.
 // No protocol hangs on a reference count; only loom's leak check on `Arc`s is lost.
 #[cfg(loom)]
-pub(crate) use std::sync::{Arc, Weak};
+pub(crate) use std::sync::Arc;
 
 /// Under loom: loom's threads, spawns counted, with std's park/unpark semantics. Loom's own
 /// `unpark` also wakes a thread in a mutex or `join`, tripping loom (tokio-rs/loom#249); here
@@ -144,7 +142,6 @@ pub(crate) mod thread {
                 inner: inner.thread().clone(),
                 token,
             };
-            *super::loom_hooks::WORKER.lock().unwrap() = Some(thread.clone());
             Ok(JoinHandle { inner, thread })
         }
     }
@@ -159,8 +156,6 @@ pub(crate) mod loom_hooks {
     // Per loom execution; plain std inside (one OS thread per execution, in no protocol).
     loom::lazy_static! {
         pub(super) static ref SPAWNED: AtomicUsize = AtomicUsize::new(0);
-        pub(super) static ref WORKER: std::sync::Mutex<Option<super::thread::Thread>> =
-            std::sync::Mutex::new(None);
         static ref CLOCK_HELD: AtomicBool = AtomicBool::new(false);
     }
 
@@ -177,13 +172,6 @@ pub(crate) mod loom_hooks {
 
     pub(crate) fn clock_held() -> bool {
         CLOCK_HELD.load(Ordering::Relaxed)
-    }
-
-    /// Unparks the last spawned worker: the stand-in for a `park_timeout` running out.
-    pub(crate) fn unpark_worker() {
-        if let Some(worker) = WORKER.lock().unwrap().as_ref() {
-            worker.unpark();
-        }
     }
 }
 

@@ -100,6 +100,14 @@ impl Clock {
         }
     }
 
+    /// Under loom: moves the system clock to `to` (never back).
+    #[cfg(loom)]
+    pub(crate) fn loom_advance(&self, to: u64) {
+        if let Clock::System(clock) = self {
+            clock.loom_now.fetch_max(to, Ordering::SeqCst);
+        }
+    }
+
     /// Whether only `advance` moves this clock.
     pub(crate) fn is_manual(&self) -> bool {
         matches!(self, Clock::Manual(..))
@@ -111,6 +119,10 @@ pub(crate) struct SystemClock {
     origin: Instant,
     #[cfg(all(not(loom), target_os = "linux", target_arch = "x86_64"))]
     counter: Counter,
+    /// Under loom, the time: the model (`loom_hooks::advance_clock`) or the worker's bounded
+    /// sleep moves it.
+    #[cfg(loom)]
+    loom_now: AtomicU64,
 }
 
 impl SystemClock {
@@ -120,6 +132,8 @@ impl SystemClock {
             origin,
             #[cfg(all(not(loom), target_os = "linux", target_arch = "x86_64"))]
             counter: Counter::new(origin),
+            #[cfg(loom)]
+            loom_now: AtomicU64::new(0),
         }
     }
 
@@ -134,12 +148,13 @@ impl SystemClock {
         self.exact()
     }
 
-    /// Under loom time stands still, so that every model is deterministic: models that need
-    /// time to pass drive a manual timer.
+    /// Under loom time moves only when the model or the worker's sleep moves it, so that every
+    /// model is deterministic.
     #[cfg(loom)]
     fn now(&self) -> u64 {
         let _ = self.origin;
-        0
+        // SeqCst: with the worker's store of its plan (`loom_hooks::advance_clock`).
+        self.loom_now.load(Ordering::SeqCst)
     }
 
     #[cfg(all(not(loom), target_os = "linux", target_arch = "x86_64"))]

@@ -2,7 +2,7 @@
 //! whoever runs turns, `stop()`, and the owner's drop (inside a turn too).
 
 use super::worker;
-use super::{Stored, Shared, Timeout, SHUTDOWN, STARTED};
+use super::{Shared, Stored, Timeout, SHUTDOWN, STARTED};
 use crate::error::TimerError;
 use crate::sync::{lock, process, thread, Arc, Ordering};
 
@@ -139,7 +139,12 @@ impl<J: Stored> Shared<J> {
             if users == 0 || self.is_shutdown() {
                 return Err(TimerError::Stopped);
             }
-            match self.users.compare_exchange_weak(users, users + 1, Ordering::Relaxed, Ordering::Relaxed) {
+            match self.users.compare_exchange_weak(
+                users,
+                users + 1,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            ) {
                 Ok(_) => return Ok(()),
                 Err(now) => users = now,
             }

@@ -39,13 +39,15 @@ use crate::sync::{
 };
 use clock::Clock;
 pub(crate) use shard::{segment_len, Entry, SHARD_COUNT};
-use shard::{shard_index, Shard, IDLE_SPARE_BLOCKS, SHARDS, SPARE_BLOCKS, SPARE_SEGMENTS, SPARE_TASKS};
+use shard::{
+    shard_index, Shard, IDLE_SPARE_BLOCKS, SHARDS, SPARE_BLOCKS, SPARE_SEGMENTS, SPARE_TASKS,
+};
 use slots::{Block, BlockIds, BLOCK};
 pub use slots::{Timeout, TimerHandle};
-use std::time::Duration;
 pub use stats::TimerStats;
-pub use task::{BoxedTask, Stored};
+use std::time::Duration;
 pub(crate) use task::{catch_user_panic, drop_caught, log_caught};
+pub use task::{BoxedTask, Stored};
 use wheel::SlotId;
 use worker::Worker;
 

@@ -4,8 +4,10 @@
 
 use super::slots::{Block, BLOCK};
 use super::wheel::SlotId;
-use super::{Stored, Shared};
-use crate::sync::{Arc, Ordering};
+use super::{Shared, Stored};
+use crate::sync::Arc;
+#[cfg(not(loom))]
+use crate::sync::Ordering;
 
 /// The producers' shards: a thread keeps to one.
 pub(crate) const SHARDS: usize = if cfg!(loom) { 2 } else { 8 };

@@ -96,7 +96,9 @@ impl Tally {
     pub(crate) fn ran(&mut self, nanos: u64, tick_nanos: u64, now: u64) {
         self.longest_run = self.longest_run.max(nanos);
         self.slow_runs += u64::from(nanos > tick_nanos);
-        let quiet = self.warned_at.is_some_and(|at| now.saturating_sub(at) < WARN_EVERY);
+        let quiet = self
+            .warned_at
+            .is_some_and(|at| now.saturating_sub(at) < WARN_EVERY);
         if nanos >= tick_nanos.saturating_mul(4) && !quiet {
             self.warned_at = Some(now);
             super::log_caught(
@@ -134,7 +136,10 @@ impl Counters {
         if !returned {
             // Relaxed: a count.
             self.caught.fetch_add(1, Ordering::Relaxed);
-            super::log_caught(log::Level::Warn, format_args!("{what} panicked; the timer goes on"));
+            super::log_caught(
+                log::Level::Warn,
+                format_args!("{what} panicked; the timer goes on"),
+            );
         }
     }
 

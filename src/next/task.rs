@@ -192,7 +192,8 @@ pub(crate) fn catch_user_panic(user_code: impl FnOnce()) -> bool {
         Ok(()) => true,
         Err(payload) => {
             // A payload whose own `Drop` panics (`panic_any` of such a value) is leaked.
-            let dropped = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(payload)));
+            let dropped =
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(payload)));
             if let Err(again) = dropped {
                 std::mem::forget(again);
             }

@@ -23,8 +23,8 @@
 use super::slots::{Block, Timeout, BLOCK};
 use super::stats::Tally;
 use super::wheel::{SlotId, Wheel};
-use super::{segment_len, Entry, Stored, Shared, NEVER, SHARD_COUNT, TRANSFER_CAP};
 use super::{catch_user_panic, log_caught};
+use super::{segment_len, Entry, Shared, Stored, NEVER, SHARD_COUNT, TRANSFER_CAP};
 use crate::sync::{thread, Arc, Ordering};
 use std::collections::VecDeque;
 
@@ -429,7 +429,10 @@ fn run<J: Stored>(shared: &Shared<J>, task: J, timeout: &Timeout<J>, spares: &mu
             };
             let ran = catch_user_panic(|| task.run_keeping(timeout, spares));
             if !ran {
-                log_caught(log::Level::Warn, format_args!("{what} panicked; the timer goes on"));
+                log_caught(
+                    log::Level::Warn,
+                    format_args!("{what} panicked; the timer goes on"),
+                );
             }
             return ran;
         }
@@ -453,7 +456,11 @@ impl<J: Stored> Handed<J> {
     fn run(mut self) {
         if let Some((task, timeout)) = self.0.take() {
             let ran = catch_user_panic(|| task.run(&timeout));
-            timeout.timer().0.counters.caught(ran, "a timer task run by the executor");
+            timeout
+                .timer()
+                .0
+                .counters
+                .caught(ran, "a timer task run by the executor");
         }
     }
 }
@@ -466,7 +473,11 @@ impl<J: Stored> Drop for Handed<J> {
                 format_args!("a timeout's task was dropped by the executor without running"),
             );
             let dropped = catch_user_panic(move || drop(task));
-            timeout.timer().0.counters.caught(dropped, "a timer task's drop");
+            timeout
+                .timer()
+                .0
+                .counters
+                .caught(dropped, "a timer task's drop");
         }
     }
 }
@@ -571,7 +582,14 @@ fn sleep<J: Stored>(shared: &Shared<J>, planned: u64) {
     if wake_at > now {
         #[cfg(not(loom))]
         thread::park_timeout(std::time::Duration::from_nanos(wake_at - now));
+        // Under loom a bounded sleep jumps the clock to its end, unless the model holds the
+        // clock: then it parks until `loom_hooks::advance_clock` ends the tick, as an OS timer
+        // would.
         #[cfg(loom)]
-        thread::park();
+        if crate::sync::loom_hooks::clock_held() {
+            thread::park();
+        } else {
+            shared.clock.loom_advance(wake_at);
+        }
     }
 }

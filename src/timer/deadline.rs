@@ -255,7 +255,11 @@ impl TimerHandle {
     /// let at = Instant::now() + Duration::from_secs(1);
     /// assert_eq!(futures::executor::block_on(timer.timeout_at(at, async { 7 })), Ok(7));
     /// ```
-    pub fn timeout_at<F: IntoFuture>(&self, deadline: Instant, future: F) -> Deadline<F::IntoFuture> {
+    pub fn timeout_at<F: IntoFuture>(
+        &self,
+        deadline: Instant,
+        future: F,
+    ) -> Deadline<F::IntoFuture> {
         let at = self.0.clock.nanos_at(deadline);
         self::deadline(self, at, future)
     }

@@ -8,8 +8,8 @@
 //! plan, and runs the turn itself if nobody has (`worker::run_thread`). A dropped `Drive`, or
 //! one whose runtime panicked, takes its waker back and unparks the thread.
 
-use crate::next::TimerHandle;
 use crate::next::catch_user_panic;
+use crate::next::TimerHandle;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
@@ -90,7 +90,9 @@ where
                 return true;
             }
             if !matches!(&self.sleep, Some((tick, _)) if *tick == plan) {
-                let at = shared.clock.instant_at(plan.saturating_add(1).saturating_mul(shared.tick_nanos));
+                let at = shared
+                    .clock
+                    .instant_at(plan.saturating_add(1).saturating_mul(shared.tick_nanos));
                 let sleep_until = &mut self.sleep_until;
                 let mut made = None;
                 let ok = catch_user_panic(|| made = Some(Box::pin(sleep_until(at))));

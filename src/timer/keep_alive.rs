@@ -29,7 +29,10 @@ impl std::ops::Deref for KeepAlive {
 impl Clone for KeepAlive {
     fn clone(&self) -> Self {
         // Relaxed: this user holds the count above zero.
-        self.handle.0.users.fetch_add(1, crate::sync::Ordering::Relaxed);
+        self.handle
+            .0
+            .users
+            .fetch_add(1, crate::sync::Ordering::Relaxed);
         KeepAlive {
             handle: self.handle.clone(),
         }

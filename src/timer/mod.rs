@@ -80,7 +80,11 @@ pub trait Timer: Send + Sync {
 }
 
 impl Timer for TimerHandle {
-    fn new_timeout(&self, task: Box<dyn TimerTask>, delay: Duration) -> Result<Timeout, TimerError> {
+    fn new_timeout(
+        &self,
+        task: Box<dyn TimerTask>,
+        delay: Duration,
+    ) -> Result<Timeout, TimerError> {
         TimerHandle::<BoxedTask>::new_timeout(self, task, delay)
     }
     fn stop(&self) -> Result<Vec<Timeout>, TimerError> {
@@ -92,7 +96,11 @@ impl Timer for TimerHandle {
 }
 
 impl Timer for HashedWheelTimer {
-    fn new_timeout(&self, task: Box<dyn TimerTask>, delay: Duration) -> Result<Timeout, TimerError> {
+    fn new_timeout(
+        &self,
+        task: Box<dyn TimerTask>,
+        delay: Duration,
+    ) -> Result<Timeout, TimerError> {
         TimerHandle::<BoxedTask>::new_timeout(self, task, delay)
     }
     fn stop(&self) -> Result<Vec<Timeout>, TimerError> {
@@ -132,7 +140,11 @@ impl TimerHandle {
     /// # Ok::<(), hashed_timer_wheel::TimerError>(())
     /// ```
     #[inline]
-    pub fn new_timeout<T: TimerTask>(&self, task: T, delay: Duration) -> Result<Timeout, TimerError> {
+    pub fn new_timeout<T: TimerTask>(
+        &self,
+        task: T,
+        delay: Duration,
+    ) -> Result<Timeout, TimerError> {
         let make = |spares: &mut Vec<BoxedTask>| task::boxed(task, spares);
         match self.0.schedule_with(make, delay, false) {
             Ok(handle) => Ok(handle.expect("a handle was asked for")),
@@ -162,9 +174,16 @@ impl TimerHandle {
     /// # Ok::<(), hashed_timer_wheel::TimerError>(())
     /// ```
     #[inline]
-    pub fn new_timeout_detached<T: TimerTask>(&self, task: T, delay: Duration) -> Result<(), TimerError> {
+    pub fn new_timeout_detached<T: TimerTask>(
+        &self,
+        task: T,
+        delay: Duration,
+    ) -> Result<(), TimerError> {
         let make = |spares: &mut Vec<BoxedTask>| task::boxed(task, spares);
-        self.0.schedule_with(make, delay, true).map(drop).map_err(|(e, _)| e)
+        self.0
+            .schedule_with(make, delay, true)
+            .map(drop)
+            .map_err(|(e, _)| e)
     }
 }
 
@@ -205,7 +224,10 @@ impl<T: TypedTask> TimerHandle<T> {
     /// As [`new_timeout`](Self::new_timeout); the task is dropped.
     #[inline]
     pub fn new_timeout_detached(&self, task: T, delay: Duration) -> Result<(), TimerError> {
-        self.0.schedule(task, delay, true).map(drop).map_err(|(e, _)| e)
+        self.0
+            .schedule(task, delay, true)
+            .map(drop)
+            .map_err(|(e, _)| e)
     }
 }
 
@@ -391,7 +413,11 @@ impl HashedWheelTimer {
     /// # Errors
     /// As [`TimerHandle::new_timeout`].
     #[inline]
-    pub fn new_timeout<T: TimerTask>(&self, task: T, delay: Duration) -> Result<Timeout, TimerError> {
+    pub fn new_timeout<T: TimerTask>(
+        &self,
+        task: T,
+        delay: Duration,
+    ) -> Result<Timeout, TimerError> {
         self.handle.new_timeout(task, delay)
     }
 }

@@ -87,7 +87,11 @@ impl<T> DelayQueue<T> {
     #[track_caller]
     pub fn reset(&mut self, key: &Key, timeout: Duration) {
         let now = self.read_clock();
-        self.reset_nanos(key, now.saturating_add(u64::try_from(timeout.as_nanos()).unwrap_or(u64::MAX)), now);
+        self.reset_nanos(
+            key,
+            now.saturating_add(u64::try_from(timeout.as_nanos()).unwrap_or(u64::MAX)),
+            now,
+        );
     }
 
     /// Moves the deadline of the item under `key` to `when`; a past `when` makes it due at once.

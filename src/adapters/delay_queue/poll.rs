@@ -125,7 +125,10 @@ impl<T> DelayQueue<T> {
             // woken the task to poll again, and the `Sleep` is armed: count the panic.
             Some(sleep) => {
                 let rearmed = catch_user_panic(|| sleep.rearm(deadline));
-                self.timer.0.counters.caught(rearmed, "a DelayQueue's waker");
+                self.timer
+                    .0
+                    .counters
+                    .caught(rearmed, "a DelayQueue's waker");
             }
             None => self.sleep = Some(Sleep::at(&self.timer, deadline, true)),
         }
