@@ -65,10 +65,60 @@ const WORKLOADS: &[&str] = &[
     "memory_capture",
     "idle",
     "held",
+    "rss_burst",
 ];
 
 /// The no-op task: a closure capturing nothing, so boxing it allocates nothing.
 fn noop(_: &Timeout) {}
+
+/// Resident memory, after glibc has given back what its arenas hold free.
+fn rss_after_trim() -> f64 {
+    // SAFETY: malloc_trim only releases free memory of glibc's arenas.
+    unsafe { libc::malloc_trim(0) };
+    rss()
+}
+
+fn rss() -> f64 {
+    let statm = std::fs::read_to_string("/proc/self/statm").unwrap();
+    let pages: f64 = statm.split_whitespace().nth(1).unwrap().parse().unwrap();
+    pages * 4096.0
+}
+
+/// RSS after bursts: a warm-up of request timeouts, then `bursts` bursts of `n` timeouts due
+/// within 300 ms from two threads, drained, 2 s idle: RSS against the warm-up's.
+fn rss_burst(n: usize, bursts: usize) {
+    let timer = std::sync::Arc::new(timer());
+    for i in 0..100_000 {
+        timer.new_timeout(noop, common::far_delay(i)).unwrap().cancel();
+    }
+    std::thread::sleep(Duration::from_millis(1500));
+    let warm = rss_after_trim();
+    let mut peak: f64 = 0.0;
+    for _ in 0..bursts {
+        let producers: Vec<_> = (0..2)
+            .map(|_| {
+                let timer = std::sync::Arc::clone(&timer);
+                std::thread::spawn(move || {
+                    for i in 0..n / 2 {
+                        let delay = Duration::from_micros(100_000 + (i % 200_000) as u64);
+                        timer.new_timeout_detached(noop, delay).unwrap();
+                    }
+                })
+            })
+            .collect();
+        producers.into_iter().for_each(|p| p.join().unwrap());
+        peak = peak.max(rss());
+        while timer.pending_timeouts() > 1 {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+    std::thread::sleep(Duration::from_secs(2));
+    let after = rss_after_trim();
+    result(IMPL, "rss_burst", "warm_mib", warm / 1048576.0);
+    result(IMPL, "rss_burst", "peak_mib", peak / 1048576.0);
+    result(IMPL, "rss_burst", "after_mib", after / 1048576.0);
+    result(IMPL, "rss_burst", "after_over_warm", after / warm);
+}
 
 struct Params {
     n: usize,
@@ -534,6 +584,9 @@ fn main() -> ExitCode {
     if runs("held") {
         let seconds = common::env_usize("IDLE_S", 5) as u64;
         report_held(IMPL, held(p.n, seconds));
+    }
+    if runs("rss_burst") {
+        rss_burst(p.n, common::env_usize("BURSTS", 3));
     }
     ExitCode::SUCCESS
 }

@@ -665,12 +665,12 @@ fn load(
     if args.warmup_s > 0 {
         wrk(args, addr, args.warmup_s)?;
     }
-    let stats_before = timer.map(HashedWheelTimer::stats);
+    let stats_before = timer.map(|t| t.stats());
     let sessions_before = (counts.opened.load(Relaxed), counts.expired.load(Relaxed));
     let before = sample_threads();
     let output = wrk(args, addr, args.duration_s)?;
     let after = sample_threads();
-    let stats_after = timer.map(HashedWheelTimer::stats);
+    let stats_after = timer.map(|t| t.stats());
     let report = parse_wrk(&output)?;
 
     let id = format!("stack={} c={}", args.stack.name(), args.connections);

@@ -78,7 +78,10 @@ pub(crate) struct At {
 type Pushed<J> = (Option<Timeout<J>>, bool);
 
 /// Runs expired tasks somewhere other than the worker thread.
-pub(crate) struct Executor(pub(crate) Box<dyn Fn(Box<dyn FnOnce() + Send>) + Send + Sync>);
+pub(crate) struct Executor(pub(crate) Box<dyn Fn(Job) + Send + Sync>);
+
+/// What the executor runs: a task with its timeout.
+pub(crate) type Job = Box<dyn FnOnce() + Send>;
 
 // A panic of the executor is caught where it is called, and leaves nothing of the timer's
 // half-changed (`task::catch_user_panic`): the timer stays unwind-safe with one set.

@@ -146,12 +146,9 @@ impl BoxedTask {
         F: FnOnce(&Timeout<BoxedTask>) + Send + 'static,
     {
         if let Some(spare) = spares.pop() {
-            match spare.0.into_any().downcast::<Internal<F>>() {
-                Ok(mut cell) => {
-                    cell.0 .0 = Some(f);
-                    return BoxedTask(cell);
-                }
-                Err(_) => {}
+            if let Ok(mut cell) = spare.0.into_any().downcast::<Internal<F>>() {
+                cell.0 .0 = Some(f);
+                return BoxedTask(cell);
             }
         }
         BoxedTask(Box::new(Internal(Holder(Some(f)))))
