@@ -89,7 +89,10 @@ fn rss() -> f64 {
 fn rss_burst(n: usize, bursts: usize) {
     let timer = std::sync::Arc::new(timer());
     for i in 0..100_000 {
-        timer.new_timeout(noop, common::far_delay(i)).unwrap().cancel();
+        timer
+            .new_timeout(noop, common::far_delay(i))
+            .unwrap()
+            .cancel();
     }
     std::thread::sleep(Duration::from_millis(1500));
     let warm = rss_after_trim();

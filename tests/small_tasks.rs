@@ -1,5 +1,6 @@
-//! Tasks of every size on the default timer: closures of up to 32 bytes are stored in place (no
-//! allocation), larger or over-aligned ones boxed. Whatever the size, each task runs once with
+//! Tasks of every size on the default timer: a closure that captures nothing allocates nothing,
+//! one that captures data is boxed (in a reused box when one of its type is spare). Whatever the
+//! size, each task runs once with
 //! its data intact, or is dropped once without running: cancelled while queued, cancelled in
 //! the wheel, returned by `stop()`, or left when the timer is dropped. Driven by the manual
 //! clock.
@@ -243,4 +244,50 @@ fn a_panicking_task_is_dropped_once_and_the_timer_goes_on() {
     assert_eq!(timer.stats().panicked, 3);
     assert_eq!(ledger.runs.load(SeqCst), 1);
     assert_eq!(ledger.drops.load(SeqCst), 4);
+}
+
+/// A box a closure ran in is reused for the next closure of its type: each closure still runs
+/// once, on its own data, whatever the mix of types and cancels between them.
+#[test]
+fn reused_boxes_run_each_closure_once_on_its_own_data() {
+    let (timer, driver) = HashedWheelTimer::builder()
+        .tick_duration(TICK)
+        .build_manual()
+        .unwrap();
+    let log = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut next_id = 0u64;
+    for wave in 0..3u64 {
+        for _ in 0..200 {
+            next_id += 1;
+            let (log, id) = (Arc::clone(&log), next_id);
+            let delay = Duration::from_millis(1);
+            if id % 3 == 0 {
+                // Another closure type between them: its box is not reused for the first type.
+                let extra = [id; 4];
+                timer
+                    .new_timeout_detached(
+                        move |_: &Timeout| log.lock().unwrap().push(extra[3]),
+                        delay,
+                    )
+                    .unwrap();
+            } else if id % 7 == 0 {
+                let t = timer
+                    .new_timeout(move |_: &Timeout| log.lock().unwrap().push(id), delay)
+                    .unwrap();
+                assert!(t.cancel());
+            } else {
+                timer
+                    .new_timeout_detached(move |_: &Timeout| log.lock().unwrap().push(id), delay)
+                    .unwrap();
+            }
+        }
+        driver.advance_to(TICK * (wave as u32 * 2 + 1));
+    }
+    let mut ran = log.lock().unwrap().clone();
+    ran.sort_unstable();
+    let expected: Vec<u64> = (1..=next_id)
+        .filter(|id| id % 3 == 0 || id % 7 != 0)
+        .collect();
+    assert_eq!(ran, expected);
+    assert_eq!(timer.pending_timeouts(), 0);
 }
