@@ -93,7 +93,7 @@ pub enum TimerError {
         /// timeouts a wheel holds) with no limit or for a timeout that passes the limit.
         max: usize,
     },
-    /// [`stop`](crate::HashedWheelTimer::stop) was called on the timer's own worker thread, which
+    /// [`stop`](crate::TimerHandle::stop) was called on the timer's own worker thread, which
     /// would wait for itself: stop it from another thread, or drop it.
     StopFromWorker,
 }
@@ -115,7 +115,7 @@ impl fmt::Display for TimerError {
 
 impl std::error::Error for TimerError {}
 
-/// Why a future run under a deadline ([`HashedWheelTimer::timeout`]) did not complete.
+/// Why a future run under a deadline ([`TimerHandle::timeout`]) did not complete.
 ///
 /// ```
 /// use hashed_timer_wheel::{DeadlineError, HashedWheelTimer, TimerError};
@@ -131,7 +131,7 @@ impl std::error::Error for TimerError {}
 /// assert_eq!(result, Err(DeadlineError::Timer(TimerError::Stopped)));
 /// ```
 ///
-/// [`HashedWheelTimer::timeout`]: crate::HashedWheelTimer::timeout
+/// [`TimerHandle::timeout`]: crate::TimerHandle::timeout
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum DeadlineError {

@@ -69,11 +69,11 @@
 //!   the calls.
 //!
 //! # Beyond Netty
-//! - [`HashedWheelTimer::new_timeout_detached`]: a timeout with no [`Timeout`] handle.
-//! - **Futures**, on any executor and with no thread of their own: [`HashedWheelTimer::sleep`]
-//!   and [`sleep_until`](HashedWheelTimer::sleep_until) give a [`Sleep`];
-//!   [`HashedWheelTimer::timeout`] a [`Deadline`] (failing with [`DeadlineError::Elapsed`]);
-//!   [`HashedWheelTimer::interval`] an [`Interval`]. Dropping one cancels its timeout.
+//! - [`TimerHandle::new_timeout_detached`]: a timeout with no [`Timeout`] handle.
+//! - **Futures**, on any executor and with no thread of their own: [`TimerHandle::sleep`]
+//!   and [`sleep_until`](TimerHandle::sleep_until) give a [`Sleep`];
+//!   [`TimerHandle::timeout`] a [`Deadline`] (failing with [`DeadlineError::Elapsed`]);
+//!   [`TimerHandle::interval`] an [`Interval`]. Dropping one cancels its timeout.
 //!
 //!   ```
 //!   use hashed_timer_wheel::{DeadlineError, HashedWheelTimer};
@@ -91,12 +91,12 @@
 //!   # let _: Result<&str, DeadlineError> = reply;
 //!   ```
 //! - **Typed timers** ([`Builder::build_typed`]): tasks of one type `T:`[`TypedTask`], stored
-//!   whole, with no box. Periodic tasks, futures and [`drive`](HashedWheelTimer::drive) (a
+//!   whole, with no box. Periodic tasks, futures and [`drive`](TimerHandle::drive) (a
 //!   runtime running the ticks) are on the default timer.
-//! - **Periodic tasks**: [`HashedWheelTimer::schedule_at_fixed_rate`] (with a [`MissedRuns`]
-//!   policy) and [`HashedWheelTimer::schedule_with_fixed_delay`], cancelled by one
+//! - **Periodic tasks**: [`TimerHandle::schedule_at_fixed_rate`] (with a [`MissedRuns`]
+//!   policy) and [`TimerHandle::schedule_with_fixed_delay`], cancelled by one
 //!   [`PeriodicTimeout`].
-//! - **Counters**: [`HashedWheelTimer::stats`] ([`TimerStats`]).
+//! - **Counters**: [`TimerHandle::stats`] ([`TimerStats`]).
 //!
 //! # In the Rust service stack
 //! Give a service's timer a 1 ms tick: limits round up to the tick (by default, 100 ms).

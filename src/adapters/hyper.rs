@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 /// # The timer runs while a `HyperTimer` exists
 /// A `HyperTimer` (each clone, and each [`HyperSleep`] it gives hyper) keeps its timer running:
 /// the owner ([`HashedWheelTimer`]) may be dropped while the server runs, and the last of
-/// these stops the timer when it goes. [`stop()`](crate::HashedWheelTimer::stop) stops it for
+/// these stops the timer when it goes. [`stop()`](crate::TimerHandle::stop) stops it for
 /// everyone: the sleeps waiting then complete at once (no connection waits forever), and from
 /// then on the `HyperTimer` panics when hyper asks it for a sleep or a reset, as hyper's tokio
 /// timer does on a runtime that has shut down. Stop the timer after the server.

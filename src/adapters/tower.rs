@@ -35,7 +35,7 @@ use tower::{BoxError, Layer, Service};
 /// A `TimeoutLayer` (each clone, each [`TimeoutService`] it makes, and each response future
 /// of those) keeps its timer running: the owner ([`HashedWheelTimer`]) may be dropped while the
 /// service runs, and the last of these stops the timer when it goes.
-/// [`stop()`](crate::HashedWheelTimer::stop) stops it for everyone: the services then fail
+/// [`stop()`](crate::TimerHandle::stop) stops it for everyone: the services then fail
 /// with [`TimerError::Stopped`], boxed (see [`TimeoutService`]). Stop the timer after the
 /// server.
 ///

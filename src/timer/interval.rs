@@ -12,7 +12,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-/// Ticks at a fixed rate on a [`HashedWheelTimer`]'s wheel (tokio's `Interval`): deadlines at
+/// Ticks at a fixed rate on a [`HashedWheelTimer`](crate::HashedWheelTimer)'s wheel (tokio's `Interval`): deadlines at
 /// `start + k * period`, never early, at most about a tick late, no drift. Made by
 /// [`TimerHandle::interval`] and [`TimerHandle::interval_at`].
 ///

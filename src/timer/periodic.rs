@@ -18,7 +18,7 @@ use std::time::Duration;
 /// 5 ms): a period of one tick runs on every tick under each policy. Past that, with a run or
 /// tick due at `due`, a period `period` and the timer's tick duration `tick`:
 ///
-/// - **A fixed-rate task** ([`schedule_at_fixed_rate`](HashedWheelTimer::schedule_at_fixed_rate))
+/// - **A fixed-rate task** ([`schedule_at_fixed_rate`](TimerHandle::schedule_at_fixed_rate))
 ///   chooses its next run when a run returns, at `now`. If `due + period` is later than
 ///   `now - tick`, no run was missed and that is the next under every policy; else the policy
 ///   chooses. Its `Delay` differs from tokio's twice: it counts from when the late run
@@ -426,7 +426,7 @@ impl TimerHandle {
     /// `pending_timeouts()` counts the task once.
     ///
     /// # Errors
-    /// As [`HashedWheelTimer::new_timeout`], for the first run. A later refusal (the
+    /// As [`TimerHandle::new_timeout`], for the first run. A later refusal (the
     /// timer stopped, or at its pending limit, which is logged) ends the schedule:
     /// [`PeriodicTimeout::is_cancelled`] then returns true.
     ///

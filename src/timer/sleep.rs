@@ -12,7 +12,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
-/// A future that completes at a deadline on a [`HashedWheelTimer`]'s wheel (tokio's `Sleep`).
+/// A future that completes at a deadline on a [`HashedWheelTimer`](crate::HashedWheelTimer)'s wheel (tokio's `Sleep`).
 ///
 /// Made by [`TimerHandle::sleep`] and [`TimerHandle::sleep_until`] (on the owner
 /// too), and scheduled at once. It completes with `Ok(())` never before its deadline,
