@@ -89,8 +89,8 @@ pub enum TimerError {
     TooManyPending {
         /// Timeouts pending when the call was refused.
         pending: usize,
-        /// The bound the call was refused against: the configured limit, or 2^27 - 1 (the most
-        /// timeouts a wheel holds) with no limit or for a timeout that passes the limit.
+        /// The bound the call was refused against: the configured limit, or the most slots a
+        /// timer can name at once (about 2^32) with no limit or for a timeout that passes it.
         max: usize,
     },
     /// [`stop`](crate::TimerHandle::stop) was called on the timer's own worker thread, which

@@ -25,13 +25,13 @@
 //!
 //! # Threading model
 //! - `new_timeout` and `cancel` may be called from any thread and never touch the wheel: they
-//!   push onto MPSC queues sharded by producer thread and flip one atomic state per timeout by
+//!   push onto queues sharded by producer thread and flip one atomic state per timeout by
 //!   compare-and-swap, so exactly one of `cancel()`, the worker's expiry and `stop()` wins.
-//! - Timeout states and tasks of up to 32 bytes need no allocation per timeout once warm.
-//! - `new_timeout` reads the TSC where the kernel keeps time with it, calibrated once per
-//!   process, from the first `new_timeout` on, on a thread of its own (`hashed-timer-wheel-tsc`,
-//!   which then ends), and rounded up: never early while the cores' TSC skew stays within 512 ns
-//!   (see the `clock` module). Building a timer starts no thread.
+//! - Timeout states come in blocks of 64, reused: no allocation per timeout once warm (a
+//!   closure that captures data is one box, reused for the next closure of its type).
+//! - `new_timeout` reads the clock through `quanta` (the TSC where it has one), anchored on
+//!   `std::time::Instant` every 10 ms and rounded up: never early. Building a timer starts no
+//!   thread.
 //! - Tasks run on the worker thread one at a time (or on the configured executor): keep them short.
 //! - The worker starts on the first `new_timeout` (or `start`), sleeps until the next tick with
 //!   work, and parks when nothing is pending. The protocols are model-checked with loom.
@@ -46,27 +46,22 @@
 //!   ahead of it); Netty's next tick counts it down.
 //! - **`Duration::MAX` never fires** (Netty #7760): deadlines saturate.
 //! - **`ticks_per_wheel` above 2^30 is an error** (Netty 4.1.107+ lost that check and fails
-//!   with `NegativeArraySizeException`).
+//!   with `NegativeArraySizeException`); a large wheel costs no memory up front.
 //! - `stop()` on the worker thread is an error; dropping the owner in a task does not deadlock.
 //! - **User code may panic anywhere** (a task, its `Drop`, a waker, the executor): the timer
-//!   counts it in [`TimerStats::panicked`] (the executor's own `Drop` at shutdown is logged
-//!   only), logs it and goes on; nothing is lost or run twice. A logger that panics on the
-//!   timer's reports goes unheard.
-//! - At most 2^27 - 1 pending timeouts per timer; beyond, [`TimerError::TooManyPending`].
-//! - **Memory after a burst** comes back by pages: the worker keeps the nodes its peak needed
-//!   (32 bytes a timeout, and a task's data up to 32 bytes) and reuses them, as a `Vec` keeps
-//!   its capacity; once the burst has drained, it gives back the pages that hold nothing while
-//!   other timeouts wait (at most once a second, on a turn with the time for the pass), and all
-//!   of it once none is pending. Netty's garbage collector takes each timeout back as it ends.
+//!   counts it in [`TimerStats::panicked`], logs it and goes on; nothing is lost or run twice.
+//!   A logger that panics on the timer's reports goes unheard.
+//! - At most about 2^32 timeouts named at once per timer; beyond, [`TimerError::TooManyPending`].
+//! - **Memory after a burst** comes back: the worker's pages of nodes are freed as they empty
+//!   (at most once a second), and the producers' spare buffers once the timer idles.
 //! - `stop()` returns the cancelled timeouts, but their tasks are dropped (the timer owns them).
 //! - The tick grid starts when the timer is built, not when its thread starts.
-//! - Deadlines come from the TSC, rounded up by about a microsecond: rarely a tick after Netty's.
-//! - **A timeout rounds away costs nothing while it waits**: it waits in a far slot (levels of
-//!   64, as in tokio's wheel) and enters its bucket a round ahead, where Netty walks every
-//!   entry of a bucket at each visit. Firing ticks are Netty's, and so is the order within a
-//!   tick (transfer order) of the timeouts one thread scheduled; across threads, the worker takes
-//!   the producers' queues (shards by thread) in turn, where Netty's one queue keeps the order of
-//!   the calls.
+//! - **A timeout rounds away costs nothing while it waits**: it waits in a far list (levels of
+//!   64 rounds, as in tokio's wheel) and enters its bucket a round ahead, where Netty walks
+//!   every entry of a bucket at each visit. Firing ticks are Netty's, and so is the order within
+//!   a tick (transfer order) of the timeouts one thread scheduled; across threads, the worker
+//!   takes the producers' queues (shards by thread) in turn, where Netty's one queue keeps the
+//!   order of the calls.
 //!
 //! # Beyond Netty
 //! - [`TimerHandle::new_timeout_detached`]: a timeout with no [`Timeout`] handle.

@@ -74,7 +74,7 @@ impl Builder {
 
     /// At most this many timeouts pending at once; `new_timeout` refuses the next one with
     /// [`TimerError::TooManyPending`](crate::TimerError::TooManyPending). 0 (the default) means no
-    /// limit beyond the wheel's key space, 2^27 - 1 timeouts; a larger limit is that one. Two
+    /// limit beyond the slots a timer can name, about 2^32 timeouts pending or held. Two
     /// kinds of timeout pass the limit, and may hold the count above it for a while: one that
     /// goes on with a [`Sleep`](crate::Sleep)'s wait (an [`Interval`](crate::Interval)'s too):
     /// a reset before it completes, which replaces its own timeout (the old one counts until its
