@@ -303,11 +303,17 @@ impl<J: Stored> Shared<J> {
         }
     }
 
-    /// Unparks the worker if it plans to look at the queues after tick `needed`.
+    /// Unparks the worker if it plans to look at the queues after tick `needed`. A `Drive`'s
+    /// watching thread watches `needed` from then on (the plan is lowered to it): a `Drive` that
+    /// is not polled leaves the timeout no later than the grace.
     fn wake_if_later_than(&self, needed: u64) {
         // SeqCst: with the worker's SeqCst store of its plan before it locks the shards
         // (`Worker::settle`), either it sees this push or this load sees its plan.
         if needed < self.planned.load(Ordering::SeqCst) {
+            if self.is_driven() {
+                self.planned.fetch_min(needed, Ordering::SeqCst);
+                self.unpark_thread();
+            }
             self.unpark_worker();
         }
     }
