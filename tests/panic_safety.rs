@@ -828,16 +828,18 @@ fn a_drive_whose_sleeps_panic_in_their_first_poll_hands_the_ticks_back_and_compl
     assert_an_unarmed_drive_completes(|_| SleepPanickingInPoll);
 }
 
-/// A `Drive` whose `sleep_until` panics after it armed a sleep (a timeout due this tick: the
-/// turn arms the next 8 ticks' sleeps, and the second fails) goes on with the one it armed,
-/// and its next poll arms more. The panic unwound the poll.
+/// A `Drive` whose `sleep_until` panics while it has a sleep armed (the turn after the first
+/// tick plans another, and the call for it fails) goes on with that sleep, and its next poll
+/// arms the new one. The panic unwound the poll.
 #[test]
 fn a_drive_whose_sleep_until_panics_after_arming_one_goes_on_with_it() {
+    const TICK: u64 = 200;
     let timer = HashedWheelTimer::builder()
-        .tick_duration(ms(200))
+        .tick_duration(ms(TICK))
         .build()
         .unwrap();
     timer.new_timeout(noop, Duration::ZERO).unwrap();
+    timer.new_timeout(noop, ms(3 * TICK)).unwrap();
     let calls = Arc::new(AtomicUsize::new(0));
     let c = Arc::clone(&calls);
     let mut drive = Box::pin(timer.drive(move |_| {
@@ -848,11 +850,21 @@ fn a_drive_whose_sleep_until_panics_after_arming_one_goes_on_with_it() {
             bomb: Arc::new(AtomicBool::new(false)),
         }
     }));
-    let mut cx = Context::from_waker(Waker::noop());
+    // One task throughout (a new task's poll drops the sleep armed for the last one, and
+    // `Waker::noop()`'s copies need not `will_wake` each other).
+    let waker = Waker::from(Arc::new(PanickingWaker::default()));
+    let mut cx = Context::from_waker(&waker);
+    assert!(drive.as_mut().poll(&mut cx).is_pending());
+    assert_eq!(calls.load(SeqCst), 1, "a sleep armed for the first tick");
+    std::thread::sleep(ms(TICK + TICK / 4));
     let polled = catch_unwind(AssertUnwindSafe(|| drive.as_mut().poll(&mut cx)));
     assert!(matches!(polled, Ok(Poll::Pending)), "the Drive goes on");
     assert_eq!(timer.stats().panicked, 1);
-    assert_eq!(calls.load(SeqCst), 2, "the batch stops at the panic");
+    assert_eq!(
+        calls.load(SeqCst),
+        2,
+        "the next tick's sleep_until panicked"
+    );
     assert!(drive.as_mut().poll(&mut cx).is_pending());
     assert!(calls.load(SeqCst) > 2, "the next poll arms more");
 }

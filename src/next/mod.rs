@@ -119,9 +119,9 @@ pub(crate) struct Shared<J: Stored> {
     /// The owner and the adapters that keep the timer running (`KeepAlive`): the last to go
     /// stops it.
     pub(crate) users: AtomicUsize,
-    /// A runtime's `Drive` running the turns: its waker, woken where the thread would be
-    /// unparked.
-    pub(crate) driver: Mutex<Option<std::task::Waker>>,
+    /// The `Drive`s running the turns, each by its own waker (whose clone and drop run no user
+    /// code); the last polled is woken where the thread would be unparked, every one at stop.
+    drivers: Mutex<Vec<std::task::Waker>>,
     /// The thread watches a `Drive` with nothing planned, parked until a turn plans a tick.
     pub(crate) watch_parked: AtomicBool,
     pub(crate) counters: stats::Counters,
@@ -163,7 +163,7 @@ impl<J: Stored> Shared<J> {
             worker_thread: Mutex::new(None),
             turn_thread: Mutex::new(None),
             orphaned: AtomicBool::new(false),
-            driver: Mutex::new(None),
+            drivers: Mutex::new(Vec::new()),
             watch_parked: AtomicBool::new(false),
         });
         *lock(&shared.worker) = Some(Worker::new(&shared));
@@ -317,19 +317,25 @@ impl<J: Stored> Shared<J> {
         }
     }
 
-    /// Unparks the worker if it plans to look at the queues after tick `needed`.
+    /// Unparks the worker if it plans to look at the queues after tick `needed`. A `Drive`'s
+    /// watching thread watches `needed` from then on (the plan is lowered to it): a `Drive` that
+    /// is not polled leaves the timeout no later than the grace.
     fn wake_if_later_than(&self, needed: u64) {
         // SeqCst: with the worker's SeqCst store of its plan before it locks the shards
         // (`Worker::settle`), either it sees this push or this load sees its plan.
         if needed < self.planned.load(Ordering::SeqCst) {
+            if self.is_driven() {
+                self.planned.fetch_min(needed, Ordering::SeqCst);
+                self.unpark_thread();
+            }
             self.unpark_worker();
         }
     }
 
-    /// Wakes whoever runs the turns: a runtime's `Drive`, else the worker thread.
+    /// Wakes whoever runs the turns: the `Drive` polled last, else the worker thread.
     #[cold]
     pub(crate) fn unpark_worker(&self) {
-        let driver = lock(&self.driver).clone();
+        let driver = lock(&self.drivers).last().cloned();
         if let Some(driver) = driver {
             // The runtime's code: caught, as all user code is.
             let woken = catch_user_panic(|| driver.wake());
@@ -339,28 +345,32 @@ impl<J: Stored> Shared<J> {
         self.unpark_thread();
     }
 
-    /// A `Drive` polled by the task of `waker`: producers wake it from now on.
+    /// A `Drive` polled, by its own `waker`: producers wake it from now on.
     pub(crate) fn attach_driver(&self, waker: &std::task::Waker) {
-        let mut driver = lock(&self.driver);
-        if !matches!(&*driver, Some(w) if w.will_wake(waker)) {
-            let old = driver.replace(waker.clone());
-            drop(driver);
-            let dropped = catch_user_panic(move || drop(old));
-            self.counters.caught(dropped, "a driver's waker");
+        let mut drivers = lock(&self.drivers);
+        if !drivers.last().is_some_and(|w| w.will_wake(waker)) {
+            drivers.retain(|w| !w.will_wake(waker));
+            drivers.push(waker.clone());
         }
     }
 
-    /// A `Drive` went: the thread runs the turns again.
-    pub(crate) fn detach_driver(&self) {
-        let old = lock(&self.driver).take();
-        let dropped = catch_user_panic(move || drop(old));
+    /// A `Drive` went: the one polled before it, if any, is woken, else the thread runs the
+    /// turns again.
+    pub(crate) fn detach_driver(&self, waker: &std::task::Waker) {
+        let gone: Vec<_> = {
+            let mut drivers = lock(&self.drivers);
+            let (gone, kept) = drivers.drain(..).partition(|w| w.will_wake(waker));
+            *drivers = kept;
+            gone
+        };
+        let dropped = drop_caught(gone);
         self.counters.caught(dropped, "a driver's waker");
-        self.unpark_thread();
+        self.unpark_worker();
     }
 
     /// Whether a `Drive` runs the turns (the thread only watches).
     pub(crate) fn is_driven(&self) -> bool {
-        lock(&self.driver).is_some()
+        !lock(&self.drivers).is_empty()
     }
 
     /// A `Drive`'s turn planned `plan`: a thread watching with nothing planned watches again.
@@ -388,10 +398,10 @@ impl<J: Stored> Shared<J> {
         self.planned.load(Ordering::SeqCst)
     }
 
-    /// Wakes a `Drive` for good: the timer shut down.
+    /// Wakes every `Drive` for good: the timer shut down.
     pub(crate) fn wake_driver(&self) {
-        let driver = lock(&self.driver).take();
-        if let Some(driver) = driver {
+        let drivers = std::mem::take(&mut *lock(&self.drivers));
+        for driver in drivers {
             let woken = catch_user_panic(|| driver.wake());
             self.counters.caught(woken, "a driver's waker");
         }

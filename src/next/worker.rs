@@ -504,7 +504,8 @@ pub(crate) fn run_thread<J: Stored>(shared: &Arc<Shared<J>>) {
             return;
         }
         if shared.is_driven() {
-            if !watch(shared) {
+            // A `Drive` that went while watched leaves `plan` stale: a turn plans afresh.
+            if !watch(shared) && shared.is_driven() {
                 continue;
             }
         } else {

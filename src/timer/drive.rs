@@ -3,17 +3,20 @@
 //!
 //! # Who runs the turns
 //! Turns run one at a time, under `Shared::worker`'s lock: the worker thread's, a `Drive`'s or a
-//! `ManualDriver`'s. While a `Drive` has polled, its waker is the one producers wake
-//! (`Shared::driver`), and the thread only watches: it sleeps until `GRACE_TICKS` past the
-//! plan, and runs the turn itself if nobody has (`worker::run_thread`). A dropped `Drive`, or
-//! one whose runtime panicked, takes its waker back and unparks the thread.
+//! `ManualDriver`'s. A polled `Drive` is attached by its own waker (`Link`, which wakes the task
+//! that polled it last): producers wake the last attached, `stop()` every one. The thread only
+//! watches then: it sleeps until `GRACE_TICKS` past the plan, and runs the turn itself if
+//! nobody has (`worker::run_thread`); a producer, or a `Drive`'s turn, that lowers the plan
+//! unparks it to watch the new one. A dropped `Drive`, or one whose runtime panicked, detaches:
+//! the `Drive` attached before it, if any, is woken, else the thread runs the turns.
 
-use crate::next::catch_user_panic;
-use crate::next::TimerHandle;
+use crate::next::{catch_user_panic, drop_caught};
+use crate::next::{TimerHandle, AWAKE, NEVER};
+use crate::sync::{lock, Arc, Mutex};
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, Wake, Waker};
 use std::time::Instant;
 
 /// A future that runs a timer's worker on the runtime that polls it, sleeping between ticks on the
@@ -27,14 +30,17 @@ use std::time::Instant;
 ///
 /// The timer's thread stays as a watchdog: if the driver is not polled, it runs the ticks, at most
 /// 32 ticks late; dropping the `Drive` hands them back. Until a `Drive` is first polled, the
-/// thread runs the ticks itself; with several `Drive`s on one timer, the last polled is woken. The timing contract is unchanged. It completes when the timer stops, at once on a
-/// manual timer ([`Builder::build_manual`]).
+/// thread runs the ticks itself; with several `Drive`s on one timer, the last polled is woken,
+/// and once it is dropped the one polled before it. The timing contract is unchanged. It
+/// completes when the timer stops (every `Drive` of the timer), at once on a manual timer
+/// ([`Builder::build_manual`]).
 ///
 /// The runtime's code may panic: `sleep_until`, a sleep's poll or `Drop`, a waker (tokio's
 /// `sleep_until` does on a runtime without timers, a sleep's poll once its runtime shuts down).
 /// Each panic is caught, counted in [`TimerStats::panicked`](crate::TimerStats::panicked) and
-/// logged, and the `Drive` goes on with the sleeps it could arm. One is not: a clone of the
-/// waker of the task that polls (see "Panics"). If it can arm none, nothing
+/// logged, and the `Drive` goes on with the sleep it has armed (a `sleep_until` that panics
+/// leaves the last one armed). One is not: a clone of the waker of the task that polls (see
+/// "Panics"). If it has none armed, nothing
 /// would wake it at its tick: it hands the ticks back to the timer's thread, as dropping it
 /// does, and completes, so that its task ends rather than wait unwoken while holding the
 /// ticks (a failing runtime timer tends to fail again; spawn a new `Drive` to try again).
@@ -66,8 +72,30 @@ pub struct Drive<F, S> {
     sleep_until: F,
     /// The runtime's sleep until the end of the planned tick, and that tick.
     sleep: Option<(u64, Pin<Box<S>>)>,
+    /// The task that polled last, and `waker`, which wakes it (the producers' and `stop()`'s).
+    link: Arc<Link>,
+    waker: Waker,
     /// The `Drive` gave up (the runtime panicked), or the timer stopped.
     done: bool,
+}
+
+/// The waker of the task that polls a `Drive`: the one clone of it the `Drive` makes, woken by
+/// reference, so that waking the `Drive` clones no runtime waker. Its own clone and drop run no
+/// user code while the `Drive` holds it (it drops the task's waker itself).
+struct Link(Mutex<Option<Arc<Waker>>>);
+
+impl Wake for Link {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        // Out of the lock: the runtime's waker may call back into the timer.
+        let task = lock(&self.0).clone();
+        if let Some(task) = task {
+            task.wake_by_ref();
+        }
+    }
 }
 
 impl<F, S> Drive<F, S>
@@ -77,58 +105,107 @@ where
 {
     /// Runs turns until the plan lies ahead, then sleeps until it; `false` once done.
     fn run(&mut self, cx: &mut Context<'_>) -> bool {
-        let timer = self.timer.clone();
-        let shared = &timer.0;
+        let shared = Arc::clone(&self.timer.0);
         loop {
+            let before = shared.planned();
             let Some(plan) = shared.run_turn(shared.clock.now()) else {
                 return false;
             };
-            shared.watch_plan(plan);
-            if plan == crate::next::NEVER {
+            // A plan earlier than the one the thread may be watching (a producer pushed during
+            // the turn, and woke nobody): it watches this one.
+            if plan < before || before == AWAKE {
+                shared.unpark_thread();
+            } else {
+                shared.watch_plan(plan);
+            }
+            if plan == NEVER {
                 // Nothing pending: a producer wakes the task.
                 self.drop_sleep();
                 return true;
             }
-            if !matches!(&self.sleep, Some((tick, _)) if *tick == plan) {
-                let at = shared
-                    .clock
-                    .instant_at(plan.saturating_add(1).saturating_mul(shared.tick_nanos));
-                let sleep_until = &mut self.sleep_until;
-                let mut made = None;
-                let ok = catch_user_panic(|| made = Some(Box::pin(sleep_until(at))));
-                shared.counters.caught(ok, "the runtime's sleep");
-                self.drop_sleep();
-                match made {
-                    Some(sleep) => self.sleep = Some((plan, sleep)),
-                    None => return false,
-                }
-            }
-            let (_, sleep) = self.sleep.as_mut().expect("armed above");
-            let mut ready = false;
-            let ok = catch_user_panic(|| ready = sleep.as_mut().poll(cx).is_ready());
-            shared.counters.caught(ok, "the runtime's sleep");
-            if !ok {
-                return false;
-            }
-            if !ready {
-                return true;
+            let armed = self.arm(plan);
+            match self.poll_sleep(cx) {
+                Some(false) => return true,
+                // The tick ended: turn again.
+                Some(true) if armed => {}
+                // No sleep left that would wake the task.
+                _ => return false,
             }
         }
+    }
+
+    /// Arms the sleep until the end of tick `plan`, unless armed; whether one is. If
+    /// `sleep_until` panics, the last sleep, if any, stays armed.
+    fn arm(&mut self, plan: u64) -> bool {
+        if matches!(&self.sleep, Some((tick, _)) if *tick == plan) {
+            return true;
+        }
+        let shared = &self.timer.0;
+        let end = plan.saturating_add(1).saturating_mul(shared.tick_nanos);
+        let at = shared.clock.instant_at(end);
+        let sleep_until = &mut self.sleep_until;
+        let mut made = None;
+        let ok = catch_user_panic(|| made = Some(Box::pin(sleep_until(at))));
+        shared.counters.caught(ok, "the runtime's sleep_until");
+        let Some(sleep) = made else {
+            return false;
+        };
+        let last = self.sleep.replace((plan, sleep));
+        self.drop_caught(last, "the runtime's sleep");
+        true
+    }
+
+    /// Polls the sleep armed: whether it ended; `None` if none is armed, or its poll panicked
+    /// (it is dropped).
+    fn poll_sleep(&mut self, cx: &mut Context<'_>) -> Option<bool> {
+        let (_, sleep) = self.sleep.as_mut()?;
+        let mut ready = false;
+        let ok = catch_user_panic(|| ready = sleep.as_mut().poll(cx).is_ready());
+        self.timer.0.counters.caught(ok, "the runtime's sleep");
+        if !ok {
+            self.drop_sleep();
+            return None;
+        }
+        Some(ready)
+    }
+
+    /// Notes the task that polls. A new one's waker is cloned, once, before anything changes
+    /// (a panic there unwinds the poll); the sleep armed for the last task is dropped: it may
+    /// be another runtime's, whose timer never ends it.
+    fn note_task(&mut self, waker: &Waker) {
+        let same = lock(&self.link.0)
+            .as_ref()
+            .is_some_and(|task| task.will_wake(waker));
+        if same {
+            return;
+        }
+        let task = Arc::new(waker.clone());
+        let last = lock(&self.link.0).replace(task);
+        self.drop_caught(last, "a driver's task waker");
+        self.drop_sleep();
+    }
+}
+
+/// What a `Drive` does whatever its types: also from its `Drop`.
+impl<F, S> Drive<F, S> {
+    /// Drops what holds the runtime's code, catching and counting its panic.
+    fn drop_caught<T>(&self, value: T, what: &str) {
+        self.timer.0.counters.caught(drop_caught(value), what);
     }
 
     /// Drops the runtime's sleep, catching its panic.
     fn drop_sleep(&mut self) {
-        if let Some(sleep) = self.sleep.take() {
-            let ok = catch_user_panic(move || drop(sleep));
-            self.timer.0.counters.caught(ok, "the runtime's sleep");
-        }
+        let sleep = self.sleep.take();
+        self.drop_caught(sleep, "the runtime's sleep");
     }
 
-    /// Hands the ticks back to the thread and completes.
+    /// Hands the ticks back (to another `Drive`, else the thread) and completes.
     fn give_up(&mut self) {
-        self.done = true;
+        if !self.done {
+            self.done = true;
+            self.timer.0.detach_driver(&self.waker);
+        }
         self.drop_sleep();
-        self.timer.0.detach_driver();
     }
 }
 
@@ -148,7 +225,8 @@ where
             this.give_up();
             return Poll::Ready(());
         }
-        this.timer.0.attach_driver(cx.waker());
+        this.note_task(cx.waker());
+        this.timer.0.attach_driver(&this.waker);
         if this.run(cx) {
             Poll::Pending
         } else {
@@ -159,14 +237,11 @@ where
 }
 
 impl<F, S> Drop for Drive<F, S> {
+    /// Hands the ticks back first; then drops the runtime's sleep and waker, each caught.
     fn drop(&mut self) {
-        if let Some(sleep) = self.sleep.take() {
-            let ok = catch_user_panic(move || drop(sleep));
-            self.timer.0.counters.caught(ok, "the runtime's sleep");
-        }
-        if !self.done {
-            self.timer.0.detach_driver();
-        }
+        self.give_up();
+        let task = lock(&self.link.0).take();
+        self.drop_caught(task, "a driver's task waker");
     }
 }
 
@@ -181,8 +256,8 @@ impl TimerHandle {
     /// `sleep_until` (tokio: `|at| tokio::time::sleep_until(at.into())`); see [`Drive`].
     /// Its first poll starts the timer, thread included (the watchdog), as `start` does,
     /// even with nothing scheduled. If `sleep_until` or its sleeps panic, the panic is counted
-    /// in `stats().panicked`, and the `Drive` hands the ticks back to the timer's thread and
-    /// completes.
+    /// in `stats().panicked`, and the `Drive` goes on with the sleep it has armed; with none,
+    /// it hands the ticks back to the timer's thread and completes.
     ///
     /// ```
     /// # use hashed_timer_wheel::HashedWheelTimer;
@@ -197,10 +272,13 @@ impl TimerHandle {
         F: FnMut(Instant) -> S + Send + 'static,
         S: Future<Output = ()> + Send + 'static,
     {
+        let link = Arc::new(Link(Mutex::new(None)));
         Drive {
             timer: self.clone(),
             sleep_until,
             sleep: None,
+            waker: Waker::from(Arc::clone(&link)),
+            link,
             done: false,
         }
     }
