@@ -78,7 +78,33 @@ pub(crate) struct At {
 type Pushed<J> = (Option<Timeout<J>>, bool);
 
 /// Runs expired tasks somewhere other than the worker thread.
-pub(crate) struct Executor(pub(crate) Box<dyn Fn(Job) + Send + Sync>);
+pub(crate) struct Executor(Option<Box<dyn Fn(Job) + Send + Sync>>);
+
+impl Executor {
+    pub(crate) fn new(f: impl Fn(Job) + Send + Sync + 'static) -> Executor {
+        Executor(Some(Box::new(f)))
+    }
+
+    /// Hands `job` to the user's executor.
+    pub(crate) fn call(&self, job: Job) {
+        if let Some(f) = &self.0 {
+            f(job)
+        }
+    }
+}
+
+/// The executor's own `Drop` is user code too: caught, and logged only.
+impl Drop for Executor {
+    fn drop(&mut self) {
+        let f = self.0.take();
+        if !catch_user_panic(move || drop(f)) {
+            log_caught(
+                log::Level::Warn,
+                format_args!("the timer's executor panicked in its drop; the timer goes on"),
+            );
+        }
+    }
+}
 
 /// What the executor runs: a task with its timeout.
 pub(crate) type Job = Box<dyn FnOnce() + Send>;

@@ -439,7 +439,7 @@ fn run<J: Stored>(shared: &Shared<J>, task: J, timeout: &Timeout<J>, spares: &mu
     };
     let handed = Handed(Some((task, timeout.clone())));
     let job: Box<dyn FnOnce() + Send> = Box::new(move || handed.run());
-    let ran = catch_user_panic(|| (executor.0)(job));
+    let ran = catch_user_panic(|| executor.call(job));
     if !ran {
         log_caught(
             log::Level::Warn,

@@ -119,7 +119,7 @@ impl Builder {
     where
         E: Fn(Box<dyn FnOnce() + Send>) + Send + Sync + 'static,
     {
-        self.executor = Some(Executor(Box::new(executor)));
+        self.executor = Some(Executor::new(executor));
         self
     }
 
