@@ -1,7 +1,7 @@
 //! The timer's lifecycle on the shared state: the worker thread's lazy start, a turn run by
 //! whoever runs turns, `stop()`, and the owner's drop (inside a turn too).
 
-use super::worker;
+use super::turns;
 use super::{Shared, Stored, Timeout, SHUTDOWN, STARTED};
 use crate::error::TimerError;
 use crate::sync::{lock, process, thread, Arc, Ordering};
@@ -51,7 +51,7 @@ impl<J: Stored> Shared<J> {
         let shared = Arc::clone(self);
         let handle = thread::Builder::new()
             .name(self.thread_name.to_string())
-            .spawn(move || worker::run_thread(&shared))
+            .spawn(move || turns::run_thread(&shared))
             .unwrap_or_else(|e| panic!("hashed-timer-wheel: cannot spawn the worker thread: {e}"));
         *lock(&self.worker_thread) = Some(handle.thread().clone());
         *thread = Some(handle);

@@ -30,6 +30,7 @@ mod shard;
 pub(crate) mod slots;
 mod stats;
 mod task;
+mod turns;
 pub(crate) mod wheel;
 pub(crate) mod worker;
 
@@ -39,10 +40,8 @@ use crate::sync::{
 };
 use clock::Clock;
 pub(crate) use shard::{segment_len, Entry, SHARD_COUNT};
-use shard::{
-    shard_index, Shard, IDLE_SPARE_BLOCKS, SHARDS, SPARE_BLOCKS, SPARE_SEGMENTS, SPARE_TASKS,
-};
-use slots::{Block, BlockIds, BLOCK};
+use shard::{shard_index, Shard, SHARDS};
+use slots::{BlockIds, BLOCK};
 pub use slots::{Timeout, TimerHandle};
 pub use stats::TimerStats;
 use std::time::Duration;
@@ -358,61 +357,6 @@ impl<J: Stored> Shared<J> {
         }
     }
 
-    /// Wakes whoever runs the turns: the `Drive` polled last, else the worker thread.
-    #[cold]
-    pub(crate) fn unpark_worker(&self) {
-        let driver = lock(&self.drivers).last().cloned();
-        if let Some(driver) = driver {
-            // The runtime's code: caught, as all user code is.
-            let woken = catch_user_panic(|| driver.wake());
-            self.counters.caught(woken, "a driver's waker");
-            return;
-        }
-        self.unpark_thread();
-    }
-
-    /// A `Drive` polled, by its own `waker`: producers wake it from now on.
-    pub(crate) fn attach_driver(&self, waker: &std::task::Waker) {
-        let mut drivers = lock(&self.drivers);
-        if !drivers.last().is_some_and(|w| w.will_wake(waker)) {
-            drivers.retain(|w| !w.will_wake(waker));
-            drivers.push(waker.clone());
-        }
-    }
-
-    /// A `Drive` went: the one polled before it, if any, is woken, else the thread runs the
-    /// turns again.
-    pub(crate) fn detach_driver(&self, waker: &std::task::Waker) {
-        let gone: Vec<_> = {
-            let mut drivers = lock(&self.drivers);
-            let (gone, kept) = drivers.drain(..).partition(|w| w.will_wake(waker));
-            *drivers = kept;
-            gone
-        };
-        let dropped = drop_caught(gone);
-        self.counters.caught(dropped, "a driver's waker");
-        self.unpark_worker();
-    }
-
-    /// Whether a `Drive` runs the turns (the thread only watches).
-    pub(crate) fn is_driven(&self) -> bool {
-        !lock(&self.drivers).is_empty()
-    }
-
-    /// A `Drive`'s turn planned `plan`: a thread watching with nothing planned watches again.
-    pub(crate) fn watch_plan(&self, plan: u64) {
-        // SeqCst: with the thread's store before its last look at the plan (`worker::watch`).
-        if plan != NEVER && self.watch_parked.swap(false, Ordering::SeqCst) {
-            self.unpark_thread();
-        }
-    }
-
-    pub(crate) fn unpark_thread(&self) {
-        if let Some(worker) = lock(&self.worker_thread).as_ref() {
-            worker.unpark();
-        }
-    }
-
     /// The worker thread is about to run a turn: producers need not wake it.
     pub(crate) fn mark_awake(&self) {
         // SeqCst: see `wake_if_later_than`.
@@ -422,15 +366,6 @@ impl<J: Stored> Shared<J> {
     /// The tick at whose end the worker next looks at the queues.
     pub(crate) fn planned(&self) -> u64 {
         self.planned.load(Ordering::SeqCst)
-    }
-
-    /// Wakes every `Drive` for good: the timer shut down.
-    pub(crate) fn wake_driver(&self) {
-        let drivers = std::mem::take(&mut *lock(&self.drivers));
-        for driver in drivers {
-            let woken = catch_user_panic(|| driver.wake());
-            self.counters.caught(woken, "a driver's waker");
-        }
     }
 
     /// The worker processes tick `tick` (its tasks see it as the current tick).
@@ -471,57 +406,6 @@ impl<J: Stored> Shared<J> {
         if let Some((_, count)) = &self.limited {
             count.fetch_sub(n, Ordering::Relaxed);
         }
-    }
-
-    /// Takes every shard's queues, and hands each shard its spare blocks and empty segments.
-    pub(crate) fn take_queues(
-        &self,
-        timeouts: &mut Vec<(usize, Vec<Entry<J>>)>,
-        cancels: &mut Vec<SlotId>,
-        spares: &mut [Vec<Arc<Block<J>>>],
-        free_segments: &mut [Vec<Vec<Entry<J>>>],
-        task_spares: &mut [Vec<J>],
-    ) {
-        let returns = spares.iter_mut().zip(task_spares).zip(free_segments);
-        for (i, (shard, ((spares, tasks), segments))) in self.shards.iter().zip(returns).enumerate()
-        {
-            let mut shard = lock(shard);
-            timeouts.extend(shard.timeouts.drain(..).map(|segment| (i, segment)));
-            cancels.append(&mut shard.cancels);
-            let room = SPARE_BLOCKS.saturating_sub(shard.spares.len());
-            shard.spares.extend(spares.drain(..spares.len().min(room)));
-            spares.clear();
-            let room = SPARE_TASKS.saturating_sub(shard.task_spares.len());
-            shard
-                .task_spares
-                .extend(tasks.drain(..tasks.len().min(room)));
-            tasks.clear();
-            shard.free_segments.append(segments);
-        }
-    }
-
-    /// Frees the shards' empty segments beyond their bound (the worker's `trim`).
-    pub(crate) fn trim_spares(&self) {
-        for shard in self.shards.iter() {
-            let extra = {
-                let mut shard = lock(shard);
-                let segments = shard.free_segments.len().min(SPARE_SEGMENTS);
-                let extra = shard.free_segments.split_off(segments);
-                let blocks = shard.spares.len().min(IDLE_SPARE_BLOCKS);
-                let extra_blocks = shard.spares.split_off(blocks);
-                shard.spares.shrink_to_fit();
-                shard.free_segments.shrink_to_fit();
-                shard.timeouts.shrink_to_fit();
-                shard.cancels.shrink_to_fit();
-                (extra, extra_blocks)
-            };
-            drop(extra);
-        }
-    }
-
-    /// Whether any shard holds a timeout or a cancellation.
-    pub(crate) fn queues_empty(&self) -> bool {
-        self.shards.iter().all(|s| lock(s).is_empty())
     }
 
     /// Publishes the worker's plan: it looks at the queues at the end of tick `planned`.

@@ -5,9 +5,9 @@
 use super::slots::{Block, BLOCK};
 use super::wheel::SlotId;
 use super::{Shared, Stored};
-use crate::sync::Arc;
 #[cfg(not(loom))]
 use crate::sync::Ordering;
+use crate::sync::{lock, Arc};
 
 /// The producers' shards: a thread keeps to one.
 pub(crate) const SHARDS: usize = if cfg!(loom) { 2 } else { 8 };
@@ -144,4 +144,58 @@ pub(crate) fn shard_index() -> usize {
         }
         s.get()
     })
+}
+
+/// The worker's side of the shards: it takes their queues once a tick and hands back spares.
+impl<J: Stored> Shared<J> {
+    /// Takes every shard's queues, and hands each shard its spare blocks and empty segments.
+    pub(crate) fn take_queues(
+        &self,
+        timeouts: &mut Vec<(usize, Vec<Entry<J>>)>,
+        cancels: &mut Vec<SlotId>,
+        spares: &mut [Vec<Arc<Block<J>>>],
+        free_segments: &mut [Vec<Vec<Entry<J>>>],
+        task_spares: &mut [Vec<J>],
+    ) {
+        let returns = spares.iter_mut().zip(task_spares).zip(free_segments);
+        for (i, (shard, ((spares, tasks), segments))) in self.shards.iter().zip(returns).enumerate()
+        {
+            let mut shard = lock(shard);
+            timeouts.extend(shard.timeouts.drain(..).map(|segment| (i, segment)));
+            cancels.append(&mut shard.cancels);
+            let room = SPARE_BLOCKS.saturating_sub(shard.spares.len());
+            shard.spares.extend(spares.drain(..spares.len().min(room)));
+            spares.clear();
+            let room = SPARE_TASKS.saturating_sub(shard.task_spares.len());
+            shard
+                .task_spares
+                .extend(tasks.drain(..tasks.len().min(room)));
+            tasks.clear();
+            shard.free_segments.append(segments);
+        }
+    }
+
+    /// Frees the shards' empty segments beyond their bound (the worker's `trim`).
+    pub(crate) fn trim_spares(&self) {
+        for shard in self.shards.iter() {
+            let extra = {
+                let mut shard = lock(shard);
+                let segments = shard.free_segments.len().min(SPARE_SEGMENTS);
+                let extra = shard.free_segments.split_off(segments);
+                let blocks = shard.spares.len().min(IDLE_SPARE_BLOCKS);
+                let extra_blocks = shard.spares.split_off(blocks);
+                shard.spares.shrink_to_fit();
+                shard.free_segments.shrink_to_fit();
+                shard.timeouts.shrink_to_fit();
+                shard.cancels.shrink_to_fit();
+                (extra, extra_blocks)
+            };
+            drop(extra);
+        }
+    }
+
+    /// Whether any shard holds a timeout or a cancellation.
+    pub(crate) fn queues_empty(&self) -> bool {
+        self.shards.iter().all(|s| lock(s).is_empty())
+    }
 }

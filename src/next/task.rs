@@ -3,7 +3,7 @@
 //! the next closure of the same type in it, so that a service scheduling one kind of closure
 //! allocates nothing per timeout, and the worker frees nothing the producers allocated.
 
-use super::Timeout;
+use super::{Shared, Timeout};
 use std::any::Any;
 use std::fmt;
 
@@ -209,4 +209,83 @@ pub(crate) fn log_caught(level: log::Level, message: std::fmt::Arguments<'_>) {
 #[inline]
 pub(crate) fn drop_caught<T>(value: T) -> bool {
     !std::mem::needs_drop::<T>() || catch_user_panic(move || drop(value))
+}
+
+/// Runs an expired task inline, or hands it to the executor (a future's wake-up runs inline);
+/// a panic is caught and logged. Whether it did not panic.
+pub(crate) fn run<J: Stored>(
+    shared: &Shared<J>,
+    task: J,
+    timeout: &Timeout<J>,
+    spares: &mut Vec<J>,
+) -> bool {
+    let executor = match &shared.executor {
+        Some(executor) if !task.is_internal() => executor,
+        _ => {
+            let what = if task.is_internal() {
+                "a future's waker"
+            } else {
+                "a timer task"
+            };
+            let ran = catch_user_panic(|| task.run_keeping(timeout, spares));
+            if !ran {
+                log_caught(
+                    log::Level::Warn,
+                    format_args!("{what} panicked; the timer goes on"),
+                );
+            }
+            return ran;
+        }
+    };
+    let handed = Handed(Some((task, timeout.clone())));
+    let job: Box<dyn FnOnce() + Send> = Box::new(move || handed.run());
+    let ran = catch_user_panic(|| executor.call(job));
+    if !ran {
+        log_caught(
+            log::Level::Warn,
+            format_args!("the timer's executor panicked; the timer goes on"),
+        );
+    }
+    ran
+}
+
+/// A task handed to the executor: run there, or, dropped unrun, reported.
+struct Handed<J: Stored>(Option<(J, Timeout<J>)>);
+
+impl<J: Stored> Handed<J> {
+    fn run(mut self) {
+        if let Some((task, timeout)) = self.0.take() {
+            let ran = catch_user_panic(|| task.run(&timeout));
+            timeout
+                .timer()
+                .0
+                .counters
+                .caught(ran, "a timer task run by the executor");
+        }
+    }
+}
+
+impl<J: Stored> Drop for Handed<J> {
+    fn drop(&mut self) {
+        if let Some((task, timeout)) = self.0.take() {
+            log_caught(
+                log::Level::Warn,
+                format_args!("a timeout's task was dropped by the executor without running"),
+            );
+            let dropped = catch_user_panic(move || drop(task));
+            timeout
+                .timer()
+                .0
+                .counters
+                .caught(dropped, "a timer task's drop");
+        }
+    }
+}
+
+#[cold]
+pub(crate) fn dropped_with_panic() {
+    log_caught(
+        log::Level::Warn,
+        format_args!("a timer task's drop panicked; the timer goes on"),
+    );
 }

@@ -20,12 +20,13 @@
 //! expiry it won, a cancellation it finds (in the queue, in the wheel, or at the transfer), or
 //! `stop()`; each end counts in `Shared::set_ended` before the task runs.
 
+use super::catch_user_panic;
 use super::slots::{Block, Timeout, BLOCK};
 use super::stats::Tally;
+use super::task::{dropped_with_panic, run};
 use super::wheel::{SlotId, Wheel};
-use super::{catch_user_panic, log_caught};
 use super::{segment_len, Entry, Shared, Stored, NEVER, SHARD_COUNT, TRANSFER_CAP};
-use crate::sync::{thread, Arc, Ordering};
+use crate::sync::Arc;
 use std::collections::VecDeque;
 
 /// The worker gives back what drained at most this often while busy, and before a sleep of
@@ -35,6 +36,11 @@ const TRIM_NANOS: u64 = 1_000_000_000;
 /// Vectors of entries kept between turns stay under this many bytes: glibc keeps larger freed
 /// buffers of a thread's arena after a burst.
 const KEEP_BYTES: usize = 64 << 10;
+
+/// The most buckets the worker's wheel allocates (16 bytes each). A timeout's tick does not
+/// depend on the wheel's length (its far levels take what lies rounds away), so a larger
+/// `ticks_per_wheel` is kept as asked and reported, and costs no memory.
+const MAX_BUCKETS: usize = 1 << 16;
 
 /// A task in the wheel, with its deadline (ns since the origin) for the lateness counters.
 struct Waiting<J> {
@@ -109,13 +115,7 @@ impl<J: Stored> Worker<J> {
         let mut busy = self.collect(shared);
         while self.wheel.tick() < end {
             let tick = self.wheel.tick();
-            shared.set_tick(tick);
-            self.transfer(shared);
-            // The tick's tasks are timed together, as one run.
-            let started = shared.clock.now();
-            self.expire(shared);
-            let ran = shared.clock.now().saturating_sub(started);
-            self.tally.ran(ran, self.tick_nanos, now);
+            self.run_tick(shared, tick);
             if shared.is_shutdown() {
                 // A task dropped the owner, or `stop()` waits: this tick was the last.
                 return busy;
@@ -125,16 +125,24 @@ impl<J: Stored> Worker<J> {
                 busy |= self.collect(shared);
             }
             let next = if self.inbox.is_empty() {
-                self.wheel
-                    .next_work()
-                    .map_or(end, |t| t.max(tick + 1))
-                    .min(end)
+                let work = self.wheel.next_work();
+                work.map_or(end, |t| t.max(tick + 1)).min(end)
             } else {
                 tick + 1
             };
             self.wheel.advance_to(next);
         }
         busy
+    }
+
+    /// Tick `tick`: transfers up to the cap, then expires its bucket, its tasks timed together.
+    fn run_tick(&mut self, shared: &Shared<J>, tick: u64) {
+        shared.set_tick(tick);
+        self.transfer(shared);
+        let started = shared.clock.now();
+        self.expire(shared);
+        let ran = shared.clock.now().saturating_sub(started);
+        self.tally.ran(ran, self.tick_nanos, self.now);
     }
 
     /// Publishes the plan: the next tick with work, or the current one while producers push
@@ -416,181 +424,6 @@ fn fire<J: Stored>(
     block
 }
 
-/// Runs an expired task inline, or hands it to the executor (a future's wake-up runs inline);
-/// a panic is caught and logged. Whether it did not panic.
-fn run<J: Stored>(shared: &Shared<J>, task: J, timeout: &Timeout<J>, spares: &mut Vec<J>) -> bool {
-    let executor = match &shared.executor {
-        Some(executor) if !task.is_internal() => executor,
-        _ => {
-            let what = if task.is_internal() {
-                "a future's waker"
-            } else {
-                "a timer task"
-            };
-            let ran = catch_user_panic(|| task.run_keeping(timeout, spares));
-            if !ran {
-                log_caught(
-                    log::Level::Warn,
-                    format_args!("{what} panicked; the timer goes on"),
-                );
-            }
-            return ran;
-        }
-    };
-    let handed = Handed(Some((task, timeout.clone())));
-    let job: Box<dyn FnOnce() + Send> = Box::new(move || handed.run());
-    let ran = catch_user_panic(|| executor.call(job));
-    if !ran {
-        log_caught(
-            log::Level::Warn,
-            format_args!("the timer's executor panicked; the timer goes on"),
-        );
-    }
-    ran
-}
-
-/// A task handed to the executor: run there, or, dropped unrun, reported.
-struct Handed<J: Stored>(Option<(J, Timeout<J>)>);
-
-impl<J: Stored> Handed<J> {
-    fn run(mut self) {
-        if let Some((task, timeout)) = self.0.take() {
-            let ran = catch_user_panic(|| task.run(&timeout));
-            timeout
-                .timer()
-                .0
-                .counters
-                .caught(ran, "a timer task run by the executor");
-        }
-    }
-}
-
-impl<J: Stored> Drop for Handed<J> {
-    fn drop(&mut self) {
-        if let Some((task, timeout)) = self.0.take() {
-            log_caught(
-                log::Level::Warn,
-                format_args!("a timeout's task was dropped by the executor without running"),
-            );
-            let dropped = catch_user_panic(move || drop(task));
-            timeout
-                .timer()
-                .0
-                .counters
-                .caught(dropped, "a timer task's drop");
-        }
-    }
-}
-
-#[cold]
-fn dropped_with_panic() {
-    log_caught(
-        log::Level::Warn,
-        format_args!("a timer task's drop panicked; the timer goes on"),
-    );
-}
-
 fn split(id: SlotId) -> (usize, usize) {
     (id as usize / BLOCK, id as usize % BLOCK)
-}
-
-/// The worker thread: turns, and sleeps to the planned tick, until the timer stops. While a
-/// `Drive` runs the turns, it only watches (`watch`).
-pub(crate) fn run_thread<J: Stored>(shared: &Arc<Shared<J>>) {
-    tighten_timer_slack(shared.tick_nanos);
-    let mut planned = shared.run_turn(shared.clock.now());
-    while let Some(plan) = planned {
-        if shared.is_shutdown() {
-            return;
-        }
-        if shared.is_driven() {
-            // A `Drive` that went while watched leaves `plan` stale: a turn plans afresh.
-            if !watch(shared) && shared.is_driven() {
-                continue;
-            }
-        } else {
-            sleep(shared, plan);
-        }
-        shared.mark_awake();
-        planned = shared.run_turn(shared.clock.now());
-    }
-}
-
-/// Asks the kernel to end this thread's sleeps within a thousandth of a tick, never looser than
-/// its current slack (Linux's default, 50 µs, is a twentieth of a 1 ms tick). Best effort: a
-/// refusal (a seccomp filter, say) keeps the current slack.
-#[cfg(all(target_os = "linux", not(loom)))]
-fn tighten_timer_slack(tick_nanos: u64) {
-    const DEFAULT_SLACK_NANOS: u64 = 50_000;
-    let wanted = (tick_nanos / 1000).clamp(1, DEFAULT_SLACK_NANOS);
-    let current = rustix::thread::current_timer_slack().unwrap_or(DEFAULT_SLACK_NANOS);
-    if wanted < current {
-        if let Err(e) = rustix::thread::set_current_timer_slack(std::num::NonZeroU64::new(wanted)) {
-            log_caught(
-                log::Level::Debug,
-                format_args!("the worker's timer slack stays at {current} ns: {e}"),
-            );
-        }
-    }
-}
-
-/// Elsewhere the sleep's precision is the platform's.
-#[cfg(not(all(target_os = "linux", not(loom))))]
-fn tighten_timer_slack(_tick_nanos: u64) {}
-
-/// The most buckets the worker's wheel allocates (16 bytes each). A timeout's tick does not
-/// depend on the wheel's length (its far levels take what lies rounds away), so a larger
-/// `ticks_per_wheel` is kept as asked and reported, and costs no memory.
-const MAX_BUCKETS: usize = 1 << 16;
-
-/// A `Drive`'s turns lag by this many ticks before the watching thread runs one itself.
-const GRACE_TICKS: u64 = 32;
-
-/// Watches a `Drive`: sleeps until `GRACE_TICKS` after its plan; whether the turn is overdue.
-fn watch<J: Stored>(shared: &Shared<J>) -> bool {
-    let plan = shared.planned();
-    if plan == NEVER {
-        // SeqCst: with the `Drive`'s swap in `Shared::watch_plan`.
-        shared.watch_parked.store(true, Ordering::SeqCst);
-        if shared.planned() == NEVER && shared.is_driven() {
-            thread::park();
-        }
-        shared.watch_parked.store(false, Ordering::SeqCst);
-        return false;
-    }
-    let due = plan
-        .saturating_add(1 + GRACE_TICKS)
-        .saturating_mul(shared.tick_nanos);
-    let now = shared.clock.now();
-    if now >= due {
-        return true;
-    }
-    #[cfg(not(loom))]
-    thread::park_timeout(std::time::Duration::from_nanos(due - now));
-    #[cfg(loom)]
-    thread::park();
-    false
-}
-
-/// Parks until the end of tick `planned`, or until unparked.
-fn sleep<J: Stored>(shared: &Shared<J>, planned: u64) {
-    if planned == NEVER {
-        thread::park();
-        return;
-    }
-    let wake_at = planned.saturating_add(1).saturating_mul(shared.tick_nanos);
-    let now = shared.clock.now();
-    if wake_at > now {
-        #[cfg(not(loom))]
-        thread::park_timeout(std::time::Duration::from_nanos(wake_at - now));
-        // Under loom a bounded sleep jumps the clock to its end, unless the model holds the
-        // clock: then it parks until `loom_hooks::advance_clock` ends the tick, as an OS timer
-        // would.
-        #[cfg(loom)]
-        if crate::sync::loom_hooks::clock_held() {
-            thread::park();
-        } else {
-            shared.clock.loom_advance(wake_at);
-        }
-    }
 }

@@ -1,0 +1,169 @@
+//! Who runs the turns: the worker thread's loop (a turn, then a sleep to the planned tick), and
+//! the hand-off to a runtime's `Drive`. While a `Drive` is attached, producers wake it instead of
+//! the thread (`Shared::unpark_worker`), and the thread only watches: it sleeps until
+//! `GRACE_TICKS` past the plan and runs the turn itself if nobody has.
+
+use super::{catch_user_panic, drop_caught, log_caught, Shared, Stored, NEVER};
+use crate::sync::{lock, thread, Arc, Ordering};
+
+impl<J: Stored> Shared<J> {
+    /// Wakes whoever runs the turns: the `Drive` polled last, else the worker thread.
+    #[cold]
+    pub(crate) fn unpark_worker(&self) {
+        let driver = lock(&self.drivers).last().cloned();
+        if let Some(driver) = driver {
+            // The runtime's code: caught, as all user code is.
+            let woken = catch_user_panic(|| driver.wake());
+            self.counters.caught(woken, "a driver's waker");
+            return;
+        }
+        self.unpark_thread();
+    }
+
+    /// A `Drive` polled, by its own `waker`: producers wake it from now on.
+    pub(crate) fn attach_driver(&self, waker: &std::task::Waker) {
+        let mut drivers = lock(&self.drivers);
+        if !drivers.last().is_some_and(|w| w.will_wake(waker)) {
+            drivers.retain(|w| !w.will_wake(waker));
+            drivers.push(waker.clone());
+        }
+    }
+
+    /// A `Drive` went: the one polled before it, if any, is woken, else the thread runs the
+    /// turns again.
+    pub(crate) fn detach_driver(&self, waker: &std::task::Waker) {
+        let gone: Vec<_> = {
+            let mut drivers = lock(&self.drivers);
+            let (gone, kept) = drivers.drain(..).partition(|w| w.will_wake(waker));
+            *drivers = kept;
+            gone
+        };
+        let dropped = drop_caught(gone);
+        self.counters.caught(dropped, "a driver's waker");
+        self.unpark_worker();
+    }
+
+    /// Whether a `Drive` runs the turns (the thread only watches).
+    pub(crate) fn is_driven(&self) -> bool {
+        !lock(&self.drivers).is_empty()
+    }
+
+    /// A `Drive`'s turn planned `plan`: a thread watching with nothing planned watches again.
+    pub(crate) fn watch_plan(&self, plan: u64) {
+        // SeqCst: with the thread's store before its last look at the plan (`worker::watch`).
+        if plan != NEVER && self.watch_parked.swap(false, Ordering::SeqCst) {
+            self.unpark_thread();
+        }
+    }
+
+    pub(crate) fn unpark_thread(&self) {
+        if let Some(worker) = lock(&self.worker_thread).as_ref() {
+            worker.unpark();
+        }
+    }
+
+    /// Wakes every `Drive` for good: the timer shut down.
+    pub(crate) fn wake_driver(&self) {
+        let drivers = std::mem::take(&mut *lock(&self.drivers));
+        for driver in drivers {
+            let woken = catch_user_panic(|| driver.wake());
+            self.counters.caught(woken, "a driver's waker");
+        }
+    }
+}
+
+/// The worker thread: turns, and sleeps to the planned tick, until the timer stops. While a
+/// `Drive` runs the turns, it only watches (`watch`).
+pub(crate) fn run_thread<J: Stored>(shared: &Arc<Shared<J>>) {
+    tighten_timer_slack(shared.tick_nanos);
+    let mut planned = shared.run_turn(shared.clock.now());
+    while let Some(plan) = planned {
+        if shared.is_shutdown() {
+            return;
+        }
+        if shared.is_driven() {
+            // A `Drive` that went while watched leaves `plan` stale: a turn plans afresh.
+            if !watch(shared) && shared.is_driven() {
+                continue;
+            }
+        } else {
+            sleep(shared, plan);
+        }
+        shared.mark_awake();
+        planned = shared.run_turn(shared.clock.now());
+    }
+}
+
+/// Asks the kernel to end this thread's sleeps within a thousandth of a tick, never looser than
+/// its current slack (Linux's default, 50 µs, is a twentieth of a 1 ms tick). Best effort: a
+/// refusal (a seccomp filter, say) keeps the current slack.
+#[cfg(all(target_os = "linux", not(loom)))]
+fn tighten_timer_slack(tick_nanos: u64) {
+    const DEFAULT_SLACK_NANOS: u64 = 50_000;
+    let wanted = (tick_nanos / 1000).clamp(1, DEFAULT_SLACK_NANOS);
+    let current = rustix::thread::current_timer_slack().unwrap_or(DEFAULT_SLACK_NANOS);
+    if wanted < current {
+        if let Err(e) = rustix::thread::set_current_timer_slack(std::num::NonZeroU64::new(wanted)) {
+            log_caught(
+                log::Level::Debug,
+                format_args!("the worker's timer slack stays at {current} ns: {e}"),
+            );
+        }
+    }
+}
+
+/// Elsewhere the sleep's precision is the platform's.
+#[cfg(not(all(target_os = "linux", not(loom))))]
+fn tighten_timer_slack(_tick_nanos: u64) {}
+
+/// A `Drive`'s turns lag by this many ticks before the watching thread runs one itself.
+const GRACE_TICKS: u64 = 32;
+
+/// Watches a `Drive`: sleeps until `GRACE_TICKS` after its plan; whether the turn is overdue.
+fn watch<J: Stored>(shared: &Shared<J>) -> bool {
+    let plan = shared.planned();
+    if plan == NEVER {
+        // SeqCst: with the `Drive`'s swap in `Shared::watch_plan`.
+        shared.watch_parked.store(true, Ordering::SeqCst);
+        if shared.planned() == NEVER && shared.is_driven() {
+            thread::park();
+        }
+        shared.watch_parked.store(false, Ordering::SeqCst);
+        return false;
+    }
+    let due = plan
+        .saturating_add(1 + GRACE_TICKS)
+        .saturating_mul(shared.tick_nanos);
+    let now = shared.clock.now();
+    if now >= due {
+        return true;
+    }
+    #[cfg(not(loom))]
+    thread::park_timeout(std::time::Duration::from_nanos(due - now));
+    #[cfg(loom)]
+    thread::park();
+    false
+}
+
+/// Parks until the end of tick `planned`, or until unparked.
+fn sleep<J: Stored>(shared: &Shared<J>, planned: u64) {
+    if planned == NEVER {
+        thread::park();
+        return;
+    }
+    let wake_at = planned.saturating_add(1).saturating_mul(shared.tick_nanos);
+    let now = shared.clock.now();
+    if wake_at > now {
+        #[cfg(not(loom))]
+        thread::park_timeout(std::time::Duration::from_nanos(wake_at - now));
+        // Under loom a bounded sleep jumps the clock to its end, unless the model holds the
+        // clock: then it parks until `loom_hooks::advance_clock` ends the tick, as an OS timer
+        // would.
+        #[cfg(loom)]
+        if crate::sync::loom_hooks::clock_held() {
+            thread::park();
+        } else {
+            shared.clock.loom_advance(wake_at);
+        }
+    }
+}
