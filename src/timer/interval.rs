@@ -124,8 +124,8 @@ impl Interval {
             Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
         }
         let next = self.next_after(due);
-        // Armed first: a waker whose clone panics in the re-arm unwinds with `due` kept, so
-        // that this tick is not lost: a poll takes it once the sleep is due again.
+        // Armed first: a refusal whose wake-up panics unwinds with `due` kept, so that this
+        // tick is not lost.
         self.arm(next);
         self.due = next;
         let at = self.sleep.timer().0.clock.instant_at(due);
@@ -154,8 +154,6 @@ impl Interval {
     }
 
     /// Arms the sleep for the tick due at `due` on the schedule's time; the caller keeps `due`.
-    /// Unwinds with the panic of a waker whose clone panics as it moves to the new timeout
-    /// (`Sleep::rearm`), with the sleep armed and the task woken.
     fn arm(&mut self, due: u64) {
         let deadline = due.saturating_sub(self.before_origin);
         self.sleep.rearm(deadline);
@@ -164,9 +162,8 @@ impl Interval {
     /// Starts the schedule again: the next tick a period from now.
     ///
     /// # Panics
-    /// If the waiting task's waker panics when cloned, as it moves to the new deadline, that
-    /// panic goes on once the reset is done (as [`Sleep::reset`]'s): the next tick is a period
-    /// from now all the same, and the task is woken to poll again.
+    /// As [`Sleep::reset`]: with the panic of the waiting task's waker, woken as the timer
+    /// refuses the next tick's timeout; the next tick is a period from now all the same.
     ///
     /// ```
     /// # use hashed_timer_wheel::HashedWheelTimer;
@@ -180,7 +177,7 @@ impl Interval {
         let due = now
             .saturating_add(self.before_origin)
             .saturating_add(nanos(self.period));
-        // Kept before the sleep is armed: the arm may unwind with the waker's panic.
+        // Kept before the sleep is armed: the arm may unwind with a waker's panic.
         self.due = due;
         self.arm(due);
     }

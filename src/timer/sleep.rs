@@ -65,6 +65,21 @@ pub struct Sleep {
 #[derive(Default)]
 struct WakeCell(Mutex<(u64, Option<Waker>)>);
 
+impl WakeCell {
+    /// Keeps `waker` for the task of `timeout` (unless the cell holds one that wakes the same
+    /// task), then reads whether `timeout` has ended. The waker's clone and the drop of the one
+    /// it replaces are user code, run outside the lock: they may stop the timer or move a manual
+    /// clock, whose wake-ups take the lock. Either panics into the poll, with a waker kept.
+    fn keep(&self, waker: &Waker, timeout: &Timeout) -> bool {
+        if !lock(&self.0).1.as_ref().is_some_and(|w| w.will_wake(waker)) {
+            let new = waker.clone();
+            let old = lock(&self.0).1.replace(new);
+            drop(old);
+        }
+        ended(timeout)
+    }
+}
+
 /// A sleep's timeout's task: wakes the waiting task when it runs or is dropped unrun.
 struct Wake {
     cell: Arc<WakeCell>,
@@ -170,10 +185,12 @@ impl Sleep {
     /// a waiting task is woken at the new one. For idle detection: reset on every message. On a
     /// stopped timer the sleep completes with the error; at a pending limit, see [`Sleep`].
     ///
+    /// The waiting task's waker stays where the new timeout's task finds it: nothing is cloned.
+    ///
     /// # Panics
-    /// If the waiting task's waker panics when cloned, as it moves to the new deadline, that
-    /// panic goes on once the reset is done: the sleep is due at the new deadline all the same,
-    /// and the task is woken to poll again.
+    /// If the timer refuses the new timeout and the waiting task's waker panics as it is woken
+    /// to hear so, that panic goes on once the reset is done: the sleep has completed with the
+    /// refusal.
     ///
     /// ```
     /// # use hashed_timer_wheel::HashedWheelTimer;
@@ -215,7 +232,7 @@ impl Sleep {
     pub(crate) fn extend_or_reset(&mut self, deadline: Instant) {
         let clock = &self.timer.0.clock;
         let deadline = clock.nanos_at(deadline).max(clock.now());
-        let pending = matches!(&self.armed, Ok(t) if !t.is_expired() && !t.is_cancelled());
+        let pending = matches!(&self.armed, Ok(t) if !ended(t));
         if pending && deadline >= self.armed_for {
             self.deadline = deadline;
         } else {
@@ -251,17 +268,10 @@ impl Future for Sleep {
             Ok(timeout) => timeout,
             Err(e) => return Poll::Ready(Err(e.clone())),
         };
-        {
-            // The waker first, then the state, under the cell's lock: the worker sets the state,
-            // then takes the waker under that lock; one of the two sees the other.
-            let mut cell = lock(&self.cell.0);
-            if !timeout.is_expired() && !timeout.is_cancelled() {
-                match &mut cell.1 {
-                    Some(w) if w.will_wake(cx.waker()) => {}
-                    slot => *slot = Some(cx.waker().clone()),
-                }
-                return Poll::Pending;
-            }
+        // The waker first, then the state: the worker sets the state, then takes the waker
+        // under the cell's lock; one of the two sees the other.
+        if !ended(timeout) && !self.cell.keep(cx.waker(), timeout) {
+            return Poll::Pending;
         }
         if timeout.is_cancelled() {
             // Only `stop()` cancels a sleep's timeout that is still polled.
@@ -279,6 +289,11 @@ impl Future for Sleep {
         }
         Poll::Ready(Ok(()))
     }
+}
+
+/// Whether the timeout has expired or been cancelled.
+fn ended(timeout: &Timeout) -> bool {
+    timeout.is_expired() || timeout.is_cancelled()
 }
 
 impl Drop for Sleep {

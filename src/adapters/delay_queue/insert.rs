@@ -1,6 +1,5 @@
 //! Deadlines in: `insert`, `insert_at`, `reset` and `reset_at` place items in the wheel under
-//! their slot ids, never early; the clock readings and bursts (ground rules in `mod.rs`); the
-//! wake-up for an item due sooner. Touches the slots, the wheel, the clock and `Sleep`.
+//! their slot ids, never early; the clock readings (ground rules in `mod.rs`); the wake-up for an item due sooner. Touches the slots, the wheel, the clock and `Sleep`.
 
 use super::{DelayQueue, Item, Key, Slot, NO_READING};
 use std::time::{Duration, Instant};
@@ -43,8 +42,21 @@ impl<T> DelayQueue<T> {
     /// ```
     #[track_caller]
     pub fn insert_at(&mut self, value: T, when: Instant) -> Key {
-        let deadline = self.timer.0.clock.nanos_at(when);
+        let deadline = self.nanos_at(when);
         self.insert_nanos(value, deadline, NO_READING)
+    }
+
+    /// `when` on the timer's clock. A manual clock reads an `Instant` against the real now,
+    /// which stands still for it: one in the past is its now, so that items due at once come
+    /// back in the order they were placed, whenever the real time of each call was.
+    fn nanos_at(&self, when: Instant) -> u64 {
+        let clock = &self.timer.0.clock;
+        let deadline = clock.nanos_at(when);
+        if clock.is_manual() {
+            deadline.max(clock.now())
+        } else {
+            deadline
+        }
     }
 
     #[inline]
@@ -86,12 +98,9 @@ impl<T> DelayQueue<T> {
     /// ```
     #[track_caller]
     pub fn reset(&mut self, key: &Key, timeout: Duration) {
+        let timeout = u64::try_from(timeout.as_nanos()).unwrap_or(u64::MAX);
         let now = self.read_clock();
-        self.reset_nanos(
-            key,
-            now.saturating_add(u64::try_from(timeout.as_nanos()).unwrap_or(u64::MAX)),
-            now,
-        );
+        self.reset_nanos(key, now.saturating_add(timeout), now);
     }
 
     /// Moves the deadline of the item under `key` to `when`; a past `when` makes it due at once.
@@ -111,7 +120,7 @@ impl<T> DelayQueue<T> {
     /// ```
     #[track_caller]
     pub fn reset_at(&mut self, key: &Key, when: Instant) {
-        let deadline = self.timer.0.clock.nanos_at(when);
+        let deadline = self.nanos_at(when);
         self.reset_nanos(key, deadline, NO_READING);
     }
 

@@ -120,9 +120,8 @@ impl<T> DelayQueue<T> {
         let deadline = tick.saturating_mul(self.tick_nanos);
         // Exempt from a pending limit: refused, the queue could only poll again at once.
         match self.sleep.as_mut() {
-            // The waiting task's waker moves to the new timeout as a clone, user code that may
-            // panic; the queue's caller (an insert's, a reset's) is not its owner. The move has
-            // woken the task to poll again, and the `Sleep` is armed: count the panic.
+            // A refused re-arm wakes the waiting task to hear so: user code that may
+            // panic, whose owner is not the queue's caller (an insert's, a reset's): count it.
             Some(sleep) => {
                 let rearmed = catch_user_panic(|| sleep.rearm(deadline));
                 self.timer
