@@ -127,8 +127,8 @@
 mod sync;
 // The error enums.
 mod error;
-// The core: slots, shards, the wheel, the worker, the lifecycle.
-mod next;
+// The engine: slots, shards, the wheel, the worker, who runs the turns, the lifecycle.
+mod engine;
 // The task traits, and the catching of user code.
 mod task;
 // The owner, its handle's methods, the builder, the futures, the runtime's drive.
@@ -150,7 +150,7 @@ pub mod loom_hooks {
         shared.clock.loom_advance(to);
         let planned = shared.planned();
         let ends = planned.saturating_add(1).saturating_mul(shared.tick_nanos);
-        if planned != crate::next::AWAKE && planned != crate::next::NEVER && ends <= to {
+        if planned != crate::engine::AWAKE && planned != crate::engine::NEVER && ends <= to {
             shared.unpark_worker();
         }
     }
@@ -162,8 +162,8 @@ pub use adapters::delay_queue::{self, DelayQueue};
 pub use adapters::hyper::{HyperSleep, HyperTimer};
 #[cfg(feature = "tower")]
 pub use adapters::tower::{TimeoutLayer, TimeoutResponseFuture, TimeoutService};
+pub use engine::{BoxedTask, Stored, Timeout, TimerStats, INSTANCE_COUNT_LIMIT};
 pub use error::{BuildError, DeadlineError, TimerError};
-pub use next::{BoxedTask, Stored, Timeout, TimerStats, INSTANCE_COUNT_LIMIT};
 pub use task::{TimerTask, TypedTask};
 pub use timer::{
     Builder, Deadline, Drive, HashedWheelTimer, Interval, ManualDriver, MissedRuns,

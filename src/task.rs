@@ -2,7 +2,7 @@
 //! [`TypedTask`] (a typed timer's tasks, stored whole); both reach the core as its `Stored`.
 //! Also the crate's one rule for user code: every call into it is caught.
 
-use crate::next::{BoxedTask, Stored};
+use crate::engine::{BoxedTask, Stored};
 use crate::Timeout;
 
 /// A task run once when its [`Timeout`] expires (Netty's `TimerTask`).

@@ -1,9 +1,9 @@
 //! The builder: the options, their defaults and their checks; it creates the core's shared state.
 
 use super::{HashedWheelTimer, ManualDriver, MAX_TICKS_PER_WHEEL};
+use crate::engine::clock::Clock;
+use crate::engine::{count_instance, Config, Executor, Shared, Stored, TimerHandle};
 use crate::error::BuildError;
-use crate::next::clock::Clock;
-use crate::next::{count_instance, Config, Executor, Shared, Stored, TimerHandle};
 use crate::sync::Arc;
 use crate::TypedTask;
 use std::fmt;
@@ -276,7 +276,7 @@ impl Builder {
         let wheel_len = self.ticks_per_wheel.next_power_of_two(); // Netty's normalizeTicksPerWheel
         let mut tick = self.tick;
         if tick < Duration::from_millis(1) {
-            crate::next::log_caught(
+            crate::engine::log_caught(
                 log::Level::Warn,
                 format_args!("configured tick duration {tick:?} is smaller than 1 ms, using 1 ms"),
             );

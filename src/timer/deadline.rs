@@ -3,7 +3,7 @@
 //! first pending poll only: a future ready at once never reaches the wheel.
 
 use super::sleep::Sleep;
-use crate::next::TimerHandle;
+use crate::engine::TimerHandle;
 use crate::{DeadlineError, TimerError};
 use std::fmt;
 use std::future::{Future, IntoFuture};

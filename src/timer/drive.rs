@@ -10,8 +10,8 @@
 //! unparks it to watch the new one. A dropped `Drive`, or one whose runtime panicked, detaches:
 //! the `Drive` attached before it, if any, is woken, else the thread runs the turns.
 
-use crate::next::{catch_user_panic, drop_caught};
-use crate::next::{TimerHandle, AWAKE, NEVER};
+use crate::engine::{catch_user_panic, drop_caught};
+use crate::engine::{TimerHandle, AWAKE, NEVER};
 use crate::sync::{lock, Arc, Mutex};
 use std::fmt;
 use std::future::Future;

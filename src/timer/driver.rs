@@ -1,7 +1,7 @@
 //! The manual driver: [`ManualDriver`] runs a timer's turns on the caller's thread, on a clock
 //! moved by hand.
 
-use crate::next::{BoxedTask, Shared, Stored};
+use crate::engine::{BoxedTask, Shared, Stored};
 use crate::sync::Arc;
 use std::fmt;
 use std::time::Duration;

@@ -4,7 +4,7 @@
 
 use super::periodic::next_due;
 use super::sleep::Sleep;
-use crate::next::TimerHandle;
+use crate::engine::TimerHandle;
 use crate::{MissedRuns, TimerError};
 use std::fmt;
 use std::future::{poll_fn, Future};

@@ -2,7 +2,7 @@
 //! `DelayQueue`) and the futures they hand out. The owner's drop stops the timer only once none
 //! remains; the last one stops it.
 
-use crate::next::TimerHandle;
+use crate::engine::TimerHandle;
 use crate::TimerError;
 
 /// A [`TimerHandle`] counted among the timer's users (as the owner is).

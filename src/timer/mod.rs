@@ -11,7 +11,7 @@ mod keep_alive;
 mod periodic;
 mod sleep;
 
-pub use crate::next::TimerHandle;
+pub use crate::engine::TimerHandle;
 pub use builder::Builder;
 pub use deadline::Deadline;
 pub use drive::Drive;
@@ -21,7 +21,7 @@ pub(crate) use keep_alive::KeepAlive;
 pub use periodic::{MissedRuns, PeriodicTimeout};
 pub use sleep::Sleep;
 
-use crate::next::{BoxedTask, Stored};
+use crate::engine::{BoxedTask, Stored};
 use crate::{task, Timeout, TimerError, TimerStats, TimerTask, TypedTask};
 use std::time::Duration;
 

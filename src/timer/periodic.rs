@@ -3,7 +3,7 @@
 //! next scheduled once the run returns: runs never overlap, and a task has one timeout pending.
 //! Uses the timer's start, the shared state's `schedule_at` and clock, and `sync`.
 
-use crate::next::{At, BoxedTask, TimerHandle};
+use crate::engine::{At, BoxedTask, TimerHandle};
 use crate::sync::{lock, Arc, AtomicBool, AtomicU64, Mutex, Ordering};
 use crate::{Timeout, TimerError, TimerTask};
 use std::fmt;
@@ -335,7 +335,7 @@ where
             // The panic ends the schedule, visibly. The task is dropped here, not by the unwind:
             // a `Drop` that panics while a panic unwinds would abort the process.
             periodic.inner.end();
-            let dropped = crate::next::catch_user_panic(move || drop(task));
+            let dropped = crate::engine::catch_user_panic(move || drop(task));
             shared.counters.caught(dropped, "a periodic task's drop");
             std::panic::resume_unwind(panic);
         }
@@ -350,7 +350,7 @@ where
             Ok(timeout) => Some(timeout),
             Err(TimerError::Stopped) => None,
             Err(e) => {
-                crate::next::log_caught(
+                crate::engine::log_caught(
                     log::Level::Warn,
                     format_args!("a periodic task's next run was refused ({e}): its schedule ends"),
                 );

@@ -3,7 +3,7 @@
 //! run or its drop (when `stop()` ends it) takes the waker out and wakes it. The timeout's state
 //! says how it ended. `Deadline`, `Interval` and the adapters build on it.
 
-use crate::next::{At, BoxedTask, TimerHandle};
+use crate::engine::{At, BoxedTask, TimerHandle};
 use crate::sync::{lock, Arc, Mutex};
 use crate::{Timeout, TimerError};
 use std::fmt;

@@ -1,6 +1,6 @@
 //! tokio-util's `DelayQueue` on this crate's wheel. Owns [`DelayQueue`], [`Key`], [`Expired`]:
 //! each item under a slot id of the queue's own (`slots.rs`), waiting in a private
-//! `next::wheel::Wheel` that keeps its value and deadline under that id, or expired in `ready`;
+//! `engine::wheel::Wheel` that keeps its value and deadline under that id, or expired in `ready`;
 //! driven on the owner's task (`insert.rs`, `poll.rs`), and one [`Sleep`] on the timer that
 //! wakes the polling task. Touches the wheel, the timer's clock and tick, `Sleep`.
 //!
@@ -23,7 +23,7 @@ mod poll;
 mod slots;
 
 use super::keep_alive;
-use crate::next::wheel::Wheel;
+use crate::engine::wheel::Wheel;
 use crate::sync::{process, Ordering};
 use crate::timer::KeepAlive;
 use crate::{Sleep, TimerHandle};

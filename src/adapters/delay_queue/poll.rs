@@ -2,7 +2,7 @@
 //! deadline order, and the waking `Sleep`. Touches the slots, the wheel, the clock and `Sleep`.
 
 use super::{DelayQueue, Expired, Item, Key, Slot, NEVER, UNARMED};
-use crate::next::catch_user_panic;
+use crate::engine::catch_user_panic;
 use crate::{Sleep, TimerError};
 use std::future::Future;
 use std::pin::Pin;

@@ -2,7 +2,7 @@
 //! lookup, removal, emptying, memory. Touches the wheel and the clock.
 
 use super::{check_capacity, DelayQueue, Expired, Item, Key, MAX_ITEMS, UNARMED};
-use crate::next::{catch_user_panic, drop_caught};
+use crate::engine::{catch_user_panic, drop_caught};
 use std::panic::AssertUnwindSafe;
 use std::time::Instant;
 

@@ -1,11 +1,15 @@
-//! The new core, beside the old one until the public types move onto it: one name per timeout
-//! (its slot), no `unsafe`, and the few mechanisms that make a Rust port beat Netty's.
+//! The timer's engine: one name per timeout (its slot), and the few mechanisms that make a Rust
+//! port beat Netty's. No `unsafe`.
 //!
 //! - `slots`: blocks of 64 timeout states; the `Timeout` handle is a block and an index.
+//! - `shard`: the producers' shards of the `timeouts` and cancellation queues.
+//! - this module: what producers and the worker share (`Shared`): the shards, the timer's
+//!   state, the pending count and the worker's plan; `schedule_at`, `push_cancel`.
 //! - `wheel`: the pure wheel over slot ids (buckets, far levels, occupancy bits).
-//! - this module: what producers and the worker share (`Shared`): the shards of the `timeouts`
-//!   and cancellation queues, the timer's state, the pending count and the worker's plan.
-//! - `worker`: one turn of the worker as a pure step over a given `now`, and its thread.
+//! - `worker`: one turn of the worker as a pure step over a given `now`.
+//! - `turns`: who runs the turns: the worker thread's loop, or a runtime's `Drive`.
+//! - `lifecycle`: the lazy start, `stop()`, the owner's drop; `clock`, `stats`, `task` (what a
+//!   timer stores per timeout, and the catching of user code).
 //!
 //! # The mechanisms, and why each is here
 //! - **No allocation per timeout**: states come in blocks of 64; the worker's per-timeout data
