@@ -289,3 +289,40 @@ pub(crate) fn dropped_with_panic() {
         format_args!("a timer task's drop panicked; the timer goes on"),
     );
 }
+
+/// Runs expired tasks somewhere other than the worker thread.
+pub(crate) struct Executor(Option<Box<dyn Fn(Job) + Send + Sync>>);
+
+impl Executor {
+    pub(crate) fn new(f: impl Fn(Job) + Send + Sync + 'static) -> Executor {
+        Executor(Some(Box::new(f)))
+    }
+
+    /// Hands `job` to the user's executor.
+    pub(crate) fn call(&self, job: Job) {
+        if let Some(f) = &self.0 {
+            f(job)
+        }
+    }
+}
+
+/// The executor's own `Drop` is user code too: caught, and logged only.
+impl Drop for Executor {
+    fn drop(&mut self) {
+        let f = self.0.take();
+        if !catch_user_panic(move || drop(f)) {
+            log_caught(
+                log::Level::Warn,
+                format_args!("the timer's executor panicked in its drop; the timer goes on"),
+            );
+        }
+    }
+}
+
+/// What the executor runs: a task with its timeout.
+pub(crate) type Job = Box<dyn FnOnce() + Send>;
+
+// A panic of the executor is caught where it is called, and leaves nothing of the timer's
+// half-changed (`task::catch_user_panic`): the timer stays unwind-safe with one set.
+impl std::panic::RefUnwindSafe for Executor {}
+impl std::panic::UnwindSafe for Executor {}

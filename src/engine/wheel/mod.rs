@@ -1,10 +1,8 @@
 //! The pure wheel: buckets of timeouts by fire tick, far levels for the timeouts rounds away,
-//! and occupancy bits so that an empty tick costs nothing. No threads, no clock, no atomics.
+//! and occupancy bits so that an empty tick costs nothing. No threads, no clock, no atomics. A
+//! timeout is named by its slot id; the wheel keeps its links, fire tick and value in paged
+//! arrays indexed by that id.
 //!
-//! A timeout is named by its slot id (as in the handle and the queues); the wheel keeps its
-//! links, fire tick and value in paged arrays indexed by that id.
-//!
-//! # Ground rules
 //! - `tick` is the tick the wheel is in: the next one to expire. Every timeout in the wheel has
 //!   `fire >= tick`, so the walk of bucket `tick & mask` gives up exactly the ones due.
 //! - A bucket holds the timeouts whose fire round (`fire / len`) is the current round or the
@@ -22,12 +20,12 @@ pub(crate) type SlotId = u32;
 /// No slot, or no list.
 pub(crate) const NIL: u32 = u32::MAX;
 
+mod lookup;
+
 const LEVEL_BITS: u32 = 6;
 const LEVEL_SLOTS: usize = 1 << LEVEL_BITS;
-/// Enough levels for any round number of a `u64` tick.
 const LEVELS: usize = 11;
-/// Slots a page of the node arrays holds: memory grows by pages, never by doubling, each page
-/// under glibc's 128 KiB mmap threshold for tasks of up to 24 bytes.
+/// Slots a page of the node arrays holds (a page under glibc's 128 KiB mmap threshold).
 const PAGE_BITS: u32 = 11;
 const PAGE: usize = 1 << PAGE_BITS;
 
@@ -38,6 +36,14 @@ struct Node<T> {
     list: u32,
     fire: u64,
     value: Option<T>,
+}
+
+fn set_bit(word: &mut u64, bit: u64, on: bool) {
+    if on {
+        *word |= bit;
+    } else {
+        *word &= !bit;
+    }
 }
 
 impl<T> Node<T> {
@@ -52,7 +58,6 @@ impl<T> Node<T> {
     }
 }
 
-/// The wheel: see the module docs.
 pub(crate) struct Wheel<T> {
     /// The nodes, by id; a page is empty (unallocated) while it holds none (`trim`).
     pages: Vec<Vec<Node<T>>>,
@@ -185,23 +190,19 @@ impl<T> Wheel<T> {
         if list >= self.buckets() {
             let far = list - self.buckets();
             let bit = 1u64 << (far % LEVEL_SLOTS);
-            let word = &mut self.far_occupied[far / LEVEL_SLOTS];
-            *word = if self.heads[list] == NIL {
-                *word & !bit
-            } else {
-                *word | bit
-            };
+            let on = self.heads[list] != NIL;
+            set_bit(&mut self.far_occupied[far / LEVEL_SLOTS], bit, on);
             return;
         }
         let parity = ((fire >> self.len_bits) & 1) as usize;
         let count = &mut self.counts[list][parity];
         *count = if on { *count + 1 } else { *count - 1 };
-        let (word, bit) = (&mut self.occupied[parity][list / 64], 1u64 << (list % 64));
-        *word = if *count == 0 {
-            *word & !bit
-        } else {
-            *word | bit
-        };
+        let on = *count > 0;
+        set_bit(
+            &mut self.occupied[parity][list / 64],
+            1u64 << (list % 64),
+            on,
+        );
     }
 
     /// Unlinks `id` from its list; its value stays.
@@ -278,70 +279,6 @@ impl<T> Wheel<T> {
             }
             id = next;
         }
-    }
-
-    /// The value under `id`, if it is in the wheel.
-    pub(crate) fn get(&self, id: SlotId) -> Option<&T> {
-        self.node_ref(id).filter(|n| n.list != NIL)?.value.as_ref()
-    }
-
-    /// The least fire tick of the nodes in the wheel, and that tick's nodes (ids and values) in
-    /// the order `expire` gives them up; `None` when the wheel is empty. Walks the buckets' lists
-    /// up to the first tick that has a node, or, with none, the far slot placed again first.
-    pub(crate) fn first_tick(&self) -> Option<(u64, impl Iterator<Item = (SlotId, &T)> + '_)> {
-        let (fire, list) = self.first_bucket().or_else(|| {
-            // Every far node fires after every bucket's; the lowest level's lowest slot holds
-            // the lowest rounds (see the module docs).
-            let level = self.far_occupied.iter().position(|&bits| bits != 0)?;
-            let slot = self.far_occupied[level].trailing_zeros() as usize;
-            let list = self.buckets() + level * LEVEL_SLOTS + slot;
-            Some((self.least_fire(list, 0)?, list))
-        })?;
-        let nodes = self.list_nodes(list).filter(move |(_, n)| n.fire == fire);
-        Some((
-            fire,
-            nodes.filter_map(|(id, n)| Some((id, n.value.as_ref()?))),
-        ))
-    }
-
-    /// The least fire tick of the buckets' nodes, and its bucket.
-    fn first_bucket(&self) -> Option<(u64, usize)> {
-        let mut first: Option<(u64, usize)> = None;
-        for ahead in 0..self.buckets() as u64 {
-            let visit = self.tick.saturating_add(ahead);
-            if first.is_some_and(|(fire, _)| fire <= visit) {
-                break;
-            }
-            let list = (visit & self.mask()) as usize;
-            let Some(fire) = self.least_fire(list, visit) else {
-                continue;
-            };
-            if first.is_none_or(|(least, _)| fire < least) {
-                first = Some((fire, list));
-            }
-        }
-        first
-    }
-
-    /// The least fire tick in list `list` (`floor` at the first node that has it).
-    fn least_fire(&self, list: usize, floor: u64) -> Option<u64> {
-        let mut least = None;
-        for (_, node) in self.list_nodes(list) {
-            if node.fire <= floor {
-                return Some(node.fire);
-            }
-            least = Some(least.map_or(node.fire, |l: u64| l.min(node.fire)));
-        }
-        least
-    }
-
-    fn list_nodes(&self, list: usize) -> impl Iterator<Item = (SlotId, &Node<T>)> + '_ {
-        let mut id = self.heads[list];
-        std::iter::from_fn(move || {
-            let node = self.node_ref(id)?;
-            let this = std::mem::replace(&mut id, node.next);
-            Some((this, node))
-        })
     }
 
     /// Moves to tick `to`, placing again the far slots whose round begins on the way. Only
@@ -431,26 +368,6 @@ impl<T> Wheel<T> {
         }
         first
     }
-
-    /// Takes every node out, in no particular order.
-    pub(crate) fn drain(&mut self, mut f: impl FnMut(SlotId, T)) {
-        for list in 0..self.heads.len() {
-            let mut id = self.heads[list];
-            while id != NIL {
-                let next = self.node(id).next;
-                if let Some(value) = self.remove(id) {
-                    f(id, value);
-                }
-                id = next;
-            }
-        }
-    }
-
-    /// Bytes the node arrays hold.
-    #[cfg(test)]
-    pub(crate) fn bytes(&self) -> usize {
-        self.pages.iter().map(Vec::len).sum::<usize>() * std::mem::size_of::<Node<T>>()
-    }
 }
 
 /// The first set bit of `bits` in `from..to`.
@@ -472,6 +389,11 @@ fn first_set(bits: &[u64], from: usize, to: usize) -> Option<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Bytes the node arrays hold.
+    fn bytes<T>(wheel: &Wheel<T>) -> usize {
+        wheel.pages.iter().map(Vec::len).sum::<usize>() * std::mem::size_of::<Node<T>>()
+    }
 
     /// Runs the wheel from its tick to `until`, as the worker does, recording (tick, value).
     fn run(wheel: &mut Wheel<u64>, until: u64, fired: &mut Vec<(u64, u64)>) {
@@ -713,9 +635,9 @@ mod tests {
                 wheel.remove(id);
             }
         }
-        let before = wheel.bytes();
+        let before = bytes(&wheel);
         let after = wheel.trim();
-        assert_eq!(after, wheel.bytes());
+        assert_eq!(after, bytes(&wheel));
         assert!(after * 5 < before, "{after} of {before} bytes");
         assert!(wheel.contains(7) && !wheel.contains(19_999));
         wheel.insert(19_999, 3, 9);
@@ -730,7 +652,7 @@ mod tests {
         for id in 0..10_000u32 {
             wheel.insert(id, u64::from(id), 0u64);
         }
-        let per = wheel.bytes() / 10_000;
+        let per = bytes(&wheel) / 10_000;
         assert!(
             per <= 2 * std::mem::size_of::<Node<u64>>(),
             "{per} bytes a node"

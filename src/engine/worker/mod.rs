@@ -1,24 +1,14 @@
-//! The worker: a turn as a pure step over a given `now` (no sleeping, no clock read), and the
-//! thread loop around it.
+//! The worker: a turn as a pure step over a given `now` (no sleeping, no clock read).
 //!
-//! # A turn, in Netty's order
-//! For every tick that ended by `now`, from the wheel's: process the cancellations, move up to
-//! `TRANSFER_CAP` new timeouts into the wheel, expire the tick's bucket. Ticks with no work are
-//! passed over (`Wheel::next_work`), with the same outcome as ticking each.
+//! For every tick that ended by `now`, in Netty's order: take the queues (cancellations, new
+//! timeouts), move up to `TRANSFER_CAP` new timeouts into the wheel, expire the tick's bucket.
+//! Ticks with no work are passed over (`Wheel::next_work`), with the outcome of ticking each.
+//! After a turn the worker publishes the tick at whose end it looks again (`settle`): the next
+//! with work, or the current one while producers push, so that it wakes once a tick however
+//! many pushes (`turns.rs` sleeps to it; a producer due earlier unparks it).
 //!
-//! # Sleeping
-//! After a turn the worker publishes the tick at whose end it looks at the queues again
-//! (`Shared::set_plan`): the next tick with work, or the current one if the turn found anything
-//! in the queues, so that while producers push it wakes once a tick, however many pushes. Then
-//! it looks at the queues under their locks: if a producer pushed while it saw the worker
-//! awake, the plan becomes the current tick. A producer reads the plan after its push: either
-//! the worker saw the push or the producer sees the plan, and unparks the worker if its
-//! timeout is due before it (`Shared::wake_if_later_than`).
-//!
-//! # Ground rules
-//! Only the worker touches the wheel, `blocks` and `ended_in`. It ends every slot once: an
-//! expiry it won, a cancellation it finds (in the queue, in the wheel, or at the transfer), or
-//! `stop()`; each end counts in `Shared::set_ended` before the task runs.
+//! Only the worker touches the wheel, `blocks` and `ended_in`. It ends every slot once, and
+//! counts it ended (`Shared::set_ended`) before the task runs.
 
 use super::catch_user_panic;
 use super::slots::{Block, Timeout, BLOCK};
@@ -28,6 +18,8 @@ use super::wheel::{SlotId, Wheel};
 use super::{segment_len, Entry, Shared, Stored, NEVER, SHARD_COUNT, TRANSFER_CAP};
 use crate::sync::Arc;
 use std::collections::VecDeque;
+
+mod end;
 
 /// The worker gives back what drained at most this often while busy, and before a sleep of
 /// this long or longer.
@@ -277,50 +269,6 @@ impl<J: Stored> Worker<J> {
         self.ended_in.shrink_to_fit();
     }
 
-    /// A block all of whose slots ended: back to its shard if no handle holds it, else it goes
-    /// with the last handle.
-    fn retire(&mut self, mut block: Arc<Block<J>>) {
-        if Block::renew(&mut block) {
-            self.spares[block.shard()].push(block);
-        }
-    }
-
-    /// Keeps a block that arrived with its first slot.
-    fn register(&mut self, bid: usize, block: Option<Arc<Block<J>>>) {
-        let Some(block) = block else { return };
-        if self.blocks.len() <= bid {
-            self.blocks.resize_with(bid + 1, || None);
-            self.ended_in.resize(bid + 1, 0);
-        }
-        self.blocks[bid] = Some(block);
-        self.ended_in[bid] = 0;
-    }
-
-    /// Counts a slot of block `bid` ended; whether that was the block's last.
-    fn count_end(&mut self, shared: &Shared<J>, bid: usize) -> bool {
-        self.ended += 1;
-        shared.set_ended(self.ended, 1);
-        self.ended_in[bid] += 1;
-        usize::from(self.ended_in[bid]) == BLOCK
-    }
-
-    /// Ends a slot that is not in the wheel (or no longer), dropping its task; the block goes
-    /// with its last slot.
-    fn end(&mut self, shared: &Shared<J>, id: SlotId, task: J) {
-        let (bid, _) = split(id);
-        let shard = self.blocks[bid].as_ref().map_or(0, |b| b.shard());
-        if self.count_end(shared, bid) {
-            if let Some(block) = self.blocks[bid].take() {
-                self.retire(block);
-            }
-        }
-        let spares = &mut self.task_spares[shard];
-        if !catch_user_panic(|| task.drop_keeping(spares)) {
-            self.tally.panicked += 1;
-            dropped_with_panic();
-        }
-    }
-
     /// Expires the current tick's bucket: each due timeout, as the walk unlinks it, is ended,
     /// then its task runs (unless a `cancel()` won it first: then its task is dropped). The
     /// task's `Timeout` borrows the worker's reference to the block.
@@ -362,37 +310,6 @@ impl<J: Stored> Worker<J> {
                 spares[block.shard()].push(block);
             }
         });
-    }
-
-    /// `stop()`: ends everything; the timeouts it cancels go to `returned`, their tasks are
-    /// dropped.
-    pub(crate) fn stop(&mut self, shared: &Shared<J>, returned: &mut Vec<Timeout<J>>) {
-        self.collect(shared);
-        let mut rest: Vec<(SlotId, J)> = Vec::new();
-        let inbox = std::mem::take(&mut self.inbox);
-        for entry in inbox.into_iter().flat_map(|(_, segment)| segment) {
-            self.register(split(entry.id).0, entry.block);
-            rest.push((entry.id, entry.task));
-        }
-        self.wheel
-            .drain(|id, waiting| rest.push((id, waiting.task)));
-        for (id, task) in rest {
-            let (bid, index) = split(id);
-            match &self.blocks[bid] {
-                Some(block) if task.is_internal() => {
-                    // A future's timeout: ended, not returned; the future sees it cancelled.
-                    let _ = block.cancel(index);
-                    self.tally.cancelled += 1;
-                }
-                Some(block) if block.cancel(index).is_some() => {
-                    returned.push(Timeout::new(Arc::clone(block), index));
-                }
-                // A cancel() won it, and the worker had not ended it yet.
-                _ => self.tally.cancelled += 1,
-            }
-            self.end(shared, id, task);
-        }
-        self.publish(shared);
     }
 }
 

@@ -1,0 +1,85 @@
+//! The wheel's walks beyond a tick's expiry: the lookups of the `DelayQueue` (which keeps its
+//! items in a wheel of its own: an item's value by id, the first tick to fire with its items in
+//! expiry order), and the drain at `stop()`.
+
+use super::{Node, SlotId, Wheel, LEVEL_SLOTS, NIL};
+
+impl<T> Wheel<T> {
+    /// The value under `id`, if it is in the wheel.
+    pub(crate) fn get(&self, id: SlotId) -> Option<&T> {
+        self.node_ref(id).filter(|n| n.list != NIL)?.value.as_ref()
+    }
+
+    /// The least fire tick of the nodes in the wheel, and that tick's nodes (ids and values) in
+    /// the order `expire` gives them up; `None` when the wheel is empty. Walks the buckets' lists
+    /// up to the first tick that has a node, or, with none, the far slot placed again first.
+    pub(crate) fn first_tick(&self) -> Option<(u64, impl Iterator<Item = (SlotId, &T)> + '_)> {
+        let (fire, list) = self.first_bucket().or_else(|| {
+            // Every far node fires after every bucket's; the lowest level's lowest slot holds
+            // the lowest rounds (see the module docs).
+            let level = self.far_occupied.iter().position(|&bits| bits != 0)?;
+            let slot = self.far_occupied[level].trailing_zeros() as usize;
+            let list = self.buckets() + level * LEVEL_SLOTS + slot;
+            Some((self.least_fire(list, 0)?, list))
+        })?;
+        let nodes = self.list_nodes(list).filter(move |(_, n)| n.fire == fire);
+        Some((
+            fire,
+            nodes.filter_map(|(id, n)| Some((id, n.value.as_ref()?))),
+        ))
+    }
+
+    /// The least fire tick of the buckets' nodes, and its bucket.
+    fn first_bucket(&self) -> Option<(u64, usize)> {
+        let mut first: Option<(u64, usize)> = None;
+        for ahead in 0..self.buckets() as u64 {
+            let visit = self.tick.saturating_add(ahead);
+            if first.is_some_and(|(fire, _)| fire <= visit) {
+                break;
+            }
+            let list = (visit & self.mask()) as usize;
+            let Some(fire) = self.least_fire(list, visit) else {
+                continue;
+            };
+            if first.is_none_or(|(least, _)| fire < least) {
+                first = Some((fire, list));
+            }
+        }
+        first
+    }
+
+    /// The least fire tick in list `list` (`floor` at the first node that has it).
+    fn least_fire(&self, list: usize, floor: u64) -> Option<u64> {
+        let mut least = None;
+        for (_, node) in self.list_nodes(list) {
+            if node.fire <= floor {
+                return Some(node.fire);
+            }
+            least = Some(least.map_or(node.fire, |l: u64| l.min(node.fire)));
+        }
+        least
+    }
+
+    fn list_nodes(&self, list: usize) -> impl Iterator<Item = (SlotId, &Node<T>)> + '_ {
+        let mut id = self.heads[list];
+        std::iter::from_fn(move || {
+            let node = self.node_ref(id)?;
+            let this = std::mem::replace(&mut id, node.next);
+            Some((this, node))
+        })
+    }
+
+    /// Takes every node out, in no particular order.
+    pub(crate) fn drain(&mut self, mut f: impl FnMut(SlotId, T)) {
+        for list in 0..self.heads.len() {
+            let mut id = self.heads[list];
+            while id != NIL {
+                let next = self.node(id).next;
+                if let Some(value) = self.remove(id) {
+                    f(id, value);
+                }
+                id = next;
+            }
+        }
+    }
+}

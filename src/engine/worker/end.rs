@@ -1,0 +1,86 @@
+//! How the worker ends a slot that did not expire (a cancel it finds, or `stop()`), and what
+//! becomes of a block once all its slots have ended.
+
+use super::{split, Worker};
+use crate::engine::slots::{Block, Timeout, BLOCK};
+use crate::engine::task::dropped_with_panic;
+use crate::engine::wheel::SlotId;
+use crate::engine::{catch_user_panic, Shared, Stored};
+use crate::sync::Arc;
+
+impl<J: Stored> Worker<J> {
+    /// A block all of whose slots ended: back to its shard if no handle holds it, else it goes
+    /// with the last handle.
+    pub(super) fn retire(&mut self, mut block: Arc<Block<J>>) {
+        if Block::renew(&mut block) {
+            self.spares[block.shard()].push(block);
+        }
+    }
+
+    /// Keeps a block that arrived with its first slot.
+    pub(super) fn register(&mut self, bid: usize, block: Option<Arc<Block<J>>>) {
+        let Some(block) = block else { return };
+        if self.blocks.len() <= bid {
+            self.blocks.resize_with(bid + 1, || None);
+            self.ended_in.resize(bid + 1, 0);
+        }
+        self.blocks[bid] = Some(block);
+        self.ended_in[bid] = 0;
+    }
+
+    /// Counts a slot of block `bid` ended; whether that was the block's last.
+    pub(super) fn count_end(&mut self, shared: &Shared<J>, bid: usize) -> bool {
+        self.ended += 1;
+        shared.set_ended(self.ended, 1);
+        self.ended_in[bid] += 1;
+        usize::from(self.ended_in[bid]) == BLOCK
+    }
+
+    /// Ends a slot that is not in the wheel (or no longer), dropping its task; the block goes
+    /// with its last slot.
+    pub(super) fn end(&mut self, shared: &Shared<J>, id: SlotId, task: J) {
+        let (bid, _) = split(id);
+        let shard = self.blocks[bid].as_ref().map_or(0, |b| b.shard());
+        if self.count_end(shared, bid) {
+            if let Some(block) = self.blocks[bid].take() {
+                self.retire(block);
+            }
+        }
+        let spares = &mut self.task_spares[shard];
+        if !catch_user_panic(|| task.drop_keeping(spares)) {
+            self.tally.panicked += 1;
+            dropped_with_panic();
+        }
+    }
+
+    /// `stop()`: ends everything; the timeouts it cancels go to `returned`, their tasks are
+    /// dropped.
+    pub(crate) fn stop(&mut self, shared: &Shared<J>, returned: &mut Vec<Timeout<J>>) {
+        self.collect(shared);
+        let mut rest: Vec<(SlotId, J)> = Vec::new();
+        let inbox = std::mem::take(&mut self.inbox);
+        for entry in inbox.into_iter().flat_map(|(_, segment)| segment) {
+            self.register(split(entry.id).0, entry.block);
+            rest.push((entry.id, entry.task));
+        }
+        self.wheel
+            .drain(|id, waiting| rest.push((id, waiting.task)));
+        for (id, task) in rest {
+            let (bid, index) = split(id);
+            match &self.blocks[bid] {
+                Some(block) if task.is_internal() => {
+                    // A future's timeout: ended, not returned; the future sees it cancelled.
+                    let _ = block.cancel(index);
+                    self.tally.cancelled += 1;
+                }
+                Some(block) if block.cancel(index).is_some() => {
+                    returned.push(Timeout::new(Arc::clone(block), index));
+                }
+                // A cancel() won it, and the worker had not ended it yet.
+                _ => self.tally.cancelled += 1,
+            }
+            self.end(shared, id, task);
+        }
+        self.publish(shared);
+    }
+}
