@@ -19,9 +19,9 @@
 //! `calculated = deadline / tick_duration`, in bucket `calculated & mask`, and waits out
 //! `remaining_rounds` turns of the wheel; a past deadline goes into the current bucket. At the
 //! end of each tick the one worker thread, in Netty's order, unlinks the cancelled timeouts,
-//! moves up to 100 000 new ones into their buckets (the rest on the following ticks, as Netty
-//! does), runs the current bucket's due timeouts, and moves on. So a timeout never fires before
-//! its deadline, and at most about a tick after.
+//! moves up to 100 000 new ones into their buckets (the rest on the following ticks), runs the
+//! current bucket's due timeouts, and moves on. So a timeout never fires before its deadline,
+//! and at most about a tick after.
 //!
 //! # Threading model
 //! - `new_timeout` and `cancel` may be called from any thread and never touch the wheel: they
@@ -30,11 +30,11 @@
 //! - Timeout states come in blocks of 64, reused: no allocation per timeout once warm (a
 //!   closure that captures data is one box, reused for the next closure of its type).
 //! - `new_timeout` reads the clock through `quanta` (the TSC where it has one), anchored on
-//!   `std::time::Instant` every 10 ms and rounded up: never early. Building a timer starts no
-//!   thread.
+//!   `std::time::Instant` every 10 ms and rounded up: never early.
 //! - Tasks run on the worker thread one at a time (or on the configured executor): keep them short.
-//! - The worker starts on the first `new_timeout` (or `start`), sleeps until the next tick with
-//!   work, and parks when nothing is pending. The protocols are model-checked with loom.
+//! - Building a timer starts no thread. The worker starts on the first `new_timeout` (or
+//!   `start`), sleeps until the next tick with work, and parks when nothing is pending. The
+//!   protocols are model-checked with loom.
 //!
 //! # Differences from Netty
 //! - **Never wakes for nothing**: the worker sleeps until a tick with work; Netty wakes every tick.
@@ -42,15 +42,13 @@
 //!   [`TimerError::Stopped`] or returned by `stop()`.
 //! - **`pending_timeouts()` is exact**: refused calls do not count, nothing counts twice (Netty
 //!   #14959), and it is 0 after `stop()`. A timeout cancelled while more than 100 000 wait to
-//!   be transferred stops counting when the transfer reaches it (a tick later per 100 000
-//!   ahead of it); Netty's next tick counts it down.
+//!   be transferred stops counting when the transfer reaches it.
 //! - **`Duration::MAX` never fires** (Netty #7760): deadlines saturate.
-//! - **`ticks_per_wheel` above 2^30 is an error** (Netty 4.1.107+ lost that check and fails
-//!   with `NegativeArraySizeException`); a large wheel costs no memory up front.
+//! - **`ticks_per_wheel` above 2^30 is an error** (Netty 4.1.107+ fails with
+//!   `NegativeArraySizeException`); a large wheel costs no memory up front.
 //! - `stop()` on the worker thread is an error; dropping the owner in a task does not deadlock.
 //! - **User code may panic anywhere** (a task, its `Drop`, a waker, the executor): the timer
 //!   counts it in [`TimerStats::panicked`], logs it and goes on; nothing is lost or run twice.
-//!   A logger that panics on the timer's reports goes unheard.
 //! - At most about 2^32 timeouts named at once per timer; beyond, [`TimerError::TooManyPending`].
 //! - **Memory after a burst** comes back: the worker's pages of nodes are freed as they empty
 //!   (at most once a second), and the producers' spare buffers once the timer idles.
@@ -59,9 +57,8 @@
 //! - **A timeout rounds away costs nothing while it waits**: it waits in a far list (levels of
 //!   64 rounds, as in tokio's wheel) and enters its bucket a round ahead, where Netty walks
 //!   every entry of a bucket at each visit. Firing ticks are Netty's, and so is the order within
-//!   a tick (transfer order) of the timeouts one thread scheduled; across threads, the worker
-//!   takes the producers' queues (shards by thread) in turn, where Netty's one queue keeps the
-//!   order of the calls.
+//!   a tick of the timeouts one thread scheduled; across threads, the worker takes the
+//!   producers' shards in turn, where Netty's one queue keeps the order of the calls.
 //!
 //! # Beyond Netty
 //! - [`TimerHandle::new_timeout_detached`]: a timeout with no [`Timeout`] handle.
@@ -71,19 +68,16 @@
 //!   [`TimerHandle::interval`] an [`Interval`]. Dropping one cancels its timeout.
 //!
 //!   ```
-//!   use hashed_timer_wheel::{DeadlineError, HashedWheelTimer};
+//!   use hashed_timer_wheel::HashedWheelTimer;
 //!   use std::time::Duration;
 //!
 //!   let timer = HashedWheelTimer::new(Duration::from_millis(1), 512);
-//!   let reply = futures::executor::block_on(async {
-//!       let request = async {
-//!           timer.sleep(Duration::from_millis(2)).await.unwrap();
-//!           "pong"
-//!       };
-//!       timer.timeout(Duration::from_secs(1), request).await
-//!   });
+//!   let request = async {
+//!       timer.sleep(Duration::from_millis(2)).await.unwrap();
+//!       "pong"
+//!   };
+//!   let reply = futures::executor::block_on(timer.timeout(Duration::from_secs(1), request));
 //!   assert_eq!(reply, Ok("pong"));
-//!   # let _: Result<&str, DeadlineError> = reply;
 //!   ```
 //! - **Typed timers** ([`Builder::build_typed`]): tasks of one type `T:`[`TypedTask`], stored
 //!   whole, with no box. Periodic tasks, futures and [`drive`](TimerHandle::drive) (a

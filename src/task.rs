@@ -34,25 +34,6 @@ pub trait TimerTask: Send + 'static {
     ///
     /// A panic, of the task or of its `Drop` when dropped unrun, is caught, counted in
     /// [`TimerStats::panicked`](crate::TimerStats::panicked) and logged.
-    ///
-    /// ```
-    /// # use hashed_timer_wheel::{HashedWheelTimer, Timeout, TimerTask};
-    /// # use std::sync::mpsc::{channel, Sender};
-    /// # use std::time::Duration;
-    /// struct Report(Sender<bool>);
-    /// impl TimerTask for Report {
-    ///     fn run(self: Box<Self>, timeout: &Timeout) {
-    ///         let _ = self.0.send(timeout.is_expired());
-    ///     }
-    /// }
-    ///
-    /// let (timer, driver) = HashedWheelTimer::builder().build_manual()?;
-    /// let (tx, rx) = channel();
-    /// timer.new_timeout(Report(tx), Duration::from_secs(1))?;
-    /// driver.advance(Duration::from_secs(2));
-    /// assert!(rx.try_recv()?); // it ran with its timeout expired
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
     fn run(self: Box<Self>, timeout: &Timeout);
 
     /// Runs a closure in place, without a box; other tasks are boxed for [`TimerTask::run`].
@@ -92,7 +73,6 @@ impl TimerTask for Box<dyn TimerTask> {
     }
 }
 
-/// A task as `shared` carries it: a job run with its cell, which becomes the task's `Timeout`.
 /// A task of a typed timer (`HashedWheelTimer<T>`), stored in place: scheduling allocates nothing.
 ///
 /// One type per timer (make it an enum for several kinds of work), built with
@@ -128,25 +108,6 @@ impl TimerTask for Box<dyn TimerTask> {
 pub trait TypedTask: Send + Sized + 'static {
     /// Runs the task: at most once, on the worker thread (or the executor). A panic, or one of its
     /// `Drop`, is caught, counted and logged, as for [`TimerTask`].
-    ///
-    /// ```
-    /// # use hashed_timer_wheel::{HashedWheelTimer, Timeout, TypedTask};
-    /// # use std::sync::mpsc::{channel, Sender};
-    /// # use std::time::Duration;
-    /// struct Report(Sender<Timeout<Report>>);
-    /// impl TypedTask for Report {
-    ///     fn run(self, timeout: &Timeout<Self>) {
-    ///         let _ = self.0.send(timeout.clone());
-    ///     }
-    /// }
-    ///
-    /// let (timer, driver) = HashedWheelTimer::builder().build_manual_typed::<Report>()?;
-    /// let (tx, rx) = channel();
-    /// let timeout = timer.new_timeout(Report(tx), Duration::from_secs(1))?;
-    /// driver.advance(Duration::from_secs(2));
-    /// assert_eq!(rx.try_recv()?, timeout); // it ran with its own timeout
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
     fn run(self, timeout: &Timeout<Self>);
 }
 

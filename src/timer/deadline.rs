@@ -1,7 +1,7 @@
 //! A deadline around any future (tokio's `Timeout`): [`Deadline`], and the timer's `timeout` and
-//! `timeout_at`. A deadline counts from the call, as tokio's, and schedules its [`Sleep`] at its
-//! first pending poll only: a future ready at once never reaches the wheel.
+//! `timeout_at`. The deadline's [`Sleep`] is made at the inner future's first pending poll.
 
+use super::nanos;
 use super::sleep::Sleep;
 use crate::engine::TimerHandle;
 use crate::{DeadlineError, TimerError};
@@ -15,33 +15,15 @@ pin_project_lite::pin_project! {
     /// A future with a deadline: its output, or [`DeadlineError::Elapsed`] if the deadline passes
     /// first (tokio's `Timeout`, named apart from the [`Timeout`](crate::Timeout) handle).
     ///
-    /// Made by [`TimerHandle::timeout`] and [`TimerHandle::timeout_at`]. As with tokio's
-    /// `timeout`, the deadline is fixed when the `Deadline` is made (`timeout(limit, future)`
-    /// counts `limit` from the call) and never moves: a future first polled late has that much
-    /// less time, and one first polled after its deadline completes with `Elapsed` at once
-    /// unless it is ready. The error never comes before the deadline, at most about a tick after.
+    /// Made by [`TimerHandle::timeout`] and [`TimerHandle::timeout_at`]. As with tokio, the
+    /// deadline is fixed when the `Deadline` is made and never moves: a future first polled
+    /// after its deadline completes with `Elapsed` at once unless it is ready. The error never
+    /// comes before the deadline, at most about a tick after.
     ///
     /// Each poll polls the inner future first. **Nothing is scheduled until the inner future is
-    /// pending**: a future ready at its first poll never reaches the timer (making the
-    /// `Deadline` costs one clock read). Then the deadline is a [`Sleep`]: dropping the
-    /// `Deadline` cancels it; a timer stopped, dropped or at its pending limit completes it with
-    /// [`DeadlineError::Timer`].
-    ///
-    /// ```
-    /// use hashed_timer_wheel::{DeadlineError, HashedWheelTimer};
-    /// use std::time::Duration;
-    ///
-    /// let timer = HashedWheelTimer::new(Duration::from_millis(1), 512);
-    /// futures::executor::block_on(async {
-    ///     let fast = async { 42 };
-    ///     assert_eq!(timer.timeout(Duration::from_secs(1), fast).await, Ok(42));
-    ///     // Ready at its first poll: that deadline was never scheduled.
-    ///     assert_eq!(timer.pending_timeouts(), 0);
-    ///     let slow = timer.sleep(Duration::from_secs(60));
-    ///     let result = timer.timeout(Duration::from_millis(5), slow).await;
-    ///     assert_eq!(result, Err(DeadlineError::Elapsed));
-    /// });
-    /// ```
+    /// pending**: a future ready at its first poll never reaches the timer. Then the deadline is
+    /// a [`Sleep`]: dropping the `Deadline` cancels it; a timer stopped, dropped or at its
+    /// pending limit completes it with [`DeadlineError::Timer`].
     #[must_use = "a Deadline does nothing unless awaited"]
     pub struct Deadline<F> {
         #[pin]
@@ -103,52 +85,16 @@ impl Wait {
 
 impl<F> Deadline<F> {
     /// The inner future, by reference.
-    ///
-    /// ```
-    /// # use hashed_timer_wheel::HashedWheelTimer;
-    /// # use std::time::Duration;
-    /// let timer = HashedWheelTimer::new(Duration::from_millis(1), 64);
-    /// let sleep = timer.sleep(Duration::from_secs(60));
-    /// let at = sleep.deadline();
-    /// let call = timer.timeout(Duration::from_secs(1), sleep);
-    /// assert_eq!(call.get_ref().deadline(), at);
-    /// ```
     pub fn get_ref(&self) -> &F {
         &self.future
     }
 
     /// The inner future, mutably.
-    ///
-    /// ```
-    /// # use futures::FutureExt;
-    /// # use hashed_timer_wheel::HashedWheelTimer;
-    /// # use std::time::Duration;
-    /// let (timer, driver) = HashedWheelTimer::builder().build_manual()?;
-    /// let mut call = timer.timeout(Duration::from_secs(10), timer.sleep(Duration::from_secs(60)));
-    /// call.get_mut().reset_after(Duration::from_secs(1)); // the inner sleep, sooner
-    /// driver.advance(Duration::from_secs(2));
-    /// assert_eq!(call.now_or_never(), Some(Ok(Ok(()))));
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
     pub fn get_mut(&mut self) -> &mut F {
         &mut self.future
     }
 
     /// The inner future, taken out; the deadline is cancelled (if it was ever scheduled).
-    ///
-    /// ```
-    /// # use futures::FutureExt;
-    /// # use hashed_timer_wheel::HashedWheelTimer;
-    /// # use std::time::Duration;
-    /// let (timer, driver) = HashedWheelTimer::builder().build_manual()?;
-    /// let mut call = timer.timeout(Duration::from_secs(1), std::future::pending::<u32>());
-    /// assert!((&mut call).now_or_never().is_none()); // pending: the deadline is scheduled
-    /// assert_eq!(timer.pending_timeouts(), 1);
-    /// let _inner: std::future::Pending<u32> = call.into_inner();
-    /// driver.advance(Duration::from_millis(100)); // one tick: the cancellation is processed
-    /// assert_eq!(timer.pending_timeouts(), 0);
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
     pub fn into_inner(self) -> F {
         self.future
     }
@@ -156,17 +102,6 @@ impl<F> Deadline<F> {
     /// When the deadline is, fixed when the `Deadline` was made ([`Sleep::deadline`] once
     /// scheduled); if the timer was stopped or dropped before the inner future was first
     /// pending, now (the next poll completes it).
-    ///
-    /// ```
-    /// # use hashed_timer_wheel::HashedWheelTimer;
-    /// # use std::time::{Duration, Instant};
-    /// let timer = HashedWheelTimer::new(Duration::from_millis(1), 64);
-    /// let before = Instant::now();
-    /// let call = timer.timeout(Duration::from_secs(5), std::future::pending::<()>());
-    /// assert!(call.deadline() >= before + Duration::from_secs(5)); // never early
-    /// std::thread::sleep(Duration::from_millis(2));
-    /// assert_eq!(call.deadline(), call.deadline()); // counted from the call: it never moves
-    /// ```
     pub fn deadline(&self) -> Instant {
         match &self.wait {
             Wait::Armed(sleep) => sleep.deadline(),
@@ -233,28 +168,30 @@ impl TimerHandle {
     /// output, or [`DeadlineError::Elapsed`] (see [`Deadline`]).
     ///
     /// ```
-    /// # use hashed_timer_wheel::{DeadlineError, HashedWheelTimer};
-    /// # use std::time::Duration;
-    /// let timer = HashedWheelTimer::new(Duration::from_millis(1), 64);
-    /// let slow = std::future::pending::<u32>();
-    /// let result = futures::executor::block_on(timer.timeout(Duration::from_millis(2), slow));
-    /// assert_eq!(result, Err(DeadlineError::Elapsed));
+    /// use hashed_timer_wheel::{DeadlineError, HashedWheelTimer};
+    /// use std::time::Duration;
+    ///
+    /// let timer = HashedWheelTimer::new(Duration::from_millis(1), 512);
+    /// futures::executor::block_on(async {
+    ///     let fast = async { 42 };
+    ///     assert_eq!(timer.timeout(Duration::from_secs(1), fast).await, Ok(42));
+    ///     // Ready at its first poll: that deadline was never scheduled.
+    ///     assert_eq!(timer.pending_timeouts(), 0);
+    ///     let slow = timer.sleep(Duration::from_secs(60));
+    ///     let result = timer.timeout(Duration::from_millis(5), slow).await;
+    ///     assert_eq!(result, Err(DeadlineError::Elapsed));
+    /// });
     /// ```
     pub fn timeout<F: IntoFuture>(&self, limit: Duration, future: F) -> Deadline<F::IntoFuture> {
-        let limit = u64::try_from(limit.as_nanos()).unwrap_or(u64::MAX);
-        deadline(self, self.0.clock.now().saturating_add(limit), future)
+        deadline(
+            self,
+            self.0.clock.now().saturating_add(nanos(limit)),
+            future,
+        )
     }
 
     /// `future` with a deadline at `deadline`: its output, or [`DeadlineError::Elapsed`]
     /// (see [`Deadline`]).
-    ///
-    /// ```
-    /// # use hashed_timer_wheel::HashedWheelTimer;
-    /// # use std::time::{Duration, Instant};
-    /// let timer = HashedWheelTimer::new(Duration::from_millis(1), 64);
-    /// let at = Instant::now() + Duration::from_secs(1);
-    /// assert_eq!(futures::executor::block_on(timer.timeout_at(at, async { 7 })), Ok(7));
-    /// ```
     pub fn timeout_at<F: IntoFuture>(
         &self,
         deadline: Instant,

@@ -1,14 +1,7 @@
 //! The wheel driven from an async runtime: [`Drive`], a future that runs the worker's turns where
-//! the runtime polls it, sleeping on the runtime's timer until the tick the turn planned.
-//!
-//! # Who runs the turns
-//! Turns run one at a time, under `Shared::worker`'s lock: the worker thread's, a `Drive`'s or a
-//! `ManualDriver`'s. A polled `Drive` is attached by its own waker (`Link`, which wakes the task
-//! that polled it last): producers wake the last attached, `stop()` every one. The thread only
-//! watches then: it sleeps until `GRACE_TICKS` past the plan, and runs the turn itself if
-//! nobody has (`worker::run_thread`); a producer, or a `Drive`'s turn, that lowers the plan
-//! unparks it to watch the new one. A dropped `Drive`, or one whose runtime panicked, detaches:
-//! the `Drive` attached before it, if any, is woken, else the thread runs the turns.
+//! the runtime polls it, sleeping on the runtime's timer until the tick the turn planned. Who
+//! runs the turns, and the thread's watch over a `Drive`, is `engine/turns.rs`. A polled `Drive`
+//! is attached by its own waker (`Link`, which wakes the task that polled it last).
 
 use crate::engine::{catch_user_panic, drop_caught};
 use crate::engine::{TimerHandle, AWAKE, NEVER};
@@ -20,52 +13,33 @@ use std::task::{Context, Poll, Wake, Waker};
 use std::time::Instant;
 
 /// A future that runs a timer's worker on the runtime that polls it, sleeping between ticks on the
-/// runtime's own timer. Made by [`TimerHandle::drive`]; spawn
-/// it on the runtime that serves the timer's futures.
+/// runtime's own timer. Made by [`TimerHandle::drive`]; spawn it on the runtime that serves the
+/// timer's futures.
 ///
 /// Why: the tick is processed on the thread the runtime's timer wakes anyway, and the futures it
 /// wakes are queued where they run, with no hand-off from the timer's thread. Tasks
 /// ([`TimerTask`](crate::TimerTask)) due meanwhile run there too (unless an executor is set): keep
 /// them short.
 ///
-/// The timer's thread stays as a watchdog: if the driver is not polled, it runs the ticks, at most
-/// 32 ticks late; dropping the `Drive` hands them back. Until a `Drive` is first polled, the
-/// thread runs the ticks itself; with several `Drive`s on one timer, the last polled is woken,
-/// and once it is dropped the one polled before it. The timing contract is unchanged. It
-/// completes when the timer stops (every `Drive` of the timer), at once on a manual timer
-/// ([`Builder::build_manual`]).
+/// The timer's thread stays as a watchdog: it runs the ticks until a `Drive` is first polled and
+/// once the last is dropped, and takes over, at most 32 ticks late, from one not polled. With
+/// several `Drive`s on one timer, the last polled is woken, and once it is dropped the one polled
+/// before it. The timing contract is unchanged. It completes when the timer stops, and at once on
+/// a manual timer ([`Builder::build_manual`]).
 ///
-/// The runtime's code may panic: `sleep_until`, a sleep's poll or `Drop`, a waker (tokio's
-/// `sleep_until` does on a runtime without timers, a sleep's poll once its runtime shuts down).
-/// Each panic is caught, counted in [`TimerStats::panicked`](crate::TimerStats::panicked) and
-/// logged, and the `Drive` goes on with the sleep it has armed (a `sleep_until` that panics
-/// leaves the last one armed). One is not: a clone of the waker of the task that polls (see
-/// "Panics"). If it has none armed, nothing
-/// would wake it at its tick: it hands the ticks back to the timer's thread, as dropping it
-/// does, and completes, so that its task ends rather than wait unwoken while holding the
-/// ticks (a failing runtime timer tends to fail again; spawn a new `Drive` to try again).
+/// A panic of the runtime's code (`sleep_until`, a sleep's poll or `Drop`, a waker; tokio's
+/// `sleep_until` panics on a runtime without timers) is caught, counted in
+/// [`TimerStats::panicked`](crate::TimerStats::panicked) and logged, and the `Drive` goes on with
+/// the sleep it has armed. With none armed, nothing would wake it at its tick: it hands the ticks
+/// back to the timer's thread and completes (spawn a new `Drive` to try again).
 ///
 /// # Panics
-///
-/// A poll by a new task clones its context's waker (once: the `Drive`, the producers and
-/// `stop()` share that copy) and unwinds with that clone's panic, as any future would. Nothing
-/// has changed then: the `Drive` goes on with the task that polled it last, and can be polled
-/// again. The first poll panics, as [`TimerHandle::start`]
+/// A poll by a new task clones its context's waker (once: the `Drive`, the producers and `stop()`
+/// share that copy) and unwinds with that clone's panic, as any future would; nothing has changed
+/// then, and the `Drive` can be polled again. The first poll panics, as [`TimerHandle::start`]
 /// does, if it cannot spawn the timer's thread.
 ///
 /// [`Builder::build_manual`]: crate::Builder::build_manual
-///
-/// ```
-/// use hashed_timer_wheel::HashedWheelTimer;
-/// use std::time::Duration;
-///
-/// let timer = HashedWheelTimer::new(Duration::from_millis(1), 512);
-/// let rt = tokio::runtime::Runtime::new().unwrap();
-/// rt.block_on(async {
-///     tokio::spawn(timer.drive(|at| tokio::time::sleep_until(at.into())));
-///     timer.sleep(Duration::from_millis(5)).await.unwrap();
-/// });
-/// ```
 #[must_use = "a Drive does nothing unless spawned or polled"]
 pub struct Drive<F, S> {
     timer: TimerHandle,
@@ -253,11 +227,8 @@ impl<F, S> fmt::Debug for Drive<F, S> {
 
 impl TimerHandle {
     /// A future that runs this timer's ticks on the runtime that polls it, sleeping with
-    /// `sleep_until` (tokio: `|at| tokio::time::sleep_until(at.into())`); see [`Drive`].
-    /// Its first poll starts the timer, thread included (the watchdog), as `start` does,
-    /// even with nothing scheduled. If `sleep_until` or its sleeps panic, the panic is counted
-    /// in `stats().panicked`, and the `Drive` goes on with the sleep it has armed; with none,
-    /// it hands the ticks back to the timer's thread and completes.
+    /// `sleep_until` (tokio: `|at| tokio::time::sleep_until(at.into())`); see [`Drive`]. Its
+    /// first poll starts the timer, thread included (the watchdog), as `start` does.
     ///
     /// ```
     /// # use hashed_timer_wheel::HashedWheelTimer;

@@ -1,36 +1,19 @@
 //! The manual driver: [`ManualDriver`] runs a timer's turns on the caller's thread, on a clock
 //! moved by hand.
 
+use super::nanos;
 use crate::engine::{BoxedTask, Shared, Stored};
 use crate::sync::Arc;
 use std::fmt;
 use std::time::Duration;
-/// Drives a timer built with [`Builder::build_manual`](crate::Builder::build_manual): moves its
-/// clock and runs due work on the calling thread. Cloneable; clones drive the same timer.
+
+/// Drives a timer built with [`Builder::build_manual`](crate::Builder::build_manual) (which has an
+/// example): moves its clock and runs due work on the calling thread. Clones drive the same timer.
 ///
 /// Each advance runs every tick whose end it passes, in Netty's order (cancellations, queued
 /// timeouts, the bucket). A task cannot advance its own timer (see
 /// [`advance`](ManualDriver::advance)); [`now`](ManualDriver::now) and
 /// [`current_tick`](ManualDriver::current_tick) work anywhere.
-///
-/// ```
-/// use hashed_timer_wheel::{HashedWheelTimer, Timeout};
-/// use std::sync::atomic::{AtomicBool, Ordering};
-/// use std::sync::Arc;
-/// use std::time::Duration;
-///
-/// let (timer, driver) = HashedWheelTimer::builder()
-///     .tick_duration(Duration::from_millis(10))
-///     .build_manual()?;
-/// let fired = Arc::new(AtomicBool::new(false));
-/// let f = Arc::clone(&fired);
-/// timer.new_timeout(move |_: &Timeout| f.store(true, Ordering::SeqCst), Duration::from_millis(25))?;
-/// driver.advance(Duration::from_millis(20)); // two ticks: not due yet
-/// assert!(!fired.load(Ordering::SeqCst));
-/// driver.advance(Duration::from_millis(10)); // the end of the tick the deadline falls in
-/// assert!(fired.load(Ordering::SeqCst));
-/// # Ok::<(), Box<dyn std::error::Error>>(())
-/// ```
 pub struct ManualDriver<J: Stored = BoxedTask> {
     shared: Arc<Shared<J>>,
 }
@@ -53,14 +36,6 @@ impl<J: Stored> ManualDriver<J> {
     /// advance runs a periodic task under `MissedRuns::Skip` or `Delay` once, where advancing
     /// a tick at a time runs it on each of its deadlines.
     ///
-    /// ```
-    /// # use hashed_timer_wheel::HashedWheelTimer;
-    /// # use std::time::Duration;
-    /// let (timer, driver) = HashedWheelTimer::builder().build_manual().unwrap();
-    /// driver.advance(Duration::from_millis(250));
-    /// assert_eq!(driver.now(), Duration::from_millis(250));
-    /// ```
-    ///
     /// # Panics
     /// From user code that an advance of this timer runs (a task, a task's `Drop`, a waker, the
     /// executor), on its thread: the advance under way holds the worker, so this one would wait
@@ -69,7 +44,7 @@ impl<J: Stored> ManualDriver<J> {
     #[track_caller]
     pub fn advance(&self, by: Duration) {
         self.refuse_reentry();
-        let by = u64::try_from(by.as_nanos()).unwrap_or(u64::MAX);
+        let by = nanos(by);
         // From the time the advance finds under the worker's lock: two threads advancing at
         // once each move the clock by their own `by`.
         self.advance_with(|now| now.saturating_add(by));
@@ -77,21 +52,12 @@ impl<J: Stored> ManualDriver<J> {
 
     /// Moves the clock to `since_origin` (never backwards) and runs everything that became due.
     ///
-    /// ```
-    /// # use hashed_timer_wheel::HashedWheelTimer;
-    /// # use std::time::Duration;
-    /// let (_timer, driver) = HashedWheelTimer::builder().build_manual().unwrap();
-    /// driver.advance_to(Duration::from_secs(1));
-    /// driver.advance_to(Duration::from_millis(1)); // no effect: time does not go back
-    /// assert_eq!(driver.now(), Duration::from_secs(1));
-    /// ```
-    ///
     /// # Panics
     /// As [`advance`](ManualDriver::advance).
     #[track_caller]
     pub fn advance_to(&self, since_origin: Duration) {
         self.refuse_reentry();
-        let to = u64::try_from(since_origin.as_nanos()).unwrap_or(u64::MAX);
+        let to = nanos(since_origin);
         self.advance_with(|_| to);
     }
 
@@ -116,29 +82,11 @@ impl<J: Stored> ManualDriver<J> {
     }
 
     /// The manual clock's time since the timer's origin.
-    ///
-    /// ```
-    /// # use hashed_timer_wheel::HashedWheelTimer;
-    /// let (_timer, driver) = HashedWheelTimer::builder().build_manual().unwrap();
-    /// assert_eq!(driver.now(), std::time::Duration::ZERO);
-    /// ```
     pub fn now(&self) -> Duration {
         Duration::from_nanos(self.shared.clock.now())
     }
 
     /// The tick being processed (inside a task) or the next one to process (between advances).
-    ///
-    /// ```
-    /// # use hashed_timer_wheel::HashedWheelTimer;
-    /// # use std::time::Duration;
-    /// let (timer, driver) = HashedWheelTimer::builder()
-    ///     .tick_duration(Duration::from_millis(10))
-    ///     .build_manual()
-    ///     .unwrap();
-    /// timer.start().unwrap();
-    /// driver.advance(Duration::from_millis(35));
-    /// assert_eq!(driver.current_tick(), 3);
-    /// ```
     pub fn current_tick(&self) -> u64 {
         self.shared.current_tick()
     }

@@ -2,6 +2,7 @@
 //! re-armed at each next deadline (`periodic::next_due`, shared with the periodic tasks, but for
 //! `MissedRuns::Delay`, which follows tokio's). Uses those and the shared state's clock.
 
+use super::nanos;
 use super::periodic::next_due;
 use super::sleep::Sleep;
 use crate::engine::TimerHandle;
@@ -12,29 +13,13 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-/// Ticks at a fixed rate on a [`HashedWheelTimer`](crate::HashedWheelTimer)'s wheel (tokio's `Interval`): deadlines at
+/// Ticks at a fixed rate on a timer's wheel (tokio's `Interval`): deadlines at
 /// `start + k * period`, never early, at most about a tick late, no drift. Made by
 /// [`TimerHandle::interval`] and [`TimerHandle::interval_at`].
 ///
-/// A tick taken late follows the [`MissedRuns`] policy, [`MissedRuns::Burst`] by default, as in
-/// tokio (`Delay` counts the next from when the late tick is taken).
+/// A tick taken late follows the [`MissedRuns`] policy, [`MissedRuns::Burst`] by default.
 /// [`tick`](Interval::tick) is cancel-safe. Dropping the interval cancels its timeout; once the
 /// timer stops, `tick` completes with `Err(`[`TimerError::Stopped`]`)`.
-///
-/// ```
-/// use hashed_timer_wheel::HashedWheelTimer;
-/// use std::time::{Duration, Instant};
-///
-/// let timer = HashedWheelTimer::new(Duration::from_millis(1), 64);
-/// let start = Instant::now();
-/// let mut heartbeat = timer.interval(Duration::from_millis(5));
-/// futures::executor::block_on(async {
-///     for _ in 0..3 {
-///         heartbeat.tick().await.unwrap(); // at once, then 5 and 10 ms after the start
-///     }
-/// });
-/// assert!(start.elapsed() >= Duration::from_millis(10));
-/// ```
 #[must_use = "an Interval does nothing unless its ticks are awaited"]
 pub struct Interval {
     /// Armed at the next tick's deadline (at once for one before the clock's origin).
@@ -92,19 +77,6 @@ impl Interval {
     }
 
     /// [`tick`](Interval::tick) as a poll, for hand-written futures and streams.
-    ///
-    /// ```
-    /// use hashed_timer_wheel::HashedWheelTimer;
-    /// use std::future::poll_fn;
-    /// use std::time::Duration;
-    ///
-    /// let timer = HashedWheelTimer::new(Duration::from_millis(1), 64);
-    /// let mut interval = timer.interval(Duration::from_millis(5));
-    /// futures::executor::block_on(async {
-    ///     poll_fn(|cx| interval.poll_tick(cx)).await.unwrap(); // the first tick: at once
-    ///     poll_fn(|cx| interval.poll_tick(cx)).await.unwrap(); // 5 ms later
-    /// });
-    /// ```
     ///
     /// # Errors
     /// As [`tick`](Interval::tick).
@@ -164,14 +136,6 @@ impl Interval {
     /// # Panics
     /// As [`Sleep::reset`]: with the panic of the waiting task's waker, woken as the timer
     /// refuses the next tick's timeout; the next tick is a period from now all the same.
-    ///
-    /// ```
-    /// # use hashed_timer_wheel::HashedWheelTimer;
-    /// # use std::time::Duration;
-    /// let timer = HashedWheelTimer::new(Duration::from_millis(1), 64);
-    /// let mut interval = timer.interval(Duration::from_secs(60));
-    /// interval.reset();
-    /// ```
     pub fn reset(&mut self) {
         let now = self.sleep.timer().0.clock.now();
         let due = now
@@ -183,41 +147,17 @@ impl Interval {
     }
 
     /// The period, as given.
-    ///
-    /// ```
-    /// # use hashed_timer_wheel::HashedWheelTimer;
-    /// # use std::time::Duration;
-    /// let timer = HashedWheelTimer::new(Duration::from_millis(1), 64);
-    /// assert_eq!(timer.interval(Duration::MAX).period(), Duration::MAX);
-    /// ```
     pub fn period(&self) -> Duration {
         self.period
     }
 
     /// What a tick taken late does to the schedule (see [`MissedRuns`]): [`MissedRuns::Burst`]
     /// unless [`set_missed_runs`](Interval::set_missed_runs) changed it.
-    ///
-    /// ```
-    /// # use hashed_timer_wheel::{HashedWheelTimer, MissedRuns};
-    /// # use std::time::Duration;
-    /// let timer = HashedWheelTimer::new(Duration::from_millis(1), 64);
-    /// let interval = timer.interval(Duration::from_secs(1));
-    /// assert_eq!(interval.missed_runs(), MissedRuns::Burst);
-    /// ```
     pub fn missed_runs(&self) -> MissedRuns {
         self.missed
     }
 
     /// Sets the policy for missed ticks.
-    ///
-    /// ```
-    /// # use hashed_timer_wheel::{HashedWheelTimer, MissedRuns};
-    /// # use std::time::Duration;
-    /// let timer = HashedWheelTimer::new(Duration::from_millis(1), 64);
-    /// let mut interval = timer.interval(Duration::from_secs(1));
-    /// interval.set_missed_runs(MissedRuns::Skip);
-    /// assert_eq!(interval.missed_runs(), MissedRuns::Skip);
-    /// ```
     pub fn set_missed_runs(&mut self, missed: MissedRuns) {
         self.missed = missed;
     }
@@ -240,14 +180,18 @@ impl TimerHandle {
     /// If `period` is zero.
     ///
     /// ```
-    /// # use hashed_timer_wheel::HashedWheelTimer;
-    /// # use std::time::Duration;
+    /// use hashed_timer_wheel::HashedWheelTimer;
+    /// use std::time::{Duration, Instant};
+    ///
     /// let timer = HashedWheelTimer::new(Duration::from_millis(1), 64);
-    /// let mut interval = timer.interval(Duration::from_millis(2));
+    /// let start = Instant::now();
+    /// let mut heartbeat = timer.interval(Duration::from_millis(5));
     /// futures::executor::block_on(async {
-    ///     interval.tick().await.unwrap();
-    ///     interval.tick().await.unwrap();
+    ///     for _ in 0..3 {
+    ///         heartbeat.tick().await.unwrap(); // at once, then 5 and 10 ms after the start
+    ///     }
     /// });
+    /// assert!(start.elapsed() >= Duration::from_millis(10));
     /// ```
     pub fn interval(&self, period: Duration) -> Interval {
         // The monotonic clock's now, which the first poll compares with: the first
@@ -259,21 +203,7 @@ impl TimerHandle {
     ///
     /// # Panics
     /// If `period` is zero.
-    ///
-    /// ```
-    /// # use hashed_timer_wheel::HashedWheelTimer;
-    /// # use std::time::{Duration, Instant};
-    /// let timer = HashedWheelTimer::new(Duration::from_millis(1), 64);
-    /// let start = Instant::now() + Duration::from_millis(3);
-    /// let mut interval = timer.interval_at(start, Duration::from_secs(1));
-    /// let first = futures::executor::block_on(interval.tick()).unwrap();
-    /// assert!(first >= start && Instant::now() >= start);
-    /// ```
     pub fn interval_at(&self, start: Instant, period: Duration) -> Interval {
         Interval::new(self, self.0.clock.nanos_or_before(start), period)
     }
-}
-
-fn nanos(d: Duration) -> u64 {
-    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }

@@ -25,13 +25,12 @@ use crate::engine::{BoxedTask, Stored};
 use crate::{task, Timeout, TimerError, TimerStats, TimerTask, TypedTask};
 use std::time::Duration;
 
+/// `d` in nanoseconds, saturating past 2^64 (584 years).
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
 /// The largest wheel: `ticks_per_wheel` above this is an error (as in Netty before 4.1.107).
-///
-/// ```
-/// use hashed_timer_wheel::{HashedWheelTimer, MAX_TICKS_PER_WHEEL};
-///
-/// assert!(HashedWheelTimer::builder().ticks_per_wheel(MAX_TICKS_PER_WHEEL + 1).build().is_err());
-/// ```
 pub const MAX_TICKS_PER_WHEEL: usize = 1 << 30;
 
 /// Netty's `Timer` interface: code that takes "any timer" takes `&dyn Timer` or `impl Timer`.
@@ -62,61 +61,35 @@ pub trait Timer: Send + Sync {
     ///
     /// # Errors
     /// As [`TimerHandle::stop`].
-    ///
-    /// ```
-    /// # use hashed_timer_wheel::{HashedWheelTimer, Timeout, Timer};
-    /// # use std::time::Duration;
-    /// let timer = HashedWheelTimer::default();
-    /// let any: &dyn Timer = &timer;
-    /// let timeout = any.new_timeout(Box::new(|_: &Timeout| {}), Duration::from_secs(60))?;
-    /// assert_eq!(any.pending_timeouts(), 1);
-    /// assert_eq!(any.stop()?, vec![timeout]);
-    /// # Ok::<(), hashed_timer_wheel::TimerError>(())
-    /// ```
     fn stop(&self) -> Result<Vec<Timeout>, TimerError>;
 
     /// Timeouts accepted and neither expired nor processed as cancelled.
     fn pending_timeouts(&self) -> usize;
 }
 
-impl Timer for TimerHandle {
-    fn new_timeout(
-        &self,
-        task: Box<dyn TimerTask>,
-        delay: Duration,
-    ) -> Result<Timeout, TimerError> {
-        TimerHandle::<BoxedTask>::new_timeout(self, task, delay)
-    }
-    fn stop(&self) -> Result<Vec<Timeout>, TimerError> {
-        TimerHandle::stop(self)
-    }
-    fn pending_timeouts(&self) -> usize {
-        TimerHandle::pending_timeouts(self)
-    }
+/// The same three calls on the handle and on the owner (through its `Deref`).
+macro_rules! impl_timer {
+    ($($ty:ty),*) => {$(
+        impl Timer for $ty {
+            fn new_timeout(&self, task: Box<dyn TimerTask>, delay: Duration)
+                -> Result<Timeout, TimerError> {
+                TimerHandle::<BoxedTask>::new_timeout(self, task, delay)
+            }
+            fn stop(&self) -> Result<Vec<Timeout>, TimerError> {
+                TimerHandle::stop(self)
+            }
+            fn pending_timeouts(&self) -> usize {
+                TimerHandle::pending_timeouts(self)
+            }
+        }
+    )*};
 }
-
-impl Timer for HashedWheelTimer {
-    fn new_timeout(
-        &self,
-        task: Box<dyn TimerTask>,
-        delay: Duration,
-    ) -> Result<Timeout, TimerError> {
-        TimerHandle::<BoxedTask>::new_timeout(self, task, delay)
-    }
-    fn stop(&self) -> Result<Vec<Timeout>, TimerError> {
-        TimerHandle::stop(self)
-    }
-    fn pending_timeouts(&self) -> usize {
-        TimerHandle::pending_timeouts(self)
-    }
-}
+impl_timer!(TimerHandle, HashedWheelTimer);
 
 impl TimerHandle {
-    /// Schedules `task` to run once after `delay`, on the worker thread (or the executor).
-    ///
-    /// Never earlier than `delay`, at most about a tick later unless the worker is
-    /// overloaded; `Duration::MAX` never runs. The first call starts the worker thread (a
-    /// manual timer has none: its `ManualDriver` runs the ticks).
+    /// Schedules `task` to run once after `delay`, on the worker thread (or the executor): never
+    /// earlier, at most about a tick later unless the worker is overloaded; `Duration::MAX`
+    /// never runs. The first call starts the worker thread (a manual timer has none).
     ///
     /// # Errors
     /// [`TimerError::Stopped`] once the timer is stopped or its owner dropped;
@@ -152,27 +125,11 @@ impl TimerHandle {
         }
     }
 
-    /// Schedules `task` as [`new_timeout`](Self::new_timeout) does, but returns no
-    /// [`Timeout`]: for work nobody cancels. [`stop`](Self::stop) still returns the timeout if
-    /// it never ran.
+    /// As [`new_timeout`](Self::new_timeout), returning no [`Timeout`]: for work nobody
+    /// cancels. [`stop`](Self::stop) still returns the timeout if it never ran.
     ///
     /// # Errors
     /// As [`new_timeout`](Self::new_timeout); the task is dropped.
-    ///
-    /// ```
-    /// use hashed_timer_wheel::{HashedWheelTimer, Timeout};
-    /// use std::sync::mpsc;
-    /// use std::time::Duration;
-    ///
-    /// let timer = HashedWheelTimer::new(Duration::from_millis(1), 64);
-    /// let (tx, rx) = mpsc::channel();
-    /// timer.new_timeout_detached(
-    ///     move |t: &Timeout| tx.send(t.is_expired()).unwrap(),
-    ///     Duration::from_millis(5),
-    /// )?;
-    /// assert!(rx.recv().unwrap());
-    /// # Ok::<(), hashed_timer_wheel::TimerError>(())
-    /// ```
     #[inline]
     pub fn new_timeout_detached<T: TimerTask>(
         &self,
@@ -193,23 +150,7 @@ impl<T: TypedTask> TimerHandle<T> {
     /// [`TimerHandle::new_timeout`]; [`TypedTask`] has an example).
     ///
     /// # Errors
-    /// [`TimerError::Stopped`] after `stop()`; [`TimerError::TooManyPending`] at the
-    /// pending limit. The task is dropped.
-    ///
-    /// ```
-    /// # use hashed_timer_wheel::{HashedWheelTimer, Timeout, TypedTask};
-    /// # use std::time::Duration;
-    /// struct Close(u32);
-    /// impl TypedTask for Close {
-    ///     fn run(self, _: &Timeout<Self>) {}
-    /// }
-    ///
-    /// let (timer, driver) = HashedWheelTimer::builder().build_manual_typed::<Close>()?;
-    /// let timeout = timer.new_timeout(Close(7), Duration::from_secs(1))?;
-    /// driver.advance(Duration::from_secs(2));
-    /// assert!(timeout.is_expired());
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
+    /// As [`TimerHandle::new_timeout`]; the task is dropped.
     #[inline]
     pub fn new_timeout(&self, task: T, delay: Duration) -> Result<Timeout<T>, TimerError> {
         match self.0.schedule(task, delay, false) {
@@ -239,21 +180,14 @@ impl<J: Stored> TimerHandle<J> {
     ///
     /// # Panics
     /// If the operating system refuses to create the thread.
-    ///
-    /// ```
-    /// # use hashed_timer_wheel::HashedWheelTimer;
-    /// let timer = HashedWheelTimer::default();
-    /// timer.start().unwrap();
-    /// timer.start().unwrap();
-    /// ```
     pub fn start(&self) -> Result<(), TimerError> {
         self.0.start()
     }
 
-    /// Stops the timer for good and returns the timeouts that never ran, now cancelled
-    /// (their tasks dropped), in no particular order. Waits for the task the worker is
-    /// running, if any; afterwards new work is refused with [`TimerError::Stopped`]. A
-    /// second call (or one racing the first) returns nothing, once that task has ended.
+    /// Stops the timer for good and returns the timeouts that never ran, now cancelled (their
+    /// tasks dropped), in no particular order. Waits for the task the worker is running, if
+    /// any; then new work is refused with [`TimerError::Stopped`]. A second call (or one
+    /// racing the first) returns nothing, once that task has ended.
     ///
     /// # Errors
     /// [`TimerError::StopFromWorker`] from a task (or other user code a turn runs); the timer
@@ -278,63 +212,26 @@ impl<J: Stored> TimerHandle<J> {
     /// Timeouts accepted that have neither expired nor been ended by a processed cancel; 0
     /// after `stop()`. Exact unless other threads schedule meanwhile; it locks each queue
     /// shard: a statistic, not a hot-path call.
-    ///
-    /// ```
-    /// # use hashed_timer_wheel::HashedWheelTimer;
-    /// # use std::time::Duration;
-    /// let timer = HashedWheelTimer::default();
-    /// assert_eq!(timer.pending_timeouts(), 0);
-    /// let _timeout = timer.new_timeout(|_: &_| {}, Duration::from_secs(60)).unwrap();
-    /// assert_eq!(timer.pending_timeouts(), 1);
-    /// ```
     pub fn pending_timeouts(&self) -> usize {
         self.0.pending()
     }
 
     /// Whether the timer has been stopped (or its owner dropped).
-    ///
-    /// ```
-    /// # use hashed_timer_wheel::HashedWheelTimer;
-    /// let timer = HashedWheelTimer::default();
-    /// let handle = timer.handle();
-    /// assert!(!handle.is_stopped());
-    /// let _ = timer.stop();
-    /// assert!(handle.is_stopped());
-    /// ```
     pub fn is_stopped(&self) -> bool {
         self.0.is_shutdown()
     }
 
     /// The timer's counters, as of the worker's last turn.
-    ///
-    /// ```
-    /// # use hashed_timer_wheel::HashedWheelTimer;
-    /// let (timer, _driver) = HashedWheelTimer::builder().build_manual().unwrap();
-    /// assert_eq!(timer.stats().expired, 0);
-    /// ```
     pub fn stats(&self) -> TimerStats {
         self.0.stats()
     }
 
     /// The tick duration in use (after the 1 ms clamp).
-    ///
-    /// ```
-    /// # use hashed_timer_wheel::HashedWheelTimer;
-    /// # use std::time::Duration;
-    /// let timer = HashedWheelTimer::new(Duration::from_micros(10), 8);
-    /// assert_eq!(timer.tick_duration(), Duration::from_millis(1));
-    /// ```
     pub fn tick_duration(&self) -> Duration {
         Duration::from_nanos(self.0.tick_nanos)
     }
 
     /// The number of buckets: `ticks_per_wheel` rounded up to a power of two.
-    ///
-    /// ```
-    /// # use hashed_timer_wheel::HashedWheelTimer;
-    /// # use std::time::Duration;
-    /// assert_eq!(HashedWheelTimer::new(Duration::from_millis(1), 3).wheel_len(), 4);
-    /// ```
     pub fn wheel_len(&self) -> usize {
         self.0.wheel_len
     }
@@ -344,10 +241,9 @@ impl<J: Stored> TimerHandle<J> {
 ///
 /// The owner, `Send + Sync`: share it behind an `Arc`, or hand out [`TimerHandle`]s (which do not
 /// keep it running). Its methods are [`TimerHandle`]'s, which it derefs to. Dropping it stops the
-/// timer as [`stop`](TimerHandle::stop) does, waiting for the task the worker is running (inside
-/// one of its tasks it waits for nothing: the turn ends the rest after that task), and drops
-/// every task that never ran; unless an adapter on the timer (or a future an adapter handed out)
-/// still exists: then the last of those stops it when it goes ([`TimerHandle`]).
+/// timer as [`stop`](TimerHandle::stop) does (inside one of its tasks it waits for nothing: the
+/// turn ends the rest after that task); but while an adapter on the timer (or a future an adapter
+/// handed out) exists, the last of those stops it when it goes.
 ///
 /// ```
 /// use hashed_timer_wheel::{HashedWheelTimer, Timeout};
@@ -365,8 +261,8 @@ pub struct HashedWheelTimer<J: Stored = BoxedTask> {
 }
 
 impl HashedWheelTimer {
-    /// A timer with the given tick and wheel size, tasks on its worker thread, no pending limit.
-    /// `ticks_per_wheel` is rounded up to a power of two; a tick below 1 ms becomes 1 ms.
+    /// A timer with the given tick and wheel size (rounded up to a power of two; a tick below
+    /// 1 ms becomes 1 ms), tasks on its worker thread, no pending limit.
     ///
     /// # Panics
     /// On an argument that [`HashedWheelTimer::builder`] reports as an error instead.
@@ -423,7 +319,7 @@ impl HashedWheelTimer {
 }
 
 impl<T: TypedTask> HashedWheelTimer<T> {
-    /// As [`TimerHandle::new_timeout`] on a typed timer.
+    /// As [`TimerHandle::new_timeout`].
     ///
     /// # Errors
     /// As [`TimerHandle::new_timeout`].
@@ -453,13 +349,6 @@ impl<J: Stored> HashedWheelTimer<J> {
     }
 
     /// A cheap handle that schedules on this timer without owning it.
-    ///
-    /// ```
-    /// # use hashed_timer_wheel::HashedWheelTimer;
-    /// let timer = HashedWheelTimer::default();
-    /// let handle = timer.handle();
-    /// assert!(!handle.is_stopped());
-    /// ```
     pub fn handle(&self) -> TimerHandle<J> {
         self.handle.clone()
     }

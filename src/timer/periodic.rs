@@ -1,8 +1,8 @@
 //! Periodic tasks: [`PeriodicTimeout`], [`MissedRuns`] and `PeriodicRun`, the task that runs the
 //! user's task and reschedules it. Each run is an ordinary timeout on an absolute deadline, the
 //! next scheduled once the run returns: runs never overlap, and a task has one timeout pending.
-//! Uses the timer's start, the shared state's `schedule_at` and clock, and `sync`.
 
+use super::nanos;
 use crate::engine::{At, BoxedTask, TimerHandle};
 use crate::sync::{lock, Arc, AtomicBool, AtomicU64, Mutex, Ordering};
 use crate::{Timeout, TimerError, TimerTask};
@@ -16,29 +16,11 @@ use std::time::Duration;
 ///
 /// Lateness of up to a tick, which every timeout may take, counts as on time (tokio allows
 /// 5 ms): a period of one tick runs on every tick under each policy. Past that, with a run or
-/// tick due at `due`, a period `period` and the timer's tick duration `tick`:
-///
-/// - **A fixed-rate task** ([`schedule_at_fixed_rate`](TimerHandle::schedule_at_fixed_rate))
-///   chooses its next run when a run returns, at `now`. If `due + period` is later than
-///   `now - tick`, no run was missed and that is the next under every policy; else the policy
-///   chooses. Its `Delay` differs from tokio's twice: it counts from when the late run
-///   returned, not from when it started (the wait never overlaps the run, as in Java's
-///   `scheduleWithFixedDelay`), and it shifts the schedule only once a run was missed, where
-///   tokio's shifts it after any late tick.
-/// - **An `Interval`** chooses its next tick when a tick is taken (a poll returns it), at
-///   `now`, as tokio's does: `Burst` and `Skip` as above, and `Delay` moves the schedule to
-///   `now + period` after any tick taken more than a tick late.
-///
-/// ```
-/// use hashed_timer_wheel::{HashedWheelTimer, MissedRuns};
-/// use std::time::Duration;
-///
-/// let timer = HashedWheelTimer::new(Duration::from_millis(10), 512);
-/// let heartbeat = timer
-///     .schedule_at_fixed_rate(|_: &_| {}, Duration::ZERO, Duration::from_secs(1), MissedRuns::Skip)
-///     .unwrap();
-/// heartbeat.cancel();
-/// ```
+/// tick due at `due`, a period `period` and the timer's tick duration `tick`, the policy chooses
+/// the next at `now`: when a run returns, for a fixed-rate task
+/// ([`schedule_at_fixed_rate`](TimerHandle::schedule_at_fixed_rate)); when a poll takes a
+/// tick, for an `Interval`, as tokio's. A fixed-rate task whose `due + period` is later than
+/// `now - tick` has missed no run: that is its next under every policy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum MissedRuns {
@@ -52,9 +34,10 @@ pub enum MissedRuns {
     /// once if it lies within the last tick), and the schedule does not move. tokio's `Skip`
     /// takes the first later than `now`.
     Skip,
-    /// Shift the schedule: the next is `now + period`, and the schedule goes on from there. For
-    /// a fixed-rate task, `now` is when the late run returned, and only a missed run shifts
-    /// it; for an `Interval`, when the late tick is taken, as in tokio's `Delay`.
+    /// Shift the schedule: the next is `now + period`, and the schedule goes on from there. A
+    /// fixed-rate task shifts it only once a run was missed, counting from when the late run
+    /// returned (as Java's `scheduleWithFixedDelay`); an `Interval`, after any tick taken more
+    /// than a tick late (as tokio's `Delay`).
     Delay,
 }
 
@@ -95,34 +78,11 @@ impl Schedule {
 
 /// The handle on a periodic task: cancels every future run.
 ///
-/// Clones are cheap and refer to the same task, which receives one and can cancel its own schedule.
-/// Dropping the handle does not cancel the task (as dropping a [`Timeout`] does not). A run that
-/// panics ends the schedule, as in Java; `stop()` returns the pending run's [`Timeout`].
-///
-/// ```
-/// use hashed_timer_wheel::{HashedWheelTimer, MissedRuns, PeriodicTimeout};
-/// use std::time::Duration;
-///
-/// let (timer, driver) = HashedWheelTimer::builder()
-///     .tick_duration(Duration::from_millis(10))
-///     .build_manual()?;
-/// let renew = timer
-///     .schedule_at_fixed_rate(
-///         |lease: &PeriodicTimeout| {
-///             if lease.runs() == 3 {
-///                 lease.cancel(); // the third renewal is the last
-///             }
-///         },
-///         Duration::from_millis(100),
-///         Duration::from_millis(100),
-///         MissedRuns::Burst,
-///     )
-///     .unwrap();
-/// driver.advance(Duration::from_secs(1));
-/// assert_eq!(renew.runs(), 3);
-/// assert!(renew.is_cancelled());
-/// # Ok::<(), hashed_timer_wheel::BuildError>(())
-/// ```
+/// Clones refer to the same task, which receives one and can cancel its own schedule. Dropping
+/// the handle does not cancel the task. A run that panics ends the schedule, as in Java;
+/// `stop()` returns the pending run's [`Timeout`]. Made by
+/// [`TimerHandle::schedule_at_fixed_rate`] (which has an example) and
+/// [`TimerHandle::schedule_with_fixed_delay`].
 #[derive(Clone)]
 pub struct PeriodicTimeout {
     inner: Arc<Periodic>,
@@ -180,27 +140,6 @@ impl Periodic {
 
 impl PeriodicTimeout {
     /// Cancels every future run (one under way finishes); `true` for the one call that cancelled.
-    ///
-    /// ```
-    /// use hashed_timer_wheel::{HashedWheelTimer, MissedRuns, PeriodicTimeout};
-    /// use std::time::Duration;
-    ///
-    /// let (timer, driver) = HashedWheelTimer::builder()
-    ///     .tick_duration(Duration::from_millis(10))
-    ///     .build_manual()?;
-    /// let every = Duration::from_millis(100);
-    /// let task =
-    ///     timer.schedule_at_fixed_rate(|_: &PeriodicTimeout| {}, every, every, MissedRuns::Skip)?;
-    /// for _ in 0..25 {
-    ///     driver.advance(Duration::from_millis(10)); // to 250 ms, a tick at a time
-    /// }
-    /// assert_eq!(task.runs(), 2); // at 100 and 200 ms
-    /// assert!(task.cancel() && !task.cancel());
-    /// assert!(task.is_cancelled());
-    /// driver.advance(Duration::from_secs(1));
-    /// assert_eq!(task.runs(), 2);
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
     pub fn cancel(&self) -> bool {
         let inner = &self.inner;
         let mut current = lock(&inner.current);
@@ -219,56 +158,18 @@ impl PeriodicTimeout {
     /// Whether the schedule has ended: [`cancel`](PeriodicTimeout::cancel) was called, a run
     /// panicked, or a run will never start (refused at the pending limit, the timer stopped, or
     /// dropped unrun by the executor).
-    ///
-    /// ```
-    /// # use hashed_timer_wheel::HashedWheelTimer;
-    /// # use std::time::Duration;
-    /// let (timer, _driver) = HashedWheelTimer::builder().build_manual()?;
-    /// let every = Duration::from_secs(1);
-    /// let task = timer.schedule_with_fixed_delay(|_: &_| {}, every, every)?;
-    /// assert!(!task.is_cancelled());
-    /// let _ = timer.stop(); // the next run will never start
-    /// assert!(task.is_cancelled());
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
     pub fn is_cancelled(&self) -> bool {
         // Relaxed: a snapshot (see `cancel`).
         self.inner.cancelled.load(Ordering::Relaxed)
     }
 
     /// Runs started so far (inside a run: counting this one).
-    ///
-    /// ```
-    /// # use hashed_timer_wheel::{HashedWheelTimer, PeriodicTimeout};
-    /// # use std::sync::mpsc::channel;
-    /// # use std::time::Duration;
-    /// let (timer, driver) = HashedWheelTimer::builder().build_manual()?;
-    /// let (tx, rx) = channel();
-    /// let every = Duration::from_secs(1);
-    /// let report = move |p: &PeriodicTimeout| tx.send(p.runs()).unwrap();
-    /// let task = timer.schedule_with_fixed_delay(report, every, every)?;
-    /// assert_eq!(task.runs(), 0);
-    /// driver.advance(Duration::from_secs(2));
-    /// assert_eq!((task.runs(), rx.try_recv()?), (1, 1)); // the run saw itself counted
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
     pub fn runs(&self) -> u64 {
         // Relaxed: a count; a run's own increment happens before it calls the task.
         self.inner.runs.load(Ordering::Relaxed)
     }
 
     /// The timer the task runs on, as a handle: a run may schedule more work through it.
-    ///
-    /// ```
-    /// # use hashed_timer_wheel::HashedWheelTimer;
-    /// # use std::time::Duration;
-    /// let (timer, _driver) = HashedWheelTimer::builder().build_manual()?;
-    /// let every = Duration::from_secs(1);
-    /// let task = timer.schedule_with_fixed_delay(|_: &_| {}, every, every)?;
-    /// let _timeout = task.timer().new_timeout(|_: &_| {}, every)?;
-    /// assert_eq!(timer.pending_timeouts(), 2); // the task's next run and the new timeout
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
     pub fn timer(&self) -> &TimerHandle {
         &self.inner.timer
     }
@@ -341,24 +242,30 @@ where
         }
         let next = schedule.next_after(due, shared.clock.now(), shared.tick_nanos);
         // Relaxed: a hint (`store` looks again under the lock).
-        if periodic.inner.cancelled.load(Ordering::Relaxed) {
-            return;
+        if !periodic.inner.cancelled.load(Ordering::Relaxed) {
+            schedule_next(&periodic, task, next, nth + 1, schedule);
         }
-        // A refusal (the timer stopped, or the pending limit: logged) stores `None`, which
-        // ends the schedule.
-        let timeout = match schedule_run(&periodic, task, next, nth + 1, schedule) {
-            Ok(timeout) => Some(timeout),
-            Err(TimerError::Stopped) => None,
-            Err(e) => {
-                crate::engine::log_caught(
-                    log::Level::Warn,
-                    format_args!("a periodic task's next run was refused ({e}): its schedule ends"),
-                );
-                None
-            }
-        };
-        periodic.inner.store(nth + 1, timeout);
     }
+}
+
+/// Schedules run `nth` and stores its timeout. A refusal (the timer stopped, or the pending
+/// limit: logged) stores `None`, which ends the schedule.
+fn schedule_next<F>(periodic: &PeriodicTimeout, task: F, due: u64, nth: u64, schedule: Schedule)
+where
+    F: FnMut(&PeriodicTimeout) + Send + 'static,
+{
+    let timeout = match schedule_run(periodic, task, due, nth, schedule) {
+        Ok(timeout) => Some(timeout),
+        Err(TimerError::Stopped) => None,
+        Err(e) => {
+            crate::engine::log_caught(
+                log::Level::Warn,
+                format_args!("a periodic task's next run was refused ({e}): its schedule ends"),
+            );
+            None
+        }
+    };
+    periodic.inner.store(nth, timeout);
 }
 
 /// Schedules run `nth`, due at `due`. Not under the schedule's lock: a refused run's task is
@@ -382,10 +289,9 @@ where
     };
     // As `new_timeout`, due at `due` (nanoseconds since the timer's origin).
     let shared = &periodic.inner.timer.0;
-    let now = shared.clock.now();
     let at = At {
         deadline: due,
-        now,
+        now: shared.clock.now(),
         exempt: false,
     };
     let make = |spares: &mut Vec<BoxedTask>| crate::task::boxed(run, spares);
@@ -412,8 +318,7 @@ where
             runs: AtomicU64::new(0),
         }),
     };
-    let delay = u64::try_from(initial_delay.as_nanos()).unwrap_or(u64::MAX);
-    let first = timer.0.clock.now().saturating_add(delay);
+    let first = timer.0.clock.now().saturating_add(nanos(initial_delay));
     let timeout = schedule_run(&periodic, task, first, 1, schedule)?;
     periodic.inner.store(1, Some(timeout));
     Ok(periodic)
@@ -434,31 +339,25 @@ impl TimerHandle {
     /// If `period` is zero.
     ///
     /// ```
-    /// use hashed_timer_wheel::{HashedWheelTimer, MissedRuns};
-    /// use std::sync::atomic::{AtomicU32, Ordering};
-    /// use std::sync::Arc;
+    /// use hashed_timer_wheel::{HashedWheelTimer, MissedRuns, PeriodicTimeout};
     /// use std::time::Duration;
     ///
     /// let (timer, driver) = HashedWheelTimer::builder()
     ///     .tick_duration(Duration::from_millis(10))
     ///     .build_manual()?;
-    /// let runs = Arc::new(AtomicU32::new(0));
-    /// let r = runs.clone();
-    /// let task = timer
-    ///     .schedule_at_fixed_rate(
-    ///         move |_: &_| {
-    ///             r.fetch_add(1, Ordering::SeqCst);
-    ///         },
-    ///         Duration::from_millis(50),
-    ///         Duration::from_millis(100),
-    ///         MissedRuns::Burst,
-    ///     )
-    ///     .unwrap();
-    /// driver.advance(Duration::from_millis(360)); // due at 50, 150, 250, 350 ms
-    /// assert_eq!(runs.load(Ordering::SeqCst), 4);
+    /// let (first, every) = (Duration::from_millis(50), Duration::from_millis(100));
+    /// let renew = |lease: &PeriodicTimeout| {
+    ///     if lease.runs() == 3 {
+    ///         lease.cancel(); // the third renewal is the last
+    ///     }
+    /// };
+    /// let task = timer.schedule_at_fixed_rate(renew, first, every, MissedRuns::Burst)?;
+    /// driver.advance(Duration::from_millis(160)); // due at 50 and 150 ms
+    /// assert_eq!(task.runs(), 2);
     /// assert_eq!(timer.pending_timeouts(), 1, "one timeout pending per periodic task");
-    /// assert!(task.cancel());
-    /// # Ok::<(), hashed_timer_wheel::BuildError>(())
+    /// driver.advance(Duration::from_secs(1));
+    /// assert!(task.runs() == 3 && task.is_cancelled());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn schedule_at_fixed_rate<F>(
         &self,
@@ -483,17 +382,7 @@ impl TimerHandle {
     /// As [`schedule_at_fixed_rate`](Self::schedule_at_fixed_rate).
     ///
     /// # Panics
-    /// If `delay` is zero (Java's `scheduleWithFixedDelay` refuses a delay of zero too).
-    ///
-    /// ```
-    /// # use hashed_timer_wheel::HashedWheelTimer;
-    /// # use std::time::Duration;
-    /// let timer = HashedWheelTimer::default();
-    /// let poll = timer
-    ///     .schedule_with_fixed_delay(|_: &_| {}, Duration::ZERO, Duration::from_millis(500))
-    ///     .unwrap();
-    /// assert!(poll.cancel());
-    /// ```
+    /// If `delay` is zero (as Java's `scheduleWithFixedDelay`).
     pub fn schedule_with_fixed_delay<F>(
         &self,
         task: F,
@@ -507,8 +396,4 @@ impl TimerHandle {
         assert!(delay > 0, "the delay of a periodic task must not be zero");
         schedule_periodic(self, task, initial_delay, Schedule::Delay { delay })
     }
-}
-
-fn nanos(d: Duration) -> u64 {
-    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }

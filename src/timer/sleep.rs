@@ -3,6 +3,7 @@
 //! run or its drop (when `stop()` ends it) takes the waker out and wakes it. The timeout's state
 //! says how it ended. `Deadline`, `Interval` and the adapters build on it.
 
+use super::nanos;
 use crate::engine::{At, BoxedTask, TimerHandle};
 use crate::sync::{lock, Arc, Mutex};
 use crate::{Timeout, TimerError};
@@ -12,11 +13,11 @@ use std::pin::Pin;
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
-/// A future that completes at a deadline on a [`HashedWheelTimer`](crate::HashedWheelTimer)'s wheel (tokio's `Sleep`).
+/// A future that completes at a deadline on a timer's wheel (tokio's `Sleep`).
 ///
-/// Made by [`TimerHandle::sleep`] and [`TimerHandle::sleep_until`] (on the owner
-/// too), and scheduled at once. It completes with `Ok(())` never before its deadline,
-/// at most about a tick after; any executor can poll it.
+/// Made by [`TimerHandle::sleep`] and [`TimerHandle::sleep_until`], and scheduled at once. It
+/// completes with `Ok(())` never before its deadline, at most about a tick after; any executor
+/// can poll it.
 ///
 /// - **Dropping** it cancels its timeout.
 /// - **Polled from another task**, it wakes that task (the last poll's waker is kept).
@@ -31,18 +32,6 @@ use std::time::{Duration, Instant};
 ///
 /// It counts as a timeout in [`pending_timeouts()`](TimerHandle::pending_timeouts) and
 /// [`stats()`](TimerHandle::stats); `stop()` does not return it.
-///
-/// ```
-/// use hashed_timer_wheel::HashedWheelTimer;
-/// use std::time::{Duration, Instant};
-///
-/// let timer = HashedWheelTimer::new(Duration::from_millis(1), 512);
-/// let start = Instant::now();
-/// futures::executor::block_on(async {
-///     timer.sleep(Duration::from_millis(20)).await.unwrap();
-/// });
-/// assert!(start.elapsed() >= Duration::from_millis(20), "never early");
-/// ```
 #[must_use = "a Sleep does nothing unless awaited, and its drop cancels it"]
 pub struct Sleep {
     timer: TimerHandle,
@@ -156,36 +145,20 @@ impl Sleep {
     /// When the sleep is due: as made, or by the last [`reset`](Sleep::reset). On a manual clock,
     /// an `Instant` counted from the call. A deadline past 2^64 ns (584 years) after the timer's
     /// start, which never fires, reads as that far.
-    ///
-    /// ```
-    /// # use hashed_timer_wheel::HashedWheelTimer;
-    /// # use std::time::{Duration, Instant};
-    /// let timer = HashedWheelTimer::default();
-    /// let sleep = timer.sleep(Duration::from_secs(5));
-    /// assert!(sleep.deadline() > Instant::now() + Duration::from_secs(4));
-    /// ```
     pub fn deadline(&self) -> Instant {
         self.timer.0.clock.instant_at(self.deadline)
     }
 
     /// Whether the timeout has expired: polling now returns `Ready(Ok(()))`.
-    ///
-    /// ```
-    /// # use hashed_timer_wheel::HashedWheelTimer;
-    /// # use std::time::Duration;
-    /// let timer = HashedWheelTimer::default();
-    /// assert!(!timer.sleep(Duration::from_secs(5)).is_elapsed());
-    /// ```
     pub fn is_elapsed(&self) -> bool {
         matches!(&self.armed, Ok(timeout) if timeout.is_expired())
             && (self.deadline <= self.armed_for || self.deadline <= self.timer.0.clock.now())
     }
 
     /// Moves the deadline to `deadline` (earlier or later), whether or not the sleep had completed;
-    /// a waiting task is woken at the new one. For idle detection: reset on every message. On a
-    /// stopped timer the sleep completes with the error; at a pending limit, see [`Sleep`].
-    ///
-    /// The waiting task's waker stays where the new timeout's task finds it: nothing is cloned.
+    /// a waiting task is woken at the new one, and no waker is cloned. For idle detection: reset
+    /// on every message. On a stopped timer the sleep completes with the error; at a pending
+    /// limit, see [`Sleep`].
     ///
     /// # Panics
     /// If the timer refuses the new timeout and the waiting task's waker panics as it is woken
@@ -211,18 +184,8 @@ impl Sleep {
     ///
     /// # Panics
     /// As [`reset`](Sleep::reset).
-    ///
-    /// ```
-    /// # use hashed_timer_wheel::HashedWheelTimer;
-    /// # use std::time::Duration;
-    /// let timer = HashedWheelTimer::new(Duration::from_millis(1), 64);
-    /// let mut idle = timer.sleep(Duration::from_secs(3600));
-    /// idle.reset_after(Duration::from_millis(10));
-    /// futures::executor::block_on(&mut idle).unwrap();
-    /// ```
     pub fn reset_after(&mut self, delay: Duration) {
-        let delay = u64::try_from(delay.as_nanos()).unwrap_or(u64::MAX);
-        self.rearm(self.timer.0.clock.now().saturating_add(delay));
+        self.rearm(self.timer.0.clock.now().saturating_add(nanos(delay)));
     }
 
     /// A reset for a caller that takes spurious wake-ups (hyper): a later deadline while the armed
@@ -326,27 +289,22 @@ impl TimerHandle {
     /// A future that completes `delay` from now (see [`Sleep`]); refusals show when polled.
     ///
     /// ```
-    /// # use hashed_timer_wheel::HashedWheelTimer;
-    /// # use std::time::Duration;
-    /// let timer = HashedWheelTimer::new(Duration::from_millis(1), 64);
-    /// futures::executor::block_on(timer.sleep(Duration::from_millis(2))).unwrap();
+    /// use hashed_timer_wheel::HashedWheelTimer;
+    /// use std::time::{Duration, Instant};
+    ///
+    /// let timer = HashedWheelTimer::new(Duration::from_millis(1), 512);
+    /// let start = Instant::now();
+    /// futures::executor::block_on(async {
+    ///     timer.sleep(Duration::from_millis(20)).await.unwrap();
+    /// });
+    /// assert!(start.elapsed() >= Duration::from_millis(20), "never early");
     /// ```
     pub fn sleep(&self, delay: Duration) -> Sleep {
-        let delay = u64::try_from(delay.as_nanos()).unwrap_or(u64::MAX);
-        Sleep::at(self, self.0.clock.now().saturating_add(delay), false)
+        Sleep::at(self, self.0.clock.now().saturating_add(nanos(delay)), false)
     }
 
     /// A future that completes at `deadline` (see [`Sleep`]); when the current tick ends
     /// if it has passed.
-    ///
-    /// ```
-    /// # use hashed_timer_wheel::HashedWheelTimer;
-    /// # use std::time::{Duration, Instant};
-    /// let timer = HashedWheelTimer::new(Duration::from_millis(1), 64);
-    /// let at = Instant::now() + Duration::from_millis(2);
-    /// futures::executor::block_on(timer.sleep_until(at)).unwrap();
-    /// assert!(Instant::now() >= at);
-    /// ```
     pub fn sleep_until(&self, deadline: Instant) -> Sleep {
         Sleep::at(self, self.0.clock.nanos_at(deadline), false)
     }
