@@ -134,14 +134,10 @@ fn watch<J: Stored>(shared: &Shared<J>) -> bool {
     let due = plan
         .saturating_add(1 + GRACE_TICKS)
         .saturating_mul(shared.tick_nanos);
-    let now = shared.clock.now();
-    if now >= due {
+    if shared.clock.now() >= due {
         return true;
     }
-    #[cfg(not(loom))]
-    thread::park_timeout(std::time::Duration::from_nanos(due - now));
-    #[cfg(loom)]
-    thread::park();
+    park_until(shared, due);
     false
 }
 
@@ -151,19 +147,26 @@ fn sleep<J: Stored>(shared: &Shared<J>, planned: u64) {
         thread::park();
         return;
     }
-    let wake_at = planned.saturating_add(1).saturating_mul(shared.tick_nanos);
+    park_until(
+        shared,
+        planned.saturating_add(1).saturating_mul(shared.tick_nanos),
+    );
+}
+
+/// Parks until the clock reads `wake_at`, or until unparked. Under loom the clock jumps to
+/// `wake_at` instead, unless the model holds the clock: then it parks until
+/// `loom_hooks::advance_clock` ends the tick, as an OS timer would.
+fn park_until<J: Stored>(shared: &Shared<J>, wake_at: u64) {
     let now = shared.clock.now();
-    if wake_at > now {
-        #[cfg(not(loom))]
-        thread::park_timeout(std::time::Duration::from_nanos(wake_at - now));
-        // Under loom a bounded sleep jumps the clock to its end, unless the model holds the
-        // clock: then it parks until `loom_hooks::advance_clock` ends the tick, as an OS timer
-        // would.
-        #[cfg(loom)]
-        if crate::sync::loom_hooks::clock_held() {
-            thread::park();
-        } else {
-            shared.clock.loom_advance(wake_at);
-        }
+    if wake_at <= now {
+        return;
+    }
+    #[cfg(not(loom))]
+    thread::park_timeout(std::time::Duration::from_nanos(wake_at - now));
+    #[cfg(loom)]
+    if crate::sync::loom_hooks::clock_held() {
+        thread::park();
+    } else {
+        shared.clock.loom_advance(wake_at);
     }
 }
