@@ -38,8 +38,6 @@ const BUCKETS: usize = 64;
 /// The most items a queue holds at once.
 const MAX_ITEMS: usize = (1 << 27) - 1;
 const UNARMED: u64 = u64::MAX;
-/// No clock reading behind a deadline (one given as an `Instant`).
-const NO_READING: u64 = u64::MAX;
 /// A deadline past the clock's last nanosecond: it never comes (its tick never ends).
 const NEVER: u64 = u64::MAX;
 
