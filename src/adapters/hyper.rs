@@ -12,22 +12,21 @@ use std::time::{Duration, Instant};
 
 /// A `hyper::rt::Timer` whose sleeps are the timer's [`Sleep`]s: give it to hyper's connection
 /// builders (`.timer(HyperTimer::new(timer.handle()))`). `sleep` boxes a [`HyperSleep`],
-/// `reset` moves that same sleep's deadline, `now` reads the timer's clock. A reset to a later
+/// `reset` moves that sleep's deadline, `now` reads the timer's clock. A reset to a later
 /// deadline while the sleep's timeout is pending schedules nothing (hyper pushes its header
-/// read timeout back on every request): the task is woken once at the old deadline, and the
-/// sleep, polled then, waits on until the new one. Any other reset is a [`Sleep::reset`]. A
-/// sleep that another timer made (another crate's, or a `HyperTimer` on another wheel) is
-/// replaced by one of this timer's, as hyper's default `reset` does. Sleeps round up to the end
-/// of a tick (never early, up to about a tick late): build the timer with a 1 ms tick, as
+/// read timeout back on every request): the task wakes once at the old deadline and the sleep
+/// waits on until the new one. Any other reset is a [`Sleep::reset`]; another timer's sleep
+/// is replaced by one of this timer's, as hyper's default `reset` does. Sleeps round up to the
+/// end of a tick (never early, up to about a tick late): build the timer with a 1 ms tick, as
 /// below, not the default 100 ms.
 ///
 /// # The timer runs while a `HyperTimer` exists
-/// A `HyperTimer` (each clone, and each [`HyperSleep`] it gives hyper) keeps its timer running:
-/// the owner ([`HashedWheelTimer`]) may be dropped while the server runs, and the last of
-/// these stops the timer when it goes. [`stop()`](crate::TimerHandle::stop) stops it for
-/// everyone: the sleeps waiting then complete at once (no connection waits forever), and from
-/// then on the `HyperTimer` panics when hyper asks it for a sleep or a reset, as hyper's tokio
-/// timer does on a runtime that has shut down. Stop the timer after the server.
+/// Each clone, and each [`HyperSleep`] it gives hyper, keeps its timer running: the owner
+/// ([`HashedWheelTimer`]) may be dropped while the server runs.
+/// [`stop()`](crate::TimerHandle::stop) stops it for everyone: the waiting sleeps complete at
+/// once (no connection waits forever), and the `HyperTimer` then panics when asked for a sleep
+/// or a reset, as hyper's tokio timer does on a runtime that has shut down. Stop the timer
+/// after the server.
 ///
 /// [`HashedWheelTimer`]: crate::HashedWheelTimer
 ///
@@ -51,14 +50,6 @@ impl HyperTimer {
     ///
     /// # Panics
     /// If the timer is stopped (its owner dropped with no adapter left on it, or `stop()`).
-    ///
-    /// ```
-    /// # use hashed_timer_wheel::{HashedWheelTimer, HyperTimer};
-    /// # use std::time::Duration;
-    /// let timer = HashedWheelTimer::new(Duration::from_millis(1), 512);
-    /// let hyper_timer = HyperTimer::new(timer.handle());
-    /// # let _ = hyper_timer;
-    /// ```
     #[track_caller]
     pub fn new(timer: TimerHandle) -> Self {
         HyperTimer {
@@ -110,19 +101,9 @@ impl hyper::rt::Timer for HyperTimer {
     }
 }
 
-/// The future [`HyperTimer`] gives hyper: a [`Sleep`] that completes with `()`, at its
-/// deadline or when the timer stops (or refuses it), so that no connection waits forever.
-/// It keeps its timer running, as its `HyperTimer` does.
-///
-/// ```
-/// # use hashed_timer_wheel::{HashedWheelTimer, HyperTimer};
-/// # use hyper::rt::Timer;
-/// # use std::time::Duration;
-/// let timer = HashedWheelTimer::new(Duration::from_millis(1), 64);
-/// let sleep = HyperTimer::new(timer.handle()).sleep(Duration::from_secs(60));
-/// drop(timer.stop());
-/// futures::executor::block_on(sleep); // completes: the timer stopped
-/// ```
+/// The future [`HyperTimer`] gives hyper: a [`Sleep`] that completes with `()` at its deadline,
+/// or when the timer stops (or refuses it), so that no connection waits forever. It keeps its
+/// timer running.
 #[derive(Debug)]
 pub struct HyperSleep {
     sleep: Sleep,
@@ -130,9 +111,8 @@ pub struct HyperSleep {
 }
 
 impl HyperSleep {
-    /// The crate's [`Sleep`] inside.
-    ///
-    /// [`HyperTimer`] boxes its sleeps as `dyn hyper::rt::Sleep`: downcast one to reach this.
+    /// The crate's [`Sleep`] inside; [`HyperTimer`] boxes its sleeps as `dyn hyper::rt::Sleep`,
+    /// so downcast one to reach it.
     ///
     /// ```
     /// # use hashed_timer_wheel::{HashedWheelTimer, HyperSleep, HyperTimer};

@@ -1,7 +1,6 @@
 //! A tower 0.5 timeout layer on the wheel, in the shape of `tower::timeout`. Owns
 //! [`TimeoutLayer`], [`TimeoutService`] and [`TimeoutResponseFuture`]; each call is a
-//! [`Deadline`] on the inner response. Touches the crate's public futures, `TimerHandle`,
-//! `KeepAlive` and the adapters' `keep_alive`.
+//! [`Deadline`] on the inner response. Touches the public futures, `TimerHandle`, `KeepAlive`.
 
 use super::keep_alive;
 use crate::timer::KeepAlive;
@@ -32,12 +31,10 @@ use tower::{BoxError, Layer, Service};
 /// ```
 ///
 /// # The timer runs while a `TimeoutLayer` exists
-/// A `TimeoutLayer` (each clone, each [`TimeoutService`] it makes, and each response future
-/// of those) keeps its timer running: the owner ([`HashedWheelTimer`]) may be dropped while the
-/// service runs, and the last of these stops the timer when it goes.
-/// [`stop()`](crate::TimerHandle::stop) stops it for everyone: the services then fail
-/// with [`TimerError::Stopped`], boxed (see [`TimeoutService`]). Stop the timer after the
-/// server.
+/// Each clone, each [`TimeoutService`] it makes, and each of their response futures keeps its
+/// timer running: the owner ([`HashedWheelTimer`]) may be dropped while the service runs.
+/// [`stop()`](crate::TimerHandle::stop) stops it for everyone: the services then fail with
+/// [`TimerError::Stopped`], boxed (see [`TimeoutService`]). Stop the timer after the server.
 ///
 /// [`HashedWheelTimer`]: crate::HashedWheelTimer
 #[derive(Clone, Debug)]
@@ -51,14 +48,6 @@ impl TimeoutLayer {
     ///
     /// # Panics
     /// If the timer is stopped (its owner dropped with no adapter left on it, or `stop()`).
-    ///
-    /// ```
-    /// # use hashed_timer_wheel::{HashedWheelTimer, TimeoutLayer};
-    /// # use std::time::Duration;
-    /// let timer = HashedWheelTimer::new(Duration::from_millis(1), 512);
-    /// let layer = TimeoutLayer::new(timer.handle(), Duration::from_secs(5));
-    /// # let _ = layer;
-    /// ```
     #[track_caller]
     pub fn new(timer: TimerHandle, limit: Duration) -> Self {
         TimeoutLayer {
@@ -82,15 +71,13 @@ impl<S> Layer<S> for TimeoutLayer {
 
 /// A service whose responses fail with tower's own
 /// [`Elapsed`](https://docs.rs/tower/0.5/tower/timeout/error/struct.Elapsed.html) when they
-/// take longer than the limit (`tower::timeout::Timeout`, on the wheel), counted from `call`,
-/// as tower's. `poll_ready` and inner errors pass through, boxed. It keeps its timer running
-/// (see [`TimeoutLayer`]). Once the timer is stopped (`stop()`), `poll_ready` fails with
-/// [`TimerError::Stopped`], boxed, and so does a response in flight unless it is ready when
-/// polled. At the timer's pending limit
-/// ([`Builder::max_pending_timeouts`](crate::Builder::max_pending_timeouts)), a call whose
-/// response is pending at its first poll fails with
-/// [`TimerError::TooManyPending`](crate::TimerError::TooManyPending), boxed, as a
-/// [`Deadline`] does. Nothing is scheduled for a response ready at its first poll.
+/// take longer than the limit, counted from `call` (`tower::timeout::Timeout`, on the wheel).
+/// `poll_ready` and inner errors pass through, boxed. Once the timer is stopped, `poll_ready`
+/// fails with [`TimerError::Stopped`], boxed, and so does a response in flight unless it is
+/// ready when polled. At the timer's pending limit
+/// ([`Builder::max_pending_timeouts`](crate::Builder::max_pending_timeouts)), a response
+/// pending at its first poll fails with [`TimerError::TooManyPending`], boxed, as a
+/// [`Deadline`] does. A response ready at its first poll schedules nothing.
 ///
 /// ```
 /// use hashed_timer_wheel::{HashedWheelTimer, TimeoutService};
@@ -114,14 +101,6 @@ impl<S> TimeoutService<S> {
     ///
     /// # Panics
     /// If the timer is stopped (its owner dropped with no adapter left on it, or `stop()`).
-    ///
-    /// ```
-    /// # use hashed_timer_wheel::{HashedWheelTimer, TimeoutService};
-    /// # use std::time::Duration;
-    /// let timer = HashedWheelTimer::new(Duration::from_millis(1), 512);
-    /// let service = TimeoutService::new((), timer.handle(), Duration::from_secs(1));
-    /// assert_eq!(service.limit(), Duration::from_secs(1));
-    /// ```
     #[track_caller]
     pub fn new(inner: S, timer: TimerHandle, limit: Duration) -> Self {
         TimeoutService {
@@ -132,55 +111,21 @@ impl<S> TimeoutService<S> {
     }
 
     /// The limit each call gets, counted from `call`.
-    ///
-    /// ```
-    /// # use hashed_timer_wheel::{HashedWheelTimer, TimeoutLayer};
-    /// # use std::time::Duration;
-    /// # use tower::Layer;
-    /// let timer = HashedWheelTimer::new(Duration::from_millis(1), 64);
-    /// let layer = TimeoutLayer::new(timer.handle(), Duration::from_millis(250));
-    /// assert_eq!(layer.layer(()).limit(), Duration::from_millis(250));
-    /// ```
     pub fn limit(&self) -> Duration {
         self.limit
     }
 
     /// The inner service, by reference.
-    ///
-    /// ```
-    /// # use hashed_timer_wheel::{HashedWheelTimer, TimeoutService};
-    /// # use std::time::Duration;
-    /// let timer = HashedWheelTimer::new(Duration::from_millis(1), 64);
-    /// let service = TimeoutService::new("inner", timer.handle(), Duration::from_secs(1));
-    /// assert_eq!(*service.get_ref(), "inner");
-    /// ```
     pub fn get_ref(&self) -> &S {
         &self.inner
     }
 
     /// The inner service, mutably.
-    ///
-    /// ```
-    /// # use hashed_timer_wheel::{HashedWheelTimer, TimeoutService};
-    /// # use std::time::Duration;
-    /// let timer = HashedWheelTimer::new(Duration::from_millis(1), 64);
-    /// let mut service = TimeoutService::new(vec![1], timer.handle(), Duration::from_secs(1));
-    /// service.get_mut().push(2);
-    /// assert_eq!(service.get_ref(), &[1, 2]);
-    /// ```
     pub fn get_mut(&mut self) -> &mut S {
         &mut self.inner
     }
 
     /// The inner service, taken out.
-    ///
-    /// ```
-    /// # use hashed_timer_wheel::{HashedWheelTimer, TimeoutService};
-    /// # use std::time::Duration;
-    /// let timer = HashedWheelTimer::new(Duration::from_millis(1), 64);
-    /// let service = TimeoutService::new(vec![1, 2], timer.handle(), Duration::from_secs(1));
-    /// assert_eq!(service.into_inner(), [1, 2]);
-    /// ```
     pub fn into_inner(self) -> S {
         self.inner
     }
@@ -214,23 +159,7 @@ where
 
 pin_project_lite::pin_project! {
     /// The response of a [`TimeoutService`]: the inner response, or an error once the limit
-    /// has passed. Dropping it cancels its timeout. It keeps its timer running, as its service
-    /// does.
-    ///
-    /// ```
-    /// # use hashed_timer_wheel::{HashedWheelTimer, TimeoutService};
-    /// # use std::time::Duration;
-    /// use tower::{service_fn, Service};
-    /// let timer = HashedWheelTimer::new(Duration::from_millis(1), 64);
-    /// let inner = service_fn(|()| std::future::pending::<Result<(), std::convert::Infallible>>());
-    /// let mut service = TimeoutService::new(inner, timer.handle(), Duration::from_secs(60));
-    /// use std::future::Future;
-    /// let mut response = Box::pin(service.call(()));
-    /// let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
-    /// assert!(response.as_mut().poll(&mut cx).is_pending());
-    /// assert_eq!(timer.pending_timeouts(), 1);
-    /// drop(response); // the caller gave up: the timeout goes with it
-    /// ```
+    /// has passed. Dropping it cancels its timeout. It keeps its timer running.
     #[derive(Debug)]
     pub struct TimeoutResponseFuture<F> {
         #[pin]

@@ -1,14 +1,15 @@
 //! Deadlines in: `insert`, `insert_at`, `reset` and `reset_at` place items in the wheel under
-//! their slot ids, never early; the clock readings (ground rules in `mod.rs`); the wake-up for an item due sooner. Touches the slots, the wheel, the clock and `Sleep`.
+//! their slot ids, never early (ground rules in `mod.rs`), and wake or re-arm for an item due
+//! sooner. Touches the slots, the wheel, the clock and `Sleep`.
 
-use super::{DelayQueue, Item, Key, Slot, NO_READING};
+use super::{DelayQueue, Item, Key, Slot};
 use std::time::{Duration, Instant};
 
 impl<T> DelayQueue<T> {
     /// Inserts `value`, due `timeout` from now, and returns its key.
     ///
     /// # Panics
-    /// When the queue already holds 134 217 727 (2^27 - 1) items.
+    /// When the queue already holds 2^27 - 1 items.
     ///
     /// ```
     /// # use hashed_timer_wheel::{DelayQueue, HashedWheelTimer};
@@ -16,34 +17,28 @@ impl<T> DelayQueue<T> {
     /// let timer = HashedWheelTimer::new(Duration::from_millis(1), 512);
     /// let mut queue = DelayQueue::new(timer.handle());
     /// queue.insert("never", Duration::MAX); // accepted; never fires
-    /// assert_eq!(queue.len(), 1);
     /// ```
     #[inline]
     #[track_caller]
     pub fn insert(&mut self, value: T, timeout: Duration) -> Key {
-        let timeout = u64::try_from(timeout.as_nanos()).unwrap_or(u64::MAX);
-        let now = self.read_clock();
-        self.insert_nanos(value, now.saturating_add(timeout), now)
+        let deadline = self.nanos_after(timeout);
+        self.insert_nanos(value, deadline)
     }
 
     /// Inserts `value`, due at `when` (at once if it has passed), and returns its key.
     ///
     /// # Panics
-    /// When the queue already holds 134 217 727 (2^27 - 1) items.
-    ///
-    /// ```
-    /// # use hashed_timer_wheel::{DelayQueue, HashedWheelTimer};
-    /// # use std::time::{Duration, Instant};
-    /// let timer = HashedWheelTimer::new(Duration::from_millis(1), 512);
-    /// let mut queue = DelayQueue::new(timer.handle());
-    /// let at = Instant::now() + Duration::from_secs(30);
-    /// let key = queue.insert_at("lease", at);
-    /// assert!(queue.deadline(&key) >= at);
-    /// ```
+    /// When the queue already holds 2^27 - 1 items.
     #[track_caller]
     pub fn insert_at(&mut self, value: T, when: Instant) -> Key {
         let deadline = self.nanos_at(when);
-        self.insert_nanos(value, deadline, NO_READING)
+        self.insert_nanos(value, deadline)
+    }
+
+    /// `timeout` from now on the timer's clock.
+    fn nanos_after(&self, timeout: Duration) -> u64 {
+        let timeout = u64::try_from(timeout.as_nanos()).unwrap_or(u64::MAX);
+        self.timer.0.clock.now().saturating_add(timeout)
     }
 
     /// `when` on the timer's clock. A manual clock reads an `Instant` against the real now,
@@ -61,46 +56,30 @@ impl<T> DelayQueue<T> {
 
     #[inline]
     #[track_caller]
-    fn insert_nanos(&mut self, value: T, deadline: u64, read: u64) -> Key {
+    fn insert_nanos(&mut self, value: T, deadline: u64) -> Key {
         let stamp = self.stamp;
         let index = self.take_id(Slot::Waiting { stamp });
         self.stamp = stamp.wrapping_add(1);
-        self.wait(index, Item { value, deadline }, read);
+        self.wait(index, Item { value, deadline });
         Key { index, stamp }
     }
 
     /// Places `item` in the wheel under `id`, and wakes the waiting task if it must hear of it.
     #[inline]
-    fn wait(&mut self, id: u32, item: Item<T>, read: u64) {
+    fn wait(&mut self, id: u32, item: Item<T>) {
         let deadline = item.deadline;
         self.wheel.insert(id, deadline / self.tick_nanos, item);
-        self.wake_for(deadline, read);
-    }
-
-    /// Reads the timer's clock.
-    fn read_clock(&mut self) -> u64 {
-        self.timer.0.clock.now()
+        self.wake_for(deadline);
     }
 
     /// Moves the item's deadline to `timeout` from now, expired or not (it then waits again).
     ///
     /// # Panics
     /// If `key` names no item.
-    ///
-    /// ```
-    /// # use hashed_timer_wheel::{DelayQueue, HashedWheelTimer};
-    /// # use std::time::{Duration, Instant};
-    /// let timer = HashedWheelTimer::new(Duration::from_millis(1), 512);
-    /// let mut queue = DelayQueue::new(timer.handle());
-    /// let key = queue.insert("idle", Duration::from_secs(5));
-    /// queue.reset(&key, Duration::from_secs(60)); // traffic: idle for another minute
-    /// assert!(queue.deadline(&key) > Instant::now() + Duration::from_secs(59));
-    /// ```
     #[track_caller]
     pub fn reset(&mut self, key: &Key, timeout: Duration) {
-        let timeout = u64::try_from(timeout.as_nanos()).unwrap_or(u64::MAX);
-        let now = self.read_clock();
-        self.reset_nanos(key, now.saturating_add(timeout), now);
+        let deadline = self.nanos_after(timeout);
+        self.reset_nanos(key, deadline);
     }
 
     /// Moves the deadline of the item under `key` to `when`; a past `when` makes it due at once.
@@ -121,23 +100,23 @@ impl<T> DelayQueue<T> {
     #[track_caller]
     pub fn reset_at(&mut self, key: &Key, when: Instant) {
         let deadline = self.nanos_at(when);
-        self.reset_nanos(key, deadline, NO_READING);
+        self.reset_nanos(key, deadline);
     }
 
     #[track_caller]
-    fn reset_nanos(&mut self, key: &Key, deadline: u64, read: u64) {
+    fn reset_nanos(&mut self, key: &Key, deadline: u64) {
         // An expired item goes back into the wheel, leaving its place in `ready` empty.
         let Some(Item { value, .. }) = self.take_item(key) else {
             panic!("DelayQueue::reset: the key names no item");
         };
         self.slots[key.index as usize] = Slot::Waiting { stamp: key.stamp };
-        self.wait(key.index, Item { value, deadline }, read);
+        self.wait(key.index, Item { value, deadline });
     }
 
-    /// An item due at `deadline`, counted from reading `read` (or `NO_READING`), was just
-    /// placed: the waiting task must hear of it by the end of its fire tick, at once if it is due.
+    /// An item due at `deadline` was just placed: the waiting task must hear of it by the end
+    /// of its fire tick, at once if it is due.
     #[inline]
-    fn wake_for(&mut self, deadline: u64, read: u64) {
+    fn wake_for(&mut self, deadline: u64) {
         if self.sleep.is_none() {
             // Nothing armed: a waiting task (one that saw the queue empty) polls to arm it,
             // whatever the deadline; with none, the next poll looks at the wheel.
@@ -146,18 +125,16 @@ impl<T> DelayQueue<T> {
             }
             return;
         }
-        // Common case, no division or clock read: the item fires on or after the armed tick and
-        // is not due (past its reading) or lies past that tick's end, whose `Sleep` wakes us.
-        let armed_start = self.armed.saturating_mul(self.tick_nanos);
-        if deadline >= armed_start
-            && (deadline > read || deadline >= armed_start.saturating_add(self.tick_nanos))
-        {
+        // Common case, no division or clock read: the item lies past the armed tick's end,
+        // whose `Sleep` wakes us.
+        let armed_end = self.armed.saturating_add(1).saturating_mul(self.tick_nanos);
+        if deadline >= armed_end {
             return;
         }
         self.wake_sooner(deadline);
     }
 
-    /// [`wake_for`](DelayQueue::wake_for) an item that may be due, or fires before the armed tick.
+    /// [`wake_for`](DelayQueue::wake_for) an item that may be due, or fires by the armed tick.
     #[cold]
     fn wake_sooner(&mut self, deadline: u64) {
         // The item is due: the waiting task looks at the wheel on its next poll.

@@ -5,14 +5,14 @@
 //! wakes the polling task. Touches the wheel, the timer's clock and tick, `Sleep`.
 //!
 //! # Ground rules
-//! - The wheel ticks on the timer's grid, so a `Sleep` armed for the start of tick `t`
-//!   completes once the worker has passed the end of `t`. It is armed for the wheel's next
-//!   tick with work (`Wheel::next_work`): each wake-up finds work, if not always an item (a
-//!   bucket that holds only the next round's items is looked at once, a round early).
+//! - The wheel ticks on the timer's grid: a `Sleep` armed for the start of tick `t` completes
+//!   once the worker has passed the end of `t`. It is armed for the wheel's next tick with work
+//!   (`Wheel::next_work`), so each wake-up finds work, if not always an item (a bucket holding
+//!   only the next round's items is looked at a round early).
 //! - Every tick before the wheel's has been processed; inserts go in at the wheel's tick.
-//! - A key is a slot id and a stamp, a 32-bit count of inserts starting at the queue's own
-//!   offset (`first_stamp`): a dead key names no later value, within the limits [`Key`] gives.
-//! - Whatever empties the queue, or makes an item due at once, wakes the waiting task, as an
+//! - A key is a slot id and a stamp, a 32-bit count of inserts from the queue's own offset
+//!   (`first_stamp`): a dead key names no later value, within the limits [`Key`] gives.
+//! - Whatever empties the queue or makes an item due at once wakes the waiting task, as an
 //!   insert into an empty queue wakes the task that saw it empty; a move to an earlier fire
 //!   tick re-arms the `Sleep`.
 //! - Never early: inserts read the timer's clock, which rounds up, and the wheel gives up an
@@ -38,8 +38,6 @@ const BUCKETS: usize = 64;
 /// The most items a queue holds at once.
 const MAX_ITEMS: usize = (1 << 27) - 1;
 const UNARMED: u64 = u64::MAX;
-/// No clock reading behind a deadline (one given as an `Instant`).
-const NO_READING: u64 = u64::MAX;
 /// A deadline past the clock's last nanosecond: it never comes (its tick never ends).
 const NEVER: u64 = u64::MAX;
 
@@ -50,22 +48,20 @@ const NEVER: u64 = u64::MAX;
 /// value once, as an [`Expired`], never early and at most about a tick late (build the timer
 /// with a 1 ms tick, as below). Items come back by deadline, equal ones in insertion (or last
 /// reset) order; a poll takes every item then due and yields them before it looks again. An
-/// instant before the timer was built counts as its start (as tokio-util's count from the
-/// queue's), so such items come back in insertion order, reporting that start as deadline.
+/// instant before the timer was built counts as its start (tokio-util's counts from the
+/// queue's), so such items come back in insertion order, with that start as deadline.
 ///
-/// - **Single-owner** (`&mut self`); costs the timer one pending timeout while a task waits,
-///   which a pending limit does not refuse (the queue would have to poll again at once).
+/// - **Single-owner** (`&mut self`); while a task waits, the queue costs the timer one pending
+///   timeout, which a pending limit does not refuse.
 /// - **Any `Duration`** is accepted: one past 64-bit nanoseconds (584 years) never fires.
-/// - **Empty:** `poll_expired` returns `Ready(None)`; `remove` or `clear` emptying the queue
-///   wakes the waiting task. An insert makes it yield again, and wakes the task that saw the
-///   queue empty (as tokio-util's).
-/// - **The timer runs while the queue exists**: the owner may be dropped, and the last user
-///   (the queue, another adapter, the owner) stops the timer when it goes. Once the timer is
-///   stopped (`stop()`), `poll_expired` returns what is due and then panics while items wait,
-///   as tokio-util's does on a runtime that has shut down; an empty queue returns `Ready(None)`.
-/// - **Built** with `DelayQueue::new(timer.handle())`, not in a runtime; methods as tokio-util's,
-///   but for `compact`: [`shrink_to_fit`](DelayQueue::shrink_to_fit) gives a burst's memory back
-///   (keys stay valid).
+/// - **Empty:** `poll_expired` returns `Ready(None)`, and the next insert wakes the task that
+///   saw it (as tokio-util's); `remove` or `clear` emptying the queue wakes the waiting task.
+/// - **The timer runs while the queue exists**; the last user (the queue, another adapter, the
+///   owner) stops it when it goes. Once the timer is stopped (`stop()`), `poll_expired` returns
+///   what is due, then panics while items wait (as tokio-util's on a runtime that has shut
+///   down); an empty queue returns `Ready(None)`.
+/// - **Methods** are tokio-util's, but the queue is built with `DelayQueue::new(timer.handle())`,
+///   not in a runtime, and [`shrink_to_fit`](DelayQueue::shrink_to_fit) stands for `compact`.
 ///
 /// ```
 /// use hashed_timer_wheel::{DelayQueue, HashedWheelTimer};
@@ -81,6 +77,7 @@ const NEVER: u64 = u64::MAX;
 ///     assert_eq!(first.into_inner(), "connection 8");
 ///     let next = std::future::poll_fn(|cx| queue.poll_expired(cx)).await.unwrap();
 ///     assert_eq!(next.key(), idle);
+///     assert!(std::future::poll_fn(|cx| queue.poll_expired(cx)).await.is_none()); // empty
 /// });
 /// ```
 pub struct DelayQueue<T> {
@@ -135,14 +132,6 @@ impl<T> DelayQueue<T> {
     ///
     /// # Panics
     /// If the timer is stopped (its owner dropped with no adapter left on it, or `stop()`).
-    ///
-    /// ```
-    /// # use hashed_timer_wheel::{DelayQueue, HashedWheelTimer};
-    /// # use std::time::Duration;
-    /// let timer = HashedWheelTimer::new(Duration::from_millis(1), 512);
-    /// let queue: DelayQueue<u64> = DelayQueue::new(timer.handle());
-    /// assert!(queue.is_empty());
-    /// ```
     pub fn new(timer: TimerHandle) -> Self {
         DelayQueue::with_capacity(timer, 0)
     }
@@ -150,17 +139,8 @@ impl<T> DelayQueue<T> {
     /// An empty queue with room for `capacity` items before it allocates.
     ///
     /// # Panics
-    /// If `capacity` is above the most items a queue holds, 2^27 - 1 ("capacity overflow", as
-    /// tokio-util's for what no allocation can hold); if the timer is stopped, as
-    /// [`new`](DelayQueue::new).
-    ///
-    /// ```
-    /// # use hashed_timer_wheel::{DelayQueue, HashedWheelTimer};
-    /// # use std::time::Duration;
-    /// let timer = HashedWheelTimer::new(Duration::from_millis(1), 512);
-    /// let queue: DelayQueue<u64> = DelayQueue::with_capacity(timer.handle(), 1000);
-    /// assert!(queue.capacity() >= 1000);
-    /// ```
+    /// If `capacity` is above 2^27 - 1, the most items a queue holds ("capacity overflow"); if
+    /// the timer is stopped, as [`new`](DelayQueue::new).
     #[track_caller]
     pub fn with_capacity(timer: TimerHandle, capacity: usize) -> Self {
         check_capacity(capacity);
@@ -185,27 +165,11 @@ impl<T> DelayQueue<T> {
     }
 
     /// Items the queue holds (waiting, or expired and not yet yielded).
-    ///
-    /// ```
-    /// # use hashed_timer_wheel::{DelayQueue, HashedWheelTimer};
-    /// # use std::time::Duration;
-    /// let timer = HashedWheelTimer::new(Duration::from_millis(1), 512);
-    /// let mut queue = DelayQueue::new(timer.handle());
-    /// queue.insert((), Duration::from_secs(5));
-    /// assert_eq!(queue.len(), 1);
-    /// ```
     pub fn len(&self) -> usize {
         self.slots.len() - self.free.len()
     }
 
     /// Whether the queue holds no item.
-    ///
-    /// ```
-    /// # use hashed_timer_wheel::{DelayQueue, HashedWheelTimer};
-    /// # use std::time::Duration;
-    /// let timer = HashedWheelTimer::new(Duration::from_millis(1), 512);
-    /// assert!(DelayQueue::<()>::new(timer.handle()).is_empty());
-    /// ```
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
@@ -239,23 +203,11 @@ impl<T> fmt::Debug for DelayQueue<T> {
     }
 }
 
-/// Names a value in a [`DelayQueue`] until it is removed or yielded, and
-/// then no other: [`DelayQueue::try_remove`] returns `None`. (A
-/// key holds a 32-bit count of the queue's inserts: one kept across exactly 2^32 later inserts
-/// may name the value that took its slot. Each queue counts from its own offset, so a key
-/// used on another queue names nothing there unless the two counts have met.)
-///
-/// ```
-/// # use hashed_timer_wheel::{DelayQueue, HashedWheelTimer};
-/// # use std::time::Duration;
-/// let timer = HashedWheelTimer::new(Duration::from_millis(1), 64);
-/// let mut queue = DelayQueue::new(timer.handle());
-/// let key = queue.insert("first", Duration::from_secs(60));
-/// assert_eq!(queue.remove(&key).into_inner(), "first");
-/// assert!(queue.try_remove(&key).is_none()); // removed: the key names nothing now
-/// let next = queue.insert("second", Duration::from_secs(60)); // may reuse the slot
-/// assert_ne!(next, key);
-/// ```
+/// Names a value in a [`DelayQueue`] until it is removed or yielded, and then no other
+/// ([`DelayQueue::try_remove`] returns `None`). A key holds a 32-bit count of the queue's
+/// inserts: one kept across exactly 2^32 later inserts may name the value that took its slot.
+/// Each queue counts from its own offset, so a key used on another queue names nothing there
+/// unless the two counts have met.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Key {
     index: u32,
@@ -263,16 +215,6 @@ pub struct Key {
 }
 
 /// A value taken out of its [`DelayQueue`], expired or removed.
-///
-/// ```
-/// # use hashed_timer_wheel::{DelayQueue, HashedWheelTimer};
-/// # use std::time::Duration;
-/// let timer = HashedWheelTimer::new(Duration::from_millis(1), 64);
-/// let mut queue = DelayQueue::new(timer.handle());
-/// let key = queue.insert(7, Duration::from_secs(60));
-/// let removed = queue.remove(&key);
-/// assert_eq!((removed.key(), *removed.get_ref()), (key, 7));
-/// ```
 pub struct Expired<T> {
     value: T,
     deadline: Instant,
@@ -281,79 +223,26 @@ pub struct Expired<T> {
 
 impl<T> Expired<T> {
     /// The value, by reference.
-    ///
-    /// ```
-    /// # use hashed_timer_wheel::{DelayQueue, HashedWheelTimer};
-    /// # use std::time::Duration;
-    /// let timer = HashedWheelTimer::new(Duration::from_millis(1), 64);
-    /// let mut queue = DelayQueue::new(timer.handle());
-    /// let key = queue.insert(vec![1, 2], Duration::from_secs(60));
-    /// assert_eq!(queue.remove(&key).get_ref().len(), 2);
-    /// ```
     pub fn get_ref(&self) -> &T {
         &self.value
     }
 
     /// The value, mutably.
-    ///
-    /// ```
-    /// # use hashed_timer_wheel::{DelayQueue, HashedWheelTimer};
-    /// # use std::time::Duration;
-    /// let timer = HashedWheelTimer::new(Duration::from_millis(1), 64);
-    /// let mut queue = DelayQueue::new(timer.handle());
-    /// let key = queue.insert(vec![1, 2], Duration::from_secs(60));
-    /// let mut removed = queue.remove(&key);
-    /// removed.get_mut().push(3);
-    /// assert_eq!(removed.into_inner(), [1, 2, 3]);
-    /// ```
     pub fn get_mut(&mut self) -> &mut T {
         &mut self.value
     }
 
     /// The value, taken out.
-    ///
-    /// ```
-    /// # use hashed_timer_wheel::{DelayQueue, HashedWheelTimer};
-    /// # use std::task::{Context, Poll, Waker};
-    /// # use std::time::Duration;
-    /// let (timer, driver) = HashedWheelTimer::builder().build_manual()?;
-    /// let mut queue = DelayQueue::new(timer.handle());
-    /// queue.insert(String::from("session 7"), Duration::from_secs(1));
-    /// driver.advance(Duration::from_secs(2));
-    /// let mut cx = Context::from_waker(Waker::noop());
-    /// let expired = queue.poll_expired(&mut cx).map(|e| e.unwrap().into_inner());
-    /// assert_eq!(expired, Poll::Ready(String::from("session 7")));
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
     pub fn into_inner(self) -> T {
         self.value
     }
 
     /// The deadline the value had (never before the one asked for).
-    ///
-    /// ```
-    /// # use hashed_timer_wheel::{DelayQueue, HashedWheelTimer};
-    /// # use std::time::{Duration, Instant};
-    /// let timer = HashedWheelTimer::new(Duration::from_millis(1), 64);
-    /// let mut queue = DelayQueue::new(timer.handle());
-    /// let before = Instant::now();
-    /// let key = queue.insert("idle", Duration::from_secs(60));
-    /// assert!(queue.remove(&key).deadline() >= before + Duration::from_secs(60));
-    /// ```
     pub fn deadline(&self) -> Instant {
         self.deadline
     }
 
     /// The key the value had, which names nothing in the queue any more.
-    ///
-    /// ```
-    /// # use hashed_timer_wheel::{DelayQueue, HashedWheelTimer};
-    /// # use std::time::Duration;
-    /// let timer = HashedWheelTimer::new(Duration::from_millis(1), 64);
-    /// let mut queue = DelayQueue::new(timer.handle());
-    /// let key = queue.insert("idle", Duration::from_secs(60));
-    /// assert_eq!(queue.remove(&key).key(), key);
-    /// ```
     pub fn key(&self) -> Key {
         self.key
     }

@@ -11,16 +11,6 @@ use std::task::{Context, Poll, Waker};
 impl<T> DelayQueue<T> {
     /// The key of the item [`poll_expired`](DelayQueue::poll_expired) yields next, due or not,
     /// until an insert, a reset or a removal.
-    ///
-    /// ```
-    /// # use hashed_timer_wheel::{DelayQueue, HashedWheelTimer};
-    /// # use std::time::Duration;
-    /// let timer = HashedWheelTimer::new(Duration::from_millis(1), 512);
-    /// let mut queue = DelayQueue::new(timer.handle());
-    /// let later = queue.insert("b", Duration::from_secs(120));
-    /// let sooner = queue.insert("a", Duration::from_secs(100));
-    /// assert_eq!(queue.peek(), Some(sooner));
-    /// ```
     pub fn peek(&self) -> Option<Key> {
         if let Some(Some((key, _))) = self.ready.front() {
             return Some(*key);
@@ -41,21 +31,6 @@ impl<T> DelayQueue<T> {
     /// # Panics
     /// If the timer is stopped (`stop()`) while items wait, once what was due has been yielded:
     /// nothing can wake the queue for them.
-    ///
-    /// ```
-    /// # use hashed_timer_wheel::{DelayQueue, HashedWheelTimer};
-    /// # use std::time::Duration;
-    /// use std::future::poll_fn;
-    ///
-    /// let timer = HashedWheelTimer::new(Duration::from_millis(1), 64);
-    /// let mut queue = DelayQueue::new(timer.handle());
-    /// queue.insert(1, Duration::from_millis(3));
-    /// futures::executor::block_on(async {
-    ///     let item = poll_fn(|cx| queue.poll_expired(cx)).await.unwrap();
-    ///     assert_eq!(item.into_inner(), 1);
-    ///     assert!(poll_fn(|cx| queue.poll_expired(cx)).await.is_none(), "empty: None");
-    /// });
-    /// ```
     pub fn poll_expired(&mut self, cx: &mut Context<'_>) -> Poll<Option<Expired<T>>> {
         loop {
             if let Some(item) = self.pop_ready() {
@@ -103,8 +78,8 @@ impl<T> DelayQueue<T> {
         }
     }
 
-    /// A refused `Sleep` (it passes a pending limit, so only with the wheel's keys all taken):
-    /// the next poll, made to come at once, arms it again.
+    /// A refused `Sleep` (only with the wheel's keys all taken): the next poll, made to come
+    /// at once, arms it again.
     #[cold]
     fn retry_refused(&mut self, waker: &Waker) {
         self.sleep = None;
@@ -120,8 +95,7 @@ impl<T> DelayQueue<T> {
         let deadline = tick.saturating_mul(self.tick_nanos);
         // Exempt from a pending limit: refused, the queue could only poll again at once.
         match self.sleep.as_mut() {
-            // A refused re-arm wakes the waiting task to hear so: user code that may
-            // panic, whose owner is not the queue's caller (an insert's, a reset's): count it.
+            // A refused re-arm wakes the waiting task: user code, whose panic is counted.
             Some(sleep) => {
                 let rearmed = catch_user_panic(|| sleep.rearm(deadline));
                 self.timer
@@ -200,8 +174,8 @@ impl<T> DelayQueue<T> {
 impl<T> futures_core::Stream for DelayQueue<T> {
     type Item = Expired<T>;
 
-    /// [`DelayQueue::poll_expired`]: the stream ends (`None`) while the queue is empty, and
-    /// yields again after an insert, which wakes the task that saw the end.
+    /// [`DelayQueue::poll_expired`]: `None` while the queue is empty; an insert wakes the task
+    /// that saw it, and the stream yields again.
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Expired<T>>> {
         self.get_mut().poll_expired(cx)
     }

@@ -74,7 +74,7 @@ impl<T> DelayQueue<T> {
     /// let mut queue = DelayQueue::new(timer.handle());
     /// let key = queue.insert("request 1", Duration::from_secs(5));
     /// assert_eq!(queue.remove(&key).into_inner(), "request 1"); // the reply came
-    /// assert!(queue.is_empty());
+    /// assert!(queue.try_remove(&key).is_none()); // the key names nothing now
     /// ```
     #[track_caller]
     pub fn remove(&mut self, key: &Key) -> Expired<T> {
@@ -83,16 +83,6 @@ impl<T> DelayQueue<T> {
     }
 
     /// Removes the item under `key` and returns it, or `None` if `key` names no item.
-    ///
-    /// ```
-    /// # use hashed_timer_wheel::{DelayQueue, HashedWheelTimer};
-    /// # use std::time::Duration;
-    /// let timer = HashedWheelTimer::new(Duration::from_millis(1), 512);
-    /// let mut queue = DelayQueue::new(timer.handle());
-    /// let key = queue.insert((), Duration::from_secs(5));
-    /// assert!(queue.try_remove(&key).is_some());
-    /// assert!(queue.try_remove(&key).is_none());
-    /// ```
     pub fn try_remove(&mut self, key: &Key) -> Option<Expired<T>> {
         let item = self.take_item(key)?;
         Some(self.taken_out(*key, item))
@@ -124,10 +114,8 @@ impl<T> DelayQueue<T> {
     }
 
     /// Emptied: drops the `Sleep`, restarts the slot ids at 0 (stamps keep keys apart), wakes
-    /// the task; the wheel keeps its pages (as a `Vec` keeps its capacity) until
-    /// [`shrink_to_fit`](DelayQueue::shrink_to_fit). Cold: a queue empties seldom, and this
-    /// inlined would keep `taken_out` out of `remove` and `poll_expired`
-    /// (`docs/performance.md`, "`DelayQueue::emptied` cold").
+    /// the task; the wheel keeps its pages until [`shrink_to_fit`](DelayQueue::shrink_to_fit).
+    /// Cold, so that `taken_out` inlines (`docs/performance.md`, "`DelayQueue::emptied` cold").
     #[cold]
     pub(super) fn emptied(&mut self) {
         let sleep = self.sleep.take();
@@ -139,9 +127,8 @@ impl<T> DelayQueue<T> {
         self.wake_waiting();
     }
 
-    /// Wakes the task waiting on the queue, if any. A waker that panics is counted and logged,
-    /// as the timer's own wakers are: the queue's caller (with an item in hand, maybe) is not
-    /// the waker's owner.
+    /// Wakes the task waiting on the queue, if any; a waker's panic is counted and logged, as
+    /// the timer's own wakers' are (the queue's caller is not the waker's owner).
     pub(super) fn wake_waiting(&mut self) {
         if let Some(waker) = self.waker.take() {
             let woken = catch_user_panic(|| waker.wake());
@@ -157,9 +144,8 @@ impl<T> DelayQueue<T> {
         counters.caught(drop_caught(holder), "a DelayQueue's waker");
     }
 
-    /// Drops every value, each under its own catch (two panics in one unwind would abort the
-    /// process), leaving the wheel and `ready` empty: the first panic, for the caller to go
-    /// on with (a later one's payload is dropped under a catch too).
+    /// Drops every value, each under its own catch (two panics in one unwind would abort),
+    /// leaving the wheel and `ready` empty; returns the first panic for the caller to go on with.
     pub(super) fn drop_values(&mut self) -> std::thread::Result<()> {
         let mut first = Ok(());
         let mut drop_one = |item: Item<T>| {
@@ -182,15 +168,6 @@ impl<T> DelayQueue<T> {
     ///
     /// # Panics
     /// If `key` names no item.
-    ///
-    /// ```
-    /// # use hashed_timer_wheel::{DelayQueue, HashedWheelTimer};
-    /// # use std::time::{Duration, Instant};
-    /// let timer = HashedWheelTimer::new(Duration::from_millis(1), 512);
-    /// let mut queue = DelayQueue::new(timer.handle());
-    /// let key = queue.insert((), Duration::from_secs(5));
-    /// assert!(queue.deadline(&key) > Instant::now());
-    /// ```
     #[track_caller]
     pub fn deadline(&self, key: &Key) -> Instant {
         let item = match self.slot_of(key) {
@@ -205,19 +182,7 @@ impl<T> DelayQueue<T> {
     }
 
     /// Drops every item and wakes a waiting task (it sees `Ready(None)`). If values' drops
-    /// panic, every item is dropped all the same and the queue is empty; the first panic then
-    /// goes on.
-    ///
-    /// ```
-    /// # use hashed_timer_wheel::{DelayQueue, HashedWheelTimer};
-    /// # use std::time::Duration;
-    /// let timer = HashedWheelTimer::new(Duration::from_millis(1), 512);
-    /// let mut queue = DelayQueue::new(timer.handle());
-    /// let key = queue.insert(1, Duration::from_secs(5));
-    /// queue.clear();
-    /// assert!(queue.is_empty());
-    /// assert!(queue.try_remove(&key).is_none());
-    /// ```
+    /// panic, every item is dropped all the same; the first panic then goes on.
     pub fn clear(&mut self) {
         if self.is_empty() {
             return;
@@ -230,13 +195,6 @@ impl<T> DelayQueue<T> {
     }
 
     /// Items the queue has slot ids for without growing its table of them.
-    ///
-    /// ```
-    /// # use hashed_timer_wheel::{DelayQueue, HashedWheelTimer};
-    /// # use std::time::Duration;
-    /// let timer = HashedWheelTimer::new(Duration::from_millis(1), 512);
-    /// assert_eq!(DelayQueue::<()>::with_capacity(timer.handle(), 16).capacity(), 16);
-    /// ```
     pub fn capacity(&self) -> usize {
         self.slots.capacity()
     }
@@ -245,15 +203,6 @@ impl<T> DelayQueue<T> {
     ///
     /// # Panics
     /// If the items held and `additional` come to more than a queue holds, 2^27 - 1.
-    ///
-    /// ```
-    /// # use hashed_timer_wheel::{DelayQueue, HashedWheelTimer};
-    /// # use std::time::Duration;
-    /// let timer = HashedWheelTimer::new(Duration::from_millis(1), 512);
-    /// let mut queue = DelayQueue::<()>::new(timer.handle());
-    /// queue.reserve(100);
-    /// assert!(queue.capacity() >= 100);
-    /// ```
     #[track_caller]
     pub fn reserve(&mut self, additional: usize) {
         check_capacity(self.len().saturating_add(additional));
@@ -261,8 +210,8 @@ impl<T> DelayQueue<T> {
             .reserve(additional.saturating_sub(self.free.len()));
     }
 
-    /// Gives back the memory a burst left, in O(items); keys stay valid, and items keep their
-    /// order (equal deadlines too).
+    /// Gives back the memory a burst left, in O(items); keys stay valid and items keep their
+    /// order.
     ///
     /// ```
     /// # use hashed_timer_wheel::{DelayQueue, HashedWheelTimer};
