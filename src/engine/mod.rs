@@ -274,8 +274,9 @@ impl<J: Stored> Shared<J> {
     /// it, and counts).
     fn reserve(&self, exempt: bool) -> Result<(), TimerError> {
         if let Some((max, count)) = &self.limited {
-            // Relaxed: a count; the timeout is published by the shard lock.
-            let pending = count.fetch_add(1, Ordering::Relaxed);
+            // Acquire: pairs with the Release in `set_ended`; the timeout itself is published
+            // by the shard lock.
+            let pending = count.fetch_add(1, Ordering::Acquire);
             if pending >= *max && !exempt {
                 count.fetch_sub(1, Ordering::Relaxed);
                 return Err(TimerError::TooManyPending { pending, max: *max });
@@ -371,7 +372,9 @@ impl<J: Stored> Shared<J> {
         // Release: pairs with the Acquire in `pending`.
         self.ended.store(total, Ordering::Release);
         if let Some((_, count)) = &self.limited {
-            count.fetch_sub(n, Ordering::Relaxed);
+            // Release: a producer that takes the freed place (Acquire in `reserve`) sees this
+            // end in `ended`, so its `pending()` never reads above the limit.
+            count.fetch_sub(n, Ordering::Release);
         }
     }
 
