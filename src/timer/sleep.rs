@@ -55,6 +55,11 @@ pub struct Sleep {
 struct WakeCell(Mutex<(u64, Option<Waker>)>);
 
 impl WakeCell {
+    /// The stored waker, taken out.
+    fn take(&self) -> Option<Waker> {
+        lock(&self.0).1.take()
+    }
+
     /// Keeps `waker` for the task of `timeout` (unless the cell holds one that wakes the same
     /// task), then reads whether `timeout` has ended. The waker's clone and the drop of the one
     /// it replaces are user code, run outside the lock: they may stop the timer or move a manual
@@ -233,8 +238,12 @@ impl Future for Sleep {
         };
         // The waker first, then the state: the worker sets the state, then takes the waker
         // under the cell's lock; one of the two sees the other.
-        if !ended(timeout) && !self.cell.keep(cx.waker(), timeout) {
-            return Poll::Pending;
+        if !ended(timeout) {
+            if !self.cell.keep(cx.waker(), timeout) {
+                return Poll::Pending;
+            }
+            // Ended meanwhile: the waker stored is not the timer's to keep.
+            drop(self.cell.take());
         }
         if timeout.is_cancelled() {
             // Only `stop()` cancels a sleep's timeout that is still polled.
@@ -261,15 +270,11 @@ fn ended(timeout: &Timeout) -> bool {
 
 impl Drop for Sleep {
     fn drop(&mut self) {
-        if let Ok(timeout) = &self.armed {
-            timeout.cancel();
+        // A cancel that wins takes the waker back; one that loses leaves it to the task, which
+        // wakes it as it ends (the timeout expired, or `stop()` ended it).
+        if !matches!(&self.armed, Ok(timeout) if !timeout.cancel()) {
+            drop(self.cell.take());
         }
-        // The waker is not the timer's to keep: a cancelled task wakes nobody.
-        let mut cell = lock(&self.cell.0);
-        cell.0 += 1;
-        let waker = cell.1.take();
-        drop(cell);
-        drop(waker);
     }
 }
 
