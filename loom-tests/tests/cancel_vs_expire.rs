@@ -1,9 +1,11 @@
 //! `cancel` racing the expiry of the same timeout.
 //!
-//! A due timeout is cancelled by two threads while the main thread runs its tick. Exactly one
-//! of the three decides its fate (a CAS to `CANCELLED` or to `EXPIRED`): at most one `cancel()`
-//! returns true, and the task runs if and only if no cancel won. The cancellation, whenever it lands (before the transfer,
-//! between transfer and expiry, after expiry), is accounted once: `pending_timeouts()` is 0.
+//! A due timeout is cancelled by two threads while a third runs its tick. Exactly one of the
+//! three decides its fate, by a compare-and-swap on its slot's state (`src/engine/slots.rs`:
+//! `Block::cancel` to `CANCELLED`, or the worker's `Block::place` to `PLACED`, then
+//! `Block::expire` to `EXPIRED`): at most one `cancel()` returns true, and the task runs if and
+//! only if no cancel won. The cancellation, wherever it lands (before the transfer, between
+//! transfer and expiry, after expiry), is counted once: `pending_timeouts()` is 0.
 #![cfg(loom)]
 
 use loom::thread;

@@ -1,9 +1,9 @@
-//! `new_timeout_detached` racing `stop()` and a tick. A detached timeout takes no
-//! reference to its cell for a handle: the queue's run and the worker's chunk table are all
-//! that keep its chunk, and whoever ends the timeout (expiry, or `stop()` draining the queue
-//! or the wheel) must find it. Checked: the call is refused with `Stopped` and the task is
-//! dropped unrun, or accepted and then the task ran once or `stop()` returned it once; never
-//! lost, never both; the task is dropped exactly once; pending is 0 at the end.
+//! `new_timeout_detached` racing `stop()` and a tick. A detached timeout has no handle: only
+//! its entry in the shard, then the worker (its wheel and block table), reach its slot, and
+//! whoever ends the timeout (the expiry, or `stop()` draining the shards, the worker's inbox
+//! and the wheel in `Worker::stop`) must find it. Checked: the call is refused with `Stopped`
+//! and the task is dropped unrun, or accepted and then the task ran once or `stop()` returned
+//! it once; never lost, never both; the task is dropped exactly once; pending is 0 at the end.
 #![cfg(loom)]
 
 use hashed_timer_wheel::{Timeout, TimerError};

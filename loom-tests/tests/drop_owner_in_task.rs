@@ -1,12 +1,13 @@
 //! The last owner dropped inside a task, racing a producer.
 //!
-//! Dropping the owner on the worker thread cannot wait for the worker (it is the worker), so it
-//! shuts the timer down without a `stop()` to return what is left: "a stop whose returned
-//! timeouts are dropped". A producer racing it through a handle is refused with `Stopped`, or
-//! accepted and then its timeout ends like any timeout of a stopped timer: it ran, or it is
-//! cancelled. Modelled with the tick called from the model (manual driver: the driver's next
-//! advance drops the worker); with the real thread, the detached worker drops its wheel when it
-//! exits, which the model cannot wait for through the public API.
+//! Dropping the owner inside a turn cannot wait for the turn (it runs in it), so it only shuts
+//! the timer (`shutdown` in `src/engine/lifecycle.rs`: `SHUTDOWN` set, every shard's lock taken
+//! once), and the turn's runner ends the rest when the turn is over (`Shared::run_turn`): a stop
+//! whose returned timeouts are dropped. A producer racing it through a handle is refused with
+//! `Stopped`, or accepted and then its timeout ends like any timeout of a stopped timer: it
+//! ran, or it is cancelled. Modelled with the turn run from the model (manual driver); on the
+//! real thread the same turn ends the rest, but nobody joins that thread, so the model could not
+//! wait for it through the public API.
 #![cfg(loom)]
 
 use hashed_timer_wheel::{HashedWheelTimer, Timeout, TimerError};

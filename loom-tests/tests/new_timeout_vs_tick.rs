@@ -1,9 +1,10 @@
 //! `new_timeout` racing the worker's tick.
 //!
-//! Two producers schedule while the model's main thread runs tick 0 through the manual driver
-//! (the worker's real `advance`: process cancellations, transfer the `timeouts` queue into
-//! buckets, expire the bucket). Each timeout is pushed before, during or after the transfer and
-//! must fire exactly once, never before its deadline; `pending_timeouts()` returns to 0.
+//! Two producers push onto the shard while the model's main thread runs tick 0 through the
+//! manual driver (the worker's real turn, `Worker::turn`: collect the shards' cancellations and
+//! new timeouts, transfer them into the wheel, expire the tick's bucket). Each timeout is pushed
+//! before, during or after the collect and must fire exactly once, never before its deadline;
+//! `pending_timeouts()` returns to 0.
 #![cfg(loom)]
 
 use hashed_timer_wheel::TimerError;

@@ -2,8 +2,9 @@
 //!
 //! With `max_pending_timeouts(1)`, never more than one timeout is pending: of two racing
 //! producers exactly one is accepted and the other is refused with
-//! `TooManyPending { pending: 1, max: 1 }`, changing nothing. A slot freed by a cancellation
-//! is reusable only once the worker has processed it, and then it is.
+//! `TooManyPending { pending: 1, max: 1 }`, changing nothing (`Shared::reserve`). The place a
+//! cancelled timeout held is reusable only once the worker has ended it (`Shared::set_ended`),
+//! and then it is.
 #![cfg(loom)]
 
 use hashed_timer_wheel::{Timeout, TimerError};

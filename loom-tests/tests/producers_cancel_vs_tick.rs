@@ -1,10 +1,12 @@
 //! `new_timeout` and `cancel` from two producers while the worker ticks.
 //!
 //! Each producer schedules a timeout and cancels it at once; the main thread runs tick 0
-//! meanwhile. The two queues (`timeouts`, `cancellations`) interleave in every order with the
-//! tick's steps: a cancellation may be processed before its timeout is transferred, the
-//! transfer may skip a cancelled timeout, a cancel may land between transfer and expiry. Every
-//! timeout ends once (ran, or its cancel won) and `pending_timeouts()` returns to 0.
+//! meanwhile. The shard's new timeouts and its cancellation list interleave in every order with
+//! the tick's steps: a cancel may win the slot while it is queued (the transfer's `Block::place`
+//! then fails and ends it), after the transfer (the slot goes onto the cancellation list, and
+//! the next collect ends it, or the expiry's compare-and-swap fails), or after the expiry (too
+//! late). Every timeout ends once (ran, or its cancel won) and `pending_timeouts()` returns
+//! to 0.
 #![cfg(loom)]
 
 use loom::thread;

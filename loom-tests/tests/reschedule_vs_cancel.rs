@@ -1,9 +1,10 @@
 //! A task rescheduling itself from inside the tick while another thread cancels it.
 //!
 //! The task of `first` schedules `second` through `Timeout::timer()` while the worker is in the
-//! middle of its tick, at the pending limit of 1 (expiry frees the slot before the task runs,
-//! so the reschedule is accepted). Another thread cancels `first`, then whatever `second` is
-//! by then. Every timeout that exists ends exactly once; `pending_timeouts()` returns to 0.
+//! middle of its tick, at the pending limit of 1 (the worker counts `first` ended before its
+//! task runs, so the reschedule is accepted). Another thread cancels `first`, then whatever
+//! `second` is by then. Every timeout that exists ends exactly once; `pending_timeouts()`
+//! returns to 0.
 //! Modelled with the tick called from the model (manual driver) and on the real worker thread.
 #![cfg(loom)]
 

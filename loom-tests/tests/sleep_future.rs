@@ -1,12 +1,13 @@
-//! A `Sleep`'s waker hand-over (`shared::cells::WakerSlots`) racing the end of its
-//! timeout.
+//! A `Sleep`'s waker hand-over (`src/timer/sleep.rs`) racing the end of its timeout.
 //!
-//! A `poll` stores its waker under the slot's lock and then loads the timeout's state; whoever
-//! ends the timeout (the worker's expiry, `stop()`) moves the state first and then takes the
-//! waker under the same lock and wakes it; the future's own cancel (its drop, a `reset`) takes
-//! the waker back. Each model polls a `Sleep` on one thread, with a waker that counts its
-//! wake-ups, while the main thread ends its timeout (a tick of the manual driver, or `stop()`),
-//! and checks:
+//! A `poll` stores its waker in the sleep's `WakeCell` (cloned outside the cell's lock, swapped
+//! in under it) and then reads the timeout's state. Whoever ends the timeout moves the state
+//! first; then the timeout's task (`Wake`), run by the worker's expiry or dropped when `stop()`
+//! ends it, takes the waker under the cell's lock and wakes it. A `reset` arms the new timeout
+//! under a new generation of the cell, so the replaced timeout's task wakes nobody; the
+//! future's drop cancels its timeout and, if the cancel wins, takes the waker back. Each model
+//! polls a `Sleep` on one thread, with a waker that counts its wake-ups, while the main thread
+//! ends its timeout (a tick of the manual driver, or `stop()`), and checks:
 //!
 //! - no lost wake-up: a `poll` that returned `Pending` is woken, unless the future's own drop
 //!   cancelled the timeout first (where the model waits for the wake-up it parks, so a lost
@@ -15,10 +16,10 @@
 //! - the outcome: `Ok(())` for an expiry, `Err(Stopped)` for a stop;
 //! - `pending_timeouts()` back to 0;
 //! - the waker is not kept: once the timeout has ended and the poller has dropped its `Waker`,
-//!   the strong count of the waker's `Arc` is 1 (no slot holds a clone), while the `Sleep`,
-//!   and so its slot, may still be alive.
+//!   the strong count of the waker's `Arc` is 1 (the cell holds no clone), while the `Sleep`,
+//!   and so its cell, may still be alive.
 //!
-//! The timer is a manual one: the worker's tick runs on the thread that calls
+//! The timer is a manual one: the worker's turn runs on the thread that calls
 //! `ManualDriver::advance`.
 #![cfg(loom)]
 

@@ -1,18 +1,22 @@
-//! The worker's sleep and wake-up, with the real thread loop (`worker::thread_main`).
+//! The worker's sleep and wake-up, with the real thread loop (`run_thread` in
+//! `src/engine/turns.rs`).
 //!
 //! With nothing pending the worker parks with no deadline (a loom park); a producer must wake
-//! it, through the store-fence-load handshake on `planned` (see `worker.rs`): either the worker
-//! sees the push before it parks, or the producer sees the plan and unparks it. The model waits
-//! for the task with a loom park of its own, so a lost wake-up is a loom deadlock. `stop()`
-//! must wake a parked worker too, or its join never returns (a deadlock again).
+//! it. The worker stores its plan in `planned` (SeqCst, `Worker::settle`) and then looks at
+//! every shard under its lock; a producer pushes under its shard's lock and then reads `planned`
+//! (`Shared::wake_if_later_than`): either the worker sees the push before it parks, or the
+//! producer sees the plan and unparks it. The model waits for the task with a loom park of its
+//! own, so a lost wake-up is a loom deadlock. `stop()` must wake a parked worker too, or its
+//! join never returns (a deadlock again).
 //!
-//! By default a *bounded* sleep jumps the manual clock to the end of the planned tick, so it
-//! never blocks (`earlier_deadline_lowers_a_bounded_plan` then checks only that lowering a
-//! finite plan keeps every timeout's fate right). `earlier_deadline_wakes_a_sleeping_worker`
-//! holds the clock instead (`loom_hooks::hold_clock`): time moves only when the model says, a
-//! bounded sleep is a park that the clock ends when the planned tick is over (as an OS timer
-//! would), and a producer whose deadline comes before the worker's planned wake-up must wake
-//! it, or the model deadlocks waiting for the task.
+//! By default a *bounded* sleep (`park_until`) jumps the loom clock to the end of the planned
+//! tick, so it never blocks (`earlier_deadline_lowers_a_bounded_plan` then checks only that a
+//! deadline earlier than a finite plan keeps every timeout's fate right).
+//! `earlier_deadline_wakes_a_sleeping_worker` holds the clock instead
+//! (`loom_hooks::hold_clock`): time moves only when the model says, a bounded sleep is a park
+//! that the clock ends when the planned tick is over (as an OS timer would), and a producer
+//! whose deadline comes before the worker's planned wake-up must wake it, or the model
+//! deadlocks waiting for the task.
 #![cfg(loom)]
 
 use hashed_timer_wheel::loom_hooks;

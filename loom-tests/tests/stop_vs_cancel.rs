@@ -1,10 +1,10 @@
 //! `stop()` racing `cancel()`.
 //!
-//! Both move a timeout out of `INIT` to `CANCELLED`; exactly one wins. If `cancel()` returned
-//! true the timeout is not in `stop()`'s list, and is counted cancelled once (by the worker, or
-//! by `stop()` if the worker never processed the cancel); otherwise `stop()` returned it (or it
-//! had expired). Modelled with the real worker thread and with a manual driver, with one
-//! timeout in the wheel and one still in the `timeouts` queue.
+//! Both move a timeout from `QUEUED` or `PLACED` to `CANCELLED` (`Block::cancel`); exactly one
+//! wins. If `cancel()` returned true the timeout is not in `stop()`'s list, and is counted
+//! cancelled once (by the worker's turn, or by `Worker::stop` if no turn ended it); otherwise
+//! `stop()` returned it (or it had expired). Modelled with the real worker thread and with a
+//! manual driver, with one timeout in the wheel and one still queued in its shard.
 #![cfg(loom)]
 
 use loom::thread;

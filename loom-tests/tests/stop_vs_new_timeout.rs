@@ -1,10 +1,12 @@
 //! `stop()` racing `new_timeout` (the race Netty loses).
 //!
-//! A producer schedules while the main thread stops the timer. The new timeout is either
-//! refused with `Stopped` (and never runs) or accepted, and then it ran or `stop()` returned it;
-//! never lost. Modelled with the real worker thread (stop wakes and joins it, then drains the
-//! wheel and the queue), and with a manual driver ticking on a third thread (stop takes the
-//! worker from the driver), where a timeout already in the wheel must also be returned.
+//! A producer schedules while the main thread stops the timer. The producer reads `SHUTDOWN`
+//! under its shard's lock, and `stop()` sets it and then takes every shard's lock once
+//! (`src/engine/lifecycle.rs`), so the new timeout is either refused with `Stopped` (and never
+//! runs) or accepted, and then it ran or `stop()` returned it; never lost. Modelled with the real
+//! worker thread (`stop()` wakes and joins it, then `Worker::stop` drains the shards, the inbox
+//! and the wheel), and with a manual driver ticking on a third thread (`stop()` takes the worker
+//! once the driver's turn is over), where a timeout already in the wheel must also be returned.
 #![cfg(loom)]
 
 use hashed_timer_wheel::TimerError;

@@ -49,15 +49,24 @@ pub struct Sleep {
     exempt: bool,
 }
 
-/// The waker of the task waiting on a `Sleep`, and the generation of the sleep's armed
-/// timeout: the task of a timeout the sleep has replaced wakes nobody.
+/// What a `Sleep` shares with its timeout's task, under one lock.
 #[derive(Default)]
-struct WakeCell(Mutex<(u64, Option<Waker>)>);
+struct WakeCell(Mutex<Cell>);
+
+#[derive(Default)]
+struct Cell {
+    /// The generation of the sleep's armed timeout: the task of one it replaced wakes nobody.
+    generation: u64,
+    /// The `Sleep` is gone: a task dropped unrun wakes nobody.
+    gone: bool,
+    /// The waker of the task waiting on the `Sleep`.
+    waker: Option<Waker>,
+}
 
 impl WakeCell {
     /// The stored waker, taken out.
     fn take(&self) -> Option<Waker> {
-        lock(&self.0).1.take()
+        lock(&self.0).waker.take()
     }
 
     /// Keeps `waker` for the task of `timeout` (unless the cell holds one that wakes the same
@@ -65,29 +74,38 @@ impl WakeCell {
     /// it replaces are user code, run outside the lock: they may stop the timer or move a manual
     /// clock, whose wake-ups take the lock. Either panics into the poll, with a waker kept.
     fn keep(&self, waker: &Waker, timeout: &Timeout) -> bool {
-        if !lock(&self.0).1.as_ref().is_some_and(|w| w.will_wake(waker)) {
+        if !lock(&self.0).waker.as_ref().is_some_and(|w| w.will_wake(waker)) {
             let new = waker.clone();
-            let old = lock(&self.0).1.replace(new);
+            let old = lock(&self.0).waker.replace(new);
             drop(old);
         }
         ended(timeout)
     }
 }
 
-/// A sleep's timeout's task: wakes the waiting task when it runs or is dropped unrun.
+/// A sleep's timeout's task: wakes the waiting task when it runs (the timeout expired), or when
+/// it is dropped unrun while the `Sleep` lives (`stop()` ended it).
 struct Wake {
     cell: Arc<WakeCell>,
     generation: u64,
+    ran: bool,
+}
+
+impl Wake {
+    /// The timeout expired: wakes the waiting task (as the drop at the end of this call).
+    fn fire(mut self) {
+        self.ran = true;
+    }
 }
 
 impl Drop for Wake {
     fn drop(&mut self) {
         let waker = {
             let mut cell = lock(&self.cell.0);
-            if cell.0 != self.generation {
+            if cell.generation != self.generation || (cell.gone && !self.ran) {
                 return;
             }
-            cell.1.take()
+            cell.waker.take()
         };
         if let Some(waker) = waker {
             waker.wake();
@@ -114,15 +132,16 @@ impl Sleep {
     fn arm(&self, deadline: u64, exempt: bool) -> Result<Timeout, TimerError> {
         let generation = {
             let mut cell = lock(&self.cell.0);
-            cell.0 += 1;
-            cell.0
+            cell.generation += 1;
+            cell.generation
         };
         let wake = Wake {
             cell: Arc::clone(&self.cell),
             generation,
+            ran: false,
         };
         let make = move |spares: &mut Vec<BoxedTask>| {
-            BoxedTask::internal(move |_: &Timeout| drop(wake), spares)
+            BoxedTask::internal(move |_: &Timeout| wake.fire(), spares)
         };
         let now = self.timer.0.clock.now();
         let at = At {
@@ -220,7 +239,7 @@ impl Sleep {
         self.armed_for = deadline;
         if self.armed.is_err() {
             // Complete (refused): a task waiting on the replaced timeout must hear so.
-            let waker = lock(&self.cell.0).1.take();
+            let waker = self.cell.take();
             if let Some(waker) = waker {
                 waker.wake();
             }
@@ -270,8 +289,9 @@ fn ended(timeout: &Timeout) -> bool {
 
 impl Drop for Sleep {
     fn drop(&mut self) {
-        // A cancel that wins takes the waker back; one that loses leaves it to the task, which
-        // wakes it as it ends (the timeout expired, or `stop()` ended it).
+        // Gone first: a task dropped unrun from now on wakes nobody. A cancel that wins takes
+        // the waker back; one that loses leaves it to the task that runs (the timeout expired).
+        lock(&self.cell.0).gone = true;
         if !matches!(&self.armed, Ok(timeout) if !timeout.cancel()) {
             drop(self.cell.take());
         }
