@@ -142,6 +142,9 @@ pub mod loom_hooks {
         let shared = &timer.handle().0;
         let to = u64::try_from(to.as_nanos()).unwrap_or(u64::MAX);
         shared.clock.loom_advance(to);
+        // Pairs with the fence in the worker's `park_until` (loom treats SeqCst accesses as
+        // AcqRel; its fences are SeqCst).
+        crate::sync::fence(crate::sync::Ordering::SeqCst);
         let planned = shared.planned();
         let ends = planned.saturating_add(1).saturating_mul(shared.tick_nanos);
         // A plan of tick 0 reads as `AWAKE`: an unpark the worker does not need is harmless.

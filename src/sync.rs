@@ -3,14 +3,14 @@
 //! names these types (loom would miss it), which `tests/architecture.rs` checks.
 
 #[cfg(not(loom))]
-pub(crate) use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize};
+pub(crate) use std::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicU8, AtomicUsize};
 #[cfg(not(loom))]
 pub(crate) use std::sync::{Arc, Mutex, MutexGuard};
 #[cfg(not(loom))]
 pub(crate) use std::thread;
 
 #[cfg(loom)]
-pub(crate) use loom::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize};
+pub(crate) use loom::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicU8, AtomicUsize};
 #[cfg(loom)]
 pub(crate) use loom::sync::{Mutex, MutexGuard};
 // std's `Arc` even under loom: loom's can be neither a method receiver nor an `Arc<dyn Fn ..>`.

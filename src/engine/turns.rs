@@ -4,7 +4,7 @@
 //! `GRACE_TICKS` past the plan and runs the turn itself if nobody has.
 
 use super::{catch_user_panic, drop_caught, log_caught, Shared, Stored, NEVER};
-use crate::sync::{lock, thread, Arc, Ordering};
+use crate::sync::{fence, lock, thread, Arc, Ordering};
 
 impl<J: Stored> Shared<J> {
     /// Wakes whoever runs the turns: the `Drive` polled last, else the worker thread.
@@ -51,6 +51,7 @@ impl<J: Stored> Shared<J> {
     /// A `Drive`'s turn planned `plan`: a thread watching with nothing planned watches again.
     pub(crate) fn watch_plan(&self, plan: u64) {
         // SeqCst: with the thread's store before its last look at the plan (`worker::watch`).
+        fence(Ordering::SeqCst);
         if plan != NEVER && self.watch_parked.swap(false, Ordering::SeqCst) {
             self.unpark_thread();
         }
@@ -125,6 +126,7 @@ fn watch<J: Stored>(shared: &Shared<J>) -> bool {
     if plan == NEVER {
         // SeqCst: with the `Drive`'s swap in `Shared::watch_plan`.
         shared.watch_parked.store(true, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
         if shared.planned() == NEVER && shared.is_driven() {
             thread::park();
         }
@@ -157,6 +159,9 @@ fn sleep<J: Stored>(shared: &Shared<J>, planned: u64) {
 /// `wake_at` instead, unless the model holds the clock: then it parks until
 /// `loom_hooks::advance_clock` ends the tick, as an OS timer would.
 fn park_until<J: Stored>(shared: &Shared<J>, wake_at: u64) {
+    // The plan was stored before this look at the clock; an OS timer (loom: `advance_clock`,
+    // which moves the clock, fences, then reads the plan) sees one or the other.
+    fence(Ordering::SeqCst);
     let now = shared.clock.now();
     if wake_at <= now {
         return;

@@ -74,7 +74,11 @@ impl WakeCell {
     /// it replaces are user code, run outside the lock: they may stop the timer or move a manual
     /// clock, whose wake-ups take the lock. Either panics into the poll, with a waker kept.
     fn keep(&self, waker: &Waker, timeout: &Timeout) -> bool {
-        if !lock(&self.0).waker.as_ref().is_some_and(|w| w.will_wake(waker)) {
+        if !lock(&self.0)
+            .waker
+            .as_ref()
+            .is_some_and(|w| w.will_wake(waker))
+        {
             let new = waker.clone();
             let old = lock(&self.0).waker.replace(new);
             drop(old);
