@@ -45,6 +45,17 @@ impl Clock {
         }
     }
 
+    /// Nanoseconds since the origin that have certainly passed: `now` less its rounding up. What
+    /// decides that a deadline has come (the worker's tick, a future's or a queue's deadline):
+    /// never early.
+    pub(crate) fn passed(&self) -> u64 {
+        #[cfg(all(not(loom), target_os = "linux", target_arch = "x86_64"))]
+        if let Clock::System(_) = self {
+            return self.now().saturating_sub(2 * SLACK);
+        }
+        self.now()
+    }
+
     /// A manual clock: moves to `to` (never back); whether the clock is manual.
     pub(crate) fn advance(&self, to: u64) -> bool {
         match self {

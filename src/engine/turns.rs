@@ -77,7 +77,7 @@ impl<J: Stored> Shared<J> {
 /// `Drive` runs the turns, it only watches (`watch`).
 pub(crate) fn run_thread<J: Stored>(shared: &Arc<Shared<J>>) {
     tighten_timer_slack(shared.tick_nanos);
-    let mut planned = shared.run_turn(shared.clock.now());
+    let mut planned = shared.run_turn(shared.clock.passed());
     while let Some(plan) = planned {
         if shared.is_shutdown() {
             return;
@@ -91,7 +91,7 @@ pub(crate) fn run_thread<J: Stored>(shared: &Arc<Shared<J>>) {
             sleep(shared, plan);
         }
         shared.mark_awake();
-        planned = shared.run_turn(shared.clock.now());
+        planned = shared.run_turn(shared.clock.passed());
     }
 }
 
@@ -136,7 +136,7 @@ fn watch<J: Stored>(shared: &Shared<J>) -> bool {
     let due = plan
         .saturating_add(1 + GRACE_TICKS)
         .saturating_mul(shared.tick_nanos);
-    if shared.clock.now() >= due {
+    if shared.clock.passed() >= due {
         return true;
     }
     park_until(shared, due);
@@ -162,7 +162,7 @@ fn park_until<J: Stored>(shared: &Shared<J>, wake_at: u64) {
     // The plan was stored before this look at the clock; an OS timer (loom: `advance_clock`,
     // which moves the clock, fences, then reads the plan) sees one or the other.
     fence(Ordering::SeqCst);
-    let now = shared.clock.now();
+    let now = shared.clock.passed();
     if wake_at <= now {
         return;
     }

@@ -70,7 +70,7 @@ impl Wait {
                 return Armed::Gone;
             };
             // The worker's clock: a deadline it has passed fires on no later tick (never early).
-            if deadline <= timer.0.clock.now() {
+            if deadline <= timer.0.clock.passed() {
                 return Armed::Passed;
             }
             *self = Wait::Armed(Sleep::at(timer, deadline, false));

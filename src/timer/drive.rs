@@ -82,7 +82,7 @@ where
         let shared = Arc::clone(&self.timer.0);
         loop {
             let before = shared.planned();
-            let Some(plan) = shared.run_turn(shared.clock.now()) else {
+            let Some(plan) = shared.run_turn(shared.clock.passed()) else {
                 return false;
             };
             // A plan earlier than the one the thread may be watching (a producer pushed during

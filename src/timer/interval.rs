@@ -121,7 +121,7 @@ impl Interval {
     /// The clock's now on the schedule's time, short of `u64::MAX`: a saturated deadline (past
     /// 584 years) never comes, as a timeout's does not, not even on a manual clock at its end.
     fn now(&self) -> u64 {
-        let now = self.sleep.timer().0.clock.now();
+        let now = self.sleep.timer().0.clock.passed();
         now.saturating_add(self.before_origin).min(u64::MAX - 1)
     }
 
@@ -137,7 +137,7 @@ impl Interval {
     /// As [`Sleep::reset`]: with the panic of the waiting task's waker, woken as the timer
     /// refuses the next tick's timeout; the next tick is a period from now all the same.
     pub fn reset(&mut self) {
-        let now = self.sleep.timer().0.clock.now();
+        let now = self.sleep.timer().0.clock.passed();
         let due = now
             .saturating_add(self.before_origin)
             .saturating_add(nanos(self.period));

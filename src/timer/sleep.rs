@@ -180,7 +180,7 @@ impl Sleep {
     /// Whether the timeout has expired: polling now returns `Ready(Ok(()))`.
     pub fn is_elapsed(&self) -> bool {
         matches!(&self.armed, Ok(timeout) if timeout.is_expired())
-            && (self.deadline <= self.armed_for || self.deadline <= self.timer.0.clock.now())
+            && (self.deadline <= self.armed_for || self.deadline <= self.timer.0.clock.passed())
     }
 
     /// Moves the deadline to `deadline` (earlier or later), whether or not the sleep had completed;
@@ -274,7 +274,7 @@ impl Future for Sleep {
         }
         if self.deadline > self.armed_for {
             // Pushed back meanwhile: done if that deadline has passed too, else the rest.
-            if self.deadline <= self.timer.0.clock.now() {
+            if self.deadline <= self.timer.0.clock.passed() {
                 self.armed_for = self.deadline;
                 return Poll::Ready(Ok(()));
             }

@@ -138,7 +138,7 @@ impl<T> DelayQueue<T> {
     #[cold]
     fn wake_sooner(&mut self, deadline: u64) {
         // The item is due: the waiting task looks at the wheel on its next poll.
-        if deadline <= self.timer.0.clock.now() {
+        if deadline <= self.timer.0.clock.passed() {
             self.wake_waiting();
             return;
         }

@@ -110,7 +110,7 @@ impl<T> DelayQueue<T> {
 
     /// Moves every due item from the wheel to `ready`, by deadline; whether any moved.
     fn expire_due(&mut self) -> bool {
-        let now = self.timer.0.clock.now();
+        let now = self.timer.0.clock.passed();
         let now_tick = now / self.tick_nanos;
         // Ticks come in order, each in insertion order: sorted unless a tick's went in unsorted.
         let start = self.ready.len();
