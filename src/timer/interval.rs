@@ -196,7 +196,7 @@ impl TimerHandle {
     pub fn interval(&self, period: Duration) -> Interval {
         // The monotonic clock's now, which the first poll compares with: the first
         // tick is due at once (the producers' clock may read a little ahead).
-        Interval::new(self, (self.0.clock.now(), 0), period)
+        Interval::new(self, (self.0.clock.passed(), 0), period)
     }
 
     /// Ticks every `period`, the first at `start` (see [`Interval`]).
