@@ -56,6 +56,15 @@ impl Clock {
         self.now()
     }
 
+    /// Nanoseconds since the origin by `Instant`, where the others are bounds of it.
+    pub(crate) fn exact(&self) -> u64 {
+        match self {
+            #[cfg(not(loom))]
+            Clock::System(clock) => clock.exact(),
+            _ => self.now(),
+        }
+    }
+
     /// A manual clock: moves to `to` (never back); whether the clock is manual.
     pub(crate) fn advance(&self, to: u64) -> bool {
         match self {

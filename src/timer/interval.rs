@@ -32,6 +32,8 @@ pub struct Interval {
     /// As given: the schedule counts it in nanoseconds, saturating past 2^64 (584 years).
     period: Duration,
     missed: MissedRuns,
+    /// The first tick of `interval()`: due at its first poll.
+    at_once: bool,
 }
 
 impl Interval {
@@ -48,6 +50,7 @@ impl Interval {
             before_origin,
             period,
             missed: MissedRuns::Burst,
+            at_once: false,
         }
     }
 
@@ -91,10 +94,11 @@ impl Interval {
             // The clock has passed the deadline before the wheel's tick: due now. A tick that
             // is due needs no timeout either, so a refusal at the limit does not hold it back.
             Poll::Pending | Poll::Ready(Err(TimerError::TooManyPending { .. }))
-                if due <= self.now() => {}
+                if self.at_once || due <= self.now() => {}
             Poll::Pending => return Poll::Pending,
             Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
         }
+        self.at_once = false;
         let next = self.next_after(due);
         // Armed first: a refusal whose wake-up panics unwinds with `due` kept, so that this
         // tick is not lost.
@@ -137,12 +141,13 @@ impl Interval {
     /// As [`Sleep::reset`]: with the panic of the waiting task's waker, woken as the timer
     /// refuses the next tick's timeout; the next tick is a period from now all the same.
     pub fn reset(&mut self) {
-        let now = self.sleep.timer().0.clock.passed();
+        let now = self.sleep.timer().0.clock.now();
         let due = now
             .saturating_add(self.before_origin)
             .saturating_add(nanos(self.period));
         // Kept before the sleep is armed: the arm may unwind with a waker's panic.
         self.due = due;
+        self.at_once = false;
         self.arm(due);
     }
 
@@ -194,9 +199,10 @@ impl TimerHandle {
     /// assert!(start.elapsed() >= Duration::from_millis(10));
     /// ```
     pub fn interval(&self, period: Duration) -> Interval {
-        // The monotonic clock's now, which the first poll compares with: the first
-        // tick is due at once (the producers' clock may read a little ahead).
-        Interval::new(self, (self.0.clock.passed(), 0), period)
+        // The first tick is now, by `Instant`, and due at once.
+        let mut interval = Interval::new(self, (self.0.clock.exact(), 0), period);
+        interval.at_once = true;
+        interval
     }
 
     /// Ticks every `period`, the first at `start` (see [`Interval`]).
