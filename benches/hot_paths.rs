@@ -169,10 +169,9 @@ fn expire(c: &mut Criterion) {
         bench_expiry(&mut g, format!("{k}_over_{span}_ticks"), (k, span), setup);
     }
     // Timeouts as a service makes them: each due on another tick than the one made before it
-    // (timeout i on tick 1 + i mod 500), so that each due timeout's cell is in another chunk
-    // of 32 than the last one's: the chunks' settling at its dearest. 500, not 512: a bucket's
-    // keys a power of two apart would put every node of a walk at one offset of its page,
-    // which no service's schedule does.
+    // (timeout i on tick 1 + i mod 500), so that the timeouts of one bucket sit in many blocks.
+    // 500, not 512: a bucket's slots a power of two apart would put every node of a walk at
+    // one offset of its page, which no service's schedule does.
     let (k, span, dealt) = (100_000u64, 512u64, 500u64);
     let setup = || loaded_manual_timer(k, dealt_to(dealt), |_| noop);
     bench_expiry(
@@ -181,8 +180,8 @@ fn expire(c: &mut Criterion) {
         (k, span),
         setup,
     );
-    // The same as in order with a task that captures 24 bytes (stored in place, run from the
-    // worker's slabs), over one wheel turn; and interleaved.
+    // The same as in order with a task that captures 24 bytes (boxed), over one wheel turn; and
+    // interleaved.
     let setup = || loaded_manual_timer(k, spread(k, span), capture);
     bench_expiry(
         &mut g,
@@ -302,7 +301,7 @@ fn walk_floor(records: &[FloorRecord]) {
 /// from `WINDOW_START` on, every one of them already moved into its bucket (the transfer takes
 /// at most 100 000 a tick: `WINDOW_START` leaves room for 5 * 10^6), the clock just before the
 /// first deadline; and one more an hour away, as `expire_rate`'s timers hold, so that the
-/// wheel and the slabs do not empty, and give their pages back, within the window.
+/// wheel does not empty, and give its pages back, within the window.
 fn window_timer(k: u64, span_ticks: u64) -> (HashedWheelTimer, ManualDriver) {
     const WINDOW_START: Duration = Duration::from_millis(1_000);
     let (timer, driver) = manual_timer();

@@ -1,6 +1,6 @@
 //! The worker's cost per timeout on a manual clock, for callgrind: 10^5 timeouts (`N`) due on
 //! one tick are transferred into the wheel by one turn (`transfer`), then fired tick by tick
-//! (`expire`), after a warm-up round in which pages, chunks and buffers grow. A timeout an hour
+//! (`expire`), after a warm-up round in which pages and buffers grow. A timeout an hour
 //! away keeps the wheel's memory, as under a steady load. The ledger's instruction counts
 //! (`docs/performance.md`) come from this program:
 //!
@@ -126,7 +126,7 @@ fn main() {
     );
     let late = std::env::var("LATE").is_ok_and(|v| v == "1");
     let s = subject(&task);
-    // Keeps the wheel's memory: an empty wheel gives its slab back.
+    // Keeps the wheel's memory: an empty wheel gives its pages back.
     (s.schedule)(0, Duration::from_secs(3600));
     let due = TICK * DUE_TICK as u32 + TICK / 2;
     let round = |s: &Subject| (0..n).for_each(|i| (s.schedule)(i, due));
