@@ -109,9 +109,9 @@ impl Polled {
     }
 
     /// The waker is not kept: only the model's own reference is left. Checked once the
-    /// timeout has ended, while the `Sleep` (and so its chunk, and the slot) may still be
-    /// alive: whoever ends the timeout empties the slot, or the future's own cancel does; not
-    /// whoever frees the chunk later.
+    /// timeout has ended, while the `Sleep` (and so its waker cell) may still be alive:
+    /// whoever ends the timeout empties the cell, or the future's own cancel does; not whoever
+    /// frees the cell later.
     fn assert_waker_released(&self) {
         assert_eq!(
             Arc::strong_count(&self.counting),
@@ -190,8 +190,8 @@ fn sleep_drop_races_expiry() {
         });
         driver.advance(TICK * 2);
         let polled = poller.join().unwrap();
-        // Ended, and the future gone: the slot is empty even if the worker has not processed
-        // the cancellation yet (and so still holds the chunk).
+        // Ended, and the future gone: the cell is empty even if the worker has not processed
+        // the cancellation yet (and so still holds the task, and the cell).
         polled.assert_waker_released();
         driver.advance(TICK); // processes a cancellation that landed in the wheel
 
