@@ -3,7 +3,9 @@
 //! the thread (`Shared::unpark_worker`), and the thread only watches: it sleeps until
 //! `GRACE_TICKS` past the plan and runs the turn itself if nobody has.
 
-use super::{catch_user_panic, drop_caught, log_caught, Shared, Stored, NEVER};
+#[cfg(all(target_os = "linux", not(loom)))]
+use super::log_caught;
+use super::{catch_user_panic, drop_caught, Shared, Stored, NEVER};
 use crate::sync::{fence, lock, thread, Arc, Ordering};
 
 impl<J: Stored> Shared<J> {
