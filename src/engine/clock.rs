@@ -45,13 +45,14 @@ impl Clock {
         }
     }
 
-    /// Nanoseconds since the origin that have certainly passed: `now` less its rounding up. What
+    /// Nanoseconds since the origin that have certainly passed: `now` less twice its largest
+    /// error (its rounding up, the anchor's window and drift). What
     /// decides that a deadline has come (the worker's tick, a future's or a queue's deadline):
     /// never early.
     pub(crate) fn passed(&self) -> u64 {
         #[cfg(all(not(loom), target_os = "linux", target_arch = "x86_64"))]
         if let Clock::System(_) = self {
-            return self.now().saturating_sub(2 * SLACK);
+            return self.now().saturating_sub(4 * SLACK);
         }
         self.now()
     }
@@ -185,7 +186,7 @@ impl SystemClock {
         // other's anchor is off by the drift between two anchors, under `SLACK`.
         let anchor = c.anchor_raw.load(Ordering::Relaxed);
         if raw.wrapping_sub(anchor) > c.anchor_raw_span {
-            return c.reanchor(self.exact(), raw);
+            return c.reanchor(|| self.exact());
         }
         let scaled = c.clock.delta_as_nanos(0, raw);
         scaled
@@ -219,19 +220,30 @@ impl Counter {
             anchor_raw: AtomicU64::new(0),
             anchor_raw_span: u64::try_from(anchor_raw_span).unwrap_or(u64::MAX),
         };
-        let exact = u64::try_from(origin.elapsed().as_nanos()).unwrap_or(u64::MAX);
-        counter.reanchor(exact, counter.clock.raw());
+        counter.reanchor(|| u64::try_from(origin.elapsed().as_nanos()).unwrap_or(u64::MAX));
         counter
     }
 
-    /// Takes a new offset from `exact` (time since the origin by `Instant`), read after `raw`;
-    /// the time now.
+    /// Takes a new offset from `exact()` (time since the origin by `Instant`), read between two
+    /// readings of the counter; the time now. A thread preempted between them would take an
+    /// offset off by the preemption, and every reading till the next anchor with it: a pair
+    /// more than a microsecond apart is read again (or, after a few tries, the anchor waits
+    /// for the next reading).
     #[cold]
-    fn reanchor(&self, exact: u64, raw: u64) -> u64 {
-        let scaled = self.clock.delta_as_nanos(0, raw);
-        self.offset
-            .store(scaled.wrapping_sub(exact), Ordering::Relaxed);
-        self.anchor_raw.store(raw, Ordering::Relaxed);
-        exact
+    fn reanchor(&self, exact: impl Fn() -> u64) -> u64 {
+        let window = (self.anchor_raw_span / 10_000).max(1);
+        let mut now = 0;
+        for _ in 0..4 {
+            let raw = self.clock.raw();
+            now = exact();
+            if self.clock.raw().wrapping_sub(raw) <= window {
+                let scaled = self.clock.delta_as_nanos(0, raw);
+                self.offset
+                    .store(scaled.wrapping_sub(now), Ordering::Relaxed);
+                self.anchor_raw.store(raw, Ordering::Relaxed);
+                break;
+            }
+        }
+        now
     }
 }

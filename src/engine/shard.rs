@@ -17,7 +17,7 @@ pub(crate) const SHARD_COUNT: usize = SHARDS;
 /// Spare blocks a shard keeps while busy (64 timeouts each): the request-timeout pattern
 /// (schedule, cancel) reuses them and allocates nothing; a burst's blocks beyond are freed.
 pub(crate) const SPARE_BLOCKS: usize = 1024;
-/// Spare blocks a shard keeps through a trim (once idle).
+/// Spare blocks (and spare task boxes) a shard and the worker keep through a trim (once idle).
 pub(crate) const IDLE_SPARE_BLOCKS: usize = 32;
 /// Tasks' empty boxes a shard keeps for the next of their type (`BoxedTask::reusing`).
 pub(crate) const SPARE_TASKS: usize = 256;
@@ -185,6 +185,8 @@ impl<J: Stored> Shared<J> {
                 let blocks = shard.spares.len().min(IDLE_SPARE_BLOCKS);
                 let extra_blocks = shard.spares.split_off(blocks);
                 shard.spares.shrink_to_fit();
+                shard.task_spares.truncate(IDLE_SPARE_BLOCKS);
+                shard.task_spares.shrink_to_fit();
                 shard.free_segments.shrink_to_fit();
                 shard.timeouts.shrink_to_fit();
                 shard.cancels.shrink_to_fit();

@@ -11,6 +11,7 @@
 //! counts it ended (`Shared::set_ended`) before the task runs.
 
 use super::catch_user_panic;
+use super::shard::IDLE_SPARE_BLOCKS as IDLE_SPARES;
 use super::slots::{Block, Timeout, BLOCK};
 use super::stats::Tally;
 use super::task::{dropped_with_panic, run};
@@ -256,7 +257,12 @@ impl<J: Stored> Worker<J> {
         self.wheel.trim();
         self.inbox.shrink_to_fit();
         self.batches.shrink_to_fit();
+        for blocks in &mut self.spares {
+            blocks.truncate(IDLE_SPARES);
+            blocks.shrink_to_fit();
+        }
         for (tasks, segments) in self.task_spares.iter_mut().zip(&mut self.free_segments) {
+            tasks.truncate(IDLE_SPARES);
             tasks.shrink_to_fit();
             segments.clear();
             segments.shrink_to_fit();
