@@ -28,9 +28,9 @@
 //! Environment overrides (Netty's system properties): `N` (1 000 000), `REPS` (5), `THREADS`
 //! (2, for `multi_producer`), `IDLE_S` (5, `idle` and `held`), `RATES` and `LEAD_MS`
 //! (`expire_rate`). See `benches/README.md`.
-//! Diagnostics for `expire` on stderr: `DEBUG_EXPIRE=1` (when the scheduling loop ended),
-//! `DEBUG_LATE=1` (where in the window the timeouts more than 1.5 ms late were, by percent of the
-//! window).
+//! Diagnostics on stderr: `DEBUG_EXPIRE=1` (`expire`: when the scheduling loop ended),
+//! `DEBUG_LATE=1` (`expire`, `expire_rate`: where in the window the timeouts more than 1.5 ms late
+//! were, by percent of the window), `DEBUG_RATE=1` (`expire_rate`: each run's figures).
 
 mod common;
 

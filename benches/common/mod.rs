@@ -315,16 +315,7 @@ impl Lateness {
     pub(crate) fn summary(&self, end: Instant) -> [f64; 4] {
         let lag = end.saturating_duration_since(self.base() + Duration::from_millis(200));
         let mut late = self.late();
-        if std::env::var_os("DEBUG_LATE").is_some() {
-            // A late stretch shows up as a few consecutive percents (one tick is 1 %).
-            let mut hist = std::collections::BTreeMap::new();
-            for (i, l) in late.iter().enumerate() {
-                if *l > 1_500_000 {
-                    *hist.entry(i * 100 / late.len()).or_insert(0) += 1;
-                }
-            }
-            eprintln!("late>1.5ms by percent of window: {hist:?}");
-        }
+        debug_late(&late);
         let [p50, p99, max] = late_percentiles(&mut late);
         [millis(lag), p50, p99, max]
     }
@@ -333,8 +324,27 @@ impl Lateness {
 impl Lateness {
     /// The p99 lateness of the run, in ms (`expire_rate`).
     pub(crate) fn late_p99_ms(&self) -> f64 {
-        late_percentiles(&mut self.late())[1]
+        let mut late = self.late();
+        debug_late(&late);
+        late_percentiles(&mut late)[1]
     }
+}
+
+/// With `DEBUG_LATE` set, prints where in the window the timeouts more than 1.5 ms late were:
+/// per percent of the window (one tick of `expire`), how many and the latest (0.1 ms).
+fn debug_late(late: &[i64]) {
+    if std::env::var_os("DEBUG_LATE").is_none() {
+        return;
+    }
+    let mut hist = std::collections::BTreeMap::new();
+    for (i, l) in late.iter().enumerate() {
+        if *l > 1_500_000 {
+            let (count, latest) = hist.entry(i * 100 / late.len()).or_insert((0, 0));
+            *count += 1;
+            *latest = (*latest).max(*l / 100_000);
+        }
+    }
+    eprintln!("late>1.5ms by percent of the window (count, latest in 0.1 ms): {hist:?}");
 }
 
 /// The `expire_rate` workload's parameters: the rates (millions of timeouts a second, `RATES`,

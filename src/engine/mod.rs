@@ -251,7 +251,7 @@ impl<J: Stored> Shared<J> {
         let handle = (!detached).then(|| Timeout::new(Arc::clone(block), index));
         let block = first.then(|| Arc::clone(block));
         let was_empty = shard.is_empty();
-        let task = make(&mut shard.task_spares);
+        let task = make(shard.spare_tasks());
         let entry = Entry {
             id,
             deadline,

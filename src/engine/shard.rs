@@ -14,13 +14,14 @@ pub(crate) const SHARDS: usize = if cfg!(loom) { 2 } else { 8 };
 /// The producers' shards, for the worker.
 pub(crate) const SHARD_COUNT: usize = SHARDS;
 
-/// Spare blocks a shard keeps while busy (64 timeouts each): the request-timeout pattern
-/// (schedule, cancel) reuses them and allocates nothing; a burst's blocks beyond are freed.
-pub(crate) const SPARE_BLOCKS: usize = 1024;
-/// Spare blocks (and spare task boxes) a shard and the worker keep through a trim (once idle).
-pub(crate) const IDLE_SPARE_BLOCKS: usize = 32;
-/// Tasks' empty boxes a shard keeps for the next of their type (`BoxedTask::reusing`).
-pub(crate) const SPARE_TASKS: usize = 256;
+/// Spare blocks and spare task boxes a shard keeps through a trim. While busy a shard keeps
+/// every spare the worker gives back (the worker frees none: freeing a burst's boxes on the
+/// worker, across threads, made glibc consolidate them in one go, milliseconds late, in the
+/// middle of an expiry); the trim frees the rest, a slice at a time.
+pub(crate) const IDLE_SPARES: usize = 32;
+/// Spares of each kind one trim frees at most per shard (about 0.1 ms of `free`), outside the
+/// shard's lock; the worker trims again a tick later until none is left beyond `IDLE_SPARES`.
+const TRIM_SLICE: usize = 4096;
 /// Empty segments a shard keeps.
 pub(crate) const SPARE_SEGMENTS: usize = 2;
 /// Bytes a segment of new timeouts holds at most.
@@ -55,8 +56,11 @@ pub(crate) struct Shard<J: Stored> {
     /// Blocks the worker gave back, all their slots ended and no handle left: taken before a
     /// new one is allocated.
     pub(crate) spares: Vec<Arc<Block<J>>>,
-    /// What the worker kept of tasks that ended, for the next ones (`Stored::run_keeping`).
+    /// What the worker kept of tasks that ended, for the next ones (`Stored::run_keeping`):
+    /// the spares producers take from, then the rest as the worker gave them back, a vector a
+    /// tick (handed over whole: one vector that grew with a burst would copy it as it grew).
     pub(crate) task_spares: Vec<J>,
+    pub(crate) task_chunks: Vec<Vec<J>>,
     /// Timeouts this shard accepted; pending is their sum less `ended`.
     pub(crate) accepted: u64,
     pub(crate) index: usize,
@@ -71,9 +75,20 @@ impl<J: Stored> Shard<J> {
             cursor: None,
             spares: Vec::new(),
             task_spares: Vec::new(),
+            task_chunks: Vec::new(),
             accepted: 0,
             index,
         }
+    }
+
+    /// The spare tasks producers take from: the next chunk once the current one is used up.
+    pub(crate) fn spare_tasks(&mut self) -> &mut Vec<J> {
+        if self.task_spares.is_empty() {
+            if let Some(chunk) = self.task_chunks.pop() {
+                self.task_spares = chunk;
+            }
+        }
+        &mut self.task_spares
     }
 
     pub(crate) fn is_empty(&self) -> bool {
@@ -163,41 +178,66 @@ impl<J: Stored> Shared<J> {
             let mut shard = lock(shard);
             timeouts.extend(shard.timeouts.drain(..).map(|segment| (i, segment)));
             cancels.append(&mut shard.cancels);
-            let room = SPARE_BLOCKS.saturating_sub(shard.spares.len());
-            shard.spares.extend(spares.drain(..spares.len().min(room)));
-            spares.clear();
-            let room = SPARE_TASKS.saturating_sub(shard.task_spares.len());
-            shard
-                .task_spares
-                .extend(tasks.drain(..tasks.len().min(room)));
-            tasks.clear();
+            shard.spares.append(spares);
+            if !tasks.is_empty() {
+                shard.task_chunks.push(std::mem::take(tasks));
+            }
             shard.free_segments.append(segments);
         }
     }
 
-    /// Frees the shards' empty segments beyond their bound (the worker's `trim`).
-    pub(crate) fn trim_spares(&self) {
+    /// Frees a slice of the shards' spares beyond their bounds (the worker's `trim`); whether
+    /// some are left to free.
+    pub(crate) fn trim_spares(&self) -> bool {
+        let mut more = false;
         for shard in self.shards.iter() {
-            let extra = {
+            let freed = {
                 let mut shard = lock(shard);
-                let segments = shard.free_segments.len().min(SPARE_SEGMENTS);
-                let extra = shard.free_segments.split_off(segments);
-                let blocks = shard.spares.len().min(IDLE_SPARE_BLOCKS);
-                let extra_blocks = shard.spares.split_off(blocks);
-                shard.spares.shrink_to_fit();
-                shard.task_spares.truncate(IDLE_SPARE_BLOCKS);
-                shard.task_spares.shrink_to_fit();
-                shard.free_segments.shrink_to_fit();
                 shard.timeouts.shrink_to_fit();
                 shard.cancels.shrink_to_fit();
-                (extra, extra_blocks)
+                let mut chunks = Vec::new();
+                let mut tasks = 0;
+                while tasks < TRIM_SLICE {
+                    let Some(chunk) = shard.task_chunks.pop() else {
+                        chunks.push(slice_beyond(&mut shard.task_spares, IDLE_SPARES));
+                        break;
+                    };
+                    tasks += chunk.len();
+                    chunks.push(chunk);
+                }
+                if shard.task_chunks.is_empty() {
+                    shard.task_chunks.shrink_to_fit();
+                }
+                let blocks = slice_beyond(&mut shard.spares, IDLE_SPARES);
+                let segments = slice_beyond(&mut shard.free_segments, SPARE_SEGMENTS);
+                more |= !shard.task_chunks.is_empty()
+                    || shard.task_spares.len() > IDLE_SPARES
+                    || shard.spares.len() > IDLE_SPARES;
+                (chunks, blocks, segments)
             };
-            drop(extra);
+            // The spare boxes are empty: no user code runs in their drop.
+            drop(freed);
         }
+        more
     }
 
     /// Whether any shard holds a timeout or a cancellation.
     pub(crate) fn queues_empty(&self) -> bool {
         self.shards.iter().all(|s| lock(s).is_empty())
     }
+}
+
+/// Takes off the end of `pile` what lies beyond its first `keep`, `TRIM_SLICE` at most; the pile
+/// gives its buffer back once it is down to `keep`.
+fn slice_beyond<T>(pile: &mut Vec<T>, keep: usize) -> Vec<T> {
+    let from = pile
+        .len()
+        .saturating_sub(TRIM_SLICE)
+        .max(keep)
+        .min(pile.len());
+    let slice = pile.split_off(from);
+    if pile.len() <= keep {
+        pile.shrink_to_fit();
+    }
+    slice
 }

@@ -240,6 +240,6 @@ impl<T> DelayQueue<T> {
         );
         self.free.shrink_to_fit();
         self.ready.shrink_to_fit();
-        self.wheel.trim();
+        self.wheel.trim(usize::MAX);
     }
 }

@@ -21,6 +21,7 @@ pub(crate) type SlotId = u32;
 pub(crate) const NIL: u32 = u32::MAX;
 
 mod lookup;
+mod next;
 
 const LEVEL_BITS: u32 = 6;
 const LEVEL_SLOTS: usize = 1 << LEVEL_BITS;
@@ -169,19 +170,8 @@ impl<T> Wheel<T> {
     /// Appends `id` to the list its fire tick belongs in.
     fn place(&mut self, id: SlotId, fire: u64) {
         let list = self.list_for(fire);
-        let tail = self.tails[list];
-        {
-            let node = self.node(id);
-            node.list = list as u32;
-            node.prev = tail;
-            node.next = NIL;
-        }
-        if tail == NIL {
-            self.heads[list] = id;
-        } else {
-            self.node(tail).next = id;
-        }
-        self.tails[list] = id;
+        self.node(id).list = list as u32;
+        self.link_back(list, id);
         self.count_in(list, fire, true);
     }
 
@@ -237,12 +227,17 @@ impl<T> Wheel<T> {
         self.node(id).value.take()
     }
 
-    /// Frees the pages that hold no node (a page is made again when an id in it is inserted);
-    /// the bytes still held.
-    pub(crate) fn trim(&mut self) -> usize {
+    /// Frees up to `pages` of the pages that hold no node (a page is made again when an id in
+    /// it is inserted); whether more are left to free.
+    pub(crate) fn trim(&mut self, pages: usize) -> bool {
+        let mut freed = 0;
         for (page, live) in self.pages.iter_mut().zip(&self.live) {
-            if *live == 0 {
+            if *live == 0 && !page.is_empty() {
+                if freed == pages {
+                    return true;
+                }
                 *page = Vec::new();
+                freed += 1;
             }
         }
         while self.pages.last().is_some_and(Vec::is_empty) {
@@ -251,7 +246,7 @@ impl<T> Wheel<T> {
         }
         self.pages.shrink_to_fit();
         self.live.shrink_to_fit();
-        self.pages.iter().filter(|p| !p.is_empty()).count() * PAGE * std::mem::size_of::<Node<T>>()
+        false
     }
 
     /// Expires the current tick: takes every node of its bucket that is due (fire round this
@@ -262,23 +257,61 @@ impl<T> Wheel<T> {
 
     /// [`expire`](Wheel::expire), taking only the due nodes whose value `due` accepts: the
     /// others stay in their bucket, in order, for a later look at the same tick.
+    ///
+    /// One walk: the bucket's list is taken whole, each node either handed to `f` or linked
+    /// back in order, and the bucket's count changed once.
     pub(crate) fn expire_if(
         &mut self,
         mut due: impl FnMut(&T) -> bool,
         mut f: impl FnMut(SlotId, T),
     ) {
         let tick = self.tick;
-        let mut id = self.heads[(tick & self.mask()) as usize];
+        let list = (tick & self.mask()) as usize;
+        let parity = ((tick >> self.len_bits) & 1) as usize;
+        if self.counts[list][parity] == 0 {
+            return;
+        }
+        let mut id = std::mem::replace(&mut self.heads[list], NIL);
+        self.tails[list] = NIL;
+        let mut taken = 0;
         while id != NIL {
             let node = self.node(id);
             let next = node.next;
-            if node.fire <= tick && node.value.as_ref().is_some_and(&mut due) {
-                if let Some(value) = self.remove(id) {
+            let is_due = node.fire <= tick && node.value.as_ref().is_some_and(&mut due);
+            match is_due.then(|| node.value.take()).flatten() {
+                Some(value) => {
+                    node.list = NIL;
+                    taken += 1;
+                    self.live[id as usize >> PAGE_BITS] -= 1;
                     f(id, value);
                 }
+                None => self.link_back(list, id),
             }
             id = next;
         }
+        self.count -= taken as usize;
+        let count = &mut self.counts[list][parity];
+        *count -= taken;
+        let on = *count > 0;
+        set_bit(
+            &mut self.occupied[parity][list / 64],
+            1u64 << (list % 64),
+            on,
+        );
+    }
+
+    /// Appends `id`, still counted in `list`, to that list's end.
+    fn link_back(&mut self, list: usize, id: SlotId) {
+        let tail = self.tails[list];
+        let node = self.node(id);
+        node.prev = tail;
+        node.next = NIL;
+        if tail == NIL {
+            self.heads[list] = id;
+        } else {
+            self.node(tail).next = id;
+        }
+        self.tails[list] = id;
     }
 
     /// Moves to tick `to`, placing again the far slots whose round begins on the way. Only
@@ -319,71 +352,6 @@ impl<T> Wheel<T> {
             }
         }
     }
-
-    /// The first tick, from the current one, on which the wheel has work: a bucket that holds
-    /// a node, or a far slot to place again. `None` when the wheel is empty.
-    pub(crate) fn next_work(&self) -> Option<u64> {
-        let bucket = self.next_bucket_tick();
-        let far = self.next_cascade_tick();
-        match (bucket, far) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
-    }
-
-    /// The tick of the first bucket, from the current tick on, that holds a node due in its
-    /// round: this round's from the current bucket on, else the next round's.
-    fn next_bucket_tick(&self) -> Option<u64> {
-        let len = self.buckets();
-        let start = (self.tick & self.mask()) as usize;
-        let round_start = self.tick - start as u64;
-        let parity = ((self.tick >> self.len_bits) & 1) as usize;
-        if let Some(bucket) = first_set(&self.occupied[parity], start, len) {
-            return Some(round_start + bucket as u64);
-        }
-        let bucket = first_set(&self.occupied[1 - parity], 0, len)?;
-        Some(round_start + len as u64 + bucket as u64)
-    }
-
-    /// The tick whose round start places a far slot again, the earliest.
-    fn next_cascade_tick(&self) -> Option<u64> {
-        let window = (self.tick >> self.len_bits) + 1;
-        let mut first: Option<u64> = None;
-        for (level, &bits) in self.far_occupied.iter().enumerate() {
-            if bits == 0 {
-                continue;
-            }
-            let shift = LEVEL_BITS * level as u32;
-            let slot = u64::from(bits.trailing_zeros());
-            // The window's groups above this level, this slot, zeros below.
-            let above = shift + LEVEL_BITS;
-            let high = if above >= 64 {
-                0
-            } else {
-                window >> above << above
-            };
-            let round = high | (slot << shift);
-            let tick = (round - 1) << self.len_bits;
-            first = Some(first.map_or(tick, |f| f.min(tick)));
-        }
-        first
-    }
-}
-
-/// The first set bit of `bits` in `from..to`.
-fn first_set(bits: &[u64], from: usize, to: usize) -> Option<usize> {
-    let mut word = from / 64;
-    let mut mask = u64::MAX << (from % 64);
-    while word * 64 < to {
-        let set = bits[word] & mask;
-        if set != 0 {
-            let bit = word * 64 + set.trailing_zeros() as usize;
-            return (bit < to).then_some(bit);
-        }
-        word += 1;
-        mask = u64::MAX;
-    }
-    None
 }
 
 #[cfg(test)]
@@ -636,14 +604,16 @@ mod tests {
             }
         }
         let before = bytes(&wheel);
-        let after = wheel.trim();
-        assert_eq!(after, bytes(&wheel));
+        assert!(wheel.trim(2), "more than two pages to free");
+        assert!(!wheel.trim(usize::MAX));
+        let after = bytes(&wheel);
         assert!(after * 5 < before, "{after} of {before} bytes");
         assert!(wheel.contains(7) && !wheel.contains(19_999));
         wheel.insert(19_999, 3, 9);
         assert_eq!(wheel.remove(19_999), Some(9));
         assert_eq!(wheel.remove(7), Some(0));
-        assert_eq!(wheel.trim(), 0);
+        assert!(!wheel.trim(usize::MAX));
+        assert_eq!(bytes(&wheel), 0);
     }
 
     #[test]
