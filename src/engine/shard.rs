@@ -19,6 +19,8 @@ pub(crate) const SHARD_COUNT: usize = SHARDS;
 /// worker, across threads, made glibc consolidate them in one go, milliseconds late, in the
 /// middle of an expiry); the trim frees the rest, a slice at a time.
 pub(crate) const IDLE_SPARES: usize = 32;
+/// Spare task boxes the worker gives back in one vector at most.
+pub(crate) const SPARE_CHUNK: usize = 1024;
 /// Spares of each kind one trim frees at most per shard (about 0.1 ms of `free`), outside the
 /// shard's lock; the worker trims again a tick later until none is left beyond `IDLE_SPARES`.
 const TRIM_SLICE: usize = 4096;
@@ -57,8 +59,8 @@ pub(crate) struct Shard<J: Stored> {
     /// new one is allocated.
     pub(crate) spares: Vec<Arc<Block<J>>>,
     /// What the worker kept of tasks that ended, for the next ones (`Stored::run_keeping`):
-    /// the spares producers take from, then the rest as the worker gave them back, a vector a
-    /// tick (handed over whole: one vector that grew with a burst would copy it as it grew).
+    /// the spares producers take from, then the rest in the chunks the worker gave them back in
+    /// (one vector that grew with a burst would copy it as it grew).
     pub(crate) task_spares: Vec<J>,
     pub(crate) task_chunks: Vec<Vec<J>>,
     /// Timeouts this shard accepted; pending is their sum less `ended`.
@@ -170,7 +172,7 @@ impl<J: Stored> Shared<J> {
         cancels: &mut Vec<SlotId>,
         spares: &mut [Vec<Arc<Block<J>>>],
         free_segments: &mut [Vec<Vec<Entry<J>>>],
-        task_spares: &mut [Vec<J>],
+        task_spares: &mut [Vec<Vec<J>>],
     ) {
         let returns = spares.iter_mut().zip(task_spares).zip(free_segments);
         for (i, (shard, ((spares, tasks), segments))) in self.shards.iter().zip(returns).enumerate()
@@ -179,9 +181,8 @@ impl<J: Stored> Shared<J> {
             timeouts.extend(shard.timeouts.drain(..).map(|segment| (i, segment)));
             cancels.append(&mut shard.cancels);
             shard.spares.append(spares);
-            if !tasks.is_empty() {
-                shard.task_chunks.push(std::mem::take(tasks));
-            }
+            tasks.retain(|chunk| !chunk.is_empty());
+            shard.task_chunks.append(tasks);
             shard.free_segments.append(segments);
         }
     }

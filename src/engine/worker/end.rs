@@ -1,7 +1,7 @@
 //! How the worker ends a slot that did not expire (a cancel it finds, or `stop()`), and what
 //! becomes of a block once all its slots have ended.
 
-use super::{split, Worker};
+use super::{kept, split, Worker};
 use crate::engine::slots::{Block, Timeout, BLOCK};
 use crate::engine::task::dropped_with_panic;
 use crate::engine::wheel::SlotId;
@@ -46,7 +46,7 @@ impl<J: Stored> Worker<J> {
                 self.retire(block);
             }
         }
-        let spares = &mut self.task_spares[shard];
+        let spares = kept(&mut self.task_spares[shard]);
         if !catch_user_panic(|| task.drop_keeping(spares)) {
             self.tally.panicked += 1;
             dropped_with_panic();

@@ -11,7 +11,7 @@
 //! counts it ended (`Shared::set_ended`) before the task runs.
 
 use super::catch_user_panic;
-use super::shard::IDLE_SPARES;
+use super::shard::{IDLE_SPARES, SPARE_CHUNK};
 use super::slots::{Block, Timeout, BLOCK};
 use super::stats::Tally;
 use super::task::{dropped_with_panic, run};
@@ -59,8 +59,9 @@ pub(crate) struct Worker<J: Stored> {
     cancels: Vec<SlotId>,
     /// Per shard: blocks to give back at the next `collect`.
     spares: Vec<Vec<Arc<Block<J>>>>,
-    /// Per shard: what ended tasks left for the next ones (`Stored::run_keeping`).
-    task_spares: Vec<Vec<J>>,
+    /// Per shard: what ended tasks left for the next ones (`Stored::run_keeping`), in chunks
+    /// of at most `SPARE_CHUNK` (`kept`), handed to the shard whole.
+    task_spares: Vec<Vec<Vec<J>>>,
     /// Counters, published once a turn.
     pub(crate) tally: Tally,
     /// The `now` of the current turn.
@@ -274,7 +275,6 @@ impl<J: Stored> Worker<J> {
             blocks.shrink_to_fit();
         }
         for (tasks, segments) in self.task_spares.iter_mut().zip(&mut self.free_segments) {
-            tasks.truncate(IDLE_SPARES);
             tasks.shrink_to_fit();
             segments.clear();
             segments.shrink_to_fit();
@@ -312,7 +312,7 @@ impl<J: Stored> Worker<J> {
             *ended += 1;
             shared.set_ended(*ended, 1);
             ended_in[bid] += 1;
-            let kept = &mut task_spares[block.shard()];
+            let kept = kept(&mut task_spares[block.shard()]);
             let mut block = fire(
                 shared,
                 block,
@@ -357,6 +357,15 @@ fn fire<J: Stored>(
     };
     tally.panicked += u64::from(!ran);
     block
+}
+
+/// The chunk to keep an ended task's spares in: the last, or a new one once it is full (so that
+/// a tick's spares go back in chunks, none of them copied as a vector grows).
+fn kept<J>(chunks: &mut Vec<Vec<J>>) -> &mut Vec<J> {
+    if chunks.last().is_none_or(|c| c.len() >= SPARE_CHUNK) {
+        chunks.push(Vec::new());
+    }
+    chunks.last_mut().expect("a chunk was just pushed")
 }
 
 fn split(id: SlotId) -> (usize, usize) {
