@@ -15,26 +15,17 @@
 //!
 //! # Design
 //! Time is cut into *ticks* of `tick_duration`; the *wheel* is a ring of `ticks_per_wheel`
-//! *buckets*, rounded up to a power of two. A timeout due at `deadline` belongs to tick
-//! `calculated = deadline / tick_duration`, in bucket `calculated & mask`, and waits out
-//! `remaining_rounds` turns of the wheel; a past deadline goes into the current bucket. At the
-//! end of each tick the one worker thread, in Netty's order, unlinks the cancelled timeouts,
-//! moves up to 100 000 new ones into their buckets (the rest on the following ticks), runs the
-//! current bucket's due timeouts, and moves on. So a timeout never fires before its deadline,
-//! and at most about a tick after.
-//!
-//! # Threading model
-//! - `new_timeout` and `cancel` may be called from any thread and never touch the wheel: they
-//!   push onto queues sharded by producer thread and flip one atomic state per timeout by
-//!   compare-and-swap, so exactly one of `cancel()`, the worker's expiry and `stop()` wins.
-//! - Timeout states come in blocks of 64, reused: no allocation per timeout once warm (a
-//!   closure that captures data is one box, reused for the next closure of its type).
-//! - `new_timeout` reads the clock through `quanta` (the TSC where it has one), anchored on
-//!   `std::time::Instant` every 10 ms and rounded up: never early.
-//! - Tasks run on the worker thread one at a time (or on the configured executor): keep them short.
-//! - Building a timer starts no thread. The worker starts on the first `new_timeout` (or
-//!   `start`), sleeps until the next tick with work, and parks when nothing is pending. The
-//!   protocols are model-checked with loom.
+//! *buckets* (a power of two). A timeout due at `deadline` belongs to tick
+//! `deadline / tick_duration`, in bucket `tick & mask`. At the end of each tick the worker, in
+//! Netty's order, unlinks the cancelled timeouts, moves up to 100 000 new ones into their
+//! buckets and runs the current bucket's due timeouts: never before its deadline, at most
+//! about a tick after. `new_timeout` and `cancel` never touch the wheel: they push onto queues
+//! sharded by thread and flip one atomic state per timeout, so exactly one of `cancel()`, the
+//! expiry and `stop()` wins. States come in reused blocks of 64: no allocation per timeout (a
+//! closure that captures data is one box, reused for the next of its type). The clock is
+//! `quanta`'s counter anchored on `Instant`, rounded up. The worker thread starts at the first
+//! `new_timeout` and sleeps until the next tick with work; tasks run on it one at a time (or on
+//! the executor): keep them short. The protocols are model-checked with loom.
 //!
 //! # Differences from Netty
 //! - **Never wakes for nothing**: the worker sleeps until a tick with work; Netty wakes every tick.
@@ -50,8 +41,8 @@
 //! - **User code may panic anywhere** (a task, its `Drop`, a waker, the executor): the timer
 //!   counts it in [`TimerStats::panicked`], logs it and goes on; nothing is lost or run twice.
 //! - At most about 2^32 timeouts named at once per timer; beyond, [`TimerError::TooManyPending`].
-//! - **Memory after a burst** comes back: the worker's pages of nodes are freed as they empty
-//!   (at most once a second), and the producers' spare buffers once the timer idles.
+//! - **Memory after a burst** comes back, a slice at a time: while busy once a second, while
+//!   idle a tick apart.
 //! - `stop()` returns the cancelled timeouts, but their tasks are dropped (the timer owns them).
 //! - The tick grid starts when the timer is built, not when its thread starts.
 //! - **A timeout rounds away costs nothing while it waits**: it waits in a far list (levels of

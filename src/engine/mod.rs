@@ -1,15 +1,5 @@
 //! The timer's engine: one name per timeout (its slot), and the few mechanisms that make a Rust
-//! port beat Netty's. No `unsafe`.
-//!
-//! - `slots`: blocks of 64 timeout states; the `Timeout` handle is a block and an index.
-//! - `shard`: the producers' shards of the `timeouts` and cancellation queues.
-//! - this module: what producers and the worker share (`Shared`): the shards, the timer's
-//!   state, the pending count and the worker's plan; `schedule_at`, `push_cancel`.
-//! - `wheel`: the pure wheel over slot ids (buckets, far levels, occupancy bits).
-//! - `worker`: one turn of the worker as a pure step over a given `now`.
-//! - `turns`: who runs the turns: the worker thread's loop, or a runtime's `Drive`.
-//! - `lifecycle`: the lazy start, `stop()`, the owner's drop; `clock`, `stats`, `task` (what a
-//!   timer stores per timeout, and the catching of user code).
+//! port beat Netty's (its modules: `ARCHITECTURE.md`). No `unsafe`.
 //!
 //! # The mechanisms, and why each is here
 //! - **No allocation per timeout**: states come in blocks of 64; the worker's per-timeout data
@@ -43,8 +33,8 @@ use crate::sync::{
     lock, thread, Arc, AtomicBool, AtomicU64, AtomicU8, AtomicUsize, CachePadded, Mutex, Ordering,
 };
 use clock::Clock;
-pub(crate) use shard::{segment_len, Entry, SHARD_COUNT};
-use shard::{shard_index, Shard, SHARDS};
+pub(crate) use shard::{segment_len, Entry, SHARDS};
+use shard::{shard_index, Shard};
 use slots::{BlockIds, BLOCK};
 pub use slots::{Timeout, TimerHandle};
 pub use stats::TimerStats;

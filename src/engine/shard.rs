@@ -11,18 +11,15 @@ use crate::sync::{lock, Arc};
 
 /// The producers' shards: a thread keeps to one.
 pub(crate) const SHARDS: usize = if cfg!(loom) { 2 } else { 8 };
-/// The producers' shards, for the worker.
-pub(crate) const SHARD_COUNT: usize = SHARDS;
 
 /// Spare blocks and spare task boxes a shard keeps through a trim. While busy a shard keeps
 /// every spare the worker gives back (the worker frees none: freeing a burst's boxes on the
 /// worker, across threads, made glibc consolidate them in one go, milliseconds late, in the
 /// middle of an expiry); the trim frees the rest, a slice at a time.
-pub(crate) const IDLE_SPARES: usize = 32;
+const IDLE_SPARES: usize = 32;
 /// Spare task boxes the worker gives back in one vector at most.
 pub(crate) const SPARE_CHUNK: usize = 1024;
-/// Spares of each kind one trim frees at most per shard (about 0.1 ms of `free`), outside the
-/// shard's lock; the worker trims again a tick later until none is left beyond `IDLE_SPARES`.
+/// Spares of each kind one trim frees at most per shard (about 0.1 ms of `free`).
 const TRIM_SLICE: usize = 4096;
 /// Empty segments a shard keeps.
 pub(crate) const SPARE_SEGMENTS: usize = 2;
@@ -187,36 +184,24 @@ impl<J: Stored> Shared<J> {
         }
     }
 
-    /// Frees a slice of the shards' spares beyond their bounds (the worker's `trim`); whether
-    /// some are left to free.
+    /// Frees a slice of the shards' spares beyond their bounds (the worker's `trim`), outside
+    /// their locks (the spare boxes are empty: no user code runs); whether some are left.
     pub(crate) fn trim_spares(&self) -> bool {
         let mut more = false;
         for shard in self.shards.iter() {
-            let freed = {
-                let mut shard = lock(shard);
-                shard.timeouts.shrink_to_fit();
-                shard.cancels.shrink_to_fit();
-                let mut chunks = Vec::new();
-                let mut tasks = 0;
-                while tasks < TRIM_SLICE {
-                    let Some(chunk) = shard.task_chunks.pop() else {
-                        chunks.push(slice_beyond(&mut shard.task_spares, IDLE_SPARES));
-                        break;
-                    };
-                    tasks += chunk.len();
-                    chunks.push(chunk);
-                }
-                if shard.task_chunks.is_empty() {
-                    shard.task_chunks.shrink_to_fit();
-                }
-                let blocks = slice_beyond(&mut shard.spares, IDLE_SPARES);
-                let segments = slice_beyond(&mut shard.free_segments, SPARE_SEGMENTS);
-                more |= !shard.task_chunks.is_empty()
-                    || shard.task_spares.len() > IDLE_SPARES
-                    || shard.spares.len() > IDLE_SPARES;
-                (chunks, blocks, segments)
-            };
-            // The spare boxes are empty: no user code runs in their drop.
+            let mut shard = lock(shard);
+            shard.timeouts.shrink_to_fit();
+            shard.cancels.shrink_to_fit();
+            let freed = (
+                slice_beyond(&mut shard.task_chunks, 0, TRIM_SLICE / SPARE_CHUNK),
+                slice_beyond(&mut shard.task_spares, IDLE_SPARES, TRIM_SLICE),
+                slice_beyond(&mut shard.spares, IDLE_SPARES, TRIM_SLICE),
+                slice_beyond(&mut shard.free_segments, SPARE_SEGMENTS, TRIM_SLICE),
+            );
+            more |= !shard.task_chunks.is_empty()
+                || shard.task_spares.len() > IDLE_SPARES
+                || shard.spares.len() > IDLE_SPARES;
+            drop(shard);
             drop(freed);
         }
         more
@@ -228,14 +213,10 @@ impl<J: Stored> Shared<J> {
     }
 }
 
-/// Takes off the end of `pile` what lies beyond its first `keep`, `TRIM_SLICE` at most; the pile
-/// gives its buffer back once it is down to `keep`.
-fn slice_beyond<T>(pile: &mut Vec<T>, keep: usize) -> Vec<T> {
-    let from = pile
-        .len()
-        .saturating_sub(TRIM_SLICE)
-        .max(keep)
-        .min(pile.len());
+/// Takes off the end of `pile` what lies beyond its first `keep`, `most` at most; the pile gives
+/// its buffer back once it is down to `keep`.
+fn slice_beyond<T>(pile: &mut Vec<T>, keep: usize, most: usize) -> Vec<T> {
+    let from = pile.len().saturating_sub(most).max(keep).min(pile.len());
     let slice = pile.split_off(from);
     if pile.len() <= keep {
         pile.shrink_to_fit();

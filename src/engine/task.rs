@@ -46,38 +46,17 @@ trait Cell: Send {
     }
 }
 
-/// The crate's own closure (a future's wake-up), in a reused box as a `Holder`'s.
-struct Internal<F>(Holder<F>);
-
-impl<F: FnOnce(&Timeout<BoxedTask>) + Send + 'static> Cell for Internal<F> {
-    fn call(mut self: Box<Self>, timeout: &Timeout<BoxedTask>) -> Option<Box<dyn Cell>> {
-        if let Some(f) = self.0 .0.take() {
-            f(timeout)
-        }
-        Some(self)
-    }
-
-    fn clear(mut self: Box<Self>) -> Option<Box<dyn Cell>> {
-        self.0 .0 = None;
-        Some(self)
-    }
-
-    fn into_any(self: Box<Self>) -> Box<dyn Any + Send> {
-        self
-    }
-
-    fn is_internal(&self) -> bool {
-        true
-    }
-}
-
-/// A closure that captures something, until it runs.
-struct Holder<F>(Option<F>);
+/// A closure that captures something, until it runs; `INTERNAL`: the crate's own (a future's
+/// wake-up, `Stored::is_internal`).
+struct Holder<F, const INTERNAL: bool = false>(Option<F>);
 
 /// A closure that captures nothing: its box allocates nothing, and none is kept.
 struct Bare<F>(F);
 
-impl<F: FnOnce(&Timeout<BoxedTask>) + Send + 'static> Cell for Holder<F> {
+impl<F, const INTERNAL: bool> Cell for Holder<F, INTERNAL>
+where
+    F: FnOnce(&Timeout<BoxedTask>) + Send + 'static,
+{
     fn call(mut self: Box<Self>, timeout: &Timeout<BoxedTask>) -> Option<Box<dyn Cell>> {
         if let Some(f) = self.0.take() {
             f(timeout)
@@ -92,6 +71,10 @@ impl<F: FnOnce(&Timeout<BoxedTask>) + Send + 'static> Cell for Holder<F> {
 
     fn into_any(self: Box<Self>) -> Box<dyn Any + Send> {
         self
+    }
+
+    fn is_internal(&self) -> bool {
+        INTERNAL
     }
 }
 
@@ -116,7 +99,7 @@ impl BoxedTask {
         if std::mem::size_of::<F>() == 0 {
             BoxedTask(Box::new(Bare(f)))
         } else {
-            BoxedTask(Box::new(Holder(Some(f))))
+            BoxedTask(Box::new(Holder::<F>(Some(f))))
         }
     }
 
@@ -146,12 +129,12 @@ impl BoxedTask {
         F: FnOnce(&Timeout<BoxedTask>) + Send + 'static,
     {
         if let Some(spare) = spares.pop() {
-            if let Ok(mut cell) = spare.0.into_any().downcast::<Internal<F>>() {
-                cell.0 .0 = Some(f);
+            if let Ok(mut cell) = spare.0.into_any().downcast::<Holder<F, true>>() {
+                cell.0 = Some(f);
                 return BoxedTask(cell);
             }
         }
-        BoxedTask(Box::new(Internal(Holder(Some(f)))))
+        BoxedTask(Box::new(Holder::<F, true>(Some(f))))
     }
 }
 

@@ -185,14 +185,15 @@ impl<T> Wheel<T> {
             return;
         }
         let parity = ((fire >> self.len_bits) & 1) as usize;
-        let count = &mut self.counts[list][parity];
-        *count = if on { *count + 1 } else { *count - 1 };
-        let on = *count > 0;
-        set_bit(
-            &mut self.occupied[parity][list / 64],
-            1u64 << (list % 64),
-            on,
-        );
+        let count = self.counts[list][parity];
+        self.set_count(list, parity, if on { count + 1 } else { count - 1 });
+    }
+
+    /// Sets bucket `list`'s count of nodes of round parity `parity`, and its occupancy bit.
+    fn set_count(&mut self, list: usize, parity: usize, count: u32) {
+        self.counts[list][parity] = count;
+        let bit = 1u64 << (list % 64);
+        set_bit(&mut self.occupied[parity][list / 64], bit, count > 0);
     }
 
     /// Unlinks `id` from its list; its value stays.
@@ -290,14 +291,7 @@ impl<T> Wheel<T> {
             id = next;
         }
         self.count -= taken as usize;
-        let count = &mut self.counts[list][parity];
-        *count -= taken;
-        let on = *count > 0;
-        set_bit(
-            &mut self.occupied[parity][list / 64],
-            1u64 << (list % 64),
-            on,
-        );
+        self.set_count(list, parity, self.counts[list][parity] - taken);
     }
 
     /// Appends `id`, still counted in `list`, to that list's end.

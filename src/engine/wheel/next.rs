@@ -7,12 +7,10 @@ impl<T> Wheel<T> {
     /// The first tick, from the current one, on which the wheel has work: a bucket that holds
     /// a node, or a far slot to place again. `None` when the wheel is empty.
     pub(crate) fn next_work(&self) -> Option<u64> {
-        let bucket = self.next_bucket_tick();
-        let far = self.next_cascade_tick();
-        match (bucket, far) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        self.next_bucket_tick()
+            .into_iter()
+            .chain(self.next_cascade_tick())
+            .min()
     }
 
     /// The tick of the first bucket, from the current tick on, that holds a node due in its

@@ -11,12 +11,12 @@
 //! counts it ended (`Shared::set_ended`) before the task runs.
 
 use super::catch_user_panic;
-use super::shard::{IDLE_SPARES, SPARE_CHUNK};
+use super::shard::SPARE_CHUNK;
 use super::slots::{Block, Timeout, BLOCK};
 use super::stats::Tally;
 use super::task::{dropped_with_panic, run};
 use super::wheel::{SlotId, Wheel};
-use super::{segment_len, Entry, Shared, Stored, NEVER, SHARD_COUNT, TRANSFER_CAP};
+use super::{segment_len, Entry, Shared, Stored, NEVER, SHARDS, TRANSFER_CAP};
 use crate::sync::Arc;
 use std::collections::VecDeque;
 
@@ -28,10 +28,6 @@ const TRIM_NANOS: u64 = 1_000_000_000;
 
 /// Empty node pages one trim frees (2 048 nodes each, about 50 µs for 16).
 const TRIM_PAGES: usize = 16;
-
-/// Vectors of entries kept between turns stay under this many bytes: glibc keeps larger freed
-/// buffers of a thread's arena after a burst.
-const KEEP_BYTES: usize = 64 << 10;
 
 /// The most buckets the worker's wheel allocates (16 bytes each). A timeout's tick does not
 /// depend on the wheel's length (its far levels take what lies rounds away), so a larger
@@ -86,10 +82,10 @@ impl<J: Stored> Worker<J> {
             ended_in: Vec::new(),
             inbox: VecDeque::new(),
             batches: Vec::new(),
-            free_segments: (0..SHARD_COUNT).map(|_| Vec::new()).collect(),
+            free_segments: (0..SHARDS).map(|_| Vec::new()).collect(),
             cancels: Vec::new(),
-            spares: (0..SHARD_COUNT).map(|_| Vec::new()).collect(),
-            task_spares: (0..SHARD_COUNT).map(|_| Vec::new()).collect(),
+            spares: (0..SHARDS).map(|_| Vec::new()).collect(),
+            task_spares: (0..SHARDS).map(|_| Vec::new()).collect(),
             tally: Tally::default(),
             now: 0,
             ended: 0,
@@ -190,9 +186,6 @@ impl<J: Stored> Worker<J> {
             self.cancelled(shared, id);
         }
         cancels.clear();
-        if cancels.capacity() * std::mem::size_of::<SlotId>() > KEEP_BYTES {
-            cancels = Vec::new();
-        }
         self.cancels = cancels;
         self.inbox.extend(self.batches.drain(..));
         found
@@ -270,13 +263,11 @@ impl<J: Stored> Worker<J> {
         self.trimming = self.wheel.trim(TRIM_PAGES) || spares;
         self.inbox.shrink_to_fit();
         self.batches.shrink_to_fit();
-        for blocks in &mut self.spares {
-            blocks.truncate(IDLE_SPARES);
+        self.cancels.shrink_to_fit();
+        let returns = self.spares.iter_mut().zip(&mut self.task_spares);
+        for ((blocks, tasks), segments) in returns.zip(&mut self.free_segments) {
             blocks.shrink_to_fit();
-        }
-        for (tasks, segments) in self.task_spares.iter_mut().zip(&mut self.free_segments) {
             tasks.shrink_to_fit();
-            segments.clear();
             segments.shrink_to_fit();
         }
         while self.blocks.last().is_some_and(Option::is_none) {
