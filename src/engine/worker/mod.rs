@@ -324,6 +324,7 @@ impl<J: Stored> Worker<J> {
 
 /// A due timeout the walk took: runs its task if the worker wins its slot, else drops it (a
 /// `cancel()` won); counts either in the tally. The block comes back.
+#[inline]
 fn fire<J: Stored>(
     shared: &Shared<J>,
     block: Arc<Block<J>>,
