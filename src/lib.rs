@@ -28,28 +28,15 @@
 //! the executor): keep them short. The protocols are model-checked with loom.
 //!
 //! # Differences from Netty
-//! - **Never wakes for nothing**: the worker sleeps until a tick with work; Netty wakes every tick.
-//! - **`new_timeout` racing `stop()` is never lost**: it is refused with
-//!   [`TimerError::Stopped`] or returned by `stop()`.
-//! - **`pending_timeouts()` is exact**: refused calls do not count, nothing counts twice (Netty
-//!   #14959), and it is 0 after `stop()`. A timeout cancelled while more than 100 000 wait to
-//!   be transferred stops counting when the transfer reaches it.
-//! - **`Duration::MAX` never fires** (Netty #7760): deadlines saturate.
-//! - **`ticks_per_wheel` above 2^30 is an error** (Netty 4.1.107+ fails with
-//!   `NegativeArraySizeException`); a large wheel costs no memory up front.
-//! - `stop()` on the worker thread is an error; dropping the owner in a task does not deadlock.
-//! - **User code may panic anywhere** (a task, its `Drop`, a waker, the executor): the timer
-//!   counts it in [`TimerStats::panicked`], logs it and goes on; nothing is lost or run twice.
-//! - At most about 2^32 timeouts named at once per timer; beyond, [`TimerError::TooManyPending`].
-//! - **Memory after a burst** comes back, a slice at a time: while busy once a second, while
-//!   idle a tick apart.
-//! - `stop()` returns the cancelled timeouts, but their tasks are dropped (the timer owns them).
-//! - The tick grid starts when the timer is built, not when its thread starts.
-//! - **A timeout rounds away costs nothing while it waits**: it waits in a far list (levels of
-//!   64 rounds, as in tokio's wheel) and enters its bucket a round ahead, where Netty walks
-//!   every entry of a bucket at each visit. Firing ticks are Netty's, and so is the order within
-//!   a tick of the timeouts one thread scheduled; across threads, the worker takes the
-//!   producers' shards in turn, where Netty's one queue keeps the order of the calls.
+//! The worker never wakes for nothing (Netty's wakes every tick), and a timeout rounds away costs
+//! nothing while it waits (levels of 64 rounds, as tokio's wheel; Netty walks every entry of a
+//! bucket at each visit). `new_timeout` racing `stop()` is refused or returned by `stop()`, never
+//! lost; `pending_timeouts()` is exact (Netty #14959); `Duration::MAX` never fires (Netty #7760);
+//! `ticks_per_wheel` above 2^30 is an error; user code may panic anywhere (counted in
+//! [`TimerStats::panicked`], logged, nothing lost or run twice); `stop()` on the worker thread
+//! is an error. Firing ticks are Netty's, and so is the order within a tick of the timeouts one
+//! thread scheduled. The rest, with Netty's code beside this crate's:
+//! `docs/migrating-from-netty.md`.
 //!
 //! # Beyond Netty
 //! - [`TimerHandle::new_timeout_detached`]: a timeout with no [`Timeout`] handle.

@@ -1039,47 +1039,6 @@ fn handles_after_the_owner_is_dropped_are_stopped() {
     assert!(timeout.is_cancelled(), "dropping the owner cancelled it");
 }
 
-/// The worker thread's timer slack, read by a task (tasks run on it) of a timer with `tick`,
-/// started by a thread whose own slack is `spawner_slack` (a new thread inherits it).
-#[cfg(target_os = "linux")]
-fn worker_slack(tick: Duration, spawner_slack: u64) -> u64 {
-    thread::scope(|s| {
-        s.spawn(|| {
-            let slack = std::num::NonZeroU64::new(spawner_slack);
-            rustix::thread::set_current_timer_slack(slack).unwrap();
-            let timer = HashedWheelTimer::builder()
-                .tick_duration(tick)
-                .build()
-                .unwrap();
-            let (tx, rx) = mpsc::channel();
-            timer
-                .new_timeout(
-                    move |_: &Timeout| tx.send(rustix::thread::current_timer_slack()).unwrap(),
-                    NANO,
-                )
-                .unwrap();
-            rx.recv_timeout(PATIENCE).unwrap().unwrap()
-        })
-        .join()
-        .unwrap()
-    })
-}
-
-/// The worker asks Linux to end its sleeps within a thousandth of a tick (Linux's default slack
-/// lets each tick's expiry start up to 50 µs late, a twentieth of a 1 ms tick), and never for
-/// a looser slack than the one it was started with.
-#[cfg(target_os = "linux")]
-#[test]
-fn the_worker_sleeps_with_a_thousandth_of_a_tick_of_slack() {
-    init();
-    assert_eq!(worker_slack(ms(1), 50_000), 1_000);
-    assert_eq!(worker_slack(ms(10), 50_000), 10_000);
-    // A thousandth of 100 ms is looser than the default: the default stays.
-    assert_eq!(worker_slack(ms(100), 50_000), 50_000);
-    // Started from a thread with a tighter slack, the worker keeps it.
-    assert_eq!(worker_slack(ms(1), 500), 500);
-}
-
 /// The worker thread carries the configured name, idles without waking every tick, and is gone
 /// once the owner is dropped, even while idle. The "before" checks make the "after" ones mean
 /// something: the thread demonstrably existed and was idle when the timer was dropped.

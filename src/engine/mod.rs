@@ -2,19 +2,16 @@
 //! port beat Netty's (its modules: `ARCHITECTURE.md`). No `unsafe`.
 //!
 //! # The mechanisms, and why each is here
-//! - **No allocation per timeout**: states come in blocks of 64; the worker's per-timeout data
-//!   lives in paged arrays indexed by slot id. (A boxed closure that captures data is still
-//!   one allocation; a typed timer stores its task in place.)
+//! - **No allocation per timeout**: states in blocks of 64; the worker's per-timeout data in
+//!   paged arrays indexed by slot id (a capturing closure is still one box).
 //! - **A batched hand-off**: a producer pushes onto its thread's shard (a `Mutex<Vec>`); the
 //!   worker swaps each shard's vector out whole, once a turn.
 //! - **Levels for far deadlines**: a timeout rounds away waits in a far list (`wheel`).
-//! - **No empty wake-ups**: the worker sleeps to the next tick with work and publishes it
-//!   (`planned`); a producer whose timeout is due earlier, or whose push starts a new batch
-//!   while the worker sleeps past the next tick, unparks it.
+//! - **No empty wake-ups**: the worker sleeps to the next tick with work (`planned`); a producer
+//!   due earlier, or starting a batch while it sleeps past the next tick, unparks it.
 //!
-//! # Ground rules
-//! Only the worker touches the wheel and the per-slot arrays. Producers and cancellers reach it
-//! through the shards and the slot states. The worker's turns run under `Shared::worker`'s lock.
+//! Only the worker, under `Shared::worker`'s lock, touches the wheel and the per-slot arrays;
+//! producers and cancellers reach it through the shards and the slot states.
 
 pub(crate) mod clock;
 mod lifecycle;

@@ -3,8 +3,6 @@
 //! the thread (`Shared::unpark_worker`), and the thread only watches: it sleeps until
 //! `GRACE_TICKS` past the plan and runs the turn itself if nobody has.
 
-#[cfg(all(target_os = "linux", not(loom)))]
-use super::log_caught;
 use super::{catch_user_panic, drop_caught, Shared, Stored, NEVER};
 use crate::sync::{fence, lock, thread, Arc, Ordering};
 
@@ -78,7 +76,6 @@ impl<J: Stored> Shared<J> {
 /// The worker thread: turns, and sleeps to the planned tick, until the timer stops. While a
 /// `Drive` runs the turns, it only watches (`watch`).
 pub(crate) fn run_thread<J: Stored>(shared: &Arc<Shared<J>>) {
-    tighten_timer_slack(shared.tick_nanos);
     let mut planned = shared.run_turn(shared.clock.passed());
     while let Some(plan) = planned {
         if shared.is_shutdown() {
@@ -96,28 +93,6 @@ pub(crate) fn run_thread<J: Stored>(shared: &Arc<Shared<J>>) {
         planned = shared.run_turn(shared.clock.passed());
     }
 }
-
-/// Asks the kernel to end this thread's sleeps within a thousandth of a tick, never looser than
-/// its current slack (Linux's default, 50 µs, is a twentieth of a 1 ms tick). Best effort: a
-/// refusal (a seccomp filter, say) keeps the current slack.
-#[cfg(all(target_os = "linux", not(loom)))]
-fn tighten_timer_slack(tick_nanos: u64) {
-    const DEFAULT_SLACK_NANOS: u64 = 50_000;
-    let wanted = (tick_nanos / 1000).clamp(1, DEFAULT_SLACK_NANOS);
-    let current = rustix::thread::current_timer_slack().unwrap_or(DEFAULT_SLACK_NANOS);
-    if wanted < current {
-        if let Err(e) = rustix::thread::set_current_timer_slack(std::num::NonZeroU64::new(wanted)) {
-            log_caught(
-                log::Level::Debug,
-                format_args!("the worker's timer slack stays at {current} ns: {e}"),
-            );
-        }
-    }
-}
-
-/// Elsewhere the sleep's precision is the platform's.
-#[cfg(not(all(target_os = "linux", not(loom))))]
-fn tighten_timer_slack(_tick_nanos: u64) {}
 
 /// A `Drive`'s turns lag by this many ticks before the watching thread runs one itself.
 const GRACE_TICKS: u64 = 32;

@@ -1,5 +1,5 @@
-//! The wheel driven from an async runtime: [`Drive`], a future that runs the worker's turns where
-//! the runtime polls it, sleeping on the runtime's timer until the tick the turn planned. Who
+//! The wheel driven from an async runtime: [`Drive`], a future that sleeps on the runtime's timer
+//! until the tick the turn planned, whose waker (`Ticker`) runs the turn there. Who
 //! runs the turns, and the thread's watch over a `Drive`, is `engine/turns.rs`. A polled `Drive`
 //! is attached by its own waker (`Link`, which wakes the task that polled it last).
 
@@ -16,8 +16,9 @@ use std::time::Instant;
 /// runtime's own timer. Made by [`TimerHandle::drive`]; spawn it on the runtime that serves the
 /// timer's futures.
 ///
-/// Why: the tick is processed on the thread the runtime's timer wakes anyway, and the futures it
-/// wakes are queued where they run, with no hand-off from the timer's thread. Tasks
+/// Why: the tick is processed where the runtime's timer fires (the waker of the runtime's sleep
+/// runs the turn), and the futures it wakes are queued where they run, with no hand-off from the
+/// timer's thread. Tasks
 /// ([`TimerTask`](crate::TimerTask)) due meanwhile run there too (unless an executor is set): keep
 /// them short.
 ///
@@ -49,6 +50,8 @@ pub struct Drive<F, S> {
     /// The task that polled last, and `waker`, which wakes it (the producers' and `stop()`'s).
     link: Arc<Link>,
     waker: Waker,
+    /// The runtime's sleep's waker (`Ticker`).
+    ticker: Waker,
     /// The `Drive` gave up (the runtime panicked), or the timer stopped.
     done: bool,
 }
@@ -72,33 +75,56 @@ impl Wake for Link {
     }
 }
 
+/// The waker of the runtime's sleep: as the runtime's timer ends the tick, it runs the turn right
+/// there (where the runtime fires its own timers, the futures it wakes queued at once), then
+/// wakes the `Drive`'s task to sleep on to the next plan.
+struct Ticker(TimerHandle, Arc<Link>);
+
+impl Wake for Ticker {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        let _ = turn(&self.0);
+        let woken = catch_user_panic(|| self.1.wake_by_ref());
+        self.0 .0.counters.caught(woken, "a driver's task waker");
+    }
+}
+
+/// A `Drive`'s turn: the plan, with the watching thread told of it; `None` once stopped.
+fn turn(timer: &TimerHandle) -> Option<u64> {
+    let shared = &timer.0;
+    let before = shared.planned();
+    let plan = shared.run_turn(shared.clock.passed())?;
+    // A plan earlier than the one the thread may be watching (a producer pushed during the
+    // turn, and woke nobody): it watches this one.
+    if plan < before || before == AWAKE {
+        shared.unpark_thread();
+    } else {
+        shared.watch_plan(plan);
+    }
+    Some(plan)
+}
+
 impl<F, S> Drive<F, S>
 where
     F: FnMut(Instant) -> S + Send + 'static,
     S: Future<Output = ()> + Send + 'static,
 {
     /// Runs turns until the plan lies ahead, then sleeps until it; `false` once done.
-    fn run(&mut self, cx: &mut Context<'_>) -> bool {
-        let shared = Arc::clone(&self.timer.0);
+    fn run(&mut self) -> bool {
         loop {
-            let before = shared.planned();
-            let Some(plan) = shared.run_turn(shared.clock.passed()) else {
+            let Some(plan) = turn(&self.timer) else {
                 return false;
             };
-            // A plan earlier than the one the thread may be watching (a producer pushed during
-            // the turn, and woke nobody): it watches this one.
-            if plan < before || before == AWAKE {
-                shared.unpark_thread();
-            } else {
-                shared.watch_plan(plan);
-            }
             if plan == NEVER {
                 // Nothing pending: a producer wakes the task.
                 self.drop_sleep();
                 return true;
             }
             let armed = self.arm(plan);
-            match self.poll_sleep(cx) {
+            match self.poll_sleep() {
                 Some(false) => return true,
                 // The tick ended: turn again.
                 Some(true) if armed => {}
@@ -131,10 +157,11 @@ where
 
     /// Polls the sleep armed: whether it ended; `None` if none is armed, or its poll panicked
     /// (it is dropped).
-    fn poll_sleep(&mut self, cx: &mut Context<'_>) -> Option<bool> {
+    fn poll_sleep(&mut self) -> Option<bool> {
         let (_, sleep) = self.sleep.as_mut()?;
+        let mut cx = Context::from_waker(&self.ticker);
         let mut ready = false;
-        let ok = catch_user_panic(|| ready = sleep.as_mut().poll(cx).is_ready());
+        let ok = catch_user_panic(|| ready = sleep.as_mut().poll(&mut cx).is_ready());
         self.timer.0.counters.caught(ok, "the runtime's sleep");
         if !ok {
             self.drop_sleep();
@@ -201,7 +228,7 @@ where
         }
         this.note_task(cx.waker());
         this.timer.0.attach_driver(&this.waker);
-        if this.run(cx) {
+        if this.run() {
             Poll::Pending
         } else {
             this.give_up();
@@ -244,11 +271,13 @@ impl TimerHandle {
         S: Future<Output = ()> + Send + 'static,
     {
         let link = Arc::new(Link(Mutex::new(None)));
+        let ticker = Arc::new(Ticker(self.clone(), Arc::clone(&link)));
         Drive {
             timer: self.clone(),
             sleep_until,
             sleep: None,
             waker: Waker::from(Arc::clone(&link)),
+            ticker: Waker::from(ticker),
             link,
             done: false,
         }

@@ -1,7 +1,6 @@
-//! The pure wheel: buckets of timeouts by fire tick, far levels for the timeouts rounds away,
-//! and occupancy bits so that an empty tick costs nothing. No threads, no clock, no atomics. A
-//! timeout is named by its slot id; the wheel keeps its links, fire tick and value in paged
-//! arrays indexed by that id.
+//! The pure wheel (no threads, clock or atomics): buckets by fire tick, far levels for what lies
+//! rounds away, occupancy bits so that an empty tick costs nothing; links, fire tick and value
+//! in paged arrays indexed by slot id.
 //!
 //! - `tick` is the tick the wheel is in: the next one to expire. Every timeout in the wheel has
 //!   `fire >= tick`, so the walk of bucket `tick & mask` gives up exactly the ones due.

@@ -3,12 +3,9 @@
 //! For every tick that ended by `now`, in Netty's order: take the queues (cancellations, new
 //! timeouts), move up to `TRANSFER_CAP` new timeouts into the wheel, expire the tick's bucket.
 //! Ticks with no work are passed over (`Wheel::next_work`), with the outcome of ticking each.
-//! After a turn the worker publishes the tick at whose end it looks again (`settle`): the next
-//! with work, or the current one while producers push, so that it wakes once a tick however
-//! many pushes (`turns.rs` sleeps to it; a producer due earlier unparks it).
-//!
-//! Only the worker touches the wheel, `blocks` and `ended_in`. It ends every slot once, and
-//! counts it ended (`Shared::set_ended`) before the task runs.
+//! After a turn it publishes the tick at whose end it looks again (`settle`): the next with work,
+//! or the current one while producers push (it wakes once a tick however many pushes). It ends
+//! every slot once, and counts it ended (`Shared::set_ended`) before the task runs.
 
 use super::catch_user_panic;
 use super::shard::SPARE_CHUNK;
