@@ -159,8 +159,9 @@ impl<J: Stored> Worker<J> {
         if plan.saturating_sub(tick) >= TRIM_NANOS / self.tick_nanos {
             self.trim(shared);
             if self.trimming {
-                // Idle with memory left to give back: a slice a tick, not all at once.
-                shared.set_plan(tick, tick);
+                // Idle with memory left to give back: a slice a tick, not all at once. The plan
+                // published stays: producers and the watching thread go by it, and a look
+                // earlier than it costs nobody a wake-up.
                 return tick;
             }
         }
