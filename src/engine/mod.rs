@@ -101,8 +101,9 @@ pub(crate) struct Shared<J: Stored> {
     /// The `Drive`s running the turns, each by its own waker (whose clone and drop run no user
     /// code); the last polled is woken where the thread would be unparked, every one at stop.
     drivers: Mutex<Vec<std::task::Waker>>,
-    /// The thread watches a `Drive` with nothing planned, parked until a turn plans a tick.
-    pub(crate) watch_parked: AtomicBool,
+    /// The plan the thread last read as it watches a `Drive` (it sleeps until `GRACE_TICKS`
+    /// past it, or for good at `NEVER`): a `Drive`'s turn that plans earlier unparks it.
+    pub(crate) watching: AtomicU64,
     pub(crate) counters: stats::Counters,
     /// The worker between turns; whoever runs a turn holds this lock. `None` once stopped.
     pub(crate) worker: Mutex<Option<Worker<J>>>,
@@ -143,7 +144,7 @@ impl<J: Stored> Shared<J> {
             turn_thread: Mutex::new(None),
             orphaned: AtomicBool::new(false),
             drivers: Mutex::new(Vec::new()),
-            watch_parked: AtomicBool::new(false),
+            watching: AtomicU64::new(NEVER),
         });
         *lock(&shared.worker) = Some(Worker::new(&shared));
         shared

@@ -48,11 +48,12 @@ impl<J: Stored> Shared<J> {
         !lock(&self.drivers).is_empty()
     }
 
-    /// A `Drive`'s turn planned `plan`: a thread watching with nothing planned watches again.
+    /// A `Drive`'s turn planned `plan`: a thread watching a later plan watches again.
     pub(crate) fn watch_plan(&self, plan: u64) {
-        // SeqCst: with the thread's store before its last look at the plan (`worker::watch`).
+        // SeqCst: with the thread's store of the plan it watches, before its last look at the
+        // plan (`watch`): either it sees this plan, or this sees the one it sleeps on.
         fence(Ordering::SeqCst);
-        if plan != NEVER && self.watch_parked.swap(false, Ordering::SeqCst) {
+        if plan < self.watching.load(Ordering::SeqCst) {
             self.unpark_thread();
         }
     }
@@ -100,14 +101,15 @@ const GRACE_TICKS: u64 = 32;
 /// Watches a `Drive`: sleeps until `GRACE_TICKS` after its plan; whether the turn is overdue.
 fn watch<J: Stored>(shared: &Shared<J>) -> bool {
     let plan = shared.planned();
+    // SeqCst: with the `Drive`'s fence and look in `Shared::watch_plan`.
+    shared.watching.store(plan, Ordering::SeqCst);
+    fence(Ordering::SeqCst);
+    if shared.planned() < plan || !shared.is_driven() {
+        // Planned earlier meanwhile (the `Drive` may have looked before the store): again.
+        return false;
+    }
     if plan == NEVER {
-        // SeqCst: with the `Drive`'s swap in `Shared::watch_plan`.
-        shared.watch_parked.store(true, Ordering::SeqCst);
-        fence(Ordering::SeqCst);
-        if shared.planned() == NEVER && shared.is_driven() {
-            thread::park();
-        }
-        shared.watch_parked.store(false, Ordering::SeqCst);
+        thread::park();
         return false;
     }
     let due = plan

@@ -4,7 +4,7 @@
 //! is attached by its own waker (`Link`, which wakes the task that polled it last).
 
 use crate::engine::{catch_user_panic, drop_caught};
-use crate::engine::{TimerHandle, AWAKE, NEVER};
+use crate::engine::{TimerHandle, NEVER};
 use crate::sync::{lock, Arc, Mutex};
 use std::fmt;
 use std::future::Future;
@@ -95,15 +95,10 @@ impl Wake for Ticker {
 /// A `Drive`'s turn: the plan, with the watching thread told of it; `None` once stopped.
 fn turn(timer: &TimerHandle) -> Option<u64> {
     let shared = &timer.0;
-    let before = shared.planned();
     let plan = shared.run_turn(shared.clock.passed())?;
-    // A plan earlier than the one the thread may be watching (a producer pushed during the
-    // turn, and woke nobody): it watches this one.
-    if plan < before || before == AWAKE {
-        shared.unpark_thread();
-    } else {
-        shared.watch_plan(plan);
-    }
+    // A plan earlier than the one the thread watches (a producer pushed during the turn, and
+    // woke nobody): it watches this one.
+    shared.watch_plan(plan);
     Some(plan)
 }
 
