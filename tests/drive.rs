@@ -664,3 +664,42 @@ fn a_timeout_scheduled_during_a_drivers_turn_fires_within_the_grace() {
         );
     }
 }
+
+/// A runtime that fires its timers on a thread where a turn runs: the `Drive`'s sleep is woken
+/// from a task the worker thread runs (it took over from a `Drive` whose runtime stalled). The
+/// turn under way covers the tick; another, on the same thread, would wait on its own lock.
+#[test]
+fn a_sleep_woken_inside_a_turn_runs_no_second_turn() {
+    type Stash = Arc<Mutex<Option<Waker>>>;
+    /// The runtime's sleep: it never ends by itself, and keeps the waker it was polled with.
+    struct Stashing(Stash);
+    impl Future for Stashing {
+        type Output = ();
+        fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+            *self.0.lock().unwrap() = Some(cx.waker().clone());
+            Poll::Pending
+        }
+    }
+    let timer = timer();
+    let stash: Stash = Arc::default();
+    let for_sleeps = Arc::clone(&stash);
+    let mut drive = Box::pin(timer.drive(move |_| Stashing(Arc::clone(&for_sleeps))));
+    let (tx, rx) = std::sync::mpsc::channel();
+    let woken = Arc::clone(&stash);
+    timer
+        .new_timeout(
+            move |_: &Timeout| {
+                let sleep_waker = woken.lock().unwrap().clone();
+                sleep_waker.expect("the Drive armed a sleep").wake_by_ref();
+                tx.send(()).unwrap();
+            },
+            ms(3),
+        )
+        .unwrap();
+    // The Drive sleeps until the timeout's tick, and is not polled again.
+    let mut cx = Context::from_waker(Waker::noop());
+    assert!(drive.as_mut().poll(&mut cx).is_pending());
+    rx.recv_timeout(Duration::from_secs(5))
+        .expect("the task ran and returned: no turn waited on the turn under way");
+    assert!(timer.stop().unwrap().is_empty());
+}

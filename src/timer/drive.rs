@@ -86,7 +86,11 @@ impl Wake for Ticker {
     }
 
     fn wake_by_ref(self: &Arc<Self>) {
-        let _ = turn(&self.0);
+        // Woken by code a turn runs on this thread (a runtime that fires its timers there): the
+        // turn under way sees the tick, and another would wait on its lock.
+        if !self.0 .0.in_turn() {
+            let _ = turn(&self.0);
+        }
         let woken = catch_user_panic(|| self.1.wake_by_ref());
         self.0 .0.counters.caught(woken, "a driver's task waker");
     }
