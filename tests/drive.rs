@@ -703,3 +703,58 @@ fn a_sleep_woken_inside_a_turn_runs_no_second_turn() {
         .expect("the task ran and returned: no turn waited on the turn under way");
     assert!(timer.stop().unwrap().is_empty());
 }
+
+/// A `Drive` fires a timeout at the runtime's first wake past its deadline, as the runtime fires
+/// its own timers, not at the end of its tick; and sleeps until the start of the next tick with
+/// work, not its end. On a 400 ms tick: a timeout due at 500 ms fires at a poll at 600 ms (its
+/// tick ends at 800), and for one due at 1 300 ms the sleep ends at 1 200 (its tick's start).
+#[test]
+fn a_driven_timeout_fires_at_the_runtimes_first_wake_past_its_deadline() {
+    const TICK: u64 = 400;
+    let built = Instant::now();
+    let timer = HashedWheelTimer::builder()
+        .tick_duration(ms(TICK))
+        .build()
+        .unwrap();
+    let fired = Arc::new(Mutex::new(None));
+    let f = Arc::clone(&fired);
+    timer
+        .new_timeout(
+            move |_: &Timeout| *f.lock().unwrap() = Some(Instant::now()),
+            ms(500),
+        )
+        .unwrap();
+    timer.new_timeout(|_: &Timeout| {}, ms(1300)).unwrap();
+    let asked = Arc::new(Mutex::new(Vec::new()));
+    let a = Arc::clone(&asked);
+    let mut drive = Box::pin(timer.drive(move |at| {
+        a.lock().unwrap().push(at);
+        std::future::pending::<()>()
+    }));
+    // One task throughout: a new task's poll drops the sleep armed for the last one.
+    let waker = calling_back_waker(no_hook(), no_hook());
+    let mut cx = Context::from_waker(&waker);
+    assert!(drive.as_mut().poll(&mut cx).is_pending());
+    std::thread::sleep((built + ms(600)).saturating_duration_since(Instant::now()));
+    let polled = Instant::now();
+    assert!(drive.as_mut().poll(&mut cx).is_pending());
+    let fired = fired
+        .lock()
+        .unwrap()
+        .expect("fired at the poll past its deadline");
+    assert!(fired - built >= ms(500), "never early: {:?}", fired - built);
+    assert!(
+        fired - polled < ms(TICK / 2),
+        "fired at that poll, not at its tick's end: {:?} after it",
+        fired - polled
+    );
+    // That turn moved the queued timeouts in, and looks again at its tick's end; then plans.
+    std::thread::sleep((built + ms(850)).saturating_duration_since(Instant::now()));
+    assert!(drive.as_mut().poll(&mut cx).is_pending());
+    let last = *asked.lock().unwrap().last().unwrap();
+    let sleep_end = last - built;
+    assert!(
+        sleep_end >= ms(1200) && sleep_end < ms(1300),
+        "the sleep ends at the start of the next tick with work: {sleep_end:?}"
+    );
+}

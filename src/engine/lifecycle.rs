@@ -66,10 +66,11 @@ impl<J: Stored> Shared<J> {
         self.state.load(Ordering::Acquire) == STARTED
     }
 
-    /// Runs a turn at `now` for whoever calls (the worker thread, a manual advance), then
-    /// publishes the plan; `None` once the timer is shut down. If the owner went during the
-    /// turn, this ends every timeout (`stop()` with nothing returned).
-    pub(crate) fn run_turn(&self, now: u64) -> Option<u64> {
+    /// Runs a turn at `now` for whoever calls (the worker thread, a manual advance, a `Drive`:
+    /// `early`, see `Worker::turn`), then publishes the plan; `None` once the timer is shut
+    /// down. If the owner went during the turn, this ends every timeout (`stop()` with nothing
+    /// returned).
+    pub(crate) fn run_turn(&self, now: u64, early: bool) -> Option<u64> {
         let mut guard = lock(&self.worker);
         let worker = guard.as_mut()?;
         if self.is_shutdown() {
@@ -79,7 +80,7 @@ impl<J: Stored> Shared<J> {
         if !self.clock.is_manual() {
             worker.tally.wakeups += 1;
         }
-        let busy = worker.turn(self, now);
+        let busy = worker.turn(self, now, early);
         let plan = worker.settle(self, busy);
         worker.publish(self);
         *lock(&self.turn_thread) = None;

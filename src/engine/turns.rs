@@ -77,7 +77,7 @@ impl<J: Stored> Shared<J> {
 /// The worker thread: turns, and sleeps to the planned tick, until the timer stops. While a
 /// `Drive` runs the turns, it only watches (`watch`).
 pub(crate) fn run_thread<J: Stored>(shared: &Arc<Shared<J>>) {
-    let mut planned = shared.run_turn(shared.clock.passed());
+    let mut planned = shared.run_turn(shared.clock.passed(), false);
     while let Some(plan) = planned {
         if shared.is_shutdown() {
             return;
@@ -91,7 +91,7 @@ pub(crate) fn run_thread<J: Stored>(shared: &Arc<Shared<J>>) {
             sleep(shared, plan);
         }
         shared.mark_awake();
-        planned = shared.run_turn(shared.clock.passed());
+        planned = shared.run_turn(shared.clock.passed(), false);
     }
 }
 

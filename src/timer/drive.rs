@@ -25,8 +25,9 @@ use std::time::Instant;
 /// The timer's thread stays as a watchdog: it runs the ticks until a `Drive` is first polled and
 /// once the last is dropped, and takes over, at most 32 ticks late, from one not polled. With
 /// several `Drive`s on one timer, the last polled is woken, and once it is dropped the one polled
-/// before it. The timing contract is unchanged. It completes when the timer stops, and at once on
-/// a manual timer ([`Builder::build_manual`]).
+/// before it. A timeout still never fires early; driven, it fires at the runtime's first wake past
+/// its deadline, as the runtime's own timers do, which may come before its tick's end. It
+/// completes when the timer stops, and at once on a manual timer ([`Builder::build_manual`]).
 ///
 /// A panic of the runtime's code (`sleep_until`, a sleep's poll or `Drop`, a waker; tokio's
 /// `sleep_until` panics on a runtime without timers) is caught, counted in
@@ -45,7 +46,7 @@ use std::time::Instant;
 pub struct Drive<F, S> {
     timer: TimerHandle,
     sleep_until: F,
-    /// The runtime's sleep until the end of the planned tick, and that tick.
+    /// The runtime's sleep, and when it ends (ns since the timer's origin).
     sleep: Option<(u64, Pin<Box<S>>)>,
     /// The task that polled last, and `waker`, which wakes it (the producers' and `stop()`'s).
     link: Arc<Link>,
@@ -99,7 +100,7 @@ impl Wake for Ticker {
 /// A `Drive`'s turn: the plan, with the watching thread told of it; `None` once stopped.
 fn turn(timer: &TimerHandle) -> Option<u64> {
     let shared = &timer.0;
-    let plan = shared.run_turn(shared.clock.passed())?;
+    let plan = shared.run_turn(shared.clock.passed(), true)?;
     // A plan earlier than the one the thread watches (a producer pushed during the turn, and
     // woke nobody): it watches this one.
     shared.watch_plan(plan);
@@ -133,14 +134,19 @@ where
         }
     }
 
-    /// Arms the sleep until the end of tick `plan`, unless armed; whether one is. If
-    /// `sleep_until` panics, the last sleep, if any, stays armed.
+    /// Arms the sleep until the start of tick `plan` (the runtime's first wake after it expires
+    /// what is due by then), or its end once the start has passed, unless armed; whether one
+    /// is. If `sleep_until` panics, the last sleep, if any, stays armed.
     fn arm(&mut self, plan: u64) -> bool {
-        if matches!(&self.sleep, Some((tick, _)) if *tick == plan) {
+        let shared = &self.timer.0;
+        let start = plan.saturating_mul(shared.tick_nanos);
+        let end = match start > shared.clock.now() {
+            true => start,
+            false => start.saturating_add(shared.tick_nanos),
+        };
+        if matches!(&self.sleep, Some((at, _)) if *at == end) {
             return true;
         }
-        let shared = &self.timer.0;
-        let end = plan.saturating_add(1).saturating_mul(shared.tick_nanos);
         let at = shared.clock.instant_at(end);
         let sleep_until = &mut self.sleep_until;
         let mut made = None;
@@ -149,7 +155,7 @@ where
         let Some(sleep) = made else {
             return false;
         };
-        let last = self.sleep.replace((plan, sleep));
+        let last = self.sleep.replace((end, sleep));
         self.drop_caught(last, "the runtime's sleep");
         true
     }

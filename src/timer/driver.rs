@@ -78,7 +78,7 @@ impl<J: Stored> ManualDriver<J> {
     fn advance_with(&self, to: impl FnOnce(u64) -> u64) {
         let clock = &self.shared.clock;
         let _ = clock.advance(to(clock.now()));
-        let _ = self.shared.run_turn(clock.now());
+        let _ = self.shared.run_turn(clock.now(), false);
     }
 
     /// The manual clock's time since the timer's origin.

@@ -249,14 +249,9 @@ impl<T> Wheel<T> {
         false
     }
 
-    /// Expires the current tick: takes every node of its bucket that is due (fire round this
-    /// one, not the next), in bucket order, and hands each to `f` with its id.
-    pub(crate) fn expire(&mut self, f: impl FnMut(SlotId, T)) {
-        self.expire_if(|_| true, f);
-    }
-
-    /// [`expire`](Wheel::expire), taking only the due nodes whose value `due` accepts: the
-    /// others stay in their bucket, in order, for a later look at the same tick.
+    /// Expires the current tick: takes the nodes of its bucket that are due (fire round this one,
+    /// not the next) and whose value `due` accepts, in bucket order, and hands each to `f` with
+    /// its id. The others stay in their bucket, in order, for a later look at the same tick.
     ///
     /// One walk: the bucket's list is taken whole, each node either handed to `f` or linked
     /// back in order, and the bucket's count changed once.
@@ -349,6 +344,12 @@ impl<T> Wheel<T> {
 
 #[cfg(test)]
 mod tests {
+    impl<T> Wheel<T> {
+        fn expire(&mut self, f: impl FnMut(SlotId, T)) {
+            self.expire_if(|_| true, f);
+        }
+    }
+
     use super::*;
 
     /// Bytes the node arrays hold.

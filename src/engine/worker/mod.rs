@@ -94,8 +94,10 @@ impl<J: Stored> Worker<J> {
         }
     }
 
-    /// Runs every tick that ended by `now`; whether it found anything in the queues.
-    pub(crate) fn turn(&mut self, shared: &Shared<J>, now: u64) -> bool {
+    /// Runs every tick that ended by `now`; whether it found anything in the queues. `early` (a
+    /// runtime's turn, `Drive`): then expires what of the current tick is due by `now`, as the
+    /// runtime fires its own timers at its first wake past their deadline, not at a tick's end.
+    pub(crate) fn turn(&mut self, shared: &Shared<J>, now: u64, early: bool) -> bool {
         self.now = now;
         if now.saturating_sub(self.trimmed_at) >= TRIM_NANOS {
             self.trimmed_at = now;
@@ -104,6 +106,9 @@ impl<J: Stored> Worker<J> {
         let end = now / self.tick_nanos;
         // As Netty's worker, the queues are taken as a tick ends, not before.
         if self.wheel.tick() >= end {
+            if early {
+                self.expire_timed(shared, now);
+            }
             return false;
         }
         let mut busy = self.collect(shared);
@@ -126,6 +131,9 @@ impl<J: Stored> Worker<J> {
             };
             self.wheel.advance_to(next);
         }
+        if early {
+            self.expire_timed(shared, now);
+        }
         busy
     }
 
@@ -133,8 +141,13 @@ impl<J: Stored> Worker<J> {
     fn run_tick(&mut self, shared: &Shared<J>, tick: u64) {
         shared.set_tick(tick);
         self.transfer(shared);
+        self.expire_timed(shared, u64::MAX);
+    }
+
+    /// Expires what of the current tick is due by `by`, its tasks timed together.
+    fn expire_timed(&mut self, shared: &Shared<J>, by: u64) {
         let started = shared.clock.now();
-        self.expire(shared);
+        self.expire(shared, by);
         let ran = shared.clock.now().saturating_sub(started);
         self.tally.ran(ran, self.tick_nanos, self.now);
     }
@@ -279,7 +292,7 @@ impl<J: Stored> Worker<J> {
     /// Expires the current tick's bucket: each due timeout, as the walk unlinks it, is ended,
     /// then its task runs (unless a `cancel()` won it first: then its task is dropped). The
     /// task's `Timeout` borrows the worker's reference to the block.
-    fn expire(&mut self, shared: &Shared<J>) {
+    fn expire(&mut self, shared: &Shared<J>, by: u64) {
         let Worker {
             wheel,
             blocks,
@@ -292,8 +305,9 @@ impl<J: Stored> Worker<J> {
             tick_nanos,
             ..
         } = self;
-        let (now, tick_nanos) = (*now, *tick_nanos);
-        wheel.expire(|id, waiting| {
+        let at = (*now, *tick_nanos);
+        let due = |waiting: &Waiting<J>| waiting.deadline <= by;
+        wheel.expire_if(due, |id, waiting| {
             let (bid, index) = split(id);
             let block = blocks[bid]
                 .take()
@@ -302,15 +316,7 @@ impl<J: Stored> Worker<J> {
             shared.set_ended(*ended, 1);
             ended_in[bid] += 1;
             let kept = kept(&mut task_spares[block.shard()]);
-            let mut block = fire(
-                shared,
-                block,
-                index,
-                waiting,
-                kept,
-                tally,
-                (now, tick_nanos),
-            );
+            let mut block = fire(shared, (block, index), waiting, kept, tally, at);
             if usize::from(ended_in[bid]) < BLOCK {
                 blocks[bid] = Some(block);
             } else if Block::renew(&mut block) {
@@ -325,8 +331,7 @@ impl<J: Stored> Worker<J> {
 #[inline]
 fn fire<J: Stored>(
     shared: &Shared<J>,
-    block: Arc<Block<J>>,
-    index: usize,
+    (block, index): (Arc<Block<J>>, usize),
     Waiting { task, deadline }: Waiting<J>,
     kept: &mut Vec<J>,
     tally: &mut Tally,
