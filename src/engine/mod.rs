@@ -237,25 +237,21 @@ impl<J: Stored> Shared<J> {
         };
         let id = block.slot(index);
         let handle = (!detached).then(|| Timeout::new(Arc::clone(block), index));
-        let block = first.then(|| Arc::clone(block));
+        if first {
+            let block = Arc::clone(block);
+            shard.new_blocks.push(block);
+        }
         let was_empty = shard.is_empty();
         let task = make(shard.spare_tasks());
-        let entry = Entry {
-            id,
-            deadline,
-            task,
-            block,
-        };
-        shard.push_entry(entry);
+        shard.push_entry(Entry { id, deadline, task });
         shard.accepted += 1;
         Ok((handle, was_empty))
     }
 
     fn open(&self) -> Result<(), TimerError> {
-        match self.is_shutdown() {
-            true => Err(TimerError::Stopped),
-            false => Ok(()),
-        }
+        (!self.is_shutdown())
+            .then_some(())
+            .ok_or(TimerError::Stopped)
     }
 
     /// Counts one more pending against the limit, if there is one (an `exempt` timeout passes

@@ -37,9 +37,6 @@ pub(crate) struct Entry<J: Stored> {
     /// Nanoseconds since the timer's origin.
     pub(crate) deadline: u64,
     pub(crate) task: J,
-    /// The slot's block, with the first slot taken from it: the worker keeps it until it has
-    /// ended all 64.
-    pub(crate) block: Option<Arc<Block<J>>>,
 }
 
 /// One shard of the `timeouts` and cancellation queues, and its producers' block.
@@ -52,6 +49,9 @@ pub(crate) struct Shard<J: Stored> {
     pub(crate) cancels: Vec<SlotId>,
     /// The block this shard takes slots from, and the next index.
     pub(crate) cursor: Option<(Arc<Block<J>>, usize)>,
+    /// Blocks first taken from since the worker took the queues: it keeps each until it has
+    /// ended all 64 slots.
+    pub(crate) new_blocks: Vec<Arc<Block<J>>>,
     /// Blocks the worker gave back, all their slots ended and no handle left: taken before a
     /// new one is allocated.
     pub(crate) spares: Vec<Arc<Block<J>>>,
@@ -72,6 +72,7 @@ impl<J: Stored> Shard<J> {
             free_segments: Vec::new(),
             cancels: Vec::new(),
             cursor: None,
+            new_blocks: Vec::new(),
             spares: Vec::new(),
             task_spares: Vec::new(),
             task_chunks: Vec::new(),
@@ -166,6 +167,7 @@ impl<J: Stored> Shared<J> {
     pub(crate) fn take_queues(
         &self,
         timeouts: &mut Vec<(usize, Vec<Entry<J>>)>,
+        blocks: &mut Vec<Arc<Block<J>>>,
         cancels: &mut Vec<SlotId>,
         spares: &mut [Vec<Arc<Block<J>>>],
         free_segments: &mut [Vec<Vec<Entry<J>>>],
@@ -176,6 +178,7 @@ impl<J: Stored> Shared<J> {
         {
             let mut shard = lock(shard);
             timeouts.extend(shard.timeouts.drain(..).map(|segment| (i, segment)));
+            blocks.append(&mut shard.new_blocks);
             cancels.append(&mut shard.cancels);
             shard.spares.append(spares);
             tasks.retain(|chunk| !chunk.is_empty());

@@ -140,10 +140,8 @@ where
     fn arm(&mut self, plan: u64) -> bool {
         let shared = &self.timer.0;
         let start = plan.saturating_mul(shared.tick_nanos);
-        let end = match start > shared.clock.now() {
-            true => start,
-            false => start.saturating_add(shared.tick_nanos),
-        };
+        let started = start <= shared.clock.now();
+        let end = start.saturating_add(if started { shared.tick_nanos } else { 0 });
         if matches!(&self.sleep, Some((at, _)) if *at == end) {
             return true;
         }

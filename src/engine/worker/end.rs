@@ -17,9 +17,8 @@ impl<J: Stored> Worker<J> {
         }
     }
 
-    /// Keeps a block that arrived with its first slot.
-    pub(super) fn register(&mut self, bid: usize, block: Option<Arc<Block<J>>>) {
-        let Some(block) = block else { return };
+    /// Keeps a block whose first slot was taken.
+    pub(super) fn register(&mut self, bid: usize, block: Arc<Block<J>>) {
         if self.blocks.len() <= bid {
             self.blocks.resize_with(bid + 1, || None);
             self.ended_in.resize(bid + 1, 0);
@@ -60,7 +59,6 @@ impl<J: Stored> Worker<J> {
         let mut rest: Vec<(SlotId, J)> = Vec::new();
         let inbox = std::mem::take(&mut self.inbox);
         for entry in inbox.into_iter().flat_map(|(_, segment)| segment) {
-            self.register(split(entry.id).0, entry.block);
             rest.push((entry.id, entry.task));
         }
         self.wheel

@@ -47,6 +47,7 @@ pub(crate) struct Worker<J: Stored> {
     /// Batches taken from the shards, not yet all in the wheel (the cap), oldest first.
     inbox: VecDeque<(usize, Vec<Entry<J>>)>,
     batches: Vec<(usize, Vec<Entry<J>>)>,
+    new_blocks: Vec<Arc<Block<J>>>,
     /// Emptied segments, for the shards.
     free_segments: Vec<Vec<Vec<Entry<J>>>>,
     cancels: Vec<SlotId>,
@@ -79,6 +80,7 @@ impl<J: Stored> Worker<J> {
             ended_in: Vec::new(),
             inbox: VecDeque::new(),
             batches: Vec::new(),
+            new_blocks: Vec::new(),
             free_segments: (0..SHARDS).map(|_| Vec::new()).collect(),
             cancels: Vec::new(),
             spares: (0..SHARDS).map(|_| Vec::new()).collect(),
@@ -186,12 +188,18 @@ impl<J: Stored> Worker<J> {
     fn collect(&mut self, shared: &Shared<J>) -> bool {
         shared.take_queues(
             &mut self.batches,
+            &mut self.new_blocks,
             &mut self.cancels,
             &mut self.spares,
             &mut self.free_segments,
             &mut self.task_spares,
         );
         let found = !self.batches.is_empty() || !self.cancels.is_empty();
+        let mut blocks = std::mem::take(&mut self.new_blocks);
+        for block in blocks.drain(..) {
+            self.register(split(block.slot(0)).0, block);
+        }
+        self.new_blocks = blocks;
         let mut cancels = std::mem::take(&mut self.cancels);
         for &id in &cancels {
             self.cancelled(shared, id);
@@ -245,7 +253,6 @@ impl<J: Stored> Worker<J> {
 
     fn place(&mut self, shared: &Shared<J>, entry: Entry<J>) {
         let (bid, index) = split(entry.id);
-        self.register(bid, entry.block);
         let placed = self.blocks[bid].as_ref().is_some_and(|b| b.place(index));
         if !placed {
             // A `cancel()` won it while it was queued: it ends here.
