@@ -202,31 +202,32 @@ pub(crate) fn run<J: Stored>(
     timeout: &Timeout<J>,
     spares: &mut Vec<J>,
 ) -> bool {
-    let executor = match &shared.executor {
-        Some(executor) if !task.is_internal() => executor,
+    let internal = task.is_internal();
+    let (ran, what) = match &shared.executor {
+        Some(executor) if !internal => {
+            let handed = Handed(Some((task, timeout.clone())));
+            let job: Box<dyn FnOnce() + Send> = Box::new(move || handed.run());
+            (
+                catch_user_panic(|| executor.call(job)),
+                "the timer's executor",
+            )
+        }
         _ => {
-            let what = if task.is_internal() {
-                "a future's waker"
-            } else {
-                "a timer task"
-            };
             let ran = catch_user_panic(|| task.run_keeping(timeout, spares));
-            if !ran {
-                log_caught(
-                    log::Level::Warn,
-                    format_args!("{what} panicked; the timer goes on"),
-                );
-            }
-            return ran;
+            (
+                ran,
+                if internal {
+                    "a future's waker"
+                } else {
+                    "a timer task"
+                },
+            )
         }
     };
-    let handed = Handed(Some((task, timeout.clone())));
-    let job: Box<dyn FnOnce() + Send> = Box::new(move || handed.run());
-    let ran = catch_user_panic(|| executor.call(job));
     if !ran {
         log_caught(
             log::Level::Warn,
-            format_args!("the timer's executor panicked; the timer goes on"),
+            format_args!("{what} panicked; the timer goes on"),
         );
     }
     ran
