@@ -34,10 +34,10 @@
 //! lost; `pending_timeouts()` is exact (Netty #14959); `Duration::MAX` never fires (Netty #7760);
 //! `ticks_per_wheel` above 2^30 is an error; user code may panic anywhere (counted in
 //! [`TimerStats::panicked`], logged, nothing lost or run twice); `stop()` on the worker thread
-//! is an error. Firing ticks are Netty's (driven by a runtime, [`Drive`], a timeout fires at the
-//! runtime's first wake past its deadline), and so is the order within a tick of the timeouts
-//! one thread scheduled. The rest, with Netty's code beside this crate's:
-//! `docs/migrating-from-netty.md`.
+//! is an error. Firing ticks are Netty's, and so is the order within a tick of the timeouts one
+//! thread scheduled; driven by a runtime ([`Drive`]), a timeout fires at the runtime's first wake
+//! past its deadline instead, a tick's in as many turns. The rest, with Netty's code beside this
+//! crate's: `docs/migrating-from-netty.md`.
 //!
 //! # Beyond Netty
 //! - [`TimerHandle::new_timeout_detached`]: a timeout with no [`Timeout`] handle.

@@ -26,7 +26,8 @@ use std::time::Instant;
 /// once the last is dropped, and takes over, at most 32 ticks late, from one not polled. With
 /// several `Drive`s on one timer, the last polled is woken, and once it is dropped the one polled
 /// before it. A timeout still never fires early; driven, it fires at the runtime's first wake past
-/// its deadline, as the runtime's own timers do, which may come before its tick's end. It
+/// its deadline, as the runtime's own timers do, which may come before its tick's end (a tick's
+/// timeouts then fire over its wakes, each wake's in the order a thread scheduled them). It
 /// completes when the timer stops, and at once on a manual timer ([`Builder::build_manual`]).
 ///
 /// A panic of the runtime's code (`sleep_until`, a sleep's poll or `Drop`, a waker; tokio's
