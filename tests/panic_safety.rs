@@ -1611,3 +1611,39 @@ fn a_delay_queue_insert_whose_waiting_wakers_clone_panics_returns_its_key() {
     }
     assert_eq!(queue.remove(&queue.peek().unwrap()).into_inner(), "later");
 }
+
+/// A task that panics as a `Drive`'s turn fires it early in its tick (what is due by the turn's
+/// time) loses nothing and runs nothing twice: its neighbour due in the same tick runs once at
+/// that turn, and the tick's end, turns later, runs neither again.
+#[test]
+fn a_task_panicking_in_a_drives_early_expiry_loses_nothing_and_runs_nothing_twice() {
+    const TICK: u64 = 400;
+    let timer = HashedWheelTimer::builder()
+        .tick_duration(ms(TICK))
+        .build()
+        .unwrap();
+    let runs = Arc::new(AtomicUsize::new(0));
+    let (r1, r2) = (Arc::clone(&runs), Arc::clone(&runs));
+    let panicking = move |_: &Timeout| {
+        r1.fetch_add(1, SeqCst);
+        panic!("a task panics in an early expiry (on purpose)");
+    };
+    let first = timer.new_timeout(panicking, ms(450)).unwrap();
+    let second = timer
+        .new_timeout(move |_: &Timeout| drop(r2.fetch_add(1, SeqCst)), ms(500))
+        .unwrap();
+    let mut drive = Box::pin(timer.drive(|_| std::future::pending::<()>()));
+    // One task throughout: a new task's poll drops the sleep armed for the last one.
+    let waker = Waker::from(Arc::new(PanickingWaker::default()));
+    let mut cx = Context::from_waker(&waker);
+    assert!(drive.as_mut().poll(&mut cx).is_pending());
+    std::thread::sleep(ms(600));
+    assert!(drive.as_mut().poll(&mut cx).is_pending());
+    assert_eq!(runs.load(SeqCst), 2, "both ran at the early turn");
+    assert!(first.is_expired() && second.is_expired());
+    assert_eq!(timer.stats().panicked, 1);
+    std::thread::sleep(ms(TICK + 50));
+    assert!(drive.as_mut().poll(&mut cx).is_pending());
+    assert_eq!(runs.load(SeqCst), 2, "the tick's end ran neither again");
+    assert_eq!(timer.pending_timeouts(), 0);
+}

@@ -195,6 +195,7 @@ impl<J: Stored> Shared<J> {
             let mut shard = lock(shard);
             shard.timeouts.shrink_to_fit();
             shard.cancels.shrink_to_fit();
+            shard.new_blocks.shrink_to_fit();
             let freed = (
                 slice_beyond(&mut shard.task_chunks, 0, TRIM_SLICE / SPARE_CHUNK),
                 slice_beyond(&mut shard.task_spares, IDLE_SPARES, TRIM_SLICE),

@@ -207,10 +207,8 @@ pub(crate) fn run<J: Stored>(
         Some(executor) if !internal => {
             let handed = Handed(Some((task, timeout.clone())));
             let job: Box<dyn FnOnce() + Send> = Box::new(move || handed.run());
-            (
-                catch_user_panic(|| executor.call(job)),
-                "the timer's executor",
-            )
+            let ran = catch_user_panic(|| executor.call(job));
+            (ran, "the timer's executor")
         }
         _ => {
             let ran = catch_user_panic(|| task.run_keeping(timeout, spares));

@@ -282,6 +282,7 @@ impl<J: Stored> Worker<J> {
         self.inbox.shrink_to_fit();
         self.batches.shrink_to_fit();
         self.cancels.shrink_to_fit();
+        self.new_blocks.shrink_to_fit();
         let returns = self.spares.iter_mut().zip(&mut self.task_spares);
         for ((blocks, tasks), segments) in returns.zip(&mut self.free_segments) {
             blocks.shrink_to_fit();
