@@ -1630,7 +1630,12 @@ fn a_task_panicking_in_a_drives_early_expiry_loses_nothing_and_runs_nothing_twic
     };
     let first = timer.new_timeout(panicking, ms(450)).unwrap();
     let second = timer
-        .new_timeout(move |_: &Timeout| drop(r2.fetch_add(1, SeqCst)), ms(500))
+        .new_timeout(
+            move |_: &Timeout| {
+                r2.fetch_add(1, SeqCst);
+            },
+            ms(500),
+        )
         .unwrap();
     let mut drive = Box::pin(timer.drive(|_| std::future::pending::<()>()));
     // One task throughout: a new task's poll drops the sleep armed for the last one.
