@@ -196,6 +196,7 @@ pub(crate) fn drop_caught<T>(value: T) -> bool {
 
 /// Runs an expired task inline, or hands it to the executor (a future's wake-up runs inline);
 /// a panic is caught and logged. Whether it did not panic.
+#[inline]
 pub(crate) fn run<J: Stored>(
     shared: &Shared<J>,
     task: J,
@@ -203,26 +204,20 @@ pub(crate) fn run<J: Stored>(
     spares: &mut Vec<J>,
 ) -> bool {
     let internal = task.is_internal();
-    let (ran, what) = match &shared.executor {
+    let ran = match &shared.executor {
         Some(executor) if !internal => {
             let handed = Handed(Some((task, timeout.clone())));
             let job: Box<dyn FnOnce() + Send> = Box::new(move || handed.run());
-            let ran = catch_user_panic(|| executor.call(job));
-            (ran, "the timer's executor")
+            catch_user_panic(|| executor.call(job))
         }
-        _ => {
-            let ran = catch_user_panic(|| task.run_keeping(timeout, spares));
-            (
-                ran,
-                if internal {
-                    "a future's waker"
-                } else {
-                    "a timer task"
-                },
-            )
-        }
+        _ => catch_user_panic(|| task.run_keeping(timeout, spares)),
     };
     if !ran {
+        let what = match (shared.executor.is_some() && !internal, internal) {
+            (true, _) => "the timer's executor",
+            (false, true) => "a future's waker",
+            (false, false) => "a timer task",
+        };
         log_caught(
             log::Level::Warn,
             format_args!("{what} panicked; the timer goes on"),
