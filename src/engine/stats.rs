@@ -61,7 +61,6 @@ const CLASSES: usize = 8;
 /// The worker's running totals, its own.
 #[derive(Default, Clone, Copy)]
 pub(crate) struct Tally {
-    pub(crate) expired: u64,
     pub(crate) cancelled: u64,
     pub(crate) panicked: u64,
     pub(crate) wakeups: u64,
@@ -80,7 +79,6 @@ const WARN_EVERY: u64 = 10_000_000_000;
 impl Tally {
     /// A timeout fired `late` ns after its deadline, on a wheel of `tick_nanos` ticks.
     pub(crate) fn fired(&mut self, late: u64, tick_nanos: u64) {
-        self.expired += 1;
         self.late_max = self.late_max.max(late);
         // Under a tick, 1 to 2 ticks, 2 to 4, ...: compares, not a division per timeout.
         let (mut class, mut bound) = (0, tick_nanos);
@@ -146,7 +144,7 @@ impl Counters {
     /// Publishes the worker's tally (only the worker calls this).
     pub(crate) fn publish(&self, t: &Tally) {
         let head = [
-            t.expired,
+            t.lateness.iter().sum(),
             t.cancelled,
             t.panicked,
             t.wakeups,

@@ -20,28 +20,26 @@ impl<J: Stored> Worker<J> {
     /// Keeps a block whose first slot was taken.
     pub(super) fn register(&mut self, bid: usize, block: Arc<Block<J>>) {
         if self.blocks.len() <= bid {
-            self.blocks.resize_with(bid + 1, || None);
-            self.ended_in.resize(bid + 1, 0);
+            self.blocks.resize_with(bid + 1, || (None, 0));
         }
-        self.blocks[bid] = Some(block);
-        self.ended_in[bid] = 0;
+        self.blocks[bid] = (Some(block), 0);
     }
 
     /// Counts a slot of block `bid` ended; whether that was the block's last.
     pub(super) fn count_end(&mut self, shared: &Shared<J>, bid: usize) -> bool {
         self.ended += 1;
         shared.set_ended(self.ended, 1);
-        self.ended_in[bid] += 1;
-        usize::from(self.ended_in[bid]) == BLOCK
+        self.blocks[bid].1 += 1;
+        usize::from(self.blocks[bid].1) == BLOCK
     }
 
     /// Ends a slot that is not in the wheel (or no longer), dropping its task; the block goes
     /// with its last slot.
     pub(super) fn end(&mut self, shared: &Shared<J>, id: SlotId, task: J) {
         let (bid, _) = split(id);
-        let shard = self.blocks[bid].as_ref().map_or(0, |b| b.shard());
+        let shard = self.blocks[bid].0.as_ref().map_or(0, |b| b.shard());
         if self.count_end(shared, bid) {
-            if let Some(block) = self.blocks[bid].take() {
+            if let Some(block) = self.blocks[bid].0.take() {
                 self.retire(block);
             }
         }
@@ -65,7 +63,7 @@ impl<J: Stored> Worker<J> {
             .drain(|id, waiting| rest.push((id, waiting.task)));
         for (id, task) in rest {
             let (bid, index) = split(id);
-            match &self.blocks[bid] {
+            match &self.blocks[bid].0 {
                 Some(block) if task.is_internal() => {
                     // A future's timeout: ended, not returned; the future sees it cancelled.
                     let _ = block.cancel(index);

@@ -40,10 +40,8 @@ struct Waiting<J> {
 /// The worker's state between turns: see the module docs.
 pub(crate) struct Worker<J: Stored> {
     wheel: Wheel<Waiting<J>>,
-    /// Per block id: the block, while it has slots the worker has not ended.
-    blocks: Vec<Option<Arc<Block<J>>>>,
-    /// Per block id: slots ended.
-    ended_in: Vec<u8>,
+    /// Per block id: the block, while it has slots the worker has not ended, and slots ended.
+    blocks: Vec<(Option<Arc<Block<J>>>, u8)>,
     /// Batches taken from the shards, not yet all in the wheel (the cap), oldest first.
     inbox: VecDeque<(usize, Vec<Entry<J>>)>,
     batches: Vec<(usize, Vec<Entry<J>>)>,
@@ -77,7 +75,6 @@ impl<J: Stored> Worker<J> {
         Worker {
             wheel: Wheel::new(shared.wheel_len.min(MAX_BUCKETS)),
             blocks: Vec::new(),
-            ended_in: Vec::new(),
             inbox: VecDeque::new(),
             batches: Vec::new(),
             new_blocks: Vec::new(),
@@ -217,7 +214,7 @@ impl<J: Stored> Worker<J> {
         let cancelled = self
             .blocks
             .get(bid)
-            .and_then(Option::as_ref)
+            .and_then(|(block, _)| block.as_ref())
             .is_some_and(|b| b.is_cancelled(index));
         if cancelled && self.wheel.contains(id) {
             if let Some(waiting) = self.wheel.remove(id) {
@@ -253,7 +250,7 @@ impl<J: Stored> Worker<J> {
 
     fn place(&mut self, shared: &Shared<J>, entry: Entry<J>) {
         let (bid, index) = split(entry.id);
-        let placed = self.blocks[bid].as_ref().is_some_and(|b| b.place(index));
+        let placed = self.blocks[bid].0.as_ref().is_some_and(|b| b.place(index));
         if !placed {
             // A `cancel()` won it while it was queued: it ends here.
             self.tally.cancelled += 1;
@@ -288,12 +285,10 @@ impl<J: Stored> Worker<J> {
             blocks.shrink_to_fit();
             segments.shrink_to_fit();
         }
-        while self.blocks.last().is_some_and(Option::is_none) {
+        while self.blocks.last().is_some_and(|(block, _)| block.is_none()) {
             self.blocks.pop();
-            self.ended_in.pop();
         }
         self.blocks.shrink_to_fit();
-        self.ended_in.shrink_to_fit();
     }
 
     /// Expires the current tick's bucket: each due timeout, as the walk unlinks it, is ended,
@@ -303,7 +298,6 @@ impl<J: Stored> Worker<J> {
         let Worker {
             wheel,
             blocks,
-            ended_in,
             ended,
             tally,
             task_spares,
@@ -316,16 +310,15 @@ impl<J: Stored> Worker<J> {
         let due = |waiting: &Waiting<J>| waiting.deadline <= by;
         wheel.expire_if(due, |id, waiting| {
             let (bid, index) = split(id);
-            let block = blocks[bid]
-                .take()
-                .expect("a slot in the wheel has its block");
+            let (held, ended_in) = &mut blocks[bid];
+            let block = held.take().expect("a slot in the wheel has its block");
             *ended += 1;
             shared.set_ended(*ended, 1);
-            ended_in[bid] += 1;
+            *ended_in += 1;
             let kept = kept(task_spares, block.shard());
             let mut block = fire(shared, (block, index), waiting, kept, tally, at);
-            if usize::from(ended_in[bid]) < BLOCK {
-                blocks[bid] = Some(block);
+            if usize::from(*ended_in) < BLOCK {
+                *held = Some(block);
             } else if Block::renew(&mut block) {
                 spares[block.shard()].push(block);
             }
