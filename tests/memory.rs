@@ -499,3 +499,70 @@ fn data_carrying_tasks_are_scheduled_and_run_without_allocating() {
         20 * TASKS
     );
 }
+
+/// Two threads schedule closures of two types on one timer, their timeouts sharing buckets:
+/// once warm, each reuses the boxes of its own closures (the worker hands an ended task's box
+/// back to the shard of the thread that made it), allocating next to nothing. A box handed to
+/// the other thread would be of the wrong type there: freed, and a new one allocated.
+#[test]
+fn two_threads_with_closures_of_two_types_each_reuse_their_own_boxes() {
+    use std::sync::atomic::AtomicU64;
+    use std::sync::Barrier;
+    const TASKS: u64 = 5_000;
+    const ROUNDS: u64 = 12;
+    static SUM: AtomicU64 = AtomicU64::new(0);
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let tick = Duration::from_millis(1);
+    let (timer, driver) = HashedWheelTimer::builder()
+        .tick_duration(tick)
+        .build_manual()
+        .unwrap();
+    let (scheduled, advanced) = (Barrier::new(3), Barrier::new(3));
+    let counted = std::thread::scope(|scope| {
+        let producer = |second: bool| {
+            let (timer, scheduled, advanced) = (&timer, &scheduled, &advanced);
+            scope.spawn(move || {
+                let mut counted = 0;
+                for round in 0..ROUNDS {
+                    let before = mine();
+                    for id in 0..TASKS {
+                        let delay = Duration::from_millis(1 + (id & 7));
+                        if second {
+                            let pair = (id, round);
+                            let task = move |_: &Timeout| {
+                                SUM.fetch_add(pair.0 + pair.1, Ordering::Relaxed);
+                            };
+                            timer.new_timeout(task, delay).unwrap();
+                        } else {
+                            let task = move |_: &Timeout| {
+                                SUM.fetch_add(id, Ordering::Relaxed);
+                            };
+                            timer.new_timeout(task, delay).unwrap();
+                        }
+                    }
+                    if round >= 4 {
+                        counted += mine() - before;
+                    }
+                    scheduled.wait();
+                    advanced.wait();
+                }
+                counted
+            })
+        };
+        let threads = [producer(false), producer(true)];
+        for _ in 0..ROUNDS {
+            scheduled.wait();
+            driver.advance(tick * 10); // every timeout of the round runs
+            advanced.wait();
+        }
+        threads.map(|t| t.join().unwrap())
+    });
+    assert_eq!(timer.pending_timeouts(), 0);
+    for (thread, allocations) in counted.into_iter().enumerate() {
+        assert!(
+            (allocations as u64) * 100 < (ROUNDS - 4) * TASKS,
+            "thread {thread}: {allocations} allocations for {} closures once warm",
+            (ROUNDS - 4) * TASKS
+        );
+    }
+}

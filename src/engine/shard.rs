@@ -171,21 +171,18 @@ impl<J: Stored> Shared<J> {
         cancels: &mut Vec<SlotId>,
         spares: &mut [Vec<Arc<Block<J>>>],
         free_segments: &mut [Vec<Vec<Entry<J>>>],
-        task_spares: &mut Vec<(usize, Vec<J>)>,
+        task_spares: &mut [Vec<Vec<J>>],
     ) {
-        task_spares.retain(|(_, chunk)| !chunk.is_empty());
-        task_spares.sort_by_key(|&(shard, _)| shard);
-        let mut tasks = task_spares.drain(..).peekable();
-        let returns = spares.iter_mut().zip(free_segments);
-        for (i, (shard, (spares, segments))) in self.shards.iter().zip(returns).enumerate() {
+        let returns = spares.iter_mut().zip(task_spares).zip(free_segments);
+        for (i, (shard, ((spares, tasks), segments))) in self.shards.iter().zip(returns).enumerate()
+        {
             let mut shard = lock(shard);
             timeouts.extend(shard.timeouts.drain(..).map(|segment| (i, segment)));
             blocks.append(&mut shard.new_blocks);
             cancels.append(&mut shard.cancels);
             shard.spares.append(spares);
-            while let Some((_, chunk)) = tasks.next_if(|&(s, _)| s == i) {
-                shard.task_chunks.push(chunk);
-            }
+            tasks.retain(|chunk| !chunk.is_empty());
+            shard.task_chunks.append(tasks);
             shard.free_segments.append(segments);
         }
     }

@@ -43,7 +43,7 @@ impl<J: Stored> Worker<J> {
                 self.retire(block);
             }
         }
-        let spares = kept(&mut self.task_spares, shard);
+        let spares = kept(&mut self.task_spares[shard]);
         if !catch_user_panic(|| task.drop_keeping(spares)) {
             self.tally.panicked += 1;
             dropped_with_panic();

@@ -51,9 +51,10 @@ pub(crate) struct Worker<J: Stored> {
     cancels: Vec<SlotId>,
     /// Per shard: blocks to give back at the next `collect`.
     spares: Vec<Vec<Arc<Block<J>>>>,
-    /// What ended tasks left for the next ones (`Stored::run_keeping`), in chunks of at most
-    /// `SPARE_CHUNK` (`kept`), each handed whole to the shard of the timeout that began it.
-    task_spares: Vec<(usize, Vec<J>)>,
+    /// Per shard: what ended tasks left for the next ones (`Stored::run_keeping`), in chunks
+    /// of at most `SPARE_CHUNK` (`kept`), handed to the shard whole: the producers of the shard
+    /// that made a task are those who schedule the next of its type.
+    task_spares: Vec<Vec<Vec<J>>>,
     /// Counters, published once a turn.
     pub(crate) tally: Tally,
     /// The `now` of the current turn.
@@ -81,7 +82,7 @@ impl<J: Stored> Worker<J> {
             free_segments: (0..SHARDS).map(|_| Vec::new()).collect(),
             cancels: Vec::new(),
             spares: (0..SHARDS).map(|_| Vec::new()).collect(),
-            task_spares: Vec::new(),
+            task_spares: (0..SHARDS).map(|_| Vec::new()).collect(),
             tally: Tally::default(),
             now: 0,
             ended: 0,
@@ -280,9 +281,10 @@ impl<J: Stored> Worker<J> {
         self.batches.shrink_to_fit();
         self.cancels.shrink_to_fit();
         self.new_blocks.shrink_to_fit();
-        self.task_spares.shrink_to_fit();
-        for (blocks, segments) in self.spares.iter_mut().zip(&mut self.free_segments) {
+        let returns = self.spares.iter_mut().zip(&mut self.task_spares);
+        for ((blocks, tasks), segments) in returns.zip(&mut self.free_segments) {
             blocks.shrink_to_fit();
+            tasks.shrink_to_fit();
             segments.shrink_to_fit();
         }
         while self.blocks.last().is_some_and(|(block, _)| block.is_none()) {
@@ -315,7 +317,7 @@ impl<J: Stored> Worker<J> {
             *ended += 1;
             shared.set_ended(*ended, 1);
             *ended_in += 1;
-            let kept = kept(task_spares, block.shard());
+            let kept = kept(&mut task_spares[block.shard()]);
             let mut block = fire(shared, (block, index), waiting, kept, tally, at);
             if usize::from(*ended_in) < BLOCK {
                 *held = Some(block);
@@ -354,14 +356,13 @@ fn fire<J: Stored>(
     block
 }
 
-/// The chunk to keep an ended task's spares in: the last, or a new one for `shard` once it is
-/// full (so that a tick's spares go back in chunks, none of them copied as a vector grows).
-#[inline]
-fn kept<J>(chunks: &mut Vec<(usize, Vec<J>)>, shard: usize) -> &mut Vec<J> {
-    if chunks.last().is_none_or(|(_, c)| c.len() >= SPARE_CHUNK) {
-        chunks.push((shard, Vec::new()));
+/// The chunk to keep an ended task's spares in: the last, or a new one once it is full (so that
+/// a tick's spares go back in chunks, none of them copied as a vector grows).
+fn kept<J>(chunks: &mut Vec<Vec<J>>) -> &mut Vec<J> {
+    if chunks.last().is_none_or(|c| c.len() >= SPARE_CHUNK) {
+        chunks.push(Vec::new());
     }
-    &mut chunks.last_mut().expect("a chunk was just pushed").1
+    chunks.last_mut().expect("a chunk was just pushed")
 }
 
 fn split(id: SlotId) -> (usize, usize) {
