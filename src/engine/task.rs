@@ -23,6 +23,11 @@ pub trait Stored: Send + Sized + 'static {
         let _ = spares;
     }
 
+    /// Whether `run_keeping` or `drop_keeping` ever keeps a spare (the worker skips their
+    /// bookkeeping for a type that never does).
+    #[doc(hidden)]
+    const KEEPS: bool = false;
+
     /// Whether this is the crate's own task (a future's wake-up): run on the worker even with
     /// an executor, and not among what `stop()` returns.
     #[doc(hidden)]
@@ -139,6 +144,7 @@ impl BoxedTask {
 }
 
 impl Stored for BoxedTask {
+    const KEEPS: bool = true;
     fn is_internal(&self) -> bool {
         self.0.is_internal()
     }

@@ -310,6 +310,7 @@ impl<J: Stored> Worker<J> {
         } = self;
         let at = (*now, *tick_nanos);
         let due = |waiting: &Waiting<J>| waiting.deadline <= by;
+        let mut none = Vec::new(); // the spares of a type that keeps none (`Stored::KEEPS`)
         wheel.expire_if(due, |id, waiting| {
             let (bid, index) = split(id);
             let (held, ended_in) = &mut blocks[bid];
@@ -317,7 +318,11 @@ impl<J: Stored> Worker<J> {
             *ended += 1;
             shared.set_ended(*ended, 1);
             *ended_in += 1;
-            let kept = kept(&mut task_spares[block.shard()]);
+            let kept = if J::KEEPS {
+                kept(&mut task_spares[block.shard()])
+            } else {
+                &mut none
+            };
             let mut block = fire(shared, (block, index), waiting, kept, tally, at);
             if usize::from(*ended_in) < BLOCK {
                 *held = Some(block);
@@ -325,6 +330,10 @@ impl<J: Stored> Worker<J> {
                 spares[block.shard()].push(block);
             }
         });
+        if !none.is_empty() {
+            // Kept by a task whose type said it keeps none: they go back as any others do.
+            task_spares[0].push(none);
+        }
     }
 }
 
