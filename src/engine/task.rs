@@ -23,8 +23,8 @@ pub trait Stored: Send + Sized + 'static {
         let _ = spares;
     }
 
-    /// Whether `run_keeping` or `drop_keeping` ever keeps a spare (the worker skips their
-    /// bookkeeping for a type that never does).
+    /// Whether `run_keeping` ever keeps a spare (the expiry walk skips the bookkeeping of
+    /// spares for a type that never does).
     #[doc(hidden)]
     const KEEPS: bool = false;
 
