@@ -758,3 +758,35 @@ fn a_driven_timeout_fires_at_the_runtimes_first_wake_past_its_deadline() {
         "the sleep ends at the start of the next tick with work: {sleep_end:?}"
     );
 }
+
+/// A `Drive` whose turn left a timeout of the current tick for later sleeps until that
+/// timeout's deadline, not the tick's end, as the runtime would for a timer of its own. On a
+/// 400 ms tick, a timeout due at 500 ms: the turn at 420 ms moves it into the wheel and arms the
+/// sleep for 500 ms (its tick ends at 800).
+#[test]
+fn a_drive_sleeps_until_the_deadline_its_turn_left_in_the_tick() {
+    const TICK: u64 = 400;
+    let built = Instant::now();
+    let timer = HashedWheelTimer::builder()
+        .tick_duration(ms(TICK))
+        .build()
+        .unwrap();
+    timer.new_timeout(|_: &Timeout| {}, ms(500)).unwrap();
+    let asked = Arc::new(Mutex::new(Vec::new()));
+    let a = Arc::clone(&asked);
+    let mut drive = Box::pin(timer.drive(move |at| {
+        a.lock().unwrap().push(at);
+        std::future::pending::<()>()
+    }));
+    let waker = calling_back_waker(no_hook(), no_hook());
+    let mut cx = Context::from_waker(&waker);
+    assert!(drive.as_mut().poll(&mut cx).is_pending());
+    std::thread::sleep((built + ms(420)).saturating_duration_since(Instant::now()));
+    assert!(drive.as_mut().poll(&mut cx).is_pending());
+    let sleep_end = *asked.lock().unwrap().last().unwrap() - built;
+    assert!(
+        sleep_end >= ms(500) && sleep_end < ms(600),
+        "the sleep ends at the deadline left in the tick: {sleep_end:?}"
+    );
+    assert_eq!(timer.pending_timeouts(), 1);
+}

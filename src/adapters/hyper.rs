@@ -11,14 +11,13 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 /// A `hyper::rt::Timer` whose sleeps are the timer's [`Sleep`]s: give it to hyper's connection
-/// builders (`.timer(HyperTimer::new(timer.handle()))`). `sleep` boxes a [`HyperSleep`],
-/// `reset` moves that sleep's deadline, `now` reads the timer's clock. A reset to a later
-/// deadline while the sleep's timeout is pending schedules nothing (hyper pushes its header
-/// read timeout back on every request): the task wakes once at the old deadline and the sleep
-/// waits on until the new one. Any other reset is a [`Sleep::reset`]; another timer's sleep
-/// is replaced by one of this timer's, as hyper's default `reset` does. Sleeps round up to the
-/// end of a tick (never early, up to about a tick late): build the timer with a 1 ms tick, as
-/// below, not the default 100 ms.
+/// builders (`.timer(HyperTimer::new(timer.handle()))`). `sleep` boxes a [`HyperSleep`], `reset`
+/// moves that sleep's deadline, `now` reads the timer's clock. A reset to a later deadline while
+/// the sleep's timeout is pending schedules nothing (hyper pushes its header read timeout back on
+/// every request): the task wakes once at the old deadline and the sleep waits on until the new
+/// one. Any other reset is a [`Sleep::reset`]; another timer's sleep is replaced by one of this
+/// timer's, as hyper's default `reset` does. Sleeps round up to the end of a tick (never early, up
+/// to about a tick late): build the timer with a 1 ms tick, as below, not the default 100 ms.
 ///
 /// # The timer runs while a `HyperTimer` exists
 /// Each clone, and each [`HyperSleep`] it gives hyper, keeps its timer running: the owner

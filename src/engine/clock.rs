@@ -45,10 +45,9 @@ impl Clock {
         }
     }
 
-    /// Nanoseconds since the origin that have certainly passed: `now` less twice its largest
-    /// error (its rounding up, the anchor's window and drift). What
-    /// decides that a deadline has come (the worker's tick, a future's or a queue's deadline):
-    /// never early.
+    /// Nanoseconds since the origin that have certainly passed: `now` less twice its largest error
+    /// (its rounding up, the anchor's window and drift). What decides that a deadline has come (the
+    /// worker's tick, a future's or a queue's deadline): never early.
     pub(crate) fn passed(&self) -> u64 {
         #[cfg(all(not(loom), target_os = "linux", target_arch = "x86_64"))]
         if let Clock::System(_) = self {

@@ -67,10 +67,10 @@ impl<J: Stored> Shared<J> {
     }
 
     /// Runs a turn at `now` for whoever calls (the worker thread, a manual advance, a `Drive`:
-    /// `early`, see `Worker::turn`), then publishes the plan; `None` once the timer is shut
-    /// down. If the owner went during the turn, this ends every timeout (`stop()` with nothing
-    /// returned).
-    pub(crate) fn run_turn(&self, now: u64, early: bool) -> Option<u64> {
+    /// `early`, see `Worker::turn`), then publishes the plan; the plan, and the earliest deadline
+    /// an early turn left in the current tick (`NEVER`: none); `None` once the timer is shut down.
+    /// If the owner went during the turn, this ends every timeout (`stop()` with nothing returned).
+    pub(crate) fn run_turn(&self, now: u64, early: bool) -> Option<(u64, u64)> {
         let mut guard = lock(&self.worker);
         let worker = guard.as_mut()?;
         if self.is_shutdown() {
@@ -81,7 +81,7 @@ impl<J: Stored> Shared<J> {
             worker.tally.wakeups += 1;
         }
         let busy = worker.turn(self, now, early);
-        let plan = worker.settle(self, busy);
+        let plan = (worker.settle(self, busy), worker.soonest);
         worker.publish(self);
         *lock(&self.turn_thread) = None;
         // Acquire: pairs with the Release in `shutdown`.

@@ -78,7 +78,7 @@ impl<J: Stored> Shared<J> {
 /// `Drive` runs the turns, it only watches (`watch`).
 pub(crate) fn run_thread<J: Stored>(shared: &Arc<Shared<J>>) {
     let mut planned = shared.run_turn(shared.clock.passed(), false);
-    while let Some(plan) = planned {
+    while let Some((plan, _)) = planned {
         if shared.is_shutdown() {
             return;
         }

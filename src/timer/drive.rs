@@ -1,7 +1,8 @@
 //! The wheel driven from an async runtime: [`Drive`], a future that sleeps on the runtime's timer
-//! until the tick the turn planned, whose waker (`Ticker`) runs the turn there. Who
-//! runs the turns, and the thread's watch over a `Drive`, is `engine/turns.rs`. A polled `Drive`
-//! is attached by its own waker (`Link`, which wakes the task that polled it last).
+//! until the tick the turn planned (or the deadline it left in the tick), whose waker (`Ticker`)
+//! runs the turn there. Who runs the turns, and the thread's watch over a `Drive`, is
+//! `engine/turns.rs`. A polled `Drive` is attached by its own waker (`Link`, which wakes the task
+//! that polled it last).
 
 use crate::engine::{catch_user_panic, drop_caught};
 use crate::engine::{TimerHandle, NEVER};
@@ -18,17 +19,17 @@ use std::time::Instant;
 ///
 /// Why: the tick is processed where the runtime's timer fires (the waker of the runtime's sleep
 /// runs the turn), and the futures it wakes are queued where they run, with no hand-off from the
-/// timer's thread. Tasks
-/// ([`TimerTask`](crate::TimerTask)) due meanwhile run there too (unless an executor is set): keep
-/// them short.
+/// timer's thread. Tasks ([`TimerTask`](crate::TimerTask)) due meanwhile run there too (unless an
+/// executor is set): keep them short.
 ///
 /// The timer's thread stays as a watchdog: it runs the ticks until a `Drive` is first polled and
 /// once the last is dropped, and takes over, at most 32 ticks late, from one not polled. With
 /// several `Drive`s on one timer, the last polled is woken, and once it is dropped the one polled
 /// before it. A timeout still never fires early; driven, it fires at the runtime's first wake past
-/// its deadline, as the runtime's own timers do, which may come before its tick's end (a tick's
-/// timeouts then fire over its wakes, each wake's in the order a thread scheduled them). It
-/// completes when the timer stops, and at once on a manual timer ([`Builder::build_manual`]).
+/// its deadline, as the runtime's own timers do: the `Drive` sleeps until the start of the next
+/// tick with work, then until the earliest deadline its turn left there (a tick's timeouts fire
+/// over those wakes, each wake's in the order a thread scheduled them). It completes when the
+/// timer stops, and at once on a manual timer ([`Builder::build_manual`]).
 ///
 /// A panic of the runtime's code (`sleep_until`, a sleep's poll or `Drop`, a waker; tokio's
 /// `sleep_until` panics on a runtime without timers) is caught, counted in
@@ -65,10 +66,6 @@ struct Link(Mutex<Option<Arc<Waker>>>);
 
 impl Wake for Link {
     fn wake(self: Arc<Self>) {
-        self.wake_by_ref();
-    }
-
-    fn wake_by_ref(self: &Arc<Self>) {
         // Out of the lock: the runtime's waker may call back into the timer.
         let task = lock(&self.0).clone();
         if let Some(task) = task {
@@ -84,10 +81,6 @@ struct Ticker(TimerHandle, Arc<Link>);
 
 impl Wake for Ticker {
     fn wake(self: Arc<Self>) {
-        self.wake_by_ref();
-    }
-
-    fn wake_by_ref(self: &Arc<Self>) {
         // Woken by code a turn runs on this thread (a runtime that fires its timers there): the
         // turn under way sees the tick, and another would wait on its lock.
         if !self.0 .0.in_turn() {
@@ -98,14 +91,15 @@ impl Wake for Ticker {
     }
 }
 
-/// A `Drive`'s turn: the plan, with the watching thread told of it; `None` once stopped.
-fn turn(timer: &TimerHandle) -> Option<u64> {
+/// A `Drive`'s turn: the plan, with the watching thread told of it, and the earliest deadline
+/// left in the current tick; `None` once stopped.
+fn turn(timer: &TimerHandle) -> Option<(u64, u64)> {
     let shared = &timer.0;
-    let plan = shared.run_turn(shared.clock.passed(), true)?;
+    let (plan, soonest) = shared.run_turn(shared.clock.passed(), true)?;
     // A plan earlier than the one the thread watches (a producer pushed during the turn, and
     // woke nobody): it watches this one.
     shared.watch_plan(plan);
-    Some(plan)
+    Some((plan, soonest))
 }
 
 impl<F, S> Drive<F, S>
@@ -116,7 +110,7 @@ where
     /// Runs turns until the plan lies ahead, then sleeps until it; `false` once done.
     fn run(&mut self) -> bool {
         loop {
-            let Some(plan) = turn(&self.timer) else {
+            let Some((plan, soonest)) = turn(&self.timer) else {
                 return false;
             };
             if plan == NEVER {
@@ -124,7 +118,7 @@ where
                 self.drop_sleep();
                 return true;
             }
-            let armed = self.arm(plan);
+            let armed = self.arm(plan, soonest);
             match self.poll_sleep() {
                 Some(false) => return true,
                 // The tick ended: turn again.
@@ -136,13 +130,18 @@ where
     }
 
     /// Arms the sleep until the start of tick `plan` (the runtime's first wake after it expires
-    /// what is due by then), or its end once the start has passed, unless armed; whether one
-    /// is. If `sleep_until` panics, the last sleep, if any, stays armed.
-    fn arm(&mut self, plan: u64) -> bool {
+    /// what is due by then), or, once the start has passed, until `soonest` (the earliest
+    /// deadline the turn left in the tick) or the tick's end, unless armed; whether one is. If
+    /// `sleep_until` panics, the last sleep, if any, stays armed.
+    fn arm(&mut self, plan: u64, soonest: u64) -> bool {
         let shared = &self.timer.0;
         let start = plan.saturating_mul(shared.tick_nanos);
-        let started = start <= shared.clock.now();
-        let end = start.saturating_add(if started { shared.tick_nanos } else { 0 });
+        let next = soonest.clamp(start, start.saturating_add(shared.tick_nanos));
+        let end = if start <= shared.clock.now() {
+            next
+        } else {
+            start
+        };
         if matches!(&self.sleep, Some((at, _)) if *at == end) {
             return true;
         }

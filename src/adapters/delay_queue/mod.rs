@@ -38,8 +38,6 @@ const BUCKETS: usize = 64;
 /// The most items a queue holds at once.
 const MAX_ITEMS: usize = (1 << 27) - 1;
 const UNARMED: u64 = u64::MAX;
-/// A deadline past the clock's last nanosecond: it never comes (its tick never ends).
-const NEVER: u64 = u64::MAX;
 
 /// A queue of values, each returned once its deadline has passed (tokio-util's `DelayQueue`,
 /// on a [`HashedWheelTimer`](crate::HashedWheelTimer)'s clock).

@@ -1,7 +1,7 @@
 //! Expiry and polling: `peek`, `poll_expired`, the `Stream`, due items moved to `ready` in
 //! deadline order, and the waking `Sleep`. Touches the slots, the wheel, the clock and `Sleep`.
 
-use super::{DelayQueue, Expired, Item, Key, Slot, NEVER, UNARMED};
+use super::{DelayQueue, Expired, Item, Key, Slot, UNARMED};
 use crate::engine::catch_user_panic;
 use crate::{Sleep, TimerError};
 use std::future::Future;
@@ -119,8 +119,9 @@ impl<T> DelayQueue<T> {
         while let Some(tick) = self.wheel.next_work().filter(|&t| t <= now_tick) {
             self.wheel.advance_to(tick);
             let (slots, ready) = (&self.slots, &mut self.ready);
-            let due = |item: &Item<T>| item.deadline <= now && item.deadline != NEVER;
-            self.wheel.expire_if(due, |index, item| {
+            // A deadline past the clock's last nanosecond never comes, even with the clock there.
+            let (by, deadline) = (now.min(u64::MAX - 1), |item: &Item<T>| item.deadline);
+            self.wheel.expire_by(by, deadline, |index, item| {
                 let Slot::Waiting { stamp } = slots[index as usize] else {
                     unreachable!("the wheel holds only waiting items");
                 };

@@ -210,8 +210,7 @@ impl<T> DelayQueue<T> {
             .reserve(additional.saturating_sub(self.free.len()));
     }
 
-    /// Gives back the memory a burst left, in O(items); keys stay valid and items keep their
-    /// order.
+    /// Gives back the memory a burst left, in O(items); keys stay valid and items keep their order.
     ///
     /// ```
     /// # use hashed_timer_wheel::{DelayQueue, HashedWheelTimer};

@@ -250,42 +250,49 @@ impl<T> Wheel<T> {
     }
 
     /// Expires the current tick: takes the nodes of its bucket that are due (fire round this one,
-    /// not the next) and whose value `due` accepts, in bucket order, and hands each to `f` with
-    /// its id. The others stay in their bucket, in order, for a later look at the same tick.
+    /// not the next, and `deadline` of their value at most `by`), in bucket order, and hands each
+    /// to `f` with its id. The others stay in their bucket, in order, for a later look at the same
+    /// tick; the earliest of their deadlines comes back (`u64::MAX`: none; one of the next round
+    /// lies past the tick's end).
     ///
     /// One walk: the bucket's list is taken whole, each node either handed to `f` or linked
     /// back in order, and the bucket's count changed once.
-    pub(crate) fn expire_if(
+    pub(crate) fn expire_by(
         &mut self,
-        mut due: impl FnMut(&T) -> bool,
+        by: u64,
+        deadline: impl Fn(&T) -> u64,
         mut f: impl FnMut(SlotId, T),
-    ) {
+    ) -> u64 {
         let tick = self.tick;
         let list = (tick & self.mask()) as usize;
         let parity = ((tick >> self.len_bits) & 1) as usize;
+        let (mut taken, mut soonest) = (0, u64::MAX);
         if self.counts[list][parity] == 0 {
-            return;
+            return soonest;
         }
         let mut id = std::mem::replace(&mut self.heads[list], NIL);
         self.tails[list] = NIL;
-        let mut taken = 0;
         while id != NIL {
             let node = self.node(id);
             let next = node.next;
-            let is_due = node.fire <= tick && node.value.as_ref().is_some_and(&mut due);
-            match is_due.then(|| node.value.take()).flatten() {
-                Some(value) => {
+            let at = node.value.as_ref().map_or(u64::MAX, &deadline);
+            match (node.fire <= tick && at <= by).then(|| node.value.take()) {
+                Some(Some(value)) => {
                     node.list = NIL;
                     taken += 1;
                     self.live[id as usize >> PAGE_BITS] -= 1;
                     f(id, value);
                 }
-                None => self.link_back(list, id),
+                _ => {
+                    soonest = soonest.min(at);
+                    self.link_back(list, id);
+                }
             }
             id = next;
         }
         self.count -= taken as usize;
         self.set_count(list, parity, self.counts[list][parity] - taken);
+        soonest
     }
 
     /// Appends `id`, still counted in `list`, to that list's end.
@@ -302,9 +309,8 @@ impl<T> Wheel<T> {
         self.tails[list] = id;
     }
 
-    /// Moves to tick `to`, placing again the far slots whose round begins on the way. Only
-    /// ticks without work may be passed over: `to <= next_work()`, or the current bucket's
-    /// expired.
+    /// Moves to tick `to`, placing again the far slots whose round begins on the way. Only ticks
+    /// without work may be passed over: `to <= next_work()`, or the current bucket's expired.
     pub(crate) fn advance_to(&mut self, to: u64) {
         debug_assert!(to >= self.tick);
         while let Some(cascade) = self.next_cascade_tick() {
@@ -346,7 +352,7 @@ impl<T> Wheel<T> {
 mod tests {
     impl<T> Wheel<T> {
         fn expire(&mut self, f: impl FnMut(SlotId, T)) {
-            self.expire_if(|_| true, f);
+            self.expire_by(u64::MAX, |_| 0, f);
         }
     }
 
@@ -528,20 +534,21 @@ mod tests {
     }
 
     #[test]
-    fn expire_if_leaves_the_refused_nodes_in_order() {
+    fn expire_by_leaves_the_nodes_not_due_in_order_and_names_the_earliest() {
         let mut wheel = Wheel::new(8);
-        for id in 0..6u32 {
-            wheel.insert(id, 3, u64::from(id));
+        for (id, deadline) in [5, 30, 6, 25, 7, 40].into_iter().enumerate() {
+            wheel.insert(id as u32, 3, deadline);
         }
-        wheel.insert(6, 11, 6); // the same bucket, the next round
+        wheel.insert(6, 11, 90); // the same bucket, the next round: not this tick's
         wheel.advance_to(3);
         let mut fired = Vec::new();
-        wheel.expire_if(|v| v % 2 == 0, |id, v| fired.push((id, v)));
-        assert_eq!(fired, [(0, 0), (2, 2), (4, 4)]);
-        wheel.insert(7, 3, 7);
+        let soonest = wheel.expire_by(10, |v| *v, |id, v| fired.push((id, v)));
+        assert_eq!(fired, [(0, 5), (2, 6), (4, 7)]);
+        assert_eq!(soonest, 25, "the earliest deadline left in this round");
+        wheel.insert(7, 3, 50);
         let mut rest = Vec::new();
         wheel.expire(|_, v| rest.push(v));
-        assert_eq!(rest, [1, 3, 5, 7]);
+        assert_eq!(rest, [30, 25, 40, 50]);
         assert_eq!(wheel.next_work(), Some(11), "the next round's node stays");
     }
 

@@ -59,6 +59,8 @@ pub(crate) struct Worker<J: Stored> {
     pub(crate) tally: Tally,
     /// The `now` of the current turn.
     now: u64,
+    /// The earliest deadline the last walk of a tick left there (`NEVER`: none): a `Drive`'s wake.
+    pub(crate) soonest: u64,
     ended: u64,
     /// Transfers left in `budget_tick`.
     budget: usize,
@@ -85,6 +87,7 @@ impl<J: Stored> Worker<J> {
             task_spares: (0..SHARDS).map(|_| Vec::new()).collect(),
             tally: Tally::default(),
             now: 0,
+            soonest: NEVER,
             ended: 0,
             budget: TRANSFER_CAP,
             budget_tick: 0,
@@ -105,13 +108,7 @@ impl<J: Stored> Worker<J> {
         }
         let end = now / self.tick_nanos;
         // As Netty's worker, the queues are taken as a tick ends, not before.
-        if self.wheel.tick() >= end {
-            if early {
-                self.expire_timed(shared, now);
-            }
-            return false;
-        }
-        let mut busy = self.collect(shared);
+        let mut busy = self.wheel.tick() < end && self.collect(shared);
         while self.wheel.tick() < end {
             let tick = self.wheel.tick();
             self.run_tick(shared, tick);
@@ -147,7 +144,7 @@ impl<J: Stored> Worker<J> {
     /// Expires what of the current tick is due by `by`, its tasks timed together.
     fn expire_timed(&mut self, shared: &Shared<J>, by: u64) {
         let started = shared.clock.now();
-        self.expire(shared, by);
+        self.soonest = self.expire(shared, by);
         let ran = shared.clock.now().saturating_sub(started);
         self.tally.ran(ran, self.tick_nanos, self.now);
     }
@@ -293,10 +290,12 @@ impl<J: Stored> Worker<J> {
         self.blocks.shrink_to_fit();
     }
 
-    /// Expires the current tick's bucket: each due timeout, as the walk unlinks it, is ended,
-    /// then its task runs (unless a `cancel()` won it first: then its task is dropped). The
-    /// task's `Timeout` borrows the worker's reference to the block.
-    fn expire(&mut self, shared: &Shared<J>, by: u64) {
+    /// Expires what of the current tick's bucket is due by `by`: each due timeout, as the walk
+    /// unlinks it, is ended, then its task runs (unless a `cancel()` won it first: then its task
+    /// is dropped). The task's `Timeout` borrows the worker's reference to the block. The
+    /// earliest deadline left in the tick comes back (`NEVER`: none).
+    fn expire(&mut self, shared: &Shared<J>, by: u64) -> u64 {
+        let at = (self.now, self.tick_nanos);
         let Worker {
             wheel,
             blocks,
@@ -304,14 +303,11 @@ impl<J: Stored> Worker<J> {
             tally,
             task_spares,
             spares,
-            now,
-            tick_nanos,
             ..
         } = self;
-        let at = (*now, *tick_nanos);
-        let due = |waiting: &Waiting<J>| waiting.deadline <= by;
         let mut none = Vec::new(); // the spares of a type that keeps none (`Stored::KEEPS`)
-        wheel.expire_if(due, |id, waiting| {
+        let deadline = |waiting: &Waiting<J>| waiting.deadline;
+        let soonest = wheel.expire_by(by, deadline, |id, waiting| {
             let (bid, index) = split(id);
             let (held, ended_in) = &mut blocks[bid];
             let block = held.take().expect("a slot in the wheel has its block");
@@ -334,6 +330,7 @@ impl<J: Stored> Worker<J> {
             // Kept by a task whose type said it keeps none: they go back as any others do.
             task_spares[0].push(none);
         }
+        soonest
     }
 }
 
