@@ -25,6 +25,11 @@
 //!   `Vec<Pin<Box<_>>>`, as a service holding one per connection would; `bytes_per_sleep` is
 //!   every byte live on the heap per sleep, the `Vec`'s slot and the box included, once this
 //!   crate's worker has moved them into its wheel; `size_of` is the future's own size.
+//! - `driven_lateness`: a two-worker runtime running this crate's timer (`timer.drive`) and
+//!   `TASKS` (512) tasks on each stack, each sleeping a random 0-100 ms (`timer.sleep_until` or
+//!   `tokio::time::sleep_until`) and then spinning `SPIN_US` (20 µs) of work, for `SECS` (4)
+//!   seconds: `late_p50_ms`, `late_p99_ms` and `late_p999_ms` of the sleeps' wakes past their
+//!   deadlines, both stacks under the same load; ours also `turns` (the timer's wake-ups).
 //!
 //! The contenders run one after another within each repetition, and each figure is the
 //! median of REPS.
@@ -62,6 +67,7 @@ const WORKLOADS: &[&str] = &[
     "ready_timeout_mt",
     "pending_sleeps",
     "deadline_timers",
+    "driven_lateness",
 ];
 const LIMIT: Duration = Duration::from_secs(5);
 
@@ -379,4 +385,68 @@ fn main() {
     if picked("deadline_timers") {
         deadline_timers(n, reps);
     }
+    if picked("driven_lateness") {
+        driven_lateness();
+    }
+}
+
+/// `driven_lateness`: see the module docs.
+fn driven_lateness() {
+    let (tasks, spin) = (
+        common::env_usize("TASKS", 512),
+        common::env_usize("SPIN_US", 20),
+    );
+    let secs = common::env_usize("SECS", 4) as u64;
+    let timer = timer();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_time()
+        .build()
+        .expect("a runtime");
+    rt.spawn(timer.drive(|at| tokio::time::sleep_until(at.into())));
+    let end = Instant::now() + Duration::from_secs(secs);
+    let spawned: Vec<_> = (0..tasks * 2)
+        .map(|k| {
+            let handle = timer.handle();
+            rt.spawn(async move {
+                let (mut x, mut late) = (0x9E37_79B9_7F4A_7C15 ^ (k as u64 * 7919), Vec::new());
+                while Instant::now() < end {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    let due = Instant::now() + Duration::from_micros(x % 100_000);
+                    match k % 2 {
+                        0 => handle.sleep_until(due).await.expect("the timer runs"),
+                        _ => tokio::time::sleep_until(due.into()).await,
+                    }
+                    late.push((Instant::now() - due).as_nanos() as i64);
+                    let work = Instant::now();
+                    while work.elapsed() < Duration::from_micros(spin as u64) {}
+                }
+                (k % 2, late)
+            })
+        })
+        .collect();
+    let mut late = [Vec::new(), Vec::new()];
+    for task in spawned {
+        let (stack, mine) = rt.block_on(task).expect("a task");
+        late[stack].extend(mine);
+    }
+    for (imp, late) in [OURS, TOKIO].into_iter().zip(&mut late) {
+        late.sort_unstable();
+        let at = |q: f64| late[((late.len() - 1) as f64 * q) as usize] as f64 / 1e6;
+        for (metric, q) in [
+            ("late_p50_ms", 0.5),
+            ("late_p99_ms", 0.99),
+            ("late_p999_ms", 0.999),
+        ] {
+            result(imp, "driven_lateness", metric, at(q));
+        }
+    }
+    result(
+        OURS,
+        "driven_lateness",
+        "turns",
+        timer.stats().wakeups as f64,
+    );
 }
