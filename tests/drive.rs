@@ -358,10 +358,7 @@ fn a_stalled_driver_with_a_far_plan_leaves_an_earlier_deadline_within_the_grace(
 #[test]
 fn dropping_one_of_two_drivers_leaves_the_timer_on_time() {
     const TICK: u64 = 20;
-    let timer = HashedWheelTimer::builder()
-        .tick_duration(ms(TICK))
-        .build()
-        .unwrap();
+    let timer = HashedWheelTimer::new(ms(TICK), 512);
     let rt = runtime();
     let _first = rt.spawn(timer.drive(|at| tokio::time::sleep_until(at.into())));
     std::thread::sleep(ms(50));
@@ -401,10 +398,7 @@ impl Drop for PanicsWhenDropped {
 #[test]
 fn a_drive_dropped_with_a_waker_that_panics_in_drop_hands_the_ticks_back() {
     const TICK: u64 = 20;
-    let timer = HashedWheelTimer::builder()
-        .tick_duration(ms(TICK))
-        .build()
-        .unwrap();
+    let timer = HashedWheelTimer::new(ms(TICK), 512);
     let mut drive = Box::pin(timer.drive(|_| std::future::pending::<()>()));
     let waker = Waker::from(Arc::new(PanicsWhenDropped));
     assert!(drive
@@ -502,10 +496,7 @@ fn a_drive_whose_wakers_clone_stops_the_timer_does_not_deadlock() {
 #[test]
 fn a_driver_that_stalls_behind_its_plan_leaves_a_timeout_within_the_grace() {
     const TICK: u64 = 10;
-    let timer = HashedWheelTimer::builder()
-        .tick_duration(ms(TICK))
-        .build()
-        .unwrap();
+    let timer = HashedWheelTimer::new(ms(TICK), 512);
     let (block_tx, block_rx) = tokio::sync::oneshot::channel::<Instant>();
     let drive = timer.drive(|at| tokio::time::sleep_until(at.into()));
     // A current-thread runtime on a thread of its own, whose thread blocks when told to.
@@ -549,10 +540,7 @@ fn a_driver_that_stalls_behind_its_plan_leaves_a_timeout_within_the_grace() {
 #[test]
 fn a_drive_moved_to_another_runtime_arms_its_sleeps_there() {
     const TICK: u64 = 10;
-    let timer = HashedWheelTimer::builder()
-        .tick_duration(ms(TICK))
-        .build()
-        .unwrap();
+    let timer = HashedWheelTimer::new(ms(TICK), 512);
     let mut drive = Box::pin(timer.drive(|at| tokio::time::sleep_until(at.into())));
     // Work at every tick: the driver arms its sleeps ahead.
     let _busy: Vec<_> = (1..20)
@@ -704,6 +692,20 @@ fn a_sleep_woken_inside_a_turn_runs_no_second_turn() {
     assert!(timer.stop().unwrap().is_empty());
 }
 
+/// A `Drive` of `timer` whose runtime's sleeps never end, and the instants they were asked to
+/// end at.
+fn asking_drive(
+    timer: &HashedWheelTimer,
+) -> (Pin<Box<impl Future<Output = ()>>>, Arc<Mutex<Vec<Instant>>>) {
+    let asked = Arc::new(Mutex::new(Vec::new()));
+    let a = Arc::clone(&asked);
+    let drive = Box::pin(timer.drive(move |at| {
+        a.lock().unwrap().push(at);
+        std::future::pending::<()>()
+    }));
+    (drive, asked)
+}
+
 /// A `Drive` fires a timeout at the runtime's first wake past its deadline, as the runtime fires
 /// its own timers, not at the end of its tick; and sleeps until the start of the next tick with
 /// work, not its end. On a 400 ms tick: a timeout due at 500 ms fires at a poll at 600 ms (its
@@ -712,10 +714,7 @@ fn a_sleep_woken_inside_a_turn_runs_no_second_turn() {
 fn a_driven_timeout_fires_at_the_runtimes_first_wake_past_its_deadline() {
     const TICK: u64 = 400;
     let built = Instant::now();
-    let timer = HashedWheelTimer::builder()
-        .tick_duration(ms(TICK))
-        .build()
-        .unwrap();
+    let timer = HashedWheelTimer::new(ms(TICK), 512);
     let fired = Arc::new(Mutex::new(None));
     let f = Arc::clone(&fired);
     timer
@@ -725,12 +724,7 @@ fn a_driven_timeout_fires_at_the_runtimes_first_wake_past_its_deadline() {
         )
         .unwrap();
     timer.new_timeout(|_: &Timeout| {}, ms(1300)).unwrap();
-    let asked = Arc::new(Mutex::new(Vec::new()));
-    let a = Arc::clone(&asked);
-    let mut drive = Box::pin(timer.drive(move |at| {
-        a.lock().unwrap().push(at);
-        std::future::pending::<()>()
-    }));
+    let (mut drive, asked) = asking_drive(&timer);
     // One task throughout: a new task's poll drops the sleep armed for the last one.
     let waker = calling_back_waker(no_hook(), no_hook());
     let mut cx = Context::from_waker(&waker);
@@ -767,17 +761,9 @@ fn a_driven_timeout_fires_at_the_runtimes_first_wake_past_its_deadline() {
 fn a_drive_sleeps_until_the_deadline_its_turn_left_in_the_tick() {
     const TICK: u64 = 400;
     let built = Instant::now();
-    let timer = HashedWheelTimer::builder()
-        .tick_duration(ms(TICK))
-        .build()
-        .unwrap();
+    let timer = HashedWheelTimer::new(ms(TICK), 512);
     timer.new_timeout(|_: &Timeout| {}, ms(500)).unwrap();
-    let asked = Arc::new(Mutex::new(Vec::new()));
-    let a = Arc::clone(&asked);
-    let mut drive = Box::pin(timer.drive(move |at| {
-        a.lock().unwrap().push(at);
-        std::future::pending::<()>()
-    }));
+    let (mut drive, asked) = asking_drive(&timer);
     let waker = calling_back_waker(no_hook(), no_hook());
     let mut cx = Context::from_waker(&waker);
     assert!(drive.as_mut().poll(&mut cx).is_pending());
