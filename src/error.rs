@@ -110,8 +110,9 @@ pub enum DeadlineError {
     /// The deadline passed first (tokio's `Elapsed`).
     Elapsed,
     /// The timer was stopped or dropped ([`TimerError::Stopped`]) or at its pending limit
-    /// ([`TimerError::TooManyPending`]); the future is left unfinished, in the `Deadline` (which
-    /// drops it with itself, or gives it back from `into_inner`).
+    /// ([`TimerError::TooManyPending { pending, max }`](TimerError::TooManyPending)); the future
+    /// is left unfinished, in the `Deadline` (which drops it with itself, or gives it back from
+    /// `into_inner`).
     Timer(TimerError),
 }
 

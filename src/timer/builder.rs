@@ -92,9 +92,12 @@ impl Builder {
         self
     }
 
-    /// Checks the arguments and builds the timer; its worker thread starts with the first
-    /// `new_timeout` (or `start`). On x86-64 Linux the process's first `new_timeout` also starts
-    /// a short-lived thread, `hashed-timer-wheel-tsc`, that calibrates the producers' clock.
+    /// Checks the arguments and builds the timer. Building starts no thread: the worker thread,
+    /// the only thread a timer starts, starts with the first `new_timeout` (or `start`, or a
+    /// [`Drive`](crate::Drive)'s first poll). On x86-64 Linux with a usable time-stamp counter,
+    /// the process's first `quanta::Clock` (made by the first timer built here or by
+    /// [`build_typed`](Builder::build_typed)) calibrates the counter against the monotonic clock
+    /// on the calling thread: quanta bounds that at 200 ms, and it usually takes 10 to 20 ms.
     ///
     /// # Errors
     /// A [`BuildError`] for a zero tick, a zero or above-2^30 `ticks_per_wheel`, a tick times
