@@ -136,36 +136,3 @@ fn a_stop_wakes_a_worker_sleeping_until_a_far_deadline() {
     let returned = done_rx.recv_timeout(PATIENCE).expect("stop() hung");
     assert_eq!(returned, [far]);
 }
-
-/// The producers' clock thread (x86-64 Linux) calibrates the TSC and ends: no thread of the
-/// library stays awake for an idle timer (the kernel's clock source is read again by the
-/// worker's turns, not by a thread of its own).
-#[test]
-fn the_clock_set_up_thread_ends_after_the_calibration() {
-    // The thread's name as the kernel keeps it: its first 15 bytes.
-    const SET_UP: &str = "hashed-timer-wh";
-    let clock_threads = || {
-        let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
-            return None; // no procfs: nothing to look at
-        };
-        let names =
-            tasks.filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("comm")).ok());
-        Some(names.filter(|name| name.trim_end() == SET_UP).count())
-    };
-    let timer = one_ms_timer();
-    timer
-        .new_timeout(|_: &Timeout| {}, Duration::from_secs(3600))
-        .unwrap();
-    let started = Instant::now();
-    while let Some(n) = clock_threads() {
-        if n == 0 {
-            break;
-        }
-        assert!(
-            started.elapsed() < PATIENCE,
-            "the clock's set-up thread is still there after {PATIENCE:?}"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    assert!(timer.stop().is_ok());
-}

@@ -1,6 +1,7 @@
-//! Building a timer starts no thread (Netty's contract): not its worker, and not the producers'
-//! clock calibration (x86-64 Linux), which the process's first `new_timeout` starts. The test
-//! is alone in its process, so that no other test has started either before it looks.
+//! Building a timer starts no thread (Netty's contract), and the first `new_timeout` starts one
+//! thread, the timer's worker, and no other: a timer has no thread but its worker, started
+//! lazily. The test is alone in its process, so that no other test starts or ends a thread
+//! while it looks.
 
 use hashed_timer_wheel::{HashedWheelTimer, Timeout};
 use std::time::Duration;
@@ -17,7 +18,7 @@ fn thread_names() -> Option<Vec<String>> {
 }
 
 #[test]
-fn building_timers_starts_no_thread_and_the_first_timeout_starts_the_worker() {
+fn building_timers_starts_no_thread_and_the_first_timeout_starts_only_the_worker() {
     let Some(before) = thread_names() else {
         return; // no procfs: nothing to look at
     };
@@ -48,6 +49,13 @@ fn building_timers_starts_no_thread_and_the_first_timeout_starts_the_worker() {
     assert!(
         named(&after),
         "the first timeout starts the worker: {after:?}"
+    );
+    let mut expected = before;
+    expected.push("htw-lazy".to_owned());
+    expected.sort();
+    assert_eq!(
+        after, expected,
+        "the first timeout starts the worker and no other thread"
     );
     assert!(timer.stop().unwrap().len() == 1);
     drop((plain, manual));

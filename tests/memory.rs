@@ -311,10 +311,10 @@ fn states_shared_across_ticks_are_freed_once_all_expired() {
     assert_rounds_hold_nothing(1, round, "timeouts expired");
 }
 
-/// Runs `round` once, which sets up what stays (the worker's buffers, the fast clock's
-/// calibration), then `rounds` times more, which must leave nothing more held. (What the test
-/// harness's own threads allocate meanwhile, up to 1 KiB measured under load, is below the
-/// bound; a chunk of 32 states kept per batch would hold over 15 KiB, a timer about 5 KiB.)
+/// Runs `round` once, which sets up what stays (the worker's buffers), then `rounds` times
+/// more, which must leave nothing more held. (What the test harness's own threads allocate
+/// meanwhile, up to 1 KiB measured under load, is below the bound; a chunk of 32 states kept
+/// per batch would hold over 15 KiB, a timer about 5 KiB.)
 fn assert_rounds_hold_nothing(rounds: usize, round: impl Fn(), what: &str) {
     round();
     let baseline = live();
