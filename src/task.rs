@@ -2,7 +2,7 @@
 //! [`TypedTask`] (a typed timer's tasks, stored whole); both reach the core as its `Stored`.
 //! Also the crate's one rule for user code: every call into it is caught.
 
-use crate::engine::{BoxedTask, Stored};
+use crate::engine::{BoxedTask, Payload};
 use crate::Timeout;
 
 /// A task run once when its [`Timeout`] expires (Netty's `TimerTask`).
@@ -111,7 +111,7 @@ pub trait TypedTask: Send + Sized + 'static {
     fn run(self, timeout: &Timeout<Self>);
 }
 
-impl<T: TypedTask> Stored for T {
+impl<T: TypedTask> Payload for T {
     #[inline]
     fn run(self, timeout: &Timeout<Self>) {
         TypedTask::run(self, timeout)

@@ -1298,3 +1298,74 @@ fn an_interval_of_one_tick_woken_by_the_wheel_misses_no_tick() {
         assert_eq!(ticks, 19, "{missed:?}");
     }
 }
+
+type DeadlineOutput = Result<Result<(), TimerError>, DeadlineError>;
+type BoxedDeadline = Pin<Box<dyn Future<Output = DeadlineOutput> + Send>>;
+
+/// A waker that polls its deadline the moment it is woken (as a runtime's other worker may,
+/// while the turn that woke it goes on), and records what that poll returned.
+#[derive(Default)]
+struct PollOnWake {
+    deadline: Mutex<Option<BoxedDeadline>>,
+    seen: Mutex<Option<Poll<DeadlineOutput>>>,
+}
+
+impl std::task::Wake for PollOnWake {
+    fn wake(self: Arc<Self>) {
+        let waker = Waker::from(Arc::clone(&self));
+        let mut deadline = self.deadline.lock().unwrap();
+        if let Some(deadline) = deadline.as_mut() {
+            let polled = deadline.as_mut().poll(&mut Context::from_waker(&waker));
+            self.seen.lock().unwrap().get_or_insert(polled);
+        }
+    }
+}
+
+/// Polls `deadline` once (pending) with a `PollOnWake` waker that then owns it.
+fn poll_on_wake(mut deadline: BoxedDeadline) -> Arc<PollOnWake> {
+    let probe = Arc::new(PollOnWake::default());
+    let waker = Waker::from(Arc::clone(&probe));
+    let first = deadline.as_mut().poll(&mut Context::from_waker(&waker));
+    assert!(first.is_pending());
+    *probe.deadline.lock().unwrap() = Some(deadline);
+    probe
+}
+
+#[test]
+fn a_deadline_whose_inner_sleep_is_due_in_the_same_turn_returns_the_inner_output() {
+    let (timer, driver) = manual();
+    let at = Instant::now() + Duration::from_millis(25);
+    // The inner sleep scheduled before the deadline's sleep (made as the argument)...
+    let inner_first = timer.timeout_at(at, timer.sleep_until(at));
+    // ... and after it (made at the inner future's first poll, which comes before the
+    // deadline's own sleep is armed, so a second, later one: the inner polls itself ready only
+    // through its second sleep, made at its second poll).
+    let handle = timer.handle();
+    let mut inner: Option<Sleep> = None;
+    let mut polls = 0;
+    let later = std::future::poll_fn(move |cx| {
+        polls += 1;
+        if polls == 2 {
+            inner = Some(handle.sleep_until(at));
+        }
+        match inner.as_mut() {
+            Some(sleep) => Pin::new(sleep).poll(cx),
+            None => Poll::Pending,
+        }
+    });
+    let mut deadline_first = Box::pin(timer.timeout_at(at, later));
+    let (_, waker) = counter();
+    assert!(poll(&mut deadline_first, &waker).is_pending());
+    let probes = [
+        poll_on_wake(Box::pin(inner_first)),
+        poll_on_wake(deadline_first),
+    ];
+    step_to(&driver, Duration::from_millis(40));
+    for (order, probe) in ["inner first", "deadline first"].iter().zip(probes) {
+        let seen = probe.seen.lock().unwrap();
+        assert!(
+            matches!(*seen, Some(Poll::Ready(Ok(Ok(()))))),
+            "{order}: the poll at the wake-up returns the inner output, not Elapsed: {seen:?}"
+        );
+    }
+}

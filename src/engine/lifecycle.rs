@@ -196,8 +196,8 @@ impl<J: Stored> Shared<J> {
     fn let_go(&self) {
         for shard in self.shards.iter() {
             let mut shard = lock(shard);
-            shard.cursor = None;
-            shard.spares.clear();
+            shard.cursors = [None, None];
+            shard.spares = [Vec::new(), Vec::new()];
             shard.free_segments.clear();
         }
     }

@@ -32,11 +32,12 @@ use crate::sync::{
 use clock::Clock;
 pub(crate) use shard::{segment_len, Entry, SHARDS};
 use shard::{shard_index, Shard};
+pub(crate) use slots::Kind;
 use slots::{BlockIds, BLOCK};
 pub use slots::{Timeout, TimerHandle};
 pub use stats::TimerStats;
 use std::time::Duration;
-pub(crate) use task::{catch_user_panic, drop_caught, log_caught, Executor};
+pub(crate) use task::{catch_user_panic, drop_caught, log_caught, wake_all, Executor, Payload};
 pub use task::{BoxedTask, Stored};
 use wheel::SlotId;
 use worker::Worker;
@@ -55,13 +56,14 @@ pub(crate) const AWAKE: u64 = 0;
 /// `planned` while the worker parks with nothing to wait for.
 pub(crate) const NEVER: u64 = u64::MAX;
 
-/// When a timeout is due: its deadline and the time it was asked at (ns since the origin), and
-/// whether it passes the pending limit (a future's wait that goes on).
+/// When a timeout is due: its deadline and the time it was asked at (ns since the origin),
+/// whether it passes the pending limit (a future's wait that goes on), and what its slot holds.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct At {
     pub(crate) deadline: u64,
     pub(crate) now: u64,
     pub(crate) exempt: bool,
+    pub(crate) kind: Kind,
 }
 
 /// A pushed timeout's handle (none if detached), and whether its shard was empty before.
@@ -181,6 +183,7 @@ impl<J: Stored> Shared<J> {
             deadline: now.saturating_add(delay),
             now,
             exempt: false,
+            kind: Kind::Task,
         };
         self.schedule_at(make, at, detached)
     }
@@ -201,7 +204,7 @@ impl<J: Stored> Shared<J> {
             self.counters.refused();
             return Err((e, make));
         }
-        let pushed = self.push(make, at.deadline, detached);
+        let pushed = self.push(make, at, detached);
         let (handle, was_empty) = pushed.inspect_err(|_| {
             self.unreserve();
             self.counters.refused();
@@ -222,7 +225,7 @@ impl<J: Stored> Shared<J> {
     fn push<M: FnOnce(&mut Vec<J>) -> J>(
         self: &Arc<Self>,
         make: M,
-        deadline: u64,
+        at: At,
         detached: bool,
     ) -> Result<Pushed<J>, (TimerError, M)> {
         let mut shard = lock(&self.shards[shard_index()]);
@@ -231,7 +234,7 @@ impl<J: Stored> Shared<J> {
         if self.is_shutdown() {
             return Err((TimerError::Stopped, make));
         }
-        let Some((block, index, first)) = shard.take_slot(self) else {
+        let Some((block, index, first)) = shard.take_slot(self, at.kind) else {
             let max = MAX_PENDING;
             return Err((TimerError::TooManyPending { pending: max, max }, make));
         };
@@ -243,6 +246,7 @@ impl<J: Stored> Shared<J> {
         }
         let was_empty = shard.is_empty();
         let task = make(shard.spare_tasks());
+        let deadline = at.deadline;
         shard.push_entry(Entry { id, deadline, task });
         shard.accepted += 1;
         Ok((handle, was_empty))

@@ -2,7 +2,7 @@
 //! block the shard's producers take slots from, and its spares. A thread keeps to one shard
 //! (`shard_index`), so producers on different threads rarely meet on a lock.
 
-use super::slots::{Block, BLOCK};
+use super::slots::{Block, Kind, BLOCK};
 use super::wheel::SlotId;
 use super::{Shared, Stored};
 #[cfg(not(loom))]
@@ -47,14 +47,15 @@ pub(crate) struct Shard<J: Stored> {
     /// Empty segments the worker gave back.
     pub(crate) free_segments: Vec<Vec<Entry<J>>>,
     pub(crate) cancels: Vec<SlotId>,
-    /// The block this shard takes slots from, and the next index.
-    pub(crate) cursor: Option<(Arc<Block<J>>, usize)>,
+    /// The blocks this shard takes slots from (a task's, a future's), and the next index of
+    /// each.
+    pub(crate) cursors: [Option<(Arc<Block<J>>, usize)>; 2],
     /// Blocks first taken from since the worker took the queues: it keeps each until it has
     /// ended all 64 slots.
     pub(crate) new_blocks: Vec<Arc<Block<J>>>,
-    /// Blocks the worker gave back, all their slots ended and no handle left: taken before a
-    /// new one is allocated.
-    pub(crate) spares: Vec<Arc<Block<J>>>,
+    /// Blocks the worker gave back, all their slots ended and no handle left, by kind (a
+    /// task's, a future's): taken before a new one is allocated.
+    pub(crate) spares: [Vec<Arc<Block<J>>>; 2],
     /// What the worker kept of tasks that ended, for the next ones (`Stored::run_keeping`):
     /// the spares producers take from, then the rest in the chunks the worker gave them back in
     /// (one vector that grew with a burst would copy it as it grew).
@@ -71,9 +72,9 @@ impl<J: Stored> Shard<J> {
             timeouts: Vec::new(),
             free_segments: Vec::new(),
             cancels: Vec::new(),
-            cursor: None,
+            cursors: [None, None],
             new_blocks: Vec::new(),
-            spares: Vec::new(),
+            spares: [Vec::new(), Vec::new()],
             task_spares: Vec::new(),
             task_chunks: Vec::new(),
             accepted: 0,
@@ -113,23 +114,25 @@ impl<J: Stored> Shard<J> {
         self.timeouts.push(segment);
     }
 
-    /// The next slot: its block, its index, and the block itself when the slot is its first.
+    /// The next slot of `kind`: its block, its index, and whether the slot is its first.
     pub(crate) fn take_slot(
         &mut self,
         shared: &Arc<Shared<J>>,
+        kind: Kind,
     ) -> Option<(&Arc<Block<J>>, usize, bool)> {
-        let fresh = match &self.cursor {
+        let cursor = &mut self.cursors[kind as usize];
+        let fresh = match cursor {
             Some((_, next)) => *next == BLOCK,
             None => true,
         };
         if fresh {
-            let block = match self.spares.pop() {
+            let block = match self.spares[kind as usize].pop() {
                 Some(block) => block,
-                None => Block::new(shared, self.index)?,
+                None => Block::new(shared, self.index, kind)?,
             };
-            self.cursor = Some((block, 0));
+            *cursor = Some((block, 0));
         }
-        let (block, next) = self.cursor.as_mut()?;
+        let (block, next) = cursor.as_mut()?;
         let index = *next;
         *next += 1;
         Some((block, index, index == 0))
@@ -180,7 +183,9 @@ impl<J: Stored> Shared<J> {
             timeouts.extend(shard.timeouts.drain(..).map(|segment| (i, segment)));
             blocks.append(&mut shard.new_blocks);
             cancels.append(&mut shard.cancels);
-            shard.spares.append(spares);
+            for block in spares.drain(..) {
+                shard.spares[block.kind() as usize].push(block);
+            }
             tasks.retain(|chunk| !chunk.is_empty());
             shard.task_chunks.append(tasks);
             shard.free_segments.append(segments);
@@ -199,12 +204,13 @@ impl<J: Stored> Shared<J> {
             let freed = (
                 slice_beyond(&mut shard.task_chunks, 0, TRIM_SLICE / SPARE_CHUNK),
                 slice_beyond(&mut shard.task_spares, IDLE_SPARES, TRIM_SLICE),
-                slice_beyond(&mut shard.spares, IDLE_SPARES, TRIM_SLICE),
+                slice_beyond(&mut shard.spares[0], IDLE_SPARES, TRIM_SLICE),
+                slice_beyond(&mut shard.spares[1], IDLE_SPARES, TRIM_SLICE),
                 slice_beyond(&mut shard.free_segments, SPARE_SEGMENTS, TRIM_SLICE),
             );
             more |= !shard.task_chunks.is_empty()
                 || shard.task_spares.len() > IDLE_SPARES
-                || shard.spares.len() > IDLE_SPARES;
+                || shard.spares.iter().any(|s| s.len() > IDLE_SPARES);
             drop(shard);
             drop(freed);
         }

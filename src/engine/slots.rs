@@ -6,6 +6,17 @@
 //! (the worker has ended all 64 slots and no handle is left), so a handle always reads its own
 //! timeout's state.
 //!
+//! A block of futures' slots (`Kind::Future`) also holds a waker per slot: a `Sleep`'s poll keeps
+//! its waker there, and whoever ends the slot takes it out and wakes it. Only those blocks pay
+//! for the cells, so a closure's slot does not grow.
+//!
+//! # Waker cells
+//! A poll stores its waker (cloned outside the cell's lock), then reads the state; whoever ends
+//! the slot moves the state first, then takes the waker. The cell's lock orders the two: one of
+//! them sees the other. A poll that then finds the slot ended takes its waker back, so that no
+//! ended slot keeps one. Wakers are cloned, dropped and woken outside the lock (user code may
+//! call back into the timer).
+//!
 //! # States
 //! | state | moved to by | from |
 //! |---|---|---|
@@ -22,10 +33,11 @@
 
 use super::wheel::SlotId;
 use super::{BoxedTask, Shared, Stored};
-use crate::sync::{lock, Arc, AtomicU8, Ordering};
+use crate::sync::{lock, Arc, AtomicU8, Mutex, Ordering};
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::fmt;
+use std::task::Waker;
 
 /// Slots a block holds.
 pub(crate) const BLOCK: usize = 64;
@@ -45,18 +57,28 @@ pub(crate) struct BlockIds {
     next: u32,
 }
 
+/// What a block's slots hold: a task each, or (a future's) a waker each.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Kind {
+    Task,
+    Future,
+}
+
 /// 64 timeout states, shared by the handles, the producer that fills it and the worker.
 pub(crate) struct Block<J: Stored> {
     id: u32,
     /// The shard that takes slots from it, and gets it back as a spare.
     shard: usize,
     states: [AtomicU8; BLOCK],
+    /// `Kind::Future`: a waker cell per slot; `Kind::Task`: none (an empty slice allocates
+    /// nothing).
+    wakers: Box<[Mutex<Option<Waker>>]>,
     timer: TimerHandle<J>,
 }
 
 impl<J: Stored> Block<J> {
     /// A fresh block, or `None` when the timer has `MAX_BLOCKS` alive.
-    pub(crate) fn new(shared: &Arc<Shared<J>>, shard: usize) -> Option<Arc<Block<J>>> {
+    pub(crate) fn new(shared: &Arc<Shared<J>>, shard: usize, kind: Kind) -> Option<Arc<Block<J>>> {
         let id = {
             let mut ids = lock(&shared.block_ids);
             match ids.free.pop() {
@@ -72,12 +94,29 @@ impl<J: Stored> Block<J> {
             id,
             shard,
             states: std::array::from_fn(|_| AtomicU8::new(QUEUED)),
+            wakers: match kind {
+                Kind::Task => Box::default(),
+                Kind::Future => (0..BLOCK).map(|_| Mutex::new(None)).collect(),
+            },
             timer: TimerHandle(Arc::clone(shared)),
         }))
     }
 
     pub(crate) fn shard(&self) -> usize {
         self.shard
+    }
+
+    pub(crate) fn kind(&self) -> Kind {
+        if self.wakers.is_empty() {
+            Kind::Task
+        } else {
+            Kind::Future
+        }
+    }
+
+    /// The waker a future's poll left in slot `index`, taken out (none in a task's slot).
+    pub(crate) fn take_waker(&self, index: usize) -> Option<Waker> {
+        self.wakers.get(index).and_then(|cell| lock(cell).take())
     }
 
     /// A block the worker holds alone, every slot ended: fresh again, for its shard's spares.
@@ -254,6 +293,43 @@ impl<J: Stored> Timeout<J> {
     /// Whether the timeout expired: its task ran, or is running.
     pub fn is_expired(&self) -> bool {
         self.block.state(self.index as usize) == EXPIRED
+    }
+
+    /// Whether the timeout has ended: expired or cancelled.
+    pub(crate) fn has_ended(&self) -> bool {
+        self.block.state(self.index as usize) >= CANCELLED
+    }
+
+    /// A future's slot: keeps `waker` (unless the cell holds one that wakes the same task);
+    /// whether the slot is still pending after. Ended, the cell is left empty.
+    pub(crate) fn keep_waker(&self, waker: &Waker) -> bool {
+        let cell = &self.block.wakers[self.index as usize];
+        let same = lock(cell).as_ref().is_some_and(|w| w.will_wake(waker));
+        if !same {
+            self.put_waker(waker.clone());
+        }
+        self.pending_or_release()
+    }
+
+    /// A future's slot: stores `waker` in place of the one it held (dropped outside the lock).
+    pub(crate) fn put_waker(&self, waker: Waker) {
+        let old = lock(&self.block.wakers[self.index as usize]).replace(waker);
+        drop(old);
+    }
+
+    /// Whether the slot is pending; if it ended, the waker stored is taken back (whoever ended
+    /// it moved the state before it looked for the waker: see the module docs) and dropped.
+    pub(crate) fn pending_or_release(&self) -> bool {
+        if !self.has_ended() {
+            return true;
+        }
+        drop(self.take_waker());
+        false
+    }
+
+    /// A future's slot: its waker, taken out.
+    pub(crate) fn take_waker(&self) -> Option<Waker> {
+        self.block.take_waker(self.index as usize)
     }
 }
 

@@ -7,8 +7,17 @@ use super::{Shared, Timeout};
 use std::any::Any;
 use std::fmt;
 
-/// What a timer stores per timeout and runs when it expires.
-pub trait Stored: Send + Sized + 'static {
+/// What a timer stores per timeout: [`BoxedTask`] on the default timer, a [`TypedTask`]'s `T`
+/// on a typed one. Sealed: those two are all there is.
+///
+/// [`TypedTask`]: crate::TypedTask
+pub trait Stored: Payload {}
+
+impl<J: Payload> Stored for J {}
+
+/// The engine's view of what a timer stores (the seal of [`Stored`]).
+#[allow(unreachable_pub)] // public only as `Stored`'s supertrait; its module is private
+pub trait Payload: Send + Sized + 'static {
     /// Runs the task; `timeout` is its own handle.
     fn run(self, timeout: &Timeout<Self>);
 
@@ -25,15 +34,7 @@ pub trait Stored: Send + Sized + 'static {
 
     /// Whether `run_keeping` ever keeps a spare (the expiry walk skips the bookkeeping of
     /// spares for a type that never does).
-    #[doc(hidden)]
     const KEEPS: bool = false;
-
-    /// Whether this is the crate's own task (a future's wake-up): run on the worker even with
-    /// an executor, and not among what `stop()` returns.
-    #[doc(hidden)]
-    fn is_internal(&self) -> bool {
-        false
-    }
 }
 
 /// The boxed timer's task: any closure, in a box (no allocation for one that captures nothing;
@@ -46,19 +47,15 @@ trait Cell: Send {
     fn call(self: Box<Self>, timeout: &Timeout<BoxedTask>) -> Option<Box<dyn Cell>>;
     fn clear(self: Box<Self>) -> Option<Box<dyn Cell>>;
     fn into_any(self: Box<Self>) -> Box<dyn Any + Send>;
-    fn is_internal(&self) -> bool {
-        false
-    }
 }
 
-/// A closure that captures something, until it runs; `INTERNAL`: the crate's own (a future's
-/// wake-up, `Stored::is_internal`).
-struct Holder<F, const INTERNAL: bool = false>(Option<F>);
+/// A closure that captures something, until it runs.
+struct Holder<F>(Option<F>);
 
 /// A closure that captures nothing: its box allocates nothing, and none is kept.
 struct Bare<F>(F);
 
-impl<F, const INTERNAL: bool> Cell for Holder<F, INTERNAL>
+impl<F> Cell for Holder<F>
 where
     F: FnOnce(&Timeout<BoxedTask>) + Send + 'static,
 {
@@ -76,10 +73,6 @@ where
 
     fn into_any(self: Box<Self>) -> Box<dyn Any + Send> {
         self
-    }
-
-    fn is_internal(&self) -> bool {
-        INTERNAL
     }
 }
 
@@ -126,28 +119,8 @@ impl BoxedTask {
     }
 }
 
-impl BoxedTask {
-    /// The crate's own closure `f` (see `Stored::is_internal`), in a spare box of its type if
-    /// one is there.
-    pub(crate) fn internal<F>(f: F, spares: &mut Vec<BoxedTask>) -> BoxedTask
-    where
-        F: FnOnce(&Timeout<BoxedTask>) + Send + 'static,
-    {
-        if let Some(spare) = spares.pop() {
-            if let Ok(mut cell) = spare.0.into_any().downcast::<Holder<F, true>>() {
-                cell.0 = Some(f);
-                return BoxedTask(cell);
-            }
-        }
-        BoxedTask(Box::new(Holder::<F, true>(Some(f))))
-    }
-}
-
-impl Stored for BoxedTask {
+impl Payload for BoxedTask {
     const KEEPS: bool = true;
-    fn is_internal(&self) -> bool {
-        self.0.is_internal()
-    }
 
     fn run(self, timeout: &Timeout<BoxedTask>) {
         drop(self.0.call(timeout));
@@ -200,8 +173,8 @@ pub(crate) fn drop_caught<T>(value: T) -> bool {
     !std::mem::needs_drop::<T>() || catch_user_panic(move || drop(value))
 }
 
-/// Runs an expired task inline, or hands it to the executor (a future's wake-up runs inline);
-/// a panic is caught and logged. Whether it did not panic.
+/// Runs an expired task inline, or hands it to the executor; a panic is caught and logged.
+/// Whether it did not panic.
 #[inline]
 pub(crate) fn run<J: Stored>(
     shared: &Shared<J>,
@@ -209,20 +182,18 @@ pub(crate) fn run<J: Stored>(
     timeout: &Timeout<J>,
     spares: &mut Vec<J>,
 ) -> bool {
-    let internal = task.is_internal();
     let ran = match &shared.executor {
-        Some(executor) if !internal => {
+        Some(executor) => {
             let handed = Handed(Some((task, timeout.clone())));
             let job: Box<dyn FnOnce() + Send> = Box::new(move || handed.run());
             catch_user_panic(|| executor.call(job))
         }
-        _ => catch_user_panic(|| task.run_keeping(timeout, spares)),
+        None => catch_user_panic(|| task.run_keeping(timeout, spares)),
     };
     if !ran {
-        let what = match (shared.executor.is_some() && !internal, internal) {
-            (true, _) => "the timer's executor",
-            (false, true) => "a future's waker",
-            (false, false) => "a timer task",
+        let what = match shared.executor {
+            Some(_) => "the timer's executor",
+            None => "a timer task",
         };
         log_caught(
             log::Level::Warn,
@@ -309,3 +280,19 @@ pub(crate) type Job = Box<dyn FnOnce() + Send>;
 // half-changed (`task::catch_user_panic`): the timer stays unwind-safe with one set.
 impl std::panic::RefUnwindSafe for Executor {}
 impl std::panic::UnwindSafe for Executor {}
+
+/// Wakes the wakers of futures whose slots ended; a panic is caught and logged. How many
+/// panicked.
+pub(crate) fn wake_all(wakers: &mut Vec<std::task::Waker>) -> u64 {
+    let mut panicked = 0;
+    for waker in wakers.drain(..) {
+        if !catch_user_panic(|| waker.wake()) {
+            panicked += 1;
+            log_caught(
+                log::Level::Warn,
+                format_args!("a future's waker panicked; the timer goes on"),
+            );
+        }
+    }
+    panicked
+}

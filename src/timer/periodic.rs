@@ -292,6 +292,7 @@ where
         deadline: due,
         now: shared.clock.now(),
         exempt: false,
+        kind: crate::engine::Kind::Task,
     };
     let make = |spares: &mut Vec<BoxedTask>| crate::task::boxed(run, spares);
     match shared.schedule_at(make, at, false) {

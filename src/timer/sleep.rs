@@ -1,16 +1,16 @@
-//! A future on the wheel: [`Sleep`], and the timer's `sleep` and `sleep_until`. A `Sleep` is an
-//! ordinary timeout whose task wakes the future: the task holds the sleep's waker cell, and its
-//! run or its drop (when `stop()` ends it) takes the waker out and wakes it. The timeout's state
-//! says how it ended. `Deadline`, `Interval` and the adapters build on it.
+//! A future on the wheel: [`Sleep`], and the timer's `sleep` and `sleep_until`. A `Sleep`'s
+//! timeout is a future's slot: the slot keeps the waker of the task that polls it, and whoever
+//! ends the slot (the worker's expiry, `stop()`) takes the waker out and wakes it. Nothing is
+//! allocated per sleep. The timeout's state says how it ended. `Deadline`, `Interval` and the
+//! adapters build on it.
 
 use super::nanos;
-use crate::engine::{At, BoxedTask, TimerHandle};
-use crate::sync::{lock, Arc, Mutex};
+use crate::engine::{At, BoxedTask, Kind, TimerHandle};
 use crate::{Timeout, TimerError};
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
-use std::task::{Context, Poll, Waker};
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 /// A future that completes at a deadline on a timer's wheel (tokio's `Sleep`).
@@ -37,8 +37,6 @@ pub struct Sleep {
     timer: TimerHandle,
     /// The timeout whose end completes the future, or the error that refused it.
     armed: Result<Timeout, TimerError>,
-    /// Where the task finds the waker; one per `Sleep`, shared by the timeouts it arms.
-    cell: Arc<WakeCell>,
     /// Nanoseconds since the timer's origin.
     deadline: u64,
     /// The deadline of the armed timeout: before `deadline` after `extend_or_reset` moved it
@@ -49,113 +47,15 @@ pub struct Sleep {
     exempt: bool,
 }
 
-/// What a `Sleep` shares with its timeout's task, under one lock.
-#[derive(Default)]
-struct WakeCell(Mutex<Cell>);
-
-#[derive(Default)]
-struct Cell {
-    /// The generation of the sleep's armed timeout: the task of one it replaced wakes nobody.
-    generation: u64,
-    /// The `Sleep` is gone: a task dropped unrun wakes nobody.
-    gone: bool,
-    /// The waker of the task waiting on the `Sleep`.
-    waker: Option<Waker>,
-}
-
-impl WakeCell {
-    /// The stored waker, taken out.
-    fn take(&self) -> Option<Waker> {
-        lock(&self.0).waker.take()
-    }
-
-    /// Keeps `waker` for the task of `timeout` (unless the cell holds one that wakes the same
-    /// task), then reads whether `timeout` has ended. The waker's clone and the drop of the one
-    /// it replaces are user code, run outside the lock: they may stop the timer or move a manual
-    /// clock, whose wake-ups take the lock. Either panics into the poll, with a waker kept.
-    fn keep(&self, waker: &Waker, timeout: &Timeout) -> bool {
-        if !lock(&self.0)
-            .waker
-            .as_ref()
-            .is_some_and(|w| w.will_wake(waker))
-        {
-            let new = waker.clone();
-            let old = lock(&self.0).waker.replace(new);
-            drop(old);
-        }
-        ended(timeout)
-    }
-}
-
-/// A sleep's timeout's task: wakes the waiting task when it runs (the timeout expired), or when
-/// it is dropped unrun while the `Sleep` lives (`stop()` ended it).
-struct Wake {
-    cell: Arc<WakeCell>,
-    generation: u64,
-    ran: bool,
-}
-
-impl Wake {
-    /// The timeout expired: wakes the waiting task (as the drop at the end of this call).
-    fn fire(mut self) {
-        self.ran = true;
-    }
-}
-
-impl Drop for Wake {
-    fn drop(&mut self) {
-        let waker = {
-            let mut cell = lock(&self.cell.0);
-            if cell.generation != self.generation || (cell.gone && !self.ran) {
-                return;
-            }
-            cell.waker.take()
-        };
-        if let Some(waker) = waker {
-            waker.wake();
-        }
-    }
-}
-
 impl Sleep {
     /// A sleep until `deadline` (ns since the origin), armed now.
     pub(crate) fn at(timer: &TimerHandle, deadline: u64, exempt: bool) -> Sleep {
-        let mut sleep = Sleep {
+        Sleep {
             timer: timer.clone(),
-            armed: Err(TimerError::Stopped),
-            cell: Arc::default(),
+            armed: arm(timer, deadline, exempt),
             deadline,
             armed_for: deadline,
             exempt,
-        };
-        sleep.armed = sleep.arm(deadline, exempt);
-        sleep
-    }
-
-    /// Schedules the timeout for `deadline` under a new generation: its task wakes the waiter.
-    fn arm(&self, deadline: u64, exempt: bool) -> Result<Timeout, TimerError> {
-        let generation = {
-            let mut cell = lock(&self.cell.0);
-            cell.generation += 1;
-            cell.generation
-        };
-        let wake = Wake {
-            cell: Arc::clone(&self.cell),
-            generation,
-            ran: false,
-        };
-        let make = move |spares: &mut Vec<BoxedTask>| {
-            BoxedTask::internal(move |_: &Timeout| wake.fire(), spares)
-        };
-        let now = self.timer.0.clock.now();
-        let at = At {
-            deadline,
-            now,
-            exempt,
-        };
-        match self.timer.0.schedule_at(make, at, false) {
-            Ok(timeout) => Ok(timeout.expect("a handle was asked for")),
-            Err((e, _make)) => Err(e),
         }
     }
 
@@ -223,7 +123,7 @@ impl Sleep {
     pub(crate) fn extend_or_reset(&mut self, deadline: Instant) {
         let clock = &self.timer.0.clock;
         let deadline = clock.nanos_at(deadline).max(clock.now());
-        let pending = matches!(&self.armed, Ok(t) if !ended(t));
+        let pending = matches!(&self.armed, Ok(t) if !t.has_ended());
         if pending && deadline >= self.armed_for {
             self.deadline = deadline;
         } else {
@@ -236,17 +136,28 @@ impl Sleep {
     /// pending limit: the sleep keeps its one place. A sleep that is new, completed or refused
     /// takes a place as a new timeout does, unless it is `exempt`.
     pub(crate) fn rearm(&mut self, deadline: u64) {
-        let replaces = matches!(&self.armed, Ok(old) if old.cancel());
+        let (replaces, waker) = match &self.armed {
+            Ok(old) => (old.cancel(), old.take_waker()),
+            Err(_) => (false, None),
+        };
         let waiting = replaces || self.deadline > self.armed_for;
-        self.armed = self.arm(deadline, self.exempt || waiting);
+        self.armed = arm(&self.timer, deadline, self.exempt || waiting);
         self.deadline = deadline;
         self.armed_for = deadline;
-        if self.armed.is_err() {
-            // Complete (refused): a task waiting on the replaced timeout must hear so.
-            let waker = self.cell.take();
-            if let Some(waker) = waker {
-                waker.wake();
+        let Some(waker) = waker else { return };
+        match &self.armed {
+            // The waiting task moves to the new slot (no clone); if that one ended already,
+            // it is woken now.
+            Ok(new) => {
+                new.put_waker(waker);
+                if new.has_ended() {
+                    if let Some(waker) = new.take_waker() {
+                        waker.wake();
+                    }
+                }
             }
+            // Complete (refused): a task waiting on the replaced timeout must hear so.
+            Err(_) => waker.wake(),
         }
     }
 }
@@ -259,14 +170,10 @@ impl Future for Sleep {
             Ok(timeout) => timeout,
             Err(e) => return Poll::Ready(Err(e.clone())),
         };
-        // The waker first, then the state: the worker sets the state, then takes the waker
-        // under the cell's lock; one of the two sees the other.
-        if !ended(timeout) {
-            if !self.cell.keep(cx.waker(), timeout) {
-                return Poll::Pending;
-            }
-            // Ended meanwhile: the waker stored is not the timer's to keep.
-            drop(self.cell.take());
+        // The waker first, then the state: whoever ends the slot sets the state, then takes
+        // the waker (`engine::slots`).
+        if !timeout.has_ended() && timeout.keep_waker(cx.waker()) {
+            return Poll::Pending;
         }
         if timeout.is_cancelled() {
             // Only `stop()` cancels a sleep's timeout that is still polled.
@@ -286,18 +193,29 @@ impl Future for Sleep {
     }
 }
 
-/// Whether the timeout has expired or been cancelled.
-fn ended(timeout: &Timeout) -> bool {
-    timeout.is_expired() || timeout.is_cancelled()
+/// Schedules a future's timeout on `timer` for `deadline`: its slot keeps the waker, and its
+/// task is an empty closure (no allocation).
+fn arm(timer: &TimerHandle, deadline: u64, exempt: bool) -> Result<Timeout, TimerError> {
+    let at = At {
+        deadline,
+        now: timer.0.clock.now(),
+        exempt,
+        kind: Kind::Future,
+    };
+    let make = |_: &mut Vec<BoxedTask>| BoxedTask::new(|_: &Timeout| {});
+    match timer.0.schedule_at(make, at, false) {
+        Ok(timeout) => Ok(timeout.expect("a handle was asked for")),
+        Err((e, _make)) => Err(e),
+    }
 }
 
 impl Drop for Sleep {
     fn drop(&mut self) {
-        // Gone first: a task dropped unrun from now on wakes nobody. A cancel that wins takes
-        // the waker back; one that loses leaves it to the task that runs (the timeout expired).
-        lock(&self.cell.0).gone = true;
-        if !matches!(&self.armed, Ok(timeout) if !timeout.cancel()) {
-            drop(self.cell.take());
+        // The cancel, won or lost, leaves the slot ended: the waker kept there is taken back
+        // (whoever ended it first may have taken it already).
+        if let Ok(timeout) = &self.armed {
+            timeout.cancel();
+            drop(timeout.take_waker());
         }
     }
 }

@@ -2,10 +2,10 @@
 //! becomes of a block once all its slots have ended.
 
 use super::{kept, split, Worker};
-use crate::engine::slots::{Block, Timeout, BLOCK};
+use crate::engine::slots::{Block, Kind, Timeout, BLOCK};
 use crate::engine::task::dropped_with_panic;
 use crate::engine::wheel::SlotId;
-use crate::engine::{catch_user_panic, Shared, Stored};
+use crate::engine::{catch_user_panic, wake_all, Shared, Stored};
 use crate::sync::Arc;
 
 impl<J: Stored> Worker<J> {
@@ -64,9 +64,10 @@ impl<J: Stored> Worker<J> {
         for (id, task) in rest {
             let (bid, index) = split(id);
             match &self.blocks[bid].0 {
-                Some(block) if task.is_internal() => {
+                Some(block) if block.kind() == Kind::Future => {
                     // A future's timeout: ended, not returned; the future sees it cancelled.
                     let _ = block.cancel(index);
+                    self.wakers.extend(block.take_waker(index));
                     self.tally.cancelled += 1;
                 }
                 Some(block) if block.cancel(index).is_some() => {
@@ -77,6 +78,7 @@ impl<J: Stored> Worker<J> {
             }
             self.end(shared, id, task);
         }
+        self.tally.panicked += wake_all(&mut self.wakers);
         self.publish(shared);
     }
 }

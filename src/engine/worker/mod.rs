@@ -7,17 +7,17 @@
 //! or the current one while producers push (it wakes once a tick however many pushes). It ends
 //! every slot once, and counts it ended (`Shared::set_ended`) before the task runs.
 
-use super::catch_user_panic;
-use super::shard::SPARE_CHUNK;
-use super::slots::{Block, Timeout, BLOCK};
+use super::slots::{Block, BLOCK};
 use super::stats::Tally;
-use super::task::{dropped_with_panic, run};
 use super::wheel::{SlotId, Wheel};
 use super::{segment_len, Entry, Shared, Stored, NEVER, SHARDS, TRANSFER_CAP};
 use crate::sync::Arc;
+use expire::kept;
 use std::collections::VecDeque;
+use std::task::Waker;
 
 mod end;
+mod expire;
 
 /// The worker gives back what drained at most this often while busy, and before a sleep of
 /// this long or longer.
@@ -55,6 +55,8 @@ pub(crate) struct Worker<J: Stored> {
     /// of at most `SPARE_CHUNK` (`kept`), handed to the shard whole: the producers of the shard
     /// that made a task are those who schedule the next of its type.
     task_spares: Vec<Vec<Vec<J>>>,
+    /// The wakers of the futures a walk expired, woken once it has marked every due slot.
+    wakers: Vec<Waker>,
     /// Counters, published once a turn.
     pub(crate) tally: Tally,
     /// The `now` of the current turn.
@@ -85,6 +87,7 @@ impl<J: Stored> Worker<J> {
             cancels: Vec::new(),
             spares: (0..SHARDS).map(|_| Vec::new()).collect(),
             task_spares: (0..SHARDS).map(|_| Vec::new()).collect(),
+            wakers: Vec::new(),
             tally: Tally::default(),
             now: 0,
             soonest: NEVER,
@@ -278,6 +281,7 @@ impl<J: Stored> Worker<J> {
         self.batches.shrink_to_fit();
         self.cancels.shrink_to_fit();
         self.new_blocks.shrink_to_fit();
+        self.wakers.shrink_to_fit();
         let returns = self.spares.iter_mut().zip(&mut self.task_spares);
         for ((blocks, tasks), segments) in returns.zip(&mut self.free_segments) {
             blocks.shrink_to_fit();
@@ -289,86 +293,6 @@ impl<J: Stored> Worker<J> {
         }
         self.blocks.shrink_to_fit();
     }
-
-    /// Expires what of the current tick's bucket is due by `by`: each due timeout, as the walk
-    /// unlinks it, is ended, then its task runs (unless a `cancel()` won it first: then its task
-    /// is dropped). The task's `Timeout` borrows the worker's reference to the block. The
-    /// earliest deadline left in the tick comes back (`NEVER`: none).
-    fn expire(&mut self, shared: &Shared<J>, by: u64) -> u64 {
-        let at = (self.now, self.tick_nanos);
-        let Worker {
-            wheel,
-            blocks,
-            ended,
-            tally,
-            task_spares,
-            spares,
-            ..
-        } = self;
-        let mut none = Vec::new(); // the spares of a type that keeps none (`Stored::KEEPS`)
-        let deadline = |waiting: &Waiting<J>| waiting.deadline;
-        let soonest = wheel.expire_by(by, deadline, |id, waiting| {
-            let (bid, index) = split(id);
-            let (held, ended_in) = &mut blocks[bid];
-            let block = held.take().expect("a slot in the wheel has its block");
-            *ended += 1;
-            shared.set_ended(*ended, 1);
-            *ended_in += 1;
-            let kept = if J::KEEPS {
-                kept(&mut task_spares[block.shard()])
-            } else {
-                &mut none
-            };
-            let mut block = fire(shared, (block, index), waiting, kept, tally, at);
-            if usize::from(*ended_in) < BLOCK {
-                *held = Some(block);
-            } else if Block::renew(&mut block) {
-                spares[block.shard()].push(block);
-            }
-        });
-        if !none.is_empty() {
-            // Kept by a task whose type said it keeps none: they go back as any others do.
-            task_spares[0].push(none);
-        }
-        soonest
-    }
-}
-
-/// A due timeout the walk took: runs its task if the worker wins its slot, else drops it (a
-/// `cancel()` won); counts either in the tally. The block comes back.
-#[inline]
-fn fire<J: Stored>(
-    shared: &Shared<J>,
-    (block, index): (Arc<Block<J>>, usize),
-    Waiting { task, deadline }: Waiting<J>,
-    kept: &mut Vec<J>,
-    tally: &mut Tally,
-    (now, tick_nanos): (u64, u64),
-) -> Arc<Block<J>> {
-    let (block, ran) = if block.expire(index) {
-        tally.fired(now.saturating_sub(deadline), tick_nanos);
-        let timeout = Timeout::new(block, index);
-        let ran = run(shared, task, &timeout, kept);
-        (timeout.into_block(), ran)
-    } else {
-        tally.cancelled += 1;
-        let dropped = catch_user_panic(|| task.drop_keeping(kept));
-        if !dropped {
-            dropped_with_panic();
-        }
-        (block, dropped)
-    };
-    tally.panicked += u64::from(!ran);
-    block
-}
-
-/// The chunk to keep an ended task's spares in: the last, or a new one once it is full (so that
-/// a tick's spares go back in chunks, none of them copied as a vector grows).
-fn kept<J>(chunks: &mut Vec<Vec<J>>) -> &mut Vec<J> {
-    if chunks.last().is_none_or(|c| c.len() >= SPARE_CHUNK) {
-        chunks.push(Vec::new());
-    }
-    chunks.last_mut().expect("a chunk was just pushed")
 }
 
 fn split(id: SlotId) -> (usize, usize) {

@@ -1,0 +1,119 @@
+//! The expiry walk: what of the current tick's bucket is due, ended and run (or woken).
+
+use super::{split, Waiting, Worker};
+use crate::engine::shard::SPARE_CHUNK;
+use crate::engine::slots::{Block, Kind, Timeout, BLOCK};
+use crate::engine::stats::Tally;
+use crate::engine::task::{dropped_with_panic, run};
+use crate::engine::{catch_user_panic, wake_all, Shared, Stored};
+use crate::sync::Arc;
+use std::task::Waker;
+
+impl<J: Stored> Worker<J> {
+    /// Expires what of the current tick's bucket is due by `by`: each due timeout, as the walk
+    /// unlinks it, is ended, then its task runs (unless a `cancel()` won it first: then its task
+    /// is dropped). A future's slot gives up its waker instead, woken once the walk is done: a
+    /// future whose inner value became ready in this walk sees it when it polls. The task's
+    /// `Timeout` borrows the worker's reference to the block. The earliest deadline left in the
+    /// tick comes back (`NEVER`: none).
+    pub(super) fn expire(&mut self, shared: &Shared<J>, by: u64) -> u64 {
+        let mut walk = Walk {
+            shared,
+            tally: &mut self.tally,
+            wakers: &mut self.wakers,
+            now: self.now,
+            tick_nanos: self.tick_nanos,
+        };
+        let mut none = Vec::new(); // the spares of a type that keeps none (`Payload::KEEPS`)
+        let deadline = |waiting: &Waiting<J>| waiting.deadline;
+        let soonest = self.wheel.expire_by(by, deadline, |id, waiting| {
+            let (bid, index) = split(id);
+            let block = self.blocks[bid].0.take();
+            let block = block.expect("a slot in the wheel has its block");
+            self.ended += 1;
+            shared.set_ended(self.ended, 1);
+            self.blocks[bid].1 += 1;
+            let kept = if J::KEEPS {
+                kept(&mut self.task_spares[block.shard()])
+            } else {
+                &mut none
+            };
+            let block = walk.fire(block, index, waiting, kept);
+            put_back(&mut self.blocks[bid], block, &mut self.spares);
+        });
+        if !none.is_empty() {
+            // Kept by a task whose type said it keeps none: they go back as any others do.
+            self.task_spares[0].push(none);
+        }
+        self.tally.panicked += wake_all(&mut self.wakers);
+        soonest
+    }
+}
+
+/// A block back in the worker's table while it has slots not ended, else (no handle left) a
+/// spare for its shard.
+fn put_back<J: Stored>(
+    (held, ended_in): &mut (Option<Arc<Block<J>>>, u8),
+    mut block: Arc<Block<J>>,
+    spares: &mut [Vec<Arc<Block<J>>>],
+) {
+    if usize::from(*ended_in) < BLOCK {
+        *held = Some(block);
+    } else if Block::renew(&mut block) {
+        spares[block.shard()].push(block);
+    }
+}
+
+/// What the expiry walk carries from one due timeout to the next.
+struct Walk<'a, J: Stored> {
+    shared: &'a Shared<J>,
+    tally: &'a mut Tally,
+    wakers: &'a mut Vec<Waker>,
+    now: u64,
+    tick_nanos: u64,
+}
+
+impl<J: Stored> Walk<'_, J> {
+    /// A due timeout the walk took: runs its task (or keeps its waker) if the worker wins its
+    /// slot, else drops the task (a `cancel()` won); counts either in the tally. The block
+    /// comes back.
+    #[inline]
+    fn fire(
+        &mut self,
+        block: Arc<Block<J>>,
+        index: usize,
+        waiting: Waiting<J>,
+        kept: &mut Vec<J>,
+    ) -> Arc<Block<J>> {
+        let Waiting { task, deadline } = waiting;
+        if !block.expire(index) {
+            self.tally.cancelled += 1;
+            if !catch_user_panic(|| task.drop_keeping(kept)) {
+                self.tally.panicked += 1;
+                dropped_with_panic();
+            }
+            return block;
+        }
+        self.tally
+            .fired(self.now.saturating_sub(deadline), self.tick_nanos);
+        if block.kind() == Kind::Future {
+            // The crate's own empty closure: nothing to run, nothing to drop but its handle.
+            drop(task);
+            self.wakers.extend(block.take_waker(index));
+            return block;
+        }
+        let timeout = Timeout::new(block, index);
+        let ran = run(self.shared, task, &timeout, kept);
+        self.tally.panicked += u64::from(!ran);
+        timeout.into_block()
+    }
+}
+
+/// The chunk to keep an ended task's spares in: the last, or a new one once it is full (so that
+/// a tick's spares go back in chunks, none of them copied as a vector grows).
+pub(super) fn kept<J>(chunks: &mut Vec<Vec<J>>) -> &mut Vec<J> {
+    if chunks.last().is_none_or(|c| c.len() >= SPARE_CHUNK) {
+        chunks.push(Vec::new());
+    }
+    chunks.last_mut().expect("a chunk was just pushed")
+}
