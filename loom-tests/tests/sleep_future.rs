@@ -1,11 +1,10 @@
 //! A `Sleep`'s waker hand-over (`src/timer/sleep.rs`) racing the end of its timeout.
 //!
-//! A `poll` stores its waker in the sleep's `WakeCell` (cloned outside the cell's lock, swapped
-//! in under it) and then reads the timeout's state. Whoever ends the timeout moves the state
-//! first; then the timeout's task (`Wake`), run by the worker's expiry or dropped when `stop()`
-//! ends it, takes the waker under the cell's lock and wakes it. A `reset` arms the new timeout
-//! under a new generation of the cell, so the replaced timeout's task wakes nobody; the
-//! future's drop cancels its timeout and, if the cancel wins, takes the waker back. Each model
+//! A `poll` stores its waker in the cell of its timeout's slot (cloned outside the cell's lock,
+//! swapped in under it) and then reads the slot's state. Whoever ends the slot (the worker's
+//! expiry walk, or `stop()`) moves the state first, then takes the waker under the cell's lock
+//! and wakes it. A `reset` cancels the old slot and moves the waker to the new one; the
+//! future's drop cancels its slot and takes the waker back. Each model
 //! polls a `Sleep` on one thread, with a waker that counts its wake-ups, while the main thread
 //! ends its timeout (a tick of the manual driver, or `stop()`), and checks:
 //!
