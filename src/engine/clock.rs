@@ -49,11 +49,16 @@ impl Clock {
     /// (its rounding up, the anchor's window and drift). What decides that a deadline has come (the
     /// worker's tick, a future's or a queue's deadline): never early.
     pub(crate) fn passed(&self) -> u64 {
+        self.passed_by(self.now())
+    }
+
+    /// [`Clock::passed`] for a reading `now` just taken by [`Clock::now`].
+    pub(crate) fn passed_by(&self, now: u64) -> u64 {
         #[cfg(all(not(loom), target_os = "linux", target_arch = "x86_64"))]
         if let Clock::System(_) = self {
-            return self.now().saturating_sub(4 * SLACK);
+            return now.saturating_sub(4 * SLACK);
         }
-        self.now()
+        now
     }
 
     /// Nanoseconds since the origin by `Instant`, where the others are bounds of it.

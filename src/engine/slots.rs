@@ -300,11 +300,12 @@ impl<J: Stored> Timeout<J> {
         self.block.state(self.index as usize) >= CANCELLED
     }
 
-    /// A future's slot: keeps `waker` (unless the cell holds one that wakes the same task);
-    /// whether the slot is still pending after. Ended, the cell is left empty.
-    pub(crate) fn keep_waker(&self, waker: &Waker) -> bool {
+    /// A future's slot: keeps `waker` (unless the cell holds one that wakes the same task, which
+    /// is looked for only if the caller stored one: `stored`); whether the slot is still pending
+    /// after. Ended, the cell is left empty.
+    pub(crate) fn keep_waker(&self, waker: &Waker, stored: bool) -> bool {
         let cell = &self.block.wakers[self.index as usize];
-        let same = lock(cell).as_ref().is_some_and(|w| w.will_wake(waker));
+        let same = stored && lock(cell).as_ref().is_some_and(|w| w.will_wake(waker));
         if !same {
             self.put_waker(waker.clone());
         }

@@ -65,15 +65,18 @@ impl Wait {
     fn armed(&mut self) -> Armed<'_> {
         if let Wait::Unarmed { timer, deadline } = self {
             let deadline = *deadline;
-            let Some(timer) = live_timer(timer) else {
+            if live_timer(timer).is_none() {
                 *self = Wait::Gone;
                 return Armed::Gone;
-            };
+            }
             // The worker's clock: a deadline it has passed fires on no later tick (never early).
-            if deadline <= timer.0.clock.passed() {
+            let now = timer.0.clock.now();
+            if deadline <= timer.0.clock.passed_by(now) {
                 return Armed::Passed;
             }
-            *self = Wait::Armed(Sleep::at(timer, deadline, false));
+            if let Wait::Unarmed { timer, .. } = std::mem::replace(self, Wait::Gone) {
+                *self = Wait::Armed(Sleep::new(timer, deadline, now, false));
+            }
         }
         match self {
             Wait::Armed(sleep) => Armed::Sleep(sleep),

@@ -45,17 +45,26 @@ pub struct Sleep {
     /// A `DelayQueue`'s wake-up: each of its timeouts passes a pending limit, since the queue
     /// could report a refusal only by polling again at once.
     exempt: bool,
+    /// A poll stored a waker in the armed slot: the next compares it with its own.
+    kept: bool,
 }
 
 impl Sleep {
     /// A sleep until `deadline` (ns since the origin), armed now.
     pub(crate) fn at(timer: &TimerHandle, deadline: u64, exempt: bool) -> Sleep {
+        let now = timer.0.clock.now();
+        Sleep::new(timer.clone(), deadline, now, exempt)
+    }
+
+    /// A sleep until `deadline`, armed now, `now` the clock's reading.
+    pub(crate) fn new(timer: TimerHandle, deadline: u64, now: u64, exempt: bool) -> Sleep {
         Sleep {
-            timer: timer.clone(),
-            armed: arm(timer, deadline, exempt),
+            armed: arm(&timer, deadline, now, exempt),
+            timer,
             deadline,
             armed_for: deadline,
             exempt,
+            kept: false,
         }
     }
 
@@ -141,7 +150,9 @@ impl Sleep {
             Err(_) => (false, None),
         };
         let waiting = replaces || self.deadline > self.armed_for;
-        self.armed = arm(&self.timer, deadline, self.exempt || waiting);
+        let now = self.timer.0.clock.now();
+        self.armed = arm(&self.timer, deadline, now, self.exempt || waiting);
+        self.kept = false;
         self.deadline = deadline;
         self.armed_for = deadline;
         let Some(waker) = waker else { return };
@@ -150,6 +161,7 @@ impl Sleep {
             // it is woken now.
             Ok(new) => {
                 new.put_waker(waker);
+                self.kept = true;
                 if new.has_ended() {
                     if let Some(waker) = new.take_waker() {
                         waker.wake();
@@ -166,14 +178,19 @@ impl Future for Sleep {
     type Output = Result<(), TimerError>;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let timeout = match &self.armed {
+        let this = &mut *self;
+        let timeout = match &this.armed {
             Ok(timeout) => timeout,
             Err(e) => return Poll::Ready(Err(e.clone())),
         };
         // The waker first, then the state: whoever ends the slot sets the state, then takes
         // the waker (`engine::slots`).
-        if !timeout.has_ended() && timeout.keep_waker(cx.waker()) {
-            return Poll::Pending;
+        if !timeout.has_ended() {
+            let pending = timeout.keep_waker(cx.waker(), this.kept);
+            this.kept = true;
+            if pending {
+                return Poll::Pending;
+            }
         }
         if timeout.is_cancelled() {
             // Only `stop()` cancels a sleep's timeout that is still polled.
@@ -195,10 +212,10 @@ impl Future for Sleep {
 
 /// Schedules a future's timeout on `timer` for `deadline`: its slot keeps the waker, and its
 /// task is an empty closure (no allocation).
-fn arm(timer: &TimerHandle, deadline: u64, exempt: bool) -> Result<Timeout, TimerError> {
+fn arm(timer: &TimerHandle, deadline: u64, now: u64, exempt: bool) -> Result<Timeout, TimerError> {
     let at = At {
         deadline,
-        now: timer.0.clock.now(),
+        now,
         exempt,
         kind: Kind::Future,
     };
