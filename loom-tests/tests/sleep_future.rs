@@ -203,9 +203,9 @@ fn sleep_drop_races_expiry() {
         );
         let wakes = polled.wakes();
         match &polled.first {
-            // Stored; then either the expiry took and woke it, or the drop's cancel won and
-            // took it back (no wake-up: nobody waits on a dropped future).
-            Poll::Pending => assert_eq!(wakes as u64, expired, "pending, then {wakes} wake-ups"),
+            // Stored; then the expiry took and woke it, or the drop took it back (whether its
+            // cancel won or lost): nobody waits on a dropped future. Never woken if cancelled.
+            Poll::Pending => assert!(wakes as u64 <= expired, "pending, then {wakes} wake-ups"),
             Poll::Ready(r) => {
                 assert_eq!(*r, Ok(()));
                 assert_eq!(expired, 1);
