@@ -26,6 +26,9 @@ pub enum BuildError {
     },
     /// The worker thread's name holds a NUL byte, which no thread name may.
     ThreadNameWithNul,
+    /// [`Builder::build_on_tokio`](crate::Builder::build_on_tokio) was called outside a tokio
+    /// runtime, or on one without timers.
+    NoRuntime,
 }
 
 impl fmt::Display for BuildError {
@@ -47,6 +50,10 @@ impl fmt::Display for BuildError {
                 "tick duration {tick_duration:?} times wheel length {wheel_len} overflows 64-bit nanoseconds"
             ),
             BuildError::ThreadNameWithNul => f.write_str("the thread name may not hold a NUL byte"),
+            BuildError::NoRuntime => f.write_str(
+                "a timer on tokio's clock is built inside a tokio runtime with timers enabled \
+                 (in #[tokio::test] or #[tokio::main], or after Runtime::enter)",
+            ),
         }
     }
 }

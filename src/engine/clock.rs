@@ -7,7 +7,8 @@
 //! an offset taken from `Instant` at most every `ANCHOR_NANOS`: quanta's scaling drifts from the
 //! monotonic clock by parts per million, so the offset's age bounds the error to nanoseconds, and
 //! `SLACK` rounds every reading up by more than that. Elsewhere `Instant`; under loom, a clock
-//! that stands still.
+//! that stands still. A timer built on a tokio runtime (`Builder::build_on_tokio`) reads that
+//! runtime's clock instead, so that a paused runtime's time is the timer's.
 
 use crate::sync::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -23,6 +24,26 @@ const SLACK: u64 = 2_000;
 pub(crate) enum Clock {
     System(SystemClock),
     Manual(AtomicU64),
+    #[cfg(all(feature = "tokio", not(loom)))]
+    Tokio(TokioClock),
+}
+
+/// A tokio runtime's clock (`tokio::time::Instant`), paused or not, since an origin.
+#[cfg(all(feature = "tokio", not(loom)))]
+pub(crate) struct TokioClock {
+    runtime: tokio::runtime::Handle,
+    origin: tokio::time::Instant,
+}
+
+#[cfg(all(feature = "tokio", not(loom)))]
+impl TokioClock {
+    /// The runtime's time: read in its context from any thread (a paused clock is the
+    /// runtime's own, not the thread's).
+    fn now(&self) -> u64 {
+        let _runtime = self.runtime.enter();
+        let since = tokio::time::Instant::now().saturating_duration_since(self.origin);
+        u64::try_from(since.as_nanos()).unwrap_or(u64::MAX)
+    }
 }
 
 impl Clock {
@@ -36,12 +57,30 @@ impl Clock {
         Clock::Manual(AtomicU64::new(0))
     }
 
+    /// `runtime`'s clock, its origin now.
+    #[cfg(all(feature = "tokio", not(loom)))]
+    pub(crate) fn tokio(runtime: tokio::runtime::Handle) -> Clock {
+        let origin = {
+            let _runtime = runtime.enter();
+            tokio::time::Instant::now()
+        };
+        Clock::Tokio(TokioClock { runtime, origin })
+    }
+
+    /// Whether the timer's own thread runs its turns (else a `ManualDriver` or the runtime's
+    /// `Drive` does, on the clock's time).
+    pub(crate) fn has_thread(&self) -> bool {
+        matches!(self, Clock::System(_))
+    }
+
     /// Nanoseconds since the origin: never less than the time that has passed.
     pub(crate) fn now(&self) -> u64 {
         match self {
             Clock::System(clock) => clock.now(),
             // Acquire: pairs with the Release in `advance`.
             Clock::Manual(now) => now.load(Ordering::Acquire),
+            #[cfg(all(feature = "tokio", not(loom)))]
+            Clock::Tokio(clock) => clock.now(),
         }
     }
 
@@ -73,12 +112,12 @@ impl Clock {
     /// A manual clock: moves to `to` (never back); whether the clock is manual.
     pub(crate) fn advance(&self, to: u64) -> bool {
         match self {
-            Clock::System(_) => false,
             Clock::Manual(now) => {
                 // Release: pairs with the Acquire in `now`.
                 now.fetch_max(to, Ordering::Release);
                 true
             }
+            _ => false,
         }
     }
 }
@@ -91,6 +130,9 @@ impl Clock {
         match self {
             Clock::System(clock) => (clock.origin, 0),
             Clock::Manual(_) => (Instant::now(), self.now()),
+            // A paused runtime's `Instant`s run on its clock: its origin in that timeline.
+            #[cfg(all(feature = "tokio", not(loom)))]
+            Clock::Tokio(clock) => (clock.origin.into_std(), 0),
         }
     }
 

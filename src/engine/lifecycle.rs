@@ -33,7 +33,7 @@ impl<J: Stored> Shared<J> {
     /// Starts the worker thread, once; refused once the timer is shut down.
     #[inline]
     pub(crate) fn start(self: &Arc<Self>) -> Result<(), TimerError> {
-        if self.is_started() || self.clock.is_manual() {
+        if self.is_started() || !self.clock.has_thread() {
             return Ok(());
         }
         self.start_thread()

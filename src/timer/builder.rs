@@ -150,6 +150,42 @@ impl Builder {
         self.threaded()
     }
 
+    /// Builds a timer on the current tokio runtime's clock, driven by that runtime: its time is
+    /// `tokio::time::Instant`'s, so that under a paused clock (`#[tokio::test(start_paused =
+    /// true)]`, `tokio::time::pause`) `tokio::time::advance` fires what is due by then, and the
+    /// runtime's auto-advance jumps to the wheel's next deadline, as for tokio's own timers. The
+    /// timer starts no thread: its [`Drive`](crate::Drive) is spawned on the runtime here (a
+    /// [`drive`](crate::TimerHandle::drive) of it completes at once), and once the runtime drops
+    /// it (shuts down) the timer stops. Needs the `tokio` feature.
+    ///
+    /// # Errors
+    /// As [`build`](Builder::build); [`BuildError::NoRuntime`] outside a tokio runtime with
+    /// timers enabled.
+    ///
+    /// ```
+    /// use hashed_timer_wheel::HashedWheelTimer;
+    /// use std::time::Duration;
+    ///
+    /// # #[cfg(feature = "test-util")]
+    /// #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// async fn main() {
+    ///     let timer = HashedWheelTimer::builder().build_on_tokio().unwrap();
+    ///     let start = tokio::time::Instant::now();
+    ///     timer.sleep(Duration::from_secs(3600)).await.unwrap(); // no real hour: paused
+    ///     assert!(start.elapsed() >= Duration::from_secs(3600));
+    /// }
+    /// # #[cfg(not(feature = "test-util"))]
+    /// # fn main() {}
+    /// ```
+    #[cfg(feature = "tokio")]
+    pub fn build_on_tokio(self) -> Result<HashedWheelTimer, BuildError> {
+        let runtime = tokio_runtime()?;
+        let shared = self.build_with(Clock::tokio(runtime.clone()))?;
+        let timer = HashedWheelTimer::from_handle(TimerHandle(shared));
+        runtime.spawn(timer.driver(|at| tokio::time::sleep_until(at.into()), true));
+        Ok(timer)
+    }
+
     fn threaded<J: Stored>(self) -> Result<HashedWheelTimer<J>, BuildError> {
         let shared = self.build_with(Clock::system())?;
         Ok(HashedWheelTimer::from_handle(TimerHandle(shared)))
@@ -231,4 +267,13 @@ impl fmt::Debug for Builder {
             .field("executor", &self.executor.is_some())
             .finish()
     }
+}
+
+/// The current tokio runtime, if it has timers.
+#[cfg(feature = "tokio")]
+fn tokio_runtime() -> Result<tokio::runtime::Handle, BuildError> {
+    let runtime = tokio::runtime::Handle::try_current().map_err(|_| BuildError::NoRuntime)?;
+    // A runtime without timers panics as a sleep is made: found here, not as a hang later.
+    let probe = std::panic::catch_unwind(|| drop(tokio::time::sleep(Duration::ZERO)));
+    probe.map(|()| runtime).map_err(|_| BuildError::NoRuntime)
 }

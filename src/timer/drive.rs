@@ -57,6 +57,9 @@ pub struct Drive<F, S> {
     ticker: Waker,
     /// The `Drive` gave up (the runtime panicked), or the timer stopped.
     done: bool,
+    /// The one `Drive` of a timer on a runtime's clock (`Builder::build_on_tokio`): its drop
+    /// stops the timer, which nothing else would drive.
+    sole: bool,
 }
 
 /// The waker of the task that polls a `Drive`: the one clone of it the `Drive` makes, woken by
@@ -121,6 +124,8 @@ where
             let armed = self.arm(plan, soonest);
             match self.poll_sleep() {
                 Some(false) => return true,
+                // The runtime's clock runs ahead of the timer's: turning again would spin.
+                Some(true) if self.runtime_ahead() => return false,
                 // The tick ended: turn again.
                 Some(true) if armed => {}
                 // No sleep left that would wake the task.
@@ -156,6 +161,26 @@ where
         let last = self.sleep.replace((end, sleep));
         self.drop_caught(last, "the runtime's sleep");
         true
+    }
+
+    /// The runtime's sleep ended before the timer's clock reached its end (a paused tokio
+    /// runtime, for a timer on the system's clock; a runtime's timer that runs on real time
+    /// never ends a sleep early, and the timer's clock reads no earlier than real time): the
+    /// ticks go back to the timer's thread, which sleeps in real time.
+    fn runtime_ahead(&self) -> bool {
+        let now = self.timer.0.clock.now();
+        let ahead = matches!(&self.sleep, Some((end, _)) if now < *end);
+        if ahead {
+            crate::engine::log_caught(
+                log::Level::Warn,
+                format_args!(
+                    "the runtime's clock runs ahead of the timer's (a paused tokio runtime?): \
+                     the timer's thread runs its ticks; build the timer with \
+                     Builder::build_on_tokio to run it on the runtime's clock"
+                ),
+            );
+        }
+        ahead
     }
 
     /// Polls the sleep armed: whether it ended; `None` if none is armed, or its poll panicked
@@ -203,11 +228,15 @@ impl<F, S> Drive<F, S> {
         self.drop_caught(sleep, "the runtime's sleep");
     }
 
-    /// Hands the ticks back (to another `Drive`, else the thread) and completes.
+    /// Hands the ticks back (to another `Drive`, else the thread) and completes. The sole
+    /// `Drive` of a timer on a runtime's clock stops the timer: nothing else can drive it.
     fn give_up(&mut self) {
         if !self.done {
             self.done = true;
             self.timer.0.detach_driver(&self.waker);
+            if self.sole {
+                drop(self.timer.stop());
+            }
         }
         self.drop_sleep();
     }
@@ -225,7 +254,10 @@ where
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
         let this = self.get_mut();
-        if this.done || this.timer.0.clock.is_manual() || this.timer.start().is_err() {
+        // A timer on a manual clock, or on a runtime's (but for its own `Drive`), is driven
+        // by its clock's owner.
+        let other = !this.sole && !this.timer.0.clock.has_thread();
+        if this.done || other || this.timer.start().is_err() {
             this.give_up();
             return Poll::Ready(());
         }
@@ -273,6 +305,15 @@ impl TimerHandle {
         F: FnMut(Instant) -> S + Send + 'static,
         S: Future<Output = ()> + Send + 'static,
     {
+        self.driver(sleep_until, false)
+    }
+
+    /// A `Drive`; `sole`: a timer on a runtime's clock, driven by it alone.
+    pub(crate) fn driver<F, S>(&self, sleep_until: F, sole: bool) -> Drive<F, S>
+    where
+        F: FnMut(Instant) -> S + Send + 'static,
+        S: Future<Output = ()> + Send + 'static,
+    {
         let link = Arc::new(Link(Mutex::new(None)));
         let ticker = Arc::new(Ticker(self.clone(), Arc::clone(&link)));
         Drive {
@@ -283,6 +324,7 @@ impl TimerHandle {
             ticker: Waker::from(ticker),
             link,
             done: false,
+            sole,
         }
     }
 }
