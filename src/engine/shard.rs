@@ -1,6 +1,5 @@
 //! One shard of the producers' queues: new timeouts in reused segments, won cancellations, the
-//! block the shard's producers take slots from, and its spares. A thread keeps to one shard
-//! (`shard_index`), so producers on different threads rarely meet on a lock.
+//! blocks its producers take slots from, and its spares. A thread keeps to one shard.
 
 use super::slots::{Block, Kind, BLOCK};
 use super::wheel::SlotId;
@@ -13,9 +12,8 @@ use crate::sync::{lock, Arc};
 pub(crate) const SHARDS: usize = if cfg!(loom) { 2 } else { 8 };
 
 /// Spare blocks and spare task boxes a shard keeps through a trim. While busy a shard keeps
-/// every spare the worker gives back (the worker frees none: freeing a burst's boxes on the
-/// worker, across threads, made glibc consolidate them in one go, milliseconds late, in the
-/// middle of an expiry); the trim frees the rest, a slice at a time.
+/// every spare the worker gives back (freeing a burst's boxes on the worker made glibc
+/// consolidate them mid-expiry, milliseconds late); the trim frees the rest, a slice at a time.
 const IDLE_SPARES: usize = 32;
 /// Spare task boxes the worker gives back in one vector at most.
 pub(crate) const SPARE_CHUNK: usize = 1024;
@@ -41,8 +39,7 @@ pub(crate) struct Entry<J: Stored> {
 
 /// One shard of the `timeouts` and cancellation queues, and its producers' block.
 pub(crate) struct Shard<J: Stored> {
-    /// New timeouts, in segments of `segment_len` entries (each well under glibc's mmap
-    /// threshold, and reused: a burst neither faults fresh pages in nor moves the threshold).
+    /// New timeouts, in reused segments of `segment_len` entries (under glibc's mmap threshold).
     pub(crate) timeouts: Vec<Vec<Entry<J>>>,
     /// Empty segments the worker gave back.
     pub(crate) free_segments: Vec<Vec<Entry<J>>>,
@@ -53,12 +50,10 @@ pub(crate) struct Shard<J: Stored> {
     /// Blocks first taken from since the worker took the queues: it keeps each until it has
     /// ended all 64 slots.
     pub(crate) new_blocks: Vec<Arc<Block<J>>>,
-    /// Blocks the worker gave back, all their slots ended and no handle left, by kind (a
-    /// task's, a future's): taken before a new one is allocated.
+    /// Blocks the worker gave back, all their slots ended and no handle left, by kind.
     pub(crate) spares: [Vec<Arc<Block<J>>>; 2],
     /// What the worker kept of tasks that ended, for the next ones (`Stored::run_keeping`):
-    /// the spares producers take from, then the rest in the chunks the worker gave them back in
-    /// (one vector that grew with a burst would copy it as it grew).
+    /// the spares producers take from, then the rest in the chunks the worker gave back.
     pub(crate) task_spares: Vec<J>,
     pub(crate) task_chunks: Vec<Vec<J>>,
     /// Timeouts this shard accepted; pending is their sum less `ended`.
@@ -101,8 +96,7 @@ impl<J: Stored> Shard<J> {
         if let Some(segment) = self.timeouts.last_mut() {
             if segment.len() < full {
                 if segment.len() == segment.capacity() {
-                    // A new segment starts small and doubles up to `full`: a timer with a few
-                    // timeouts holds a few bytes for them.
+                    // A new segment starts small and doubles up to `full`.
                     segment.reserve_exact(segment.len().max(8).min(full - segment.len()));
                 }
                 segment.push(entry);
@@ -121,15 +115,9 @@ impl<J: Stored> Shard<J> {
         kind: Kind,
     ) -> Option<(&Arc<Block<J>>, usize, bool)> {
         let cursor = &mut self.cursors[kind as usize];
-        let fresh = match cursor {
-            Some((_, next)) => *next == BLOCK,
-            None => true,
-        };
-        if fresh {
-            let block = match self.spares[kind as usize].pop() {
-                Some(block) => block,
-                None => Block::new(shared, self.index, kind)?,
-            };
+        if cursor.as_ref().is_none_or(|(_, next)| *next == BLOCK) {
+            let spare = self.spares[kind as usize].pop();
+            let block = spare.or_else(|| Block::new(shared, self.index, kind))?;
             *cursor = Some((block, 0));
         }
         let (block, next) = cursor.as_mut()?;
@@ -139,8 +127,7 @@ impl<J: Stored> Shard<J> {
     }
 }
 
-/// This thread's shard (under loom, one: a process-wide counter would differ between a model's
-/// iterations).
+/// This thread's shard (under loom, one: a process-wide counter differs between iterations).
 #[cfg(loom)]
 pub(crate) fn shard_index() -> usize {
     0

@@ -1,21 +1,17 @@
 //! Timeout slots: blocks of 64 atomic states, and the handle that names one.
 //!
 //! A timeout's one name is its slot: the handle holds the slot's block and its index there, and
-//! the worker keeps the timeout's links, fire tick and task in arrays indexed by the slot id
-//! (`block.id * BLOCK + index`). A block is never reused: its id is, once the block is dropped
-//! (the worker has ended all 64 slots and no handle is left), so a handle always reads its own
-//! timeout's state.
+//! the worker keeps the timeout's data in arrays indexed by the slot id (`block.id * BLOCK +
+//! index`). A block's id is reused only once the block is dropped (all 64 slots ended and no
+//! handle left), so a handle always reads its own timeout's state.
 //!
-//! A block of futures' slots (`Kind::Future`) also holds a waker per slot: a `Sleep`'s poll keeps
-//! its waker there, and whoever ends the slot takes it out and wakes it. Only those blocks pay
-//! for the cells, so a closure's slot does not grow.
+//! A block of futures' slots (`Kind::Future`) also holds a waker per slot, for whoever ends it.
 //!
 //! # Waker cells
-//! A poll stores its waker (cloned outside the cell's lock), then reads the state; whoever ends
-//! the slot moves the state first, then takes the waker. The cell's lock orders the two: one of
-//! them sees the other. A poll that then finds the slot ended takes its waker back, so that no
-//! ended slot keeps one. Wakers are cloned, dropped and woken outside the lock (user code may
-//! call back into the timer).
+//! A poll stores its waker, then reads the state; whoever ends the slot moves the state first,
+//! then takes the waker. The cell's lock orders the two: one of them sees the other. A poll that
+//! then finds the slot ended takes its waker back, so that no ended slot keeps one. Wakers are
+//! cloned, dropped and woken outside the lock (user code may call back into the timer).
 //!
 //! # States
 //! | state | moved to by | from |
@@ -246,8 +242,6 @@ impl<J: Stored> fmt::Debug for TimerHandle<J> {
 /// assert!(timeout.is_cancelled());
 /// assert!(!timeout.cancel(), "only the first cancel wins");
 /// ```
-///
-/// Inside, it is the timeout's slot: its block of states and its index there.
 pub struct Timeout<J: Stored = BoxedTask> {
     block: Arc<Block<J>>,
     index: u8,
@@ -261,7 +255,7 @@ impl<J: Stored> Timeout<J> {
         }
     }
 
-    /// The block, given back (the worker lends its own reference for a task's run).
+    /// The block, given back (the worker lends its reference for a task's run).
     pub(crate) fn into_block(self) -> Arc<Block<J>> {
         self.block
     }
@@ -302,30 +296,24 @@ impl<J: Stored> Timeout<J> {
 
     /// A future's slot: keeps `waker` (unless the cell holds one that wakes the same task, which
     /// is looked for only if the caller stored one: `stored`); whether the slot is still pending
-    /// after. Ended, the cell is left empty.
+    /// after. Ended, the waker is taken back (see the module docs).
     pub(crate) fn keep_waker(&self, waker: &Waker, stored: bool) -> bool {
         let cell = &self.block.wakers[self.index as usize];
         let same = stored && lock(cell).as_ref().is_some_and(|w| w.will_wake(waker));
         if !same {
             self.put_waker(waker.clone());
         }
-        self.pending_or_release()
+        if self.has_ended() {
+            drop(self.take_waker());
+            return false;
+        }
+        true
     }
 
     /// A future's slot: stores `waker` in place of the one it held (dropped outside the lock).
     pub(crate) fn put_waker(&self, waker: Waker) {
         let old = lock(&self.block.wakers[self.index as usize]).replace(waker);
         drop(old);
-    }
-
-    /// Whether the slot is pending; if it ended, the waker stored is taken back (whoever ended
-    /// it moved the state before it looked for the waker: see the module docs) and dropped.
-    pub(crate) fn pending_or_release(&self) -> bool {
-        if !self.has_ended() {
-            return true;
-        }
-        drop(self.take_waker());
-        false
     }
 
     /// A future's slot: its waker, taken out.

@@ -135,10 +135,7 @@ impl Counters {
         if !returned {
             // Relaxed: a count.
             self.caught.fetch_add(1, Ordering::Relaxed);
-            super::log_caught(
-                log::Level::Warn,
-                format_args!("{what} panicked; the timer goes on"),
-            );
+            super::task::log_panicked(what);
         }
     }
 
@@ -161,13 +158,9 @@ impl Counters {
     }
 
     pub(crate) fn read(&self) -> TimerStats {
-        let v: Vec<u64> = self
-            .published
-            .iter()
-            .map(|a| a.load(Ordering::Relaxed))
-            .collect();
-        let mut lateness = [0; CLASSES];
-        lateness.copy_from_slice(&v[8..]);
+        let v: [u64; 8 + CLASSES] =
+            std::array::from_fn(|i| self.published[i].load(Ordering::Relaxed));
+        let lateness = std::array::from_fn(|i| v[8 + i]);
         TimerStats {
             expired: v[0],
             cancelled: v[1],

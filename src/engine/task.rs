@@ -182,25 +182,33 @@ pub(crate) fn run<J: Stored>(
     timeout: &Timeout<J>,
     spares: &mut Vec<J>,
 ) -> bool {
-    let ran = match &shared.executor {
+    let (ran, what) = match &shared.executor {
         Some(executor) => {
             let handed = Handed(Some((task, timeout.clone())));
             let job: Box<dyn FnOnce() + Send> = Box::new(move || handed.run());
-            catch_user_panic(|| executor.call(job))
+            (
+                catch_user_panic(|| executor.call(job)),
+                "the timer's executor",
+            )
         }
-        None => catch_user_panic(|| task.run_keeping(timeout, spares)),
+        None => (
+            catch_user_panic(|| task.run_keeping(timeout, spares)),
+            "a timer task",
+        ),
     };
     if !ran {
-        let what = match shared.executor {
-            Some(_) => "the timer's executor",
-            None => "a timer task",
-        };
-        log_caught(
-            log::Level::Warn,
-            format_args!("{what} panicked; the timer goes on"),
-        );
+        log_panicked(what);
     }
     ran
+}
+
+/// Logs that user code (`what`) panicked.
+#[cold]
+pub(crate) fn log_panicked(what: &str) {
+    log_caught(
+        log::Level::Warn,
+        format_args!("{what} panicked; the timer goes on"),
+    );
 }
 
 /// A task handed to the executor: run there, or, dropped unrun, reported.
@@ -210,11 +218,8 @@ impl<J: Stored> Handed<J> {
     fn run(mut self) {
         if let Some((task, timeout)) = self.0.take() {
             let ran = catch_user_panic(|| task.run(&timeout));
-            timeout
-                .timer()
-                .0
-                .counters
-                .caught(ran, "a timer task run by the executor");
+            let counters = &timeout.timer().0.counters;
+            counters.caught(ran, "a timer task run by the executor");
         }
     }
 }
@@ -226,22 +231,20 @@ impl<J: Stored> Drop for Handed<J> {
                 log::Level::Warn,
                 format_args!("a timeout's task was dropped by the executor without running"),
             );
-            let dropped = catch_user_panic(move || drop(task));
-            timeout
-                .timer()
-                .0
-                .counters
-                .caught(dropped, "a timer task's drop");
+            let counters = &timeout.timer().0.counters;
+            counters.caught(drop_caught(task), "a timer task's drop");
         }
     }
 }
 
-#[cold]
-pub(crate) fn dropped_with_panic() {
-    log_caught(
-        log::Level::Warn,
-        format_args!("a timer task's drop panicked; the timer goes on"),
-    );
+/// Drops a task unrun, keeping in `spares` what a later task can reuse; a panic of its `Drop`
+/// is caught and logged. Whether it did not panic.
+pub(crate) fn drop_unrun<J: Stored>(task: J, spares: &mut Vec<J>) -> bool {
+    let dropped = catch_user_panic(|| task.drop_keeping(spares));
+    if !dropped {
+        log_panicked("a timer task's drop");
+    }
+    dropped
 }
 
 /// Runs expired tasks somewhere other than the worker thread.
@@ -288,10 +291,7 @@ pub(crate) fn wake_all(wakers: &mut Vec<std::task::Waker>) -> u64 {
     for waker in wakers.drain(..) {
         if !catch_user_panic(|| waker.wake()) {
             panicked += 1;
-            log_caught(
-                log::Level::Warn,
-                format_args!("a future's waker panicked; the timer goes on"),
-            );
+            log_panicked("a future's waker");
         }
     }
     panicked

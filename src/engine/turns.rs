@@ -11,13 +11,16 @@ impl<J: Stored> Shared<J> {
     #[cold]
     pub(crate) fn unpark_worker(&self) {
         let driver = lock(&self.drivers).last().cloned();
-        if let Some(driver) = driver {
-            // The runtime's code: caught, as all user code is.
-            let woken = catch_user_panic(|| driver.wake());
-            self.counters.caught(woken, "a driver's waker");
-            return;
+        match driver {
+            Some(driver) => self.wake_caught(driver),
+            None => self.unpark_thread(),
         }
-        self.unpark_thread();
+    }
+
+    /// Wakes a `Drive`: the runtime's code, caught as all user code is.
+    fn wake_caught(&self, driver: std::task::Waker) {
+        let woken = catch_user_panic(|| driver.wake());
+        self.counters.caught(woken, "a driver's waker");
     }
 
     /// A `Drive` polled, by its own `waker`: producers wake it from now on.
@@ -68,8 +71,7 @@ impl<J: Stored> Shared<J> {
     pub(crate) fn wake_driver(&self) {
         let drivers = std::mem::take(&mut *lock(&self.drivers));
         for driver in drivers {
-            let woken = catch_user_panic(|| driver.wake());
-            self.counters.caught(woken, "a driver's waker");
+            self.wake_caught(driver);
         }
     }
 }

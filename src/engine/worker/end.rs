@@ -1,22 +1,15 @@
 //! How the worker ends a slot that did not expire (a cancel it finds, or `stop()`), and what
 //! becomes of a block once all its slots have ended.
 
+use super::expire::put_back;
 use super::{kept, split, Worker};
-use crate::engine::slots::{Block, Kind, Timeout, BLOCK};
-use crate::engine::task::dropped_with_panic;
+use crate::engine::slots::{Block, Kind, Timeout};
+use crate::engine::task::drop_unrun;
 use crate::engine::wheel::SlotId;
-use crate::engine::{catch_user_panic, wake_all, Shared, Stored};
+use crate::engine::{wake_all, Shared, Stored};
 use crate::sync::Arc;
 
 impl<J: Stored> Worker<J> {
-    /// A block all of whose slots ended: back to its shard if no handle holds it, else it goes
-    /// with the last handle.
-    pub(super) fn retire(&mut self, mut block: Arc<Block<J>>) {
-        if Block::renew(&mut block) {
-            self.spares[block.shard()].push(block);
-        }
-    }
-
     /// Keeps a block whose first slot was taken.
     pub(super) fn register(&mut self, bid: usize, block: Arc<Block<J>>) {
         if self.blocks.len() <= bid {
@@ -25,29 +18,19 @@ impl<J: Stored> Worker<J> {
         self.blocks[bid] = (Some(block), 0);
     }
 
-    /// Counts a slot of block `bid` ended; whether that was the block's last.
-    pub(super) fn count_end(&mut self, shared: &Shared<J>, bid: usize) -> bool {
-        self.ended += 1;
-        shared.set_ended(self.ended, 1);
-        self.blocks[bid].1 += 1;
-        usize::from(self.blocks[bid].1) == BLOCK
-    }
-
     /// Ends a slot that is not in the wheel (or no longer), dropping its task; the block goes
     /// with its last slot.
     pub(super) fn end(&mut self, shared: &Shared<J>, id: SlotId, task: J) {
         let (bid, _) = split(id);
         let shard = self.blocks[bid].0.as_ref().map_or(0, |b| b.shard());
-        if self.count_end(shared, bid) {
-            if let Some(block) = self.blocks[bid].0.take() {
-                self.retire(block);
-            }
+        self.ended += 1;
+        shared.set_ended(self.ended, 1);
+        self.blocks[bid].1 += 1;
+        if let Some(block) = self.blocks[bid].0.take() {
+            put_back(&mut self.blocks[bid], block, &mut self.spares);
         }
         let spares = kept(&mut self.task_spares[shard]);
-        if !catch_user_panic(|| task.drop_keeping(spares)) {
-            self.tally.panicked += 1;
-            dropped_with_panic();
-        }
+        self.tally.panicked += u64::from(!drop_unrun(task, spares));
     }
 
     /// `stop()`: ends everything; the timeouts it cancels go to `returned`, their tasks are

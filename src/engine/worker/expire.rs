@@ -4,8 +4,8 @@ use super::{split, Waiting, Worker};
 use crate::engine::shard::SPARE_CHUNK;
 use crate::engine::slots::{Block, Kind, Timeout, BLOCK};
 use crate::engine::stats::Tally;
-use crate::engine::task::{dropped_with_panic, run};
-use crate::engine::{catch_user_panic, wake_all, Shared, Stored};
+use crate::engine::task::{drop_unrun, run};
+use crate::engine::{wake_all, Shared, Stored};
 use crate::sync::Arc;
 use std::task::Waker;
 
@@ -51,8 +51,8 @@ impl<J: Stored> Worker<J> {
 }
 
 /// A block back in the worker's table while it has slots not ended, else (no handle left) a
-/// spare for its shard.
-fn put_back<J: Stored>(
+/// spare for its shard; with a handle left, it goes with the last one.
+pub(super) fn put_back<J: Stored>(
     (held, ended_in): &mut (Option<Arc<Block<J>>>, u8),
     mut block: Arc<Block<J>>,
     spares: &mut [Vec<Arc<Block<J>>>],
@@ -88,10 +88,7 @@ impl<J: Stored> Walk<'_, J> {
         let Waiting { task, deadline } = waiting;
         if !block.expire(index) {
             self.tally.cancelled += 1;
-            if !catch_user_panic(|| task.drop_keeping(kept)) {
-                self.tally.panicked += 1;
-                dropped_with_panic();
-            }
+            self.tally.panicked += u64::from(!drop_unrun(task, kept));
             return block;
         }
         self.tally

@@ -2,10 +2,9 @@
 //!
 //! For every tick that ended by `now`, in Netty's order: take the queues (cancellations, new
 //! timeouts), move up to `TRANSFER_CAP` new timeouts into the wheel, expire the tick's bucket.
-//! Ticks with no work are passed over (`Wheel::next_work`), with the outcome of ticking each.
-//! After a turn it publishes the tick at whose end it looks again (`settle`): the next with work,
-//! or the current one while producers push (it wakes once a tick however many pushes). It ends
-//! every slot once, and counts it ended (`Shared::set_ended`) before the task runs.
+//! Ticks with no work are passed over (`Wheel::next_work`). After a turn it publishes the tick
+//! at whose end it looks again (`settle`). It ends every slot once, and counts it ended
+//! (`Shared::set_ended`) before the task runs.
 
 use super::slots::{Block, BLOCK};
 use super::stats::Tally;
@@ -27,8 +26,7 @@ const TRIM_NANOS: u64 = 1_000_000_000;
 const TRIM_PAGES: usize = 16;
 
 /// The most buckets the worker's wheel allocates (16 bytes each). A timeout's tick does not
-/// depend on the wheel's length (its far levels take what lies rounds away), so a larger
-/// `ticks_per_wheel` is kept as asked and reported, and costs no memory.
+/// depend on the wheel's length, so a larger `ticks_per_wheel` is only reported.
 const MAX_BUCKETS: usize = 1 << 16;
 
 /// A task in the wheel, with its deadline (ns since the origin) for the lateness counters.
@@ -52,12 +50,10 @@ pub(crate) struct Worker<J: Stored> {
     /// Per shard: blocks to give back at the next `collect`.
     spares: Vec<Vec<Arc<Block<J>>>>,
     /// Per shard: what ended tasks left for the next ones (`Stored::run_keeping`), in chunks
-    /// of at most `SPARE_CHUNK` (`kept`), handed to the shard whole: the producers of the shard
-    /// that made a task are those who schedule the next of its type.
+    /// of at most `SPARE_CHUNK` (`kept`), handed to the shard that made the task.
     task_spares: Vec<Vec<Vec<J>>>,
     /// The wakers of the futures a walk expired, woken once it has marked every due slot.
     wakers: Vec<Waker>,
-    /// Counters, published once a turn.
     pub(crate) tally: Tally,
     /// The `now` of the current turn.
     now: u64,
@@ -70,8 +66,8 @@ pub(crate) struct Worker<J: Stored> {
     tick_nanos: u64,
     /// When the worker last gave back memory (`trim`).
     trimmed_at: u64,
-    /// The last trim left memory to give back: while busy the next slice goes a second later,
-    /// while idle a tick later (freeing on the worker while tasks are due makes them late).
+    /// The last trim left memory to give back: the next slice goes a second later while busy,
+    /// a tick later while idle.
     trimming: bool,
 }
 
@@ -152,9 +148,8 @@ impl<J: Stored> Worker<J> {
         self.tally.ran(ran, self.tick_nanos, self.now);
     }
 
-    /// Publishes the plan: the next tick with work, or the current one while producers push
-    /// (so that the worker looks at the queues once a tick, however many pushes); the planned
-    /// tick (`NEVER`: nothing to wait for).
+    /// Publishes the plan, and returns it (`NEVER`: nothing to wait for): the next tick with
+    /// work, or the current one while producers push (a look once a tick, however many pushes).
     pub(crate) fn settle(&mut self, shared: &Shared<J>, busy: bool) -> u64 {
         let tick = self.wheel.tick();
         if busy || !self.inbox.is_empty() {
@@ -172,8 +167,7 @@ impl<J: Stored> Worker<J> {
         if plan.saturating_sub(tick) >= TRIM_NANOS / self.tick_nanos {
             self.trim(shared);
             if self.trimming {
-                // Idle with memory left to give back: a slice a tick, not all at once. The plan
-                // published stays: producers and the watching thread go by it, and a look
+                // Memory left to give back: a slice a tick. The plan published stays: a look
                 // earlier than it costs nobody a wake-up.
                 return tick;
             }
@@ -272,8 +266,7 @@ impl<J: Stored> Worker<J> {
         shared.counters.publish(&self.tally);
     }
 
-    /// Gives back a slice of the memory of what drained: the wheel's empty pages, the spares,
-    /// the block table's tail of blocks no longer held (`trimming`: some is left).
+    /// Gives back a slice of the memory of what drained (`trimming`: some is left).
     fn trim(&mut self, shared: &Shared<J>) {
         let spares = shared.trim_spares();
         self.trimming = self.wheel.trim(TRIM_PAGES) || spares;
