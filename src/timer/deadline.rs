@@ -44,44 +44,28 @@ enum Wait {
     Gone,
 }
 
-/// An unarmed deadline's timer, unless stopped.
-fn live_timer(timer: &TimerHandle) -> Option<&TimerHandle> {
-    (!timer.is_stopped()).then_some(timer)
-}
-
-/// What an unarmed deadline's first pending poll finds.
-enum Armed<'a> {
-    /// The deadline is scheduled: wait on its sleep.
-    Sleep(&'a mut Sleep),
-    /// The deadline had passed already (tokio's `Timeout` polled late): nothing scheduled.
-    Passed,
-    /// The timer was stopped or dropped.
-    Gone,
-}
-
 impl Wait {
-    /// The sleep, scheduled now if it was not yet, unless the deadline has passed by the
-    /// worker's clock or the timer is gone.
-    fn armed(&mut self) -> Armed<'_> {
+    /// The sleep, scheduled now if it was not yet; the error if the deadline has passed by the
+    /// worker's clock (tokio's `Timeout` polled late: nothing scheduled) or the timer is gone.
+    fn armed(&mut self) -> Result<&mut Sleep, DeadlineError> {
         if let Wait::Unarmed { timer, deadline } = self {
             let deadline = *deadline;
-            if live_timer(timer).is_none() {
+            if timer.is_stopped() {
                 *self = Wait::Gone;
-                return Armed::Gone;
-            }
-            // The worker's clock: a deadline it has passed fires on no later tick (never early).
-            let now = timer.0.clock.now();
-            if deadline <= timer.0.clock.passed_by(now) {
-                return Armed::Passed;
-            }
-            if let Wait::Unarmed { timer, .. } = std::mem::replace(self, Wait::Gone) {
-                *self = Wait::Armed(Sleep::new(timer, deadline, now, false));
+            } else {
+                // The worker's clock: a deadline it has passed fires on no later tick.
+                let now = timer.0.clock.now();
+                if deadline <= timer.0.clock.passed_by(now) {
+                    return Err(DeadlineError::Elapsed);
+                }
+                if let Wait::Unarmed { timer, .. } = std::mem::replace(self, Wait::Gone) {
+                    *self = Wait::Armed(Sleep::new(timer, deadline, now, false));
+                }
             }
         }
         match self {
-            Wait::Armed(sleep) => Armed::Sleep(sleep),
-            Wait::Unarmed { .. } => Armed::Passed,
-            Wait::Gone => Armed::Gone,
+            Wait::Armed(sleep) => Ok(sleep),
+            _ => Err(DeadlineError::Timer(TimerError::Stopped)),
         }
     }
 }
@@ -108,11 +92,10 @@ impl<F> Deadline<F> {
     pub fn deadline(&self) -> Instant {
         match &self.wait {
             Wait::Armed(sleep) => sleep.deadline(),
-            Wait::Unarmed { timer, deadline } => match live_timer(timer) {
-                Some(timer) => timer.0.clock.instant_at(*deadline),
-                None => Instant::now(),
-            },
-            Wait::Gone => Instant::now(),
+            Wait::Unarmed { timer, deadline } if !timer.is_stopped() => {
+                timer.0.clock.instant_at(*deadline)
+            }
+            Wait::Unarmed { .. } | Wait::Gone => Instant::now(),
         }
     }
 }
@@ -126,9 +109,8 @@ impl<F: Future> Future for Deadline<F> {
             return Poll::Ready(Ok(output));
         }
         let sleep = match this.wait.armed() {
-            Armed::Sleep(sleep) => sleep,
-            Armed::Passed => return Poll::Ready(Err(DeadlineError::Elapsed)),
-            Armed::Gone => return Poll::Ready(Err(DeadlineError::Timer(TimerError::Stopped))),
+            Ok(sleep) => sleep,
+            Err(e) => return Poll::Ready(Err(e)),
         };
         match Pin::new(sleep).poll(cx) {
             Poll::Pending => Poll::Pending,
@@ -186,11 +168,8 @@ impl TimerHandle {
     /// });
     /// ```
     pub fn timeout<F: IntoFuture>(&self, limit: Duration, future: F) -> Deadline<F::IntoFuture> {
-        deadline(
-            self,
-            self.0.clock.now().saturating_add(nanos(limit)),
-            future,
-        )
+        let at = self.0.clock.now().saturating_add(nanos(limit));
+        deadline(self, at, future)
     }
 
     /// `future` with a deadline at `deadline`: its output, or [`DeadlineError::Elapsed`]

@@ -43,7 +43,6 @@ impl<J: Stored> ManualDriver<J> {
     /// schedule the next step as a timeout.
     #[track_caller]
     pub fn advance(&self, by: Duration) {
-        self.refuse_reentry();
         let by = nanos(by);
         // From the time the advance finds under the worker's lock: two threads advancing at
         // once each move the clock by their own `by`.
@@ -56,14 +55,14 @@ impl<J: Stored> ManualDriver<J> {
     /// As [`advance`](ManualDriver::advance).
     #[track_caller]
     pub fn advance_to(&self, since_origin: Duration) {
-        self.refuse_reentry();
         let to = nanos(since_origin);
         self.advance_with(|_| to);
     }
 
-    /// Panics on the thread advancing the timer; another thread's advance is waited for.
+    /// Moves the clock to `to(now)` (never back) and runs a turn there. Panics on the thread
+    /// advancing the timer; another thread's advance is waited for.
     #[track_caller]
-    fn refuse_reentry(&self) {
+    fn advance_with(&self, to: impl FnOnce(u64) -> u64) {
         if self.shared.in_turn() {
             panic!(
                 "ManualDriver::advance called from user code that an advance of the same timer \
@@ -72,10 +71,6 @@ impl<J: Stored> ManualDriver<J> {
                  thread, or schedule the next step as a timeout"
             );
         }
-    }
-
-    /// Moves the clock to `to(now)` (never back) and runs a turn there.
-    fn advance_with(&self, to: impl FnOnce(u64) -> u64) {
         let clock = &self.shared.clock;
         let _ = clock.advance(to(clock.now()));
         let _ = self.shared.run_turn(clock.now(), false);

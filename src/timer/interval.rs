@@ -1,6 +1,5 @@
-//! An async interval on the wheel (tokio's `Interval`): [`Interval`], whose ticks are a [`Sleep`]
-//! re-armed at each next deadline (`periodic::next_due`, shared with the periodic tasks, but for
-//! `MissedRuns::Delay`, which follows tokio's). Uses those and the shared state's clock.
+//! An async interval on the wheel (tokio's `Interval`): [`Interval`], a [`Sleep`] re-armed at
+//! each next deadline (`periodic::next_due`, but for `MissedRuns::Delay`, which follows tokio's).
 
 use super::nanos;
 use super::periodic::next_due;
@@ -22,14 +21,12 @@ use std::time::{Duration, Instant};
 /// timer stops, `tick` completes with `Err(`[`TimerError::Stopped`]`)`.
 #[must_use = "an Interval does nothing unless its ticks are awaited"]
 pub struct Interval {
-    /// Armed at the next tick's deadline (at once for one before the clock's origin).
     sleep: Sleep,
     /// The next tick's deadline on the schedule's time: the clock's, plus `before_origin`.
     due: u64,
     /// How far before the clock's origin a schedule started by `interval_at` began (0 for one
     /// that began after it): the ticks keep `start + k * period` whenever `start` was.
     before_origin: u64,
-    /// As given: the schedule counts it in nanoseconds, saturating past 2^64 (584 years).
     period: Duration,
     missed: MissedRuns,
     /// The first tick of `interval()`: due at its first poll.
@@ -37,8 +34,7 @@ pub struct Interval {
 }
 
 impl Interval {
-    /// Starts at `start` nanoseconds since the clock's origin, or, with `before_origin`, that
-    /// far before it (`start` is then 0).
+    /// Starts at `start` nanoseconds since the clock's origin, or `before_origin` before it.
     fn new(timer: &TimerHandle, (start, before_origin): (u64, u64), period: Duration) -> Interval {
         assert!(
             !period.is_zero(),
@@ -91,8 +87,8 @@ impl Interval {
         }
         match Pin::new(&mut self.sleep).poll(cx) {
             Poll::Ready(Ok(())) => {}
-            // The clock has passed the deadline before the wheel's tick: due now. A tick that
-            // is due needs no timeout either, so a refusal at the limit does not hold it back.
+            // Due by the clock before the wheel's tick; a refusal at the limit does not hold
+            // back a tick that is due.
             Poll::Pending | Poll::Ready(Err(TimerError::TooManyPending { .. }))
                 if self.at_once || due <= self.now() => {}
             Poll::Pending => return Poll::Pending,
@@ -100,8 +96,7 @@ impl Interval {
         }
         self.at_once = false;
         let next = self.next_after(due);
-        // Armed first: a refusal whose wake-up panics unwinds with `due` kept, so that this
-        // tick is not lost.
+        // Armed first: a refusal whose wake-up panics unwinds with `due` kept.
         self.arm(next);
         self.due = next;
         let at = self.sleep.timer().0.clock.instant_at(due);
@@ -115,15 +110,14 @@ impl Interval {
         let period = nanos(self.period);
         let now = self.now();
         match self.missed {
-            // tokio's `Delay`: a tick taken late (past the tick of slack that every timeout may
-            // take) moves the schedule to count from now, whether or not a tick was missed.
+            // tokio's `Delay`: a tick taken more than a tick late moves the schedule to now.
             MissedRuns::Delay if now.saturating_sub(due) > tick => now.saturating_add(period),
             missed => next_due(due, period, missed, now, tick),
         }
     }
 
-    /// The clock's now on the schedule's time, short of `u64::MAX`: a saturated deadline (past
-    /// 584 years) never comes, as a timeout's does not, not even on a manual clock at its end.
+    /// The clock's now on the schedule's time, short of `u64::MAX`: a saturated deadline never
+    /// comes, as a timeout's does not.
     fn now(&self) -> u64 {
         let now = self.sleep.timer().0.clock.passed();
         now.saturating_add(self.before_origin).min(u64::MAX - 1)
@@ -162,7 +156,7 @@ impl Interval {
         self.missed
     }
 
-    /// Sets the policy for missed ticks.
+    /// Sets the policy for missed ticks (see [`MissedRuns`]).
     pub fn set_missed_runs(&mut self, missed: MissedRuns) {
         self.missed = missed;
     }
@@ -199,7 +193,6 @@ impl TimerHandle {
     /// assert!(start.elapsed() >= Duration::from_millis(10));
     /// ```
     pub fn interval(&self, period: Duration) -> Interval {
-        // The first tick is now, by `Instant`, and due at once.
         let mut interval = Interval::new(self, (self.0.clock.exact(), 0), period);
         interval.at_once = true;
         interval

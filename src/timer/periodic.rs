@@ -1,6 +1,5 @@
-//! Periodic tasks: [`PeriodicTimeout`], [`MissedRuns`] and `PeriodicRun`, the task that runs the
-//! user's task and reschedules it. Each run is an ordinary timeout on an absolute deadline, the
-//! next scheduled once the run returns: runs never overlap, and a task has one timeout pending.
+//! Periodic tasks: [`PeriodicTimeout`], [`MissedRuns`] and `PeriodicRun`. Each run is an ordinary
+//! timeout, the next scheduled once the run returns: runs never overlap.
 
 use super::nanos;
 use crate::engine::{At, BoxedTask, TimerHandle};
@@ -10,17 +9,14 @@ use std::fmt;
 use std::panic::AssertUnwindSafe;
 use std::time::Duration;
 
-/// What a fixed-rate task or an [`Interval`](crate::Interval) does about a late run or tick (the
-/// worker late, a run longer than a period, a task that polls late): tokio's
-/// `MissedTickBehavior`; Java's `scheduleAtFixedRate` is [`MissedRuns::Burst`].
+/// What a fixed-rate task or an [`Interval`](crate::Interval) does about a late run or tick:
+/// tokio's `MissedTickBehavior`; Java's `scheduleAtFixedRate` is [`MissedRuns::Burst`].
 ///
-/// Lateness of up to a tick, which every timeout may take, counts as on time (tokio allows
-/// 5 ms): a period of one tick runs on every tick under each policy. Past that, with a run or
-/// tick due at `due`, a period `period` and the timer's tick duration `tick`, the policy chooses
-/// the next at `now`: when a run returns, for a fixed-rate task
-/// ([`schedule_at_fixed_rate`](TimerHandle::schedule_at_fixed_rate)); when a poll takes a
-/// tick, for an `Interval`, as tokio's. A fixed-rate task whose `due + period` is later than
-/// `now - tick` has missed no run: that is its next under every policy.
+/// Lateness of up to a tick counts as on time (tokio allows 5 ms): a period of one tick runs on
+/// every tick under each policy. Past that, with a run or tick due at `due`, a period `period`
+/// and the timer's tick `tick`, the policy chooses the next at `now`: when a run returns (a
+/// fixed-rate task), or when a poll takes a tick (an `Interval`). A next `due + period` later
+/// than `now - tick` missed no run: it is the next under every policy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum MissedRuns {
@@ -42,8 +38,7 @@ pub enum MissedRuns {
 }
 
 /// The deadline after `due` on a fixed-rate schedule: `due + period` if still after
-/// `now - slack`, else what `missed` says. `slack` is the lateness that misses no run: a run
-/// that fires a tick after its deadline (one on a tick's boundary waits for the next) is on time.
+/// `now - slack` (`slack`: the lateness that misses no run), else what `missed` says.
 pub(super) fn next_due(due: u64, period: u64, missed: MissedRuns, now: u64, slack: u64) -> u64 {
     let on_time = due.saturating_add(period);
     let horizon = now.saturating_sub(slack);
@@ -66,8 +61,7 @@ enum Schedule {
 }
 
 impl Schedule {
-    /// The next run's deadline, after a run due at `due` that ended at `now`, on a timer whose
-    /// tick is `tick` nanoseconds.
+    /// The next run's deadline, after a run due at `due` that ended at `now`.
     fn next_after(self, due: u64, now: u64, tick: u64) -> u64 {
         match self {
             Schedule::Delay { delay } => now.saturating_add(delay),
@@ -78,10 +72,10 @@ impl Schedule {
 
 /// The handle on a periodic task: cancels every future run.
 ///
-/// Clones refer to the same task, which receives one and can cancel its own schedule. Dropping the
-/// handle does not cancel the task. A run that panics ends the schedule, as in Java; `stop()`
-/// returns the pending run's [`Timeout`]. Made by [`TimerHandle::schedule_at_fixed_rate`] (which
-/// has an example) and [`TimerHandle::schedule_with_fixed_delay`].
+/// Clones refer to the same task, which receives one. Dropping the handle does not cancel the
+/// task. A run that panics ends the schedule, as in Java; `stop()` returns the pending run's
+/// [`Timeout`]. Made by [`TimerHandle::schedule_at_fixed_rate`] (which has an example) and
+/// [`TimerHandle::schedule_with_fixed_delay`].
 #[derive(Clone)]
 pub struct PeriodicTimeout {
     inner: Arc<Periodic>,
@@ -109,17 +103,15 @@ impl Periodic {
         true
     }
 
-    /// Ends the schedule without a cancel (a run that panicked, or dropped unrun): it says so,
-    /// as a refused successor's `store` does.
+    /// Ends the schedule without a cancel (a run that panicked, or dropped unrun).
     fn end(&self) {
         let _current = lock(&self.current);
         // Relaxed: under the lock (see `Periodic::current`).
         self.cancelled.store(true, Ordering::Relaxed);
     }
 
-    /// Stores the timeout of run `nth` (`None`: refused, which ends the schedule as a cancel
-    /// does), or cancels it if the task was cancelled first. Run `nth` may have run already (on
-    /// an executor) and stored its successor's: that one is kept.
+    /// Stores the timeout of run `nth` (`None`: refused, which ends the schedule), or cancels it
+    /// if the task was cancelled first. A successor's stored already (on an executor) is kept.
     fn store(&self, nth: u64, timeout: Option<Timeout>) {
         let mut current = lock(&self.current);
         // Relaxed: under the lock (see `Periodic::current`).
@@ -189,18 +181,15 @@ struct PeriodicRun<F> {
     task: F,
     /// This run's deadline, nanoseconds since the timer's origin.
     due: u64,
-    /// This run's number: the first is 1.
     nth: u64,
     schedule: Schedule,
 }
 
-/// A run's schedule, ended when the run is dropped unrun: cancelled (the schedule ended
-/// already), refused, returned by `stop()`, or dropped by the executor. Whoever drops a task
-/// that will not run does not know it is a periodic one.
+/// A run's schedule, ended when the run is dropped unrun (cancelled, refused, returned by
+/// `stop()`, or dropped by the executor).
 struct EndsUnlessRun(Option<PeriodicTimeout>);
 
 impl EndsUnlessRun {
-    /// The schedule, for the run that goes on with it.
     fn run(mut self) -> PeriodicTimeout {
         self.0.take().expect("a run's schedule, taken once")
     }
@@ -247,8 +236,8 @@ where
     }
 }
 
-/// Schedules run `nth` and stores its timeout. A refusal (the timer stopped, or the pending
-/// limit: logged) stores `None`, which ends the schedule.
+/// Schedules run `nth` and stores its timeout; a refusal (at the pending limit: logged) ends
+/// the schedule.
 fn schedule_next<F>(periodic: &PeriodicTimeout, task: F, due: u64, nth: u64, schedule: Schedule)
 where
     F: FnMut(&PeriodicTimeout) + Send + 'static,
@@ -286,7 +275,6 @@ where
         nth,
         schedule,
     };
-    // As `new_timeout`, due at `due` (nanoseconds since the timer's origin).
     let shared = &periodic.inner.timer.0;
     let at = At {
         deadline: due,
@@ -327,13 +315,11 @@ where
 impl TimerHandle {
     /// Runs `task` first after `initial_delay`, then every `period` on deadlines fixed from
     /// the first (no drift), as Java's `scheduleAtFixedRate`, with a policy for missed runs
-    /// ([`MissedRuns`]). Runs never overlap: the next is scheduled when one returns, so
-    /// `pending_timeouts()` counts the task once.
+    /// ([`MissedRuns`]). Runs never overlap: `pending_timeouts()` counts the task once.
     ///
     /// # Errors
-    /// As [`TimerHandle::new_timeout`], for the first run. A later refusal (the
-    /// timer stopped, or at its pending limit, which is logged) ends the schedule:
-    /// [`PeriodicTimeout::is_cancelled`] then returns true.
+    /// As [`TimerHandle::new_timeout`], for the first run. A later refusal (the timer stopped,
+    /// or at its pending limit, logged) ends the schedule: [`PeriodicTimeout::is_cancelled`].
     ///
     /// # Panics
     /// If `period` is zero.

@@ -1,8 +1,6 @@
 //! A future on the wheel: [`Sleep`], and the timer's `sleep` and `sleep_until`. A `Sleep`'s
-//! timeout is a future's slot: the slot keeps the waker of the task that polls it, and whoever
-//! ends the slot (the worker's expiry, `stop()`) takes the waker out and wakes it. Nothing is
-//! allocated per sleep. The timeout's state says how it ended. `Deadline`, `Interval` and the
-//! adapters build on it.
+//! timeout is a future's slot, which keeps the polling task's waker for whoever ends the slot
+//! (the worker's expiry, `stop()`): nothing is allocated per sleep.
 
 use super::nanos;
 use crate::engine::{At, BoxedTask, Kind, TimerHandle};
@@ -39,11 +37,9 @@ pub struct Sleep {
     armed: Result<Timeout, TimerError>,
     /// Nanoseconds since the timer's origin.
     deadline: u64,
-    /// The deadline of the armed timeout: before `deadline` after `extend_or_reset` moved it
-    /// later, which schedules nothing; the poll after the expiry arms the rest.
+    /// The deadline of the armed timeout: before `deadline` once `extend_or_reset` moved it.
     armed_for: u64,
-    /// A `DelayQueue`'s wake-up: each of its timeouts passes a pending limit, since the queue
-    /// could report a refusal only by polling again at once.
+    /// A `DelayQueue`'s wake-up, whose timeouts pass a pending limit.
     exempt: bool,
     /// A poll stored a waker in the armed slot: the next compares it with its own.
     kept: bool,
@@ -52,8 +48,7 @@ pub struct Sleep {
 impl Sleep {
     /// A sleep until `deadline` (ns since the origin), armed now.
     pub(crate) fn at(timer: &TimerHandle, deadline: u64, exempt: bool) -> Sleep {
-        let now = timer.0.clock.now();
-        Sleep::new(timer.clone(), deadline, now, exempt)
+        Sleep::new(timer.clone(), deadline, timer.0.clock.now(), exempt)
     }
 
     /// A sleep until `deadline`, armed now, `now` the clock's reading.
@@ -68,8 +63,7 @@ impl Sleep {
         }
     }
 
-    /// Whether the timer refused this sleep's timeout at its pending limit: a refusal that a
-    /// later arm may not meet.
+    /// Whether the timer refused this sleep's timeout at its pending limit.
     pub(super) fn refused_at_limit(&self) -> bool {
         matches!(&self.armed, Err(TimerError::TooManyPending { .. }))
     }
@@ -80,8 +74,7 @@ impl Sleep {
     }
 
     /// When the sleep is due: as made, or by the last [`reset`](Sleep::reset). On a manual clock,
-    /// an `Instant` counted from the call. A deadline past 2^64 ns (584 years) after the timer's
-    /// start, which never fires, reads as that far.
+    /// an `Instant` counted from the call.
     pub fn deadline(&self) -> Instant {
         self.timer.0.clock.instant_at(self.deadline)
     }
@@ -93,9 +86,8 @@ impl Sleep {
     }
 
     /// Moves the deadline to `deadline` (earlier or later), whether or not the sleep had completed;
-    /// a waiting task is woken at the new one, and no waker is cloned. For idle detection: reset
-    /// on every message. On a stopped timer the sleep completes with the error; at a pending
-    /// limit, see [`Sleep`].
+    /// a waiting task is woken at the new one. For idle detection: reset on every message. On a
+    /// stopped timer the sleep completes with the error; at a pending limit, see [`Sleep`].
     ///
     /// # Panics
     /// If the timer refuses the new timeout and the waiting task's waker panics as it is woken
@@ -111,9 +103,13 @@ impl Sleep {
     /// futures::executor::block_on(&mut idle).unwrap();
     /// ```
     pub fn reset(&mut self, deadline: Instant) {
+        self.rearm(self.not_past(deadline));
+    }
+
+    /// `deadline` in nanoseconds since the origin, now if it has passed.
+    fn not_past(&self, deadline: Instant) -> u64 {
         let clock = &self.timer.0.clock;
-        let deadline = clock.nanos_at(deadline).max(clock.now());
-        self.rearm(deadline);
+        clock.nanos_at(deadline).max(clock.now())
     }
 
     /// [`reset`](Sleep::reset) to `delay` from now, on the timer's own clock (cheaper than
@@ -126,12 +122,10 @@ impl Sleep {
     }
 
     /// A reset for a caller that takes spurious wake-ups (hyper): a later deadline while the armed
-    /// timeout is pending only moves `deadline`, and the poll after its expiry arms the rest. A
-    /// timeout pushed back on every request touches the wheel once per period, not per reset.
+    /// timeout is pending only moves `deadline`, and the poll after its expiry arms the rest.
     #[cfg_attr(not(feature = "hyper"), allow(dead_code))]
     pub(crate) fn extend_or_reset(&mut self, deadline: Instant) {
-        let clock = &self.timer.0.clock;
-        let deadline = clock.nanos_at(deadline).max(clock.now());
+        let deadline = self.not_past(deadline);
         let pending = matches!(&self.armed, Ok(t) if !t.has_ended());
         if pending && deadline >= self.armed_for {
             self.deadline = deadline;
@@ -157,8 +151,7 @@ impl Sleep {
         self.armed_for = deadline;
         let Some(waker) = waker else { return };
         match &self.armed {
-            // The waiting task moves to the new slot (no clone); if that one ended already,
-            // it is woken now.
+            // The waiting task moves to the new slot; woken now if that one ended already.
             Ok(new) => {
                 new.put_waker(waker);
                 self.kept = true;
