@@ -1,6 +1,5 @@
-//! Deadlines in: `insert`, `insert_at`, `reset` and `reset_at` place items in the wheel under
-//! their slot ids, never early (ground rules in `mod.rs`), and wake or re-arm for an item due
-//! sooner. Touches the slots, the wheel, the clock and `Sleep`.
+//! Deadlines in: `insert`, `insert_at`, `reset` and `reset_at` place items in the wheel, and
+//! wake or re-arm for an item due sooner (ground rules in `mod.rs`).
 
 use super::{DelayQueue, Item, Key, Slot};
 use std::time::{Duration, Instant};
@@ -41,9 +40,8 @@ impl<T> DelayQueue<T> {
         self.timer.0.clock.now().saturating_add(timeout)
     }
 
-    /// `when` on the timer's clock. A manual clock reads an `Instant` against the real now,
-    /// which stands still for it: one in the past is its now, so that items due at once come
-    /// back in the order they were placed, whenever the real time of each call was.
+    /// `when` on the timer's clock. On a manual clock, a past `when` is its now, so that items
+    /// due at once come back in the order they were placed.
     fn nanos_at(&self, when: Instant) -> u64 {
         let clock = &self.timer.0.clock;
         let deadline = clock.nanos_at(when);
@@ -105,7 +103,6 @@ impl<T> DelayQueue<T> {
 
     #[track_caller]
     fn reset_nanos(&mut self, key: &Key, deadline: u64) {
-        // An expired item goes back into the wheel, leaving its place in `ready` empty.
         let Some(Item { value, .. }) = self.take_item(key) else {
             panic!("DelayQueue::reset: the key names no item");
         };
@@ -118,15 +115,13 @@ impl<T> DelayQueue<T> {
     #[inline]
     fn wake_for(&mut self, deadline: u64) {
         if self.sleep.is_none() {
-            // Nothing armed: a waiting task (one that saw the queue empty) polls to arm it,
-            // whatever the deadline; with none, the next poll looks at the wheel.
+            // Nothing armed: a waiting task (one that saw the queue empty) polls to arm it.
             if self.waker.is_some() {
                 self.wake_waiting();
             }
             return;
         }
-        // Common case, no division or clock read: the item lies past the armed tick's end,
-        // whose `Sleep` wakes us.
+        // Common case, no division or clock read: the item lies past the armed tick's end.
         let armed_end = self.armed.saturating_add(1).saturating_mul(self.tick_nanos);
         if deadline >= armed_end {
             return;
@@ -137,7 +132,6 @@ impl<T> DelayQueue<T> {
     /// [`wake_for`](DelayQueue::wake_for) an item that may be due, or fires by the armed tick.
     #[cold]
     fn wake_sooner(&mut self, deadline: u64) {
-        // The item is due: the waiting task looks at the wheel on its next poll.
         if deadline <= self.timer.0.clock.passed() {
             self.wake_waiting();
             return;

@@ -1,20 +1,17 @@
 //! tokio-util's `DelayQueue` on this crate's wheel. Owns [`DelayQueue`], [`Key`], [`Expired`]:
 //! each item under a slot id of the queue's own (`slots.rs`), waiting in a private
-//! `engine::wheel::Wheel` that keeps its value and deadline under that id, or expired in `ready`;
-//! driven on the owner's task (`insert.rs`, `poll.rs`), and one [`Sleep`] on the timer that
-//! wakes the polling task. Touches the wheel, the timer's clock and tick, `Sleep`.
+//! `engine::wheel::Wheel` under that id, or expired in `ready`; driven on the owner's task
+//! (`insert.rs`, `poll.rs`), and one [`Sleep`] on the timer that wakes the polling task.
 //!
 //! # Ground rules
 //! - The wheel ticks on the timer's grid: a `Sleep` armed for the start of tick `t` completes
 //!   once the worker has passed the end of `t`. It is armed for the wheel's next tick with work
-//!   (`Wheel::next_work`), so each wake-up finds work, if not always an item (a bucket holding
-//!   only the next round's items is looked at a round early).
+//!   (`Wheel::next_work`), so each wake-up finds work, if not always an item.
 //! - Every tick before the wheel's has been processed; inserts go in at the wheel's tick.
 //! - A key is a slot id and a stamp, a 32-bit count of inserts from the queue's own offset
 //!   (`first_stamp`): a dead key names no later value, within the limits [`Key`] gives.
-//! - Whatever empties the queue or makes an item due at once wakes the waiting task, as an
-//!   insert into an empty queue wakes the task that saw it empty; a move to an earlier fire
-//!   tick re-arms the `Sleep`.
+//! - Whatever empties the queue or makes an item due at once wakes the waiting task; a move to
+//!   an earlier fire tick re-arms the `Sleep`.
 //! - Never early: inserts read the timer's clock, which rounds up, and the wheel gives up an
 //!   item only once the clock has reached its deadline.
 
@@ -54,10 +51,9 @@ const UNARMED: u64 = u64::MAX;
 /// - **Any `Duration`** is accepted: one past 64-bit nanoseconds (584 years) never fires.
 /// - **Empty:** `poll_expired` returns `Ready(None)`, and the next insert wakes the task that
 ///   saw it (as tokio-util's); `remove` or `clear` emptying the queue wakes the waiting task.
-/// - **The timer runs while the queue exists**; the last user (the queue, another adapter, the
-///   owner) stops it when it goes. Once the timer is stopped (`stop()`), `poll_expired` returns
-///   what is due, then panics while items wait (as tokio-util's on a runtime that has shut
-///   down); an empty queue returns `Ready(None)`.
+/// - **The timer runs while the queue exists**. Once it is stopped (`stop()`), `poll_expired`
+///   returns what is due, then panics while items wait (as tokio-util's on a runtime that has
+///   shut down).
 /// - **Methods** are tokio-util's, but the queue is built with `DelayQueue::new(timer.handle())`,
 ///   not in a runtime, and [`shrink_to_fit`](DelayQueue::shrink_to_fit) stands for `compact`.
 ///
@@ -88,7 +84,7 @@ pub struct DelayQueue<T> {
     wheel: Wheel<Item<T>>,
     tick_nanos: u64,
     /// Expired items in yield order, `None` where one left before its turn; never `None` at
-    /// the front ([`DelayQueue::drop_stale_front`]), so `peek` needs no walk.
+    /// the front ([`DelayQueue::drop_stale_front`]).
     ready: VecDeque<Option<(Key, Item<T>)>>,
     /// The place in yield order of the front of `ready` (a count that wraps).
     ready_base: u32,
@@ -100,11 +96,9 @@ pub struct DelayQueue<T> {
     timer: KeepAlive,
 }
 
-/// Where the next queue's stamps start.
 static NEXT_FIRST_STAMP: process::AtomicUsize = process::AtomicUsize::new(0);
 
-/// A new queue's first stamp: successive queues start 2^32 / the golden ratio apart, so that
-/// their counts stay far from each other's.
+/// A new queue's first stamp: successive queues start 2^32 / the golden ratio apart.
 fn first_stamp() -> u32 {
     // Relaxed: a spread of values, in no protocol.
     NEXT_FIRST_STAMP.fetch_add(0x9E37_79B9, Ordering::Relaxed) as u32
@@ -116,7 +110,7 @@ struct Item<T> {
     deadline: u64,
 }
 
-/// Panics if a queue is asked to hold room for more items than any queue can hold.
+/// Panics if `items` is more than a queue holds.
 #[track_caller]
 fn check_capacity(items: usize) {
     assert!(
@@ -126,7 +120,7 @@ fn check_capacity(items: usize) {
 }
 
 impl<T> DelayQueue<T> {
-    /// An empty queue on `timer`'s clock, woken by that timer, which it keeps running.
+    /// An empty queue on `timer`'s clock, which it keeps running.
     ///
     /// # Panics
     /// If the timer is stopped (its owner dropped with no adapter left on it, or `stop()`).
@@ -177,9 +171,8 @@ impl<T> DelayQueue<T> {
 impl<T> Unpin for DelayQueue<T> {}
 
 impl<T> Drop for DelayQueue<T> {
-    /// The wakers go first, their panics caught and counted: the values' drops come after,
-    /// and a waker's drop that panicked while a value's panic unwinds would abort the process.
-    /// Every value is dropped; the first panic of their drops then goes on.
+    /// The wakers go first, their panics caught and counted (a panic while a value's panic
+    /// unwinds would abort); every value is dropped, and the first panic of theirs goes on.
     fn drop(&mut self) {
         let (sleep, waker) = (self.sleep.take(), self.waker.take());
         self.drop_waker_caught(sleep);
@@ -201,11 +194,10 @@ impl<T> fmt::Debug for DelayQueue<T> {
     }
 }
 
-/// Names a value in a [`DelayQueue`] until it is removed or yielded, and then no other
-/// ([`DelayQueue::try_remove`] returns `None`). A key holds a 32-bit count of the queue's
-/// inserts: one kept across exactly 2^32 later inserts may name the value that took its slot.
-/// Each queue counts from its own offset, so a key used on another queue names nothing there
-/// unless the two counts have met.
+/// Names a value in a [`DelayQueue`] until it is removed or yielded, and then no other. A key
+/// holds a 32-bit count of the queue's inserts: one kept across exactly 2^32 later inserts may
+/// name the value that took its slot. A key used on another queue names nothing there unless
+/// the two queues' counts (each from its own offset) have met.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Key {
     index: u32,

@@ -1,5 +1,5 @@
 //! Expiry and polling: `peek`, `poll_expired`, the `Stream`, due items moved to `ready` in
-//! deadline order, and the waking `Sleep`. Touches the slots, the wheel, the clock and `Sleep`.
+//! deadline order, and the waking `Sleep`.
 
 use super::{DelayQueue, Expired, Item, Key, Slot, UNARMED};
 use crate::engine::catch_user_panic;
@@ -60,8 +60,7 @@ impl<T> DelayQueue<T> {
                 // Tick `tick` has ended on the timer's clock: look at the wheel again.
                 Poll::Ready(Ok(())) => continue,
                 Poll::Ready(Err(TimerError::Stopped)) => {
-                    // Nothing will wake the queue again; what was due has been yielded. Ending
-                    // the stream here would drop the waiting items silently.
+                    // Ending the stream here would drop the waiting items silently.
                     crate::adapters::stopped("DelayQueue", "cannot expire the items it holds");
                 }
                 Poll::Ready(Err(_)) => {
@@ -93,7 +92,6 @@ impl<T> DelayQueue<T> {
             return;
         }
         let deadline = tick.saturating_mul(self.tick_nanos);
-        // Exempt from a pending limit: refused, the queue could only poll again at once.
         match self.sleep.as_mut() {
             // A refused re-arm wakes the waiting task: user code, whose panic is counted.
             Some(sleep) => {
@@ -112,7 +110,7 @@ impl<T> DelayQueue<T> {
     fn expire_due(&mut self) -> bool {
         let now = self.timer.0.clock.passed();
         let now_tick = now / self.tick_nanos;
-        // Ticks come in order, each in insertion order: sorted unless a tick's went in unsorted.
+        // Sorted unless a tick's items went in unsorted.
         let start = self.ready.len();
         let mut last = 0;
         let mut sorted = true;
@@ -139,13 +137,11 @@ impl<T> DelayQueue<T> {
             self.wheel.advance_to(now_tick);
         }
         if !sorted {
-            // Stable: equal deadlines keep insertion order (they share a tick, unless the
-            // later went in past it, on a later tick).
+            // Stable: equal deadlines keep insertion order.
             self.ready.make_contiguous()[start..]
                 .sort_by_key(|entry| entry.as_ref().map(|(_, item)| item.deadline));
         }
         self.mark_ready_from(start);
-        // Only this poll pushes to `ready` meanwhile: whatever it holds past `start` moved.
         self.ready.len() > start
     }
 

@@ -1,5 +1,5 @@
 //! The queue's slot ids, with the stamps that keep a key from naming a later value: [`Slot`],
-//! lookup, removal, emptying, memory. Touches the wheel and the clock.
+//! lookup, removal, emptying, memory.
 
 use super::{check_capacity, DelayQueue, Expired, Item, Key, MAX_ITEMS, UNARMED};
 use crate::engine::{catch_user_panic, drop_caught};
@@ -16,8 +16,7 @@ pub(super) enum Slot {
 }
 
 impl<T> DelayQueue<T> {
-    /// A slot id for `slot`: the last freed, or a new one. Panics, before anything changes,
-    /// when the queue holds as many items as it can.
+    /// A slot id for `slot`: the last freed, or a new one. Panics when the queue is full.
     #[inline]
     #[track_caller]
     pub(super) fn take_id(&mut self, slot: Slot) -> u32 {
@@ -88,8 +87,7 @@ impl<T> DelayQueue<T> {
         Some(self.taken_out(*key, item))
     }
 
-    /// An item out of the queue, as returned: its id freed, and the queue emptied first if it
-    /// was the last.
+    /// An item out of the queue, as returned: its id freed, the queue emptied if it was the last.
     #[inline]
     pub(super) fn taken_out(&mut self, key: Key, item: Item<T>) -> Expired<T> {
         self.slots[key.index as usize] = Slot::Free;
@@ -114,8 +112,7 @@ impl<T> DelayQueue<T> {
     }
 
     /// Emptied: drops the `Sleep`, restarts the slot ids at 0 (stamps keep keys apart), wakes
-    /// the task; the wheel keeps its pages until [`shrink_to_fit`](DelayQueue::shrink_to_fit).
-    /// Cold, so that `taken_out` inlines (`docs/performance.md`, "`DelayQueue::emptied` cold").
+    /// the task. Cold, so that `taken_out` inlines (`docs/performance.md`).
     #[cold]
     pub(super) fn emptied(&mut self) {
         let sleep = self.sleep.take();
@@ -127,8 +124,7 @@ impl<T> DelayQueue<T> {
         self.wake_waiting();
     }
 
-    /// Wakes the task waiting on the queue, if any; a waker's panic is counted and logged, as
-    /// the timer's own wakers' are (the queue's caller is not the waker's owner).
+    /// Wakes the task waiting on the queue, if any; a waker's panic is counted and logged.
     pub(super) fn wake_waiting(&mut self) {
         if let Some(waker) = self.waker.take() {
             let woken = catch_user_panic(|| waker.wake());
@@ -137,15 +133,14 @@ impl<T> DelayQueue<T> {
         }
     }
 
-    /// Drops what holds the waiting task's waker (the `Sleep`, or the waker itself), counting
-    /// a panic of the waker's drop as `wake_waiting` counts its wake's.
+    /// Drops what holds the waiting task's waker (the `Sleep`, or the waker), a panic counted.
     pub(super) fn drop_waker_caught<W>(&self, holder: W) {
         let counters = &self.timer.0.counters;
         counters.caught(drop_caught(holder), "a DelayQueue's waker");
     }
 
     /// Drops every value, each under its own catch (two panics in one unwind would abort),
-    /// leaving the wheel and `ready` empty; returns the first panic for the caller to go on with.
+    /// leaving the wheel and `ready` empty; returns the first panic.
     pub(super) fn drop_values(&mut self) -> std::thread::Result<()> {
         let mut first = Ok(());
         let mut drop_one = |item: Item<T>| {
@@ -229,7 +224,7 @@ impl<T> DelayQueue<T> {
         let used = self.slots.iter().rposition(|s| *s != Slot::Free);
         self.slots.truncate(used.map_or(0, |last| last + 1));
         self.slots.shrink_to_fit();
-        // Free ids below the last used one, the lowest taken first.
+        // The lowest free id taken first.
         let slots = &self.slots;
         self.free.clear();
         self.free.extend(
