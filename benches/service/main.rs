@@ -20,8 +20,8 @@
 //! A/B rounds and summarizes them; `benches/service/README.md` says what each field means.
 //!
 //! ```text
-//! cargo bench --bench service --all-features -- --stack wheel --connections 64 --duration 10
-//! cargo bench --bench service --all-features -- --stack tokio --slow-clients 2000
+//! cargo bench --bench service --features hyper,tower,stream -- --stack wheel --connections 64 --duration 10
+//! cargo bench --bench service --features hyper,tower,stream -- --stack tokio --slow-clients 2000
 //! ```
 
 use bytes::Bytes;

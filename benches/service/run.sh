@@ -46,7 +46,7 @@ if [ "$limit" != unlimited ] && [ "$limit" -lt "$need" ]; then
 fi
 
 echo "building the bench (release)..." >&2
-bin=$(cargo bench --no-run --all-features --bench service --message-format=json |
+bin=$(cargo bench --no-run --features hyper,tower,stream --bench service --message-format=json |
   grep '"reason":"compiler-artifact"' | grep '"name":"service"' | grep '"kind":\["bench"\]' |
   sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -n 1)
 if [ -z "$bin" ] || [ ! -x "$bin" ]; then
