@@ -1,5 +1,4 @@
-//! A deadline around any future (tokio's `Timeout`): [`Deadline`], and the timer's `timeout` and
-//! `timeout_at`. The deadline's [`Sleep`] is made at the inner future's first pending poll.
+//! A deadline around any future (tokio's `Timeout`): [`Deadline`], `timeout` and `timeout_at`.
 
 use super::nanos;
 use super::sleep::Sleep;
@@ -16,14 +15,12 @@ pin_project_lite::pin_project! {
     /// first (tokio's `Timeout`, named apart from the [`Timeout`](crate::Timeout) handle).
     ///
     /// Made by [`TimerHandle::timeout`] and [`TimerHandle::timeout_at`]. As with tokio, the
-    /// deadline is fixed when the `Deadline` is made and never moves: a future first polled
-    /// after its deadline completes with `Elapsed` at once unless it is ready. The error never
-    /// comes before the deadline, at most about a tick after.
+    /// deadline is fixed when the `Deadline` is made: a future first polled after it completes
+    /// with `Elapsed` at once unless it is ready. Never early, at most about a tick late.
     ///
     /// Each poll polls the inner future first. **Nothing is scheduled until the inner future is
-    /// pending**: a future ready at its first poll never reaches the timer. Then the deadline is
-    /// a [`Sleep`]: dropping the `Deadline` cancels it; a timer stopped, dropped or at its
-    /// pending limit completes it with [`DeadlineError::Timer`].
+    /// pending**; then the deadline is a [`Sleep`]: a timer stopped, dropped or at its pending
+    /// limit completes it with [`DeadlineError::Timer`].
     #[must_use = "a Deadline does nothing unless awaited"]
     pub struct Deadline<F> {
         #[pin]
@@ -86,9 +83,8 @@ impl<F> Deadline<F> {
         self.future
     }
 
-    /// When the deadline is, fixed when the `Deadline` was made ([`Sleep::deadline`] once
-    /// scheduled); if the timer was stopped or dropped before the inner future was first
-    /// pending, now (the next poll completes it).
+    /// When the deadline is, fixed when the `Deadline` was made; now if the timer was stopped or
+    /// dropped before the inner future was first pending (the next poll completes it).
     pub fn deadline(&self) -> Instant {
         match &self.wait {
             Wait::Armed(sleep) => sleep.deadline(),
@@ -172,8 +168,7 @@ impl TimerHandle {
         deadline(self, at, future)
     }
 
-    /// `future` with a deadline at `deadline`: its output, or [`DeadlineError::Elapsed`]
-    /// (see [`Deadline`]).
+    /// `future` with a deadline at `deadline` (see [`Deadline`]).
     pub fn timeout_at<F: IntoFuture>(
         &self,
         deadline: Instant,

@@ -1,5 +1,4 @@
-//! The manual driver: [`ManualDriver`] runs a timer's turns on the caller's thread, on a clock
-//! moved by hand.
+//! [`ManualDriver`]: a timer's turns on the caller's thread, on a clock moved by hand.
 
 use super::nanos;
 use crate::engine::{BoxedTask, Shared, Stored};
@@ -10,10 +9,8 @@ use std::time::Duration;
 /// Drives a timer built with [`Builder::build_manual`](crate::Builder::build_manual) (which has an
 /// example): moves its clock and runs due work on the calling thread. Clones drive the same timer.
 ///
-/// Each advance runs every tick whose end it passes, in Netty's order (cancellations, queued
-/// timeouts, the bucket). A task cannot advance its own timer (see
-/// [`advance`](ManualDriver::advance)); [`now`](ManualDriver::now) and
-/// [`current_tick`](ManualDriver::current_tick) work anywhere.
+/// Each advance runs every tick whose end it passes, in Netty's order. A task cannot advance its
+/// own timer (see [`advance`](ManualDriver::advance)).
 pub struct ManualDriver<J: Stored = BoxedTask> {
     shared: Arc<Shared<J>>,
 }
@@ -38,9 +35,8 @@ impl<J: Stored> ManualDriver<J> {
     ///
     /// # Panics
     /// From user code that an advance of this timer runs (a task, a task's `Drop`, a waker, the
-    /// executor), on its thread: the advance under way holds the worker, so this one would wait
-    /// for itself. The panic is caught there as any other; advance from the driving thread, or
-    /// schedule the next step as a timeout.
+    /// executor), on its thread: the advance under way holds the worker. The panic is caught
+    /// there as any other.
     #[track_caller]
     pub fn advance(&self, by: Duration) {
         let by = nanos(by);

@@ -24,18 +24,22 @@ pub struct Interval {
     sleep: Sleep,
     /// The next tick's deadline on the schedule's time: the clock's, plus `before_origin`.
     due: u64,
-    /// How far before the clock's origin a schedule started by `interval_at` began (0 for one
-    /// that began after it): the ticks keep `start + k * period` whenever `start` was.
+    /// How far before the clock's origin a schedule started by `interval_at` began (else 0).
     before_origin: u64,
     period: Duration,
     missed: MissedRuns,
-    /// The first tick of `interval()`: due at its first poll.
     at_once: bool,
 }
 
 impl Interval {
-    /// Starts at `start` nanoseconds since the clock's origin, or `before_origin` before it.
-    fn new(timer: &TimerHandle, (start, before_origin): (u64, u64), period: Duration) -> Interval {
+    /// Starts at `start` nanoseconds since the clock's origin, or `before_origin` before it;
+    /// `at_once`: the first tick is due at the first poll.
+    fn new(
+        timer: &TimerHandle,
+        (start, before_origin): (u64, u64),
+        period: Duration,
+        at_once: bool,
+    ) -> Interval {
         assert!(
             !period.is_zero(),
             "the period of an interval must not be zero"
@@ -46,7 +50,7 @@ impl Interval {
             before_origin,
             period,
             missed: MissedRuns::Burst,
-            at_once: false,
+            at_once,
         }
     }
 
@@ -68,9 +72,8 @@ impl Interval {
     ///
     /// # Errors
     /// [`TimerError::Stopped`] once the timer has stopped; [`TimerError::TooManyPending`] if the
-    /// timer refuses a tick not yet due at its pending limit (the next call tries to arm it
-    /// again, and the schedule keeps its deadlines). A tick already due, the first included,
-    /// completes though the limit is full: it needs no timeout.
+    /// timer refuses a tick not yet due at its pending limit (the next call tries again). A tick
+    /// already due completes though the limit is full: it needs no timeout.
     pub async fn tick(&mut self) -> Result<Instant, TimerError> {
         poll_fn(|cx| self.poll_tick(cx)).await
     }
@@ -116,8 +119,8 @@ impl Interval {
         }
     }
 
-    /// The clock's now on the schedule's time, short of `u64::MAX`: a saturated deadline never
-    /// comes, as a timeout's does not.
+    /// The clock's now on the schedule's time, short of `u64::MAX` (a saturated deadline never
+    /// comes).
     fn now(&self) -> u64 {
         let now = self.sleep.timer().0.clock.passed();
         now.saturating_add(self.before_origin).min(u64::MAX - 1)
@@ -132,8 +135,7 @@ impl Interval {
     /// Starts the schedule again: the next tick a period from now.
     ///
     /// # Panics
-    /// As [`Sleep::reset`]: with the panic of the waiting task's waker, woken as the timer
-    /// refuses the next tick's timeout; the next tick is a period from now all the same.
+    /// As [`Sleep::reset`]; the next tick is a period from now all the same.
     pub fn reset(&mut self) {
         let now = self.sleep.timer().0.clock.now();
         let due = now
@@ -150,8 +152,7 @@ impl Interval {
         self.period
     }
 
-    /// What a tick taken late does to the schedule (see [`MissedRuns`]): [`MissedRuns::Burst`]
-    /// unless [`set_missed_runs`](Interval::set_missed_runs) changed it.
+    /// What a tick taken late does to the schedule ([`MissedRuns::Burst`] by default).
     pub fn missed_runs(&self) -> MissedRuns {
         self.missed
     }
@@ -193,9 +194,7 @@ impl TimerHandle {
     /// assert!(start.elapsed() >= Duration::from_millis(10));
     /// ```
     pub fn interval(&self, period: Duration) -> Interval {
-        let mut interval = Interval::new(self, (self.0.clock.exact(), 0), period);
-        interval.at_once = true;
-        interval
+        Interval::new(self, (self.0.clock.exact(), 0), period, true)
     }
 
     /// Ticks every `period`, the first at `start` (see [`Interval`]).
@@ -203,6 +202,6 @@ impl TimerHandle {
     /// # Panics
     /// If `period` is zero.
     pub fn interval_at(&self, start: Instant, period: Duration) -> Interval {
-        Interval::new(self, self.0.clock.nanos_or_before(start), period)
+        Interval::new(self, self.0.clock.nanos_or_before(start), period, false)
     }
 }

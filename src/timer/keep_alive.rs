@@ -1,8 +1,7 @@
-//! `KeepAlive`: a handle that keeps the timer running, for the adapters (hyper, tower, the
-//! `DelayQueue`) and the futures they hand out. The owner's drop stops the timer only once none
-//! remains; the last one stops it.
+//! `KeepAlive`: a handle that keeps the timer running, for the adapters and their futures.
 
 use crate::engine::TimerHandle;
+use crate::sync::Ordering;
 use crate::TimerError;
 
 /// A [`TimerHandle`] counted among the timer's users (as the owner is).
@@ -29,10 +28,7 @@ impl std::ops::Deref for KeepAlive {
 impl Clone for KeepAlive {
     fn clone(&self) -> Self {
         // Relaxed: this user holds the count above zero.
-        self.handle
-            .0
-            .users
-            .fetch_add(1, crate::sync::Ordering::Relaxed);
+        self.handle.0.users.fetch_add(1, Ordering::Relaxed);
         KeepAlive {
             handle: self.handle.clone(),
         }

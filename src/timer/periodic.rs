@@ -20,20 +20,18 @@ use std::time::Duration;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum MissedRuns {
-    /// Run the missed ones back to back until caught up: the next is always `due + period`,
-    /// and the schedule does not move (as tokio's `Burst`). Runs come at most one a tick, so
-    /// with a period shorter than the tick they never catch up and fall further behind: use
-    /// `Skip` or `Delay` there.
+    /// Run the missed ones back to back until caught up: the next is always `due + period` (as
+    /// tokio's `Burst`). Runs come at most one a tick: with a period shorter than the tick they
+    /// never catch up, so use `Skip` or `Delay` there.
     #[default]
     Burst,
     /// Skip them: the next is the first of `due + k * period` later than `now - tick` (due at
     /// once if it lies within the last tick), and the schedule does not move. tokio's `Skip`
     /// takes the first later than `now`.
     Skip,
-    /// Shift the schedule: the next is `now + period`, and the schedule goes on from there. A
-    /// fixed-rate task shifts it only once a run was missed, counting from when the late run
-    /// returned (as Java's `scheduleWithFixedDelay`); an `Interval`, after any tick taken more
-    /// than a tick late (as tokio's `Delay`).
+    /// Shift the schedule: the next is `now + period`. A fixed-rate task shifts it only once a
+    /// run was missed (as Java's `scheduleWithFixedDelay`); an `Interval`, after any tick taken
+    /// more than a tick late (as tokio's `Delay`).
     Delay,
 }
 
@@ -101,13 +99,6 @@ impl Periodic {
         }
         self.runs.fetch_add(1, Ordering::Relaxed);
         true
-    }
-
-    /// Ends the schedule without a cancel (a run that panicked, or dropped unrun).
-    fn end(&self) {
-        let _current = lock(&self.current);
-        // Relaxed: under the lock (see `Periodic::current`).
-        self.cancelled.store(true, Ordering::Relaxed);
     }
 
     /// Stores the timeout of run `nth` (`None`: refused, which ends the schedule), or cancels it
@@ -198,7 +189,7 @@ impl EndsUnlessRun {
 impl Drop for EndsUnlessRun {
     fn drop(&mut self) {
         if let Some(periodic) = self.0.take() {
-            periodic.inner.end();
+            periodic.cancel();
         }
     }
 }
@@ -221,9 +212,9 @@ where
         }
         let shared = &periodic.inner.timer.0;
         if let Err(panic) = std::panic::catch_unwind(AssertUnwindSafe(|| task(&periodic))) {
-            // The panic ends the schedule, visibly. The task is dropped here, not by the unwind:
-            // a `Drop` that panics while a panic unwinds would abort the process.
-            periodic.inner.end();
+            // The panic ends the schedule. The task is dropped here, not by the unwind: a `Drop`
+            // that panics while a panic unwinds would abort the process.
+            periodic.cancel();
             let dropped = crate::engine::catch_user_panic(move || drop(task));
             shared.counters.caught(dropped, "a periodic task's drop");
             std::panic::resume_unwind(panic);
@@ -236,8 +227,7 @@ where
     }
 }
 
-/// Schedules run `nth` and stores its timeout; a refusal (at the pending limit: logged) ends
-/// the schedule.
+/// Schedules run `nth` and stores its timeout; a refusal (logged at the limit) ends the schedule.
 fn schedule_next<F>(periodic: &PeriodicTimeout, task: F, due: u64, nth: u64, schedule: Schedule)
 where
     F: FnMut(&PeriodicTimeout) + Send + 'static,

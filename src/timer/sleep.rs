@@ -14,19 +14,15 @@ use std::time::{Duration, Instant};
 /// A future that completes at a deadline on a timer's wheel (tokio's `Sleep`).
 ///
 /// Made by [`TimerHandle::sleep`] and [`TimerHandle::sleep_until`], and scheduled at once. It
-/// completes with `Ok(())` never before its deadline, at most about a tick after; any executor
-/// can poll it.
+/// completes with `Ok(())` never before its deadline, at most about a tick after, on any executor.
 ///
-/// - **Dropping** it cancels its timeout.
-/// - **Polled from another task**, it wakes that task (the last poll's waker is kept).
+/// - **Dropping** it cancels its timeout; the last poll's waker is the one woken.
 /// - **When the timer stops** (or its owner is dropped) it completes with
 ///   `Err(`[`TimerError::Stopped`]`)`: it never hangs.
 /// - **At the pending limit** it takes a place as a new timeout does: made there, or reset there
 ///   once completed (or refused), it completes at once with
-///   `Err(TimerError::TooManyPending { .. })`. Until it completes it keeps its place: a reset
-///   re-arms it with a timeout that replaces its own and passes the limit.
-/// - It is `Unpin` (`&mut sleep` is a future, for `select!` in a loop), and [`reset`](Sleep::reset)
-///   moves its deadline.
+///   `Err(TimerError::TooManyPending { .. })`. Until it completes, a reset keeps its place.
+/// - It is `Unpin` (`&mut sleep` is a future, for `select!` in a loop).
 ///
 /// It counts as a timeout in [`pending_timeouts()`](TimerHandle::pending_timeouts) and
 /// [`stats()`](TimerHandle::stats); `stop()` does not return it.
@@ -112,8 +108,7 @@ impl Sleep {
         clock.nanos_at(deadline).max(clock.now())
     }
 
-    /// [`reset`](Sleep::reset) to `delay` from now, on the timer's own clock (cheaper than
-    /// `Instant::now()`).
+    /// [`reset`](Sleep::reset) to `delay` from now, on the timer's own clock.
     ///
     /// # Panics
     /// As [`reset`](Sleep::reset).
@@ -134,10 +129,9 @@ impl Sleep {
         }
     }
 
-    /// Arms a timeout due at `deadline` in place of the sleep's own. A timeout that continues
-    /// the wait (the old one was pending, or expired short of a deadline pushed back) passes the
-    /// pending limit: the sleep keeps its one place. A sleep that is new, completed or refused
-    /// takes a place as a new timeout does, unless it is `exempt`.
+    /// Arms a timeout due at `deadline` in place of the sleep's own. One that continues the wait
+    /// (the old one was pending, or expired short of a deadline pushed back) passes the pending
+    /// limit; otherwise it takes a place as a new timeout does, unless `exempt`.
     pub(crate) fn rearm(&mut self, deadline: u64) {
         let (replaces, waker) = match &self.armed {
             Ok(old) => (old.cancel(), old.take_waker()),
@@ -203,8 +197,7 @@ impl Future for Sleep {
     }
 }
 
-/// Schedules a future's timeout on `timer` for `deadline`: its slot keeps the waker, and its
-/// task is an empty closure (no allocation).
+/// Schedules a future's timeout on `timer` for `deadline`: an empty closure (no allocation).
 fn arm(timer: &TimerHandle, deadline: u64, now: u64, exempt: bool) -> Result<Timeout, TimerError> {
     let at = At {
         deadline,
@@ -260,8 +253,7 @@ impl TimerHandle {
         Sleep::at(self, self.0.clock.now().saturating_add(nanos(delay)), false)
     }
 
-    /// A future that completes at `deadline` (see [`Sleep`]); when the current tick ends
-    /// if it has passed.
+    /// A future that completes at `deadline` (see [`Sleep`]), at the tick's end if it passed.
     pub fn sleep_until(&self, deadline: Instant) -> Sleep {
         Sleep::at(self, self.0.clock.nanos_at(deadline), false)
     }
