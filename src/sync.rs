@@ -1,6 +1,5 @@
 //! The concurrency primitives (std and crossbeam, or loom's), loom's parking stand-in and
-//! `loom_hooks`. Imports nothing of the crate; no other module
-//! names these types (loom would miss it), which `tests/architecture.rs` checks.
+//! `loom_hooks`. No other module names these types (`tests/architecture.rs` checks).
 
 #[cfg(not(loom))]
 pub(crate) use std::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicU8, AtomicUsize};
@@ -19,9 +18,8 @@ pub(crate) use loom::sync::{Mutex, MutexGuard};
 pub(crate) use std::sync::Arc;
 
 /// Under loom: loom's threads, spawns counted, with std's park/unpark semantics. Loom's own
-/// `unpark` also wakes a thread in a mutex or `join`, tripping loom (tokio-rs/loom#249); here
-/// the token is std's futex parker on a loom atomic, and loom's unpark reaches only a thread
-/// inside `park`. A lost wake-up is still a loom deadlock.
+/// `unpark` also wakes a thread in a mutex or `join` (tokio-rs/loom#249); here the token is a
+/// loom atomic, and loom's unpark reaches only a thread inside `park`.
 #[cfg(loom)]
 pub(crate) mod thread {
     use super::Ordering::SeqCst;

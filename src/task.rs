@@ -1,6 +1,5 @@
 //! The work a timeout runs: [`TimerTask`] (any closure, boxed on the default timer) and
 //! [`TypedTask`] (a typed timer's tasks, stored whole); both reach the core as its `Stored`.
-//! Also the crate's one rule for user code: every call into it is caught.
 
 use crate::engine::{BoxedTask, Payload};
 use crate::Timeout;
@@ -8,8 +7,7 @@ use crate::Timeout;
 /// A task run once when its [`Timeout`] expires (Netty's `TimerTask`).
 ///
 /// Every `FnOnce(&Timeout) + Send + 'static` closure is one. A closure that captures nothing
-/// allocates nothing; one that captures data is boxed, in the box of an earlier task of its type
-/// when one has run (see [`BoxedTask`](crate::BoxedTask)).
+/// allocates nothing; one that captures data is boxed (see [`BoxedTask`](crate::BoxedTask)).
 ///
 /// ```
 /// use hashed_timer_wheel::{HashedWheelTimer, Timeout, TimerTask};
@@ -106,8 +104,7 @@ impl TimerTask for Box<dyn TimerTask> {
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub trait TypedTask: Send + Sized + 'static {
-    /// Runs the task: at most once, on the worker thread (or the executor). A panic, or one of its
-    /// `Drop`, is caught, counted and logged, as for [`TimerTask`].
+    /// Runs the task: at most once, on the worker thread (or the executor), as for [`TimerTask`].
     fn run(self, timeout: &Timeout<Self>);
 }
 

@@ -1,5 +1,4 @@
-//! One shard of the producers' queues: new timeouts in reused segments, won cancellations, the
-//! blocks its producers take slots from, and its spares. A thread keeps to one shard.
+//! One shard of the producers' queues, with its blocks and spares; a thread keeps to one shard.
 
 use super::slots::{Block, Kind, BLOCK};
 use super::wheel::SlotId;
@@ -44,8 +43,7 @@ pub(crate) struct Shard<J: Stored> {
     /// Empty segments the worker gave back.
     pub(crate) free_segments: Vec<Vec<Entry<J>>>,
     pub(crate) cancels: Vec<SlotId>,
-    /// The blocks this shard takes slots from (a task's, a future's), and the next index of
-    /// each.
+    /// The blocks this shard takes slots from (a task's, a future's), each with its next index.
     pub(crate) cursors: [Option<(Arc<Block<J>>, usize)>; 2],
     /// Blocks first taken from since the worker took the queues: it keeps each until it has
     /// ended all 64 slots.

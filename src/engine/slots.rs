@@ -22,10 +22,9 @@
 //! | `EXPIRED` | the worker, before it runs the task | `PLACED` |
 //!
 //! One compare-and-swap leaves the pending states (`QUEUED`, `PLACED`) for good; its winner owns
-//! the outcome. A `cancel()` that wins from `QUEUED` has nothing more to do: the worker's move to
-//! `PLACED` fails and it ends the timeout at the transfer. One that wins from `PLACED` queues the
-//! slot for the worker to unlink. The worker ends every slot exactly once whatever the winner: it
-//! drops or runs the task, and counts it ended.
+//! the outcome. A `cancel()` that wins from `PLACED` queues the slot for the worker to unlink
+//! (from `QUEUED`, the worker's move to `PLACED` fails). The worker ends every slot exactly once
+//! whatever the winner: it drops or runs the task, and counts it ended.
 
 use super::wheel::SlotId;
 use super::{BoxedTask, Shared, Stored};
@@ -66,8 +65,7 @@ pub(crate) struct Block<J: Stored> {
     /// The shard that takes slots from it, and gets it back as a spare.
     shard: usize,
     states: [AtomicU8; BLOCK],
-    /// `Kind::Future`: a waker cell per slot; `Kind::Task`: none (an empty slice allocates
-    /// nothing).
+    /// `Kind::Future`: a waker cell per slot; `Kind::Task`: none (no allocation).
     wakers: Box<[Mutex<Option<Waker>>]>,
     timer: TimerHandle<J>,
 }
@@ -160,16 +158,10 @@ impl<J: Stored> Block<J> {
     pub(crate) fn cancel(&self, index: usize) -> Option<u8> {
         let mut state = self.state(index);
         while state == QUEUED || state == PLACED {
-            // AcqRel, as `move_state`.
-            match self.states[index].compare_exchange(
-                state,
-                CANCELLED,
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            ) {
-                Ok(_) => return Some(state),
-                Err(now) => state = now,
+            if self.move_state(index, state, CANCELLED) {
+                return Some(state);
             }
+            state = self.state(index);
         }
         None
     }
@@ -187,7 +179,7 @@ impl<J: Stored> Drop for Block<J> {
 
 /// A cheap, cloneable reference to a timer, as returned by [`Timeout::timer`] and
 /// [`HashedWheelTimer::handle`](crate::HashedWheelTimer::handle): the owner's methods, without
-/// owning the timer. Inside a task it is how the task reaches its timer.
+/// owning the timer.
 ///
 /// # What keeps the timer running
 /// A handle does not: the owner's drop stops the timer (a handle's calls then fail with

@@ -1,5 +1,4 @@
-//! The counters a timer reports (`TimerStats`): the worker tallies its own in plain fields and
-//! publishes them once a turn; producers count their refusals.
+//! The counters a timer reports (`TimerStats`): the worker's tally and the producers' refusals.
 
 use crate::sync::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -20,38 +19,33 @@ use std::time::Duration;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub struct TimerStats {
-    /// Turns the worker ran: on its thread, one as the thread starts and one each time it wakes
-    /// (its sleep elapsed, or it was unparked); on a runtime's [`Drive`](crate::Drive), each of
-    /// the `Drive`'s turns. A [`ManualDriver`](crate::ManualDriver)'s advances count none.
+    /// Turns the worker ran: on its thread, one as it starts and one each time it wakes; on a
+    /// [`Drive`](crate::Drive), each turn. A [`ManualDriver`](crate::ManualDriver)'s count none.
     pub wakeups: u64,
     /// The worker's current tick: the next tick it will process (or the one it is processing).
     pub tick: u64,
     /// Timeouts that expired: their tasks ran (or were handed to the executor).
     pub expired: u64,
     /// Cancellations the worker has processed, and the timeouts `stop()` ends without returning
-    /// them: a cancel the worker had not processed, a future's timeout (a timeout `stop()`
-    /// returned is not counted). With the owner dropped inside a task, nothing is returned:
-    /// every timeout still pending counts here.
+    /// them (a cancel the worker had not processed, a future's timeout; with the owner dropped
+    /// inside a task, every timeout still pending).
     pub cancelled: u64,
     /// Timeouts refused ([`TimerError::Stopped`](crate::TimerError::Stopped) or
     /// [`TimerError::TooManyPending`](crate::TimerError::TooManyPending)): `new_timeout` and
-    /// detached calls, sleeps, interval ticks, periodic runs. (A `Deadline` made before the
-    /// timer stopped and first pending after asks for no timeout: not counted.)
+    /// detached calls, sleeps, interval ticks, periodic runs.
     pub refused: u64,
     /// Panics of user code caught and logged: tasks, a task's `Drop` when dropped unrun, a future's
-    /// waker, the executor. Each is counted once; the timer goes on. (The executor's own `Drop`,
-    /// run as the stopped timer lets its worker go, is caught and logged only.)
+    /// waker, the executor. Each is counted once; the timer goes on. (The executor's own `Drop`
+    /// is caught and logged only.)
     pub panicked: u64,
     /// The latest a timeout fired after its deadline (by the worker's clock at its tick).
     pub late_max: Duration,
     /// Expired timeouts by lateness in ticks: under 1, 1 to 2, 2 to 4, ..., 64 and more. Netty's
     /// contract is the first two; the rest is a worker that fell behind.
     pub lateness: [u64; 8],
-    /// The longest a tick's tasks held the worker thread (executor tasks are not timed): the
-    /// tasks of one tick are timed together, with one clock read.
+    /// The longest a tick's tasks held the worker thread (executor tasks are not timed).
     pub longest_run: Duration,
-    /// Runs that held the worker thread longer than a tick, delaying every timeout due meanwhile;
-    /// a run is a tick's tasks (see `longest_run`).
+    /// Runs (a tick's tasks, see `longest_run`) that held the worker thread longer than a tick.
     pub slow_runs: u64,
 }
 
@@ -90,8 +84,8 @@ impl Tally {
         self.lateness[class] += 1;
     }
 
-    /// Tasks ran back to back for `nanos`: one run, for `longest_run` and `slow_runs`.
-    /// At `now`; a run of four ticks or more is also logged, at most once every ten seconds.
+    /// Tasks ran back to back for `nanos`, at `now`; a run of four ticks or more is logged, at
+    /// most once every ten seconds.
     pub(crate) fn ran(&mut self, nanos: u64, tick_nanos: u64, now: u64) {
         self.longest_run = self.longest_run.max(nanos);
         self.slow_runs += u64::from(nanos > tick_nanos);
@@ -129,8 +123,7 @@ impl Counters {
         self.refused.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Counts a panic of user code (`what`) caught off the worker's turn, if `returned` is
-    /// false, and logs it.
+    /// Counts and logs a panic of user code (`what`) caught off the worker's turn, if any.
     pub(crate) fn caught(&self, returned: bool, what: &str) {
         if !returned {
             // Relaxed: a count.

@@ -1,7 +1,5 @@
-//! What a timer stores per timeout: a `Stored`, run once with its own `Timeout`. The boxed timer's
-//! job, `BoxedTask`, is any closure in a box; the box it ran in goes back to the producers, who put
-//! the next closure of the same type in it, so that a service scheduling one kind of closure
-//! allocates nothing per timeout, and the worker frees nothing the producers allocated.
+//! What a timer stores per timeout: a `Stored`, run once with its own `Timeout`. A `BoxedTask`'s
+//! box goes back to the producers for the next closure of its type: no allocation per timeout.
 
 use super::{Shared, Timeout};
 use std::any::Any;
@@ -22,18 +20,14 @@ pub trait Payload: Send + Sized + 'static {
     fn run(self, timeout: &Timeout<Self>);
 
     /// Runs the task, keeping in `spares` what a later task can reuse.
-    fn run_keeping(self, timeout: &Timeout<Self>, spares: &mut Vec<Self>) {
-        let _ = spares;
+    fn run_keeping(self, timeout: &Timeout<Self>, _spares: &mut Vec<Self>) {
         self.run(timeout)
     }
 
     /// Drops the task unrun, keeping in `spares` what a later task can reuse.
-    fn drop_keeping(self, spares: &mut Vec<Self>) {
-        let _ = spares;
-    }
+    fn drop_keeping(self, _spares: &mut Vec<Self>) {}
 
-    /// Whether `run_keeping` ever keeps a spare (the expiry walk skips the bookkeeping of
-    /// spares for a type that never does).
+    /// Whether `run_keeping` ever keeps a spare.
     const KEEPS: bool = false;
 }
 
@@ -41,8 +35,7 @@ pub trait Payload: Send + Sized + 'static {
 /// the box reused for the next closure of its type).
 pub struct BoxedTask(Box<dyn Cell>);
 
-/// A closure in its box. Run or dropped, a box that can hold the next closure of its type comes
-/// back empty.
+/// A closure in its box. Run or dropped, a box that can hold the next closure comes back empty.
 trait Cell: Send {
     fn call(self: Box<Self>, timeout: &Timeout<BoxedTask>) -> Option<Box<dyn Cell>>;
     fn clear(self: Box<Self>) -> Option<Box<dyn Cell>>;
@@ -101,8 +94,7 @@ impl BoxedTask {
         }
     }
 
-    /// `f` in the last spare box if it is of `f`'s type, else in a new one (the spare is freed
-    /// here, on the producer's thread).
+    /// `f` in the last spare box if it is of `f`'s type, else in a new one.
     pub(crate) fn reusing<F>(f: F, spares: &mut Vec<BoxedTask>) -> BoxedTask
     where
         F: FnOnce(&Timeout<BoxedTask>) + Send + 'static,
@@ -266,8 +258,7 @@ impl Executor {
 /// The executor's own `Drop` is user code too: caught, and logged only.
 impl Drop for Executor {
     fn drop(&mut self) {
-        let f = self.0.take();
-        if !catch_user_panic(move || drop(f)) {
+        if !drop_caught(self.0.take()) {
             log_caught(
                 log::Level::Warn,
                 format_args!("the timer's executor panicked in its drop; the timer goes on"),
@@ -284,8 +275,7 @@ pub(crate) type Job = Box<dyn FnOnce() + Send>;
 impl std::panic::RefUnwindSafe for Executor {}
 impl std::panic::UnwindSafe for Executor {}
 
-/// Wakes the wakers of futures whose slots ended; a panic is caught and logged. How many
-/// panicked.
+/// Wakes the wakers of futures whose slots ended, catching panics; how many panicked.
 pub(crate) fn wake_all(wakers: &mut Vec<std::task::Waker>) -> u64 {
     let mut panicked = 0;
     for waker in wakers.drain(..) {

@@ -1,7 +1,6 @@
-//! Who runs the turns: the worker thread's loop (a turn, then a sleep to the planned tick), and
-//! the hand-off to a runtime's `Drive`. While a `Drive` is attached, producers wake it instead of
-//! the thread (`Shared::unpark_worker`), and the thread only watches: it sleeps until
-//! `GRACE_TICKS` past the plan and runs the turn itself if nobody has.
+//! Who runs the turns: the worker thread's loop, and the hand-off to a runtime's `Drive`. While
+//! a `Drive` is attached, producers wake it instead of the thread, and the thread only watches:
+//! it sleeps until `GRACE_TICKS` past the plan and runs the turn itself if nobody has.
 
 use super::{catch_user_panic, drop_caught, Shared, Stored, NEVER};
 use crate::sync::{fence, lock, thread, Arc, Ordering};
@@ -32,8 +31,7 @@ impl<J: Stored> Shared<J> {
         }
     }
 
-    /// A `Drive` went: the one polled before it, if any, is woken, else the thread runs the
-    /// turns again.
+    /// A `Drive` went: the one polled before it, if any, is woken, else the worker thread.
     pub(crate) fn detach_driver(&self, waker: &std::task::Waker) {
         let gone: Vec<_> = {
             let mut drivers = lock(&self.drivers);
@@ -76,8 +74,7 @@ impl<J: Stored> Shared<J> {
     }
 }
 
-/// The worker thread: turns, and sleeps to the planned tick, until the timer stops. While a
-/// `Drive` runs the turns, it only watches (`watch`).
+/// The worker thread: turns, and sleeps to the planned tick, until the timer stops.
 pub(crate) fn run_thread<J: Stored>(shared: &Arc<Shared<J>>) {
     let mut planned = shared.run_turn(shared.clock.passed(), false);
     while let Some((plan, _)) = planned {
@@ -137,8 +134,7 @@ fn sleep<J: Stored>(shared: &Shared<J>, planned: u64) {
 }
 
 /// Parks until the clock reads `wake_at`, or until unparked. Under loom the clock jumps to
-/// `wake_at` instead, unless the model holds the clock: then it parks until
-/// `loom_hooks::advance_clock` ends the tick, as an OS timer would.
+/// `wake_at` instead, unless the model holds the clock (`loom_hooks::advance_clock`).
 fn park_until<J: Stored>(shared: &Shared<J>, wake_at: u64) {
     // The plan was stored before this look at the clock; an OS timer (loom: `advance_clock`,
     // which moves the clock, fences, then reads the plan) sees one or the other.

@@ -1,6 +1,4 @@
-//! The wheel's walks beyond a tick's expiry: the lookups of the `DelayQueue` (which keeps its
-//! items in a wheel of its own: an item's value by id, the first tick to fire with its items in
-//! expiry order), and the drain at `stop()`.
+//! The wheel's walks beyond a tick's expiry: the `DelayQueue`'s lookups, and the drain at `stop()`.
 
 use super::{Node, SlotId, Wheel, LEVEL_SLOTS, NIL};
 
@@ -11,8 +9,7 @@ impl<T> Wheel<T> {
     }
 
     /// The least fire tick of the nodes in the wheel, and that tick's nodes (ids and values) in
-    /// the order `expire` gives them up; `None` when the wheel is empty. Walks the buckets' lists
-    /// up to the first tick that has a node, or, with none, the far slot placed again first.
+    /// the order `expire` gives them up; `None` when the wheel is empty.
     pub(crate) fn first_tick(&self) -> Option<(u64, impl Iterator<Item = (SlotId, &T)> + '_)> {
         let (fire, list) = self.first_bucket().or_else(|| {
             // Every far node fires after every bucket's; the lowest level's lowest slot holds

@@ -2,17 +2,15 @@
 //! rounds away, occupancy bits so that an empty tick costs nothing; links, fire tick and value
 //! in paged arrays indexed by slot id.
 //!
-//! - `tick` is the tick the wheel is in: the next one to expire. Every timeout in the wheel has
-//!   `fire >= tick`, so the walk of bucket `tick & mask` gives up exactly the ones due.
+//! - `tick` is the next tick to expire. Every timeout in the wheel has `fire >= tick`.
 //! - A bucket holds the timeouts whose fire round (`fire / len`) is the current round or the
-//!   next: Netty's `remaining_rounds` is 0 or 1 there. A timeout further away waits in a far
-//!   list and costs nothing until its round comes near.
+//!   next (Netty's `remaining_rounds` is 0 or 1). One further away waits in a far list.
 //! - The far lists form levels of 64 over rounds, as tokio's wheel does over ticks: with
 //!   `window = current round + 1`, a timeout of round `r > window` waits at level
 //!   `k = highest 6-bit group in which r and window differ`, slot `(r >> 6k) & 63`. When the
-//!   window moves to a round where a level's slot begins, that slot's timeouts are placed again
-//!   (lower, or into their buckets), in order. So every timeout of one fire round is in one list
-//!   at any time, and a bucket keeps transfer order within a tick.
+//!   window moves to a round where a level's slot begins, that slot's timeouts are placed again,
+//!   in order. So every timeout of one fire round is in one list at any time, and a bucket keeps
+//!   transfer order within a tick.
 
 /// A timeout's one name: block number times `BLOCK` plus its index in the block.
 pub(crate) type SlotId = u32;
@@ -67,8 +65,7 @@ pub(crate) struct Wheel<T> {
     heads: Vec<u32>,
     tails: Vec<u32>,
     /// Per parity of the fire round (`fire / len % 2`): one bit per bucket holding a node of a
-    /// round of that parity. A bucket holds two rounds; these bits tell which, so that a bucket
-    /// whose nodes are all a round away costs no wake-up.
+    /// round of that parity, so that a bucket whose nodes are all a round away costs no wake-up.
     occupied: [Vec<u64>; 2],
     /// Per bucket: its nodes of each parity.
     counts: Vec<[u32; 2]>,
@@ -227,8 +224,7 @@ impl<T> Wheel<T> {
         self.node(id).value.take()
     }
 
-    /// Frees up to `pages` of the pages that hold no node (a page is made again when an id in
-    /// it is inserted); whether more are left to free.
+    /// Frees up to `pages` of the pages that hold no node; whether more are left to free.
     pub(crate) fn trim(&mut self, pages: usize) -> bool {
         let mut freed = 0;
         for (page, live) in self.pages.iter_mut().zip(&self.live) {
@@ -249,14 +245,9 @@ impl<T> Wheel<T> {
         false
     }
 
-    /// Expires the current tick: takes the nodes of its bucket that are due (fire round this one,
-    /// not the next, and `deadline` of their value at most `by`), in bucket order, and hands each
-    /// to `f` with its id. The others stay in their bucket, in order, for a later look at the same
-    /// tick; the earliest of their deadlines comes back (`u64::MAX`: none; one of the next round
-    /// lies past the tick's end).
-    ///
-    /// One walk: the bucket's list is taken whole, each node either handed to `f` or linked
-    /// back in order, and the bucket's count changed once.
+    /// Expires the current tick: hands `f` each node of its bucket that is due (fire round this
+    /// one, and `deadline` of its value at most `by`), in bucket order, with its id. The others
+    /// stay in order; the earliest of their deadlines comes back (`u64::MAX`: none).
     pub(crate) fn expire_by(
         &mut self,
         by: u64,

@@ -1,11 +1,9 @@
-//! When the wheel next has work: the first bucket holding a node due in its round, or the
-//! first far slot whose round begins (`Wheel::next_work`, the worker's plan).
+//! When the wheel next has work (`Wheel::next_work`, the worker's plan).
 
 use super::{Wheel, LEVEL_BITS};
 
 impl<T> Wheel<T> {
-    /// The first tick, from the current one, on which the wheel has work: a bucket that holds
-    /// a node, or a far slot to place again. `None` when the wheel is empty.
+    /// The first tick, from the current one, with a bucket to expire or a far slot to place again.
     pub(crate) fn next_work(&self) -> Option<u64> {
         self.next_bucket_tick()
             .into_iter()
@@ -13,8 +11,7 @@ impl<T> Wheel<T> {
             .min()
     }
 
-    /// The tick of the first bucket, from the current tick on, that holds a node due in its
-    /// round: this round's from the current bucket on, else the next round's.
+    /// The tick of the first bucket, from the current tick on, that holds a node due in its round.
     fn next_bucket_tick(&self) -> Option<u64> {
         let len = self.buckets();
         let start = (self.tick & self.mask()) as usize;

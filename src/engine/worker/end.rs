@@ -1,5 +1,4 @@
-//! How the worker ends a slot that did not expire (a cancel it finds, or `stop()`), and what
-//! becomes of a block once all its slots have ended.
+//! How the worker ends a slot that did not expire: a cancel it finds, or `stop()`.
 
 use super::expire::put_back;
 use super::{kept, split, Worker};
@@ -33,8 +32,7 @@ impl<J: Stored> Worker<J> {
         self.tally.panicked += u64::from(!drop_unrun(task, spares));
     }
 
-    /// `stop()`: ends everything; the timeouts it cancels go to `returned`, their tasks are
-    /// dropped.
+    /// `stop()`: ends everything; the timeouts it cancels go to `returned`, their tasks dropped.
     pub(crate) fn stop(&mut self, shared: &Shared<J>, returned: &mut Vec<Timeout<J>>) {
         self.collect(shared);
         let mut rest: Vec<(SlotId, J)> = Vec::new();

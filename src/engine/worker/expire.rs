@@ -10,12 +10,9 @@ use crate::sync::Arc;
 use std::task::Waker;
 
 impl<J: Stored> Worker<J> {
-    /// Expires what of the current tick's bucket is due by `by`: each due timeout, as the walk
-    /// unlinks it, is ended, then its task runs (unless a `cancel()` won it first: then its task
-    /// is dropped). A future's slot gives up its waker instead, woken once the walk is done: a
-    /// future whose inner value became ready in this walk sees it when it polls. The task's
-    /// `Timeout` borrows the worker's reference to the block. The earliest deadline left in the
-    /// tick comes back (`NEVER`: none).
+    /// Expires what of the current tick's bucket is due by `by` (`Walk::fire`); the wakers of
+    /// futures are woken once the walk is done, so that a future sees what else became ready in
+    /// it. The earliest deadline left in the tick comes back (`NEVER`: none).
     pub(super) fn expire(&mut self, shared: &Shared<J>, by: u64) -> u64 {
         let mut walk = Walk {
             shared,
@@ -74,9 +71,8 @@ struct Walk<'a, J: Stored> {
 }
 
 impl<J: Stored> Walk<'_, J> {
-    /// A due timeout the walk took: runs its task (or keeps its waker) if the worker wins its
-    /// slot, else drops the task (a `cancel()` won); counts either in the tally. The block
-    /// comes back.
+    /// A due timeout: runs its task (or keeps its waker) if the worker wins its slot, else drops
+    /// the task (a `cancel()` won). The block, lent to the task's `Timeout`, comes back.
     #[inline]
     fn fire(
         &mut self,
@@ -106,8 +102,7 @@ impl<J: Stored> Walk<'_, J> {
     }
 }
 
-/// The chunk to keep an ended task's spares in: the last, or a new one once it is full (so that
-/// a tick's spares go back in chunks, none of them copied as a vector grows).
+/// The chunk to keep an ended task's spares in: the last, or a new one once it is full.
 pub(super) fn kept<J>(chunks: &mut Vec<Vec<J>>) -> &mut Vec<J> {
     if chunks.last().is_none_or(|c| c.len() >= SPARE_CHUNK) {
         chunks.push(Vec::new());

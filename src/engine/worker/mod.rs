@@ -18,8 +18,7 @@ use std::task::Waker;
 mod end;
 mod expire;
 
-/// The worker gives back what drained at most this often while busy, and before a sleep of
-/// this long or longer.
+/// The worker gives back what drained at most this often while busy, and before a sleep this long.
 const TRIM_NANOS: u64 = 1_000_000_000;
 
 /// Empty node pages one trim frees (2 048 nodes each, about 50 µs for 16).
@@ -66,8 +65,7 @@ pub(crate) struct Worker<J: Stored> {
     tick_nanos: u64,
     /// When the worker last gave back memory (`trim`).
     trimmed_at: u64,
-    /// The last trim left memory to give back: the next slice goes a second later while busy,
-    /// a tick later while idle.
+    /// The last trim left memory to give back.
     trimming: bool,
 }
 
@@ -97,8 +95,7 @@ impl<J: Stored> Worker<J> {
     }
 
     /// Runs every tick that ended by `now`; whether it found anything in the queues. `early` (a
-    /// runtime's turn, `Drive`): then expires what of the current tick is due by `now`, as the
-    /// runtime fires its own timers at its first wake past their deadline, not at a tick's end.
+    /// `Drive`'s turn): then expires what of the current tick is due by `now`, as a runtime does.
     pub(crate) fn turn(&mut self, shared: &Shared<J>, now: u64, early: bool) -> bool {
         self.now = now;
         if now.saturating_sub(self.trimmed_at) >= TRIM_NANOS {
@@ -175,8 +172,7 @@ impl<J: Stored> Worker<J> {
         plan
     }
 
-    /// Takes the shards' queues: ends the cancelled timeouts in the wheel, and queues the new
-    /// ones in the inbox; whether there was anything.
+    /// Takes the shards' queues into the inbox, ending the cancelled; whether there was anything.
     fn collect(&mut self, shared: &Shared<J>) -> bool {
         shared.take_queues(
             &mut self.batches,
@@ -244,19 +240,16 @@ impl<J: Stored> Worker<J> {
     }
 
     fn place(&mut self, shared: &Shared<J>, entry: Entry<J>) {
-        let (bid, index) = split(entry.id);
+        let Entry { id, deadline, task } = entry;
+        let (bid, index) = split(id);
         let placed = self.blocks[bid].0.as_ref().is_some_and(|b| b.place(index));
         if !placed {
             // A `cancel()` won it while it was queued: it ends here.
             self.tally.cancelled += 1;
-            self.end(shared, entry.id, entry.task);
+            self.end(shared, id, task);
         } else {
-            let fire = entry.deadline / self.tick_nanos;
-            let waiting = Waiting {
-                task: entry.task,
-                deadline: entry.deadline,
-            };
-            self.wheel.insert(entry.id, fire, waiting);
+            let waiting = Waiting { task, deadline };
+            self.wheel.insert(id, deadline / self.tick_nanos, waiting);
         }
     }
 
