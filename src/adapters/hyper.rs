@@ -1,5 +1,5 @@
-//! `hyper::rt::Timer` (hyper 1.x) on the wheel: hyper's connection timeouts become [`Sleep`]s.
-//! Owns [`HyperTimer`] and [`HyperSleep`]; touches the public futures and the timer's clock.
+//! `hyper::rt::Timer` (hyper 1.x) on the wheel: [`HyperTimer`] and [`HyperSleep`], hyper's
+//! connection timeouts as [`Sleep`]s.
 
 use super::{keep_alive, stopped};
 use crate::sync::Arc;
@@ -14,18 +14,16 @@ use std::time::{Duration, Instant};
 /// builders (`.timer(HyperTimer::new(timer.handle()))`). `sleep` boxes a [`HyperSleep`], `reset`
 /// moves that sleep's deadline, `now` reads the timer's clock. A reset to a later deadline while
 /// the sleep's timeout is pending schedules nothing (hyper pushes its header read timeout back on
-/// every request): the task wakes once at the old deadline and the sleep waits on until the new
-/// one. Any other reset is a [`Sleep::reset`]; another timer's sleep is replaced by one of this
-/// timer's, as hyper's default `reset` does. Sleeps round up to the end of a tick (never early, up
-/// to about a tick late): build the timer with a 1 ms tick, as below, not the default 100 ms.
+/// every request): the task wakes once at the old deadline and the sleep waits on. Any other
+/// reset is a [`Sleep::reset`]; another timer's sleep is replaced by one of this timer's. Sleeps
+/// round up to the end of a tick: build the timer with a 1 ms tick, as below, not the default
+/// 100 ms.
 ///
 /// # The timer runs while a `HyperTimer` exists
-/// Each clone, and each [`HyperSleep`] it gives hyper, keeps its timer running: the owner
-/// ([`HashedWheelTimer`]) may be dropped while the server runs.
-/// [`stop()`](crate::TimerHandle::stop) stops it for everyone: the waiting sleeps complete at
-/// once (no connection waits forever), and the `HyperTimer` then panics when asked for a sleep
-/// or a reset, as hyper's tokio timer does on a runtime that has shut down. Stop the timer
-/// after the server.
+/// Each clone, and each [`HyperSleep`] it gives hyper, keeps its timer running, though the owner
+/// ([`HashedWheelTimer`]) is dropped. [`stop()`](crate::TimerHandle::stop) stops it for everyone:
+/// the waiting sleeps complete at once, and the `HyperTimer` then panics when asked for a sleep
+/// or a reset, as hyper's tokio timer does on a runtime that has shut down.
 ///
 /// [`HashedWheelTimer`]: crate::HashedWheelTimer
 ///
@@ -83,7 +81,6 @@ impl hyper::rt::Timer for HyperTimer {
     }
 
     fn now(&self) -> Instant {
-        // The producers' clock, which `sleep`'s deadlines count from.
         let clock = &self.timer.0.clock;
         clock.instant_at(clock.now())
     }
@@ -94,15 +91,12 @@ impl hyper::rt::Timer for HyperTimer {
                 self.check_running();
                 ours.get_mut().sleep.extend_or_reset(new_deadline);
             }
-            // Another timer's sleep, or one on another wheel: replace it.
             _ => *sleep = self.sleep_until(new_deadline),
         }
     }
 }
 
-/// The future [`HyperTimer`] gives hyper: a [`Sleep`] that completes with `()` at its deadline,
-/// or when the timer stops (or refuses it), so that no connection waits forever. It keeps its
-/// timer running.
+/// The future [`HyperTimer`] gives hyper: a [`Sleep`] that completes with `()`, even refused.
 #[derive(Debug)]
 pub struct HyperSleep {
     sleep: Sleep,

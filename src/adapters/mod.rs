@@ -1,11 +1,9 @@
-//! The adapters: the wheel where the Rust service stack expects a timer. Each owns one public
-//! type family, built on the public futures (`Sleep`) and, for `delay_queue`, the pure wheel;
-//! `hyper` and `tower` are behind their features. Nothing imports this module.
+//! The adapters: the wheel where the Rust service stack expects a timer, built on the public
+//! futures (`Sleep`) and, for `delay_queue`, the pure wheel. Nothing imports this module.
 //!
 //! Each adapter holds a `KeepAlive` (the timer runs while it exists). Built on a stopped timer,
-//! an adapter panics (`keep_alive`); used once its timer is stopped, it fails with an error
-//! value where its interface has one (tower), and otherwise panics (hyper, the `DelayQueue`),
-//! as tokio's own timer does once its runtime has shut down.
+//! an adapter panics; used once its timer is stopped, it fails with an error value where its
+//! interface has one (tower), and otherwise panics, as tokio's own timer does.
 
 // `hyper` and `tower` are private: a public module named after a crate would shadow that crate
 // in a user's `use hashed_timer_wheel::*;`, so the crate root exports their types flat.

@@ -1,6 +1,5 @@
-//! A tower 0.5 timeout layer on the wheel, in the shape of `tower::timeout`. Owns
-//! [`TimeoutLayer`], [`TimeoutService`] and [`TimeoutResponseFuture`]; each call is a
-//! [`Deadline`] on the inner response. Touches the public futures, `TimerHandle`, `KeepAlive`.
+//! A tower 0.5 timeout layer on the wheel, in the shape of `tower::timeout`: [`TimeoutLayer`],
+//! [`TimeoutService`] and [`TimeoutResponseFuture`], each call a [`Deadline`].
 
 use super::keep_alive;
 use crate::timer::KeepAlive;
@@ -13,8 +12,8 @@ use tower::timeout::error::Elapsed;
 use tower::{BoxError, Layer, Service};
 
 /// `tower::timeout::TimeoutLayer` on the wheel: each request gets at most `limit` to produce
-/// its response ([`TimeoutService`]). Limits round up to the end of a tick (never early, up to
-/// about a tick late): build the timer with a 1 ms tick, as below, not the default 100 ms.
+/// its response ([`TimeoutService`]). Limits round up to the end of a tick: build the timer
+/// with a 1 ms tick, as below, not the default 100 ms.
 ///
 /// ```
 /// use hashed_timer_wheel::{HashedWheelTimer, TimeoutLayer};
@@ -32,9 +31,8 @@ use tower::{BoxError, Layer, Service};
 ///
 /// # The timer runs while a `TimeoutLayer` exists
 /// Each clone, each [`TimeoutService`] it makes, and each of their response futures keeps its
-/// timer running: the owner ([`HashedWheelTimer`]) may be dropped while the service runs.
-/// [`stop()`](crate::TimerHandle::stop) stops it for everyone: the services then fail with
-/// [`TimerError::Stopped`], boxed (see [`TimeoutService`]). Stop the timer after the server.
+/// timer running, though the owner ([`HashedWheelTimer`]) is dropped.
+/// [`stop()`](crate::TimerHandle::stop) stops it for everyone (see [`TimeoutService`]).
 ///
 /// [`HashedWheelTimer`]: crate::HashedWheelTimer
 #[derive(Clone, Debug)]
@@ -74,10 +72,8 @@ impl<S> Layer<S> for TimeoutLayer {
 /// take longer than the limit, counted from `call` (`tower::timeout::Timeout`, on the wheel).
 /// `poll_ready` and inner errors pass through, boxed. Once the timer is stopped, `poll_ready`
 /// fails with [`TimerError::Stopped`], boxed, and so does a response in flight unless it is
-/// ready when polled. At the timer's pending limit
-/// ([`Builder::max_pending_timeouts`](crate::Builder::max_pending_timeouts)), a response
-/// pending at its first poll fails with [`TimerError::TooManyPending`], boxed, as a
-/// [`Deadline`] does. A response ready at its first poll schedules nothing.
+/// ready when polled. At the timer's pending limit, a response pending at its first poll fails
+/// with [`TimerError::TooManyPending`], boxed, as a [`Deadline`] does.
 ///
 /// ```
 /// use hashed_timer_wheel::{HashedWheelTimer, TimeoutService};
@@ -141,7 +137,7 @@ where
     type Future = TimeoutResponseFuture<S::Future>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
-        // A service that can keep no limit is not ready: tower's way to say it is broken.
+        // A service that can keep no limit is not ready.
         if self.timer.is_stopped() {
             return Poll::Ready(Err(Box::new(TimerError::Stopped)));
         }
@@ -159,7 +155,7 @@ where
 
 pin_project_lite::pin_project! {
     /// The response of a [`TimeoutService`]: the inner response, or an error once the limit
-    /// has passed. Dropping it cancels its timeout. It keeps its timer running.
+    /// has passed. It keeps its timer running.
     #[derive(Debug)]
     pub struct TimeoutResponseFuture<F> {
         #[pin]

@@ -1,5 +1,4 @@
-//! Deadlines in: `insert`, `insert_at`, `reset` and `reset_at` place items in the wheel, and
-//! wake or re-arm for an item due sooner (ground rules in `mod.rs`).
+//! Deadlines in: `insert`, `insert_at`, `reset` and `reset_at`, waking or re-arming as needed.
 
 use super::{DelayQueue, Item, Key, Slot};
 use std::time::{Duration, Instant};
@@ -110,8 +109,7 @@ impl<T> DelayQueue<T> {
         self.wait(key.index, Item { value, deadline });
     }
 
-    /// An item due at `deadline` was just placed: the waiting task must hear of it by the end
-    /// of its fire tick, at once if it is due.
+    /// An item due at `deadline` was just placed: the waiting task hears of it by its tick's end.
     #[inline]
     fn wake_for(&mut self, deadline: u64) {
         if self.sleep.is_none() {

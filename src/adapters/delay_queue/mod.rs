@@ -42,9 +42,8 @@ const UNARMED: u64 = u64::MAX;
 /// [`poll_expired`](DelayQueue::poll_expired) (or the `Stream`, feature `stream`) yields each
 /// value once, as an [`Expired`], never early and at most about a tick late (build the timer
 /// with a 1 ms tick, as below). Items come back by deadline, equal ones in insertion (or last
-/// reset) order; a poll takes every item then due and yields them before it looks again. An
-/// instant before the timer was built counts as its start (tokio-util's counts from the
-/// queue's), so such items come back in insertion order, with that start as deadline.
+/// reset) order. An instant before the timer was built counts as its start (tokio-util's
+/// counts from the queue's).
 ///
 /// - **Single-owner** (`&mut self`); while a task waits, the queue costs the timer one pending
 ///   timeout, which a pending limit does not refuse.

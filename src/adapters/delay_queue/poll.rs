@@ -1,5 +1,4 @@
-//! Expiry and polling: `peek`, `poll_expired`, the `Stream`, due items moved to `ready` in
-//! deadline order, and the waking `Sleep`.
+//! Expiry and polling: `peek`, `poll_expired`, the `Stream`, and the waking `Sleep`.
 
 use super::{DelayQueue, Expired, Item, Key, Slot, UNARMED};
 use crate::engine::catch_user_panic;
@@ -9,8 +8,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll, Waker};
 
 impl<T> DelayQueue<T> {
-    /// The key of the item [`poll_expired`](DelayQueue::poll_expired) yields next, due or not,
-    /// until an insert, a reset or a removal.
+    /// The key of the item [`poll_expired`](DelayQueue::poll_expired) yields next, due or not.
     pub fn peek(&self) -> Option<Key> {
         if let Some(Some((key, _))) = self.ready.front() {
             return Some(*key);
@@ -57,7 +55,6 @@ impl<T> DelayQueue<T> {
                     self.keep_waker(cx.waker());
                     return Poll::Pending;
                 }
-                // Tick `tick` has ended on the timer's clock: look at the wheel again.
                 Poll::Ready(Ok(())) => continue,
                 Poll::Ready(Err(TimerError::Stopped)) => {
                     // Ending the stream here would drop the waiting items silently.
@@ -77,8 +74,7 @@ impl<T> DelayQueue<T> {
         }
     }
 
-    /// A refused `Sleep` (only with the wheel's keys all taken): the next poll, made to come
-    /// at once, arms it again.
+    /// A refused `Sleep` (only with the wheel's keys all taken): the next poll arms it again.
     #[cold]
     fn retry_refused(&mut self, waker: &Waker) {
         self.sleep = None;
@@ -96,10 +92,8 @@ impl<T> DelayQueue<T> {
             // A refused re-arm wakes the waiting task: user code, whose panic is counted.
             Some(sleep) => {
                 let rearmed = catch_user_panic(|| sleep.rearm(deadline));
-                self.timer
-                    .0
-                    .counters
-                    .caught(rearmed, "a DelayQueue's waker");
+                let counters = &self.timer.0.counters;
+                counters.caught(rearmed, "a DelayQueue's waker");
             }
             None => self.sleep = Some(Sleep::at(&self.timer, deadline, true)),
         }
@@ -171,8 +165,7 @@ impl<T> DelayQueue<T> {
 impl<T> futures_core::Stream for DelayQueue<T> {
     type Item = Expired<T>;
 
-    /// [`DelayQueue::poll_expired`]: `None` while the queue is empty; an insert wakes the task
-    /// that saw it, and the stream yields again.
+    /// [`DelayQueue::poll_expired`]: `None` while the queue is empty, until an insert.
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Expired<T>>> {
         self.get_mut().poll_expired(cx)
     }

@@ -1,5 +1,4 @@
-//! The queue's slot ids, with the stamps that keep a key from naming a later value: [`Slot`],
-//! lookup, removal, emptying, memory.
+//! The queue's slot ids and their stamps ([`Slot`]): lookup, removal, emptying, memory.
 
 use super::{check_capacity, DelayQueue, Expired, Item, Key, MAX_ITEMS, UNARMED};
 use crate::engine::{catch_user_panic, drop_caught};
@@ -46,8 +45,7 @@ impl<T> DelayQueue<T> {
         seq.wrapping_sub(self.ready_base) as usize
     }
 
-    /// Takes the item under `key` out of the wheel or `ready`, if `key` names one; its id
-    /// stays taken.
+    /// Takes the item under `key` out of the wheel or `ready`; its id stays taken.
     pub(super) fn take_item(&mut self, key: &Key) -> Option<Item<T>> {
         match self.slot_of(key)? {
             Slot::Waiting { .. } => self.wheel.remove(key.index),
@@ -102,8 +100,7 @@ impl<T> DelayQueue<T> {
         }
     }
 
-    /// Drops the places left by items gone from the front of `ready`, so that it names the
-    /// next item to yield.
+    /// Drops the places left by items gone from the front of `ready`.
     pub(super) fn drop_stale_front(&mut self) {
         while let Some(None) = self.ready.front() {
             self.ready.pop_front();
@@ -139,8 +136,7 @@ impl<T> DelayQueue<T> {
         counters.caught(drop_caught(holder), "a DelayQueue's waker");
     }
 
-    /// Drops every value, each under its own catch (two panics in one unwind would abort),
-    /// leaving the wheel and `ready` empty; returns the first panic.
+    /// Drops every value, each under its own catch (two panics in one unwind would abort).
     pub(super) fn drop_values(&mut self) -> std::thread::Result<()> {
         let mut first = Ok(());
         let mut drop_one = |item: Item<T>| {
