@@ -30,6 +30,13 @@
 //!   `tokio::time::sleep_until`) and then spinning `SPIN_US` (20 µs) of work, for `SECS` (4)
 //!   seconds: `late_p50_ms`, `late_p99_ms` and `late_p999_ms` of the sleeps' wakes past their
 //!   deadlines, both stacks under the same load; ours also `turns` (the timer's wake-ups).
+//! - `burst_lateness`: a burst of `TASKS` (50 000) tasks on each stack, spawned at once on a
+//!   two-worker runtime, each sleeping until a random instant within 200 ms of a common start,
+//!   then racing a random deadline (`timeout`) against a random sleep (each within 200 ms):
+//!   `late_p50_ms`, `late_p99_ms` and `late_p999_ms` of both wakes past their deadlines (the
+//!   race's: past the earlier of the two), both stacks under the same load. The wheel is driven
+//!   by the runtime (`timer.drive`), as the README tells a tokio service; `DRIVEN=0` leaves it
+//!   on its own thread.
 //!
 //! The contenders run one after another within each repetition, and each figure is the
 //! median of REPS.
@@ -68,6 +75,7 @@ const WORKLOADS: &[&str] = &[
     "pending_sleeps",
     "deadline_timers",
     "driven_lateness",
+    "burst_lateness",
 ];
 const LIMIT: Duration = Duration::from_secs(5);
 
@@ -387,6 +395,72 @@ fn main() {
     }
     if picked("driven_lateness") {
         driven_lateness();
+    }
+    if picked("burst_lateness") {
+        burst_lateness();
+    }
+}
+
+/// `burst_lateness`: see the module docs.
+fn burst_lateness() {
+    let tasks = common::env_usize("TASKS", 50_000);
+    let driven = std::env::var("DRIVEN").map_or(true, |v| v != "0");
+    let timer = timer();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_time()
+        .build()
+        .expect("a runtime");
+    if driven {
+        rt.spawn(timer.drive(|at| tokio::time::sleep_until(at.into())));
+    }
+    let start = Instant::now() + Duration::from_millis(50);
+    let spawned: Vec<_> = (0..tasks * 2)
+        .map(|k| {
+            let handle = timer.handle();
+            rt.spawn(async move {
+                let mut x = 0x9E37_79B9_7F4A_7C15 ^ (k as u64 / 2 * 7919);
+                let mut next = |limit: u64| {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    Duration::from_micros(x % limit)
+                };
+                let (first, limit, inner) = (next(200_000), next(200_000), next(200_000));
+                let due = start + first;
+                let raced = |at: Instant| at + limit.min(inner);
+                let late = if k % 2 == 0 {
+                    handle.sleep_until(due).await.expect("the timer runs");
+                    let woke = Instant::now();
+                    let raced_due = raced(woke);
+                    let _ = handle.timeout(limit, handle.sleep(inner)).await;
+                    [woke - due, Instant::now() - raced_due]
+                } else {
+                    tokio::time::sleep_until(due.into()).await;
+                    let woke = Instant::now();
+                    let raced_due = raced(woke);
+                    let _ = tokio::time::timeout(limit, tokio::time::sleep(inner)).await;
+                    [woke - due, Instant::now() - raced_due]
+                };
+                (k % 2, late)
+            })
+        })
+        .collect();
+    let mut late = [Vec::new(), Vec::new()];
+    for task in spawned {
+        let (stack, mine) = rt.block_on(task).expect("a task");
+        late[stack].extend(mine.map(|d| d.as_nanos() as i64));
+    }
+    for (imp, late) in [OURS, TOKIO].into_iter().zip(&mut late) {
+        late.sort_unstable();
+        let at = |q: f64| late[((late.len() - 1) as f64 * q) as usize] as f64 / 1e6;
+        for (metric, q) in [
+            ("late_p50_ms", 0.5),
+            ("late_p99_ms", 0.99),
+            ("late_p999_ms", 0.999),
+        ] {
+            result(imp, "burst_lateness", metric, at(q));
+        }
     }
 }
 

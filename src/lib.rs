@@ -139,7 +139,7 @@ pub use adapters::delay_queue::{self, DelayQueue};
 pub use adapters::hyper::{HyperSleep, HyperTimer};
 #[cfg(feature = "tower")]
 pub use adapters::tower::{TimeoutLayer, TimeoutResponseFuture, TimeoutService};
-pub use engine::{BoxedTask, Stored, Timeout, TimerStats, INSTANCE_COUNT_LIMIT};
+pub use engine::{BoxedTask, NeverRan, Stored, Timeout, TimerStats, INSTANCE_COUNT_LIMIT};
 pub use error::{BuildError, DeadlineError, TimerError};
 pub use task::{TimerTask, TypedTask};
 pub use timer::{

@@ -103,7 +103,7 @@ fn stop_returns_detached_timeouts_that_never_ran() {
     assert_eq!(ran.load(SeqCst), 3);
     let returned = timer.stop().unwrap();
     assert_eq!(returned.len(), 75);
-    assert!(returned.iter().all(Timeout::is_cancelled));
+    assert!(returned.iter().all(|t| t.is_cancelled()));
     drop(returned);
     assert_eq!(dropped.load(SeqCst), 78, "every task dropped once");
     assert_eq!(timer.pending_timeouts(), 0);

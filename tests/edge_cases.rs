@@ -8,8 +8,8 @@
 mod common;
 use common::{counting, ms, noop, NANO};
 use hashed_timer_wheel::{
-    BuildError, HashedWheelTimer, ManualDriver, Timeout, Timer, TimerError, TimerHandle, TimerTask,
-    MAX_TICKS_PER_WHEEL,
+    BuildError, HashedWheelTimer, ManualDriver, NeverRan, Timeout, Timer, TimerError, TimerHandle,
+    TimerTask, MAX_TICKS_PER_WHEEL,
 };
 use std::cell::RefCell;
 use std::collections::HashSet;
@@ -566,7 +566,12 @@ fn stop_returns_exactly_the_live_timeouts_of_a_partly_transferred_batch() {
     const N: usize = 100_000 + 5_003;
     let (timer, driver, handles, ran) = queued_behind_a_first_batch(N, Duration::from_secs(3600));
     driver.advance(ms(10)); // transfers the first 100 000 (the cap); the rest stay queued
-    let returned: HashSet<Timeout> = timer.stop().unwrap().into_iter().collect();
+    let returned: HashSet<Timeout> = timer
+        .stop()
+        .unwrap()
+        .into_iter()
+        .map(|never_ran| never_ran.into_parts().0)
+        .collect();
     let live: HashSet<Timeout> = handles
         .iter()
         .enumerate()
@@ -603,7 +608,10 @@ fn stop_returns_the_queued_timeouts_of_every_producer_thread() {
     });
     let returned = timer.stop().unwrap();
     assert_eq!(returned.len(), handles.len());
-    let returned: HashSet<Timeout> = returned.into_iter().collect();
+    let returned: HashSet<Timeout> = returned
+        .into_iter()
+        .map(|never_ran| never_ran.into_parts().0)
+        .collect();
     assert!(returned == handles.iter().cloned().collect::<HashSet<_>>());
 }
 
@@ -1253,7 +1261,7 @@ impl Timer for RecordingTimer {
         self.delays.lock().unwrap().push(delay);
         Timer::new_timeout(&self.inner, task, delay)
     }
-    fn stop(&self) -> Result<Vec<Timeout>, TimerError> {
+    fn stop(&self) -> Result<Vec<NeverRan>, TimerError> {
         Timer::stop(&self.inner)
     }
     fn pending_timeouts(&self) -> usize {
@@ -1383,7 +1391,11 @@ fn a_stop_from_another_thread_waits_for_the_running_task_and_refuses_with_stoppe
     ticker.join().unwrap();
     let (returned, task_had_ended) = stopper.join().unwrap();
     assert_eq!(task_had_ended, 1, "stop() returned while the task ran");
-    let returned: HashSet<Timeout> = returned.unwrap().into_iter().collect();
+    let returned: HashSet<Timeout> = returned
+        .unwrap()
+        .into_iter()
+        .map(|never_ran| never_ran.into_parts().0)
+        .collect();
     assert!(
         returned.contains(&later) && returned.contains(&last),
         "later ticks' timeouts are returned"

@@ -227,7 +227,12 @@ fn run_limited(
         }
     }
 
-    let returned: HashSet<Timeout> = timer.stop().unwrap().into_iter().collect();
+    let returned: HashSet<Timeout> = timer
+        .stop()
+        .unwrap()
+        .into_iter()
+        .map(|never_ran| never_ran.into_parts().0)
+        .collect();
     let never_ended: HashSet<Timeout> = model
         .iter()
         .filter(|e| !e.fired && !e.cancelled)

@@ -101,7 +101,12 @@ fn stop_timer() {
         .map(|_| unprocessed.new_timeout(noop, ms(5_000)).unwrap())
         .collect();
     driver.advance(ms(1_000));
-    let returned: HashSet<Timeout> = unprocessed.stop().unwrap().into_iter().collect();
+    let returned: HashSet<Timeout> = unprocessed
+        .stop()
+        .unwrap()
+        .into_iter()
+        .map(|never_ran| never_ran.into_parts().0)
+        .collect();
     assert!(
         !returned.is_empty(),
         "number of unprocessed timeouts should be greater than 0"
@@ -433,7 +438,10 @@ fn stop_timer_cancels_pending_tasks() {
 
     let returned = timer.stop().unwrap();
     assert_eq!(
-        returned.iter().cloned().collect::<HashSet<_>>(),
+        returned
+            .iter()
+            .map(|never_ran| Timeout::clone(never_ran))
+            .collect::<HashSet<_>>(),
         scheduled.iter().cloned().collect::<HashSet<_>>()
     );
     for timeout in &returned {

@@ -237,10 +237,10 @@ fn a_drop_that_panics_when_cancelled_by_a_task_of_its_bucket_is_counted() {
     assert_eq!(timer.stats().panicked, 1);
 }
 
-/// `stop()` with pending tasks whose `Drop` panics: it returns every pending timeout, drops
-/// every task once, and does not panic.
+/// `stop()` with pending tasks whose `Drop` panics: it returns every pending timeout with its
+/// task, drops none of them, and does not panic; the caller drops each once.
 #[test]
-fn stop_drops_every_task_once_when_some_drops_panic() {
+fn stop_returns_every_task_undropped_when_some_drops_panic() {
     for queued in [false, true] {
         let (timer, driver) = manual_timer(ms(1));
         let drops = Arc::new(AtomicUsize::new(0));
@@ -255,9 +255,16 @@ fn stop_drops_every_task_once_when_some_drops_panic() {
         }
         let returned = timer.stop().expect("stop() does not panic");
         assert_eq!(returned.len(), 1_000, "queued: {queued}");
-        assert!(returned.iter().all(Timeout::is_cancelled));
+        assert!(returned.iter().all(|never_ran| never_ran.is_cancelled()));
+        assert_eq!(drops.load(SeqCst), 0, "the tasks are the caller's");
+        assert_eq!(timer.stats().panicked, 0, "queued: {queued}");
+        let panicked = returned
+            .into_iter()
+            .map(|never_ran| catch_unwind(AssertUnwindSafe(|| drop(never_ran))))
+            .filter(Result::is_err)
+            .count();
+        assert_eq!(panicked, 10, "queued: {queued}");
         assert_eq!(drops.load(SeqCst), 1_000, "each task dropped once");
-        assert_eq!(timer.stats().panicked, 10, "queued: {queued}");
     }
 }
 
@@ -438,8 +445,10 @@ fn a_typed_timer_survives_drops_that_panic() {
     let returned = timer.stop().unwrap();
     assert_eq!(returned.len(), 1);
     assert!(left.is_cancelled());
+    assert_eq!(drops.load(SeqCst), 12, "the returned task is the caller's");
+    assert_eq!(timer.stats().panicked, 2);
+    assert!(catch_unwind(AssertUnwindSafe(|| drop(returned))).is_err());
     assert_eq!(drops.load(SeqCst), 13);
-    assert_eq!(timer.stats().panicked, 3);
 }
 
 /// A periodic task whose `Drop` panics when its schedule ends (cancelled): counted, the worker
@@ -992,7 +1001,9 @@ fn stop_returns_every_timeout_when_the_executors_drop_panics() {
         .unwrap();
     let stopped = timer.stop().unwrap();
     assert_eq!(stopped.len(), 2);
-    assert!(stopped.iter().all(Timeout::is_cancelled));
+    assert!(stopped.iter().all(|never_ran| never_ran.is_cancelled()));
+    assert_eq!(drops.load(SeqCst), 0, "the tasks are the caller's");
+    drop(stopped);
     assert_eq!(drops.load(SeqCst), 2);
 }
 

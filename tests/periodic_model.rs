@@ -428,6 +428,8 @@ impl Model {
         let pending = runs.count() + others.count();
         let left = self.timer.stop().unwrap();
         prop_assert_eq!(left.len(), pending, "stop() returns each pending timeout");
+        // Dropped unrun, a schedule's run ends its schedule.
+        drop(left);
         self.stopped = true;
         self.unprocessed_cancels = 0; // a stopped timer counts nothing pending
         self.others.clear();

@@ -181,6 +181,12 @@ fn tasks_of_every_size_are_dropped_once_when_they_never_run() {
     let returned = timer.stop().unwrap();
     // Also returned: zero-sized tasks (no token) of the earlier phases not due yet.
     assert!(returned.len() >= in_wheel + queued);
+    assert_eq!(
+        ledger.drops.load(SeqCst),
+        before,
+        "the tasks are the caller's"
+    );
+    drop(returned);
     assert_eq!(ledger.drops.load(SeqCst) - before, in_wheel + queued);
     assert_eq!(ledger.runs.load(SeqCst), 0);
 }

@@ -1202,11 +1202,15 @@ fn soak() {
     };
     let returned_count = returned.len();
     let mut strangers = 0;
+    let mut dropped_here_panicked = 0;
     for t in returned {
         match far.remove(&t) {
             Some(id) => b.returned.add(id),
             None => strangers += 1,
         }
+        // The task is ours now: dropped here, each on its own (some panic by design).
+        dropped_here_panicked +=
+            u64::from(catch_unwind(AssertUnwindSafe(move || drop(t))).is_err());
     }
     let futures_returned = rig.futures.stop().unwrap().len();
     let panicked_after_stop = rig.tasks.stats().panicked;
@@ -1338,14 +1342,22 @@ fn soak() {
         "stats: expired + cancelled = {ended}, the books {fired} fired + {cancelled} cancelled \
          + {runs} periodic runs (+ up to {outside} periodic tasks cancelled from outside)"
     );
-    // Every panic of the test's tasks is the tasks' timer's to catch and count: when run, in
-    // `Drop` after a run or when cancelled, and, once `stop()` has dropped the far ones, theirs.
+    // Every panic of the test's tasks is the tasks' timer's to catch and count (when run, in
+    // `Drop` after a run or when cancelled) but the far ones' that `stop()` returned: those are
+    // the test's, dropped after it.
     let on_stop = get(&b.drop_on_stop);
     assert_eq!(
+        dropped_here_panicked, on_stop,
+        "the far tasks' drops that panic"
+    );
+    assert_eq!(
         (s.panicked, panicked_after_stop),
-        (get(&b.by_design_panics) - on_stop, get(&b.by_design_panics)),
+        (
+            get(&b.by_design_panics) - on_stop,
+            get(&b.by_design_panics) - on_stop
+        ),
         "stats: panicked (before stop(), after it); the by-design panics, {on_stop} of them \
-         in stop()"
+         in the drops of what stop() returned"
     );
     // What the futures saw, against their timer: each sleep, deadline, reset and race ended
     // with an expiry.

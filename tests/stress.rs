@@ -144,7 +144,12 @@ fn schedule_and_cancel_from_many_threads(settle_before_stop: bool) {
         }
     }
 
-    let returned: HashSet<Timeout> = timer.stop().unwrap().into_iter().collect();
+    let returned: HashSet<Timeout> = timer
+        .stop()
+        .unwrap()
+        .into_iter()
+        .map(|never_ran| never_ran.into_parts().0)
+        .collect();
     let mut in_stop_list = 0;
     for (record, t, far) in &all {
         let ran = record.runs.load(SeqCst);
@@ -240,7 +245,12 @@ fn new_timeout_racing_stop_never_loses_a_timeout() {
         while Instant::now() < spin {
             std::hint::spin_loop();
         }
-        let returned: HashSet<Timeout> = timer.stop().unwrap().into_iter().collect();
+        let returned: HashSet<Timeout> = timer
+            .stop()
+            .unwrap()
+            .into_iter()
+            .map(|never_ran| never_ran.into_parts().0)
+            .collect();
 
         let mut attempts = 0;
         let mut accepted_total = 0;

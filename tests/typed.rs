@@ -119,7 +119,7 @@ fn typed_tasks_fire_on_their_ticks_with_their_data_once() {
 }
 
 #[test]
-fn stop_returns_the_typed_timeouts_that_never_ran_and_drops_their_tasks() {
+fn stop_returns_the_typed_timeouts_that_never_ran_with_their_tasks() {
     let s = Setup::new(0);
     let later: Vec<Timeout<Probe>> = (0..5)
         .map(|id| s.timer.new_timeout(s.probe(id, 0), TICK * 100).unwrap())
@@ -127,11 +127,18 @@ fn stop_returns_the_typed_timeouts_that_never_ran_and_drops_their_tasks() {
     s.driver.advance(TICK); // some in the wheel
     let queued = s.timer.new_timeout(s.probe(9, 0), TICK * 100).unwrap();
     let mut returned = s.timer.stop().unwrap();
-    returned.sort_by_key(|t| later.iter().position(|l| l == t).unwrap_or(99));
+    returned.sort_by_key(|t| later.iter().position(|l| *t == *l).unwrap_or(99));
     let mut expected = later.clone();
     expected.push(queued);
     assert_eq!(returned, expected);
-    assert!(returned.iter().all(Timeout::is_cancelled));
+    assert!(returned.iter().all(|never_ran| never_ran.is_cancelled()));
+    assert_eq!(s.drops.load(SeqCst), 0, "the tasks are the caller's");
+    let ids: Vec<u32> = returned
+        .iter()
+        .map(|never_ran| never_ran.task().id)
+        .collect();
+    assert_eq!(ids, [0, 1, 2, 3, 4, 9], "each timeout with its own task");
+    drop(returned);
     assert_eq!(s.drops.load(SeqCst), 6);
     assert!(s.log().is_empty());
     assert_eq!(

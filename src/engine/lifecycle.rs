@@ -2,7 +2,7 @@
 //! whoever runs turns, `stop()`, and the owner's drop (inside a turn too).
 
 use super::turns;
-use super::{Shared, Stored, Timeout, SHUTDOWN, STARTED};
+use super::{drop_caught, NeverRan, Shared, Stored, SHUTDOWN, STARTED};
 use crate::error::TimerError;
 use crate::sync::{lock, process, thread, Arc, Ordering};
 
@@ -93,7 +93,7 @@ impl<J: Stored> Shared<J> {
             // Nobody receives them: they count as cancelled.
             worker.tally.cancelled += returned.len() as u64;
             worker.publish(self);
-            drop(returned);
+            self.drop_tasks(returned);
             self.let_go();
             return None;
         }
@@ -153,8 +153,8 @@ impl<J: Stored> Shared<J> {
     }
 
     /// Stops the timer: the timeouts that neither expired nor were cancelled, each now
-    /// cancelled. Empty the second time.
-    pub(crate) fn stop(&self) -> Result<Vec<Timeout<J>>, TimerError> {
+    /// cancelled, with their tasks. Empty the second time.
+    pub(crate) fn stop(&self) -> Result<Vec<NeverRan<J>>, TimerError> {
         if self.in_turn() {
             return Err(TimerError::StopFromWorker);
         }
@@ -181,7 +181,7 @@ impl<J: Stored> Shared<J> {
     /// dropped the owner) it only shuts the timer: the turn's runner ends the rest.
     pub(crate) fn shutdown(&self) {
         if !self.in_turn() {
-            drop(self.stop());
+            self.drop_tasks(self.stop().unwrap_or_default());
             return;
         }
         // The thread's handle goes: nobody joins a thread from itself. If a `stop()` shut the
@@ -189,6 +189,15 @@ impl<J: Stored> Shared<J> {
         if self.shut().is_some() {
             // Release: pairs with the Acquire in `run_turn`.
             self.orphaned.store(true, Ordering::Release);
+        }
+    }
+
+    /// Drops the tasks of timeouts `stop()` returned to nobody, each on its own: a task's
+    /// `Drop` that panics is caught, counted and logged, and the others are still dropped.
+    fn drop_tasks(&self, returned: Vec<NeverRan<J>>) {
+        for never_ran in returned {
+            let dropped = drop_caught(never_ran.into_task());
+            self.counters.caught(dropped, "a timer task's drop");
         }
     }
 

@@ -38,7 +38,7 @@ pub use slots::{Timeout, TimerHandle};
 pub use stats::TimerStats;
 use std::time::Duration;
 pub(crate) use task::{catch_user_panic, drop_caught, log_caught, wake_all, Executor, Payload};
-pub use task::{BoxedTask, Stored};
+pub use task::{BoxedTask, NeverRan, Stored};
 use wheel::SlotId;
 use worker::Worker;
 

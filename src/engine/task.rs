@@ -4,6 +4,7 @@
 use super::{Shared, Timeout};
 use std::any::Any;
 use std::fmt;
+use std::ops::Deref;
 
 /// What a timer stores per timeout: [`BoxedTask`] on the default timer, a [`TypedTask`]'s `T`
 /// on a typed one. Sealed: those two are all there is.
@@ -130,6 +131,93 @@ impl Payload for BoxedTask {
 impl fmt::Debug for BoxedTask {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("BoxedTask")
+    }
+}
+
+/// A timeout [`stop()`](crate::TimerHandle::stop) ended before it ran, with its task (Netty's
+/// `timeout.task()`): a shutdown takes the task to complete what it stood for, runs it, or drops
+/// it (its `Drop` runs then, once). It reads as its [`Timeout`], now cancelled.
+///
+/// ```
+/// use hashed_timer_wheel::{HashedWheelTimer, Timeout, TypedTask};
+/// use std::time::Duration;
+///
+/// struct RequestTimeout(u64);
+///
+/// impl TypedTask for RequestTimeout {
+///     fn run(self, _: &Timeout<Self>) { /* answer request self.0 with a timeout */ }
+/// }
+///
+/// let timer: HashedWheelTimer<RequestTimeout> = HashedWheelTimer::builder().build_typed()?;
+/// timer.new_timeout(RequestTimeout(7), Duration::from_secs(30))?;
+/// for never_ran in timer.stop()? {
+///     assert!(never_ran.is_cancelled());
+///     let RequestTimeout(id) = never_ran.into_task();
+///     assert_eq!(id, 7); // fail request 7: the service is shutting down
+/// }
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub struct NeverRan<J: Stored = BoxedTask> {
+    timeout: Timeout<J>,
+    task: J,
+}
+
+impl<J: Stored> NeverRan<J> {
+    pub(crate) fn new(timeout: Timeout<J>, task: J) -> NeverRan<J> {
+        NeverRan { timeout, task }
+    }
+
+    /// The task, by reference (a typed timer's `T`).
+    pub fn task(&self) -> &J {
+        &self.task
+    }
+
+    /// The task, taken out.
+    pub fn into_task(self) -> J {
+        self.task
+    }
+
+    /// The timeout and its task.
+    pub fn into_parts(self) -> (Timeout<J>, J) {
+        (self.timeout, self.task)
+    }
+
+    /// Runs the task now, on the calling thread, with its timeout (cancelled): Netty's
+    /// `timeout.task().run(timeout)`. A panic of the task unwinds from here.
+    pub fn run(self) {
+        self.task.run(&self.timeout)
+    }
+}
+
+impl<J: Stored> Deref for NeverRan<J> {
+    type Target = Timeout<J>;
+
+    fn deref(&self) -> &Timeout<J> {
+        &self.timeout
+    }
+}
+
+/// Whether it is the timeout `other`.
+impl<J: Stored> PartialEq<Timeout<J>> for NeverRan<J> {
+    fn eq(&self, other: &Timeout<J>) -> bool {
+        self.timeout == *other
+    }
+}
+
+/// Whether both are the same timeout.
+impl<J: Stored> PartialEq for NeverRan<J> {
+    fn eq(&self, other: &Self) -> bool {
+        self.timeout == other.timeout
+    }
+}
+
+impl<J: Stored> Eq for NeverRan<J> {}
+
+impl<J: Stored> fmt::Debug for NeverRan<J> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("NeverRan")
+            .field("timeout", &self.timeout)
+            .finish_non_exhaustive()
     }
 }
 

@@ -235,7 +235,7 @@ impl<F, S> Drive<F, S> {
             self.done = true;
             self.timer.0.detach_driver(&self.waker);
             if self.sole {
-                drop(self.timer.stop());
+                self.timer.0.shutdown();
             }
         }
         self.drop_sleep();

@@ -21,7 +21,7 @@ pub(crate) use keep_alive::KeepAlive;
 pub use periodic::{MissedRuns, PeriodicTimeout};
 pub use sleep::Sleep;
 
-use crate::engine::{BoxedTask, Stored};
+use crate::engine::{BoxedTask, NeverRan, Stored};
 use crate::{task, Timeout, TimerError, TimerStats, TimerTask, TypedTask};
 use std::time::Duration;
 
@@ -57,11 +57,11 @@ pub trait Timer: Send + Sync {
     fn new_timeout(&self, task: Box<dyn TimerTask>, delay: Duration)
         -> Result<Timeout, TimerError>;
 
-    /// Stops the timer and returns the timeouts that never ran, now cancelled.
+    /// Stops the timer and returns the timeouts that never ran, now cancelled, with their tasks.
     ///
     /// # Errors
     /// As [`TimerHandle::stop`].
-    fn stop(&self) -> Result<Vec<Timeout>, TimerError>;
+    fn stop(&self) -> Result<Vec<NeverRan>, TimerError>;
 
     /// Timeouts accepted and neither expired nor processed as cancelled.
     fn pending_timeouts(&self) -> usize;
@@ -75,7 +75,7 @@ macro_rules! impl_timer {
                 -> Result<Timeout, TimerError> {
                 TimerHandle::<BoxedTask>::new_timeout(self, task, delay)
             }
-            fn stop(&self) -> Result<Vec<Timeout>, TimerError> {
+            fn stop(&self) -> Result<Vec<NeverRan>, TimerError> {
                 TimerHandle::stop(self)
             }
             fn pending_timeouts(&self) -> usize {
@@ -184,8 +184,9 @@ impl<J: Stored> TimerHandle<J> {
         self.0.start()
     }
 
-    /// Stops the timer for good and returns the timeouts that never ran, now cancelled (their
-    /// tasks dropped), in no particular order. Waits for the task the worker is running, if
+    /// Stops the timer for good and returns the timeouts that never ran, now cancelled, each
+    /// with its task ([`NeverRan`]: take, run or drop it), in no particular order. A future's
+    /// timeout is not among them: the future completes with [`TimerError::Stopped`]. Waits for the task the worker is running, if
     /// any; then new work is refused with [`TimerError::Stopped`]. A second call (or one
     /// racing the first) returns nothing, once that task has ended.
     ///
@@ -203,9 +204,12 @@ impl<J: Stored> TimerHandle<J> {
     /// assert_eq!(never_ran, vec![timeout.clone()]);
     /// assert!(timeout.is_cancelled());
     /// assert!(timer.is_stopped());
+    /// for never_ran in never_ran {
+    ///     never_ran.run(); // or into_task(), or drop it
+    /// }
     /// ```
     #[must_use = "the returned timeouts never ran; ignore them explicitly if that is intended"]
-    pub fn stop(&self) -> Result<Vec<Timeout<J>>, TimerError> {
+    pub fn stop(&self) -> Result<Vec<NeverRan<J>>, TimerError> {
         self.0.stop()
     }
 
@@ -335,7 +339,7 @@ impl<J: Stored> HashedWheelTimer<J> {
     /// # Errors
     /// As [`TimerHandle::stop`].
     #[must_use = "the returned timeouts never ran; ignore them explicitly if that is intended"]
-    pub fn stop(&self) -> Result<Vec<Timeout<J>>, TimerError> {
+    pub fn stop(&self) -> Result<Vec<NeverRan<J>>, TimerError> {
         self.handle.stop()
     }
 

@@ -71,8 +71,8 @@ impl Schedule {
 /// The handle on a periodic task: cancels every future run.
 ///
 /// Clones refer to the same task, which receives one. Dropping the handle does not cancel the
-/// task. A run that panics ends the schedule, as in Java; `stop()` returns the pending run's
-/// [`Timeout`]. Made by [`TimerHandle::schedule_at_fixed_rate`] (which has an example) and
+/// task. A run that panics ends the schedule, as in Java; `stop()` returns the pending run
+/// ([`NeverRan`](crate::NeverRan)), whose drop ends the schedule. Made by [`TimerHandle::schedule_at_fixed_rate`] (which has an example) and
 /// [`TimerHandle::schedule_with_fixed_delay`].
 #[derive(Clone)]
 pub struct PeriodicTimeout {

@@ -5,7 +5,7 @@ use super::{kept, split, Worker};
 use crate::engine::slots::{Block, Kind, Timeout};
 use crate::engine::task::drop_unrun;
 use crate::engine::wheel::SlotId;
-use crate::engine::{wake_all, Shared, Stored};
+use crate::engine::{wake_all, NeverRan, Shared, Stored};
 use crate::sync::Arc;
 
 impl<J: Stored> Worker<J> {
@@ -17,9 +17,15 @@ impl<J: Stored> Worker<J> {
         self.blocks[bid] = (Some(block), 0);
     }
 
-    /// Ends a slot that is not in the wheel (or no longer), dropping its task; the block goes
-    /// with its last slot.
+    /// Ends a slot that is not in the wheel (or no longer), dropping its task.
     pub(super) fn end(&mut self, shared: &Shared<J>, id: SlotId, task: J) {
+        let shard = self.end_slot(shared, id);
+        let spares = kept(&mut self.task_spares[shard]);
+        self.tally.panicked += u64::from(!drop_unrun(task, spares));
+    }
+
+    /// Counts a slot ended; the block goes with its last slot. Its shard.
+    fn end_slot(&mut self, shared: &Shared<J>, id: SlotId) -> usize {
         let (bid, _) = split(id);
         let shard = self.blocks[bid].0.as_ref().map_or(0, |b| b.shard());
         self.ended += 1;
@@ -28,12 +34,11 @@ impl<J: Stored> Worker<J> {
         if let Some(block) = self.blocks[bid].0.take() {
             put_back(&mut self.blocks[bid], block, &mut self.spares);
         }
-        let spares = kept(&mut self.task_spares[shard]);
-        self.tally.panicked += u64::from(!drop_unrun(task, spares));
+        shard
     }
 
-    /// `stop()`: ends everything; the timeouts it cancels go to `returned`, their tasks dropped.
-    pub(crate) fn stop(&mut self, shared: &Shared<J>, returned: &mut Vec<Timeout<J>>) {
+    /// `stop()`: ends everything; the timeouts it cancels go to `returned` with their tasks.
+    pub(crate) fn stop(&mut self, shared: &Shared<J>, returned: &mut Vec<NeverRan<J>>) {
         self.collect(shared);
         let mut rest: Vec<(SlotId, J)> = Vec::new();
         let inbox = std::mem::take(&mut self.inbox);
@@ -44,7 +49,7 @@ impl<J: Stored> Worker<J> {
             .drain(|id, waiting| rest.push((id, waiting.task)));
         for (id, task) in rest {
             let (bid, index) = split(id);
-            match &self.blocks[bid].0 {
+            match self.blocks[bid].0.clone() {
                 Some(block) if block.kind() == Kind::Future => {
                     // A future's timeout: ended, not returned; the future sees it cancelled.
                     let _ = block.cancel(index);
@@ -52,7 +57,9 @@ impl<J: Stored> Worker<J> {
                     self.tally.cancelled += 1;
                 }
                 Some(block) if block.cancel(index).is_some() => {
-                    returned.push(Timeout::new(Arc::clone(block), index));
+                    self.end_slot(shared, id);
+                    returned.push(NeverRan::new(Timeout::new(block, index), task));
+                    continue;
                 }
                 // A cancel() won it, and the worker had not ended it yet.
                 _ => self.tally.cancelled += 1,
