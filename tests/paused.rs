@@ -506,3 +506,30 @@ async fn a_drive_on_the_system_clock_under_a_paused_runtime_does_not_spin() {
     let wakeups = timer.stats().wakeups;
     assert!(wakeups <= 16, "{wakeups} wake-ups for one 200 ms sleep");
 }
+
+/// The tower layer's deadline and hyper's sleeps follow the paused clock too.
+#[cfg(all(feature = "tower", feature = "hyper"))]
+#[tokio::test(start_paused = true)]
+async fn tower_s_deadline_and_hyper_s_sleep_fire_as_advance_passes_them() {
+    use hyper::rt::Timer as _;
+    use tower::{service_fn, Layer, Service, ServiceExt};
+    let timer = HashedWheelTimer::builder()
+        .tick_duration(ms(1))
+        .build_on_tokio()
+        .unwrap();
+    let never = service_fn(|_: ()| std::future::pending::<Result<(), std::convert::Infallible>>());
+    let mut service = hashed_timer_wheel::TimeoutLayer::new(timer.handle(), ms(50)).layer(never);
+    let mut call = Box::pin(service.ready().await.unwrap().call(()));
+    let hyper_timer = hashed_timer_wheel::HyperTimer::new(timer.handle());
+    let mut sleep = hyper_timer.sleep(ms(30));
+    assert!(poll_once(&mut call).await.is_pending());
+    assert!(poll_once(&mut sleep).await.is_pending());
+    advance(ms(30)).await;
+    assert!(poll_once(&mut sleep).await.is_ready());
+    assert!(poll_once(&mut call).await.is_pending(), "never early");
+    advance(ms(20)).await;
+    match poll_once(&mut call).await {
+        Poll::Ready(Err(e)) => assert!(e.is::<tower::timeout::error::Elapsed>(), "{e}"),
+        other => panic!("the deadline elapsed at 50 ms: {other:?}"),
+    }
+}
