@@ -119,7 +119,7 @@ pub mod loom_hooks {
     /// wakes the worker (or a runtime's driver) if the tick it planned to sleep to has ended.
     pub fn advance_clock(timer: &crate::HashedWheelTimer, to: std::time::Duration) {
         let shared = &timer.handle().0;
-        let to = u64::try_from(to.as_nanos()).unwrap_or(u64::MAX);
+        let to = crate::engine::clock::nanos(to);
         shared.clock.loom_advance(to);
         // Pairs with the fence in the worker's `park_until` (loom treats SeqCst accesses as
         // AcqRel; its fences are SeqCst).

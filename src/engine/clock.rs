@@ -1,14 +1,10 @@
 //! Time since a timer's origin, in nanoseconds: the system's monotonic clock, read cheaply, or a
 //! hand-driven one.
 //!
-//! `new_timeout` reads the clock on every call, and `std::time::Instant::now` costs about as much
-//! as the rest of the call (a `clock_gettime` through the vDSO). Where quanta reads the CPU's
-//! time-stamp counter, the timer reads that instead and turns it into time since its origin with
-//! an offset taken from `Instant` at most every `ANCHOR_NANOS`: quanta's scaling drifts from the
-//! monotonic clock by parts per million, so the offset's age bounds the error to nanoseconds, and
-//! `SLACK` rounds every reading up by more than that. Elsewhere `Instant`; under loom, a clock
-//! that stands still. A timer built on a tokio runtime (`Builder::build_on_tokio`) reads that
-//! runtime's clock instead, so that a paused runtime's time is the timer's.
+//! `Instant::now` costs about as much as the rest of a `new_timeout`. Where quanta reads the CPU's
+//! time-stamp counter, the timer reads that, offset by `Instant` at most every `ANCHOR_NANOS`
+//! (quanta drifts by parts per million; `SLACK` rounds every reading up by more). Elsewhere
+//! `Instant`; under loom, a clock that stands still; on `Builder::build_on_tokio`, the runtime's.
 
 use crate::sync::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -19,6 +15,11 @@ const ANCHOR_NANOS: u64 = 10_000_000;
 /// Added to every counter reading: more than the drift over `ANCHOR_NANOS` at 100 ppm.
 #[cfg(all(not(loom), target_os = "linux", target_arch = "x86_64"))]
 const SLACK: u64 = 2_000;
+
+/// `d` in nanoseconds, saturating past 2^64 (584 years).
+pub(crate) fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
 
 /// A timer's clock.
 pub(crate) enum Clock {
@@ -41,8 +42,7 @@ impl TokioClock {
     /// runtime's own, not the thread's).
     fn now(&self) -> u64 {
         let _runtime = self.runtime.enter();
-        let since = tokio::time::Instant::now().saturating_duration_since(self.origin);
-        u64::try_from(since.as_nanos()).unwrap_or(u64::MAX)
+        nanos(tokio::time::Instant::now().saturating_duration_since(self.origin))
     }
 }
 
@@ -84,6 +84,11 @@ impl Clock {
         }
     }
 
+    /// `delay` after [`Clock::now`].
+    pub(crate) fn after(&self, delay: Duration) -> u64 {
+        self.now().saturating_add(nanos(delay))
+    }
+
     /// Nanoseconds since the origin that have certainly passed: `now` less twice its largest error
     /// (its rounding up, the anchor's window and drift). What decides that a deadline has come (the
     /// worker's tick, a future's or a queue's deadline): never early.
@@ -120,12 +125,9 @@ impl Clock {
             _ => false,
         }
     }
-}
 
-/// `Instant`s and the clock's nanoseconds: since the origin for the system's clock; for a
-/// manual one, the real now is the clock's now.
-impl Clock {
-    /// The `Instant` and the clock's reading that stand for the same time.
+    /// The `Instant` and the clock's reading that stand for the same time: the origin and 0, or
+    /// for a manual clock, the real now and the clock's now.
     fn pair(&self) -> (Instant, u64) {
         match self {
             Clock::System(clock) => (clock.origin, 0),
@@ -157,7 +159,6 @@ impl Clock {
     /// `(0, before)` for one `before` nanoseconds ahead of what it maps to 0.
     pub(crate) fn nanos_or_before(&self, at: Instant) -> (u64, u64) {
         let (base, at_base) = self.pair();
-        let nanos = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
         match at.checked_duration_since(base) {
             Some(after) => (at_base.saturating_add(nanos(after)), 0),
             None => {
@@ -207,7 +208,7 @@ impl SystemClock {
     /// By `Instant`: the reference.
     #[cfg(not(loom))]
     fn exact(&self) -> u64 {
-        u64::try_from(self.origin.elapsed().as_nanos()).unwrap_or(u64::MAX)
+        nanos(self.origin.elapsed())
     }
 
     #[cfg(all(not(loom), not(all(target_os = "linux", target_arch = "x86_64"))))]
@@ -219,7 +220,6 @@ impl SystemClock {
     /// model is deterministic.
     #[cfg(loom)]
     fn now(&self) -> u64 {
-        let _ = self.origin;
         // SeqCst: with the worker's store of its plan (`loom_hooks::advance_clock`).
         self.loom_now.load(Ordering::SeqCst)
     }
@@ -266,7 +266,7 @@ impl Counter {
             anchor_raw: AtomicU64::new(0),
             anchor_raw_span: u64::try_from(anchor_raw_span).unwrap_or(u64::MAX),
         };
-        counter.reanchor(|| u64::try_from(origin.elapsed().as_nanos()).unwrap_or(u64::MAX));
+        counter.reanchor(|| nanos(origin.elapsed()));
         counter
     }
 

@@ -45,7 +45,7 @@ impl<J: Stored> Shared<J> {
         if self.is_shutdown() {
             return Err(TimerError::Stopped);
         }
-        if self.state.load(Ordering::Acquire) == STARTED {
+        if self.is_started() {
             return Ok(());
         }
         let shared = Arc::clone(self);
@@ -135,21 +135,11 @@ impl<J: Stored> Shared<J> {
 
     /// One more user keeps the timer running; refused once it is stopped or every user went.
     pub(crate) fn enter_user(&self) -> Result<(), TimerError> {
-        let mut users = self.users.load(Ordering::Relaxed);
-        loop {
-            if users == 0 || self.is_shutdown() {
-                return Err(TimerError::Stopped);
-            }
-            match self.users.compare_exchange_weak(
-                users,
-                users + 1,
-                Ordering::Relaxed,
-                Ordering::Relaxed,
-            ) {
-                Ok(_) => return Ok(()),
-                Err(now) => users = now,
-            }
-        }
+        let one_more = |users: usize| (users != 0 && !self.is_shutdown()).then_some(users + 1);
+        let counted = self
+            .users
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, one_more);
+        counted.map(drop).map_err(|_| TimerError::Stopped)
     }
 
     /// Stops the timer: the timeouts that neither expired nor were cancelled, each now

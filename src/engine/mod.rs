@@ -1,14 +1,5 @@
-//! The timer's engine: one name per timeout (its slot), and the few mechanisms that make a Rust
-//! port beat Netty's (its modules: `ARCHITECTURE.md`). No `unsafe`.
-//!
-//! # The mechanisms, and why each is here
-//! - **No allocation per timeout**: states in blocks of 64; the worker's per-timeout data in
-//!   paged arrays indexed by slot id (a capturing closure is still one box).
-//! - **A batched hand-off**: a producer pushes onto its thread's shard (a `Mutex<Vec>`); the
-//!   worker swaps each shard's vector out whole, once a turn.
-//! - **Levels for far deadlines**: a timeout rounds away waits in a far list (`wheel`).
-//! - **No empty wake-ups**: the worker sleeps to the next tick with work (`planned`); a producer
-//!   due earlier, or starting a batch while it sleeps past the next tick, unparks it.
+//! The timer's engine: one name per timeout (its slot), the shards producers push onto, the
+//! wheel and the worker (the design: the crate docs; the modules: `ARCHITECTURE.md`).
 //!
 //! Only the worker, under `Shared::worker`'s lock, touches the wheel and the per-slot arrays;
 //! producers and cancellers reach it through the shards and the slot states.
@@ -157,30 +148,18 @@ impl<J: Stored> Shared<J> {
         self.state.load(Ordering::Acquire) == SHUTDOWN
     }
 
-    /// Schedules `task` at `delay` from now; the handle unless `detached`.
-    pub(crate) fn schedule(
-        self: &Arc<Self>,
-        task: J,
-        delay: Duration,
-        detached: bool,
-    ) -> Result<Option<Timeout<J>>, (TimerError, J)> {
-        self.schedule_with(|_| task, delay, detached)
-            .map_err(|(e, make)| (e, make(&mut Vec::new())))
-    }
-
     /// Schedules the task `make` builds (under the shard lock, from the shard's spare tasks) at
-    /// `delay` from now; the handle unless `detached`. Refused, `make` comes back unused.
+    /// `delay` from now; the handle unless `detached`.
     #[inline]
     pub(crate) fn schedule_with<M: FnOnce(&mut Vec<J>) -> J>(
         self: &Arc<Self>,
         make: M,
         delay: Duration,
         detached: bool,
-    ) -> Result<Option<Timeout<J>>, (TimerError, M)> {
+    ) -> Result<Option<Timeout<J>>, TimerError> {
         let now = self.clock.now();
-        let delay = u64::try_from(delay.as_nanos()).unwrap_or(u64::MAX);
         let at = At {
-            deadline: now.saturating_add(delay),
+            deadline: now.saturating_add(clock::nanos(delay)),
             now,
             exempt: false,
             kind: Kind::Task,
@@ -188,26 +167,25 @@ impl<J: Stored> Shared<J> {
         self.schedule_at(make, at, detached)
     }
 
-    /// Schedules the task `make` builds at `at.deadline` (ns since the origin).
+    /// Schedules the task `make` builds at `at.deadline` (ns since the origin). Refused, `make`
+    /// is dropped here, outside every lock (it may hold a task whose `Drop` calls the timer).
     pub(crate) fn schedule_at<M: FnOnce(&mut Vec<J>) -> J>(
         self: &Arc<Self>,
         make: M,
         at: At,
         detached: bool,
-    ) -> Result<Option<Timeout<J>>, (TimerError, M)> {
+    ) -> Result<Option<Timeout<J>>, TimerError> {
         // Stopped first, then the limit: the contract's order of checks.
-        if let Err(e) = self.start().and_then(|()| self.open()) {
+        let open = self.start().and_then(|()| self.open());
+        if let Err(e) = open.and_then(|()| self.reserve(at.exempt)) {
             self.counters.refused();
-            return Err((e, make));
-        }
-        if let Err(e) = self.reserve(at.exempt) {
-            self.counters.refused();
-            return Err((e, make));
+            return Err(e);
         }
         let pushed = self.push(make, at, detached);
-        let (handle, was_empty) = pushed.inspect_err(|_| {
+        let (handle, was_empty) = pushed.map_err(|(e, _make)| {
             self.unreserve();
             self.counters.refused();
+            e
         })?;
         let fire = at.deadline / self.tick_nanos;
         let now_tick = at.now / self.tick_nanos;

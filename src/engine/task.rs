@@ -262,24 +262,22 @@ pub(crate) fn run<J: Stored>(
     timeout: &Timeout<J>,
     spares: &mut Vec<J>,
 ) -> bool {
-    let (ran, what) = match &shared.executor {
-        Some(executor) => {
-            let handed = Handed(Some((task, timeout.clone())));
-            let job: Box<dyn FnOnce() + Send> = Box::new(move || handed.run());
-            (
-                catch_user_panic(|| executor.call(job)),
-                "the timer's executor",
-            )
-        }
-        None => (
-            catch_user_panic(|| task.run_keeping(timeout, spares)),
-            "a timer task",
-        ),
+    let Some(executor) = &shared.executor else {
+        let ran = catch_user_panic(|| task.run_keeping(timeout, spares));
+        return logged(ran, "a timer task");
     };
-    if !ran {
+    let handed = Handed(Some((task, timeout.clone())));
+    let job: Job = Box::new(move || handed.run());
+    let ran = catch_user_panic(|| executor.call(job));
+    logged(ran, "the timer's executor")
+}
+
+/// `returned`; if false, logs that user code (`what`) panicked.
+fn logged(returned: bool, what: &str) -> bool {
+    if !returned {
         log_panicked(what);
     }
-    ran
+    returned
 }
 
 /// Logs that user code (`what`) panicked.
@@ -321,10 +319,7 @@ impl<J: Stored> Drop for Handed<J> {
 /// is caught and logged. Whether it did not panic.
 pub(crate) fn drop_unrun<J: Stored>(task: J, spares: &mut Vec<J>) -> bool {
     let dropped = catch_user_panic(|| task.drop_keeping(spares));
-    if !dropped {
-        log_panicked("a timer task's drop");
-    }
-    dropped
+    logged(dropped, "a timer task's drop")
 }
 
 /// Runs expired tasks somewhere other than the worker thread.
@@ -367,10 +362,8 @@ impl std::panic::UnwindSafe for Executor {}
 pub(crate) fn wake_all(wakers: &mut Vec<std::task::Waker>) -> u64 {
     let mut panicked = 0;
     for waker in wakers.drain(..) {
-        if !catch_user_panic(|| waker.wake()) {
-            panicked += 1;
-            log_panicked("a future's waker");
-        }
+        let woken = catch_user_panic(|| waker.wake());
+        panicked += u64::from(!logged(woken, "a future's waker"));
     }
     panicked
 }

@@ -1,6 +1,5 @@
 //! A deadline around any future (tokio's `Timeout`): [`Deadline`], `timeout` and `timeout_at`.
 
-use super::nanos;
 use super::sleep::Sleep;
 use crate::engine::TimerHandle;
 use crate::{DeadlineError, TimerError};
@@ -164,8 +163,7 @@ impl TimerHandle {
     /// });
     /// ```
     pub fn timeout<F: IntoFuture>(&self, limit: Duration, future: F) -> Deadline<F::IntoFuture> {
-        let at = self.0.clock.now().saturating_add(nanos(limit));
-        deadline(self, at, future)
+        deadline(self, self.0.clock.after(limit), future)
     }
 
     /// `future` with a deadline at `deadline` (see [`Deadline`]).

@@ -1,8 +1,5 @@
-//! The wheel driven from an async runtime: [`Drive`], a future that sleeps on the runtime's timer
-//! until the tick the turn planned (or the deadline it left in the tick), whose waker (`Ticker`)
-//! runs the turn there. Who runs the turns, and the thread's watch over a `Drive`, is
-//! `engine/turns.rs`. A polled `Drive` is attached by its own waker (`Link`, which wakes the task
-//! that polled it last).
+//! The wheel driven from an async runtime: [`Drive`], whose sleep's waker (`Ticker`) runs the
+//! turns. Who runs the turns, and the thread's watch over a `Drive`: `engine/turns.rs`.
 
 use crate::engine::{catch_user_panic, drop_caught};
 use crate::engine::{TimerHandle, NEVER};
@@ -17,10 +14,9 @@ use std::time::Instant;
 /// runtime's own timer. Made by [`TimerHandle::drive`]; spawn it on the runtime that serves the
 /// timer's futures.
 ///
-/// Why: the tick is processed where the runtime's timer fires (the waker of the runtime's sleep
-/// runs the turn), and the futures it wakes are queued where they run, with no hand-off from the
-/// timer's thread. Tasks ([`TimerTask`](crate::TimerTask)) due meanwhile run there too (unless an
-/// executor is set): keep them short.
+/// Why: the turn runs in the waker of the runtime's sleep, so the futures it wakes are queued
+/// where they run, with no hand-off from the timer's thread. Tasks due meanwhile run there too
+/// (unless an executor is set): keep them short.
 ///
 /// The timer's thread stays as a watchdog: it runs the ticks until a `Drive` is first polled and
 /// once the last is dropped, and takes over, at most 32 ticks late, from one not polled. With

@@ -1,6 +1,6 @@
 //! [`ManualDriver`]: a timer's turns on the caller's thread, on a clock moved by hand.
 
-use super::nanos;
+use crate::engine::clock::nanos;
 use crate::engine::{BoxedTask, Shared, Stored};
 use crate::sync::Arc;
 use std::fmt;

@@ -1,9 +1,9 @@
 //! An async interval on the wheel (tokio's `Interval`): [`Interval`], a [`Sleep`] re-armed at
 //! each next deadline (`periodic::next_due`, but for `MissedRuns::Delay`, which follows tokio's).
 
-use super::nanos;
 use super::periodic::next_due;
 use super::sleep::Sleep;
+use crate::engine::clock::nanos;
 use crate::engine::TimerHandle;
 use crate::{MissedRuns, TimerError};
 use std::fmt;
@@ -137,10 +137,8 @@ impl Interval {
     /// # Panics
     /// As [`Sleep::reset`]; the next tick is a period from now all the same.
     pub fn reset(&mut self) {
-        let now = self.sleep.timer().0.clock.now();
-        let due = now
-            .saturating_add(self.before_origin)
-            .saturating_add(nanos(self.period));
+        let due = self.sleep.timer().0.clock.after(self.period);
+        let due = due.saturating_add(self.before_origin);
         // Kept before the sleep is armed: the arm may unwind with a waker's panic.
         self.due = due;
         self.at_once = false;

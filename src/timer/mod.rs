@@ -25,11 +25,6 @@ use crate::engine::{BoxedTask, NeverRan, Stored};
 use crate::{task, Timeout, TimerError, TimerStats, TimerTask, TypedTask};
 use std::time::Duration;
 
-/// `d` in nanoseconds, saturating past 2^64 (584 years).
-fn nanos(d: Duration) -> u64 {
-    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
-}
-
 /// The largest wheel: `ticks_per_wheel` above this is an error (as in Netty before 4.1.107).
 pub const MAX_TICKS_PER_WHEEL: usize = 1 << 30;
 
@@ -119,10 +114,8 @@ impl TimerHandle {
         delay: Duration,
     ) -> Result<Timeout, TimerError> {
         let make = |spares: &mut Vec<BoxedTask>| task::boxed(task, spares);
-        match self.0.schedule_with(make, delay, false) {
-            Ok(handle) => Ok(handle.expect("a handle was asked for")),
-            Err((e, _task)) => Err(e),
-        }
+        let handle = self.0.schedule_with(make, delay, false)?;
+        Ok(handle.expect("a handle was asked for"))
     }
 
     /// As [`new_timeout`](Self::new_timeout), returning no [`Timeout`]: for work nobody
@@ -137,10 +130,7 @@ impl TimerHandle {
         delay: Duration,
     ) -> Result<(), TimerError> {
         let make = |spares: &mut Vec<BoxedTask>| task::boxed(task, spares);
-        self.0
-            .schedule_with(make, delay, true)
-            .map(drop)
-            .map_err(|(e, _)| e)
+        self.0.schedule_with(make, delay, true).map(drop)
     }
 }
 
@@ -153,10 +143,8 @@ impl<T: TypedTask> TimerHandle<T> {
     /// As [`TimerHandle::new_timeout`]; the task is dropped.
     #[inline]
     pub fn new_timeout(&self, task: T, delay: Duration) -> Result<Timeout<T>, TimerError> {
-        match self.0.schedule(task, delay, false) {
-            Ok(handle) => Ok(handle.expect("a handle was asked for")),
-            Err((e, _task)) => Err(e),
-        }
+        let handle = self.0.schedule_with(|_| task, delay, false)?;
+        Ok(handle.expect("a handle was asked for"))
     }
 
     /// As [`new_timeout`](Self::new_timeout), returning no handle.
@@ -165,10 +153,7 @@ impl<T: TypedTask> TimerHandle<T> {
     /// As [`new_timeout`](Self::new_timeout); the task is dropped.
     #[inline]
     pub fn new_timeout_detached(&self, task: T, delay: Duration) -> Result<(), TimerError> {
-        self.0
-            .schedule(task, delay, true)
-            .map(drop)
-            .map_err(|(e, _)| e)
+        self.0.schedule_with(|_| task, delay, true).map(drop)
     }
 }
 

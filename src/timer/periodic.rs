@@ -1,7 +1,7 @@
 //! Periodic tasks: [`PeriodicTimeout`], [`MissedRuns`] and `PeriodicRun`. Each run is an ordinary
 //! timeout, the next scheduled once the run returns: runs never overlap.
 
-use super::nanos;
+use crate::engine::clock::nanos;
 use crate::engine::{At, BoxedTask, TimerHandle};
 use crate::sync::{lock, Arc, AtomicBool, AtomicU64, Mutex, Ordering};
 use crate::{Timeout, TimerError, TimerTask};
@@ -273,10 +273,8 @@ where
         kind: crate::engine::Kind::Task,
     };
     let make = |spares: &mut Vec<BoxedTask>| crate::task::boxed(run, spares);
-    match shared.schedule_at(make, at, false) {
-        Ok(timeout) => Ok(timeout.expect("a handle was asked for")),
-        Err((e, _make)) => Err(e),
-    }
+    let timeout = shared.schedule_at(make, at, false)?;
+    Ok(timeout.expect("a handle was asked for"))
 }
 
 fn schedule_periodic<F>(
@@ -296,7 +294,7 @@ where
             runs: AtomicU64::new(0),
         }),
     };
-    let first = timer.0.clock.now().saturating_add(nanos(initial_delay));
+    let first = timer.0.clock.after(initial_delay);
     let timeout = schedule_run(&periodic, task, first, 1, schedule)?;
     periodic.inner.store(1, Some(timeout));
     Ok(periodic)

@@ -2,7 +2,6 @@
 //! timeout is a future's slot, which keeps the polling task's waker for whoever ends the slot
 //! (the worker's expiry, `stop()`): nothing is allocated per sleep.
 
-use super::nanos;
 use crate::engine::{At, BoxedTask, Kind, TimerHandle};
 use crate::{Timeout, TimerError};
 use std::fmt;
@@ -113,7 +112,7 @@ impl Sleep {
     /// # Panics
     /// As [`reset`](Sleep::reset).
     pub fn reset_after(&mut self, delay: Duration) {
-        self.rearm(self.timer.0.clock.now().saturating_add(nanos(delay)));
+        self.rearm(self.timer.0.clock.after(delay));
     }
 
     /// A reset for a caller that takes spurious wake-ups (hyper): a later deadline while the armed
@@ -206,10 +205,8 @@ fn arm(timer: &TimerHandle, deadline: u64, now: u64, exempt: bool) -> Result<Tim
         kind: Kind::Future,
     };
     let make = |_: &mut Vec<BoxedTask>| BoxedTask::new(|_: &Timeout| {});
-    match timer.0.schedule_at(make, at, false) {
-        Ok(timeout) => Ok(timeout.expect("a handle was asked for")),
-        Err((e, _make)) => Err(e),
-    }
+    let timeout = timer.0.schedule_at(make, at, false)?;
+    Ok(timeout.expect("a handle was asked for"))
 }
 
 impl Drop for Sleep {
@@ -250,7 +247,7 @@ impl TimerHandle {
     /// assert!(start.elapsed() >= Duration::from_millis(20), "never early");
     /// ```
     pub fn sleep(&self, delay: Duration) -> Sleep {
-        Sleep::at(self, self.0.clock.now().saturating_add(nanos(delay)), false)
+        Sleep::at(self, self.0.clock.after(delay), false)
     }
 
     /// A future that completes at `deadline` (see [`Sleep`]), at the tick's end if it passed.

@@ -19,7 +19,7 @@ impl<T> DelayQueue<T> {
     #[inline]
     #[track_caller]
     pub fn insert(&mut self, value: T, timeout: Duration) -> Key {
-        let deadline = self.nanos_after(timeout);
+        let deadline = self.timer.0.clock.after(timeout);
         self.insert_nanos(value, deadline)
     }
 
@@ -31,12 +31,6 @@ impl<T> DelayQueue<T> {
     pub fn insert_at(&mut self, value: T, when: Instant) -> Key {
         let deadline = self.nanos_at(when);
         self.insert_nanos(value, deadline)
-    }
-
-    /// `timeout` from now on the timer's clock.
-    fn nanos_after(&self, timeout: Duration) -> u64 {
-        let timeout = u64::try_from(timeout.as_nanos()).unwrap_or(u64::MAX);
-        self.timer.0.clock.now().saturating_add(timeout)
     }
 
     /// `when` on the timer's clock. On a manual clock, a past `when` is its now, so that items
@@ -75,7 +69,7 @@ impl<T> DelayQueue<T> {
     /// If `key` names no item.
     #[track_caller]
     pub fn reset(&mut self, key: &Key, timeout: Duration) {
-        let deadline = self.nanos_after(timeout);
+        let deadline = self.timer.0.clock.after(timeout);
         self.reset_nanos(key, deadline);
     }
 
