@@ -186,12 +186,5 @@ pub(crate) mod process {
 /// Locks, ignoring poisoning: every critical section leaves its data consistent before it can
 /// panic (user code under the worker's lock runs under `catch_unwind`).
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    #[cfg(not(loom))]
-    {
-        m.lock().unwrap_or_else(|e| e.into_inner())
-    }
-    #[cfg(loom)]
-    {
-        m.lock().unwrap()
-    }
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }

@@ -1,10 +1,8 @@
-//! Time since a timer's origin, in nanoseconds: the system's monotonic clock, read cheaply, or a
-//! hand-driven one.
-//!
-//! `Instant::now` costs about as much as the rest of a `new_timeout`. Where quanta reads the CPU's
-//! time-stamp counter, the timer reads that, offset by `Instant` at most every `ANCHOR_NANOS`
-//! (quanta drifts by parts per million; `SLACK` rounds every reading up by more). Elsewhere
-//! `Instant`; under loom, a clock that stands still; on `Builder::build_on_tokio`, the runtime's.
+//! Time since a timer's origin, in nanoseconds. `Instant::now` costs about as much as the rest
+//! of a `new_timeout`: where quanta reads the CPU's time-stamp counter, the system's clock reads
+//! that, offset by `Instant` at most every `ANCHOR_NANOS` (quanta drifts by parts per million;
+//! `SLACK` rounds every reading up by more). Elsewhere `Instant`; under loom, a clock that stands
+//! still; a manual clock moves by hand; on `Builder::build_on_tokio`, the runtime's.
 
 use crate::sync::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -114,15 +112,11 @@ impl Clock {
         }
     }
 
-    /// A manual clock: moves to `to` (never back); whether the clock is manual.
-    pub(crate) fn advance(&self, to: u64) -> bool {
-        match self {
-            Clock::Manual(now) => {
-                // Release: pairs with the Acquire in `now`.
-                now.fetch_max(to, Ordering::Release);
-                true
-            }
-            _ => false,
+    /// A manual clock: moves to `to` (never back).
+    pub(crate) fn advance(&self, to: u64) {
+        if let Clock::Manual(now) = self {
+            // Release: pairs with the Acquire in `now`.
+            now.fetch_max(to, Ordering::Release);
         }
     }
 

@@ -77,9 +77,7 @@ impl<J: Stored> Shared<J> {
             return None;
         }
         *lock(&self.turn_thread) = Some(thread::current().id());
-        if !self.clock.is_manual() {
-            worker.tally.wakeups += 1;
-        }
+        worker.tally.wakeups += u64::from(!self.clock.is_manual());
         let busy = worker.turn(self, now, early);
         let plan = (worker.settle(self, busy), worker.soonest);
         worker.publish(self);

@@ -112,14 +112,13 @@ pub(crate) struct Shared<J: Stored> {
 impl<J: Stored> Shared<J> {
     /// A timer's shared state, its worker not started.
     pub(crate) fn new(config: Config, clock: Clock) -> Arc<Shared<J>> {
-        let manual = clock.is_manual();
         let shared = Arc::new(Shared {
             shards: (0..SHARDS)
                 .map(|i| CachePadded::new(Mutex::new(Shard::new(i))))
                 .collect(),
             state: AtomicU8::new(INIT),
             // A manual timer has no thread to wake: its plan stays `AWAKE`.
-            planned: AtomicU64::new(if manual { AWAKE } else { NEVER }),
+            planned: AtomicU64::new(if clock.is_manual() { AWAKE } else { NEVER }),
             worker_tick: AtomicU64::new(0),
             ended: CachePadded::new(AtomicU64::new(0)),
             limited: config.max_pending.map(|max| (max, AtomicUsize::new(0))),

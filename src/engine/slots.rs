@@ -5,13 +5,12 @@
 //! index`). A block's id is reused only once the block is dropped (all 64 slots ended and no
 //! handle left), so a handle always reads its own timeout's state.
 //!
-//! A block of futures' slots (`Kind::Future`) also holds a waker per slot, for whoever ends it.
-//!
 //! # Waker cells
-//! A poll stores its waker, then reads the state; whoever ends the slot moves the state first,
-//! then takes the waker. The cell's lock orders the two: one of them sees the other. A poll that
-//! then finds the slot ended takes its waker back, so that no ended slot keeps one. Wakers are
-//! cloned, dropped and woken outside the lock (user code may call back into the timer).
+//! A future's slot (`Kind::Future`) has a waker cell. A poll stores its waker, then reads the
+//! state; whoever ends the slot moves the state first, then takes the waker. The cell's lock
+//! orders the two: one of them sees the other. A poll that then finds the slot ended takes its
+//! waker back, so that no ended slot keeps one. Wakers are cloned, dropped and woken outside the
+//! lock (user code may call back into the timer).
 //!
 //! # States
 //! | state | moved to by | from |
@@ -179,13 +178,9 @@ impl<J: Stored> Drop for Block<J> {
 
 /// A cheap, cloneable reference to a timer, as returned by [`Timeout::timer`] and
 /// [`HashedWheelTimer::handle`](crate::HashedWheelTimer::handle): the owner's methods, without
-/// owning the timer.
-///
-/// # What keeps the timer running
-/// A handle does not: the owner's drop stops the timer (a handle's calls then fail with
-/// [`TimerError::Stopped`](crate::TimerError::Stopped)), unless an adapter built on it (hyper's
-/// `HyperTimer`, tower's `TimeoutLayer`, a `DelayQueue`) or a future an adapter handed out
-/// still exists: the last of those stops it.
+/// keeping the timer running. Once the owner's drop has stopped it (see
+/// [`HashedWheelTimer`](crate::HashedWheelTimer)), a handle's calls fail with
+/// [`TimerError::Stopped`](crate::TimerError::Stopped).
 ///
 /// ```
 /// use hashed_timer_wheel::{HashedWheelTimer, Timeout};
@@ -236,15 +231,12 @@ impl<J: Stored> fmt::Debug for TimerHandle<J> {
 /// ```
 pub struct Timeout<J: Stored = BoxedTask> {
     block: Arc<Block<J>>,
-    index: u8,
+    index: usize,
 }
 
 impl<J: Stored> Timeout<J> {
     pub(crate) fn new(block: Arc<Block<J>>, index: usize) -> Timeout<J> {
-        Timeout {
-            block,
-            index: index as u8,
-        }
+        Timeout { block, index }
     }
 
     /// The block, given back (the worker lends its reference for a task's run).
@@ -253,12 +245,12 @@ impl<J: Stored> Timeout<J> {
     }
 
     pub(crate) fn slot(&self) -> SlotId {
-        self.block.slot(self.index as usize)
+        self.block.slot(self.index)
     }
 
     /// Cancels the timeout if it is still pending: true only for the call that did it.
     pub fn cancel(&self) -> bool {
-        match self.block.cancel(self.index as usize) {
+        match self.block.cancel(self.index) {
             Some(PLACED) => self.block.timer.0.push_cancel(self.slot()),
             Some(_) => {}
             None => return false,
@@ -273,24 +265,24 @@ impl<J: Stored> Timeout<J> {
 
     /// Whether the timeout was cancelled (by `cancel()` or `stop()`).
     pub fn is_cancelled(&self) -> bool {
-        self.block.state(self.index as usize) == CANCELLED
+        self.block.state(self.index) == CANCELLED
     }
 
     /// Whether the timeout expired: its task ran, or is running.
     pub fn is_expired(&self) -> bool {
-        self.block.state(self.index as usize) == EXPIRED
+        self.block.state(self.index) == EXPIRED
     }
 
     /// Whether the timeout has ended: expired or cancelled.
     pub(crate) fn has_ended(&self) -> bool {
-        self.block.state(self.index as usize) >= CANCELLED
+        self.block.state(self.index) >= CANCELLED
     }
 
     /// A future's slot: keeps `waker` (unless the cell holds one that wakes the same task, which
     /// is looked for only if the caller stored one: `stored`); whether the slot is still pending
     /// after. Ended, the waker is taken back (see the module docs).
     pub(crate) fn keep_waker(&self, waker: &Waker, stored: bool) -> bool {
-        let cell = &self.block.wakers[self.index as usize];
+        let cell = &self.block.wakers[self.index];
         let same = stored && lock(cell).as_ref().is_some_and(|w| w.will_wake(waker));
         if !same {
             self.put_waker(waker.clone());
@@ -304,28 +296,25 @@ impl<J: Stored> Timeout<J> {
 
     /// A future's slot: stores `waker` in place of the one it held (dropped outside the lock).
     pub(crate) fn put_waker(&self, waker: Waker) {
-        let old = lock(&self.block.wakers[self.index as usize]).replace(waker);
+        let old = lock(&self.block.wakers[self.index]).replace(waker);
         drop(old);
     }
 
     /// A future's slot: its waker, taken out.
     pub(crate) fn take_waker(&self) -> Option<Waker> {
-        self.block.take_waker(self.index as usize)
+        self.block.take_waker(self.index)
     }
 }
 
 impl<J: Stored> Clone for Timeout<J> {
     fn clone(&self) -> Self {
-        Timeout {
-            block: Arc::clone(&self.block),
-            index: self.index,
-        }
+        Timeout::new(Arc::clone(&self.block), self.index)
     }
 }
 
 impl<J: Stored> fmt::Debug for Timeout<J> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let state = match self.block.state(self.index as usize) {
+        let state = match self.block.state(self.index) {
             QUEUED | PLACED => "pending",
             CANCELLED => "cancelled",
             _ => "expired",

@@ -222,8 +222,7 @@ impl<J: Stored> fmt::Debug for NeverRan<J> {
 }
 
 /// Runs user code (a task, its `Drop`, a waker, the executor), catching a panic; whether it
-/// returned. The crate's rule: user code may panic anywhere, yet nothing is lost, run twice or
-/// run on the wrong data. All user code runs through here with no crate state half-changed, so
+/// returned. All user code runs through here with no crate state half-changed, so
 /// `AssertUnwindSafe` holds.
 #[inline]
 pub(crate) fn catch_user_panic(user_code: impl FnOnce()) -> bool {

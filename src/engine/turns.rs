@@ -33,12 +33,9 @@ impl<J: Stored> Shared<J> {
 
     /// A `Drive` went: the one polled before it, if any, is woken, else the worker thread.
     pub(crate) fn detach_driver(&self, waker: &std::task::Waker) {
-        let gone: Vec<_> = {
-            let mut drivers = lock(&self.drivers);
-            let (gone, kept) = drivers.drain(..).partition(|w| w.will_wake(waker));
-            *drivers = kept;
-            gone
-        };
+        let gone: Vec<_> = lock(&self.drivers)
+            .extract_if(.., |w| w.will_wake(waker))
+            .collect();
         let dropped = drop_caught(gone);
         self.counters.caught(dropped, "a driver's waker");
         self.unpark_worker();
@@ -87,7 +84,7 @@ pub(crate) fn run_thread<J: Stored>(shared: &Arc<Shared<J>>) {
                 continue;
             }
         } else {
-            sleep(shared, plan);
+            park_after(shared, plan, 0);
         }
         shared.mark_awake();
         planned = shared.run_turn(shared.clock.passed(), false);
@@ -107,41 +104,26 @@ fn watch<J: Stored>(shared: &Shared<J>) -> bool {
         // Planned earlier meanwhile (the `Drive` may have looked before the store): again.
         return false;
     }
+    park_after(shared, plan, GRACE_TICKS)
+}
+
+/// Parks until `grace` ticks after the end of tick `plan` (for good at `NEVER`), or until
+/// unparked; whether that time had passed already. Under loom the clock jumps there instead,
+/// unless the model holds the clock (`loom_hooks::advance_clock`).
+fn park_after<J: Stored>(shared: &Shared<J>, plan: u64, grace: u64) -> bool {
     if plan == NEVER {
         thread::park();
         return false;
     }
-    let due = plan
-        .saturating_add(1 + GRACE_TICKS)
+    let wake_at = plan
+        .saturating_add(1 + grace)
         .saturating_mul(shared.tick_nanos);
-    if shared.clock.passed() >= due {
-        return true;
-    }
-    park_until(shared, due);
-    false
-}
-
-/// Parks until the end of tick `planned`, or until unparked.
-fn sleep<J: Stored>(shared: &Shared<J>, planned: u64) {
-    if planned == NEVER {
-        thread::park();
-        return;
-    }
-    park_until(
-        shared,
-        planned.saturating_add(1).saturating_mul(shared.tick_nanos),
-    );
-}
-
-/// Parks until the clock reads `wake_at`, or until unparked. Under loom the clock jumps to
-/// `wake_at` instead, unless the model holds the clock (`loom_hooks::advance_clock`).
-fn park_until<J: Stored>(shared: &Shared<J>, wake_at: u64) {
     // The plan was stored before this look at the clock; an OS timer (loom: `advance_clock`,
     // which moves the clock, fences, then reads the plan) sees one or the other.
     fence(Ordering::SeqCst);
     let now = shared.clock.passed();
     if wake_at <= now {
-        return;
+        return true;
     }
     #[cfg(not(loom))]
     thread::park_timeout(std::time::Duration::from_nanos(wake_at - now));
@@ -151,4 +133,5 @@ fn park_until<J: Stored>(shared: &Shared<J>, wake_at: u64) {
     } else {
         shared.clock.loom_advance(wake_at);
     }
+    false
 }

@@ -68,7 +68,7 @@ impl<J: Stored> ManualDriver<J> {
             );
         }
         let clock = &self.shared.clock;
-        let _ = clock.advance(to(clock.now()));
+        clock.advance(to(clock.now()));
         let _ = self.shared.run_turn(clock.now(), false);
     }
 

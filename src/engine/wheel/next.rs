@@ -36,11 +36,7 @@ impl<T> Wheel<T> {
             let slot = u64::from(bits.trailing_zeros());
             // The window's groups above this level, this slot, zeros below.
             let above = shift + LEVEL_BITS;
-            let high = if above >= 64 {
-                0
-            } else {
-                window >> above << above
-            };
+            let high = window.checked_shr(above).map_or(0, |w| w << above);
             let round = high | (slot << shift);
             let tick = (round - 1) << self.len_bits;
             first = Some(first.map_or(tick, |f| f.min(tick)));

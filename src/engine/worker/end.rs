@@ -40,11 +40,9 @@ impl<J: Stored> Worker<J> {
     /// `stop()`: ends everything; the timeouts it cancels go to `returned` with their tasks.
     pub(crate) fn stop(&mut self, shared: &Shared<J>, returned: &mut Vec<NeverRan<J>>) {
         self.collect(shared);
-        let mut rest: Vec<(SlotId, J)> = Vec::new();
         let inbox = std::mem::take(&mut self.inbox);
-        for entry in inbox.into_iter().flat_map(|(_, segment)| segment) {
-            rest.push((entry.id, entry.task));
-        }
+        let entries = inbox.into_iter().flat_map(|(_, segment)| segment);
+        let mut rest: Vec<(SlotId, J)> = entries.map(|e| (e.id, e.task)).collect();
         self.wheel
             .drain(|id, waiting| rest.push((id, waiting.task)));
         for (id, task) in rest {

@@ -1,10 +1,8 @@
 //! The worker: a turn as a pure step over a given `now` (no sleeping, no clock read).
 //!
-//! For every tick that ended by `now`, in Netty's order: take the queues (cancellations, new
-//! timeouts), move up to `TRANSFER_CAP` new timeouts into the wheel, expire the tick's bucket.
-//! Ticks with no work are passed over (`Wheel::next_work`). After a turn it publishes the tick
-//! at whose end it looks again (`settle`). It ends every slot once, and counts it ended
-//! (`Shared::set_ended`) before the task runs.
+//! For every tick that ended by `now` and has work, in Netty's order: take the queues
+//! (cancellations, new timeouts), move up to `TRANSFER_CAP` new timeouts into the wheel, expire
+//! the tick's bucket. It ends every slot once, and counts it ended before the task runs.
 
 use super::slots::{Block, BLOCK};
 use super::stats::Tally;
