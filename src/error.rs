@@ -1,5 +1,4 @@
-//! The public error types. Owns [`BuildError`], [`TimerError`] and [`DeadlineError`]; imports
-//! nothing of the crate.
+//! The public error types: [`BuildError`], [`TimerError`] and [`DeadlineError`].
 
 use std::fmt;
 use std::time::Duration;
@@ -116,10 +115,8 @@ impl std::error::Error for TimerError {}
 pub enum DeadlineError {
     /// The deadline passed first (tokio's `Elapsed`).
     Elapsed,
-    /// The timer was stopped or dropped ([`TimerError::Stopped`]) or at its pending limit
-    /// ([`TimerError::TooManyPending { pending, max }`](TimerError::TooManyPending)); the future
-    /// is left unfinished, in the `Deadline` (which drops it with itself, or gives it back from
-    /// `into_inner`).
+    /// The timer was stopped or dropped, or at its pending limit; the future is left unfinished
+    /// in the `Deadline` (dropped with it, or given back by `into_inner`).
     Timer(TimerError),
 }
 

@@ -94,10 +94,9 @@ impl Builder {
 
     /// Checks the arguments and builds the timer. Building starts no thread: the worker thread,
     /// the only thread a timer starts, starts with the first `new_timeout` (or `start`, or a
-    /// [`Drive`](crate::Drive)'s first poll). On x86-64 Linux with a usable time-stamp counter,
-    /// the process's first `quanta::Clock` (made by the first timer built here or by
-    /// [`build_typed`](Builder::build_typed)) calibrates the counter against the monotonic clock
-    /// on the calling thread: quanta bounds that at 200 ms, and it usually takes 10 to 20 ms.
+    /// [`Drive`](crate::Drive)'s first poll). On x86-64 Linux, the process's first timer built
+    /// here or by `build_typed` calibrates quanta's time-stamp counter on the calling thread:
+    /// usually 10 to 20 ms, at most 200 ms.
     ///
     /// # Errors
     /// A [`BuildError`] for a zero tick, a zero or above-2^30 `ticks_per_wheel`, a tick times
@@ -150,13 +149,12 @@ impl Builder {
         self.threaded()
     }
 
-    /// Builds a timer on the current tokio runtime's clock, driven by that runtime: its time is
-    /// `tokio::time::Instant`'s, so that under a paused clock (`#[tokio::test(start_paused =
-    /// true)]`, `tokio::time::pause`) `tokio::time::advance` fires what is due by then, and the
-    /// runtime's auto-advance jumps to the wheel's next deadline, as for tokio's own timers. The
-    /// timer starts no thread: its [`Drive`](crate::Drive) is spawned on the runtime here (a
-    /// [`drive`](crate::TimerHandle::drive) of it completes at once), and once the runtime drops
-    /// it (shuts down) the timer stops. Needs the `tokio` feature.
+    /// Builds a timer on the current tokio runtime's clock (`tokio::time::Instant`), driven by
+    /// that runtime: under a paused clock (`start_paused`, `tokio::time::pause`), `advance` fires
+    /// what is due by then and auto-advance jumps to the wheel's next deadline, as for tokio's own
+    /// timers. It starts no thread: its [`Drive`](crate::Drive) is spawned on the runtime here
+    /// (another [`drive`](crate::TimerHandle::drive) of it completes at once), and the timer stops
+    /// once the runtime drops it. Needs the `tokio` feature.
     ///
     /// # Errors
     /// As [`build`](Builder::build); [`BuildError::NoRuntime`] outside a tokio runtime with

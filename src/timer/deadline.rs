@@ -172,7 +172,6 @@ impl TimerHandle {
         deadline: Instant,
         future: F,
     ) -> Deadline<F::IntoFuture> {
-        let at = self.0.clock.nanos_at(deadline);
-        self::deadline(self, at, future)
+        self::deadline(self, self.0.clock.nanos_at(deadline), future)
     }
 }

@@ -128,8 +128,7 @@ impl Interval {
 
     /// Arms the sleep for the tick due at `due` on the schedule's time; the caller keeps `due`.
     fn arm(&mut self, due: u64) {
-        let deadline = due.saturating_sub(self.before_origin);
-        self.sleep.rearm(deadline);
+        self.sleep.rearm(due.saturating_sub(self.before_origin));
     }
 
     /// Starts the schedule again: the next tick a period from now.

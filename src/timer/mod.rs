@@ -288,11 +288,9 @@ impl HashedWheelTimer {
     pub fn builder() -> Builder {
         Builder::new()
     }
-}
 
-// The methods of the `Timer` trait, inherent on the owner too: with the trait in scope, a call
-// on the owner would otherwise resolve to the trait's (boxed) method before deref finds these.
-impl HashedWheelTimer {
+    // With the `Timer` trait in scope, a call on the owner would resolve to the trait's (boxed)
+    // `new_timeout`, `stop` and `pending_timeouts` before deref finds these: inherent here too.
     /// As [`TimerHandle::new_timeout`].
     ///
     /// # Errors
@@ -359,8 +357,7 @@ impl Default for HashedWheelTimer {
 }
 
 impl<J: Stored> Drop for HashedWheelTimer<J> {
-    /// Stops the timer unless an adapter (or a future an adapter handed out) still uses it: the
-    /// last of those stops it when it goes.
+    /// Stops the timer, unless an adapter still uses it (see [`HashedWheelTimer`]).
     fn drop(&mut self) {
         self.handle.0.release();
     }

@@ -19,8 +19,7 @@ impl<T> DelayQueue<T> {
     #[inline]
     #[track_caller]
     pub fn insert(&mut self, value: T, timeout: Duration) -> Key {
-        let deadline = self.timer.0.clock.after(timeout);
-        self.insert_nanos(value, deadline)
+        self.insert_nanos(value, self.timer.0.clock.after(timeout))
     }
 
     /// Inserts `value`, due at `when` (at once if it has passed), and returns its key.
@@ -29,8 +28,7 @@ impl<T> DelayQueue<T> {
     /// When the queue already holds 2^27 - 1 items.
     #[track_caller]
     pub fn insert_at(&mut self, value: T, when: Instant) -> Key {
-        let deadline = self.nanos_at(when);
-        self.insert_nanos(value, deadline)
+        self.insert_nanos(value, self.nanos_at(when))
     }
 
     /// `when` on the timer's clock. On a manual clock, a past `when` is its now, so that items
@@ -69,8 +67,7 @@ impl<T> DelayQueue<T> {
     /// If `key` names no item.
     #[track_caller]
     pub fn reset(&mut self, key: &Key, timeout: Duration) {
-        let deadline = self.timer.0.clock.after(timeout);
-        self.reset_nanos(key, deadline);
+        self.reset_nanos(key, self.timer.0.clock.after(timeout));
     }
 
     /// Moves the deadline of the item under `key` to `when`; a past `when` makes it due at once.
@@ -90,8 +87,7 @@ impl<T> DelayQueue<T> {
     /// ```
     #[track_caller]
     pub fn reset_at(&mut self, key: &Key, when: Instant) {
-        let deadline = self.nanos_at(when);
-        self.reset_nanos(key, deadline);
+        self.reset_nanos(key, self.nanos_at(when));
     }
 
     #[track_caller]
