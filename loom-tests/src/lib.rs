@@ -12,7 +12,7 @@ pub use harness::*;
 
 #[cfg(loom)]
 mod harness {
-    use hashed_timer_wheel::{HashedWheelTimer, ManualDriver, Timeout, TimerError};
+    use hashed_timer_wheel::{HashedWheelTimer, ManualDriver, NeverRan, Timeout, TimerError};
     use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
     use std::sync::Arc;
     use std::time::{Duration, Instant};
@@ -293,12 +293,12 @@ mod harness {
 
     /// Books what `stop()` returned against the probes of the accepted timeouts. Everything
     /// returned must be cancelled and belong to exactly one accepted timeout.
-    pub fn book_stopped(returned: &[Timeout], accepted: &[(Option<&Timeout>, &Probe)]) {
+    pub fn book_stopped(returned: &[NeverRan], accepted: &[(Option<&Timeout>, &Probe)]) {
         for r in returned {
             assert!(r.is_cancelled(), "stop returned {r:?}, not cancelled");
             let owners: Vec<_> = accepted
                 .iter()
-                .filter(|(t, _)| t.is_some_and(|t| t == r))
+                .filter(|(t, _)| t.is_some_and(|t| *r == *t))
                 .collect();
             assert_eq!(owners.len(), 1, "stop returned a timeout nobody accepted");
             owners[0].1 .0.returned.fetch_add(1, SeqCst);

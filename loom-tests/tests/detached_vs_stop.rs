@@ -54,7 +54,7 @@ fn detached_new_timeout_races_stop_and_manual_tick() {
         let result = producer.join().unwrap();
         ticker.join().unwrap();
 
-        assert!(returned.iter().all(Timeout::is_cancelled));
+        assert!(returned.iter().all(|r| r.is_cancelled()));
         let accepted = match result {
             Ok(()) => 2,
             Err(e) => {

@@ -253,6 +253,15 @@ where
         // A timer on a manual clock, or on a runtime's (but for its own `Drive`), is driven
         // by its clock's owner.
         let other = !this.sole && !this.timer.0.clock.has_thread();
+        if other && !this.done && !this.timer.0.clock.is_manual() {
+            crate::engine::log_caught(
+                log::Level::Warn,
+                format_args!(
+                    "a Drive of a timer built by build_on_tokio does nothing: its runtime \
+                     drives it; drop the Drive"
+                ),
+            );
+        }
         if this.done || other || this.timer.start().is_err() {
             this.give_up();
             return Poll::Ready(());
