@@ -61,11 +61,12 @@ pub(crate) enum Kind {
 /// 64 timeout states, shared by the handles, the producer that fills it and the worker.
 pub(crate) struct Block<J: Stored> {
     id: u32,
-    /// The shard that takes slots from it, and gets it back as a spare.
-    shard: usize,
+    /// The shard that takes slots from it, and gets it back as a spare (beside `id`: a task's
+    /// block stays as small as it was before futures' blocks had cells).
+    shard: u32,
     states: [AtomicU8; BLOCK],
     /// `Kind::Future`: a waker cell per slot; `Kind::Task`: none (no allocation).
-    wakers: Box<[Mutex<Option<Waker>>]>,
+    wakers: Option<Box<[Mutex<Option<Waker>>; BLOCK]>>,
     timer: TimerHandle<J>,
 }
 
@@ -85,31 +86,34 @@ impl<J: Stored> Block<J> {
         };
         Some(Arc::new(Block {
             id,
-            shard,
+            shard: shard as u32,
             states: std::array::from_fn(|_| AtomicU8::new(QUEUED)),
-            wakers: match kind {
-                Kind::Task => Box::default(),
-                Kind::Future => (0..BLOCK).map(|_| Mutex::new(None)).collect(),
-            },
+            wakers: (kind == Kind::Future)
+                .then(|| Box::new(std::array::from_fn(|_| Mutex::new(None)))),
             timer: TimerHandle(Arc::clone(shared)),
         }))
     }
 
     pub(crate) fn shard(&self) -> usize {
-        self.shard
+        self.shard as usize
     }
 
     pub(crate) fn kind(&self) -> Kind {
-        if self.wakers.is_empty() {
-            Kind::Task
-        } else {
-            Kind::Future
+        match self.wakers {
+            Some(_) => Kind::Future,
+            None => Kind::Task,
         }
+    }
+
+    /// The waker cell of a future's slot `index`.
+    fn waker_cell(&self, index: usize) -> &Mutex<Option<Waker>> {
+        &self.wakers.as_ref().expect("a future's slot")[index]
     }
 
     /// The waker a future's poll left in slot `index`, taken out (none in a task's slot).
     pub(crate) fn take_waker(&self, index: usize) -> Option<Waker> {
-        self.wakers.get(index).and_then(|cell| lock(cell).take())
+        let cells = self.wakers.as_ref()?;
+        lock(&cells[index]).take()
     }
 
     /// A block the worker holds alone, every slot ended: fresh again, for its shard's spares.
@@ -231,12 +235,16 @@ impl<J: Stored> fmt::Debug for TimerHandle<J> {
 /// ```
 pub struct Timeout<J: Stored = BoxedTask> {
     block: Arc<Block<J>>,
-    index: usize,
+    // A `u8`: `new_timeout` measured slower with a `usize` here (benches/README.md).
+    index: u8,
 }
 
 impl<J: Stored> Timeout<J> {
     pub(crate) fn new(block: Arc<Block<J>>, index: usize) -> Timeout<J> {
-        Timeout { block, index }
+        Timeout {
+            block,
+            index: index as u8,
+        }
     }
 
     /// The block, given back (the worker lends its reference for a task's run).
@@ -245,12 +253,12 @@ impl<J: Stored> Timeout<J> {
     }
 
     pub(crate) fn slot(&self) -> SlotId {
-        self.block.slot(self.index)
+        self.block.slot(usize::from(self.index))
     }
 
     /// Cancels the timeout if it is still pending: true only for the call that did it.
     pub fn cancel(&self) -> bool {
-        match self.block.cancel(self.index) {
+        match self.block.cancel(usize::from(self.index)) {
             Some(PLACED) => self.block.timer.0.push_cancel(self.slot()),
             Some(_) => {}
             None => return false,
@@ -265,24 +273,24 @@ impl<J: Stored> Timeout<J> {
 
     /// Whether the timeout was cancelled (by `cancel()` or `stop()`).
     pub fn is_cancelled(&self) -> bool {
-        self.block.state(self.index) == CANCELLED
+        self.block.state(usize::from(self.index)) == CANCELLED
     }
 
     /// Whether the timeout expired: its task ran, or is running.
     pub fn is_expired(&self) -> bool {
-        self.block.state(self.index) == EXPIRED
+        self.block.state(usize::from(self.index)) == EXPIRED
     }
 
     /// Whether the timeout has ended: expired or cancelled.
     pub(crate) fn has_ended(&self) -> bool {
-        self.block.state(self.index) >= CANCELLED
+        self.block.state(usize::from(self.index)) >= CANCELLED
     }
 
     /// A future's slot: keeps `waker` (unless the cell holds one that wakes the same task, which
     /// is looked for only if the caller stored one: `stored`); whether the slot is still pending
     /// after. Ended, the waker is taken back (see the module docs).
     pub(crate) fn keep_waker(&self, waker: &Waker, stored: bool) -> bool {
-        let cell = &self.block.wakers[self.index];
+        let cell = self.block.waker_cell(usize::from(self.index));
         let same = stored && lock(cell).as_ref().is_some_and(|w| w.will_wake(waker));
         if !same {
             self.put_waker(waker.clone());
@@ -296,25 +304,25 @@ impl<J: Stored> Timeout<J> {
 
     /// A future's slot: stores `waker` in place of the one it held (dropped outside the lock).
     pub(crate) fn put_waker(&self, waker: Waker) {
-        let old = lock(&self.block.wakers[self.index]).replace(waker);
+        let old = lock(self.block.waker_cell(usize::from(self.index))).replace(waker);
         drop(old);
     }
 
     /// A future's slot: its waker, taken out.
     pub(crate) fn take_waker(&self) -> Option<Waker> {
-        self.block.take_waker(self.index)
+        self.block.take_waker(usize::from(self.index))
     }
 }
 
 impl<J: Stored> Clone for Timeout<J> {
     fn clone(&self) -> Self {
-        Timeout::new(Arc::clone(&self.block), self.index)
+        Timeout::new(Arc::clone(&self.block), usize::from(self.index))
     }
 }
 
 impl<J: Stored> fmt::Debug for Timeout<J> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let state = match self.block.state(self.index) {
+        let state = match self.block.state(usize::from(self.index)) {
             QUEUED | PLACED => "pending",
             CANCELLED => "cancelled",
             _ => "expired",
