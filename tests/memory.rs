@@ -566,3 +566,38 @@ fn two_threads_with_closures_of_two_types_each_reuse_their_own_boxes() {
         );
     }
 }
+
+/// A burst of 300 000 timeouts due in 1.6-3 s, all but the first and last 3 000 cancelled: more
+/// than half of the burst's live heap comes back within two seconds of the cancels, while those
+/// few still wait.
+#[test]
+fn a_burst_s_memory_comes_back_while_a_few_of_its_timeouts_wait() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let (timer, baseline) = started_timer_and_baseline();
+    let n = 300_000u64;
+    let mut handles: Vec<Timeout> = (0..n)
+        .map(|i| {
+            let delay = Duration::from_millis(1_600 + i * 1_400 / n);
+            timer.new_timeout(|_: &Timeout| {}, delay).unwrap()
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(50)); // into the wheel
+    let mut kept = handles.split_off(handles.len() - 3_000);
+    kept.extend(handles.drain(..3_000));
+    for handle in handles.drain(..) {
+        assert!(handle.cancel());
+    }
+    drop(handles);
+    let burst = live() - baseline;
+    let cancelled = Instant::now();
+    let mut held = burst;
+    while cancelled.elapsed() < Duration::from_secs(2) && held * 2 > burst {
+        std::thread::sleep(Duration::from_millis(10));
+        held = live() - baseline;
+    }
+    assert!(
+        held * 2 <= burst,
+        "{held} of the burst's {burst} bytes still held after 2 s"
+    );
+    drop(kept);
+}

@@ -19,6 +19,10 @@ mod expire;
 /// The worker gives back what drained at most this often while busy, and before a sleep this long.
 const TRIM_NANOS: u64 = 1_000_000_000;
 
+/// The worker gives back a slice a tick while nothing is due for at least this long: a slice
+/// (about 50 µs of frees) makes nothing late then, and a burst's memory comes back in ticks.
+const IDLE_TRIM_NANOS: u64 = 10_000_000;
+
 /// Empty node pages one trim frees (2 048 nodes each, about 50 µs for 16).
 const TRIM_PAGES: usize = 16;
 
@@ -159,7 +163,7 @@ impl<J: Stored> Worker<J> {
             shared.set_plan(tick, tick);
             return tick;
         }
-        if plan.saturating_sub(tick) >= TRIM_NANOS / self.tick_nanos {
+        if plan.saturating_sub(tick) >= (IDLE_TRIM_NANOS / self.tick_nanos).max(1) {
             self.trim(shared);
             if self.trimming {
                 // Memory left to give back: a slice a tick. The plan published stays: a look
