@@ -451,6 +451,11 @@ fn burst_lateness() {
         let (stack, mine) = rt.block_on(task).expect("a task");
         late[stack].extend(mine.map(|d| d.as_nanos() as i64));
     }
+    report_lateness("burst_lateness", late);
+}
+
+/// Prints the p50, p99 and p999 of each stack's lateness (ns): ours, then tokio's.
+fn report_lateness(workload: &str, mut late: [Vec<i64>; 2]) {
     for (imp, late) in [OURS, TOKIO].into_iter().zip(&mut late) {
         late.sort_unstable();
         let at = |q: f64| late[((late.len() - 1) as f64 * q) as usize] as f64 / 1e6;
@@ -459,7 +464,7 @@ fn burst_lateness() {
             ("late_p99_ms", 0.99),
             ("late_p999_ms", 0.999),
         ] {
-            result(imp, "burst_lateness", metric, at(q));
+            result(imp, workload, metric, at(q));
         }
     }
 }
@@ -506,17 +511,7 @@ fn driven_lateness() {
         let (stack, mine) = rt.block_on(task).expect("a task");
         late[stack].extend(mine);
     }
-    for (imp, late) in [OURS, TOKIO].into_iter().zip(&mut late) {
-        late.sort_unstable();
-        let at = |q: f64| late[((late.len() - 1) as f64 * q) as usize] as f64 / 1e6;
-        for (metric, q) in [
-            ("late_p50_ms", 0.5),
-            ("late_p99_ms", 0.99),
-            ("late_p999_ms", 0.999),
-        ] {
-            result(imp, "driven_lateness", metric, at(q));
-        }
-    }
+    report_lateness("driven_lateness", late);
     result(
         OURS,
         "driven_lateness",
