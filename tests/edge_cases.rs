@@ -570,7 +570,7 @@ fn stop_returns_exactly_the_live_timeouts_of_a_partly_transferred_batch() {
         .stop()
         .unwrap()
         .into_iter()
-        .map(|never_ran| never_ran.into_parts().0)
+        .map(Timeout::from)
         .collect();
     let live: HashSet<Timeout> = handles
         .iter()
@@ -608,10 +608,7 @@ fn stop_returns_the_queued_timeouts_of_every_producer_thread() {
     });
     let returned = timer.stop().unwrap();
     assert_eq!(returned.len(), handles.len());
-    let returned: HashSet<Timeout> = returned
-        .into_iter()
-        .map(|never_ran| never_ran.into_parts().0)
-        .collect();
+    let returned: HashSet<Timeout> = returned.into_iter().map(Timeout::from).collect();
     assert!(returned == handles.iter().cloned().collect::<HashSet<_>>());
 }
 
@@ -1391,11 +1388,7 @@ fn a_stop_from_another_thread_waits_for_the_running_task_and_refuses_with_stoppe
     ticker.join().unwrap();
     let (returned, task_had_ended) = stopper.join().unwrap();
     assert_eq!(task_had_ended, 1, "stop() returned while the task ran");
-    let returned: HashSet<Timeout> = returned
-        .unwrap()
-        .into_iter()
-        .map(|never_ran| never_ran.into_parts().0)
-        .collect();
+    let returned: HashSet<Timeout> = returned.unwrap().into_iter().map(Timeout::from).collect();
     assert!(
         returned.contains(&later) && returned.contains(&last),
         "later ticks' timeouts are returned"

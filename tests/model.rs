@@ -231,7 +231,7 @@ fn run_limited(
         .stop()
         .unwrap()
         .into_iter()
-        .map(|never_ran| never_ran.into_parts().0)
+        .map(Timeout::from)
         .collect();
     let never_ended: HashSet<Timeout> = model
         .iter()

@@ -105,7 +105,7 @@ fn stop_timer() {
         .stop()
         .unwrap()
         .into_iter()
-        .map(|never_ran| never_ran.into_parts().0)
+        .map(Timeout::from)
         .collect();
     assert!(
         !returned.is_empty(),

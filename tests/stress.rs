@@ -148,7 +148,7 @@ fn schedule_and_cancel_from_many_threads(settle_before_stop: bool) {
         .stop()
         .unwrap()
         .into_iter()
-        .map(|never_ran| never_ran.into_parts().0)
+        .map(Timeout::from)
         .collect();
     let mut in_stop_list = 0;
     for (record, t, far) in &all {
@@ -249,7 +249,7 @@ fn new_timeout_racing_stop_never_loses_a_timeout() {
             .stop()
             .unwrap()
             .into_iter()
-            .map(|never_ran| never_ran.into_parts().0)
+            .map(Timeout::from)
             .collect();
 
         let mut attempts = 0;

@@ -197,6 +197,13 @@ impl<J: Stored> Deref for NeverRan<J> {
     }
 }
 
+/// Its timeout; the task is dropped.
+impl<J: Stored> From<NeverRan<J>> for Timeout<J> {
+    fn from(never_ran: NeverRan<J>) -> Timeout<J> {
+        never_ran.timeout
+    }
+}
+
 /// Whether it is the timeout `other`.
 impl<J: Stored> PartialEq<Timeout<J>> for NeverRan<J> {
     fn eq(&self, other: &Timeout<J>) -> bool {
