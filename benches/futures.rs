@@ -344,6 +344,15 @@ fn pending_sleeps(n: usize) {
     drop(timer.stop());
 }
 
+/// A multi-thread runtime of two workers, with timers.
+fn two_workers() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_time()
+        .build()
+        .expect("a runtime")
+}
+
 /// tokio's alternative timer (per-worker wheels), for the multi-thread runs: built only with
 /// `RUSTFLAGS="--cfg tokio_unstable"` (tokio offers it nowhere else, and on multi-thread
 /// runtimes only).
@@ -378,11 +387,7 @@ fn main() {
     }
     for name in ["request_timeout_mt", "ready_timeout_mt"] {
         if picked(name) {
-            let rt = tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(2)
-                .enable_time()
-                .build()
-                .expect("a runtime");
+            let rt = two_workers();
             let alt = alt_runtime();
             request_timeout(&rt, alt.as_ref(), 2, n, reps, name);
         }
@@ -406,11 +411,7 @@ fn burst_lateness() {
     let tasks = common::env_usize("TASKS", 50_000);
     let driven = std::env::var("DRIVEN").map_or(true, |v| v != "0");
     let timer = timer();
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_time()
-        .build()
-        .expect("a runtime");
+    let rt = two_workers();
     if driven {
         rt.spawn(timer.drive(|at| tokio::time::sleep_until(at.into())));
     }
@@ -477,11 +478,7 @@ fn driven_lateness() {
     );
     let secs = common::env_usize("SECS", 4) as u64;
     let timer = timer();
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_time()
-        .build()
-        .expect("a runtime");
+    let rt = two_workers();
     rt.spawn(timer.drive(|at| tokio::time::sleep_until(at.into())));
     let end = Instant::now() + Duration::from_secs(secs);
     let spawned: Vec<_> = (0..tasks * 2)
