@@ -1663,3 +1663,34 @@ fn a_task_panicking_in_a_drives_early_expiry_loses_nothing_and_runs_nothing_twic
     assert_eq!(runs.load(SeqCst), 2, "the tick's end ran neither again");
     assert_eq!(timer.pending_timeouts(), 0);
 }
+
+/// Futures due in one tick, the first one's waker panicking as the walk wakes it: every other
+/// future is still woken once, and the panic is counted once.
+#[test]
+fn a_waker_panicking_among_a_ticks_wake_ups_leaves_the_others_woken() {
+    struct PanickingWaker;
+    impl Wake for PanickingWaker {
+        fn wake(self: Arc<Self>) {
+            panic!("a waker panics (on purpose)");
+        }
+    }
+    let (timer, driver) = manual_timer(ms(1));
+    let panicking = Waker::from(Arc::new(PanickingWaker));
+    let count = Arc::new(common::WakeCount::default());
+    let counting = Waker::from(Arc::clone(&count));
+    let mut first = timer.sleep(ms(2));
+    let mut others: Vec<_> = (0..5).map(|_| timer.sleep(ms(2))).collect();
+    let mut cx = Context::from_waker(&panicking);
+    assert!(std::pin::Pin::new(&mut first).poll(&mut cx).is_pending());
+    let mut cx = Context::from_waker(&counting);
+    for sleep in &mut others {
+        assert!(std::pin::Pin::new(sleep).poll(&mut cx).is_pending());
+    }
+    driver.advance(ms(5));
+    assert_eq!(count.0.load(SeqCst), 5, "each other future woken once");
+    assert_eq!(timer.stats().panicked, 1);
+    for sleep in &mut others {
+        assert!(std::pin::Pin::new(sleep).poll(&mut cx).is_ready());
+    }
+    assert_eq!(timer.pending_timeouts(), 0);
+}
