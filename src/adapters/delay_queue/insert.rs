@@ -57,7 +57,7 @@ impl<T> DelayQueue<T> {
     #[inline]
     fn wait(&mut self, id: u32, item: Item<T>) {
         let deadline = item.deadline;
-        self.wheel.insert(id, deadline / self.tick_nanos, item);
+        self.wheel.insert(id, deadline, item);
         self.wake_for(deadline);
     }
 

@@ -138,7 +138,7 @@ impl<T> DelayQueue<T> {
         let timer = keep_alive("DelayQueue", timer);
         let tick_nanos = timer.0.tick_nanos;
         let now = timer.0.clock.now();
-        let mut wheel = Wheel::new(BUCKETS);
+        let mut wheel = Wheel::new(BUCKETS, tick_nanos);
         wheel.advance_to(now / tick_nanos);
         DelayQueue {
             slots: Vec::with_capacity(capacity),

@@ -1,6 +1,6 @@
 //! Expiry and polling: `peek`, `poll_expired`, the `Stream`, and the waking `Sleep`.
 
-use super::{DelayQueue, Expired, Item, Key, Slot, UNARMED};
+use super::{DelayQueue, Expired, Key, Slot, UNARMED};
 use crate::engine::catch_user_panic;
 use crate::{Sleep, TimerError};
 use std::future::Future;
@@ -112,8 +112,8 @@ impl<T> DelayQueue<T> {
             self.wheel.advance_to(tick);
             let (slots, ready) = (&self.slots, &mut self.ready);
             // A deadline past the clock's last nanosecond never comes, even with the clock there.
-            let (by, deadline) = (now.min(u64::MAX - 1), |item: &Item<T>| item.deadline);
-            self.wheel.expire_by(by, deadline, |index, item| {
+            let by = now.min(u64::MAX - 1);
+            self.wheel.expire_by(by, |index, _, item| {
                 let Slot::Waiting { stamp } = slots[index as usize] else {
                     unreachable!("the wheel holds only waiting items");
                 };

@@ -1,6 +1,6 @@
 //! The wheel's walks beyond a tick's expiry: the `DelayQueue`'s lookups, and the drain at `stop()`.
 
-use super::{Node, SlotId, Wheel, LEVEL_SLOTS, NIL};
+use super::{Node, SlotId, Wheel, LEVEL_SLOTS, NIL, PAGE_BITS};
 
 impl<T> Wheel<T> {
     /// The value under `id`, if it is in the wheel.
@@ -19,7 +19,9 @@ impl<T> Wheel<T> {
             let list = self.buckets() + level * LEVEL_SLOTS + slot;
             Some((self.least_fire(list, 0)?, list))
         })?;
-        let nodes = self.list_nodes(list).filter(move |(_, n)| n.fire == fire);
+        let nodes = self
+            .list_nodes(list)
+            .filter(move |(_, n)| n.fire(self.tick_nanos) == fire);
         Some((
             fire,
             nodes.filter_map(|(id, n)| Some((id, n.value.as_ref()?))),
@@ -49,10 +51,11 @@ impl<T> Wheel<T> {
     fn least_fire(&self, list: usize, floor: u64) -> Option<u64> {
         let mut least = None;
         for (_, node) in self.list_nodes(list) {
-            if node.fire <= floor {
-                return Some(node.fire);
+            let fire = node.fire(self.tick_nanos);
+            if fire <= floor {
+                return Some(fire);
             }
-            least = Some(least.map_or(node.fire, |l: u64| l.min(node.fire)));
+            least = Some(least.map_or(fire, |l: u64| l.min(fire)));
         }
         least
     }
@@ -66,17 +69,21 @@ impl<T> Wheel<T> {
         })
     }
 
-    /// Takes every node out, in no particular order.
+    /// Takes every node out, page by page (in no particular order: in the order of their ids,
+    /// which reads memory in order, where the lists jump about), and leaves the wheel empty at
+    /// its tick.
     pub(crate) fn drain(&mut self, mut f: impl FnMut(SlotId, T)) {
-        for list in 0..self.heads.len() {
-            let mut id = self.heads[list];
-            while id != NIL {
-                let next = self.node(id).next;
-                if let Some(value) = self.remove(id) {
-                    f(id, value);
+        for (page, nodes) in self.pages.iter_mut().enumerate() {
+            for (index, node) in nodes.iter_mut().enumerate() {
+                let in_wheel = std::mem::replace(&mut node.list, NIL) != NIL;
+                if let Some(value) = node.value.take().filter(|_| in_wheel) {
+                    f((page << PAGE_BITS | index) as SlotId, value);
                 }
-                id = next;
             }
         }
+        *self = Wheel {
+            tick: self.tick,
+            ..Wheel::new(self.buckets(), self.tick_nanos)
+        };
     }
 }

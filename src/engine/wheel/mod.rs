@@ -1,8 +1,10 @@
 //! The pure wheel (no threads, clock or atomics): buckets by fire tick, far levels for what lies
-//! rounds away, occupancy bits so that an empty tick costs nothing; links, fire tick and value
+//! rounds away, occupancy bits so that an empty tick costs nothing; links, deadline and value
 //! in paged arrays indexed by slot id.
 //!
-//! - `tick` is the next tick to expire. Every timeout in the wheel has `fire >= tick`.
+//! - `tick` is the next tick to expire. A timeout's fire tick is its deadline's tick, or the
+//!   wheel's tick when it came in after that (`late` ticks after); every timeout in the wheel
+//!   has `fire >= tick`.
 //! - A bucket holds the timeouts whose fire round (`fire / len`) is the current round or the
 //!   next (Netty's `remaining_rounds` is 0 or 1). One further away waits in a far list.
 //! - The far lists form levels of 64 over rounds, as tokio's wheel does over ticks: with
@@ -32,7 +34,11 @@ struct Node<T> {
     prev: u32,
     /// The list the node is in (a bucket, or `len + level * 64 + slot`), or `NIL`.
     list: u32,
-    fire: u64,
+    /// Ticks between the deadline's tick and the fire tick (`insert`): both are kept in the
+    /// 16 bytes a fire tick and a deadline would each take 8 of.
+    late: u32,
+    /// In the unit of `tick_nanos` (nanoseconds since the origin, for a timer).
+    deadline: u64,
     value: Option<T>,
 }
 
@@ -50,9 +56,14 @@ impl<T> Node<T> {
             next: NIL,
             prev: NIL,
             list: NIL,
-            fire: 0,
+            late: 0,
+            deadline: 0,
             value: None,
         }
+    }
+
+    fn fire(&self, tick_nanos: u64) -> u64 {
+        self.deadline / tick_nanos + u64::from(self.late)
     }
 }
 
@@ -73,13 +84,14 @@ pub(crate) struct Wheel<T> {
     far_occupied: [u64; LEVELS],
     len_bits: u32,
     tick: u64,
+    tick_nanos: u64,
     /// Nodes in the wheel.
     count: usize,
 }
 
 impl<T> Wheel<T> {
-    /// A wheel of `len` buckets (a power of two), at tick 0.
-    pub(crate) fn new(len: usize) -> Wheel<T> {
+    /// A wheel of `len` buckets (a power of two) of `tick_nanos` each, at tick 0.
+    pub(crate) fn new(len: usize, tick_nanos: u64) -> Wheel<T> {
         assert!(
             len.is_power_of_two(),
             "the wheel's length is a power of two"
@@ -95,8 +107,14 @@ impl<T> Wheel<T> {
             far_occupied: [0; LEVELS],
             len_bits: len.trailing_zeros(),
             tick: 0,
+            tick_nanos,
             count: 0,
         }
+    }
+
+    /// Nodes in the wheel.
+    pub(crate) fn len(&self) -> usize {
+        self.count
     }
 
     /// The tick the wheel is in: the next to expire.
@@ -123,8 +141,9 @@ impl<T> Wheel<T> {
         self.node_ref(id).is_some_and(|n| n.list != NIL)
     }
 
-    /// Places `value` under `id`, to fire on tick `max(fire, tick)`. `id` is not in the wheel.
-    pub(crate) fn insert(&mut self, id: SlotId, fire: u64, value: T) {
+    /// Places `value` under `id`, due at `deadline`, to fire on the later of its tick and the
+    /// wheel's. `id` is not in the wheel.
+    pub(crate) fn insert(&mut self, id: SlotId, deadline: u64, value: T) {
         let page = id as usize >> PAGE_BITS;
         if self.pages.len() <= page {
             self.pages.resize_with(page + 1, Vec::new);
@@ -138,10 +157,14 @@ impl<T> Wheel<T> {
             nodes.resize_with(len, Node::vacant);
         }
         self.live[page] += 1;
-        let fire = fire.max(self.tick);
+        let due = deadline / self.tick_nanos;
+        let fire = due.max(self.tick);
+        // Due more than 2^32 ticks before the wheel's tick: taken as due 2^32 ticks before.
+        let late = u32::try_from(fire - due).unwrap_or(u32::MAX);
+        let deadline = deadline.max((fire - u64::from(late)) * self.tick_nanos);
         let node = self.node(id);
         debug_assert_eq!(node.list, NIL, "slot {id} is in the wheel already");
-        node.fire = fire;
+        (node.late, node.deadline) = (late, deadline);
         node.value = Some(value);
         self.count += 1;
         self.place(id, fire);
@@ -194,9 +217,15 @@ impl<T> Wheel<T> {
 
     /// Unlinks `id` from its list; its value stays.
     fn unlink(&mut self, id: SlotId) {
+        let tick_nanos = self.tick_nanos;
         let (list, prev, next, fire) = {
             let node = self.node(id);
-            let links = (node.list as usize, node.prev, node.next, node.fire);
+            let links = (
+                node.list as usize,
+                node.prev,
+                node.next,
+                node.fire(tick_nanos),
+            );
             node.list = NIL;
             links
         };
@@ -246,15 +275,10 @@ impl<T> Wheel<T> {
     }
 
     /// Expires the current tick: hands `f` each node of its bucket that is due (fire round this
-    /// one, and `deadline` of its value at most `by`), in bucket order, with its id. The others
+    /// one, and deadline at most `by`), in bucket order, with its id and deadline. The others
     /// stay in order; the earliest of their deadlines comes back (`u64::MAX`: none).
-    pub(crate) fn expire_by(
-        &mut self,
-        by: u64,
-        deadline: impl Fn(&T) -> u64,
-        mut f: impl FnMut(SlotId, T),
-    ) -> u64 {
-        let tick = self.tick;
+    pub(crate) fn expire_by(&mut self, by: u64, mut f: impl FnMut(SlotId, u64, T)) -> u64 {
+        let (tick, tick_nanos) = (self.tick, self.tick_nanos);
         let list = (tick & self.mask()) as usize;
         let parity = ((tick >> self.len_bits) & 1) as usize;
         let (mut taken, mut soonest) = (0, u64::MAX);
@@ -265,14 +289,17 @@ impl<T> Wheel<T> {
         self.tails[list] = NIL;
         while id != NIL {
             let node = self.node(id);
-            let next = node.next;
-            let at = node.value.as_ref().map_or(u64::MAX, &deadline);
-            match (node.fire <= tick && at <= by).then(|| node.value.take()) {
+            let (next, at) = (node.next, node.deadline);
+            // Its fire tick is this one (not a round on): its deadline's tick ends by this one's
+            // end less `late` ticks (a product, where the fire tick is a quotient).
+            let ends = (tick + 1 - u64::from(node.late)).saturating_mul(tick_nanos);
+            let this_round = at < ends;
+            match (this_round && at <= by).then(|| node.value.take()) {
                 Some(Some(value)) => {
                     node.list = NIL;
                     taken += 1;
                     self.live[id as usize >> PAGE_BITS] -= 1;
-                    f(id, value);
+                    f(id, at, value);
                 }
                 _ => {
                     soonest = soonest.min(at);
@@ -328,9 +355,10 @@ impl<T> Wheel<T> {
             self.tails[list] = NIL;
             self.count_in(list, 0, false);
             while id != NIL {
+                let tick_nanos = self.tick_nanos;
                 let (next, fire) = {
                     let node = self.node(id);
-                    (node.next, node.fire)
+                    (node.next, node.fire(tick_nanos))
                 };
                 self.place(id, fire);
                 id = next;
@@ -342,8 +370,8 @@ impl<T> Wheel<T> {
 #[cfg(test)]
 mod tests {
     impl<T> Wheel<T> {
-        fn expire(&mut self, f: impl FnMut(SlotId, T)) {
-            self.expire_by(u64::MAX, |_| 0, f);
+        fn expire(&mut self, mut f: impl FnMut(SlotId, T)) {
+            self.expire_by(u64::MAX, |id, _, value| f(id, value));
         }
     }
 
@@ -366,7 +394,7 @@ mod tests {
 
     #[test]
     fn fires_on_its_tick_near_and_far() {
-        let mut wheel = Wheel::new(8);
+        let mut wheel = Wheel::new(8, 1);
         let fires = [
             0, 1, 7, 8, 9, 15, 16, 17, 100, 511, 512, 4095, 4096, 300_000, 70_000_000,
         ];
@@ -384,7 +412,7 @@ mod tests {
 
     #[test]
     fn one_tick_keeps_insertion_order_across_levels() {
-        let mut wheel = Wheel::new(4);
+        let mut wheel = Wheel::new(4, 1);
         // Inserted far away, then nearer as time passes: all fire on tick 1000, in order.
         for i in 0..20u32 {
             let t = u64::from(i) * 40;
@@ -406,7 +434,7 @@ mod tests {
 
     #[test]
     fn remove_from_bucket_and_far_list() {
-        let mut wheel = Wheel::new(8);
+        let mut wheel = Wheel::new(8, 1);
         wheel.insert(1, 3, 1);
         wheel.insert(2, 3, 2);
         wheel.insert(3, 3, 3);
@@ -422,18 +450,31 @@ mod tests {
     }
 
     #[test]
-    fn a_past_fire_tick_fires_now() {
-        let mut wheel = Wheel::new(8);
+    fn a_past_deadline_fires_now_and_keeps_its_deadline() {
+        let mut wheel = Wheel::new(8, 1);
         wheel.advance_to(50);
         wheel.insert(0, 10, 7);
+        wheel.insert(1, 12, 8);
+        assert_eq!(
+            wheel.remove(1),
+            Some(8),
+            "unlinked from the list of its fire tick"
+        );
         let mut fired = Vec::new();
-        wheel.expire(|id, v| fired.push((id, v)));
-        assert_eq!(fired, vec![(0, 7)]);
+        wheel.expire_by(u64::MAX, |id, at, v| fired.push((id, at, v)));
+        assert_eq!(fired, vec![(0, 10, 7)]);
+        // More than 2^32 ticks past: it fires now, its deadline taken as 2^32 ticks back.
+        let tick = 1 << 40;
+        wheel.advance_to(tick);
+        wheel.insert(2, 5, 9);
+        fired.clear();
+        wheel.expire_by(u64::MAX, |id, at, v| fired.push((id, at, v)));
+        assert_eq!(fired, vec![(2, tick - u64::from(u32::MAX), 9)]);
     }
 
     #[test]
     fn next_round_stays_in_its_bucket() {
-        let mut wheel = Wheel::new(8);
+        let mut wheel = Wheel::new(8, 1);
         wheel.insert(0, 9, 9); // bucket 1, the next round
         wheel.advance_to(1);
         let mut fired = Vec::new();
@@ -445,7 +486,7 @@ mod tests {
 
     #[test]
     fn next_work_skips_empty_ticks_and_finds_far_slots() {
-        let mut wheel: Wheel<u64> = Wheel::new(512);
+        let mut wheel: Wheel<u64> = Wheel::new(512, 1);
         assert_eq!(wheel.next_work(), None);
         wheel.insert(0, 3_600_000, 0);
         let first = wheel.next_work().unwrap();
@@ -466,13 +507,7 @@ mod tests {
     }
 
     /// Random inserts, removals and runs against a plain map: each node fires on
-    /// `max(fire, tick at insert)`, and `next_work` never passes a due node.
-    impl<T> Wheel<T> {
-        fn len(&self) -> usize {
-            self.count
-        }
-    }
-
+    /// `max(deadline, tick at insert)` (a tick of 1), and `next_work` never passes a due node.
     #[test]
     fn matches_a_plain_model() {
         let mut seed = 0x2545_f491_4f6c_dd1d_u64;
@@ -483,7 +518,7 @@ mod tests {
             seed % n
         };
         for len in [1usize, 2, 8, 64] {
-            let mut wheel = Wheel::new(len);
+            let mut wheel = Wheel::new(len, 1);
             let mut model = std::collections::BTreeMap::new();
             for _ in 0..20_000 {
                 match rand(10) {
@@ -491,8 +526,9 @@ mod tests {
                         let id = rand(500) as u32;
                         if let std::collections::btree_map::Entry::Vacant(slot) = model.entry(id) {
                             let far = [4, 64, 5_000, 300_000][rand(4) as usize];
-                            let fire = wheel.tick() + rand(far);
-                            wheel.insert(id, fire, fire);
+                            let deadline = (wheel.tick() + rand(far)).saturating_sub(rand(8));
+                            let fire = deadline.max(wheel.tick());
+                            wheel.insert(id, deadline, fire);
                             slot.insert(fire);
                         }
                     }
@@ -526,20 +562,20 @@ mod tests {
 
     #[test]
     fn expire_by_leaves_the_nodes_not_due_in_order_and_names_the_earliest() {
-        let mut wheel = Wheel::new(8);
-        for (id, deadline) in [5, 30, 6, 25, 7, 40].into_iter().enumerate() {
-            wheel.insert(id as u32, 3, deadline);
+        let mut wheel = Wheel::new(8, 10); // ticks of 10: tick 3 holds deadlines 30 to 39
+        for (id, deadline) in [31, 38, 32, 36, 33, 39].into_iter().enumerate() {
+            wheel.insert(id as u32, deadline, deadline);
         }
-        wheel.insert(6, 11, 90); // the same bucket, the next round: not this tick's
+        wheel.insert(6, 110, 110); // the same bucket, the next round: not this tick's
         wheel.advance_to(3);
         let mut fired = Vec::new();
-        let soonest = wheel.expire_by(10, |v| *v, |id, v| fired.push((id, v)));
-        assert_eq!(fired, [(0, 5), (2, 6), (4, 7)]);
-        assert_eq!(soonest, 25, "the earliest deadline left in this round");
-        wheel.insert(7, 3, 50);
+        let soonest = wheel.expire_by(34, |id, at, v| fired.push((id, at, v)));
+        assert_eq!(fired, [(0, 31, 31), (2, 32, 32), (4, 33, 33)]);
+        assert_eq!(soonest, 36, "the earliest deadline left in this round");
+        wheel.insert(7, 35, 35);
         let mut rest = Vec::new();
         wheel.expire(|_, v| rest.push(v));
-        assert_eq!(rest, [30, 25, 40, 50]);
+        assert_eq!(rest, [38, 36, 39, 35]);
         assert_eq!(wheel.next_work(), Some(11), "the next round's node stays");
     }
 
@@ -550,7 +586,7 @@ mod tests {
 
     #[test]
     fn first_tick_names_the_least_fire_tick_and_its_nodes_in_order() {
-        let mut wheel = Wheel::new(8);
+        let mut wheel = Wheel::new(8, 1);
         assert_eq!(first(&wheel), None);
         wheel.insert(1, 5_000, 10); // far
         wheel.insert(2, 5_001, 11);
@@ -568,7 +604,7 @@ mod tests {
 
     #[test]
     fn first_tick_is_the_next_to_fire_as_the_wheel_turns() {
-        let mut wheel = Wheel::new(8);
+        let mut wheel = Wheel::new(8, 1);
         let fires = [
             0, 1, 7, 8, 9, 15, 16, 17, 100, 511, 512, 4095, 4096, 300_000, 70_000_000,
         ];
@@ -585,8 +621,26 @@ mod tests {
     }
 
     #[test]
+    fn drain_takes_every_node_by_id_and_leaves_the_wheel_empty_at_its_tick() {
+        let mut wheel = Wheel::new(8, 1);
+        for (id, fire) in [(3_000u32, 4u64), (0, 3), (5, 9), (70, 5_000)] {
+            wheel.insert(id, fire, fire);
+        }
+        wheel.advance_to(2);
+        wheel.remove(5);
+        let mut drained = Vec::new();
+        wheel.drain(|id, v| drained.push((id, v)));
+        assert_eq!(drained, [(0, 3), (70, 5_000), (3_000, 4)]);
+        assert_eq!((wheel.len(), wheel.next_work(), wheel.tick()), (0, None, 2));
+        wheel.insert(1, 4, 4);
+        let mut fired = Vec::new();
+        run(&mut wheel, 10, &mut fired);
+        assert_eq!(fired, [(4, 4)]);
+    }
+
+    #[test]
     fn trim_frees_the_pages_that_hold_nothing() {
-        let mut wheel = Wheel::new(512);
+        let mut wheel = Wheel::new(512, 1);
         for id in 0..20_000u32 {
             wheel.insert(id, 100, 0u64);
         }
@@ -610,7 +664,7 @@ mod tests {
 
     #[test]
     fn memory_grows_by_pages() {
-        let mut wheel = Wheel::new(512);
+        let mut wheel = Wheel::new(512, 1);
         for id in 0..10_000u32 {
             wheel.insert(id, u64::from(id), 0u64);
         }

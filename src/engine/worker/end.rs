@@ -4,7 +4,7 @@ use super::expire::put_back;
 use super::{kept, split, Worker};
 use crate::engine::slots::{Block, Kind, Timeout};
 use crate::engine::task::drop_unrun;
-use crate::engine::wheel::SlotId;
+use crate::engine::wheel::{SlotId, Wheel};
 use crate::engine::{wake_all, NeverRan, Shared, Stored};
 use crate::sync::Arc;
 
@@ -41,30 +41,41 @@ impl<J: Stored> Worker<J> {
     pub(crate) fn stop(&mut self, shared: &Shared<J>, returned: &mut Vec<NeverRan<J>>) {
         self.collect(shared);
         let inbox = std::mem::take(&mut self.inbox);
-        let entries = inbox.into_iter().flat_map(|(_, segment)| segment);
-        let mut rest: Vec<(SlotId, J)> = entries.map(|e| (e.id, e.task)).collect();
-        self.wheel
-            .drain(|id, waiting| rest.push((id, waiting.task)));
-        for (id, task) in rest {
-            let (bid, index) = split(id);
-            match self.blocks[bid].0.clone() {
-                Some(block) if block.kind() == Kind::Future => {
-                    // A future's timeout: ended, not returned; the future sees it cancelled.
-                    let _ = block.cancel(index);
-                    self.wakers.extend(block.take_waker(index));
-                    self.tally.cancelled += 1;
-                }
-                Some(block) if block.cancel(index).is_some() => {
-                    self.end_slot(shared, id);
-                    returned.push(NeverRan::new(Timeout::new(block, index), task));
-                    continue;
-                }
-                // A cancel() won it, and the worker had not ended it yet.
-                _ => self.tally.cancelled += 1,
-            }
-            self.end(shared, id, task);
+        let mut wheel = std::mem::replace(&mut self.wheel, Wheel::new(1, self.tick_nanos));
+        let queued: usize = inbox.iter().map(|(_, segment)| segment.len()).sum();
+        returned.reserve(queued + wheel.len());
+        for entry in inbox.into_iter().flat_map(|(_, segment)| segment) {
+            self.stop_slot(shared, entry.id, entry.task, returned);
         }
+        wheel.drain(|id, task| self.stop_slot(shared, id, task, returned));
         self.tally.panicked += wake_all(&mut self.wakers);
         self.publish(shared);
+    }
+
+    /// Ends slot `id` at `stop()`: a task's timeout goes to `returned` with its task, unless a
+    /// `cancel()` won it first; a future's is ended (the future sees it cancelled).
+    fn stop_slot(
+        &mut self,
+        shared: &Shared<J>,
+        id: SlotId,
+        task: J,
+        returned: &mut Vec<NeverRan<J>>,
+    ) {
+        let (bid, index) = split(id);
+        match self.blocks[bid].0.clone() {
+            Some(block) if block.kind() == Kind::Future => {
+                let _ = block.cancel(index);
+                self.wakers.extend(block.take_waker(index));
+                self.tally.cancelled += 1;
+            }
+            Some(block) if block.cancel(index).is_some() => {
+                self.end_slot(shared, id);
+                returned.push(NeverRan::new(Timeout::new(block, index), task));
+                return;
+            }
+            // A cancel() won it, and the worker had not ended it yet.
+            _ => self.tally.cancelled += 1,
+        }
+        self.end(shared, id, task);
     }
 }

@@ -1,6 +1,6 @@
 //! The expiry walk: what of the current tick's bucket is due, ended and run (or woken).
 
-use super::{split, Waiting, Worker};
+use super::{split, Worker};
 use crate::engine::shard::SPARE_CHUNK;
 use crate::engine::slots::{Block, Kind, Timeout, BLOCK};
 use crate::engine::stats::Tally;
@@ -22,8 +22,7 @@ impl<J: Stored> Worker<J> {
             tick_nanos: self.tick_nanos,
         };
         let mut none = Vec::new(); // the spares of a type that keeps none (`Payload::KEEPS`)
-        let deadline = |waiting: &Waiting<J>| waiting.deadline;
-        let soonest = self.wheel.expire_by(by, deadline, |id, waiting| {
+        let soonest = self.wheel.expire_by(by, |id, deadline, task| {
             let (bid, index) = split(id);
             let block = self.blocks[bid].0.take();
             let block = block.expect("a slot in the wheel has its block");
@@ -35,7 +34,7 @@ impl<J: Stored> Worker<J> {
             } else {
                 &mut none
             };
-            let block = walk.fire(block, index, waiting, kept);
+            let block = walk.fire(block, index, Due { task, deadline }, kept);
             put_back(&mut self.blocks[bid], block, &mut self.spares);
         });
         if !none.is_empty() {
@@ -61,6 +60,12 @@ pub(super) fn put_back<J: Stored>(
     }
 }
 
+/// A due timeout's task, and its deadline (ns since the origin) for the lateness counters.
+struct Due<J> {
+    task: J,
+    deadline: u64,
+}
+
 /// What the expiry walk carries from one due timeout to the next.
 struct Walk<'a, J: Stored> {
     shared: &'a Shared<J>,
@@ -78,10 +83,10 @@ impl<J: Stored> Walk<'_, J> {
         &mut self,
         block: Arc<Block<J>>,
         index: usize,
-        waiting: Waiting<J>,
+        due: Due<J>,
         kept: &mut Vec<J>,
     ) -> Arc<Block<J>> {
-        let Waiting { task, deadline } = waiting;
+        let Due { task, deadline } = due;
         if !block.expire(index) {
             self.tally.cancelled += 1;
             self.tally.panicked += u64::from(!drop_unrun(task, kept));

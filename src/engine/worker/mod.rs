@@ -30,15 +30,9 @@ const TRIM_PAGES: usize = 16;
 /// depend on the wheel's length, so a larger `ticks_per_wheel` is only reported.
 const MAX_BUCKETS: usize = 1 << 16;
 
-/// A task in the wheel, with its deadline (ns since the origin) for the lateness counters.
-struct Waiting<J> {
-    task: J,
-    deadline: u64,
-}
-
 /// The worker's state between turns: see the module docs.
 pub(crate) struct Worker<J: Stored> {
-    wheel: Wheel<Waiting<J>>,
+    wheel: Wheel<J>,
     /// Per block id: the block, while it has slots the worker has not ended, and slots ended.
     blocks: Vec<(Option<Arc<Block<J>>>, u8)>,
     /// Batches taken from the shards, not yet all in the wheel (the cap), oldest first.
@@ -74,7 +68,7 @@ pub(crate) struct Worker<J: Stored> {
 impl<J: Stored> Worker<J> {
     pub(crate) fn new(shared: &Shared<J>) -> Worker<J> {
         Worker {
-            wheel: Wheel::new(shared.wheel_len.min(MAX_BUCKETS)),
+            wheel: Wheel::new(shared.wheel_len.min(MAX_BUCKETS), shared.tick_nanos),
             blocks: Vec::new(),
             inbox: VecDeque::new(),
             batches: Vec::new(),
@@ -210,9 +204,9 @@ impl<J: Stored> Worker<J> {
             .and_then(|(block, _)| block.as_ref())
             .is_some_and(|b| b.is_cancelled(index));
         if cancelled && self.wheel.contains(id) {
-            if let Some(waiting) = self.wheel.remove(id) {
+            if let Some(task) = self.wheel.remove(id) {
                 self.tally.cancelled += 1;
-                self.end(shared, id, waiting.task);
+                self.end(shared, id, task);
             }
         }
     }
@@ -250,8 +244,7 @@ impl<J: Stored> Worker<J> {
             self.tally.cancelled += 1;
             self.end(shared, id, task);
         } else {
-            let waiting = Waiting { task, deadline };
-            self.wheel.insert(id, deadline / self.tick_nanos, waiting);
+            self.wheel.insert(id, deadline, task);
         }
     }
 
