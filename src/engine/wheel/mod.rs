@@ -34,8 +34,8 @@ struct Node<T> {
     prev: u32,
     /// The list the node is in (a bucket, or `len + level * 64 + slot`), or `NIL`.
     list: u32,
-    /// Ticks between the deadline's tick and the fire tick (`insert`): both are kept in the
-    /// 16 bytes a fire tick and a deadline would each take 8 of.
+    /// Ticks from the deadline's tick to the fire tick (`insert`; 0 unless it came in late):
+    /// with the deadline, the fire tick in four bytes, where a tick of its own would take eight.
     late: u32,
     /// In the unit of `tick_nanos` (nanoseconds since the origin, for a timer).
     deadline: u64,
