@@ -24,18 +24,18 @@ impl<J: Stored> Worker<J> {
         let mut none = Vec::new(); // the spares of a type that keeps none (`Payload::KEEPS`)
         let soonest = self.wheel.expire_by(by, |id, deadline, task| {
             let (bid, index) = split(id);
-            let block = self.blocks[bid].0.take();
-            let block = block.expect("a slot in the wheel has its block");
+            let held = &mut self.blocks[bid];
+            let block = held.0.take().expect("a slot in the wheel has its block");
+            held.1 += 1;
             self.ended += 1;
             shared.set_ended(self.ended, 1);
-            self.blocks[bid].1 += 1;
             let kept = if J::KEEPS {
                 kept(&mut self.task_spares[block.shard()])
             } else {
                 &mut none
             };
             let block = walk.fire(block, index, Due { task, deadline }, kept);
-            put_back(&mut self.blocks[bid], block, &mut self.spares);
+            put_back(held, block, &mut self.spares);
         });
         if !none.is_empty() {
             // Kept by a task whose type said it keeps none: they go back as any others do.
@@ -48,6 +48,7 @@ impl<J: Stored> Worker<J> {
 
 /// A block back in the worker's table while it has slots not ended, else (no handle left) a
 /// spare for its shard; with a handle left, it goes with the last one.
+#[inline]
 pub(super) fn put_back<J: Stored>(
     (held, ended_in): &mut (Option<Arc<Block<J>>>, u8),
     mut block: Arc<Block<J>>,
