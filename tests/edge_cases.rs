@@ -566,12 +566,7 @@ fn stop_returns_exactly_the_live_timeouts_of_a_partly_transferred_batch() {
     const N: usize = 100_000 + 5_003;
     let (timer, driver, handles, ran) = queued_behind_a_first_batch(N, Duration::from_secs(3600));
     driver.advance(ms(10)); // transfers the first 100 000 (the cap); the rest stay queued
-    let returned: HashSet<Timeout> = timer
-        .stop()
-        .unwrap()
-        .into_iter()
-        .map(Timeout::from)
-        .collect();
+    let returned = common::stop_set(&timer);
     let live: HashSet<Timeout> = handles
         .iter()
         .enumerate()

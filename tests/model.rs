@@ -227,12 +227,7 @@ fn run_limited(
         }
     }
 
-    let returned: HashSet<Timeout> = timer
-        .stop()
-        .unwrap()
-        .into_iter()
-        .map(Timeout::from)
-        .collect();
+    let returned = common::stop_set(&timer);
     let never_ended: HashSet<Timeout> = model
         .iter()
         .filter(|e| !e.fired && !e.cancelled)

@@ -101,12 +101,7 @@ fn stop_timer() {
         .map(|_| unprocessed.new_timeout(noop, ms(5_000)).unwrap())
         .collect();
     driver.advance(ms(1_000));
-    let returned: HashSet<Timeout> = unprocessed
-        .stop()
-        .unwrap()
-        .into_iter()
-        .map(Timeout::from)
-        .collect();
+    let returned = common::stop_set(&unprocessed);
     assert!(
         !returned.is_empty(),
         "number of unprocessed timeouts should be greater than 0"

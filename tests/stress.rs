@@ -7,8 +7,10 @@
 //! long.
 #![allow(clippy::mutable_key_type)] // `Timeout` hashes by identity, not by its mutable state
 
+mod common;
+
 use hashed_timer_wheel::{HashedWheelTimer, Timeout, TimerError};
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
 use std::sync::{Arc, Barrier, Mutex};
@@ -144,12 +146,7 @@ fn schedule_and_cancel_from_many_threads(settle_before_stop: bool) {
         }
     }
 
-    let returned: HashSet<Timeout> = timer
-        .stop()
-        .unwrap()
-        .into_iter()
-        .map(Timeout::from)
-        .collect();
+    let returned = common::stop_set(&timer);
     let mut in_stop_list = 0;
     for (record, t, far) in &all {
         let ran = record.runs.load(SeqCst);
@@ -245,12 +242,7 @@ fn new_timeout_racing_stop_never_loses_a_timeout() {
         while Instant::now() < spin {
             std::hint::spin_loop();
         }
-        let returned: HashSet<Timeout> = timer
-            .stop()
-            .unwrap()
-            .into_iter()
-            .map(Timeout::from)
-            .collect();
+        let returned = common::stop_set(&timer);
 
         let mut attempts = 0;
         let mut accepted_total = 0;

@@ -1,7 +1,8 @@
 //! Helpers shared by the integration tests (each test binary uses a subset).
 #![allow(dead_code)]
 
-use hashed_timer_wheel::{Timeout, TimerError};
+use hashed_timer_wheel::{Timeout, TimerError, TimerHandle};
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,6 +22,13 @@ pub(crate) fn counting(counter: &Arc<AtomicUsize>) -> impl FnOnce(&Timeout) + Se
 }
 
 pub(crate) fn noop(_: &Timeout) {}
+
+/// `stop()` from outside the worker: the timeouts it hands back, their tasks dropped.
+#[allow(clippy::mutable_key_type)] // a `Timeout` hashes by its slot, not by its state
+pub(crate) fn stop_set(timer: &TimerHandle) -> HashSet<Timeout> {
+    let returned = timer.stop().expect("stopped from outside the worker");
+    returned.into_iter().map(Timeout::from).collect()
+}
 
 /// Runs `f` on a thread of its own and fails if it has not returned within 30 s (a deadlock:
 /// the thread is left behind), rather than hanging the test binary.
