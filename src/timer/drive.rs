@@ -15,9 +15,8 @@ use std::time::Instant;
 /// timer's futures.
 ///
 /// Why: the turn runs in the waker of the runtime's sleep, so the futures it wakes are queued
-/// where they run, with no hand-off from the timer's thread; that waker arms the next sleep
-/// (`sleep_until` is called there) with no poll of the `Drive`'s task. Tasks due meanwhile run
-/// there too (unless an executor is set): keep them short.
+/// where they run, with no hand-off from the timer's thread. Tasks due meanwhile run there too
+/// (unless an executor is set): keep them short.
 ///
 /// The timer's thread stays as a watchdog: it runs the ticks until a `Drive` is first polled and
 /// once the last is dropped, and takes over, at most 32 ticks late, from one not polled. With
@@ -44,13 +43,16 @@ use std::time::Instant;
 #[must_use = "a Drive does nothing unless spawned or polled"]
 pub struct Drive<F, S> {
     timer: TimerHandle,
-    /// The runtime's sleep, shared with its waker, which arms the next one itself.
-    sleeper: Arc<Mutex<Sleeper<F, S>>>,
+    sleep_until: F,
+    /// The runtime's sleep, and when it ends (ns since the timer's origin).
+    sleep: Option<(u64, Pin<Box<S>>)>,
     /// The task that polled last, and `waker`, which wakes it (the producers' and `stop()`'s).
     link: Arc<Link>,
     waker: Waker,
     /// The runtime's sleep's waker (`Ticker`).
     ticker: Waker,
+    /// The `Drive` gave up (the runtime panicked), or the timer stopped.
+    done: bool,
     /// The one `Drive` of a timer on a runtime's clock (`Builder::build_on_tokio`): its drop
     /// stops the timer, which nothing else would drive.
     sole: bool,
@@ -71,67 +73,55 @@ impl Wake for Link {
     }
 }
 
-/// The runtime's sleep, and when it ends (ns since the timer's origin), with what makes one.
-struct Sleeper<F, S> {
-    sleep_until: F,
-    sleep: Option<(u64, Pin<Box<S>>)>,
-    /// The `Drive` gave up (the runtime panicked), or the timer stopped.
-    done: bool,
-}
-
 /// The waker of the runtime's sleep: as the runtime's timer ends the tick, it runs the turn right
-/// there (where the runtime fires its own timers, the futures it wakes queued at once) and arms
-/// the next sleep, with no poll of the `Drive`'s task (whose wake-up would queue one more task
-/// beside the futures the turn woke). It wakes that task to do it instead while the `Drive` is
-/// polled, inside a turn, or when it gives up.
-struct Ticker<F, S>(TimerHandle, Arc<Link>, Arc<Mutex<Sleeper<F, S>>>);
+/// there (where the runtime fires its own timers, the futures it wakes queued at once), then
+/// wakes the `Drive`'s task to sleep on to the next plan.
+struct Ticker(TimerHandle, Arc<Link>);
 
-impl<F, S> Wake for Ticker<F, S>
-where
-    F: FnMut(Instant) -> S + Send + 'static,
-    S: Future<Output = ()> + Send + 'static,
-{
+impl Wake for Ticker {
     fn wake(self: Arc<Self>) {
         // Woken by code a turn runs on this thread (a runtime that fires its timers there): the
         // turn under way sees the tick, and another would wait on its lock.
         if !self.0 .0.in_turn() {
-            if let Ok(mut sleeper) = self.2.try_lock() {
-                if sleeper.reached_end(&self.0) && sleeper.run(&self.0, &Waker::from(self.clone()))
-                {
-                    return;
-                }
-            }
+            let _ = turn(&self.0);
         }
         let woken = catch_user_panic(|| self.1.wake_by_ref());
         self.0 .0.counters.caught(woken, "a driver's task waker");
     }
 }
 
-impl<F, S> Sleeper<F, S>
+/// A `Drive`'s turn: the plan, with the watching thread told of it, and the earliest deadline
+/// left in the current tick; `None` once stopped.
+fn turn(timer: &TimerHandle) -> Option<(u64, u64)> {
+    let shared = &timer.0;
+    let (plan, soonest) = shared.run_turn(shared.clock.passed(), true)?;
+    // A plan earlier than the one the thread watches (a producer pushed during the turn, and
+    // woke nobody): it watches this one.
+    shared.watch_plan(plan);
+    Some((plan, soonest))
+}
+
+impl<F, S> Drive<F, S>
 where
     F: FnMut(Instant) -> S + Send + 'static,
     S: Future<Output = ()> + Send + 'static,
 {
     /// Runs turns until the plan lies ahead, then sleeps until it; `false` once done.
-    fn run(&mut self, timer: &TimerHandle, ticker: &Waker) -> bool {
-        let shared = &timer.0;
+    fn run(&mut self) -> bool {
         loop {
-            let Some((plan, soonest)) = shared.run_turn(shared.clock.passed(), true) else {
+            let Some((plan, soonest)) = turn(&self.timer) else {
                 return false;
             };
-            // A plan earlier than the one the thread watches (a producer pushed during the
-            // turn, and woke nobody): it watches this one.
-            shared.watch_plan(plan);
             if plan == NEVER {
                 // Nothing pending: a producer wakes the task.
-                self.drop_sleep(timer);
+                self.drop_sleep();
                 return true;
             }
-            let armed = self.arm(timer, plan, soonest);
-            match self.poll_sleep(timer, ticker) {
+            let armed = self.arm(plan, soonest);
+            match self.poll_sleep() {
                 Some(false) => return true,
                 // The runtime's clock runs ahead of the timer's: turning again would spin.
-                Some(true) if self.runtime_ahead(timer) => return false,
+                Some(true) if self.runtime_ahead() => return false,
                 // The tick ended: turn again.
                 Some(true) if armed => {}
                 // No sleep left that would wake the task.
@@ -144,8 +134,8 @@ where
     /// what is due by then), or, once the start has passed, until `soonest` (the earliest
     /// deadline the turn left in the tick) or the tick's end, unless armed; whether one is. If
     /// `sleep_until` panics, the last sleep, if any, stays armed.
-    fn arm(&mut self, timer: &TimerHandle, plan: u64, soonest: u64) -> bool {
-        let shared = &timer.0;
+    fn arm(&mut self, plan: u64, soonest: u64) -> bool {
+        let shared = &self.timer.0;
         let start = plan.saturating_mul(shared.tick_nanos);
         let next = soonest.clamp(start, start.saturating_add(shared.tick_nanos));
         let end = if start <= shared.clock.now() {
@@ -165,7 +155,7 @@ where
             return false;
         };
         let last = self.sleep.replace((end, sleep));
-        drop_counted(timer, last, "the runtime's sleep");
+        self.drop_caught(last, "the runtime's sleep");
         true
     }
 
@@ -173,8 +163,9 @@ where
     /// runtime, for a timer on the system's clock; a runtime's timer that runs on real time
     /// never ends a sleep early, and the timer's clock reads no earlier than real time): the
     /// ticks go back to the timer's thread, which sleeps in real time.
-    fn runtime_ahead(&self, timer: &TimerHandle) -> bool {
-        let ahead = self.sleep.is_some() && !self.reached_end(timer);
+    fn runtime_ahead(&self) -> bool {
+        let now = self.timer.0.clock.now();
+        let ahead = matches!(&self.sleep, Some((end, _)) if now < *end);
         if ahead {
             crate::engine::log_caught(
                 log::Level::Warn,
@@ -188,45 +179,21 @@ where
         ahead
     }
 
-    /// Whether the timer's clock has reached the end of the sleep armed, if the `Drive` goes on.
-    /// A sleep woken before (a runtime that shuts down, or one ahead of the timer's clock) has
-    /// the `Drive`'s task poll.
-    fn reached_end(&self, timer: &TimerHandle) -> bool {
-        let now = timer.0.clock.now();
-        !self.done && matches!(&self.sleep, Some((end, _)) if now >= *end)
-    }
-
     /// Polls the sleep armed: whether it ended; `None` if none is armed, or its poll panicked
     /// (it is dropped).
-    fn poll_sleep(&mut self, timer: &TimerHandle, ticker: &Waker) -> Option<bool> {
+    fn poll_sleep(&mut self) -> Option<bool> {
         let (_, sleep) = self.sleep.as_mut()?;
-        let mut cx = Context::from_waker(ticker);
+        let mut cx = Context::from_waker(&self.ticker);
         let mut ready = false;
         let ok = catch_user_panic(|| ready = sleep.as_mut().poll(&mut cx).is_ready());
-        timer.0.counters.caught(ok, "the runtime's sleep");
+        self.timer.0.counters.caught(ok, "the runtime's sleep");
         if !ok {
-            self.drop_sleep(timer);
+            self.drop_sleep();
             return None;
         }
         Some(ready)
     }
 
-    /// Drops the runtime's sleep, catching its panic.
-    fn drop_sleep(&mut self, timer: &TimerHandle) {
-        drop_counted(timer, self.sleep.take(), "the runtime's sleep");
-    }
-}
-
-/// Drops what holds the runtime's code, catching and counting its panic.
-fn drop_counted<T>(timer: &TimerHandle, value: T, what: &str) {
-    timer.0.counters.caught(drop_caught(value), what);
-}
-
-impl<F, S> Drive<F, S>
-where
-    F: FnMut(Instant) -> S + Send + 'static,
-    S: Future<Output = ()> + Send + 'static,
-{
     /// Notes the task that polls. A new one's waker is cloned, once, before anything changes
     /// (a panic there unwinds the poll); the sleep armed for the last task is dropped: it may
     /// be another runtime's, whose timer never ends it.
@@ -239,31 +206,35 @@ where
         }
         let task = Arc::new(waker.clone());
         let last = lock(&self.link.0).replace(task);
-        drop_counted(&self.timer, last, "a driver's task waker");
-        lock(&self.sleeper).drop_sleep(&self.timer);
+        self.drop_caught(last, "a driver's task waker");
+        self.drop_sleep();
     }
 }
 
 /// What a `Drive` does whatever its types: also from its `Drop`.
 impl<F, S> Drive<F, S> {
+    /// Drops what holds the runtime's code, catching and counting its panic.
+    fn drop_caught<T>(&self, value: T, what: &str) {
+        self.timer.0.counters.caught(drop_caught(value), what);
+    }
+
+    /// Drops the runtime's sleep, catching its panic.
+    fn drop_sleep(&mut self) {
+        let sleep = self.sleep.take();
+        self.drop_caught(sleep, "the runtime's sleep");
+    }
+
     /// Hands the ticks back (to another `Drive`, else the thread) and completes. The sole
     /// `Drive` of a timer on a runtime's clock stops the timer: nothing else can drive it.
-    /// The sleep goes (its waker holds the `Sleeper`), dropped outside the lock.
     fn give_up(&mut self) {
-        let (was_done, sleep) = {
-            let mut sleeper = lock(&self.sleeper);
-            (
-                std::mem::replace(&mut sleeper.done, true),
-                sleeper.sleep.take(),
-            )
-        };
-        if !was_done {
+        if !self.done {
+            self.done = true;
             self.timer.0.detach_driver(&self.waker);
             if self.sole {
                 self.timer.0.shutdown();
             }
         }
-        drop_counted(&self.timer, sleep, "the runtime's sleep");
+        self.drop_sleep();
     }
 }
 
@@ -282,8 +253,7 @@ where
         // A timer on a manual clock, or on a runtime's (but for its own `Drive`), is driven
         // by its clock's owner.
         let other = !this.sole && !this.timer.0.clock.has_thread();
-        let done = lock(&this.sleeper).done;
-        if other && !done && !this.timer.0.clock.is_manual() {
+        if other && !this.done && !this.timer.0.clock.is_manual() {
             crate::engine::log_caught(
                 log::Level::Warn,
                 format_args!(
@@ -292,14 +262,13 @@ where
                 ),
             );
         }
-        if done || other || this.timer.start().is_err() {
+        if this.done || other || this.timer.start().is_err() {
             this.give_up();
             return Poll::Ready(());
         }
         this.note_task(cx.waker());
         this.timer.0.attach_driver(&this.waker);
-        let ran = lock(&this.sleeper).run(&this.timer, &this.ticker);
-        if ran {
+        if this.run() {
             Poll::Pending
         } else {
             this.give_up();
@@ -313,7 +282,7 @@ impl<F, S> Drop for Drive<F, S> {
     fn drop(&mut self) {
         self.give_up();
         let task = lock(&self.link.0).take();
-        drop_counted(&self.timer, task, "a driver's task waker");
+        self.drop_caught(task, "a driver's task waker");
     }
 }
 
@@ -351,18 +320,15 @@ impl TimerHandle {
         S: Future<Output = ()> + Send + 'static,
     {
         let link = Arc::new(Link(Mutex::new(None)));
-        let sleeper = Arc::new(Mutex::new(Sleeper {
-            sleep_until,
-            sleep: None,
-            done: false,
-        }));
-        let ticker = Ticker(self.clone(), Arc::clone(&link), Arc::clone(&sleeper));
+        let ticker = Arc::new(Ticker(self.clone(), Arc::clone(&link)));
         Drive {
             timer: self.clone(),
-            sleeper,
+            sleep_until,
+            sleep: None,
             waker: Waker::from(Arc::clone(&link)),
-            ticker: Waker::from(Arc::new(ticker)),
+            ticker: Waker::from(ticker),
             link,
+            done: false,
             sole,
         }
     }
