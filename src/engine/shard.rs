@@ -16,7 +16,7 @@ pub(crate) const SHARDS: usize = if cfg!(loom) { 2 } else { 8 };
 const IDLE_SPARES: usize = 32;
 /// Spare task boxes the worker gives back in one vector at most.
 pub(crate) const SPARE_CHUNK: usize = 1024;
-/// Spares of each kind one trim frees at most per shard (about 0.1 ms of `free`).
+/// Spares of each sort one trim frees at most per shard (about 0.1 ms of `free`).
 const TRIM_SLICE: usize = 4096;
 /// Empty segments a shard keeps.
 pub(crate) const SPARE_SEGMENTS: usize = 2;

@@ -71,9 +71,9 @@ pub(crate) struct Tally {
 const WARN_EVERY: u64 = 10_000_000_000;
 
 impl Tally {
-    /// A timeout fired `late` ns after its deadline, on a wheel of `tick_nanos` ticks.
+    /// A timeout expired `late` ns after its deadline, on a wheel of `tick_nanos` ticks.
     #[inline]
-    pub(crate) fn fired(&mut self, late: u64, tick_nanos: u64) {
+    pub(crate) fn expired(&mut self, late: u64, tick_nanos: u64) {
         self.late_max = self.late_max.max(late);
         // Under a tick, 1 to 2 ticks, 2 to 4, ...: compares, not a division per timeout.
         let (mut class, mut bound) = (0, tick_nanos);

@@ -34,12 +34,12 @@ pub trait Payload: Send + Sized + 'static {
 
 /// The boxed timer's task: any closure, in a box (no allocation for one that captures nothing;
 /// the box reused for the next closure of its type).
-pub struct BoxedTask(Box<dyn Cell>);
+pub struct BoxedTask(Box<dyn Closure>);
 
 /// A closure in its box. Run or dropped, a box that can hold the next closure comes back empty.
-trait Cell: Send {
-    fn call(self: Box<Self>, timeout: &Timeout<BoxedTask>) -> Option<Box<dyn Cell>>;
-    fn clear(self: Box<Self>) -> Option<Box<dyn Cell>>;
+trait Closure: Send {
+    fn call(self: Box<Self>, timeout: &Timeout<BoxedTask>) -> Option<Box<dyn Closure>>;
+    fn clear(self: Box<Self>) -> Option<Box<dyn Closure>>;
     fn into_any(self: Box<Self>) -> Box<dyn Any + Send>;
 }
 
@@ -49,18 +49,18 @@ struct Holder<F>(Option<F>);
 /// A closure that captures nothing: its box allocates nothing, and none is kept.
 struct Bare<F>(F);
 
-impl<F> Cell for Holder<F>
+impl<F> Closure for Holder<F>
 where
     F: FnOnce(&Timeout<BoxedTask>) + Send + 'static,
 {
-    fn call(mut self: Box<Self>, timeout: &Timeout<BoxedTask>) -> Option<Box<dyn Cell>> {
+    fn call(mut self: Box<Self>, timeout: &Timeout<BoxedTask>) -> Option<Box<dyn Closure>> {
         if let Some(f) = self.0.take() {
             f(timeout)
         }
         Some(self)
     }
 
-    fn clear(mut self: Box<Self>) -> Option<Box<dyn Cell>> {
+    fn clear(mut self: Box<Self>) -> Option<Box<dyn Closure>> {
         self.0 = None;
         Some(self)
     }
@@ -70,13 +70,13 @@ where
     }
 }
 
-impl<F: FnOnce(&Timeout<BoxedTask>) + Send + 'static> Cell for Bare<F> {
-    fn call(self: Box<Self>, timeout: &Timeout<BoxedTask>) -> Option<Box<dyn Cell>> {
+impl<F: FnOnce(&Timeout<BoxedTask>) + Send + 'static> Closure for Bare<F> {
+    fn call(self: Box<Self>, timeout: &Timeout<BoxedTask>) -> Option<Box<dyn Closure>> {
         (self.0)(timeout);
         None
     }
 
-    fn clear(self: Box<Self>) -> Option<Box<dyn Cell>> {
+    fn clear(self: Box<Self>) -> Option<Box<dyn Closure>> {
         None
     }
 

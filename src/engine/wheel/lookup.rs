@@ -1,6 +1,6 @@
-//! The wheel's walks beyond a tick's expiry: the `DelayQueue`'s lookups, and the drain at `stop()`.
+//! The wheel's passes over its lists beyond a tick's expiry: the `DelayQueue`'s lookups, and the drain at `stop()`.
 
-use super::{Node, SlotId, Wheel, LEVEL_SLOTS, NIL, PAGE_BITS};
+use super::{Node, SlotId, Wheel, LEVEL_LISTS, NIL, PAGE_BITS};
 
 impl<T> Wheel<T> {
     /// The value under `id`, if it is in the wheel.
@@ -12,11 +12,11 @@ impl<T> Wheel<T> {
     /// the order `expire` gives them up; `None` when the wheel is empty.
     pub(crate) fn first_tick(&self) -> Option<(u64, impl Iterator<Item = (SlotId, &T)> + '_)> {
         let (fire, list) = self.first_bucket().or_else(|| {
-            // Every far node fires after every bucket's; the lowest level's lowest slot holds
+            // Every far node fires after every bucket's; the lowest level's lowest list holds
             // the lowest rounds (see the module docs).
             let level = self.far_occupied.iter().position(|&bits| bits != 0)?;
-            let slot = self.far_occupied[level].trailing_zeros() as usize;
-            let list = self.buckets() + level * LEVEL_SLOTS + slot;
+            let index = self.far_occupied[level].trailing_zeros() as usize;
+            let list = self.buckets() + level * LEVEL_LISTS + index;
             Some((self.least_fire(list, 0)?, list))
         })?;
         let nodes = self

@@ -9,30 +9,30 @@
 //!   next (Netty's `remaining_rounds` is 0 or 1). One further away waits in a far list.
 //! - The far lists form levels of 64 over rounds, as tokio's wheel does over ticks: with
 //!   `window = current round + 1`, a timeout of round `r > window` waits at level
-//!   `k = highest 6-bit group in which r and window differ`, slot `(r >> 6k) & 63`. When the
-//!   window moves to a round where a level's slot begins, that slot's timeouts are placed again,
+//!   `k = highest 6-bit group in which r and window differ`, list `(r >> 6k) & 63`. When the
+//!   window moves to a round where a level's list begins, that list's timeouts are linked again,
 //!   in order. So every timeout of one fire round is in one list at any time, and a bucket keeps
 //!   transfer order within a tick.
 
 /// A timeout's one name: block number times `BLOCK` plus its index in the block.
 pub(crate) type SlotId = u32;
-/// No slot, or no list.
+/// No node, or no list.
 pub(crate) const NIL: u32 = u32::MAX;
 
 mod lookup;
 mod next;
 
 const LEVEL_BITS: u32 = 6;
-const LEVEL_SLOTS: usize = 1 << LEVEL_BITS;
+const LEVEL_LISTS: usize = 1 << LEVEL_BITS;
 const LEVELS: usize = 11;
-/// Slots a page of the node arrays holds (a page under glibc's 128 KiB mmap threshold).
+/// Nodes a page of the node arrays holds (a page under glibc's 128 KiB mmap threshold).
 const PAGE_BITS: u32 = 11;
 const PAGE: usize = 1 << PAGE_BITS;
 
 struct Node<T> {
     next: u32,
     prev: u32,
-    /// The list the node is in (a bucket, or `len + level * 64 + slot`), or `NIL`.
+    /// The list the node is in (a bucket, or `len + level * 64 + index`), or `NIL`.
     list: u32,
     /// Ticks from the deadline's tick to the fire tick (`insert`; 0 unless it came in late):
     /// with the deadline, the fire tick in four bytes, where a tick of its own would take eight.
@@ -72,7 +72,7 @@ pub(crate) struct Wheel<T> {
     pages: Vec<Vec<Node<T>>>,
     /// Per page: nodes in the wheel.
     live: Vec<u32>,
-    /// First and last node of each list: the buckets, then the far slots.
+    /// First and last node of each list: the buckets, then the far lists.
     heads: Vec<u32>,
     tails: Vec<u32>,
     /// Per parity of the fire round (`fire / len % 2`): one bit per bucket holding a node of a
@@ -80,7 +80,7 @@ pub(crate) struct Wheel<T> {
     occupied: [Vec<u64>; 2],
     /// Per bucket: its nodes of each parity.
     counts: Vec<[u32; 2]>,
-    /// One bit per far slot that holds a node, a word per level.
+    /// One bit per far list that holds a node, a word per level.
     far_occupied: [u64; LEVELS],
     len_bits: u32,
     tick: u64,
@@ -96,7 +96,7 @@ impl<T> Wheel<T> {
             len.is_power_of_two(),
             "the wheel's length is a power of two"
         );
-        let lists = len + LEVELS * LEVEL_SLOTS;
+        let lists = len + LEVELS * LEVEL_LISTS;
         Wheel {
             pages: Vec::new(),
             live: Vec::new(),
@@ -167,7 +167,7 @@ impl<T> Wheel<T> {
         (node.late, node.deadline) = (late, deadline);
         node.value = Some(value);
         self.count += 1;
-        self.place(id, fire);
+        self.link(id, fire);
     }
 
     /// The list a node of tick `fire` belongs in now.
@@ -178,8 +178,8 @@ impl<T> Wheel<T> {
             return (fire & self.mask()) as usize;
         }
         let level = ((63 - (round ^ window).leading_zeros()) / LEVEL_BITS) as usize;
-        let slot = (round >> (LEVEL_BITS * level as u32)) as usize & (LEVEL_SLOTS - 1);
-        self.buckets() + level * LEVEL_SLOTS + slot
+        let index = (round >> (LEVEL_BITS * level as u32)) as usize & (LEVEL_LISTS - 1);
+        self.buckets() + level * LEVEL_LISTS + index
     }
 
     fn buckets(&self) -> usize {
@@ -187,7 +187,7 @@ impl<T> Wheel<T> {
     }
 
     /// Appends `id` to the list its fire tick belongs in.
-    fn place(&mut self, id: SlotId, fire: u64) {
+    fn link(&mut self, id: SlotId, fire: u64) {
         let list = self.list_for(fire);
         self.node(id).list = list as u32;
         self.link_back(list, id);
@@ -198,9 +198,9 @@ impl<T> Wheel<T> {
     fn count_in(&mut self, list: usize, fire: u64, on: bool) {
         if list >= self.buckets() {
             let far = list - self.buckets();
-            let bit = 1u64 << (far % LEVEL_SLOTS);
+            let bit = 1u64 << (far % LEVEL_LISTS);
             let on = self.heads[list] != NIL;
-            set_bit(&mut self.far_occupied[far / LEVEL_SLOTS], bit, on);
+            set_bit(&mut self.far_occupied[far / LEVEL_LISTS], bit, on);
             return;
         }
         let parity = ((fire >> self.len_bits) & 1) as usize;
@@ -327,7 +327,7 @@ impl<T> Wheel<T> {
         self.tails[list] = id;
     }
 
-    /// Moves to tick `to`, placing again the far slots whose round begins on the way. Only ticks
+    /// Moves to tick `to`, linking again the far lists whose round begins on the way. Only ticks
     /// without work may be passed over: `to <= next_work()`, or the current bucket's expired.
     pub(crate) fn advance_to(&mut self, to: u64) {
         debug_assert!(to >= self.tick);
@@ -341,7 +341,7 @@ impl<T> Wheel<T> {
         self.tick = to;
     }
 
-    /// The window moved to a new round: the far slots that begin there are placed again.
+    /// The window moved to a new round: the far lists that begin there are linked again.
     fn cascade(&mut self) {
         let window = (self.tick >> self.len_bits) + 1;
         for level in (0..LEVELS).rev() {
@@ -349,8 +349,8 @@ impl<T> Wheel<T> {
             if shift >= 64 || window & ((1u64 << shift) - 1) != 0 {
                 continue;
             }
-            let slot = (window >> shift) as usize & (LEVEL_SLOTS - 1);
-            let list = self.buckets() + level * LEVEL_SLOTS + slot;
+            let index = (window >> shift) as usize & (LEVEL_LISTS - 1);
+            let list = self.buckets() + level * LEVEL_LISTS + index;
             let mut id = std::mem::replace(&mut self.heads[list], NIL);
             self.tails[list] = NIL;
             self.count_in(list, 0, false);
@@ -360,7 +360,7 @@ impl<T> Wheel<T> {
                     let node = self.node(id);
                     (node.next, node.fire(tick_nanos))
                 };
-                self.place(id, fire);
+                self.link(id, fire);
                 id = next;
             }
         }
@@ -485,7 +485,7 @@ mod tests {
     }
 
     #[test]
-    fn next_work_skips_empty_ticks_and_finds_far_slots() {
+    fn next_work_skips_empty_ticks_and_finds_far_lists() {
         let mut wheel: Wheel<u64> = Wheel::new(512, 1);
         assert_eq!(wheel.next_work(), None);
         wheel.insert(0, 3_600_000, 0);
@@ -524,12 +524,13 @@ mod tests {
                 match rand(10) {
                     0..=5 => {
                         let id = rand(500) as u32;
-                        if let std::collections::btree_map::Entry::Vacant(slot) = model.entry(id) {
+                        if let std::collections::btree_map::Entry::Vacant(vacant) = model.entry(id)
+                        {
                             let far = [4, 64, 5_000, 300_000][rand(4) as usize];
                             let deadline = (wheel.tick() + rand(far)).saturating_sub(rand(8));
                             let fire = deadline.max(wheel.tick());
                             wheel.insert(id, deadline, fire);
-                            slot.insert(fire);
+                            vacant.insert(fire);
                         }
                     }
                     6 => {

@@ -3,7 +3,7 @@
 use super::{Wheel, LEVEL_BITS};
 
 impl<T> Wheel<T> {
-    /// The first tick, from the current one, with a bucket to expire or a far slot to place again.
+    /// The first tick, from the current one, with a bucket to expire or a far list to link again.
     pub(crate) fn next_work(&self) -> Option<u64> {
         self.next_bucket_tick()
             .into_iter()
@@ -24,7 +24,7 @@ impl<T> Wheel<T> {
         Some(round_start + len as u64 + bucket as u64)
     }
 
-    /// The tick whose round start places a far slot again, the earliest.
+    /// The tick whose round start links a far list again, the earliest.
     pub(super) fn next_cascade_tick(&self) -> Option<u64> {
         let window = (self.tick >> self.len_bits) + 1;
         let mut first: Option<u64> = None;
@@ -33,11 +33,11 @@ impl<T> Wheel<T> {
                 continue;
             }
             let shift = LEVEL_BITS * level as u32;
-            let slot = u64::from(bits.trailing_zeros());
-            // The window's groups above this level, this slot, zeros below.
+            let index = u64::from(bits.trailing_zeros());
+            // The window's groups above this level, this list's index, zeros below.
             let above = shift + LEVEL_BITS;
             let high = window.checked_shr(above).map_or(0, |w| w << above);
-            let round = high | (slot << shift);
+            let round = high | (index << shift);
             let tick = (round - 1) << self.len_bits;
             first = Some(first.map_or(tick, |f| f.min(tick)));
         }

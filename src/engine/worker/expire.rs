@@ -10,7 +10,7 @@ use crate::sync::Arc;
 use std::task::Waker;
 
 impl<J: Stored> Worker<J> {
-    /// Expires what of the current tick's bucket is due by `by` (`Walk::fire`); the wakers of
+    /// Expires what of the current tick's bucket is due by `by` (`Walk::end_due`); the wakers of
     /// futures are woken once the walk is done, so that a future sees what else became ready in
     /// it. The earliest deadline left in the tick comes back (`NEVER`: none).
     pub(super) fn expire(&mut self, shared: &Shared<J>, by: u64) -> u64 {
@@ -34,7 +34,7 @@ impl<J: Stored> Worker<J> {
             } else {
                 &mut none
             };
-            let block = walk.fire(block, index, Due { task, deadline }, kept);
+            let block = walk.end_due(block, index, Due { task, deadline }, kept);
             put_back(held, block, &mut self.spares);
         });
         if !none.is_empty() {
@@ -80,7 +80,7 @@ impl<J: Stored> Walk<'_, J> {
     /// A due timeout: runs its task (or keeps its waker) if the worker wins its slot, else drops
     /// the task (a `cancel()` won). The block, lent to the task's `Timeout`, comes back.
     #[inline]
-    fn fire(
+    fn end_due(
         &mut self,
         block: Arc<Block<J>>,
         index: usize,
@@ -94,7 +94,7 @@ impl<J: Stored> Walk<'_, J> {
             return block;
         }
         self.tally
-            .fired(self.now.saturating_sub(deadline), self.tick_nanos);
+            .expired(self.now.saturating_sub(deadline), self.tick_nanos);
         if block.kind() == Kind::Future {
             // The crate's own empty closure: nothing to run, nothing to drop but its handle.
             drop(task);

@@ -35,9 +35,10 @@ pub(crate) struct Worker<J: Stored> {
     wheel: Wheel<J>,
     /// Per block id: the block, while it has slots the worker has not ended, and slots ended.
     blocks: Vec<(Option<Arc<Block<J>>>, u8)>,
-    /// Batches taken from the shards, not yet all in the wheel (the cap), oldest first.
+    /// Segments taken from the shards, not yet all in the wheel (the cap), oldest first.
     inbox: VecDeque<(usize, Vec<Entry<J>>)>,
-    batches: Vec<(usize, Vec<Entry<J>>)>,
+    /// The segments a `collect` takes, on their way to the inbox.
+    taken: Vec<(usize, Vec<Entry<J>>)>,
     new_blocks: Vec<Arc<Block<J>>>,
     /// Emptied segments, for the shards.
     free_segments: Vec<Vec<Vec<Entry<J>>>>,
@@ -71,7 +72,7 @@ impl<J: Stored> Worker<J> {
             wheel: Wheel::new(shared.wheel_len.min(MAX_BUCKETS), shared.tick_nanos),
             blocks: Vec::new(),
             inbox: VecDeque::new(),
-            batches: Vec::new(),
+            taken: Vec::new(),
             new_blocks: Vec::new(),
             free_segments: (0..SHARDS).map(|_| Vec::new()).collect(),
             cancels: Vec::new(),
@@ -171,14 +172,14 @@ impl<J: Stored> Worker<J> {
     /// Takes the shards' queues into the inbox, ending the cancelled; whether there was anything.
     fn collect(&mut self, shared: &Shared<J>) -> bool {
         shared.take_queues(
-            &mut self.batches,
+            &mut self.taken,
             &mut self.new_blocks,
             &mut self.cancels,
             &mut self.spares,
             &mut self.free_segments,
             &mut self.task_spares,
         );
-        let found = !self.batches.is_empty() || !self.cancels.is_empty();
+        let found = !self.taken.is_empty() || !self.cancels.is_empty();
         let mut blocks = std::mem::take(&mut self.new_blocks);
         for block in blocks.drain(..) {
             self.register(split(block.slot(0)).0, block);
@@ -190,7 +191,7 @@ impl<J: Stored> Worker<J> {
         }
         cancels.clear();
         self.cancels = cancels;
-        self.inbox.extend(self.batches.drain(..));
+        self.inbox.extend(self.taken.drain(..));
         found
     }
 
@@ -259,7 +260,7 @@ impl<J: Stored> Worker<J> {
         let spares = shared.trim_spares();
         self.trimming = self.wheel.trim(TRIM_PAGES) || spares;
         self.inbox.shrink_to_fit();
-        self.batches.shrink_to_fit();
+        self.taken.shrink_to_fit();
         self.cancels.shrink_to_fit();
         self.new_blocks.shrink_to_fit();
         self.wakers.shrink_to_fit();
