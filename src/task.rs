@@ -7,7 +7,7 @@ use crate::Timeout;
 /// A task run once when its [`Timeout`] expires (Netty's `TimerTask`).
 ///
 /// Every `FnOnce(&Timeout) + Send + 'static` closure is one. A closure that captures nothing
-/// allocates nothing; one that captures data is boxed (see [`BoxedTask`](crate::BoxedTask)).
+/// allocates nothing; one that captures data is boxed (see [`BoxedTask`]).
 ///
 /// ```
 /// use hashed_timer_wheel::{HashedWheelTimer, Timeout, TimerTask};
