@@ -4,7 +4,9 @@
 //! 2. **A self-rescheduling task**: a lease watchdog (Redisson-style) that renews a lease every
 //!    period by scheduling itself again from inside its own task.
 //!
-//! Run it with `cargo run --example request_timeouts`.
+//! Run it with `cargo run --example request_timeouts`. It checks what the contract promises
+//! whatever the host's load: each request either timed out or was answered, never both; the
+//! watchdog renewed three times; `stop()` returned the one timeout that never ran.
 
 use hashed_timer_wheel::{HashedWheelTimer, Timeout, TimerTask};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -72,10 +74,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     drop(timed_out_tx);
     // Responses arrive on another thread; each cancels its request's timeout.
     let responder = thread::spawn(move || {
+        let mut answered = Vec::new();
         for (id, response_ms, timeout) in requests {
             let wait = Duration::from_millis(response_ms).saturating_sub(started.elapsed());
             thread::sleep(wait);
             if timeout.cancel() {
+                answered.push(id);
                 println!(
                     "  [{:>4} ms] request {id}: response in time, timeout cancelled",
                     started.elapsed().as_millis()
@@ -87,11 +91,19 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 );
             }
         }
+        answered
     });
-    responder.join().expect("responder thread");
+    let mut answered = responder.join().expect("responder thread");
     let mut timed_out: Vec<i32> = timed_out_rx.iter().collect();
     timed_out.sort();
     println!("  timed out: {timed_out:?} (expected [3, 4])");
+    answered.extend(&timed_out);
+    answered.sort();
+    assert_eq!(
+        answered,
+        [1, 2, 3, 4],
+        "each request timed out or was answered, once"
+    );
 
     println!("2. a lease watchdog renewing every 100 ms, three times");
     let renewed = Arc::new(AtomicU32::new(0));
@@ -108,11 +120,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         Duration::from_millis(100),
     )?;
     done_rx.recv_timeout(Duration::from_secs(5))?;
-    println!(
-        "  renewed {} times in {} ms",
-        renewed.load(Ordering::SeqCst),
-        watchdog_start.elapsed().as_millis()
-    );
+    let renewals = renewed.load(Ordering::SeqCst);
+    let took = watchdog_start.elapsed();
+    println!("  renewed {renewals} times in {} ms", took.as_millis());
+    assert_eq!(renewals, 3);
+    assert!(took >= Duration::from_millis(300), "never early");
 
     println!("3. stop() returns what never ran");
     let forgotten = timer.new_timeout(|_: &Timeout| unreachable!(), Duration::from_secs(3600))?;
@@ -122,6 +134,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         never_ran.len(),
         forgotten.is_cancelled()
     );
+    assert!(never_ran.len() == 1 && never_ran[0] == forgotten && forgotten.is_cancelled());
     println!(
         "  worker wake-ups over the whole run: {}",
         timer.stats().wakeups
