@@ -1408,6 +1408,9 @@ fn a_drive_whose_turn_retires_a_sleep_that_panics_in_drop_arms_the_next() {
         }
     }));
     let mut cx = Context::from_waker(Waker::noop());
+    // Past the first tick, the first turn has taken the far timeout and plans its tick: the
+    // sleep armed is the far plan's (before it, the plan is the first tick's end).
+    std::thread::sleep(ms(TICK + 1));
     assert!(drive.as_mut().poll(&mut cx).is_pending());
     let armed_for_far = armed.load(SeqCst);
     bomb.store(true, SeqCst);
