@@ -601,3 +601,37 @@ fn a_burst_s_memory_comes_back_while_a_few_of_its_timeouts_wait() {
     );
     drop(kept);
 }
+
+/// A drain that expires one timeout a tick while nobody schedules: each tick's spare box comes
+/// back in a chunk of its own, and an idle timer gives the spares back by the box, a slice a
+/// tick, not four chunks a tick whatever they hold.
+#[test]
+fn a_slow_drain_s_spare_boxes_come_back_once_idle() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let (timer, driver) = HashedWheelTimer::builder()
+        .tick_duration(Duration::from_millis(1))
+        .build_manual()
+        .unwrap();
+    let baseline = live();
+    let n = 20_000u64;
+    for i in 0..n {
+        let payload = [i; 8]; // 64 bytes captured: a box each
+        let task = move |_: &Timeout| {
+            std::hint::black_box(payload);
+        };
+        timer
+            .new_timeout(task, Duration::from_millis(1 + i))
+            .unwrap();
+    }
+    driver.advance(Duration::from_millis(n + 1));
+    assert_eq!(timer.pending_timeouts(), 0);
+    let drained = live() - baseline;
+    for _ in 0..40 {
+        driver.advance(Duration::from_millis(1));
+    }
+    let held = live() - baseline;
+    assert!(
+        held * 10 < drained,
+        "{held} of the drain's {drained} bytes still held after 40 idle ticks"
+    );
+}

@@ -187,7 +187,7 @@ impl<J: Stored> Shared<J> {
             shard.cancels.shrink_to_fit();
             shard.new_blocks.shrink_to_fit();
             let freed = (
-                slice_beyond(&mut shard.task_chunks, 0, TRIM_SLICE / SPARE_CHUNK),
+                chunks_beyond(&mut shard.task_chunks, TRIM_SLICE),
                 slice_beyond(&mut shard.task_spares, IDLE_SPARES, TRIM_SLICE),
                 slice_beyond(&mut shard.spares[0], IDLE_SPARES, TRIM_SLICE),
                 slice_beyond(&mut shard.spares[1], IDLE_SPARES, TRIM_SLICE),
@@ -206,6 +206,21 @@ impl<J: Stored> Shared<J> {
     pub(crate) fn queues_empty(&self) -> bool {
         self.shards.iter().all(|s| lock(s).is_empty())
     }
+}
+
+/// Takes chunks off the end of `chunks` until they hold `most` spares (all if fewer): a slow
+/// drain's chunks hold a box or two each, and a count of chunks would free a few boxes a trim.
+fn chunks_beyond<T>(chunks: &mut Vec<Vec<T>>, most: usize) -> Vec<Vec<T>> {
+    let mut held = 0;
+    let from = chunks.iter().rposition(|chunk| {
+        held += chunk.len();
+        held >= most
+    });
+    let slice = chunks.split_off(from.unwrap_or(0));
+    if chunks.is_empty() {
+        chunks.shrink_to_fit();
+    }
+    slice
 }
 
 /// Takes off the end of `pile` what lies beyond its first `keep`, `most` at most; the pile gives
