@@ -187,11 +187,11 @@ impl<J: Stored> Shared<J> {
             shard.cancels.shrink_to_fit();
             shard.new_blocks.shrink_to_fit();
             let freed = (
-                chunks_beyond(&mut shard.task_chunks, TRIM_SLICE),
-                slice_beyond(&mut shard.task_spares, IDLE_SPARES, TRIM_SLICE),
-                slice_beyond(&mut shard.spares[0], IDLE_SPARES, TRIM_SLICE),
-                slice_beyond(&mut shard.spares[1], IDLE_SPARES, TRIM_SLICE),
-                slice_beyond(&mut shard.free_segments, SPARE_SEGMENTS, TRIM_SLICE),
+                slice_beyond(&mut shard.task_chunks, 0, TRIM_SLICE, Vec::len),
+                slice_beyond(&mut shard.task_spares, IDLE_SPARES, TRIM_SLICE, |_| 1),
+                slice_beyond(&mut shard.spares[0], IDLE_SPARES, TRIM_SLICE, |_| 1),
+                slice_beyond(&mut shard.spares[1], IDLE_SPARES, TRIM_SLICE, |_| 1),
+                slice_beyond(&mut shard.free_segments, SPARE_SEGMENTS, TRIM_SLICE, |_| 1),
             );
             more |= !shard.task_chunks.is_empty()
                 || shard.task_spares.len() > IDLE_SPARES
@@ -208,26 +208,16 @@ impl<J: Stored> Shared<J> {
     }
 }
 
-/// Takes chunks off the end of `chunks` until they hold `most` spares (all if fewer): a slow
-/// drain's chunks hold a box or two each, and a count of chunks would free a few boxes a trim.
-fn chunks_beyond<T>(chunks: &mut Vec<Vec<T>>, most: usize) -> Vec<Vec<T>> {
+/// Takes off the end of `pile` what lies beyond its first `keep`, until what it takes holds
+/// `most` by `size` (spare boxes by the box: a slow drain's chunks hold one or two each); the pile
+/// gives its buffer back once it is down to `keep`.
+fn slice_beyond<T>(pile: &mut Vec<T>, keep: usize, most: usize, size: fn(&T) -> usize) -> Vec<T> {
     let mut held = 0;
-    let from = chunks.iter().rposition(|chunk| {
-        held += chunk.len();
+    let from = pile.iter().rposition(|item| {
+        held += size(item);
         held >= most
     });
-    let slice = chunks.split_off(from.unwrap_or(0));
-    if chunks.is_empty() {
-        chunks.shrink_to_fit();
-    }
-    slice
-}
-
-/// Takes off the end of `pile` what lies beyond its first `keep`, `most` at most; the pile gives
-/// its buffer back once it is down to `keep`.
-fn slice_beyond<T>(pile: &mut Vec<T>, keep: usize, most: usize) -> Vec<T> {
-    let from = pile.len().saturating_sub(most).max(keep).min(pile.len());
-    let slice = pile.split_off(from);
+    let slice = pile.split_off(from.unwrap_or(0).max(keep).min(pile.len()));
     if pile.len() <= keep {
         pile.shrink_to_fit();
     }
