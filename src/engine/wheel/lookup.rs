@@ -1,4 +1,5 @@
-//! The wheel's passes over its lists beyond a tick's expiry: the `DelayQueue`'s lookups, and the drain at `stop()`.
+//! The wheel's passes over its lists beyond a tick's expiry: the `DelayQueue`'s lookups, and the
+//! drain at `stop()`.
 
 use super::{Node, SlotId, Wheel, LEVEL_LISTS, NIL, PAGE_BITS};
 
