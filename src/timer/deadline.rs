@@ -54,9 +54,7 @@ impl Wait {
                 if deadline <= timer.0.clock.passed_by(now) {
                     return Err(DeadlineError::Elapsed);
                 }
-                if let Wait::Unarmed { timer, .. } = std::mem::replace(self, Wait::Gone) {
-                    *self = Wait::Armed(Sleep::new(timer, deadline, now, false));
-                }
+                *self = Wait::Armed(Sleep::new(timer, deadline, now, false));
             }
         }
         match self {

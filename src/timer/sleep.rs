@@ -27,9 +27,9 @@ use std::time::{Duration, Instant};
 /// [`stats()`](TimerHandle::stats); `stop()` does not return it.
 #[must_use = "a Sleep does nothing unless awaited, and its drop cancels it"]
 pub struct Sleep {
-    timer: TimerHandle,
-    /// The timeout whose end completes the future, or the error that refused it.
-    armed: Result<Timeout, TimerError>,
+    /// The timeout whose end completes the future (its block holds the timer: no handle of
+    /// its own, whose count every thread would share), or what refused it.
+    armed: Result<Timeout, Refused>,
     /// Nanoseconds since the timer's origin.
     deadline: u64,
     /// The deadline of the armed timeout: before `deadline` once `extend_or_reset` moved it.
@@ -40,17 +40,22 @@ pub struct Sleep {
     kept: bool,
 }
 
+/// A refused sleep: the timer, and the error.
+struct Refused {
+    timer: TimerHandle,
+    error: TimerError,
+}
+
 impl Sleep {
     /// A sleep until `deadline` (ns since the origin), armed now.
     pub(crate) fn at(timer: &TimerHandle, deadline: u64, exempt: bool) -> Sleep {
-        Sleep::new(timer.clone(), deadline, timer.0.clock.now(), exempt)
+        Sleep::new(timer, deadline, timer.0.clock.now(), exempt)
     }
 
     /// A sleep until `deadline`, armed now, `now` the clock's reading.
-    pub(crate) fn new(timer: TimerHandle, deadline: u64, now: u64, exempt: bool) -> Sleep {
+    pub(crate) fn new(timer: &TimerHandle, deadline: u64, now: u64, exempt: bool) -> Sleep {
         Sleep {
-            armed: arm(&timer, deadline, now, exempt),
-            timer,
+            armed: arm(timer, deadline, now, exempt),
             deadline,
             armed_for: deadline,
             exempt,
@@ -60,24 +65,24 @@ impl Sleep {
 
     /// Whether the timer refused this sleep's timeout at its pending limit.
     pub(super) fn refused_at_limit(&self) -> bool {
-        matches!(&self.armed, Err(TimerError::TooManyPending { .. }))
+        matches!(&self.armed, Err(r) if matches!(r.error, TimerError::TooManyPending { .. }))
     }
 
     /// The timer this sleep is on.
     pub(crate) fn timer(&self) -> &TimerHandle {
-        &self.timer
+        self.armed.as_ref().map_or_else(|r| &r.timer, Timeout::timer)
     }
 
     /// When the sleep is due: as made, or by the last [`reset`](Sleep::reset). On a manual clock,
     /// an `Instant` counted from the call.
     pub fn deadline(&self) -> Instant {
-        self.timer.0.clock.instant_at(self.deadline)
+        self.timer().0.clock.instant_at(self.deadline)
     }
 
     /// Whether the timeout has expired: polling now returns `Ready(Ok(()))`.
     pub fn is_elapsed(&self) -> bool {
         matches!(&self.armed, Ok(timeout) if timeout.is_expired())
-            && (self.deadline <= self.armed_for || self.deadline <= self.timer.0.clock.passed())
+            && (self.deadline <= self.armed_for || self.deadline <= self.timer().0.clock.passed())
     }
 
     /// Moves the deadline to `deadline` (earlier or later), whether or not the sleep had completed;
@@ -103,7 +108,7 @@ impl Sleep {
 
     /// `deadline` in nanoseconds since the origin, now if it has passed.
     fn not_past(&self, deadline: Instant) -> u64 {
-        let clock = &self.timer.0.clock;
+        let clock = &self.timer().0.clock;
         clock.nanos_at(deadline).max(clock.now())
     }
 
@@ -112,7 +117,7 @@ impl Sleep {
     /// # Panics
     /// As [`reset`](Sleep::reset).
     pub fn reset_after(&mut self, delay: Duration) {
-        self.rearm(self.timer.0.clock.after(delay));
+        self.rearm(self.timer().0.clock.after(delay));
     }
 
     /// A reset for a caller that takes spurious wake-ups (hyper): a later deadline while the armed
@@ -137,8 +142,9 @@ impl Sleep {
             Err(_) => (false, None),
         };
         let waiting = replaces || self.deadline > self.armed_for;
-        let now = self.timer.0.clock.now();
-        self.armed = arm(&self.timer, deadline, now, self.exempt || waiting);
+        let now = self.timer().0.clock.now();
+        // The old timeout, kept until the new one is armed, lends its timer.
+        self.armed = arm(self.timer(), deadline, now, self.exempt || waiting);
         self.kept = false;
         self.deadline = deadline;
         self.armed_for = deadline;
@@ -167,7 +173,7 @@ impl Future for Sleep {
         let this = &mut *self;
         let timeout = match &this.armed {
             Ok(timeout) => timeout,
-            Err(e) => return Poll::Ready(Err(e.clone())),
+            Err(refused) => return Poll::Ready(Err(refused.error.clone())),
         };
         // The waker first, then the state: whoever ends the slot sets the state, then takes
         // the waker (`engine::slots`).
@@ -184,7 +190,7 @@ impl Future for Sleep {
         }
         if self.deadline > self.armed_for {
             // Pushed back meanwhile: done if that deadline has passed too, else the rest.
-            if self.deadline <= self.timer.0.clock.passed() {
+            if self.deadline <= self.timer().0.clock.passed() {
                 self.armed_for = self.deadline;
                 return Poll::Ready(Ok(()));
             }
@@ -197,7 +203,7 @@ impl Future for Sleep {
 }
 
 /// Schedules a future's timeout on `timer` for `deadline`: an empty closure (no allocation).
-fn arm(timer: &TimerHandle, deadline: u64, now: u64, exempt: bool) -> Result<Timeout, TimerError> {
+fn arm(timer: &TimerHandle, deadline: u64, now: u64, exempt: bool) -> Result<Timeout, Refused> {
     let at = At {
         deadline,
         now,
@@ -205,7 +211,11 @@ fn arm(timer: &TimerHandle, deadline: u64, now: u64, exempt: bool) -> Result<Tim
         kind: Kind::Future,
     };
     let make = |_: &mut Vec<BoxedTask>| BoxedTask::new(|_: &Timeout| {});
-    let timeout = timer.0.schedule_at(make, at, false)?;
+    let refused = |error| Refused {
+        timer: timer.clone(),
+        error,
+    };
+    let timeout = timer.0.schedule_at(make, at, false).map_err(refused)?;
     Ok(timeout.expect("a handle was asked for"))
 }
 
@@ -226,7 +236,7 @@ impl fmt::Debug for Sleep {
         d.field("deadline", &self.deadline());
         match &self.armed {
             Ok(timeout) => d.field("timeout", timeout),
-            Err(e) => d.field("refused", e),
+            Err(refused) => d.field("refused", &refused.error),
         };
         d.finish()
     }
