@@ -70,7 +70,9 @@ impl Sleep {
 
     /// The timer this sleep is on.
     pub(crate) fn timer(&self) -> &TimerHandle {
-        self.armed.as_ref().map_or_else(|r| &r.timer, Timeout::timer)
+        self.armed
+            .as_ref()
+            .map_or_else(|r| &r.timer, Timeout::timer)
     }
 
     /// When the sleep is due: as made, or by the last [`reset`](Sleep::reset). On a manual clock,
