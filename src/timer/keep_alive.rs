@@ -1,19 +1,22 @@
 //! `KeepAlive`: a handle that keeps the timer running, for the adapters and their futures.
 
 use crate::engine::TimerHandle;
-use crate::sync::Ordering;
+use crate::sync::Arc;
 use crate::TimerError;
 
-/// A [`TimerHandle`] counted among the timer's users (as the owner is).
-pub(crate) struct KeepAlive {
-    handle: TimerHandle,
-}
+/// A [`TimerHandle`] counted among the timer's users (as the owner is). Its clones share one
+/// count: a clone moves one count that the runtime's threads share, not the timer's two.
+#[derive(Clone)]
+pub(crate) struct KeepAlive(Arc<Keeper>);
+
+/// The handle, counted once for every clone of the `KeepAlive` that made it.
+struct Keeper(TimerHandle);
 
 impl KeepAlive {
     /// Counts one more user; [`TimerError::Stopped`] once the timer is stopped.
     pub(crate) fn new(handle: TimerHandle) -> Result<KeepAlive, TimerError> {
         handle.0.enter_user()?;
-        Ok(KeepAlive { handle })
+        Ok(KeepAlive(Arc::new(Keeper(handle))))
     }
 }
 
@@ -21,28 +24,18 @@ impl std::ops::Deref for KeepAlive {
     type Target = TimerHandle;
 
     fn deref(&self) -> &TimerHandle {
-        &self.handle
+        &self.0 .0
     }
 }
 
-impl Clone for KeepAlive {
-    fn clone(&self) -> Self {
-        // Relaxed: this user holds the count above zero.
-        self.handle.0.users.fetch_add(1, Ordering::Relaxed);
-        KeepAlive {
-            handle: self.handle.clone(),
-        }
-    }
-}
-
-impl Drop for KeepAlive {
+impl Drop for Keeper {
     fn drop(&mut self) {
-        self.handle.0.release();
+        self.0 .0.release();
     }
 }
 
 impl std::fmt::Debug for KeepAlive {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        self.handle.fmt(f)
+        self.0 .0.fmt(f)
     }
 }
