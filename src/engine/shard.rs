@@ -89,6 +89,9 @@ impl<J: Stored> Shard<J> {
         self.timeouts.is_empty() && self.cancels.is_empty()
     }
 
+    // Always inlined: called, it reads back the entry its caller has just stored (a stalled
+    // store forward): `schedule` 24.5 ns against 20.9, `schedule_cancel` 26.6 against 24.0.
+    #[inline(always)]
     pub(crate) fn push_entry(&mut self, entry: Entry<J>) {
         let full = segment_len::<J>();
         if let Some(segment) = self.timeouts.last_mut() {
