@@ -95,7 +95,7 @@ pub(crate) struct Shared<J: Stored> {
     /// code); the last polled is woken where the thread would be unparked, every one at stop.
     drivers: Mutex<Vec<std::task::Waker>>,
     /// The plan the thread last read as it watches a `Drive` (it sleeps until `GRACE_TICKS`
-    /// past it, or for good at `NEVER`): a `Drive`'s turn that plans earlier unparks it.
+    /// past it, or for good at `NEVER`): a plan earlier by more than the grace unparks it.
     pub(crate) watching: AtomicU64,
     pub(crate) counters: stats::Counters,
     /// The worker between turns; whoever runs a turn holds this lock. `None` once stopped.
@@ -277,14 +277,14 @@ impl<J: Stored> Shared<J> {
 
     /// Unparks the worker if it plans to look at the queues after tick `needed`. A `Drive`'s
     /// watching thread watches `needed` from then on (the plan is lowered to it): a `Drive` that
-    /// is not polled leaves the timeout no later than the grace.
+    /// is not polled leaves the timeout no later than twice the grace.
     fn wake_if_later_than(&self, needed: u64) {
         // SeqCst: with the worker's SeqCst store of its plan before it locks the shards
         // (`Worker::settle`), either it sees this push or this load sees its plan.
         if needed < self.planned.load(Ordering::SeqCst) {
             if self.is_driven() {
                 self.planned.fetch_min(needed, Ordering::SeqCst);
-                self.unpark_thread();
+                self.watch_plan(needed);
             }
             self.unpark_worker();
         }

@@ -46,12 +46,13 @@ impl<J: Stored> Shared<J> {
         !lock(&self.drivers).is_empty()
     }
 
-    /// A `Drive`'s turn planned `plan`: a thread watching a later plan watches again.
+    /// A `Drive`'s turn or a producer planned `plan`: a thread watching a plan later by more
+    /// than the grace watches again.
     pub(crate) fn watch_plan(&self, plan: u64) {
         // SeqCst: with the thread's store of the plan it watches, before its last look at the
         // plan (`watch`): either it sees this plan, or this sees the one it sleeps on.
         fence(Ordering::SeqCst);
-        if plan < self.watching.load(Ordering::SeqCst) {
+        if plan.saturating_add(GRACE_TICKS) < self.watching.load(Ordering::SeqCst) {
             self.unpark_thread();
         }
     }
@@ -91,8 +92,10 @@ pub(crate) fn run_thread<J: Stored>(shared: &Arc<Shared<J>>) {
     }
 }
 
-/// A `Drive`'s turns lag by this many ticks before the watching thread runs one itself.
-const GRACE_TICKS: u64 = 32;
+/// A `Drive`'s turns lag by this many ticks past the plan the watching thread watches before
+/// it runs one itself. A plan brought earlier by at most as many wakes nobody (each such wake
+/// costs the runtime a thread's wake-up): the thread takes over at most twice this late.
+const GRACE_TICKS: u64 = 16;
 
 /// Watches a `Drive`: sleeps until `GRACE_TICKS` after its plan; whether the turn is overdue.
 fn watch<J: Stored>(shared: &Shared<J>) -> bool {
@@ -100,7 +103,7 @@ fn watch<J: Stored>(shared: &Shared<J>) -> bool {
     // SeqCst: with the `Drive`'s fence and look in `Shared::watch_plan`.
     shared.watching.store(plan, Ordering::SeqCst);
     fence(Ordering::SeqCst);
-    if shared.planned() < plan || !shared.is_driven() {
+    if shared.planned().saturating_add(GRACE_TICKS) < plan || !shared.is_driven() {
         // Planned earlier meanwhile (the `Drive` may have looked before the store): again.
         return false;
     }
