@@ -275,9 +275,9 @@ impl<J: Stored> Shared<J> {
         }
     }
 
-    /// Unparks the worker if it plans to look at the queues after tick `needed`. A `Drive`'s
-    /// watching thread watches `needed` from then on (the plan is lowered to it): a `Drive` that
-    /// is not polled leaves the timeout no later than twice the grace.
+    /// Unparks the worker if it plans to look at the queues after tick `needed`. With a `Drive`,
+    /// the plan is lowered to `needed` and the watching thread told (`watch_plan`): a `Drive`
+    /// that is not polled leaves the timeout no later than twice the grace.
     fn wake_if_later_than(&self, needed: u64) {
         // SeqCst: with the worker's SeqCst store of its plan before it locks the shards
         // (`Worker::settle`), either it sees this push or this load sees its plan.
