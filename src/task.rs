@@ -34,8 +34,9 @@ pub trait TimerTask: Send + 'static {
     /// [`TimerStats::panicked`](crate::TimerStats::panicked) and logged.
     fn run(self: Box<Self>, timeout: &Timeout);
 
-    /// Runs a closure in place, without a box; other tasks are boxed for [`TimerTask::run`].
-    #[doc(hidden)]
+    /// Runs the task held by value: what the timer calls when the task's time comes. Closures
+    /// run in place; the default boxes the task for [`TimerTask::run`]. A task type of your
+    /// own can run here without that box.
     #[inline]
     fn run_unboxed(self, timeout: &Timeout)
     where

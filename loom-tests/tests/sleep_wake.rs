@@ -1,5 +1,5 @@
 //! The worker's sleep and wake-up, with the real thread loop (`run_thread` in
-//! `src/engine/turns.rs`).
+//! `src/engine/lifecycle.rs`).
 //!
 //! With nothing pending the worker parks with no deadline (a loom park); a producer must wake
 //! it. The worker stores its plan in `planned` (SeqCst, `Worker::settle`) and then looks at

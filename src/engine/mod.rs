@@ -12,7 +12,6 @@ mod shard;
 pub(crate) mod slots;
 mod stats;
 mod task;
-mod turns;
 pub(crate) mod wheel;
 pub(crate) mod worker;
 

@@ -50,62 +50,10 @@ pub struct TimerStats {
 }
 
 /// Lateness classes in ticks: under 1, 1 to 2, 2 to 4, ..., 64 and more.
-const CLASSES: usize = 8;
-
-/// The worker's running totals, its own.
-#[derive(Default, Clone, Copy)]
-pub(crate) struct Tally {
-    pub(crate) cancelled: u64,
-    pub(crate) panicked: u64,
-    pub(crate) wakeups: u64,
-    pub(crate) tick: u64,
-    late_max: u64,
-    lateness: [u64; CLASSES],
-    longest_run: u64,
-    slow_runs: u64,
-    /// When a slow run was last logged.
-    warned_at: Option<u64>,
-}
-
-/// A slow run is logged at most this often.
-const WARN_EVERY: u64 = 10_000_000_000;
-
-impl Tally {
-    /// A timeout expired `late` ns after its deadline, on a wheel of `tick_nanos` ticks.
-    #[inline]
-    pub(crate) fn expired(&mut self, late: u64, tick_nanos: u64) {
-        self.late_max = self.late_max.max(late);
-        // Under a tick, 1 to 2 ticks, 2 to 4, ...: compares, not a division per timeout.
-        let (mut class, mut bound) = (0, tick_nanos);
-        while class < CLASSES - 1 && late >= bound {
-            class += 1;
-            bound = bound.saturating_mul(2);
-        }
-        self.lateness[class] += 1;
-    }
-
-    /// Tasks ran back to back for `nanos`, at `now`; a run of four ticks or more is logged, at
-    /// most once every ten seconds.
-    pub(crate) fn ran(&mut self, nanos: u64, tick_nanos: u64, now: u64) {
-        self.longest_run = self.longest_run.max(nanos);
-        self.slow_runs += u64::from(nanos > tick_nanos);
-        let quiet = self
-            .warned_at
-            .is_some_and(|at| now.saturating_sub(at) < WARN_EVERY);
-        if nanos >= tick_nanos.saturating_mul(4) && !quiet {
-            self.warned_at = Some(now);
-            super::log_caught(
-                log::Level::Warn,
-                format_args!(
-                    "user code (tasks or futures' wakers, timed together) held the timer's \
-                     worker for {:?}, {} ticks: every timeout due meanwhile fires late",
-                    Duration::from_nanos(nanos),
-                    nanos / tick_nanos
-                ),
-            );
-        }
-    }
-}
+pub(crate) const CLASSES: usize = 8;
+/// The worker's tally as published: expired, cancelled, panicked, wakeups, tick, `late_max`,
+/// `longest_run` and `slow_runs` (nanoseconds), then the lateness classes.
+pub(crate) type Published = [u64; 8 + CLASSES];
 
 /// What `stats()` reads: the worker's tally as of its last turn, and the producers' refusals.
 #[derive(Default)]
@@ -133,26 +81,15 @@ impl Counters {
     }
 
     /// Publishes the worker's tally (only the worker calls this).
-    pub(crate) fn publish(&self, t: &Tally) {
-        let head = [
-            t.lateness.iter().sum(),
-            t.cancelled,
-            t.panicked,
-            t.wakeups,
-            t.tick,
-            t.late_max,
-            t.longest_run,
-            t.slow_runs,
-        ];
-        for (slot, value) in self.published.iter().zip(head.iter().chain(&t.lateness)) {
+    pub(crate) fn publish(&self, values: Published) {
+        for (slot, value) in self.published.iter().zip(values) {
             // Relaxed: counters for monitoring; a reader may see one turn's and not the next.
-            slot.store(*value, Ordering::Relaxed);
+            slot.store(value, Ordering::Relaxed);
         }
     }
 
     pub(crate) fn read(&self) -> TimerStats {
-        let v: [u64; 8 + CLASSES] =
-            std::array::from_fn(|i| self.published[i].load(Ordering::Relaxed));
+        let v: Published = std::array::from_fn(|i| self.published[i].load(Ordering::Relaxed));
         let lateness = std::array::from_fn(|i| v[8 + i]);
         TimerStats {
             expired: v[0],

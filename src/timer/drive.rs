@@ -1,5 +1,5 @@
 //! The wheel driven from an async runtime: [`Drive`], whose sleep's waker (`Ticker`) runs the
-//! turns. Who runs the turns, and the thread's watch over a `Drive`: `engine/turns.rs`.
+//! turns. Who runs the turns, and the thread's watch over a `Drive`: `engine/lifecycle.rs`.
 
 use crate::engine::{catch_user_panic, drop_caught};
 use crate::engine::{TimerHandle, NEVER};

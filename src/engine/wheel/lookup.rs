@@ -1,5 +1,5 @@
-//! The wheel's passes over its lists beyond a tick's expiry: the `DelayQueue`'s lookups, and the
-//! drain at `stop()`.
+//! The wheel's passes beyond a tick's expiry: the `DelayQueue`'s lookups, the drain at
+//! `stop()`, and the trim of the node pages a burst left empty.
 
 use super::{Node, SlotId, Wheel, LEVEL_LISTS, NIL, PAGE_BITS};
 
@@ -86,5 +86,26 @@ impl<T> Wheel<T> {
             tick: self.tick,
             ..Wheel::new(self.buckets(), self.tick_nanos)
         };
+    }
+
+    /// Frees up to `pages` of the pages that hold no node; whether more are left to free.
+    pub(crate) fn trim(&mut self, pages: usize) -> bool {
+        let mut freed = 0;
+        for (page, live) in self.pages.iter_mut().zip(&self.live) {
+            if *live == 0 && !page.is_empty() {
+                if freed == pages {
+                    return true;
+                }
+                *page = Vec::new();
+                freed += 1;
+            }
+        }
+        while self.pages.last().is_some_and(Vec::is_empty) {
+            self.pages.pop();
+            self.live.pop();
+        }
+        self.pages.shrink_to_fit();
+        self.live.shrink_to_fit();
+        false
     }
 }

@@ -20,7 +20,6 @@ pub(crate) type SlotId = u32;
 pub(crate) const NIL: u32 = u32::MAX;
 
 mod lookup;
-mod next;
 
 const LEVEL_BITS: u32 = 6;
 const LEVEL_LISTS: usize = 1 << LEVEL_BITS;
@@ -218,17 +217,10 @@ impl<T> Wheel<T> {
     /// Unlinks `id` from its list; its value stays.
     fn unlink(&mut self, id: SlotId) {
         let tick_nanos = self.tick_nanos;
-        let (list, prev, next, fire) = {
-            let node = self.node(id);
-            let links = (
-                node.list as usize,
-                node.prev,
-                node.next,
-                node.fire(tick_nanos),
-            );
-            node.list = NIL;
-            links
-        };
+        let node = self.node(id);
+        let (list, prev, next) = (node.list as usize, node.prev, node.next);
+        let fire = node.fire(tick_nanos);
+        node.list = NIL;
         if prev == NIL {
             self.heads[list] = next;
         } else {
@@ -251,27 +243,6 @@ impl<T> Wheel<T> {
         self.count -= 1;
         self.live[id as usize >> PAGE_BITS] -= 1;
         self.node(id).value.take()
-    }
-
-    /// Frees up to `pages` of the pages that hold no node; whether more are left to free.
-    pub(crate) fn trim(&mut self, pages: usize) -> bool {
-        let mut freed = 0;
-        for (page, live) in self.pages.iter_mut().zip(&self.live) {
-            if *live == 0 && !page.is_empty() {
-                if freed == pages {
-                    return true;
-                }
-                *page = Vec::new();
-                freed += 1;
-            }
-        }
-        while self.pages.last().is_some_and(Vec::is_empty) {
-            self.pages.pop();
-            self.live.pop();
-        }
-        self.pages.shrink_to_fit();
-        self.live.shrink_to_fit();
-        false
     }
 
     /// Expires the current tick: hands `f` each node of its bucket that is due (fire round this
@@ -343,7 +314,7 @@ impl<T> Wheel<T> {
 
     /// The window moved to a new round: the far lists that begin there are linked again.
     fn cascade(&mut self) {
-        let window = (self.tick >> self.len_bits) + 1;
+        let (window, tick_nanos) = ((self.tick >> self.len_bits) + 1, self.tick_nanos);
         for level in (0..LEVELS).rev() {
             let shift = LEVEL_BITS * level as u32;
             if shift >= 64 || window & ((1u64 << shift) - 1) != 0 {
@@ -355,16 +326,70 @@ impl<T> Wheel<T> {
             self.tails[list] = NIL;
             self.count_in(list, 0, false);
             while id != NIL {
-                let tick_nanos = self.tick_nanos;
-                let (next, fire) = {
-                    let node = self.node(id);
-                    (node.next, node.fire(tick_nanos))
-                };
+                let node = self.node(id);
+                let (next, fire) = (node.next, node.fire(tick_nanos));
                 self.link(id, fire);
                 id = next;
             }
         }
     }
+
+    /// The first tick, from the current one, with a bucket to expire or a far list to link again.
+    pub(crate) fn next_work(&self) -> Option<u64> {
+        self.next_bucket_tick()
+            .into_iter()
+            .chain(self.next_cascade_tick())
+            .min()
+    }
+
+    /// The tick of the first bucket, from the current tick on, that holds a node due in its round.
+    fn next_bucket_tick(&self) -> Option<u64> {
+        let len = self.buckets();
+        let start = (self.tick & self.mask()) as usize;
+        let round_start = self.tick - start as u64;
+        let parity = ((self.tick >> self.len_bits) & 1) as usize;
+        if let Some(bucket) = first_set(&self.occupied[parity], start, len) {
+            return Some(round_start + bucket as u64);
+        }
+        let bucket = first_set(&self.occupied[1 - parity], 0, len)?;
+        Some(round_start + len as u64 + bucket as u64)
+    }
+
+    /// The tick whose round start links a far list again, the earliest.
+    fn next_cascade_tick(&self) -> Option<u64> {
+        let window = (self.tick >> self.len_bits) + 1;
+        let mut first: Option<u64> = None;
+        for (level, &bits) in self.far_occupied.iter().enumerate() {
+            if bits == 0 {
+                continue;
+            }
+            let shift = LEVEL_BITS * level as u32;
+            let index = u64::from(bits.trailing_zeros());
+            // The window's groups above this level, this list's index, zeros below.
+            let above = shift + LEVEL_BITS;
+            let high = window.checked_shr(above).map_or(0, |w| w << above);
+            let round = high | (index << shift);
+            let tick = (round - 1) << self.len_bits;
+            first = Some(first.map_or(tick, |f| f.min(tick)));
+        }
+        first
+    }
+}
+
+/// The first set bit of `bits` in `from..to`.
+fn first_set(bits: &[u64], from: usize, to: usize) -> Option<usize> {
+    let mut word = from / 64;
+    let mut mask = u64::MAX << (from % 64);
+    while word * 64 < to {
+        let set = bits[word] & mask;
+        if set != 0 {
+            let bit = word * 64 + set.trailing_zeros() as usize;
+            return (bit < to).then_some(bit);
+        }
+        word += 1;
+        mask = u64::MAX;
+    }
+    None
 }
 
 #[cfg(test)]

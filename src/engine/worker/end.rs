@@ -1,20 +1,49 @@
-//! How the worker ends a slot that did not expire: a cancel it finds, or `stop()`.
+//! How the worker ends a slot: the expiry walk (what of the current tick's bucket is due, ended
+//! and run, or woken), and the slots that end without expiring (a cancel it finds, `stop()`).
 
-use super::expire::put_back;
-use super::{kept, split, Worker};
-use crate::engine::slots::{Block, Kind, Timeout};
-use crate::engine::task::drop_unrun;
+use super::{split, Tally, Worker};
+use crate::engine::shard::SPARE_CHUNK;
+use crate::engine::slots::{Block, Kind, Timeout, BLOCK};
+use crate::engine::task::{drop_unrun, run};
 use crate::engine::wheel::{SlotId, Wheel};
 use crate::engine::{wake_all, NeverRan, Shared, Stored};
 use crate::sync::Arc;
+use std::task::Waker;
 
 impl<J: Stored> Worker<J> {
-    /// Keeps a block whose first slot was taken.
-    pub(super) fn register(&mut self, bid: usize, block: Arc<Block<J>>) {
-        if self.blocks.len() <= bid {
-            self.blocks.resize_with(bid + 1, || (None, 0));
+    /// Expires what of the current tick's bucket is due by `by` (`Walk::end_due`); the wakers of
+    /// futures are woken once the walk is done, so that a future sees what else became ready in
+    /// it. The earliest deadline left in the tick comes back (`NEVER`: none).
+    pub(super) fn expire(&mut self, shared: &Shared<J>, by: u64) -> u64 {
+        let mut walk = Walk {
+            shared,
+            tally: &mut self.tally,
+            wakers: &mut self.wakers,
+            now: self.now,
+            tick_nanos: self.tick_nanos,
+        };
+        let mut none = Vec::new(); // the spares of a type that keeps none (`Payload::KEEPS`)
+        let soonest = self.wheel.expire_by(by, |id, deadline, task| {
+            let (bid, index) = split(id);
+            let held = &mut self.blocks[bid];
+            let block = held.0.take().expect("a slot in the wheel has its block");
+            held.1 += 1;
+            self.ended += 1;
+            shared.set_ended(self.ended, 1);
+            let kept = if J::KEEPS {
+                kept(&mut self.task_spares[block.shard()])
+            } else {
+                &mut none
+            };
+            let block = walk.end_due(block, index, Due { task, deadline }, kept);
+            put_back(held, block, &mut self.spares);
+        });
+        if !none.is_empty() {
+            // Kept by a task whose type said it keeps none: they go back as any others do.
+            self.task_spares[0].push(none);
         }
-        self.blocks[bid] = (Some(block), 0);
+        self.tally.panicked += wake_all(&mut self.wakers);
+        soonest
     }
 
     /// Ends a slot that is not in the wheel (or no longer), dropping its task.
@@ -78,4 +107,74 @@ impl<J: Stored> Worker<J> {
         }
         self.end(shared, id, task);
     }
+}
+
+/// A block back in the worker's table while it has slots not ended, else (no handle left) a
+/// spare for its shard; with a handle left, it goes with the last one.
+#[inline]
+fn put_back<J: Stored>(
+    (held, ended_in): &mut (Option<Arc<Block<J>>>, u8),
+    mut block: Arc<Block<J>>,
+    spares: &mut [Vec<Arc<Block<J>>>],
+) {
+    if usize::from(*ended_in) < BLOCK {
+        *held = Some(block);
+    } else if Block::renew(&mut block) {
+        spares[block.shard()].push(block);
+    }
+}
+
+/// A due timeout's task, and its deadline (ns since the origin) for the lateness counters.
+struct Due<J> {
+    task: J,
+    deadline: u64,
+}
+
+/// What the expiry walk carries from one due timeout to the next.
+struct Walk<'a, J: Stored> {
+    shared: &'a Shared<J>,
+    tally: &'a mut Tally,
+    wakers: &'a mut Vec<Waker>,
+    now: u64,
+    tick_nanos: u64,
+}
+
+impl<J: Stored> Walk<'_, J> {
+    /// A due timeout: runs its task (or keeps its waker) if the worker wins its slot, else drops
+    /// the task (a `cancel()` won). The block, lent to the task's `Timeout`, comes back.
+    #[inline]
+    fn end_due(
+        &mut self,
+        block: Arc<Block<J>>,
+        index: usize,
+        due: Due<J>,
+        kept: &mut Vec<J>,
+    ) -> Arc<Block<J>> {
+        let Due { task, deadline } = due;
+        if !block.expire(index) {
+            self.tally.cancelled += 1;
+            self.tally.panicked += u64::from(!drop_unrun(task, kept));
+            return block;
+        }
+        self.tally
+            .expired(self.now.saturating_sub(deadline), self.tick_nanos);
+        if block.kind() == Kind::Future {
+            // The crate's own empty closure: nothing to run, nothing to drop but its handle.
+            drop(task);
+            self.wakers.extend(block.take_waker(index));
+            return block;
+        }
+        let timeout = Timeout::new(block, index);
+        let ran = run(self.shared, task, &timeout, kept);
+        self.tally.panicked += u64::from(!ran);
+        timeout.into_block()
+    }
+}
+
+/// The chunk to keep an ended task's spares in: the last, or a new one once it is full.
+fn kept<J>(chunks: &mut Vec<Vec<J>>) -> &mut Vec<J> {
+    if chunks.last().is_none_or(|c| c.len() >= SPARE_CHUNK) {
+        chunks.push(Vec::new());
+    }
+    chunks.last_mut().expect("a chunk was just pushed")
 }

@@ -1,20 +1,20 @@
-//! The worker: a turn as a pure step over a given `now` (no sleeping, no clock read).
+//! The worker: a turn as a pure step over a given `now` (no sleeping, no clock read), and the
+//! tally it keeps of what it ended.
 //!
 //! For every tick that ended by `now` and has work, in Netty's order: take the queues
 //! (cancellations, new timeouts), move up to `TRANSFER_CAP` new timeouts into the wheel, expire
 //! the tick's bucket. It ends every slot once, and counts it ended before the task runs.
 
 use super::slots::{Block, BLOCK};
-use super::stats::Tally;
+use super::stats::{Published, CLASSES};
 use super::wheel::{SlotId, Wheel};
 use super::{segment_len, Entry, Shared, Stored, NEVER, SHARDS, TRANSFER_CAP};
 use crate::sync::Arc;
-use expire::kept;
 use std::collections::VecDeque;
 use std::task::Waker;
+use std::time::Duration;
 
 mod end;
-mod expire;
 
 /// The worker gives back what drained at most this often while busy, and before a sleep this long.
 const TRIM_NANOS: u64 = 1_000_000_000;
@@ -195,6 +195,14 @@ impl<J: Stored> Worker<J> {
         found
     }
 
+    /// Keeps a block whose first slot was taken.
+    fn register(&mut self, bid: usize, block: Arc<Block<J>>) {
+        if self.blocks.len() <= bid {
+            self.blocks.resize_with(bid + 1, || (None, 0));
+        }
+        self.blocks[bid] = (Some(block), 0);
+    }
+
     /// A slot `cancel()` won in the wheel: unlinks and ends it (a stale id, its block gone and
     /// the id reused, finds its slot pending, or out of the wheel).
     fn cancelled(&mut self, shared: &Shared<J>, id: SlotId) {
@@ -252,7 +260,7 @@ impl<J: Stored> Worker<J> {
     /// Publishes the counters (`Shared::stats`).
     pub(crate) fn publish(&mut self, shared: &Shared<J>) {
         self.tally.tick = self.wheel.tick();
-        shared.counters.publish(&self.tally);
+        shared.counters.publish(self.tally.published());
     }
 
     /// Gives back a slice of the memory of what drained (`trimming`: some is left).
@@ -274,6 +282,78 @@ impl<J: Stored> Worker<J> {
             self.blocks.pop();
         }
         self.blocks.shrink_to_fit();
+    }
+}
+
+/// The worker's running totals, its own.
+#[derive(Default, Clone, Copy)]
+pub(crate) struct Tally {
+    pub(crate) cancelled: u64,
+    pub(crate) panicked: u64,
+    pub(crate) wakeups: u64,
+    pub(crate) tick: u64,
+    late_max: u64,
+    lateness: [u64; CLASSES],
+    longest_run: u64,
+    slow_runs: u64,
+    /// When a slow run was last logged.
+    warned_at: Option<u64>,
+}
+
+/// A slow run is logged at most this often.
+const WARN_EVERY: u64 = 10_000_000_000;
+
+impl Tally {
+    /// A timeout expired `late` ns after its deadline, on a wheel of `tick_nanos` ticks.
+    #[inline]
+    pub(crate) fn expired(&mut self, late: u64, tick_nanos: u64) {
+        self.late_max = self.late_max.max(late);
+        // Under a tick, 1 to 2 ticks, 2 to 4, ...: compares, not a division per timeout.
+        let (mut class, mut bound) = (0, tick_nanos);
+        while class < CLASSES - 1 && late >= bound {
+            class += 1;
+            bound = bound.saturating_mul(2);
+        }
+        self.lateness[class] += 1;
+    }
+
+    /// Tasks ran back to back for `nanos`, at `now`; a run of four ticks or more is logged, at
+    /// most once every ten seconds.
+    pub(crate) fn ran(&mut self, nanos: u64, tick_nanos: u64, now: u64) {
+        self.longest_run = self.longest_run.max(nanos);
+        self.slow_runs += u64::from(nanos > tick_nanos);
+        let quiet = self
+            .warned_at
+            .is_some_and(|at| now.saturating_sub(at) < WARN_EVERY);
+        if nanos >= tick_nanos.saturating_mul(4) && !quiet {
+            self.warned_at = Some(now);
+            crate::engine::log_caught(
+                log::Level::Warn,
+                format_args!(
+                    "user code (tasks or futures' wakers, timed together) held the timer's \
+                     worker for {:?}, {} ticks: every timeout due meanwhile fires late",
+                    Duration::from_nanos(nanos),
+                    nanos / tick_nanos
+                ),
+            );
+        }
+    }
+
+    /// The tally as `Counters::publish` takes it.
+    fn published(&self) -> Published {
+        let mut values = [0; 8 + CLASSES];
+        values[..8].copy_from_slice(&[
+            self.lateness.iter().sum(),
+            self.cancelled,
+            self.panicked,
+            self.wakeups,
+            self.tick,
+            self.late_max,
+            self.longest_run,
+            self.slow_runs,
+        ]);
+        values[8..].copy_from_slice(&self.lateness);
+        values
     }
 }
 
