@@ -4,7 +4,7 @@
 mod common;
 
 use common::{calling_back_waker, ms, no_hook, once, within_30_s};
-use hashed_timer_wheel::{HashedWheelTimer, Timeout};
+use hashed_timer_wheel::{HashedWheelTimer, Sleep, Timeout};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
@@ -777,4 +777,148 @@ fn a_drive_sleeps_until_the_deadline_its_turn_left_in_the_tick() {
         "the sleep ends at the deadline left in the tick: {sleep_end:?}"
     );
     assert_eq!(timer.pending_timeouts(), 1);
+}
+
+/// A waker that counts its wakes.
+struct Counting(AtomicUsize);
+
+impl std::task::Wake for Counting {
+    fn wake(self: Arc<Self>) {
+        self.0.fetch_add(1, SeqCst);
+    }
+}
+
+fn counting() -> (Arc<Counting>, Waker) {
+    let count = Arc::new(Counting(AtomicUsize::new(0)));
+    (Arc::clone(&count), Waker::from(count))
+}
+
+/// A `Drive` polled once, whose runtime's sleep keeps its waker (the `Ticker`) for the test to
+/// call, as the runtime's timer would; the `Drive`'s task's waker counts its wakes.
+fn stashing_drive(
+    timer: &HashedWheelTimer,
+) -> (Pin<Box<impl Future<Output = ()>>>, Waker, Arc<Counting>) {
+    let stash: Arc<Mutex<Option<Waker>>> = Arc::default();
+    let s = Arc::clone(&stash);
+    let mut drive = Box::pin(timer.drive(move |_| {
+        let s = Arc::clone(&s);
+        std::future::poll_fn(move |cx| {
+            *s.lock().unwrap() = Some(cx.waker().clone());
+            Poll::<()>::Pending
+        })
+    }));
+    let (task, task_waker) = counting();
+    assert!(drive
+        .as_mut()
+        .poll(&mut Context::from_waker(&task_waker))
+        .is_pending());
+    let ticker = stash
+        .lock()
+        .unwrap()
+        .clone()
+        .expect("the Drive armed a sleep");
+    (drive, ticker, task)
+}
+
+/// A sleep polled once with a counting waker.
+fn polled_sleep(timer: &HashedWheelTimer, delay: Duration) -> (Pin<Box<Sleep>>, Arc<Counting>) {
+    let mut sleep = Box::pin(timer.sleep(delay));
+    let (count, waker) = counting();
+    assert!(sleep
+        .as_mut()
+        .poll(&mut Context::from_waker(&waker))
+        .is_pending());
+    (sleep, count)
+}
+
+/// The runtime's timer ends the `Drive`'s sleep past one future's deadline: the `Ticker`'s turn
+/// expires it, and leaves its wake to the `Drive`'s task, which it wakes: one task runnable
+/// after the runtime's park. That task's turn wakes the future. With two due, the `Ticker`
+/// wakes both itself.
+#[test]
+fn a_lone_future_the_tickers_turn_expires_is_woken_by_the_drives_turn() {
+    const TICK: u64 = 200;
+    let timer = HashedWheelTimer::new(ms(TICK), 512);
+    let (lone, lone_wakes) = polled_sleep(&timer, ms(300));
+    let (mut drive, ticker, task) = stashing_drive(&timer);
+    std::thread::sleep(lone.deadline().saturating_duration_since(Instant::now()) + ms(20));
+    ticker.wake_by_ref();
+    assert!(lone.is_elapsed(), "the Ticker's turn expired the sleep");
+    assert_eq!(lone_wakes.0.load(SeqCst), 0, "its wake is the Drive's");
+    assert_eq!(task.0.load(SeqCst), 1, "the Drive's task is woken");
+    let task_waker = Waker::from(Arc::clone(&task));
+    assert!(drive
+        .as_mut()
+        .poll(&mut Context::from_waker(&task_waker))
+        .is_pending());
+    assert_eq!(lone_wakes.0.load(SeqCst), 1, "the Drive's turn woke it");
+
+    let due = Instant::now() + ms(300);
+    let (a, a_wakes) = polled_sleep(&timer, due - Instant::now());
+    let (b, b_wakes) = polled_sleep(&timer, due - Instant::now());
+    std::thread::sleep(b.deadline().saturating_duration_since(Instant::now()) + ms(20));
+    ticker.wake_by_ref();
+    assert!(a.is_elapsed() && b.is_elapsed());
+    assert_eq!((a_wakes.0.load(SeqCst), b_wakes.0.load(SeqCst)), (1, 1));
+}
+
+/// A `Drive` dropped before its task's turn leaves no future unwoken: the worker thread's turn
+/// wakes the one the `Ticker` left it. A `Ticker` that runs once its `Drive` went wakes it at once.
+#[test]
+fn a_lone_future_left_to_a_drive_dropped_is_woken_by_the_thread() {
+    const TICK: u64 = 200;
+    let timer = HashedWheelTimer::new(ms(TICK), 512);
+    let (lone, lone_wakes) = polled_sleep(&timer, ms(300));
+    let (drive, ticker, _) = stashing_drive(&timer);
+    std::thread::sleep(lone.deadline().saturating_duration_since(Instant::now()) + ms(20));
+    ticker.wake_by_ref();
+    assert_eq!(lone_wakes.0.load(SeqCst), 0, "its wake is the Drive's");
+    drop(drive);
+    within_30_s(move || {
+        while lone_wakes.0.load(SeqCst) == 0 {
+            std::thread::sleep(ms(1));
+        }
+    });
+
+    let (late, late_wakes) = polled_sleep(&timer, ms(300));
+    let (drive, ticker, _) = stashing_drive(&timer);
+    drop(drive);
+    std::thread::sleep(late.deadline().saturating_duration_since(Instant::now()) + ms(20));
+    ticker.wake_by_ref();
+    assert_eq!(
+        late_wakes.0.load(SeqCst),
+        1,
+        "the Ticker's own second turn woke it"
+    );
+    assert!(timer.stop().unwrap().is_empty());
+}
+
+/// A `Drive`'s task waker that panics when woken: the `Ticker` counts the panic, and its lone
+/// future is not left waiting for a turn that nothing will run.
+#[test]
+fn a_lone_future_is_woken_when_the_drives_task_waker_panics() {
+    struct PanicsOnWake;
+    impl std::task::Wake for PanicsOnWake {
+        fn wake(self: Arc<Self>) {
+            std::panic::panic_any(common::BY_DESIGN);
+        }
+    }
+    common::quiet_by_design_panics();
+    let timer = HashedWheelTimer::new(ms(200), 512);
+    let (lone, lone_wakes) = polled_sleep(&timer, ms(300));
+    let (mut drive, ticker, _) = stashing_drive(&timer);
+    let panicking = Waker::from(Arc::new(PanicsOnWake));
+    // The Drive's task is now the one whose waker panics (it arms its sleep again).
+    assert!(drive
+        .as_mut()
+        .poll(&mut Context::from_waker(&panicking))
+        .is_pending());
+    std::thread::sleep(lone.deadline().saturating_duration_since(Instant::now()) + ms(20));
+    ticker.wake_by_ref();
+    assert_eq!(
+        lone_wakes.0.load(SeqCst),
+        1,
+        "woken by the Ticker's second turn"
+    );
+    assert_eq!(timer.stats().panicked, 1);
 }

@@ -5,7 +5,8 @@
 //! producers wake it instead of the thread, and the thread only watches: it sleeps until
 //! `GRACE_TICKS` past the plan and runs the turn itself if nobody has.
 
-use super::{catch_user_panic, drop_caught, NeverRan, Shared, Stored, NEVER, SHUTDOWN, STARTED};
+use super::{catch_user_panic, drop_caught, NeverRan, Runner, Shared, Stored};
+use super::{NEVER, SHUTDOWN, STARTED};
 use crate::error::TimerError;
 use crate::sync::{fence, lock, process, thread, Arc, Ordering};
 
@@ -69,11 +70,10 @@ impl<J: Stored> Shared<J> {
         self.state.load(Ordering::Acquire) == STARTED
     }
 
-    /// Runs a turn at `now` for whoever calls (the worker thread, a manual advance, a `Drive`:
-    /// `early`, see `Worker::turn`), then publishes the plan; the plan, and the earliest deadline
-    /// an early turn left in the current tick (`NEVER`: none); `None` once the timer is shut down.
-    /// If the owner went during the turn, this ends every timeout (`stop()` with nothing returned).
-    pub(crate) fn run_turn(&self, now: u64, early: bool) -> Option<(u64, u64)> {
+    /// Runs a turn at `now` for `runner` and publishes the plan; the plan, and the earliest
+    /// deadline a `Drive`'s turn left in the tick (`NEVER`: none); `None` once shut down. If the
+    /// owner went during the turn, this ends every timeout (`stop()` with nothing returned).
+    pub(crate) fn run_turn(&self, now: u64, runner: Runner) -> Option<(u64, u64)> {
         let mut guard = lock(&self.worker);
         let worker = guard.as_mut()?;
         if self.is_shutdown() {
@@ -81,7 +81,7 @@ impl<J: Stored> Shared<J> {
         }
         *lock(&self.turn_thread) = Some(thread::current().id());
         worker.tally.wakeups += u64::from(!self.clock.is_manual());
-        let busy = worker.turn(self, now, early);
+        let busy = worker.turn(self, now, runner);
         let plan = (worker.settle(self, busy), worker.soonest);
         worker.publish(self);
         *lock(&self.turn_thread) = None;
@@ -270,7 +270,7 @@ impl<J: Stored> Shared<J> {
 
 /// The worker thread: turns, and sleeps to the planned tick, until the timer stops.
 pub(crate) fn run_thread<J: Stored>(shared: &Arc<Shared<J>>) {
-    let mut planned = shared.run_turn(shared.clock.passed(), false);
+    let mut planned = shared.run_turn(shared.clock.passed(), Runner::Thread);
     while let Some((plan, _)) = planned {
         if shared.is_shutdown() {
             return;
@@ -284,7 +284,7 @@ pub(crate) fn run_thread<J: Stored>(shared: &Arc<Shared<J>>) {
             park_after(shared, plan, 0);
         }
         shared.mark_awake();
-        planned = shared.run_turn(shared.clock.passed(), false);
+        planned = shared.run_turn(shared.clock.passed(), Runner::Thread);
     }
 }
 

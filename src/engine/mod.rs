@@ -14,6 +14,7 @@ mod stats;
 mod task;
 pub(crate) mod wheel;
 pub(crate) mod worker;
+pub(crate) use worker::Runner;
 
 use crate::error::TimerError;
 use crate::sync::{

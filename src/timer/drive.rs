@@ -2,7 +2,7 @@
 //! turns. Who runs the turns, and the thread's watch over a `Drive`: `engine/lifecycle.rs`.
 
 use crate::engine::{catch_user_panic, drop_caught};
-use crate::engine::{TimerHandle, NEVER};
+use crate::engine::{Runner, TimerHandle, NEVER};
 use crate::sync::{lock, Arc, Mutex};
 use std::fmt;
 use std::future::Future;
@@ -74,8 +74,9 @@ impl Wake for Link {
 }
 
 /// The waker of the runtime's sleep: as the runtime's timer ends the tick, it runs the turn right
-/// there (where the runtime fires its own timers, the futures it wakes queued at once), then
-/// wakes the `Drive`'s task to sleep on to the next plan.
+/// there (where the runtime fires its own timers), then wakes the `Drive`'s task to sleep on to
+/// the next plan. A lone future the turn expires is woken by that task's turn (`Runner::Ticker`):
+/// one task runnable after the runtime's park, as with the runtime's own timer, not two.
 struct Ticker(TimerHandle, Arc<Link>);
 
 impl Wake for Ticker {
@@ -83,18 +84,22 @@ impl Wake for Ticker {
         // Woken by code a turn runs on this thread (a runtime that fires its timers there): the
         // turn under way sees the tick, and another would wait on its lock.
         if !self.0 .0.in_turn() {
-            let _ = turn(&self.0);
+            let _ = turn(&self.0, Runner::Ticker);
         }
         let woken = catch_user_panic(|| self.1.wake_by_ref());
         self.0 .0.counters.caught(woken, "a driver's task waker");
+        if (!woken || !self.0 .0.is_driven()) && !self.0 .0.in_turn() {
+            // No `Drive`'s turn to come (its waker panicked, or it went): this wakes a lone future.
+            let _ = turn(&self.0, Runner::Drive);
+        }
     }
 }
 
 /// A `Drive`'s turn: the plan, with the watching thread told of it, and the earliest deadline
 /// left in the current tick; `None` once stopped.
-fn turn(timer: &TimerHandle) -> Option<(u64, u64)> {
+fn turn(timer: &TimerHandle, runner: Runner) -> Option<(u64, u64)> {
     let shared = &timer.0;
-    let (plan, soonest) = shared.run_turn(shared.clock.passed(), true)?;
+    let (plan, soonest) = shared.run_turn(shared.clock.passed(), runner)?;
     // A plan earlier than the one the thread watches (a producer pushed during the turn, and
     // woke nobody): it watches this one.
     shared.watch_plan(plan);
@@ -109,7 +114,7 @@ where
     /// Runs turns until the plan lies ahead, then sleeps until it; `false` once done.
     fn run(&mut self) -> bool {
         loop {
-            let Some((plan, soonest)) = turn(&self.timer) else {
+            let Some((plan, soonest)) = turn(&self.timer, Runner::Drive) else {
                 return false;
             };
             if plan == NEVER {

@@ -1,7 +1,7 @@
 //! [`ManualDriver`]: a timer's turns on the caller's thread, on a clock moved by hand.
 
 use crate::engine::clock::nanos;
-use crate::engine::{BoxedTask, Shared, Stored};
+use crate::engine::{BoxedTask, Runner, Shared, Stored};
 use crate::sync::Arc;
 use std::fmt;
 use std::time::Duration;
@@ -69,7 +69,7 @@ impl<J: Stored> ManualDriver<J> {
         }
         let clock = &self.shared.clock;
         clock.advance(to(clock.now()));
-        let _ = self.shared.run_turn(clock.now(), false);
+        let _ = self.shared.run_turn(clock.now(), Runner::Thread);
     }
 
     /// The manual clock's time since the timer's origin.

@@ -1,7 +1,7 @@
 //! How the worker ends a slot: the expiry walk (what of the current tick's bucket is due, ended
 //! and run, or woken), and the slots that end without expiring (a cancel it finds, `stop()`).
 
-use super::{split, Tally, Worker};
+use super::{split, Runner, Tally, Worker};
 use crate::engine::shard::SPARE_CHUNK;
 use crate::engine::slots::{Block, Kind, Timeout, BLOCK};
 use crate::engine::task::{drop_unrun, run};
@@ -42,6 +42,9 @@ impl<J: Stored> Worker<J> {
             // Kept by a task whose type said it keeps none: they go back as any others do.
             self.task_spares[0].push(none);
         }
+        if self.runner == Runner::Ticker && self.lone.is_none() && self.wakers.len() == 1 {
+            self.lone = self.wakers.pop();
+        }
         self.tally.panicked += wake_all(&mut self.wakers);
         soonest
     }
@@ -77,6 +80,7 @@ impl<J: Stored> Worker<J> {
             self.stop_slot(shared, entry.id, entry.task, returned);
         }
         wheel.drain(|id, task| self.stop_slot(shared, id, task, returned));
+        self.wakers.extend(self.lone.take());
         self.tally.panicked += wake_all(&mut self.wakers);
         self.publish(shared);
     }

@@ -8,7 +8,7 @@
 use super::slots::{Block, BLOCK};
 use super::stats::{Published, CLASSES};
 use super::wheel::{SlotId, Wheel};
-use super::{segment_len, Entry, Shared, Stored, NEVER, SHARDS, TRANSFER_CAP};
+use super::{segment_len, wake_all, Entry, Shared, Stored, NEVER, SHARDS, TRANSFER_CAP};
 use crate::sync::Arc;
 use std::collections::VecDeque;
 use std::task::Waker;
@@ -30,6 +30,16 @@ const TRIM_PAGES: usize = 16;
 /// depend on the wheel's length, so a larger `ticks_per_wheel` is only reported.
 const MAX_BUCKETS: usize = 1 << 16;
 
+/// Who runs a turn: the worker thread (or a manual advance), a `Drive`'s poll, or its `Ticker`.
+/// A `Drive`'s turn also expires what of the current tick is due by `now`, as a runtime fires
+/// its timers; a `Ticker`'s keeps a lone future it expires for the `Drive`'s turn (`lone`).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Runner {
+    Thread,
+    Drive,
+    Ticker,
+}
+
 /// The worker's state between turns: see the module docs.
 pub(crate) struct Worker<J: Stored> {
     wheel: Wheel<J>,
@@ -50,9 +60,12 @@ pub(crate) struct Worker<J: Stored> {
     task_spares: Vec<Vec<Vec<J>>>,
     /// The wakers of the futures a walk expired, woken once it has marked every due slot.
     wakers: Vec<Waker>,
+    /// The lone future a `Ticker`'s turn expired, woken as the next turn starts (`Runner`).
+    lone: Option<Waker>,
     pub(crate) tally: Tally,
-    /// The `now` of the current turn.
+    /// The `now` of the current turn, and who runs it.
     now: u64,
+    runner: Runner,
     /// The earliest deadline the last walk of a tick left there (`NEVER`: none): a `Drive`'s wake.
     pub(crate) soonest: u64,
     ended: u64,
@@ -79,6 +92,8 @@ impl<J: Stored> Worker<J> {
             spares: (0..SHARDS).map(|_| Vec::new()).collect(),
             task_spares: (0..SHARDS).map(|_| Vec::new()).collect(),
             wakers: Vec::new(),
+            lone: None,
+            runner: Runner::Thread,
             tally: Tally::default(),
             now: 0,
             soonest: NEVER,
@@ -91,10 +106,11 @@ impl<J: Stored> Worker<J> {
         }
     }
 
-    /// Runs every tick that ended by `now`; whether it found anything in the queues. `early` (a
-    /// `Drive`'s turn): then expires what of the current tick is due by `now`, as a runtime does.
-    pub(crate) fn turn(&mut self, shared: &Shared<J>, now: u64, early: bool) -> bool {
-        self.now = now;
+    /// Runs every tick that ended by `now`; whether it found anything in the queues.
+    pub(crate) fn turn(&mut self, shared: &Shared<J>, now: u64, runner: Runner) -> bool {
+        (self.now, self.runner) = (now, runner);
+        self.wakers.extend(self.lone.take());
+        self.tally.panicked += wake_all(&mut self.wakers);
         if now.saturating_sub(self.trimmed_at) >= TRIM_NANOS {
             self.trimmed_at = now;
             self.trim(shared);
@@ -121,7 +137,7 @@ impl<J: Stored> Worker<J> {
             };
             self.wheel.advance_to(next);
         }
-        if early {
+        if runner != Runner::Thread {
             self.expire_timed(shared, now);
         }
         busy
@@ -182,7 +198,11 @@ impl<J: Stored> Worker<J> {
         let found = !self.taken.is_empty() || !self.cancels.is_empty();
         let mut blocks = std::mem::take(&mut self.new_blocks);
         for block in blocks.drain(..) {
-            self.register(split(block.slot(0)).0, block);
+            let bid = split(block.slot(0)).0;
+            if self.blocks.len() <= bid {
+                self.blocks.resize_with(bid + 1, || (None, 0));
+            }
+            self.blocks[bid] = (Some(block), 0);
         }
         self.new_blocks = blocks;
         let mut cancels = std::mem::take(&mut self.cancels);
@@ -193,14 +213,6 @@ impl<J: Stored> Worker<J> {
         self.cancels = cancels;
         self.inbox.extend(self.taken.drain(..));
         found
-    }
-
-    /// Keeps a block whose first slot was taken.
-    fn register(&mut self, bid: usize, block: Arc<Block<J>>) {
-        if self.blocks.len() <= bid {
-            self.blocks.resize_with(bid + 1, || (None, 0));
-        }
-        self.blocks[bid] = (Some(block), 0);
     }
 
     /// A slot `cancel()` won in the wheel: unlinks and ends it (a stale id, its block gone and
