@@ -375,4 +375,34 @@ mod harness {
             }
         }
     }
+
+    /// A waker that counts its wake-ups and sets a [`Signal`] the thread that made it can wait
+    /// on. (A std atomic for the count: it is read after the threads that wake were joined.)
+    #[derive(Debug)]
+    pub struct Counting {
+        /// Wake-ups so far.
+        pub wakes: AtomicUsize,
+        /// Set at the first wake-up.
+        pub woken: Signal,
+    }
+
+    impl std::task::Wake for Counting {
+        fn wake(self: Arc<Self>) {
+            self.wake_by_ref();
+        }
+
+        fn wake_by_ref(self: &Arc<Self>) {
+            self.wakes.fetch_add(1, SeqCst);
+            self.woken.set();
+        }
+    }
+
+    /// A counting waker; the calling thread is the one that may wait on it.
+    pub fn counting() -> (Arc<Counting>, std::task::Waker) {
+        let counting = Arc::new(Counting {
+            wakes: AtomicUsize::new(0),
+            woken: Signal::new(),
+        });
+        (Arc::clone(&counting), std::task::Waker::from(counting))
+    }
 }

@@ -15,37 +15,12 @@
 
 use hashed_timer_wheel::loom_hooks;
 use loom::thread;
-use loom_tests::{check_capped, threaded_timer, Signal, TICK};
+use loom_tests::{check_capped, counting, threaded_timer, TICK};
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+use std::sync::atomic::Ordering::SeqCst;
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll, Wake, Waker};
-
-/// A waker that counts its wake-ups and sets a [`Signal`] the main thread can wait on.
-struct Counting {
-    wakes: AtomicUsize,
-    woken: Signal,
-}
-
-impl Wake for Counting {
-    fn wake(self: Arc<Self>) {
-        self.wake_by_ref();
-    }
-
-    fn wake_by_ref(self: &Arc<Self>) {
-        self.wakes.fetch_add(1, SeqCst);
-        self.woken.set();
-    }
-}
-
-fn counting() -> (Arc<Counting>, Waker) {
-    let counting = Arc::new(Counting {
-        wakes: AtomicUsize::new(0),
-        woken: Signal::new(),
-    });
-    (Arc::clone(&counting), Waker::from(counting))
-}
+use std::task::{Context, Poll, Waker};
 
 /// What the main thread does with the `Drive` while the `Ticker` runs.
 #[derive(Clone, Copy)]

@@ -24,41 +24,13 @@
 
 use hashed_timer_wheel::{HashedWheelTimer, Sleep, TimerError};
 use loom::thread;
-use loom_tests::{check, manual_timer, Signal, TICK};
+use loom_tests::{check, counting, manual_timer, Counting, TICK};
 use std::future::Future;
 use std::ops::{Deref, DerefMut};
 use std::pin::Pin;
-use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+use std::sync::atomic::Ordering::SeqCst;
 use std::sync::Arc;
-use std::task::{Context, Poll, Wake, Waker};
-
-/// A waker that counts its wake-ups and sets a [`Signal`] the polling thread can wait on.
-/// (A std atomic for the count: it is read after the threads that wake were joined.)
-struct Counting {
-    wakes: AtomicUsize,
-    woken: Signal,
-}
-
-impl Wake for Counting {
-    fn wake(self: Arc<Self>) {
-        self.wake_by_ref();
-    }
-
-    fn wake_by_ref(self: &Arc<Self>) {
-        self.wakes.fetch_add(1, SeqCst);
-        self.woken.set();
-    }
-}
-
-/// A counting waker; the calling thread is the one that may wait on it.
-fn counting() -> (Arc<Counting>, Waker) {
-    let counting = Arc::new(Counting {
-        wakes: AtomicUsize::new(0),
-        woken: Signal::new(),
-    });
-    let waker = Waker::from(Arc::clone(&counting));
-    (counting, waker)
-}
+use std::task::{Context, Poll, Waker};
 
 /// A `Sleep` dropped normally, but leaked when the model fails: its drop cancels its timeout,
 /// which calls into loom again while loom's failure unwinds, and that double panic would
