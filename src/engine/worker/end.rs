@@ -12,8 +12,8 @@ use std::task::Waker;
 
 impl<J: Stored> Worker<J> {
     /// Expires what of the current tick's bucket is due by `by` (`Walk::end_due`); the wakers of
-    /// futures are woken once the walk is done, so that a future sees what else became ready in
-    /// it. The earliest deadline left in the tick comes back (`NEVER`: none).
+    /// futures are woken once the walk is done (a `Ticker`'s lone one as the next turn starts),
+    /// so that a future sees what else became ready. The earliest deadline left comes back.
     pub(super) fn expire(&mut self, shared: &Shared<J>, by: u64) -> u64 {
         let mut walk = Walk {
             shared,
