@@ -9,7 +9,7 @@
 //!   with a fixed delay;
 //! - on a tokio runtime, clients sleep, put deadlines on futures, reset sleeps and drop the
 //!   losers of races, and one task churns a `DelayQueue` (insert, reset, remove,
-//!   `poll_expired`);
+//!   `poll_expired`); that runtime drives the futures' timer (`drive`);
 //! - a few tasks panic when run, and a few panic in their `Drop`: after running, when
 //!   cancelled, and when `stop()` returns them.
 //!
@@ -1058,6 +1058,11 @@ fn soak() {
     };
     rig.tasks.start().unwrap();
     rig.futures.start().unwrap();
+    // The futures' timer runs its turns on the runtime, as the README tells a tokio service to;
+    // its thread watches. `stop()` completes the `Drive`.
+    let _drive = rig
+        .runtime
+        .spawn(rig.futures.drive(|at| tokio::time::sleep_until(at.into())));
 
     // The far timeouts, pending throughout: `stop()` returns them. Their tasks are due at the
     // end of time, so one that ran would count as early.
