@@ -863,7 +863,8 @@ fn a_lone_future_the_tickers_turn_expires_is_woken_by_the_drives_turn() {
 }
 
 /// A `Drive` dropped before its task's turn leaves no future unwoken: the worker thread's turn
-/// wakes the one the `Ticker` left it. A `Ticker` that runs once its `Drive` went wakes it at once.
+/// wakes the one the `Ticker` left it. A `Ticker` that runs once its `Drive` went wakes it at once
+/// (its second turn, or the thread's if that tick ended first: either way, no wait).
 #[test]
 fn a_lone_future_left_to_a_drive_dropped_is_woken_by_the_thread() {
     const TICK: u64 = 200;
@@ -888,7 +889,7 @@ fn a_lone_future_left_to_a_drive_dropped_is_woken_by_the_thread() {
     assert_eq!(
         late_wakes.0.load(SeqCst),
         1,
-        "the Ticker's own second turn woke it"
+        "woken by the time the Ticker returns"
     );
     assert!(timer.stop().unwrap().is_empty());
 }

@@ -83,12 +83,13 @@ impl Wake for Ticker {
     fn wake(self: Arc<Self>) {
         // Woken by code a turn runs on this thread (a runtime that fires its timers there): the
         // turn under way sees the tick, and another would wait on its lock.
-        if !self.0 .0.in_turn() {
+        let turns = !self.0 .0.in_turn();
+        if turns {
             let _ = turn(&self.0, Runner::Ticker);
         }
         let woken = catch_user_panic(|| self.1.wake_by_ref());
         self.0 .0.counters.caught(woken, "a driver's task waker");
-        if (!woken || !self.0 .0.is_driven()) && !self.0 .0.in_turn() {
+        if turns && (!woken || !self.0 .0.is_driven()) {
             // No `Drive`'s turn to come (its waker panicked, or it went): this wakes a lone future.
             let _ = turn(&self.0, Runner::Drive);
         }

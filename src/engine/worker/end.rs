@@ -42,10 +42,10 @@ impl<J: Stored> Worker<J> {
             // Kept by a task whose type said it keeps none: they go back as any others do.
             self.task_spares[0].push(none);
         }
-        if self.runner == Runner::Ticker && self.lone.is_none() && self.wakers.len() == 1 {
-            self.lone = self.wakers.pop();
+        // A `Ticker`'s lone future waits for the next turn (the `Drive`'s); two or more wake now.
+        if self.runner != Runner::Ticker || self.wakers.len() > 1 {
+            self.tally.panicked += wake_all(&mut self.wakers);
         }
-        self.tally.panicked += wake_all(&mut self.wakers);
         soonest
     }
 
@@ -80,7 +80,6 @@ impl<J: Stored> Worker<J> {
             self.stop_slot(shared, entry.id, entry.task, returned);
         }
         wheel.drain(|id, task| self.stop_slot(shared, id, task, returned));
-        self.wakers.extend(self.lone.take());
         self.tally.panicked += wake_all(&mut self.wakers);
         self.publish(shared);
     }

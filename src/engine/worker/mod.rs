@@ -32,7 +32,7 @@ const MAX_BUCKETS: usize = 1 << 16;
 
 /// Who runs a turn: the worker thread (or a manual advance), a `Drive`'s poll, or its `Ticker`.
 /// A `Drive`'s turn also expires what of the current tick is due by `now`, as a runtime fires
-/// its timers; a `Ticker`'s keeps a lone future it expires for the `Drive`'s turn (`lone`).
+/// its timers; a `Ticker`'s leaves a lone future it expires to the `Drive`'s turn (`wakers`).
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Runner {
     Thread,
@@ -58,10 +58,9 @@ pub(crate) struct Worker<J: Stored> {
     /// Per shard: what ended tasks left for the next ones (`Stored::run_keeping`), in chunks
     /// of at most `SPARE_CHUNK` (`kept`), handed to the shard that made the task.
     task_spares: Vec<Vec<Vec<J>>>,
-    /// The wakers of the futures a walk expired, woken once it has marked every due slot.
+    /// The wakers of the futures a walk expired, woken once it has marked every due slot; a
+    /// `Ticker`'s lone one waits here for the next turn's start (`Runner`).
     wakers: Vec<Waker>,
-    /// The lone future a `Ticker`'s turn expired, woken as the next turn starts (`Runner`).
-    lone: Option<Waker>,
     pub(crate) tally: Tally,
     /// The `now` of the current turn, and who runs it.
     now: u64,
@@ -92,7 +91,6 @@ impl<J: Stored> Worker<J> {
             spares: (0..SHARDS).map(|_| Vec::new()).collect(),
             task_spares: (0..SHARDS).map(|_| Vec::new()).collect(),
             wakers: Vec::new(),
-            lone: None,
             runner: Runner::Thread,
             tally: Tally::default(),
             now: 0,
@@ -109,7 +107,6 @@ impl<J: Stored> Worker<J> {
     /// Runs every tick that ended by `now`; whether it found anything in the queues.
     pub(crate) fn turn(&mut self, shared: &Shared<J>, now: u64, runner: Runner) -> bool {
         (self.now, self.runner) = (now, runner);
-        self.wakers.extend(self.lone.take());
         self.tally.panicked += wake_all(&mut self.wakers);
         if now.saturating_sub(self.trimmed_at) >= TRIM_NANOS {
             self.trimmed_at = now;
