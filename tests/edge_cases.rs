@@ -642,6 +642,21 @@ fn stop_before_start_stops_for_good() {
     assert_eq!(threads_named("htw-never"), 0, "no worker was ever started");
 }
 
+/// A timer without a thread (manual, or on a runtime's clock) refuses `start()` once stopped,
+/// as one with a thread does.
+#[test]
+fn start_after_stop_is_refused_without_a_thread_too() {
+    init();
+    let (timer, _driver) = HashedWheelTimer::builder().build_manual().unwrap();
+    assert_eq!(timer.start(), Ok(()));
+    assert_eq!(timer.stop(), Ok(vec![]));
+    assert_eq!(timer.start(), Err(TimerError::Stopped));
+    assert_eq!(
+        timer.new_timeout(noop, ms(1)).unwrap_err(),
+        TimerError::Stopped
+    );
+}
+
 #[test]
 fn new_timeout_and_start_after_stop_are_refused() {
     init();

@@ -4,8 +4,8 @@
 //! The runtime's sleep never ends here (a runtime whose timer is stalled), so the driver runs a
 //! turn only when something wakes it: a producer whose deadline is earlier than the plan (or
 //! the worker thread after a turn of its own, or `stop()`). The worker thread only watches
-//! (`watch` in `src/engine/lifecycle.rs`): it sleeps until `GRACE_TICKS` past the plan (a bounded
-//! sleep moves the clock to its end, as in every model) and then runs the turn the driver left;
+//! (`watch` in `src/engine/lifecycle.rs`): it sleeps until a grace past the plan (a bounded sleep
+//! moves the clock to its end, as in every model) and then runs the turn the driver left;
 //! with nothing planned it parks until a `Drive`'s turn plans a tick (`Shared::watch_plan`).
 //! Both run turns under `Shared::worker`'s lock: each timeout ends exactly once, none early,
 //! and `stop()` completes the driver (its runtime thread joins; a lost wake-up leaves it

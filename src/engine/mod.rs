@@ -94,8 +94,8 @@ pub(crate) struct Shared<J: Stored> {
     /// The `Drive`s running the turns, each by its own waker (whose clone and drop run no user
     /// code); the last polled is woken where the thread would be unparked, every one at stop.
     drivers: Mutex<Vec<std::task::Waker>>,
-    /// The plan the thread last read as it watches a `Drive` (it sleeps until `GRACE_TICKS`
-    /// past it, or for good at `NEVER`): a plan earlier by more than the grace unparks it.
+    /// The plan the thread last read as it watches a `Drive` (it sleeps until a grace past it,
+    /// `GRACE_TICKS`, or for good at `NEVER`): a plan earlier by more than the grace unparks it.
     pub(crate) watching: AtomicU64,
     pub(crate) counters: stats::Counters,
     /// The worker between turns; whoever runs a turn holds this lock. `None` once stopped.
@@ -175,8 +175,7 @@ impl<J: Stored> Shared<J> {
         detached: bool,
     ) -> Result<Option<Timeout<J>>, TimerError> {
         // Stopped first, then the limit: the contract's order of checks.
-        let open = self.start().and_then(|()| self.open());
-        if let Err(e) = open.and_then(|()| self.reserve(at.exempt)) {
+        if let Err(e) = self.start().and_then(|()| self.reserve(at.exempt)) {
             self.counters.refused();
             return Err(e);
         }
@@ -227,12 +226,6 @@ impl<J: Stored> Shared<J> {
         shard.push_entry(Entry { id, deadline, task });
         shard.accepted += 1;
         Ok((handle, was_empty))
-    }
-
-    fn open(&self) -> Result<(), TimerError> {
-        (!self.is_shutdown())
-            .then_some(())
-            .ok_or(TimerError::Stopped)
     }
 
     /// Counts one more pending against the limit, if there is one (an `exempt` timeout passes
