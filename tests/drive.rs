@@ -348,7 +348,8 @@ fn a_stalled_driver_with_a_far_plan_leaves_an_earlier_deadline_within_the_grace(
         .new_timeout(move |_: &Timeout| tx.send(Instant::now()).unwrap(), ms(5))
         .unwrap();
     let fired = rx.recv_timeout(Duration::from_secs(30)).unwrap() - start;
-    // 5 ms plus the watchdog's bound (128 ms), with room for a loaded host; the far plan would be ~4.9 s.
+    // 5 ms plus the watchdog's bound (128 ms), with room for a loaded host; the far plan would
+    // be ~4.9 s.
     assert!(fired >= ms(5) && fired < ms(1000), "fired after {fired:?}");
     drop(drive);
 }
@@ -647,7 +648,8 @@ fn a_timeout_scheduled_during_a_drivers_turn_fires_within_the_grace() {
             .recv_timeout(Duration::from_secs(2))
             .unwrap_or_else(|_| panic!("attempt {attempt}: not fired within 2 s"))
             - start;
-        // 3 ms plus the watchdog's bound (128 ms), with room for a loaded host; the far plan is 20 s.
+        // 3 ms plus the watchdog's bound (128 ms), with room for a loaded host; the far plan is
+        // 20 s.
         assert!(
             fired >= ms(3) && fired < ms(1000),
             "attempt {attempt}: fired after {fired:?}"

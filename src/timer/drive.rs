@@ -19,13 +19,13 @@ use std::time::Instant;
 /// (unless an executor is set): keep them short.
 ///
 /// The timer's thread stays as a watchdog: it runs the ticks until a `Drive` is first polled and
-/// once the last is dropped, and takes over from one not polled at most 32 ticks late (of 4 ms
-/// at least: 128 ms on a 1 ms tick). With several `Drive`s on one timer, the last polled is
-/// woken, and once it is dropped the one polled before it. A timeout still never fires early; driven, it fires at the runtime's first wake past
-/// its deadline, as the runtime's own timers do: the `Drive` sleeps until the start of the next
-/// tick with work, then until the earliest deadline its turn left there (a tick's timeouts fire
-/// over those wakes, each wake's in the order a thread scheduled them). It completes when the
-/// timer stops, and at once on a manual timer ([`Builder::build_manual`]).
+/// once the last is dropped, and takes over from one not polled at most 32 ticks (of 4 ms at
+/// least) late. With several `Drive`s, the last polled is woken, and once it is dropped the one
+/// polled before it. A timeout never fires early; driven, it fires at the runtime's first wake
+/// past its deadline, as the runtime's own timers do: the `Drive` sleeps until the start of the
+/// next tick with work, then until the earliest deadline its turn left there (a tick's timeouts
+/// fire over those wakes, each wake's in the order a thread scheduled them). It completes when
+/// the timer stops, and at once on a manual timer ([`Builder::build_manual`]).
 ///
 /// A panic of the runtime's code (`sleep_until`, a sleep's poll or `Drop`, a waker; tokio's
 /// `sleep_until` panics on a runtime without timers) is caught, counted in
