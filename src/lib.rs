@@ -100,10 +100,8 @@
 mod sync;
 // The error enums.
 mod error;
-// The engine: slots, shards, the wheel, the worker, who runs the turns, the lifecycle.
+// The engine: slots, shards, the wheel, the worker, who runs the turns, the lifecycle, the tasks.
 mod engine;
-// The task traits, and the catching of user code.
-mod task;
 // The owner, its handle's methods, the builder, the futures, the runtime's drive.
 mod timer;
 // Adapters to other crates' timer interfaces.
@@ -139,9 +137,10 @@ pub use adapters::delay_queue::{self, DelayQueue};
 pub use adapters::hyper::{HyperSleep, HyperTimer};
 #[cfg(feature = "tower")]
 pub use adapters::tower::{TimeoutLayer, TimeoutResponseFuture, TimeoutService};
-pub use engine::{BoxedTask, NeverRan, Stored, Timeout, TimerStats, INSTANCE_COUNT_LIMIT};
+pub use engine::{
+    BoxedTask, NeverRan, Stored, Timeout, TimerStats, TimerTask, TypedTask, INSTANCE_COUNT_LIMIT,
+};
 pub use error::{BuildError, DeadlineError, TimerError};
-pub use task::{TimerTask, TypedTask};
 pub use timer::{
     Builder, Deadline, Drive, HashedWheelTimer, Interval, ManualDriver, MissedRuns,
     PeriodicTimeout, Sleep, Timer, TimerHandle, MAX_TICKS_PER_WHEEL,

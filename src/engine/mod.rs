@@ -28,9 +28,10 @@ use slots::{BlockIds, BLOCK};
 pub use slots::{Timeout, TimerHandle};
 pub use stats::TimerStats;
 use std::time::Duration;
-pub(crate) use task::{catch_user_panic, drop_caught, log_caught, wake_all, Executor, Payload};
-pub use task::{BoxedTask, NeverRan, Stored};
+pub(crate) use task::{catch_user_panic, drop_caught, log_caught, wake_all, Executor};
+pub use task::{BoxedTask, Stored, TimerTask, TypedTask};
 use wheel::SlotId;
+pub use worker::NeverRan;
 use worker::Worker;
 
 /// Slot ids a timer can name at once (blocks alive, handles included).

@@ -1,15 +1,127 @@
-//! What a timer stores per timeout: a `Stored`, run once with its own `Timeout`. A `BoxedTask`'s
-//! box goes back to the producers for the next closure of its type: no allocation per timeout.
+//! The work a timeout runs and how a timer stores it: [`TimerTask`] (any closure, boxed on the
+//! default timer, the box reused for the next closure of its type) and [`TypedTask`] (a typed
+//! timer's tasks, stored whole); both are a `Stored`, run once with its own `Timeout`. User code
+//! runs here, caught.
 
 use super::{Shared, Timeout};
 use std::any::Any;
 use std::fmt;
-use std::ops::Deref;
+
+/// A task run once when its [`Timeout`] expires (Netty's `TimerTask`).
+///
+/// Every `FnOnce(&Timeout) + Send + 'static` closure is one. A closure that captures nothing
+/// allocates nothing; one that captures data is boxed (see [`BoxedTask`]).
+///
+/// ```
+/// use hashed_timer_wheel::{HashedWheelTimer, Timeout, TimerTask};
+/// use std::time::Duration;
+///
+/// struct Retry { attempt: u32 }
+///
+/// impl TimerTask for Retry {
+///     fn run(self: Box<Self>, timeout: &Timeout) {
+///         if self.attempt < 3 {
+///             let next = Retry { attempt: self.attempt + 1 };
+///             let _ = timeout.timer().new_timeout(next, Duration::from_millis(10));
+///         }
+///     }
+/// }
+///
+/// let timer = HashedWheelTimer::new(Duration::from_millis(10), 64);
+/// timer.new_timeout(Retry { attempt: 0 }, Duration::from_millis(10)).unwrap();
+/// ```
+pub trait TimerTask: Send + 'static {
+    /// Runs the task: at most once, on the worker thread (or the executor).
+    ///
+    /// A panic, of the task or of its `Drop` when dropped unrun, is caught, counted in
+    /// [`TimerStats::panicked`](crate::TimerStats::panicked) and logged.
+    fn run(self: Box<Self>, timeout: &Timeout);
+
+    /// Runs the task held by value: what the timer calls when the task's time comes. Closures
+    /// run in place; the default boxes the task for [`TimerTask::run`]. A task type of your
+    /// own can run here without that box.
+    #[inline]
+    fn run_unboxed(self, timeout: &Timeout)
+    where
+        Self: Sized,
+    {
+        TimerTask::run(Box::new(self), timeout)
+    }
+}
+
+impl<F> TimerTask for F
+where
+    F: FnOnce(&Timeout) + Send + 'static,
+{
+    #[inline]
+    fn run(self: Box<Self>, timeout: &Timeout) {
+        (*self)(timeout)
+    }
+
+    #[inline]
+    fn run_unboxed(self, timeout: &Timeout) {
+        self(timeout)
+    }
+}
+
+/// A boxed task is a task: what the [`Timer`](crate::Timer) trait passes.
+impl TimerTask for Box<dyn TimerTask> {
+    fn run(self: Box<Self>, timeout: &Timeout) {
+        (*self).run(timeout)
+    }
+
+    fn run_unboxed(self, timeout: &Timeout) {
+        self.run(timeout)
+    }
+}
+
+/// A task of a typed timer (`HashedWheelTimer<T>`), stored in place: scheduling allocates nothing.
+///
+/// One type per timer (make it an enum for several kinds of work), built with
+/// [`Builder::build_typed`](crate::Builder::build_typed).
+///
+/// ```
+/// use hashed_timer_wheel::{HashedWheelTimer, Timeout, TypedTask};
+/// use std::sync::mpsc;
+/// use std::time::Duration;
+///
+/// struct RequestTimeout {
+///     id: u64,
+///     expired: mpsc::Sender<u64>,
+/// }
+///
+/// impl TypedTask for RequestTimeout {
+///     fn run(self, _: &Timeout<Self>) {
+///         let _ = self.expired.send(self.id);
+///     }
+/// }
+///
+/// let timer: HashedWheelTimer<RequestTimeout> = HashedWheelTimer::builder()
+///     .tick_duration(Duration::from_millis(1))
+///     .build_typed()
+///     .unwrap();
+/// let (tx, rx) = mpsc::channel();
+/// let answered = timer.new_timeout(RequestTimeout { id: 1, expired: tx.clone() }, Duration::from_secs(5))?;
+/// timer.new_timeout(RequestTimeout { id: 2, expired: tx }, Duration::from_millis(5))?;
+/// answered.cancel(); // request 1 was answered in time
+/// assert_eq!(rx.recv()?, 2);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub trait TypedTask: Send + Sized + 'static {
+    /// Runs the task: at most once, on the worker thread (or the executor), as for [`TimerTask`].
+    fn run(self, timeout: &Timeout<Self>);
+}
+
+impl<T: TypedTask> Payload for T {
+    #[inline]
+    fn run(self, timeout: &Timeout<Self>) {
+        TypedTask::run(self, timeout)
+    }
+}
 
 /// What a timer stores per timeout: [`BoxedTask`] on the default timer, a [`TypedTask`]'s `T`
 /// on a typed one. Sealed: those two are all there is.
 ///
-/// [`TypedTask`]: crate::TypedTask
 pub trait Stored: Payload {}
 
 impl<J: Payload> Stored for J {}
@@ -43,19 +155,16 @@ trait Closure: Send {
     fn into_any(self: Box<Self>) -> Box<dyn Any + Send>;
 }
 
-/// A closure that captures something, until it runs.
-struct Holder<F>(Option<F>);
+/// A task with data, until it runs.
+struct Holder<T>(Option<T>);
 
-/// A closure that captures nothing: its box allocates nothing, and none is kept.
-struct Bare<F>(F);
+/// A task of no size: its box allocates nothing, and none is kept.
+struct Bare<T>(T);
 
-impl<F> Closure for Holder<F>
-where
-    F: FnOnce(&Timeout<BoxedTask>) + Send + 'static,
-{
+impl<T: TimerTask> Closure for Holder<T> {
     fn call(mut self: Box<Self>, timeout: &Timeout<BoxedTask>) -> Option<Box<dyn Closure>> {
-        if let Some(f) = self.0.take() {
-            f(timeout)
+        if let Some(task) = self.0.take() {
+            task.run_unboxed(timeout)
         }
         Some(self)
     }
@@ -70,9 +179,9 @@ where
     }
 }
 
-impl<F: FnOnce(&Timeout<BoxedTask>) + Send + 'static> Closure for Bare<F> {
+impl<T: TimerTask> Closure for Bare<T> {
     fn call(self: Box<Self>, timeout: &Timeout<BoxedTask>) -> Option<Box<dyn Closure>> {
-        (self.0)(timeout);
+        self.0.run_unboxed(timeout);
         None
     }
 
@@ -86,29 +195,26 @@ impl<F: FnOnce(&Timeout<BoxedTask>) + Send + 'static> Closure for Bare<F> {
 }
 
 impl BoxedTask {
-    /// Boxes `f`.
-    pub fn new<F: FnOnce(&Timeout<BoxedTask>) + Send + 'static>(f: F) -> BoxedTask {
-        if std::mem::size_of::<F>() == 0 {
-            BoxedTask(Box::new(Bare(f)))
+    /// Boxes `task` (any closure taking a `&Timeout`, or a [`TimerTask`] of your own).
+    pub fn new<T: TimerTask>(task: T) -> BoxedTask {
+        if std::mem::size_of::<T>() == 0 {
+            BoxedTask(Box::new(Bare(task)))
         } else {
-            BoxedTask(Box::new(Holder::<F>(Some(f))))
+            BoxedTask(Box::new(Holder(Some(task))))
         }
     }
 
-    /// `f` in the last spare box if it is of `f`'s type, else in a new one.
-    pub(crate) fn reusing<F>(f: F, spares: &mut Vec<BoxedTask>) -> BoxedTask
-    where
-        F: FnOnce(&Timeout<BoxedTask>) + Send + 'static,
-    {
-        if std::mem::size_of::<F>() > 0 {
+    /// `task` in the last spare box if it is of `task`'s type, else in a new one.
+    pub(crate) fn reusing<T: TimerTask>(task: T, spares: &mut Vec<BoxedTask>) -> BoxedTask {
+        if std::mem::size_of::<T>() > 0 {
             if let Some(spare) = spares.pop() {
-                if let Ok(mut holder) = spare.0.into_any().downcast::<Holder<F>>() {
-                    holder.0 = Some(f);
+                if let Ok(mut holder) = spare.0.into_any().downcast::<Holder<T>>() {
+                    holder.0 = Some(task);
                     return BoxedTask(holder);
                 }
             }
         }
-        BoxedTask::new(f)
+        BoxedTask::new(task)
     }
 }
 
@@ -131,100 +237,6 @@ impl Payload for BoxedTask {
 impl fmt::Debug for BoxedTask {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("BoxedTask")
-    }
-}
-
-/// A timeout [`stop()`](crate::TimerHandle::stop) ended before it ran, with its task (Netty's
-/// `timeout.task()`): a shutdown takes the task to complete what it stood for, runs it, or drops
-/// it (its `Drop` runs then, once). It reads as its [`Timeout`], now cancelled.
-///
-/// ```
-/// use hashed_timer_wheel::{HashedWheelTimer, Timeout, TypedTask};
-/// use std::time::Duration;
-///
-/// struct RequestTimeout(u64);
-///
-/// impl TypedTask for RequestTimeout {
-///     fn run(self, _: &Timeout<Self>) { /* answer request self.0 with a timeout */ }
-/// }
-///
-/// let timer: HashedWheelTimer<RequestTimeout> = HashedWheelTimer::builder().build_typed()?;
-/// timer.new_timeout(RequestTimeout(7), Duration::from_secs(30))?;
-/// for never_ran in timer.stop()? {
-///     assert!(never_ran.is_cancelled());
-///     let RequestTimeout(id) = never_ran.into_task();
-///     assert_eq!(id, 7); // fail request 7: the service is shutting down
-/// }
-/// # Ok::<(), Box<dyn std::error::Error>>(())
-/// ```
-pub struct NeverRan<J: Stored = BoxedTask> {
-    timeout: Timeout<J>,
-    task: J,
-}
-
-impl<J: Stored> NeverRan<J> {
-    pub(crate) fn new(timeout: Timeout<J>, task: J) -> NeverRan<J> {
-        NeverRan { timeout, task }
-    }
-
-    /// The task, by reference (a typed timer's `T`).
-    pub fn task(&self) -> &J {
-        &self.task
-    }
-
-    /// The task, taken out.
-    pub fn into_task(self) -> J {
-        self.task
-    }
-
-    /// The timeout and its task.
-    pub fn into_parts(self) -> (Timeout<J>, J) {
-        (self.timeout, self.task)
-    }
-
-    /// Runs the task now, on the calling thread, with its timeout (cancelled): Netty's
-    /// `timeout.task().run(timeout)`. A panic of the task unwinds from here.
-    pub fn run(self) {
-        self.task.run(&self.timeout)
-    }
-}
-
-impl<J: Stored> Deref for NeverRan<J> {
-    type Target = Timeout<J>;
-
-    fn deref(&self) -> &Timeout<J> {
-        &self.timeout
-    }
-}
-
-/// Its timeout; the task is dropped.
-impl<J: Stored> From<NeverRan<J>> for Timeout<J> {
-    fn from(never_ran: NeverRan<J>) -> Timeout<J> {
-        never_ran.timeout
-    }
-}
-
-/// Whether it is the timeout `other`.
-impl<J: Stored> PartialEq<Timeout<J>> for NeverRan<J> {
-    fn eq(&self, other: &Timeout<J>) -> bool {
-        self.timeout == *other
-    }
-}
-
-/// Whether both are the same timeout.
-impl<J: Stored> PartialEq for NeverRan<J> {
-    fn eq(&self, other: &Self) -> bool {
-        self.timeout == other.timeout
-    }
-}
-
-impl<J: Stored> Eq for NeverRan<J> {}
-
-impl<J: Stored> fmt::Debug for NeverRan<J> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("NeverRan")
-            .field("timeout", &self.timeout)
-            .finish_non_exhaustive()
     }
 }
 
@@ -360,7 +372,7 @@ impl Drop for Executor {
 pub(crate) type Job = Box<dyn FnOnce() + Send>;
 
 // A panic of the executor is caught where it is called, and leaves nothing of the timer's
-// half-changed (`task::catch_user_panic`): the timer stays unwind-safe with one set.
+// half-changed (`catch_user_panic`): the timer stays unwind-safe with one set.
 impl std::panic::RefUnwindSafe for Executor {}
 impl std::panic::UnwindSafe for Executor {}
 

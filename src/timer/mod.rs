@@ -22,7 +22,7 @@ pub use periodic::{MissedRuns, PeriodicTimeout};
 pub use sleep::Sleep;
 
 use crate::engine::{BoxedTask, NeverRan, Stored};
-use crate::{task, Timeout, TimerError, TimerStats, TimerTask, TypedTask};
+use crate::{Timeout, TimerError, TimerStats, TimerTask, TypedTask};
 use std::time::Duration;
 
 /// The largest wheel: `ticks_per_wheel` above this is an error (as in Netty before 4.1.107).
@@ -113,7 +113,7 @@ impl TimerHandle {
         task: T,
         delay: Duration,
     ) -> Result<Timeout, TimerError> {
-        let make = |spares: &mut Vec<BoxedTask>| task::boxed(task, spares);
+        let make = |spares: &mut Vec<BoxedTask>| BoxedTask::reusing(task, spares);
         let handle = self.0.schedule_with(make, delay, false)?;
         Ok(handle.expect("a handle was asked for"))
     }
@@ -129,7 +129,7 @@ impl TimerHandle {
         task: T,
         delay: Duration,
     ) -> Result<(), TimerError> {
-        let make = |spares: &mut Vec<BoxedTask>| task::boxed(task, spares);
+        let make = |spares: &mut Vec<BoxedTask>| BoxedTask::reusing(task, spares);
         self.0.schedule_with(make, delay, true).map(drop)
     }
 }

@@ -272,7 +272,7 @@ where
         exempt: false,
         kind: crate::engine::Kind::Task,
     };
-    let make = |spares: &mut Vec<BoxedTask>| crate::task::boxed(run, spares);
+    let make = |spares: &mut Vec<BoxedTask>| BoxedTask::reusing(run, spares);
     let timeout = shared.schedule_at(make, at, false)?;
     Ok(timeout.expect("a handle was asked for"))
 }

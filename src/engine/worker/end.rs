@@ -1,13 +1,16 @@
 //! How the worker ends a slot: the expiry walk (what of the current tick's bucket is due, ended
-//! and run, or woken), and the slots that end without expiring (a cancel it finds, `stop()`).
+//! and run, or woken), and the slots that end without expiring (a cancel it finds, `stop()`,
+//! which hands each one that never ran back as a `NeverRan`).
 
 use super::{split, Runner, Tally, Worker};
 use crate::engine::shard::SPARE_CHUNK;
 use crate::engine::slots::{Block, Kind, Timeout, BLOCK};
 use crate::engine::task::{drop_unrun, run};
 use crate::engine::wheel::{SlotId, Wheel};
-use crate::engine::{wake_all, NeverRan, Shared, Stored};
+use crate::engine::{wake_all, BoxedTask, Shared, Stored};
 use crate::sync::Arc;
+use std::fmt;
+use std::ops::Deref;
 use std::task::Waker;
 
 impl<J: Stored> Worker<J> {
@@ -180,4 +183,98 @@ fn kept<J>(chunks: &mut Vec<Vec<J>>) -> &mut Vec<J> {
         chunks.push(Vec::new());
     }
     chunks.last_mut().expect("a chunk was just pushed")
+}
+
+/// A timeout [`stop()`](crate::TimerHandle::stop) ended before it ran, with its task (Netty's
+/// `timeout.task()`): a shutdown takes the task to complete what it stood for, runs it, or drops
+/// it (its `Drop` runs then, once). It reads as its [`Timeout`], now cancelled.
+///
+/// ```
+/// use hashed_timer_wheel::{HashedWheelTimer, Timeout, TypedTask};
+/// use std::time::Duration;
+///
+/// struct RequestTimeout(u64);
+///
+/// impl TypedTask for RequestTimeout {
+///     fn run(self, _: &Timeout<Self>) { /* answer request self.0 with a timeout */ }
+/// }
+///
+/// let timer: HashedWheelTimer<RequestTimeout> = HashedWheelTimer::builder().build_typed()?;
+/// timer.new_timeout(RequestTimeout(7), Duration::from_secs(30))?;
+/// for never_ran in timer.stop()? {
+///     assert!(never_ran.is_cancelled());
+///     let RequestTimeout(id) = never_ran.into_task();
+///     assert_eq!(id, 7); // fail request 7: the service is shutting down
+/// }
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub struct NeverRan<J: Stored = BoxedTask> {
+    timeout: Timeout<J>,
+    task: J,
+}
+
+impl<J: Stored> NeverRan<J> {
+    pub(crate) fn new(timeout: Timeout<J>, task: J) -> NeverRan<J> {
+        NeverRan { timeout, task }
+    }
+
+    /// The task, by reference (a typed timer's `T`).
+    pub fn task(&self) -> &J {
+        &self.task
+    }
+
+    /// The task, taken out.
+    pub fn into_task(self) -> J {
+        self.task
+    }
+
+    /// The timeout and its task.
+    pub fn into_parts(self) -> (Timeout<J>, J) {
+        (self.timeout, self.task)
+    }
+
+    /// Runs the task now, on the calling thread, with its timeout (cancelled): Netty's
+    /// `timeout.task().run(timeout)`. A panic of the task unwinds from here.
+    pub fn run(self) {
+        self.task.run(&self.timeout)
+    }
+}
+
+impl<J: Stored> Deref for NeverRan<J> {
+    type Target = Timeout<J>;
+
+    fn deref(&self) -> &Timeout<J> {
+        &self.timeout
+    }
+}
+
+/// Its timeout; the task is dropped.
+impl<J: Stored> From<NeverRan<J>> for Timeout<J> {
+    fn from(never_ran: NeverRan<J>) -> Timeout<J> {
+        never_ran.timeout
+    }
+}
+
+/// Whether it is the timeout `other`.
+impl<J: Stored> PartialEq<Timeout<J>> for NeverRan<J> {
+    fn eq(&self, other: &Timeout<J>) -> bool {
+        self.timeout == *other
+    }
+}
+
+/// Whether both are the same timeout.
+impl<J: Stored> PartialEq for NeverRan<J> {
+    fn eq(&self, other: &Self) -> bool {
+        self.timeout == other.timeout
+    }
+}
+
+impl<J: Stored> Eq for NeverRan<J> {}
+
+impl<J: Stored> fmt::Debug for NeverRan<J> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("NeverRan")
+            .field("timeout", &self.timeout)
+            .finish_non_exhaustive()
+    }
 }

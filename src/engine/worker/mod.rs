@@ -15,6 +15,7 @@ use std::task::Waker;
 use std::time::Duration;
 
 mod end;
+pub use end::NeverRan;
 
 /// The worker gives back what drained at most this often while busy, and before a sleep this long.
 const TRIM_NANOS: u64 = 1_000_000_000;
