@@ -2,7 +2,7 @@
 //! `src/engine/lifecycle.rs`).
 //!
 //! With nothing pending the worker parks with no deadline (a loom park); a producer must wake
-//! it. The worker stores its plan in `planned` (SeqCst, `Worker::settle`) and then looks at
+//! it. The worker stores its plan in `planned` (SeqCst, `Worker::plan`) and then looks at
 //! every shard under its lock; a producer pushes under its shard's lock and then reads `planned`
 //! (`Shared::wake_if_later_than`): either the worker sees the push before it parks, or the
 //! producer sees the plan and unparks it. The model waits for the task with a loom park of its

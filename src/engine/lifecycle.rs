@@ -85,7 +85,7 @@ impl<J: Stored> Shared<J> {
         *lock(&self.turn_thread) = Some(thread::current().id());
         worker.tally.wakeups += u64::from(!self.clock.is_manual());
         let busy = worker.turn(self, now, runner);
-        let plan = (worker.settle(self, busy), worker.soonest);
+        let plan = (worker.plan(self, busy), worker.soonest);
         worker.publish(self);
         *lock(&self.turn_thread) = None;
         // Acquire: pairs with the Release in `shutdown`.
@@ -98,7 +98,7 @@ impl<J: Stored> Shared<J> {
             worker.tally.cancelled += returned.len() as u64;
             worker.publish(self);
             self.drop_tasks(returned);
-            self.let_go();
+            self.clear_shards();
             return None;
         }
         Some(plan)
@@ -167,7 +167,7 @@ impl<J: Stored> Shared<J> {
         if let Some(mut worker) = worker {
             worker.stop(self, &mut returned);
         }
-        self.let_go();
+        self.clear_shards();
         Ok(returned)
     }
 
@@ -196,7 +196,7 @@ impl<J: Stored> Shared<J> {
     }
 
     /// The shards let go of their blocks and segments: no block keeps the timer alive.
-    fn let_go(&self) {
+    fn clear_shards(&self) {
         for shard in self.shards.iter() {
             let mut shard = lock(shard);
             shard.cursors = [None, None];

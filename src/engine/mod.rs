@@ -274,7 +274,7 @@ impl<J: Stored> Shared<J> {
     /// that is not polled leaves the timeout no later than twice the grace.
     fn wake_if_later_than(&self, needed: u64) {
         // SeqCst: with the worker's SeqCst store of its plan before it locks the shards
-        // (`Worker::settle`), either it sees this push or this load sees its plan.
+        // (`Worker::plan`), either it sees this push or this load sees its plan.
         if needed < self.planned.load(Ordering::SeqCst) {
             if self.is_driven() {
                 self.planned.fetch_min(needed, Ordering::SeqCst);

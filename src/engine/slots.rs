@@ -117,7 +117,7 @@ impl<J: Stored> Block<J> {
     }
 
     /// A block the worker holds alone, every slot ended: fresh again, for its shard's spares.
-    pub(crate) fn renew(block: &mut Arc<Block<J>>) -> bool {
+    pub(crate) fn reuse(block: &mut Arc<Block<J>>) -> bool {
         let Some(block) = Arc::get_mut(block) else {
             return false;
         };

@@ -125,7 +125,7 @@ fn put_back<J: Stored>(
 ) {
     if usize::from(*ended_in) < BLOCK {
         *held = Some(block);
-    } else if Block::renew(&mut block) {
+    } else if Block::reuse(&mut block) {
         spares[block.shard()].push(block);
     }
 }

@@ -158,7 +158,7 @@ impl<J: Stored> Worker<J> {
 
     /// Publishes the plan, and returns it (`NEVER`: nothing to wait for): the next tick with
     /// work, or the current one while producers push (a look once a tick, however many pushes).
-    pub(crate) fn settle(&mut self, shared: &Shared<J>, busy: bool) -> u64 {
+    pub(crate) fn plan(&mut self, shared: &Shared<J>, busy: bool) -> u64 {
         let tick = self.wheel.tick();
         if busy || !self.inbox.is_empty() {
             shared.set_plan(tick, tick);
