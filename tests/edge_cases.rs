@@ -611,6 +611,36 @@ fn stop_returns_the_queued_timeouts_of_every_producer_thread() {
 // stop() and start()
 
 #[test]
+fn a_task_stop_returned_runs_on_another_timer() {
+    init();
+    let (old, _) = manual(ms(10));
+    let (new, driver) = manual(ms(10));
+    let (tx, rx) = mpsc::channel();
+    let task = move |t: &Timeout| tx.send((t.is_expired(), t.is_cancelled())).unwrap();
+    old.new_timeout(task, Duration::from_secs(60)).unwrap();
+    let never_ran = old
+        .stop()
+        .unwrap()
+        .pop()
+        .expect("the pending timeout comes back");
+    let moved = new.new_timeout(never_ran.into_task(), ms(20)).unwrap();
+    driver.advance(ms(20));
+    assert_eq!(
+        rx.try_recv(),
+        Err(mpsc::TryRecvError::Empty),
+        "not before its tick ends"
+    );
+    driver.advance(ms(10));
+    assert_eq!(
+        rx.try_recv(),
+        Ok((true, false)),
+        "run once, with the new timer's timeout"
+    );
+    assert!(moved.is_expired());
+    assert_eq!(new.pending_timeouts(), 0);
+}
+
+#[test]
 fn stop_twice_returns_the_pending_then_nothing() {
     init();
     let timer = HashedWheelTimer::new(ms(10), 64);

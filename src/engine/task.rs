@@ -234,6 +234,18 @@ impl Payload for BoxedTask {
     }
 }
 
+/// A boxed task is a task: one that [`stop()`](crate::TimerHandle::stop) gave back
+/// ([`NeverRan::into_task`](crate::NeverRan::into_task)) can be scheduled again, on another timer.
+impl TimerTask for BoxedTask {
+    fn run(self: Box<Self>, timeout: &Timeout) {
+        Payload::run(*self, timeout)
+    }
+
+    fn run_unboxed(self, timeout: &Timeout) {
+        Payload::run(self, timeout)
+    }
+}
+
 impl fmt::Debug for BoxedTask {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("BoxedTask")

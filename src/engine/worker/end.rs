@@ -223,7 +223,8 @@ impl<J: Stored> NeverRan<J> {
         &self.task
     }
 
-    /// The task, taken out.
+    /// The task, taken out: a typed timer's `T`, or the default timer's [`BoxedTask`], which
+    /// another timer's `new_timeout` takes.
     pub fn into_task(self) -> J {
         self.task
     }
