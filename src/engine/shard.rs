@@ -152,60 +152,8 @@ pub(crate) fn shard_index() -> usize {
     })
 }
 
-/// What the worker and the shards exchange as a tick ends (`Shared::take_queues`): the shards'
-/// new timeouts, blocks and cancels for the worker, and per shard what ended work left for it.
-pub(crate) struct Exchange<J: Stored> {
-    /// Segments of new timeouts, each with its shard.
-    pub(crate) taken: Vec<(usize, Vec<Entry<J>>)>,
-    pub(crate) new_blocks: Vec<Arc<Block<J>>>,
-    pub(crate) cancels: Vec<SlotId>,
-    /// Per shard: blocks whose slots all ended, for reuse.
-    pub(crate) spares: Vec<Vec<Arc<Block<J>>>>,
-    /// Per shard: emptied segments.
-    pub(crate) free_segments: Vec<Vec<Vec<Entry<J>>>>,
-    /// Per shard: what ended tasks left for the next ones (`Payload::run_keeping`), in chunks
-    /// of at most `SPARE_CHUNK`, handed to the shard that made the task.
-    pub(crate) task_spares: Vec<Vec<Vec<J>>>,
-}
-
-impl<J: Stored> Exchange<J> {
-    pub(crate) fn new() -> Exchange<J> {
-        Exchange {
-            taken: Vec::new(),
-            new_blocks: Vec::new(),
-            cancels: Vec::new(),
-            spares: (0..SHARDS).map(|_| Vec::new()).collect(),
-            free_segments: (0..SHARDS).map(|_| Vec::new()).collect(),
-            task_spares: (0..SHARDS).map(|_| Vec::new()).collect(),
-        }
-    }
-}
-
-/// The worker's side of the shards: it takes their queues once a tick and hands back spares.
+/// The worker's side of the shards beyond taking their queues (`Worker::take_queues`).
 impl<J: Stored> Shared<J> {
-    /// Takes every shard's queues, and hands each shard its spare blocks and empty segments.
-    pub(crate) fn take_queues(&self, x: &mut Exchange<J>) {
-        let returns = x
-            .spares
-            .iter_mut()
-            .zip(&mut x.task_spares)
-            .zip(&mut x.free_segments);
-        for (i, (shard, ((spares, tasks), segments))) in self.shards.iter().zip(returns).enumerate()
-        {
-            let mut shard = lock(shard);
-            x.taken
-                .extend(shard.timeouts.drain(..).map(|segment| (i, segment)));
-            x.new_blocks.append(&mut shard.new_blocks);
-            x.cancels.append(&mut shard.cancels);
-            for block in spares.drain(..) {
-                shard.spares[block.kind() as usize].push(block);
-            }
-            tasks.retain(|chunk| !chunk.is_empty());
-            shard.task_chunks.append(tasks);
-            shard.free_segments.append(segments);
-        }
-    }
-
     /// Frees a slice of the shards' spares beyond their bounds (the worker's `trim`), outside
     /// their locks (the spare boxes are empty: no user code runs); whether some are left.
     pub(crate) fn trim_spares(&self) -> bool {

@@ -34,16 +34,16 @@ impl<J: Stored> Worker<J> {
             self.ended += 1;
             shared.set_ended(self.ended, 1);
             let kept = if J::KEEPS {
-                kept(&mut self.x.task_spares[block.shard()])
+                kept(&mut self.task_spares[block.shard()])
             } else {
                 &mut none
             };
             let block = walk.end_due(block, index, Due { task, deadline }, kept);
-            put_back(held, block, &mut self.x.spares);
+            put_back(held, block, &mut self.spares);
         });
         if !none.is_empty() {
             // Kept by a task whose type said it keeps none: they go back as any others do.
-            self.x.task_spares[0].push(none);
+            self.task_spares[0].push(none);
         }
         // A `Ticker`'s lone future waits for the next turn (the `Drive`'s); two or more wake now.
         if self.runner != Runner::Ticker || self.wakers.len() > 1 {
@@ -55,7 +55,7 @@ impl<J: Stored> Worker<J> {
     /// Ends a slot that is not in the wheel (or no longer), dropping its task.
     pub(super) fn end(&mut self, shared: &Shared<J>, id: SlotId, task: J) {
         let shard = self.end_slot(shared, id);
-        let spares = kept(&mut self.x.task_spares[shard]);
+        let spares = kept(&mut self.task_spares[shard]);
         self.tally.panicked += u64::from(!drop_unrun(task, spares));
     }
 
@@ -67,7 +67,7 @@ impl<J: Stored> Worker<J> {
         shared.set_ended(self.ended, 1);
         self.blocks[bid].1 += 1;
         if let Some(block) = self.blocks[bid].0.take() {
-            put_back(&mut self.blocks[bid], block, &mut self.x.spares);
+            put_back(&mut self.blocks[bid], block, &mut self.spares);
         }
         shard
     }

@@ -5,12 +5,11 @@
 //! (cancellations, new timeouts), move up to `TRANSFER_CAP` new timeouts into the wheel, expire
 //! the tick's bucket. It ends every slot once, and counts it ended before the task runs.
 
-use super::shard::Exchange;
 use super::slots::{Block, BLOCK};
 use super::stats::{Published, CLASSES};
 use super::wheel::{SlotId, Wheel};
-use super::{segment_len, wake_all, Entry, Shared, Stored, NEVER, TRANSFER_CAP};
-use crate::sync::Arc;
+use super::{segment_len, wake_all, Entry, Shared, Stored, NEVER, SHARDS, TRANSFER_CAP};
+use crate::sync::{lock, Arc};
 use std::collections::VecDeque;
 use std::task::Waker;
 use std::time::Duration;
@@ -49,8 +48,17 @@ pub(crate) struct Worker<J: Stored> {
     blocks: Vec<(Option<Arc<Block<J>>>, u8)>,
     /// Segments taken from the shards, not yet all in the wheel (the cap), oldest first.
     inbox: VecDeque<(usize, Vec<Entry<J>>)>,
-    /// What a `collect` takes from the shards, and what it hands back to them.
-    x: Exchange<J>,
+    /// The segments a `collect` takes, on their way to the inbox.
+    taken: Vec<(usize, Vec<Entry<J>>)>,
+    new_blocks: Vec<Arc<Block<J>>>,
+    /// Emptied segments, for the shards.
+    free_segments: Vec<Vec<Vec<Entry<J>>>>,
+    cancels: Vec<SlotId>,
+    /// Per shard: blocks to give back at the next `collect`.
+    spares: Vec<Vec<Arc<Block<J>>>>,
+    /// Per shard: what ended tasks left for the next ones (`Stored::run_keeping`), in chunks
+    /// of at most `SPARE_CHUNK` (`kept`), handed to the shard that made the task.
+    task_spares: Vec<Vec<Vec<J>>>,
     /// The wakers of the futures a walk expired, woken once it has marked every due slot; a
     /// `Ticker`'s lone one waits here for the next turn's start (`Runner`).
     wakers: Vec<Waker>,
@@ -77,7 +85,12 @@ impl<J: Stored> Worker<J> {
             wheel: Wheel::new(shared.wheel_len.min(MAX_BUCKETS), shared.tick_nanos),
             blocks: Vec::new(),
             inbox: VecDeque::new(),
-            x: Exchange::new(),
+            taken: Vec::new(),
+            new_blocks: Vec::new(),
+            free_segments: (0..SHARDS).map(|_| Vec::new()).collect(),
+            cancels: Vec::new(),
+            spares: (0..SHARDS).map(|_| Vec::new()).collect(),
+            task_spares: (0..SHARDS).map(|_| Vec::new()).collect(),
             wakers: Vec::new(),
             runner: Runner::Thread,
             tally: Tally::default(),
@@ -172,9 +185,9 @@ impl<J: Stored> Worker<J> {
 
     /// Takes the shards' queues into the inbox, ending the cancelled; whether there was anything.
     fn collect(&mut self, shared: &Shared<J>) -> bool {
-        shared.take_queues(&mut self.x);
-        let found = !self.x.taken.is_empty() || !self.x.cancels.is_empty();
-        let mut blocks = std::mem::take(&mut self.x.new_blocks);
+        self.take_queues(shared);
+        let found = !self.taken.is_empty() || !self.cancels.is_empty();
+        let mut blocks = std::mem::take(&mut self.new_blocks);
         for block in blocks.drain(..) {
             let bid = split(block.slot(0)).0;
             if self.blocks.len() <= bid {
@@ -182,15 +195,37 @@ impl<J: Stored> Worker<J> {
             }
             self.blocks[bid] = (Some(block), 0);
         }
-        self.x.new_blocks = blocks;
-        let mut cancels = std::mem::take(&mut self.x.cancels);
+        self.new_blocks = blocks;
+        let mut cancels = std::mem::take(&mut self.cancels);
         for &id in &cancels {
             self.cancelled(shared, id);
         }
         cancels.clear();
-        self.x.cancels = cancels;
-        self.inbox.extend(self.x.taken.drain(..));
+        self.cancels = cancels;
+        self.inbox.extend(self.taken.drain(..));
         found
+    }
+
+    /// Takes every shard's queues, and hands each shard its spare blocks, spare tasks and empty
+    /// segments.
+    fn take_queues(&mut self, shared: &Shared<J>) {
+        let returns = self.spares.iter_mut().zip(&mut self.task_spares);
+        let returns = returns.zip(&mut self.free_segments);
+        for (i, (shard, ((spares, tasks), segments))) in
+            shared.shards.iter().zip(returns).enumerate()
+        {
+            let mut shard = lock(shard);
+            self.taken
+                .extend(shard.timeouts.drain(..).map(|segment| (i, segment)));
+            self.new_blocks.append(&mut shard.new_blocks);
+            self.cancels.append(&mut shard.cancels);
+            for block in spares.drain(..) {
+                shard.spares[block.kind() as usize].push(block);
+            }
+            tasks.retain(|chunk| !chunk.is_empty());
+            shard.task_chunks.append(tasks);
+            shard.free_segments.append(segments);
+        }
     }
 
     /// A slot `cancel()` won in the wheel: unlinks and ends it (a stale id, its block gone and
@@ -229,7 +264,7 @@ impl<J: Stored> Worker<J> {
             if !segment.is_empty() {
                 self.inbox.push_front((shard, segment));
             } else if segment.capacity() == segment_len::<J>() {
-                self.x.free_segments[shard].push(segment);
+                self.free_segments[shard].push(segment);
             }
         }
     }
@@ -258,12 +293,12 @@ impl<J: Stored> Worker<J> {
         let spares = shared.trim_spares();
         self.trimming = self.wheel.trim(TRIM_PAGES) || spares;
         self.inbox.shrink_to_fit();
-        self.x.taken.shrink_to_fit();
-        self.x.cancels.shrink_to_fit();
-        self.x.new_blocks.shrink_to_fit();
+        self.taken.shrink_to_fit();
+        self.cancels.shrink_to_fit();
+        self.new_blocks.shrink_to_fit();
         self.wakers.shrink_to_fit();
-        let returns = self.x.spares.iter_mut().zip(&mut self.x.task_spares);
-        for ((blocks, tasks), segments) in returns.zip(&mut self.x.free_segments) {
+        let returns = self.spares.iter_mut().zip(&mut self.task_spares);
+        for ((blocks, tasks), segments) in returns.zip(&mut self.free_segments) {
             blocks.shrink_to_fit();
             tasks.shrink_to_fit();
             segments.shrink_to_fit();
