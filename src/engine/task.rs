@@ -144,14 +144,14 @@ pub trait Payload: Send + Sized + 'static {
     const KEEPS: bool = false;
 }
 
-/// The boxed timer's task: any closure, in a box (no allocation for one that captures nothing;
-/// the box reused for the next closure of its type).
-pub struct BoxedTask(Box<dyn Closure>);
+/// The boxed timer's task: any [`TimerTask`], in a box (no allocation for one of no size, such
+/// as a closure that captures nothing; the box reused for the next task of its type).
+pub struct BoxedTask(Box<dyn InBox>);
 
-/// A closure in its box. Run or dropped, a box that can hold the next closure comes back empty.
-trait Closure: Send {
-    fn call(self: Box<Self>, timeout: &Timeout<BoxedTask>) -> Option<Box<dyn Closure>>;
-    fn clear(self: Box<Self>) -> Option<Box<dyn Closure>>;
+/// A task in its box. Run or dropped, a box that can hold the next task comes back empty.
+trait InBox: Send {
+    fn call(self: Box<Self>, timeout: &Timeout<BoxedTask>) -> Option<Box<dyn InBox>>;
+    fn clear(self: Box<Self>) -> Option<Box<dyn InBox>>;
     fn into_any(self: Box<Self>) -> Box<dyn Any + Send>;
 }
 
@@ -161,15 +161,15 @@ struct Holder<T>(Option<T>);
 /// A task of no size: its box allocates nothing, and none is kept.
 struct Bare<T>(T);
 
-impl<T: TimerTask> Closure for Holder<T> {
-    fn call(mut self: Box<Self>, timeout: &Timeout<BoxedTask>) -> Option<Box<dyn Closure>> {
+impl<T: TimerTask> InBox for Holder<T> {
+    fn call(mut self: Box<Self>, timeout: &Timeout<BoxedTask>) -> Option<Box<dyn InBox>> {
         if let Some(task) = self.0.take() {
             task.run_unboxed(timeout)
         }
         Some(self)
     }
 
-    fn clear(mut self: Box<Self>) -> Option<Box<dyn Closure>> {
+    fn clear(mut self: Box<Self>) -> Option<Box<dyn InBox>> {
         self.0 = None;
         Some(self)
     }
@@ -179,13 +179,13 @@ impl<T: TimerTask> Closure for Holder<T> {
     }
 }
 
-impl<T: TimerTask> Closure for Bare<T> {
-    fn call(self: Box<Self>, timeout: &Timeout<BoxedTask>) -> Option<Box<dyn Closure>> {
+impl<T: TimerTask> InBox for Bare<T> {
+    fn call(self: Box<Self>, timeout: &Timeout<BoxedTask>) -> Option<Box<dyn InBox>> {
         self.0.run_unboxed(timeout);
         None
     }
 
-    fn clear(self: Box<Self>) -> Option<Box<dyn Closure>> {
+    fn clear(self: Box<Self>) -> Option<Box<dyn InBox>> {
         None
     }
 
