@@ -121,7 +121,6 @@ impl<T: TypedTask> Payload for T {
 
 /// What a timer stores per timeout: [`BoxedTask`] on the default timer, a [`TypedTask`]'s `T`
 /// on a typed one. Sealed: those two are all there is.
-///
 pub trait Stored: Payload {}
 
 impl<J: Payload> Stored for J {}
