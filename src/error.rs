@@ -25,8 +25,8 @@ pub enum BuildError {
     },
     /// The worker thread's name holds a NUL byte, which no thread name may.
     ThreadNameWithNul,
-    /// [`Builder::build_on_tokio`](crate::Builder::build_on_tokio) was called outside a tokio
-    /// runtime, or on one without timers.
+    /// `Builder::build_on_tokio` (feature `tokio`) was called outside a tokio runtime, or on one
+    /// without timers.
     NoRuntime,
 }
 
