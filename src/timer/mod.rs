@@ -170,10 +170,11 @@ impl<J: Stored> TimerHandle<J> {
     }
 
     /// Stops the timer for good and returns the timeouts that never ran, now cancelled, each
-    /// with its task ([`NeverRan`]: take, run or drop it), in no particular order. A future's
-    /// timeout is not among them: the future completes with [`TimerError::Stopped`]. Waits for the task the worker is running, if
-    /// any; then new work is refused with [`TimerError::Stopped`]. A second call (or one
-    /// racing the first) returns nothing, once that task has ended.
+    /// with its task ([`NeverRan`]: take, run or drop it, or schedule it on another timer), in no
+    /// particular order. A future's timeout is not among them: the future completes with
+    /// [`TimerError::Stopped`]. Waits for the task the worker is running, if any; then new work
+    /// is refused with [`TimerError::Stopped`]. A second call (or one racing the first) returns
+    /// nothing, once that task has ended.
     ///
     /// # Errors
     /// [`TimerError::StopFromWorker`] from a task (or other user code a turn runs); the timer

@@ -72,7 +72,9 @@ impl Schedule {
 ///
 /// Clones refer to the same task, which receives one. Dropping the handle does not cancel the
 /// task. A run that panics ends the schedule, as in Java; `stop()` returns the pending run
-/// ([`NeverRan`](crate::NeverRan)), whose drop ends the schedule. Made by [`TimerHandle::schedule_at_fixed_rate`] (which has an example) and
+/// ([`NeverRan`](crate::NeverRan)), whose drop ends the schedule (scheduled on another timer, it
+/// runs once there: it asks the stopped timer for the next run, which ends the schedule). Made
+/// by [`TimerHandle::schedule_at_fixed_rate`] (which has an example) and
 /// [`TimerHandle::schedule_with_fixed_delay`].
 #[derive(Clone)]
 pub struct PeriodicTimeout {
