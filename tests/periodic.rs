@@ -449,3 +449,24 @@ fn a_fixed_delay_of_zero_panics_as_a_period_of_zero_does() {
     assert_eq!(timer.pending_timeouts(), 0, "nothing was scheduled");
     assert_eq!(timer.stats().expired, 0);
 }
+
+/// A pending run `stop()` gave back, scheduled on another timer, runs there once; it asks the
+/// stopped timer for the next run, which ends the schedule.
+#[test]
+fn a_pending_run_stop_returned_runs_once_on_another_timer() {
+    let (old, old_driver) = manual(MS);
+    let (new, driver) = manual(MS);
+    let (ticks, task) = recorder(&driver);
+    let periodic = old
+        .schedule_at_fixed_rate(task, 10 * MS, 10 * MS, MissedRuns::Burst)
+        .unwrap();
+    old_driver.advance(5 * MS);
+    let pending = old.stop().unwrap().pop().expect("the pending run comes back");
+    assert!(!periodic.is_cancelled(), "the run it gave back may still run");
+    new.new_timeout(pending.into_task(), 20 * MS).unwrap();
+    driver.advance(40 * MS);
+    assert_eq!(*ticks.lock().unwrap(), vec![20], "once, at its new deadline's tick");
+    assert_eq!(periodic.runs(), 1);
+    assert!(periodic.is_cancelled(), "the stopped timer refused the next run");
+    assert_eq!(new.pending_timeouts(), 0);
+}
