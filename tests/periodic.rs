@@ -461,12 +461,26 @@ fn a_pending_run_stop_returned_runs_once_on_another_timer() {
         .schedule_at_fixed_rate(task, 10 * MS, 10 * MS, MissedRuns::Burst)
         .unwrap();
     old_driver.advance(5 * MS);
-    let pending = old.stop().unwrap().pop().expect("the pending run comes back");
-    assert!(!periodic.is_cancelled(), "the run it gave back may still run");
+    let pending = old
+        .stop()
+        .unwrap()
+        .pop()
+        .expect("the pending run comes back");
+    assert!(
+        !periodic.is_cancelled(),
+        "the run it gave back may still run"
+    );
     new.new_timeout(pending.into_task(), 20 * MS).unwrap();
     driver.advance(40 * MS);
-    assert_eq!(*ticks.lock().unwrap(), vec![20], "once, at its new deadline's tick");
+    assert_eq!(
+        *ticks.lock().unwrap(),
+        vec![20],
+        "once, at its new deadline's tick"
+    );
     assert_eq!(periodic.runs(), 1);
-    assert!(periodic.is_cancelled(), "the stopped timer refused the next run");
+    assert!(
+        periodic.is_cancelled(),
+        "the stopped timer refused the next run"
+    );
     assert_eq!(new.pending_timeouts(), 0);
 }
