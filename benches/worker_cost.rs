@@ -14,10 +14,14 @@
 //!
 //! The collected instructions over `N` are the cost per timeout. `TASK` picks the task: `noop`
 //! (the default), `capture` (a closure of 24 bytes) or `typed` (a typed timer's 24-byte task).
-//! `LATE=1` fires them by one advance over the expiry's ticks (each about 5 ticks late), and
-//! `TIME=1` prints nanoseconds per timeout (wall clock, without valgrind).
+//! `LATE=1` fires them by one advance over the expiry's ticks (each about 5 ticks late),
+//! `CANCEL=1` cancels them once in the wheel and measures the turn that ends them (`cancel`,
+//! for `--toggle-collect='worker_cost::cancel'`), and `TIME=1` prints nanoseconds per timeout
+//! (wall clock, without valgrind).
 
 use hashed_timer_wheel::{HashedWheelTimer, Timeout, TypedTask};
+use std::cell::RefCell;
+use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -52,9 +56,33 @@ struct Subject {
     schedule: Box<dyn Fn(u64, Duration)>,
     advance: Box<dyn Fn(Duration)>,
     pending: Box<dyn Fn() -> usize>,
+    /// Cancels the timeouts scheduled since the last call (handles kept under `CANCEL=1`).
+    cancel_all: Box<dyn Fn()>,
 }
 
-fn subject(task: &str) -> Subject {
+/// The cancels of the handles kept so far.
+type Kept = Rc<RefCell<Vec<Box<dyn FnOnce()>>>>;
+
+/// Keeps `timeout`'s cancel in `kept`, if `kept` is there.
+fn keep<J: hashed_timer_wheel::Stored>(kept: &Option<Kept>, timeout: Timeout<J>) {
+    if let Some(kept) = kept {
+        kept.borrow_mut().push(Box::new(move || {
+            timeout.cancel();
+        }));
+    }
+}
+
+/// Runs and forgets the cancels kept so far.
+fn cancel_all(kept: &Option<Kept>) -> Box<dyn Fn()> {
+    let kept = kept.clone();
+    Box::new(move || {
+        let cancels = kept.as_ref().map(|k| std::mem::take(&mut *k.borrow_mut()));
+        cancels.into_iter().flatten().for_each(|cancel| cancel());
+    })
+}
+
+fn subject(task: &str, kept: Option<Kept>) -> Subject {
+    let cancels = cancel_all(&kept);
     let builder = || {
         HashedWheelTimer::builder()
             .tick_duration(TICK)
@@ -71,10 +99,11 @@ fn subject(task: &str) -> Subject {
                     b: i * 3,
                     c: i ^ 7,
                 };
-                t1.new_timeout(words, delay).expect("accepted");
+                keep(&kept, t1.new_timeout(words, delay).expect("accepted"));
             }),
             advance: Box::new(move |by| driver.advance(by)),
             pending: Box::new(move || t2.pending_timeouts()),
+            cancel_all: cancels,
         };
     }
     let (timer, driver) = builder().build_manual().expect("valid");
@@ -88,13 +117,14 @@ fn subject(task: &str) -> Subject {
                 let task = move |_: &Timeout| {
                     SUM.fetch_add(a + b + c, Ordering::Relaxed);
                 };
-                t1.new_timeout(task, delay).expect("accepted");
+                keep(&kept, t1.new_timeout(task, delay).expect("accepted"));
             } else {
-                t1.new_timeout(noop, delay).expect("accepted");
+                keep(&kept, t1.new_timeout(noop, delay).expect("accepted"));
             }
         }),
         advance: Box::new(move |by| driver.advance(by)),
         pending: Box::new(move || t2.pending_timeouts()),
+        cancel_all: cancels,
     }
 }
 
@@ -102,6 +132,13 @@ fn subject(task: &str) -> Subject {
 #[inline(never)]
 fn transfer(s: &Subject) {
     (s.advance)(TICK);
+}
+
+/// The turn that ends the `N` timeouts cancelled in the wheel (`black_box`: a body of its own,
+/// not folded into `transfer`'s).
+#[inline(never)]
+fn cancel(s: &Subject) {
+    (s.advance)(std::hint::black_box(TICK));
 }
 
 /// The ticks that fire them: one by one, or in one advance when `late`.
@@ -129,9 +166,12 @@ fn main() {
         "TASK: noop, capture or typed"
     );
     let late = std::env::var("LATE").is_ok_and(|v| v == "1");
-    let s = subject(&task);
-    // Keeps the wheel's memory: an empty wheel gives its pages back.
+    let cancelling = std::env::var("CANCEL").is_ok_and(|v| v == "1");
+    let kept = cancelling.then(Kept::default);
+    let s = subject(&task, kept.clone());
+    // Keeps the wheel's memory: an empty wheel gives its pages back. Its handle goes uncancelled.
     (s.schedule)(0, Duration::from_secs(3600));
+    kept.iter().for_each(|k| k.borrow_mut().clear());
     let due = TICK * DUE_TICK as u32 + TICK / 2;
     let busy = TICK * BUSY_TICK as u32 + TICK / 2;
     let round = |s: &Subject| {
@@ -139,25 +179,47 @@ fn main() {
         (s.schedule)(n, busy);
     };
     round(&s);
-    ticks(&s, BUSY_TICK + 2);
-    assert_eq!((s.pending)(), 1, "the warm-up round fired");
+    if cancelling {
+        transfer(&s);
+        (s.cancel_all)();
+        cancel(&s);
+    } else {
+        ticks(&s, BUSY_TICK + 2);
+    }
+    assert_eq!((s.pending)(), 1, "the warm-up round ended");
     round(&s);
     let t0 = Instant::now();
     transfer(&s);
     let transferred = t0.elapsed();
-    // To 5 ticks before the due one (the transfer's tick and this make `DUE_TICK - 5`).
-    ticks(&s, DUE_TICK - 6);
+    if !cancelling {
+        // To 5 ticks before the due one (the transfer's tick and this make `DUE_TICK - 5`).
+        ticks(&s, DUE_TICK - 6);
+        let t1 = Instant::now();
+        expire(&s, late);
+        report(&task, transferred, t1.elapsed(), n);
+        assert_eq!((s.pending)(), 2, "every timeout due in the window fired");
+        return;
+    }
+    (s.cancel_all)();
     let t1 = Instant::now();
-    expire(&s, late);
-    let expired = t1.elapsed();
-    assert_eq!((s.pending)(), 2, "every timeout due in the window fired");
+    cancel(&s);
+    report(&task, transferred, t1.elapsed(), n);
+    assert_eq!(
+        (s.pending)(),
+        1,
+        "every timeout cancelled in the wheel ended"
+    );
+}
+
+/// Under `TIME=1`, prints the transfer's and the expiry's (or the cancels') nanoseconds a timeout.
+fn report(task: &str, transferred: Duration, ended: Duration, n: u64) {
+    std::hint::black_box(SUM.load(Ordering::Relaxed));
     if std::env::var("TIME").is_ok_and(|v| v == "1") {
         let per = |d: Duration| d.as_nanos() as f64 / n as f64;
         println!(
-            "RESULT impl=hashed-timer-wheel workload=worker_cost_{task} transfer_ns={:.1} expiry_ns={:.1}",
+            "RESULT impl=hashed-timer-wheel workload=worker_cost_{task} transfer_ns={:.1} end_ns={:.1}",
             per(transferred),
-            per(expired)
+            per(ended)
         );
     }
-    std::hint::black_box(SUM.load(Ordering::Relaxed));
 }

@@ -1,12 +1,12 @@
 //! The wheel's passes beyond a tick's expiry: the `DelayQueue`'s lookups, the drain at
 //! `stop()`, and the trim of the node pages a burst left empty.
 
-use super::{Node, SlotId, Wheel, LEVEL_LISTS, NIL, PAGE_BITS};
+use super::{Node, SlotId, Wheel, LEVEL_LISTS, PAGE_BITS};
 
 impl<T> Wheel<T> {
     /// The value under `id`, if it is in the wheel.
     pub(crate) fn get(&self, id: SlotId) -> Option<&T> {
-        self.node_ref(id).filter(|n| n.list != NIL)?.value.as_ref()
+        self.node_ref(id)?.value.as_ref()
     }
 
     /// The least fire tick of the nodes in the wheel, and that tick's nodes (ids and values) in
@@ -22,7 +22,7 @@ impl<T> Wheel<T> {
         })?;
         let nodes = self
             .list_nodes(list)
-            .filter(move |(_, n)| n.fire(self.tick_nanos) == fire);
+            .filter(move |(_, n)| self.fire(n.deadline) == fire);
         Some((
             fire,
             nodes.filter_map(|(id, n)| Some((id, n.value.as_ref()?))),
@@ -52,7 +52,7 @@ impl<T> Wheel<T> {
     fn least_fire(&self, list: usize, floor: u64) -> Option<u64> {
         let mut least = None;
         for (_, node) in self.list_nodes(list) {
-            let fire = node.fire(self.tick_nanos);
+            let fire = self.fire(node.deadline);
             if fire <= floor {
                 return Some(fire);
             }
@@ -76,8 +76,7 @@ impl<T> Wheel<T> {
     pub(crate) fn drain(&mut self, mut f: impl FnMut(SlotId, T)) {
         for (page, nodes) in self.pages.iter_mut().enumerate() {
             for (index, node) in nodes.iter_mut().enumerate() {
-                let in_wheel = std::mem::replace(&mut node.list, NIL) != NIL;
-                if let Some(value) = node.value.take().filter(|_| in_wheel) {
+                if let Some(value) = node.value.take() {
                     f((page << PAGE_BITS | index) as SlotId, value);
                 }
             }

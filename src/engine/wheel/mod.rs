@@ -3,8 +3,9 @@
 //! in paged arrays indexed by slot id.
 //!
 //! - `tick` is the next tick to expire. A timeout's fire tick is its deadline's tick, or the
-//!   wheel's tick when it came in after that (`late` ticks after); every timeout in the wheel
-//!   has `fire >= tick`.
+//!   wheel's tick when it came in after that; every timeout in the wheel has `fire >= tick`, so
+//!   the fire tick is `max(deadline's tick, tick)` all the while it is in (`Wheel::fire`), and
+//!   its list the one `list_for` names: a node keeps neither.
 //! - A bucket holds the timeouts whose fire round (`fire / len`) is the current round or the
 //!   next (Netty's `remaining_rounds` is 0 or 1). One further away waits in a far list.
 //! - The far lists form levels of 64 over rounds, as tokio's wheel does over ticks: with
@@ -31,13 +32,9 @@ const PAGE: usize = 1 << PAGE_BITS;
 struct Node<T> {
     next: u32,
     prev: u32,
-    /// The list the node is in (a bucket, or `len + level * 64 + index`), or `NIL`.
-    list: u32,
-    /// Ticks from the deadline's tick to the fire tick (`insert`; 0 unless it came in late):
-    /// with the deadline, the fire tick in four bytes, where a tick of its own would take eight.
-    late: u32,
     /// In the unit of `tick_nanos` (nanoseconds since the origin, for a timer).
     deadline: u64,
+    /// `Some` while the node is in the wheel.
     value: Option<T>,
 }
 
@@ -54,15 +51,9 @@ impl<T> Node<T> {
         Node {
             next: NIL,
             prev: NIL,
-            list: NIL,
-            late: 0,
             deadline: 0,
             value: None,
         }
-    }
-
-    fn fire(&self, tick_nanos: u64) -> u64 {
-        self.deadline / tick_nanos + u64::from(self.late)
     }
 }
 
@@ -121,6 +112,11 @@ impl<T> Wheel<T> {
         self.tick
     }
 
+    /// The fire tick of a node in the wheel due at `deadline`.
+    fn fire(&self, deadline: u64) -> u64 {
+        (deadline / self.tick_nanos).max(self.tick)
+    }
+
     fn mask(&self) -> u64 {
         (1u64 << self.len_bits) - 1
     }
@@ -137,7 +133,7 @@ impl<T> Wheel<T> {
 
     /// Whether `id` is in the wheel.
     pub(crate) fn contains(&self, id: SlotId) -> bool {
-        self.node_ref(id).is_some_and(|n| n.list != NIL)
+        self.node_ref(id).is_some_and(|n| n.value.is_some())
     }
 
     /// Places `value` under `id`, due at `deadline`, to fire on the later of its tick and the
@@ -156,15 +152,10 @@ impl<T> Wheel<T> {
             nodes.resize_with(len, Node::vacant);
         }
         self.live[page] += 1;
-        let due = deadline / self.tick_nanos;
-        let fire = due.max(self.tick);
-        // Due more than 2^32 ticks before the wheel's tick: taken as due 2^32 ticks before.
-        let late = u32::try_from(fire - due).unwrap_or(u32::MAX);
-        let deadline = deadline.max((fire - u64::from(late)) * self.tick_nanos);
+        let fire = self.fire(deadline);
         let node = self.node(id);
-        debug_assert_eq!(node.list, NIL, "slot {id} is in the wheel already");
-        (node.late, node.deadline) = (late, deadline);
-        node.value = Some(value);
+        debug_assert!(node.value.is_none(), "slot {id} is in the wheel already");
+        (node.deadline, node.value) = (deadline, Some(value));
         self.count += 1;
         self.link(id, fire);
     }
@@ -188,7 +179,6 @@ impl<T> Wheel<T> {
     /// Appends `id` to the list its fire tick belongs in.
     fn link(&mut self, id: SlotId, fire: u64) {
         let list = self.list_for(fire);
-        self.node(id).list = list as u32;
         self.link_back(list, id);
         self.count_in(list, fire, true);
     }
@@ -216,11 +206,10 @@ impl<T> Wheel<T> {
 
     /// Unlinks `id` from its list; its value stays.
     fn unlink(&mut self, id: SlotId) {
-        let tick_nanos = self.tick_nanos;
         let node = self.node(id);
-        let (list, prev, next) = (node.list as usize, node.prev, node.next);
-        let fire = node.fire(tick_nanos);
-        node.list = NIL;
+        let (prev, next, deadline) = (node.prev, node.next, node.deadline);
+        let fire = self.fire(deadline);
+        let list = self.list_for(fire);
         if prev == NIL {
             self.heads[list] = next;
         } else {
@@ -249,7 +238,9 @@ impl<T> Wheel<T> {
     /// one, and deadline at most `by`), in bucket order, with its id and deadline. The others
     /// stay in order; the earliest of their deadlines comes back (`u64::MAX`: none).
     pub(crate) fn expire_by(&mut self, by: u64, mut f: impl FnMut(SlotId, u64, T)) -> u64 {
-        let (tick, tick_nanos) = (self.tick, self.tick_nanos);
+        let tick = self.tick;
+        // The end of this tick: a node due before it fires in this round, not a round on.
+        let ends = (tick + 1).saturating_mul(self.tick_nanos);
         let list = (tick & self.mask()) as usize;
         let parity = ((tick >> self.len_bits) & 1) as usize;
         let (mut taken, mut soonest) = (0, u64::MAX);
@@ -261,13 +252,8 @@ impl<T> Wheel<T> {
         while id != NIL {
             let node = self.node(id);
             let (next, at) = (node.next, node.deadline);
-            // Its fire tick is this one (not a round on): its deadline's tick ends by this one's
-            // end less `late` ticks (a product, where the fire tick is a quotient).
-            let ends = (tick + 1 - u64::from(node.late)).saturating_mul(tick_nanos);
-            let this_round = at < ends;
-            match (this_round && at <= by).then(|| node.value.take()) {
+            match (at < ends && at <= by).then(|| node.value.take()) {
                 Some(Some(value)) => {
-                    node.list = NIL;
                     taken += 1;
                     self.live[id as usize >> PAGE_BITS] -= 1;
                     f(id, at, value);
@@ -314,7 +300,7 @@ impl<T> Wheel<T> {
 
     /// The window moved to a new round: the far lists that begin there are linked again.
     fn cascade(&mut self) {
-        let (window, tick_nanos) = ((self.tick >> self.len_bits) + 1, self.tick_nanos);
+        let window = (self.tick >> self.len_bits) + 1;
         for level in (0..LEVELS).rev() {
             let shift = LEVEL_BITS * level as u32;
             if shift >= 64 || window & ((1u64 << shift) - 1) != 0 {
@@ -327,8 +313,8 @@ impl<T> Wheel<T> {
             self.count_in(list, 0, false);
             while id != NIL {
                 let node = self.node(id);
-                let (next, fire) = (node.next, node.fire(tick_nanos));
-                self.link(id, fire);
+                let (next, deadline) = (node.next, node.deadline);
+                self.link(id, self.fire(deadline));
                 id = next;
             }
         }
@@ -488,13 +474,12 @@ mod tests {
         let mut fired = Vec::new();
         wheel.expire_by(u64::MAX, |id, at, v| fired.push((id, at, v)));
         assert_eq!(fired, vec![(0, 10, 7)]);
-        // More than 2^32 ticks past: it fires now, its deadline taken as 2^32 ticks back.
-        let tick = 1 << 40;
-        wheel.advance_to(tick);
+        // More than 2^32 ticks past: it fires now, and keeps its deadline too.
+        wheel.advance_to(1 << 40);
         wheel.insert(2, 5, 9);
         fired.clear();
         wheel.expire_by(u64::MAX, |id, at, v| fired.push((id, at, v)));
-        assert_eq!(fired, vec![(2, tick - u64::from(u32::MAX), 9)]);
+        assert_eq!(fired, vec![(2, 5, 9)]);
     }
 
     #[test]
@@ -686,6 +671,12 @@ mod tests {
         assert_eq!(wheel.remove(7), Some(0));
         assert!(!wheel.trim(usize::MAX));
         assert_eq!(bytes(&wheel), 0);
+    }
+
+    #[test]
+    fn a_node_holds_its_links_deadline_and_value_only() {
+        // A boxed task's node: two links, the deadline and the box; its list and fire tick follow.
+        assert_eq!(std::mem::size_of::<Node<Box<dyn FnOnce() + Send>>>(), 32);
     }
 
     #[test]
