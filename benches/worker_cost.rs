@@ -13,7 +13,8 @@
 //! ```
 //!
 //! The collected instructions over `N` are the cost per timeout. `TASK` picks the task: `noop`
-//! (the default), `capture` (a closure of 24 bytes) or `typed` (a typed timer's 24-byte task).
+//! (the default), `capture` (a closure of 24 bytes), `capture16` (16 bytes: an id and a
+//! `&'static`, as `netty_workloads`' `schedule_capture`) or `typed` (a typed timer's 24-byte task).
 //! `LATE=1` fires them by one advance over the expiry's ticks (each about 5 ticks late),
 //! `CANCEL=1` cancels them once in the wheel and measures the turn that ends them (`cancel`,
 //! for `--toggle-collect='worker_cost::cancel'`), and `TIME=1` prints nanoseconds per timeout
@@ -109,18 +110,27 @@ fn subject(task: &str, kept: Option<Kept>) -> Subject {
     let (timer, driver) = builder().build_manual().expect("valid");
     let timer = std::rc::Rc::new(timer);
     let (t1, t2) = (timer.clone(), timer);
-    let capture = task == "capture";
+    let task = task.to_owned();
     Subject {
         schedule: Box::new(move |i, delay| {
-            if capture {
-                let (a, b, c) = (i, i * 3, i ^ 7);
-                let task = move |_: &Timeout| {
-                    SUM.fetch_add(a + b + c, Ordering::Relaxed);
-                };
-                keep(&kept, t1.new_timeout(task, delay).expect("accepted"));
-            } else {
-                keep(&kept, t1.new_timeout(noop, delay).expect("accepted"));
-            }
+            let timeout = match task.as_str() {
+                "capture" => {
+                    let (a, b, c) = (i, i * 3, i ^ 7);
+                    let task = move |_: &Timeout| {
+                        SUM.fetch_add(a + b + c, Ordering::Relaxed);
+                    };
+                    t1.new_timeout(task, delay)
+                }
+                "capture16" => {
+                    let sum: &'static AtomicU64 = &SUM;
+                    let task = move |_: &Timeout| {
+                        sum.fetch_add(i, Ordering::Relaxed);
+                    };
+                    t1.new_timeout(task, delay)
+                }
+                _ => t1.new_timeout(noop, delay),
+            };
+            keep(&kept, timeout.expect("accepted"));
         }),
         advance: Box::new(move |by| driver.advance(by)),
         pending: Box::new(move || t2.pending_timeouts()),
@@ -162,8 +172,8 @@ fn main() {
     let n: u64 = std::env::var("N").map_or(100_000, |v| v.parse().expect("N: a count"));
     let task = std::env::var("TASK").unwrap_or_else(|_| "noop".into());
     assert!(
-        ["noop", "capture", "typed"].contains(&task.as_str()),
-        "TASK: noop, capture or typed"
+        ["noop", "capture", "capture16", "typed"].contains(&task.as_str()),
+        "TASK: noop, capture, capture16 or typed"
     );
     let late = std::env::var("LATE").is_ok_and(|v| v == "1");
     let cancelling = std::env::var("CANCEL").is_ok_and(|v| v == "1");
