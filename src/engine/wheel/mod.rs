@@ -288,6 +288,8 @@ impl<T> Wheel<T> {
     /// without work may be passed over: `to <= next_work()`, or the current bucket's expired.
     pub(crate) fn advance_to(&mut self, to: u64) {
         debug_assert!(to >= self.tick);
+        // What `fire` and `unlink` rest on: no node is left behind the wheel's tick.
+        debug_assert!(to == self.tick || self.next_bucket_tick().is_none_or(|t| t >= to));
         while let Some(cascade) = self.next_cascade_tick() {
             if cascade > to {
                 break;
