@@ -20,7 +20,8 @@
 //!   hyper's timer and a 5 s header read timeout; C connections one after another, each one
 //!   GET then closed. `us_per_conn`.
 //! - `hyper_req_ct`, `hyper_req_mt`: the same server, one keep-alive connection, R requests one
-//!   after another. `us_per_req`.
+//!   after another. `us_per_req`. With `DRIVEN=1` the wheel's ticks run on the runtime
+//!   (`timer.drive`, as the README tells a tokio service), not on the timer's thread.
 //!
 //! Each figure is the median of REPS runs (after a warm-up of each), the two sides alternating
 //! (ABBA: each side runs first in every other repetition). For profiles, `ONLY=<impl>` runs one
@@ -443,6 +444,9 @@ where
 fn hyper(rt: &tokio::runtime::Runtime, name: &str, per_conn: bool, count: usize, reps: usize) {
     let timer = timer();
     let handle: TimerHandle = timer.handle();
+    if std::env::var("DRIVEN").is_ok_and(|v| v == "1") {
+        rt.spawn(handle.drive(|at| tokio::time::sleep_until(at.into())));
+    }
     let metric = if per_conn {
         "us_per_conn"
     } else {
