@@ -131,11 +131,6 @@ impl<T> Wheel<T> {
         self.pages.get(id >> PAGE_BITS)?.get(id & (PAGE - 1))
     }
 
-    /// Whether `id` is in the wheel.
-    pub(crate) fn contains(&self, id: SlotId) -> bool {
-        self.node_ref(id).is_some_and(|n| n.value.is_some())
-    }
-
     /// Places `value` under `id`, due at `deadline`, to fire on the later of its tick and the
     /// wheel's. `id` is not in the wheel.
     pub(crate) fn insert(&mut self, id: SlotId, deadline: u64, value: T) {
@@ -204,9 +199,11 @@ impl<T> Wheel<T> {
         set_bit(&mut self.occupied[parity][list / 64], bit, count > 0);
     }
 
-    /// Unlinks `id` from its list; its value stays.
-    fn unlink(&mut self, id: SlotId) {
-        let node = self.node(id);
+    /// Takes `id` out of the wheel, with its value; `None` if it is not in the wheel.
+    pub(crate) fn remove(&mut self, id: SlotId) -> Option<T> {
+        let page = self.pages.get_mut(id as usize >> PAGE_BITS)?;
+        let node = page.get_mut(id as usize & (PAGE - 1))?;
+        let value = node.value.take()?;
         let (prev, next, deadline) = (node.prev, node.next, node.deadline);
         let fire = self.fire(deadline);
         let list = self.list_for(fire);
@@ -221,17 +218,9 @@ impl<T> Wheel<T> {
             self.node(next).prev = prev;
         }
         self.count_in(list, fire, false);
-    }
-
-    /// Takes `id` out of the wheel, with its value; `None` if it is not in the wheel.
-    pub(crate) fn remove(&mut self, id: SlotId) -> Option<T> {
-        if !self.contains(id) {
-            return None;
-        }
-        self.unlink(id);
         self.count -= 1;
         self.live[id as usize >> PAGE_BITS] -= 1;
-        self.node(id).value.take()
+        Some(value)
     }
 
     /// Expires the current tick: hands `f` each node of its bucket that is due (fire round this
@@ -288,7 +277,7 @@ impl<T> Wheel<T> {
     /// without work may be passed over: `to <= next_work()`, or the current bucket's expired.
     pub(crate) fn advance_to(&mut self, to: u64) {
         debug_assert!(to >= self.tick);
-        // What `fire` and `unlink` rest on: no node is left behind the wheel's tick.
+        // What `fire` and `remove` rest on: no node is left behind the wheel's tick.
         debug_assert!(to == self.tick || self.next_bucket_tick().is_none_or(|t| t >= to));
         while let Some(cascade) = self.next_cascade_tick() {
             if cascade > to {
@@ -385,6 +374,10 @@ mod tests {
     impl<T> Wheel<T> {
         fn expire(&mut self, mut f: impl FnMut(SlotId, T)) {
             self.expire_by(u64::MAX, |id, _, value| f(id, value));
+        }
+
+        fn contains(&self, id: SlotId) -> bool {
+            self.get(id).is_some()
         }
     }
 

@@ -237,11 +237,12 @@ impl<J: Stored> Worker<J> {
             .get(bid)
             .and_then(|(block, _)| block.as_ref())
             .is_some_and(|b| b.is_cancelled(index));
-        if cancelled && self.wheel.contains(id) {
-            if let Some(task) = self.wheel.remove(id) {
-                self.tally.cancelled += 1;
-                self.end(shared, id, task);
-            }
+        if !cancelled {
+            return;
+        }
+        if let Some(task) = self.wheel.remove(id) {
+            self.tally.cancelled += 1;
+            self.end(shared, id, task);
         }
     }
 
