@@ -84,8 +84,8 @@ impl<J: Stored> Shared<J> {
         }
         *lock(&self.turn_thread) = Some(thread::current().id());
         worker.tally.wakeups += u64::from(!self.clock.is_manual());
-        let busy = worker.turn(self, now, runner);
-        let plan = (worker.plan(self, busy), worker.soonest);
+        let pace = worker.turn(self, now, runner);
+        let plan = (worker.plan(self, pace), worker.soonest);
         worker.publish(self);
         *lock(&self.turn_thread) = None;
         // Acquire: pairs with the Release in `shutdown`.

@@ -43,6 +43,10 @@ const INIT: u8 = 0;
 const STARTED: u8 = 1;
 const SHUTDOWN: u8 = 2;
 
+/// A future's new timeout or cancel may wait this long for the worker's look (a task's, to its
+/// tick's end, as in Netty's worker): a stream of futures wakes the worker once in as many ticks.
+const FUTURE_LOOK_NANOS: u64 = 16_000_000;
+
 /// `planned` while the worker runs a turn: it will look at the queues before it sleeps.
 pub(crate) const AWAKE: u64 = 0;
 /// `planned` while the worker parks with nothing to wait for.
@@ -58,8 +62,8 @@ pub(crate) struct At {
     pub(crate) kind: Kind,
 }
 
-/// A pushed timeout's handle (none if detached), and whether its shard was empty before.
-type Pushed<J> = (Option<Timeout<J>>, bool);
+/// A pushed timeout's handle (none if detached), and the tick past which the worker is woken.
+type Pushed<J> = (Option<Timeout<J>>, u64);
 
 /// A timer's options, checked by the builder.
 pub(crate) struct Config {
@@ -85,6 +89,8 @@ pub(crate) struct Shared<J: Stored> {
     limited: Option<(usize, AtomicUsize)>,
     pub(crate) block_ids: Mutex<BlockIds>,
     pub(crate) tick_nanos: u64,
+    /// By `Kind`, the ticks a new timeout or cancel may wait for the worker's look.
+    paces: [u64; 2],
     pub(crate) wheel_len: usize,
     pub(crate) clock: Clock,
     pub(crate) executor: Option<Executor>,
@@ -125,6 +131,7 @@ impl<J: Stored> Shared<J> {
             limited: config.max_pending.map(|max| (max, AtomicUsize::new(0))),
             block_ids: Mutex::new(BlockIds::default()),
             tick_nanos: config.tick_nanos,
+            paces: [0, FUTURE_LOOK_NANOS / config.tick_nanos],
             wheel_len: config.wheel_len,
             clock,
             executor: config.executor,
@@ -181,20 +188,15 @@ impl<J: Stored> Shared<J> {
             return Err(e);
         }
         let pushed = self.push(make, at, detached);
-        let (handle, was_empty) = pushed.map_err(|(e, _make)| {
+        let (handle, needed) = pushed.map_err(|(e, _make)| {
             self.unreserve();
             self.counters.refused();
             e
         })?;
-        let fire = at.deadline / self.tick_nanos;
-        let now_tick = at.now / self.tick_nanos;
-        // The first push since the worker took the queues asks for a look within a tick, so
-        // that no queue grows for long; the worker then plans ticks while pushes go on.
-        self.wake_if_later_than(if was_empty {
-            fire.min(now_tick + 1)
-        } else {
-            fire
-        });
+        // A push that asks its shard for a sooner look (a task's first since the worker took the
+        // queues: by the next tick's end) wakes a worker that plans to look later, so that no
+        // queue grows for long; the worker then plans those looks while pushes go on.
+        self.wake_if_later_than(needed);
         Ok(handle)
     }
 
@@ -221,12 +223,17 @@ impl<J: Stored> Shared<J> {
             let block = Arc::clone(block);
             shard.new_blocks.push(block);
         }
-        let was_empty = shard.is_empty();
+        let pace = self.paces[at.kind as usize];
+        let needed = shard.ask(
+            pace,
+            at.now / self.tick_nanos,
+            at.deadline / self.tick_nanos,
+        );
         let task = make(shard.spare_tasks());
         let deadline = at.deadline;
         shard.push_entry(Entry { id, deadline, task });
         shard.accepted += 1;
-        Ok((handle, was_empty))
+        Ok((handle, needed))
     }
 
     /// Counts one more pending against the limit, if there is one (an `exempt` timeout passes
@@ -250,23 +257,21 @@ impl<J: Stored> Shared<J> {
         }
     }
 
-    /// Queues a slot a `cancel()` won, for the worker to end within about a tick.
-    pub(crate) fn push_cancel(&self, id: SlotId) {
-        let was_empty = {
+    /// Queues a slot of `kind` a `cancel()` won, for the worker to end within about a tick (a
+    /// future's: within `FUTURE_LOOK_NANOS`).
+    pub(crate) fn push_cancel(&self, id: SlotId, kind: Kind) {
+        // Relaxed: a hint; a stale tick only wakes the worker once more.
+        let tick = self.worker_tick.load(Ordering::Relaxed);
+        let needed = {
             let mut shard = lock(&self.shards[shard_index()]);
             // Under the shard lock, as in `push`: after a stop, nobody takes the queues.
             if self.is_shutdown() {
                 return;
             }
-            let was_empty = shard.is_empty();
             shard.cancels.push(id);
-            was_empty
+            shard.ask(self.paces[kind as usize], tick, NEVER)
         };
-        if was_empty {
-            // Relaxed: a hint; a stale tick only wakes the worker once more.
-            let tick = self.worker_tick.load(Ordering::Relaxed);
-            self.wake_if_later_than(tick + 1);
-        }
+        self.wake_if_later_than(needed);
     }
 
     /// Unparks the worker if it plans to look at the queues after tick `needed`. With a `Drive`,

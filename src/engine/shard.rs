@@ -2,7 +2,7 @@
 
 use super::slots::{Block, Kind, BLOCK};
 use super::wheel::SlotId;
-use super::{Shared, Stored};
+use super::{Shared, Stored, NEVER};
 #[cfg(not(loom))]
 use crate::sync::Ordering;
 use crate::sync::{lock, Arc};
@@ -43,6 +43,10 @@ pub(crate) struct Shard<J: Stored> {
     /// Empty segments the worker gave back.
     pub(crate) free_segments: Vec<Vec<Entry<J>>>,
     pub(crate) cancels: Vec<SlotId>,
+    /// The tick at whose end the worker is to look at the queues, and the least `pace` of what
+    /// they hold (`NEVER`: they are empty).
+    pub(crate) look: u64,
+    pub(crate) pace: u64,
     /// The blocks this shard takes slots from (a task's, a future's), each with its next index.
     pub(crate) cursors: [Option<(Arc<Block<J>>, usize)>; 2],
     /// Blocks first taken from since the worker took the queues: it keeps each until it has
@@ -65,6 +69,8 @@ impl<J: Stored> Shard<J> {
             timeouts: Vec::new(),
             free_segments: Vec::new(),
             cancels: Vec::new(),
+            look: NEVER,
+            pace: NEVER,
             cursors: [None, None],
             new_blocks: Vec::new(),
             spares: [Vec::new(), Vec::new()],
@@ -85,8 +91,15 @@ impl<J: Stored> Shard<J> {
         &mut self.task_spares
     }
 
-    pub(crate) fn is_empty(&self) -> bool {
-        self.timeouts.is_empty() && self.cancels.is_empty()
+    /// A timeout or cancel queued in tick `tick`, due in tick `due`, that may wait `pace` ticks
+    /// asks for a look by the end of the earlier. The tick a worker planned past is to be woken
+    /// for: `due`, or by the tick after the look if that is sooner than the queues asked.
+    pub(crate) fn ask(&mut self, pace: u64, tick: u64, due: u64) -> u64 {
+        let look = tick.saturating_add(pace).min(due);
+        self.pace = self.pace.min(pace);
+        let sooner = look < self.look;
+        self.look = self.look.min(look);
+        due.min(if sooner { tick + pace + 1 } else { NEVER })
     }
 
     // Always inlined: called, it reads back the entry its caller has just stored (a stalled
@@ -179,9 +192,9 @@ impl<J: Stored> Shared<J> {
         more
     }
 
-    /// Whether any shard holds a timeout or a cancellation.
-    pub(crate) fn queues_empty(&self) -> bool {
-        self.shards.iter().all(|s| lock(s).is_empty())
+    /// The earliest look the shards' queues ask for (`NEVER`: they are empty).
+    pub(crate) fn queued_look(&self) -> u64 {
+        self.shards.iter().fold(NEVER, |l, s| l.min(lock(s).look))
     }
 }
 

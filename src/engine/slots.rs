@@ -259,7 +259,10 @@ impl<J: Stored> Timeout<J> {
     /// Cancels the timeout if it is still pending: true only for the call that did it.
     pub fn cancel(&self) -> bool {
         match self.block.cancel(usize::from(self.index)) {
-            Some(PLACED) => self.block.timer.0.push_cancel(self.slot()),
+            Some(PLACED) => {
+                let kind = self.block.kind();
+                self.block.timer.0.push_cancel(self.slot(), kind)
+            }
             Some(_) => {}
             None => return false,
         }

@@ -105,8 +105,9 @@ impl<J: Stored> Worker<J> {
         }
     }
 
-    /// Runs every tick that ended by `now`; whether it found anything in the queues.
-    pub(crate) fn turn(&mut self, shared: &Shared<J>, now: u64, runner: Runner) -> bool {
+    /// Runs every tick that ended by `now`; the least pace of what it took from the queues
+    /// (`NEVER`: it found nothing).
+    pub(crate) fn turn(&mut self, shared: &Shared<J>, now: u64, runner: Runner) -> u64 {
         (self.now, self.runner) = (now, runner);
         self.tally.panicked += wake_all(&mut self.wakers);
         if now.saturating_sub(self.trimmed_at) >= TRIM_NANOS {
@@ -115,17 +116,18 @@ impl<J: Stored> Worker<J> {
         }
         let end = now / self.tick_nanos;
         // As Netty's worker, the queues are taken as a tick ends, not before.
-        let mut busy = self.wheel.tick() < end && self.collect(shared);
+        let taking = self.wheel.tick() < end;
+        let mut pace = if taking { self.collect(shared) } else { NEVER };
         while self.wheel.tick() < end {
             let tick = self.wheel.tick();
             self.run_tick(shared, tick);
             if shared.is_shutdown() {
                 // A task dropped the owner, or `stop()` waits: this tick was the last.
-                return busy;
+                return pace;
             }
             // What the tick's tasks scheduled goes in at the next tick, as in Netty's worker.
             if tick + 1 < end {
-                busy |= self.collect(shared);
+                pace = pace.min(self.collect(shared));
             }
             let next = if self.inbox.is_empty() {
                 let work = self.wheel.next_work();
@@ -138,7 +140,7 @@ impl<J: Stored> Worker<J> {
         if runner != Runner::Thread {
             self.expire_timed(shared, now);
         }
-        busy
+        pace
     }
 
     /// Tick `tick`: transfers up to the cap, then expires its bucket, its tasks timed together.
@@ -157,22 +159,27 @@ impl<J: Stored> Worker<J> {
     }
 
     /// Publishes the plan, and returns it (`NEVER`: nothing to wait for): the next tick with
-    /// work, or the current one while producers push (a look once a tick, however many pushes).
-    pub(crate) fn plan(&mut self, shared: &Shared<J>, busy: bool) -> u64 {
+    /// work, or sooner `pace` ticks on while producers push (`pace`, the least of what the turn
+    /// found: a task's 0, a look once a tick however many pushes; a future's 16).
+    pub(crate) fn plan(&mut self, shared: &Shared<J>, pace: u64) -> u64 {
         let tick = self.wheel.tick();
-        if busy || !self.inbox.is_empty() {
-            shared.set_plan(tick, tick);
-            return tick;
-        }
+        // What the cap left in the inbox goes in at this tick's end.
+        let pace = if self.inbox.is_empty() { pace } else { 0 };
         let plan = self.wheel.next_work().unwrap_or(NEVER);
+        let plan = plan.min(tick.saturating_add(pace)).max(tick);
         shared.set_plan(plan, tick);
-        if !shared.queues_empty() {
-            // Pushed while the producers saw the worker awake: it looks at them at the end of
-            // this tick, the earliest any of them can be due.
-            shared.set_plan(tick, tick);
+        if plan == tick {
             return tick;
         }
-        if plan.saturating_sub(tick) >= (IDLE_TRIM_NANOS / self.tick_nanos).max(1) {
+        // Pushed while the producers saw the worker awake: the look they asked for, at the
+        // latest their earliest fire tick.
+        let queued = shared.queued_look();
+        if queued < plan {
+            shared.set_plan(queued.max(tick), tick);
+            return queued.max(tick);
+        }
+        let idle = pace == NEVER && queued == NEVER;
+        if idle && plan - tick >= (IDLE_TRIM_NANOS / self.tick_nanos).max(1) {
             self.trim(shared);
             if self.trimming {
                 // Memory left to give back: a slice a tick. The plan published stays: a look
@@ -183,10 +190,10 @@ impl<J: Stored> Worker<J> {
         plan
     }
 
-    /// Takes the shards' queues into the inbox, ending the cancelled; whether there was anything.
-    fn collect(&mut self, shared: &Shared<J>) -> bool {
-        self.take_queues(shared);
-        let found = !self.taken.is_empty() || !self.cancels.is_empty();
+    /// Takes the shards' queues into the inbox, ending the cancelled; the least pace of what they
+    /// held (`NEVER`: they were empty).
+    fn collect(&mut self, shared: &Shared<J>) -> u64 {
+        let pace = self.take_queues(shared);
         let mut blocks = std::mem::take(&mut self.new_blocks);
         for block in blocks.drain(..) {
             let bid = split(block.slot(0)).0;
@@ -203,18 +210,21 @@ impl<J: Stored> Worker<J> {
         cancels.clear();
         self.cancels = cancels;
         self.inbox.extend(self.taken.drain(..));
-        found
+        pace
     }
 
     /// Takes every shard's queues, and hands each shard its spare blocks, spare tasks and empty
     /// segments.
-    fn take_queues(&mut self, shared: &Shared<J>) {
+    fn take_queues(&mut self, shared: &Shared<J>) -> u64 {
+        let mut pace = NEVER;
         let returns = self.spares.iter_mut().zip(&mut self.task_spares);
         let returns = returns.zip(&mut self.free_segments);
         for (i, (shard, ((spares, tasks), segments))) in
             shared.shards.iter().zip(returns).enumerate()
         {
             let mut shard = lock(shard);
+            pace = pace.min(std::mem::replace(&mut shard.pace, NEVER));
+            shard.look = NEVER;
             self.taken
                 .extend(shard.timeouts.drain(..).map(|segment| (i, segment)));
             self.new_blocks.append(&mut shard.new_blocks);
@@ -226,6 +236,7 @@ impl<J: Stored> Worker<J> {
             shard.task_chunks.append(tasks);
             shard.free_segments.append(segments);
         }
+        pace
     }
 
     /// A slot `cancel()` won in the wheel: unlinks and ends it (a stale id, its block gone and
