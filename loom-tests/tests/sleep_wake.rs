@@ -21,7 +21,10 @@
 
 use hashed_timer_wheel::loom_hooks;
 use loom::thread;
-use loom_tests::{book_stopped, check, threaded_timer, Probe, Signal, TICK};
+use loom_tests::{book_stopped, check, counting, threaded_timer, Probe, Signal, TICK};
+use std::future::Future;
+use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 #[test]
@@ -114,6 +117,46 @@ fn earlier_deadline_wakes_a_sleeping_worker() {
         let returned = timer.stop().unwrap();
         book_stopped(&returned, &[(Some(&far), &far_probe)]);
         probe.assert_ended_once(&near, "near");
+        far_probe.assert_ended_once(&far, "far");
+        assert_eq!(timer.pending_timeouts(), 0);
+    });
+}
+
+/// As `earlier_deadline_wakes_a_sleeping_worker`, for a future: its queue may wait 16 ms for the
+/// worker's look (`Shard::ask`), so a push that races the worker's planning must still ask for
+/// its fire tick, or be seen at it by the worker's look at the queues.
+#[test]
+fn an_earlier_future_wakes_a_sleeping_worker() {
+    check("an_earlier_future_wakes_a_sleeping_worker", || {
+        loom_hooks::hold_clock();
+        let timer = threaded_timer(0);
+        let far_probe = Probe::new();
+        let far = timer.new_timeout(far_probe.task(), TICK * 3).unwrap();
+        loom_hooks::advance_clock(&timer, TICK);
+
+        // Racing the worker's tick 0 and its planning: a sleep due at 2 ms (tick 2, over at 3 ms).
+        let (counting, waker) = counting();
+        let producer = {
+            let h = timer.handle();
+            thread::spawn(move || {
+                let mut sleep = Box::pin(h.sleep(TICK));
+                let first = sleep.as_mut().poll(&mut Context::from_waker(&waker));
+                (sleep, first.is_pending())
+            })
+        };
+        let (mut sleep, pending) = producer.join().unwrap();
+        assert!(pending, "due a tick on: pending at its first poll");
+        loom_hooks::advance_clock(&timer, TICK * 3);
+        // Not at 4 ms: a worker still planning for `far` would sleep on, and the model deadlock.
+        counting.woken.wait();
+        assert_eq!(far_probe.ran(), 0, "fired a tick early");
+        let waker = Waker::from(Arc::clone(&counting));
+        let again = sleep.as_mut().poll(&mut Context::from_waker(&waker));
+        assert!(matches!(again, Poll::Ready(Ok(()))), "{again:?}");
+        drop(sleep);
+
+        let returned = timer.stop().unwrap();
+        book_stopped(&returned, &[(Some(&far), &far_probe)]);
         far_probe.assert_ended_once(&far, "far");
         assert_eq!(timer.pending_timeouts(), 0);
     });
