@@ -19,9 +19,9 @@
 //! deadlocks waiting for the task.
 #![cfg(loom)]
 
-use hashed_timer_wheel::loom_hooks;
+use hashed_timer_wheel::{loom_hooks, HashedWheelTimer, Timeout};
 use loom::thread;
-use loom_tests::{book_stopped, check, counting, threaded_timer, Probe, Signal, TICK};
+use loom_tests::{book_stopped, check, counting, threaded_timer, Owned, Probe, Signal, TICK};
 use std::future::Future;
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
@@ -91,12 +91,7 @@ fn earlier_deadline_lowers_a_bounded_plan() {
 #[test]
 fn earlier_deadline_wakes_a_sleeping_worker() {
     check("earlier_deadline_wakes_a_sleeping_worker", || {
-        loom_hooks::hold_clock();
-        let timer = threaded_timer(0);
-        let far_probe = Probe::new();
-        // Due at 3 ms: once transferred (tick 0, at 1 ms) the worker plans to sleep to 4 ms.
-        let far = timer.new_timeout(far_probe.task(), TICK * 3).unwrap();
-        loom_hooks::advance_clock(&timer, TICK);
+        let (timer, far_probe, far) = planning_for_far();
 
         // Racing the worker's tick 0 and its planning: due at 1 ms (tick 1, fires at 2 ms).
         let fired = Signal::new();
@@ -113,12 +108,8 @@ fn earlier_deadline_wakes_a_sleeping_worker() {
         // Not at 4 ms: a worker still planning for `far` would sleep on, and the model deadlock.
         fired.wait();
         assert_eq!(far_probe.ran(), 0, "fired 2 ticks early");
-
-        let returned = timer.stop().unwrap();
-        book_stopped(&returned, &[(Some(&far), &far_probe)]);
+        stop_with_far(&timer, &far_probe, &far);
         probe.assert_ended_once(&near, "near");
-        far_probe.assert_ended_once(&far, "far");
-        assert_eq!(timer.pending_timeouts(), 0);
     });
 }
 
@@ -128,11 +119,7 @@ fn earlier_deadline_wakes_a_sleeping_worker() {
 #[test]
 fn an_earlier_future_wakes_a_sleeping_worker() {
     check("an_earlier_future_wakes_a_sleeping_worker", || {
-        loom_hooks::hold_clock();
-        let timer = threaded_timer(0);
-        let far_probe = Probe::new();
-        let far = timer.new_timeout(far_probe.task(), TICK * 3).unwrap();
-        loom_hooks::advance_clock(&timer, TICK);
+        let (timer, far_probe, far) = planning_for_far();
 
         // Racing the worker's tick 0 and its planning: a sleep due at 2 ms (tick 2, over at 3 ms).
         let (counting, waker) = counting();
@@ -154,10 +141,25 @@ fn an_earlier_future_wakes_a_sleeping_worker() {
         let again = sleep.as_mut().poll(&mut Context::from_waker(&waker));
         assert!(matches!(again, Poll::Ready(Ok(()))), "{again:?}");
         drop(sleep);
-
-        let returned = timer.stop().unwrap();
-        book_stopped(&returned, &[(Some(&far), &far_probe)]);
-        far_probe.assert_ended_once(&far, "far");
-        assert_eq!(timer.pending_timeouts(), 0);
+        stop_with_far(&timer, &far_probe, &far);
     });
+}
+
+/// The clock held, a timer whose worker, once it has transferred a timeout due at 3 ms (tick 0,
+/// at 1 ms), plans to sleep to 4 ms; that timeout and its probe.
+fn planning_for_far() -> (Owned<HashedWheelTimer>, Probe, Timeout) {
+    loom_hooks::hold_clock();
+    let timer = threaded_timer(0);
+    let far_probe = Probe::new();
+    let far = timer.new_timeout(far_probe.task(), TICK * 3).unwrap();
+    loom_hooks::advance_clock(&timer, TICK);
+    (timer, far_probe, far)
+}
+
+/// Stops the timer: the far timeout comes back unrun, ended once, and nothing stays pending.
+fn stop_with_far(timer: &HashedWheelTimer, far_probe: &Probe, far: &Timeout) {
+    let returned = timer.stop().unwrap();
+    book_stopped(&returned, &[(Some(far), far_probe)]);
+    far_probe.assert_ended_once(far, "far");
+    assert_eq!(timer.pending_timeouts(), 0);
 }
