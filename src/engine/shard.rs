@@ -213,3 +213,28 @@ fn slice_beyond<T>(pile: &mut Vec<T>, keep: usize, most: usize, size: fn(&T) -> 
     }
     slice
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::BoxedTask;
+
+    #[test]
+    fn a_shard_asks_for_the_sooner_look_and_wakes_only_for_it() {
+        let mut shard = Shard::<BoxedTask>::new(0);
+        // A future queued in tick 10, due in tick 100, may wait 16 ticks: woken past tick 26.
+        assert_eq!(shard.ask(16, 10, 100), 27);
+        assert_eq!((shard.look, shard.pace), (26, 16));
+        // Another, due later: the look it needs is asked already; it wakes only past its fire.
+        assert_eq!(shard.ask(16, 11, 200), 200);
+        assert_eq!(shard.look, 26);
+        // One due in tick 12, sooner than the look: the look moves to its fire tick.
+        assert_eq!(shard.ask(16, 11, 12), 12);
+        assert_eq!(shard.look, 12);
+        // A task (pace 0) in tick 11: the look at its tick's end, and the shard's pace 0.
+        assert_eq!(shard.ask(0, 11, 500), 12);
+        assert_eq!((shard.look, shard.pace), (11, 0));
+        // A cancel (due never) that asks no sooner look wakes nobody.
+        assert_eq!(shard.ask(16, 11, NEVER), NEVER);
+    }
+}
