@@ -258,11 +258,9 @@ impl<J: Stored> Timeout<J> {
 
     /// Cancels the timeout if it is still pending: true only for the call that did it.
     pub fn cancel(&self) -> bool {
-        match self.block.cancel(usize::from(self.index)) {
-            Some(PLACED) => {
-                let kind = self.block.kind();
-                self.block.timer.0.push_cancel(self.slot(), kind)
-            }
+        let block = &self.block;
+        match block.cancel(usize::from(self.index)) {
+            Some(PLACED) => block.timer.0.push_cancel(self.slot(), block.kind()),
             Some(_) => {}
             None => return false,
         }

@@ -175,8 +175,9 @@ impl<J: Stored> Worker<J> {
         // latest their earliest fire tick.
         let queued = shared.queued_look();
         if queued < plan {
-            shared.set_plan(queued.max(tick), tick);
-            return queued.max(tick);
+            let plan = queued.max(tick);
+            shared.set_plan(plan, tick);
+            return plan;
         }
         let idle = pace == NEVER && queued == NEVER;
         if idle && plan - tick >= (IDLE_TRIM_NANOS / self.tick_nanos).max(1) {
